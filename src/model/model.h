@@ -1,0 +1,119 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "model/dtype.h"
+#include "util/mapped_file.h"
+
+namespace deepinfer::model {
+
+// A named view of one weight tensor inside a mapped file. Never owns its bytes.
+//
+// Shapes: `shape` is outermost first (row-major); a linear layer's weight is [out, in], so
+//   GGUF's ne = {in, out} becomes shape {out, in}.
+// Lifetime: valid while the owning Model (and its MappedFile) is alive.
+struct TensorView {
+  std::string name;
+  DType dtype = DType::kInvalid;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;
+  size_t size_bytes = 0;
+
+  int64_t num_elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  int64_t rows() const { return shape.empty() ? 0 : num_elements() / shape.back(); }
+  int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
+  size_t row_bytes() const { return RowBytes(dtype, cols()); }
+  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes(); }
+};
+
+// How positions rotate query and key vectors.
+enum class RopeStyle {
+  kAdjacentPairs,  // (x[2i], x[2i+1]) rotate together: llama2.c and llama.cpp LLAMA_ROPE_TYPE_NORM.
+  kHalfSplit,      // (x[i], x[i + d/2]) rotate together: HF "rotate_half", llama.cpp NEOX.
+};
+
+// Hyperparameters of a decoder-only transformer, filled by a file-format reader.
+//
+// Units: lengths in tokens; dims in elements.
+struct ModelConfig {
+  std::string architecture;  // "llama", "deepseek_v3", ...
+  std::string name;          // human-readable, for /v1/models and logs
+  int num_layers = 0;
+  int hidden = 0;            // model width (dim)
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;          // per head; hidden / num_heads for llama
+  int ffn_hidden = 0;        // SwiGLU inner width
+  int vocab = 0;
+  int max_context = 0;       // trained context length
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  int rope_dim = 0;          // rotated dims per head (== head_dim for llama)
+  RopeStyle rope_style = RopeStyle::kAdjacentPairs;
+  bool tied_embeddings = false;  // output projection reuses token_embd
+};
+
+// Special-token kinds as stored in GGUF `tokenizer.ggml.token_type`.
+enum class TokenType : int32_t {
+  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+};
+
+// The tokenizer as described by a model file.
+struct TokenizerData {
+  enum class Kind {
+    kByteLevelBpe,   // GPT-2 style, ranked merges (GGUF tokenizer.ggml.model == "gpt2")
+    kScoreBpe,       // llama2.c tok*.bin: merge the highest-scoring pair
+  };
+  Kind kind = Kind::kByteLevelBpe;
+  std::string pre;                  // GGUF tokenizer.ggml.pre ("smollm", "llama-bpe", ...)
+  std::vector<std::string> tokens;  // id -> piece (byte-level pieces for kByteLevelBpe)
+  std::vector<float> scores;        // kScoreBpe only
+  std::vector<TokenType> token_types;  // may be empty
+  std::vector<std::string> merges;  // "a b", rank order; kByteLevelBpe only
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t unk_id = -1;
+  int32_t pad_id = -1;
+  bool add_bos = false;
+  std::string chat_template;        // Jinja source, when the file carries one
+  std::vector<int32_t> eog_ids;     // every token that ends generation (eos, <|im_end|>, ...)
+};
+
+// A loaded model: config, tokenizer and weight views over one or more mapped files.
+//
+// Weight names follow GGUF ("token_embd.weight", "blk.3.attn_q.weight", "output_norm.weight",
+// "output.weight"); other formats are mapped to these names when loaded.
+// Threads: immutable after loading; safe to share across threads.
+struct Model {
+  ModelConfig config;
+  TokenizerData tokenizer;
+  absl::flat_hash_map<std::string, TensorView> tensors;
+  std::vector<std::unique_ptr<util::MappedFile>> files;
+  // Owned storage for tensors that had to be converted at load (e.g. llama2.c's tied layout).
+  std::vector<std::vector<uint8_t>> owned;
+
+  // Returns the tensor or NotFound "missing_tensor".
+  absl::StatusOr<const TensorView*> Get(const std::string& name) const;
+  // Returns the tensor or nullptr when absent.
+  const TensorView* Find(const std::string& name) const;
+};
+
+// Loads a model from a GGUF file, a llama2.c checkpoint (.bin; the tokenizer is `tok*.bin`
+// beside it or `tokenizer_path`), chosen by the file's magic.
+//
+// Errors: every reader error ("file_not_found", "bad_magic", "truncated_file",
+//   "out_of_bounds", "unsupported_dtype", "unsupported_architecture", "vocab_mismatch",
+//   "missing_tensor", "shape_mismatch").
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
+                                                 const std::string& tokenizer_path = "");
+
+}  // namespace deepinfer::model

@@ -1,0 +1,54 @@
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace deepinfer::util {
+
+// A fixed set of worker threads for data-parallel model math.
+//
+// ParallelFor splits [0, n) into one contiguous range per thread (the caller is thread 0) and
+// returns when all ranges are done. Workers spin briefly between calls, then sleep, because
+// decode issues hundreds of small parallel regions per token and a futex wake per region would
+// dominate.
+//
+// Threads: ParallelFor must be called from one thread at a time (the owner, typically the engine
+//   thread); it is not reentrant.
+// Lifetime: joins its workers in the destructor.
+class ThreadPool {
+ public:
+  // `num_threads` counts the caller; 1 means no workers.
+  explicit ThreadPool(int num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Calls fn(begin, end, thread_index) on disjoint ranges covering [0, n), using up to
+  // num_threads() threads; each range is a multiple of `grain` except the last.
+  void ParallelFor(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
+                   int64_t grain = 1);
+
+  // Calls fn(thread_index, num_threads) once on every thread.
+  void RunOnAll(const std::function<void(int, int)>& fn);
+
+ private:
+  void WorkerLoop(int index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int, int)>* job_ = nullptr;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+}  // namespace deepinfer::util
