@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "model/dtype.h"
@@ -18,5 +19,19 @@ void DequantizeRow(model::DType t, const void* src, float* dst, int64_t n);
 void QuantizeRowQ8_0(const float* x, model::BlockQ8_0* y, int64_t n);
 void QuantizeRowQ8_1(const float* x, model::BlockQ8_1* y, int64_t n);
 void QuantizeRowQ8_K(const float* x, model::BlockQ8_K* y, int64_t n);
+
+// Quantizes activations the way ggml's x86 CPU backend does before a quantized dot product
+// (its SIMD quantize_row_q8_0 / q8_1): scale 127 / amax and round half to even. These differ from
+// the reference functions above only on exact ties; MatMul uses them so results track llama.cpp.
+// (For Q8_K the CPU backend uses the reference function, so there is no separate variant.)
+//
+// Source: ggml/src/ggml-cpu/arch/x86/quants.c quantize_row_q8_0 / quantize_row_q8_1.
+void QuantizeRowQ8_0Cpu(const float* x, model::BlockQ8_0* y, int64_t n);
+void QuantizeRowQ8_1Cpu(const float* x, model::BlockQ8_1* y, int64_t n);
+
+// Number of elements per block and bytes per block of the types above, without needing
+// model/dtype.cc (0 for types the kernels do not support).
+int64_t KernelBlockSize(model::DType t);
+size_t KernelBlockBytes(model::DType t);
 
 }  // namespace deepinfer::kernels

@@ -1,0 +1,98 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer::arch {
+
+// Paged KV storage: for every layer, `num_blocks` blocks of `block_size` token slots, each slot
+// holding `floats_per_token` f32 values whose meaning belongs to the architecture (K then V for
+// multi-head attention; the compressed latent for MLA).
+//
+// Shapes: layers[l] is [num_blocks, block_size, floats_per_token] f32.
+// Units: block_size in tokens; memory = num_layers * num_blocks * block_size * floats_per_token * 4
+//   bytes.
+// Threads: written only by the forward pass on the engine thread.
+// Source: Kwon et al. 2023, "Efficient Memory Management for LLM Serving with PagedAttention".
+struct KvCache {
+  int num_layers = 0;
+  int block_size = 16;
+  int num_blocks = 0;
+  int64_t floats_per_token = 0;
+  std::vector<float*> layers;
+
+  KvCache() = default;
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // Reserves storage with anonymous mmap: pages are committed only when first written, so a
+  // large cache costs memory only for the blocks actually used.
+  // Errors: ResourceExhausted "out_of_memory" when the address space cannot be reserved.
+  absl::Status Allocate(int layers_count, int block_size_tokens, int blocks, int64_t per_token);
+  float* Slot(int layer, int32_t block, int32_t offset) {
+    return layers[layer] +
+           (static_cast<int64_t>(block) * block_size + offset) * floats_per_token;
+  }
+  // Bytes held per token slot across all layers.
+  int64_t bytes_per_token() const { return num_layers * floats_per_token * 4; }
+};
+
+// One sequence's part of a forward batch.
+//
+// The sequence already has `start_pos` tokens in the KV cache; this step appends `num_tokens`
+// tokens (a prefill chunk, one decode token, or a speculative draft) at positions
+// start_pos .. start_pos + num_tokens - 1, stored in the blocks listed by `block_table`.
+// Logits are produced for the last `num_logits` of those tokens (0 for a non-final prefill chunk).
+struct SequenceSlice {
+  int32_t token_offset = 0;            // index of the first token in ForwardBatch::tokens
+  int32_t num_tokens = 0;
+  int32_t start_pos = 0;
+  int32_t num_logits = 1;
+  const int32_t* block_table = nullptr;  // covers positions [0, start_pos + num_tokens)
+  int32_t num_blocks = 0;
+};
+
+// A step's worth of tokens from one or more sequences (continuous batching).
+//
+// Shapes: tokens [num_tokens]; logits written by Forward are [sum(num_logits), vocab] f32,
+//   in sequence order.
+struct ForwardBatch {
+  const int32_t* tokens = nullptr;
+  int32_t num_tokens = 0;
+  std::vector<SequenceSlice> seqs;
+
+  int32_t num_logit_rows() const {
+    int32_t n = 0;
+    for (const auto& s : seqs) n += s.num_logits;
+    return n;
+  }
+};
+
+// A decoder-only language model's forward pass over a paged KV cache.
+//
+// Threads: not thread-safe (owns scratch buffers); drive it from one thread, which must also own
+//   the ThreadPool passed in.
+// Lifetime: borrows the Model, which must outlive it.
+class CausalLm {
+ public:
+  virtual ~CausalLm() = default;
+  virtual const model::ModelConfig& config() const = 0;
+  // f32 values one token occupies in one layer of the KV cache.
+  virtual int64_t kv_floats_per_token() const = 0;
+  // Runs the batch: writes new tokens' KV into `kv` and their logits into `logits`.
+  // REQUIRES: token ids in [0, vocab); block tables cover all positions; slices disjoint.
+  virtual void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+                       util::ThreadPool& pool) = 0;
+};
+
+// Builds the forward pass for `model.config.architecture`.
+// Errors: Unimplemented "unsupported_architecture".
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model);
+
+}  // namespace deepinfer::arch

@@ -1,0 +1,13 @@
+#pragma once
+
+#include "CLI/CLI.hpp"
+
+namespace deepinfer::cli {
+
+// Each subcommand registers its flags on `app` and sets a callback that runs it. The callback
+// stores the process exit status in *exit_code: 0 success, 1 failure of the work itself,
+// 2 bad input (flags, files, requests).
+void RegisterGenerate(CLI::App& app, int* exit_code);
+void RegisterServe(CLI::App& app, int* exit_code);
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,24 @@
+// deepinfer: one binary, one subcommand per tool (see DESIGN.md).
+
+#include <cstdio>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"deepinfer: serve DeepSeek-family and Llama models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("deepinfer ") + DEEPINFER_VERSION);
+  int exit_code = 0;
+  deepinfer::cli::RegisterGenerate(app, &exit_code);
+  deepinfer::cli::RegisterServe(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    // CLI11 returns 0 for --help/--version; every other parse problem is bad input.
+    return rc == 0 ? 0 : 2;
+  }
+  return exit_code;
+}

@@ -1,0 +1,82 @@
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/request.h"
+#include "model/model.h"
+
+namespace deepinfer::engine {
+
+// Engine settings. Defaults follow the seed profile (prefill budget 2,048 tokens per step).
+//
+// Units: token counts in tokens; memory in bytes; 0 means "derive".
+struct EngineOptions {
+  int32_t max_num_seqs = 64;            // running sequences at once
+  int32_t prefill_budget = 2048;        // tokens per step (prefill chunks + decodes)
+  int32_t block_size = 16;              // tokens per KV block
+  int64_t kv_cache_tokens = 0;          // capacity in tokens; 0: from kv_cache_memory_bytes
+  int64_t kv_cache_memory_bytes = int64_t{2} << 30;
+  int32_t max_model_len = 0;            // 0: the model's trained context
+  int32_t num_threads = 0;              // 0: hardware concurrency
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;                    // fallback seed for requests without one
+};
+
+// Counters and gauges for /metrics. Histograms are cumulative bucket counts.
+struct Histogram {
+  std::vector<double> bounds;        // upper bounds, seconds, increasing; +Inf implied
+  std::vector<uint64_t> counts;      // per bucket (bounds.size() + 1), not cumulative
+  double sum = 0;
+  uint64_t count = 0;
+};
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  double kv_cache_usage = 0;          // fraction of blocks in use, 0..1
+  int64_t num_blocks_total = 0;
+  int64_t num_preemptions = 0;
+  int64_t prefix_cache_queries = 0;   // tokens looked up
+  int64_t prefix_cache_hits = 0;      // tokens found
+  int64_t prompt_tokens = 0;          // total prompt tokens of finished + running requests
+  int64_t generation_tokens = 0;
+  int64_t num_requests_finished[5] = {0, 0, 0, 0, 0};  // by FinishReason
+  Histogram ttft, tpot, e2e, queue_time;
+};
+
+// The inference engine: one thread runs scheduling steps (continuous batching, chunked prefill,
+// paged KV cache with prefix caching, preemption by recompute) over a CausalLm.
+//
+// Threads: Submit, Stats and the streams are thread-safe; everything else runs on the engine's
+//   own thread, which never blocks on I/O or on a client.
+// Lifetime: borrows the Model; destroy the Engine first. The destructor stops the thread and
+//   finishes every open stream with kCancelled.
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Queues a request and returns its stream; never blocks on the engine.
+  // Errors (returned, nothing queued): InvalidArgument "context_length_exceeded" when the prompt
+  //   plus max_tokens exceed max_model_len; InvalidArgument "invalid_token" for ids outside the
+  //   vocabulary; InvalidArgument "empty_prompt"; ResourceExhausted "kv_cache_too_small" when
+  //   the request alone could never fit in the KV cache; Unavailable "shutting_down".
+  virtual absl::StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) = 0;
+
+  virtual EngineStats Stats() const = 0;
+  virtual int32_t max_model_len() const = 0;
+  virtual int64_t kv_capacity_tokens() const = 0;
+  // True once the model is loaded and a warm-up step has run.
+  virtual bool ready() const = 0;
+  virtual const model::Model& model() const = 0;
+
+  // Creates the engine and starts its thread (which runs a warm-up step).
+  // Errors: those of arch::CreateCausalLm; InvalidArgument "bad_option" for nonsensical options.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model,
+                                                        const EngineOptions& options);
+};
+
+}  // namespace deepinfer::engine

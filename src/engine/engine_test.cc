@@ -1,0 +1,209 @@
+// End-to-end engine tests on the real stories260K weights: greedy output equals the llama2.c
+// reference whatever the batching, prefix caching, preemption or cancellation around it.
+
+#include "engine/engine.h"
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/model.h"
+#include "nlohmann/json.hpp"
+#include "util/status.h"
+
+namespace deepinfer::engine {
+namespace {
+
+const std::string kModelDir = std::string(DI_SOURCE_DIR) + "/../shared/models/stories260K";
+
+struct Result {
+  std::vector<int32_t> tokens;
+  StreamUpdate final;
+};
+
+Result Drain(RequestStream& stream) {
+  Result r;
+  StreamUpdate u;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!stream.Wait(u, std::chrono::milliseconds(100))) continue;
+    for (const auto& t : u.tokens) r.tokens.push_back(t.token);
+    if (u.finish != FinishReason::kNone) {
+      r.final = u;
+      return r;
+    }
+  }
+  ADD_FAILURE() << "stream did not finish";
+  return r;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::ifstream in(kModelDir + "/golden_greedy.json");
+    if (!in) GTEST_SKIP() << "stories260K not found at " << kModelDir << " (../shared/models)";
+    auto golden = nlohmann::json::parse(in);
+    for (const auto& c : golden["cases"]) {
+      auto seq = c["input_token_sequence"].get<std::vector<int32_t>>();
+      seq.push_back(c["final_argmax_next"].get<int32_t>());
+      // The prompt ends where the reference starts predicting: from there on every token is
+      // the argmax of the position before it.
+      const auto& top5 = c["per_position_top5_logits"];
+      int prompt_len = static_cast<int>(seq.size()) - 1;
+      while (prompt_len > 1 && top5[prompt_len - 2][0][0].get<int32_t>() == seq[prompt_len - 1]) {
+        --prompt_len;
+      }
+      sequences_.push_back(seq);
+      prompt_lens_.push_back(prompt_len);
+    }
+    auto m = model::LoadModel(kModelDir + "/stories260K.bin", kModelDir + "/tok512.bin");
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+  }
+
+  std::unique_ptr<Engine> MakeEngine(EngineOptions opt = {}) {
+    opt.num_threads = 2;
+    auto e = Engine::Create(*model_, opt);
+    EXPECT_TRUE(e.ok()) << e.status();
+    while (!(*e)->ready()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return std::move(*e);
+  }
+
+  int PromptLen(const std::vector<int32_t>& seq) {
+    for (size_t i = 0; i < sequences_.size(); ++i) {
+      if (sequences_[i] == seq) return prompt_lens_[i];
+    }
+    return 1;
+  }
+
+  GenerateRequest Greedy(const std::vector<int32_t>& seq) {
+    GenerateRequest r;
+    int n = PromptLen(seq);
+    r.prompt.assign(seq.begin(), seq.begin() + n);
+    r.sampling.temperature = 0;
+    r.max_tokens = static_cast<int32_t>(seq.size()) - n;
+    return r;
+  }
+
+  std::vector<int32_t> Expected(const std::vector<int32_t>& seq) {
+    return std::vector<int32_t>(seq.begin() + PromptLen(seq), seq.end());
+  }
+
+  std::vector<std::vector<int32_t>> sequences_;
+  std::vector<int> prompt_lens_;
+  std::unique_ptr<model::Model> model_;
+};
+
+TEST_F(EngineTest, GreedyOutputEqualsTheReference) {
+  auto engine = MakeEngine();
+  auto stream = engine->Submit(Greedy(sequences_[0]));
+  ASSERT_TRUE(stream.ok());
+  Result r = Drain(**stream);
+  EXPECT_EQ(r.tokens, Expected(sequences_[0]));
+  EXPECT_EQ(r.final.finish, FinishReason::kLength);
+  EXPECT_EQ(r.final.prompt_tokens, PromptLen(sequences_[0]));
+  EXPECT_EQ(r.final.completion_tokens, static_cast<int32_t>(r.tokens.size()));
+}
+
+TEST_F(EngineTest, ConcurrentRequestsMatchTheirSoloOutputs) {
+  EngineOptions opt;
+  opt.prefill_budget = 9;  // forces chunked prefill mixed with decodes
+  auto engine = MakeEngine(opt);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int rep = 0; rep < 3; ++rep) {
+    for (const auto& seq : sequences_) streams.push_back(*engine->Submit(Greedy(seq)));
+  }
+  for (size_t i = 0; i < streams.size(); ++i) {
+    EXPECT_EQ(Drain(*streams[i]).tokens, Expected(sequences_[i % sequences_.size()])) << i;
+  }
+}
+
+TEST_F(EngineTest, RepeatedPrefixReportsCachedTokens) {
+  auto engine = MakeEngine();
+  GenerateRequest r = Greedy(sequences_[0]);
+  r.prompt.assign(sequences_[0].begin(), sequences_[0].begin() + 40);
+  r.max_tokens = 4;
+  Result first = Drain(**engine->Submit(r));
+  EXPECT_EQ(first.final.cached_tokens, 0);
+  Result second = Drain(**engine->Submit(r));
+  EXPECT_EQ(second.final.cached_tokens, 32);  // two full 16-token blocks; the last is recomputed
+  EXPECT_EQ(second.tokens, first.tokens);
+  EngineStats stats = engine->Stats();
+  EXPECT_EQ(stats.prefix_cache_hits, 32);
+}
+
+TEST_F(EngineTest, TinyKvCachePreemptsWithoutChangingOutput) {
+  EngineOptions opt;
+  opt.kv_cache_tokens = 272;  // 17 blocks: the 257-token case alone nearly fills it
+  opt.block_size = 16;
+  auto engine = MakeEngine(opt);
+  // Two copies of the 257-token case need 34 blocks together, so someone must be preempted.
+  std::vector<std::vector<int32_t>> work = sequences_;
+  work.push_back(sequences_[1]);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const auto& seq : work) streams.push_back(*engine->Submit(Greedy(seq)));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    EXPECT_EQ(Drain(*streams[i]).tokens, Expected(work[i])) << i;
+  }
+  // Stats are published after each step, so the last step's counters may land a moment later.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (engine->Stats().num_preemptions == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GT(engine->Stats().num_preemptions, 0);
+}
+
+TEST_F(EngineTest, CancelFreesTheSequenceAndTheNextRequestSucceeds) {
+  auto engine = MakeEngine();
+  GenerateRequest r = Greedy(sequences_[0]);
+  r.max_tokens = 400;
+  r.ignore_eos = true;
+  auto stream = *engine->Submit(r);
+  StreamUpdate u;
+  while (!stream->Wait(u, std::chrono::milliseconds(100)) || u.tokens.empty()) {
+  }
+  stream->Cancel();
+  Result rest = Drain(*stream);
+  EXPECT_EQ(rest.final.finish, FinishReason::kCancelled);
+  Result next = Drain(**engine->Submit(Greedy(sequences_[1])));
+  EXPECT_EQ(next.tokens, Expected(sequences_[1]));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (engine->Stats().num_running > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(engine->Stats().num_running, 0);
+}
+
+TEST_F(EngineTest, RejectsRequestsOverTheContextWindow) {
+  EngineOptions opt;
+  opt.max_model_len = 64;
+  auto engine = MakeEngine(opt);
+  GenerateRequest r = Greedy(sequences_[0]);
+  r.max_tokens = 64;
+  auto s = engine->Submit(r);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(ErrorCodeOf(s.status()), "context_length_exceeded");
+  r.prompt = {1, 9999};
+  r.max_tokens = 1;
+  EXPECT_EQ(ErrorCodeOf(engine->Submit(r).status()), "invalid_token");
+}
+
+TEST_F(EngineTest, SeededSamplingIsReproducible) {
+  auto engine = MakeEngine();
+  GenerateRequest r = Greedy(sequences_[0]);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 77;
+  r.sampling.has_seed = true;
+  r.max_tokens = 30;
+  r.ignore_eos = true;
+  auto a = Drain(**engine->Submit(r));
+  auto b = Drain(**engine->Submit(r));
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_EQ(a.tokens.size(), 30u);
+}
+
+}  // namespace
+}  // namespace deepinfer::engine

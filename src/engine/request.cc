@@ -1,0 +1,62 @@
+#include "engine/request.h"
+
+namespace deepinfer::engine {
+
+void RequestStream::PushToken(TokenEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(std::move(event));
+  }
+  cv_.notify_one();
+}
+
+void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
+                           int32_t completion_tokens, std::string error, std::string error_code) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_) return;
+    done_ = true;
+    final_.finish = reason;
+    final_.prompt_tokens = prompt_tokens;
+    final_.cached_tokens = cached_tokens;
+    final_.completion_tokens = completion_tokens;
+    final_.error = std::move(error);
+    final_.error_code = std::move(error_code);
+  }
+  cv_.notify_all();
+}
+
+bool RequestStream::Full() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_.size() >= capacity_;
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+bool RequestStream::Wait(StreamUpdate& out, std::chrono::milliseconds timeout) {
+  out.tokens.clear();
+  out.finish = FinishReason::kNone;
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !pending_.empty() || (done_ && !delivered_done_); });
+  while (!pending_.empty()) {
+    out.tokens.push_back(std::move(pending_.front()));
+    pending_.pop_front();
+  }
+  if (done_ && !delivered_done_) {
+    delivered_done_ = true;
+    out.finish = final_.finish;
+    out.error = final_.error;
+    out.error_code = final_.error_code;
+    out.prompt_tokens = final_.prompt_tokens;
+    out.cached_tokens = final_.cached_tokens;
+    out.completion_tokens = final_.completion_tokens;
+  }
+  return !out.tokens.empty() || out.finish != FinishReason::kNone;
+}
+
+void RequestStream::Cancel() { cancelled_.store(true, std::memory_order_release); }
+
+}  // namespace deepinfer::engine

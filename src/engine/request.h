@@ -1,0 +1,93 @@
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace deepinfer::engine {
+
+// Why a sequence stopped. kNone while it is still running.
+enum class FinishReason {
+  kNone,
+  kStop,       // an end-of-generation token or a stop token id was produced
+  kLength,     // max_tokens or the context window was reached
+  kCancelled,  // the client cancelled (disconnect, stop string found by the API layer)
+  kError,      // the engine could not run it; see StreamUpdate::error
+};
+
+// A request as the engine sees it: token ids only, no text or JSON.
+//
+// Units: max_tokens counts generated tokens; the caller guarantees
+//   prompt.size() + max_tokens <= the engine's max_model_len (Engine::Submit rejects otherwise).
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-generation ids
+  bool ignore_eos = false;              // benchmarks: keep generating past end-of-generation
+  uint64_t cache_salt = 0;              // isolates prefix-cache entries (0: shared)
+  std::string request_id;               // for logs only
+};
+
+// One generated token.
+struct TokenEvent {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // empty unless requested
+};
+
+// What a client takes from its stream in one read: zero or more new tokens and, at the end, the
+// finish reason with the usage counts.
+struct StreamUpdate {
+  std::vector<TokenEvent> tokens;
+  FinishReason finish = FinishReason::kNone;
+  std::string error;        // set with kError
+  std::string error_code;   // stable code with kError ("kv_cache_exhausted", ...)
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int32_t completion_tokens = 0;
+};
+
+// The channel between the engine thread (producer) and one client (consumer).
+//
+// The engine never blocks on it: when `capacity` tokens are waiting unread, Full() turns true and
+// the scheduler pauses that sequence until the client catches up. Cancel() may be called from any
+// thread; the engine frees the sequence at its next step boundary.
+// Threads: all methods are thread-safe.
+class RequestStream {
+ public:
+  explicit RequestStream(size_t capacity = 256) : capacity_(capacity) {}
+
+  // Engine side. Never blocks.
+  void PushToken(TokenEvent event);
+  void Finish(FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
+              int32_t completion_tokens, std::string error = {}, std::string error_code = {});
+  bool Full() const;
+
+  // Client side: waits up to `timeout` for news and moves everything pending into `out`
+  // (replacing its contents). Returns true when `out` holds tokens or the finish.
+  bool Wait(StreamUpdate& out, std::chrono::milliseconds timeout);
+  void Cancel();
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  bool finished() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<TokenEvent> pending_;
+  bool done_ = false;
+  bool delivered_done_ = false;
+  StreamUpdate final_;
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,77 @@
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace deepinfer::engine {
+
+// Per-request sampling settings, validated at the API boundary.
+//
+// Units: temperature >= 0 (0 means greedy); top_p in (0, 1]; min_p in [0, 1]; top_k <= 0 means
+//   off; repetition_penalty > 0 (1 means off); presence/frequency penalties in [-2, 2].
+// Source: OpenAI API reference (presence/frequency penalty, logit_bias); vLLM SamplingParams
+//   (top_k, min_p, repetition_penalty semantics: repetition over prompt and output, presence and
+//   frequency over output only); Keskar et al. 2019 (repetition penalty).
+struct SamplingParams {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  uint64_t seed = 0;
+  bool has_seed = false;
+  int32_t num_top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ that many top ones)
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+// One sampled token with its log-probability under the model's unmodified distribution.
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // (token, logprob), best first
+};
+
+// Chooses the next token of one sequence from its logits.
+//
+// The pipeline follows vLLM's order: logit bias, penalties, then greedy argmax or temperature,
+// top-k, top-p, min-p and a draw from the seeded generator.
+// Threads: one Sampler per sequence; not thread-safe.
+// Cost: O(vocab) plus O(k log k) for the kept candidates; reuses internal buffers.
+class Sampler {
+ public:
+  // `prompt` tokens count for the repetition penalty.
+  Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt, uint64_t fallback_seed);
+
+  // Samples from `logits` [vocab] (modified in place) and records the token as generated.
+  SampledToken Sample(float* logits, int32_t vocab);
+
+  // Records a token appended without sampling (speculative acceptance replays).
+  void Accept(int32_t token);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  void ApplyPenalties(float* logits, int32_t vocab) const;
+
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  absl::flat_hash_map<int32_t, int32_t> output_counts_;
+  absl::flat_hash_map<int32_t, bool> prompt_tokens_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<float> raw_logprobs_;
+  std::vector<double> probs_;
+  std::vector<int32_t> top_index_;
+};
+
+// Index of the largest value (lowest index on ties, like llama.cpp and torch.argmax).
+int32_t ArgMax(const float* logits, int32_t vocab);
+
+}  // namespace deepinfer::engine

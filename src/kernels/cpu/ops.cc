@@ -1,0 +1,117 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/quant.h"
+
+// target_clones lets one portable binary use AVX-512 / AVX2 for these small loops, chosen once
+// at load time through an ifunc, without a per-call dispatch.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DI_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DI_VECTOR_CLONES
+#endif
+
+namespace deepinfer::kernels {
+
+DI_VECTOR_CLONES float Dot(const float* a, const float* b, int64_t n) {
+  // Eight independent partial sums so the loop vectorizes without -ffast-math reassociation.
+  float acc[16] = {0};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < 16; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int k = 0; k < 16; ++k) s += acc[k];
+  return s;
+}
+
+DI_VECTOR_CLONES void Axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+DI_VECTOR_CLONES void AddInPlace(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+DI_VECTOR_CLONES void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t dim,
+                              float eps, float* out) {
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const float* xr = x + r * dim;
+    float* orow = out + r * dim;
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    float scale = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) orow[i] = weight[i] * (xr[i] * scale);
+  }
+}
+
+void RopeTables(const int32_t* positions, int64_t num_tokens, int rope_dim, float theta,
+                float* cos_out, float* sin_out) {
+  int half = rope_dim / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int i = 0; i < half; ++i) {
+      double freq = std::pow(static_cast<double>(theta), -2.0 * i / rope_dim);
+      double angle = static_cast<double>(positions[t]) * freq;
+      cos_out[t * half + i] = static_cast<float>(std::cos(angle));
+      sin_out[t * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int rope_dim,
+               model::RopeStyle style, const float* cos_t, const float* sin_t) {
+  int half = rope_dim / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    const float* c = cos_t + t * half;
+    const float* s = sin_t + t * half;
+    for (int h = 0; h < num_heads; ++h) {
+      float* v = x + (t * num_heads + h) * head_dim;
+      if (style == model::RopeStyle::kAdjacentPairs) {
+        for (int i = 0; i < half; ++i) {
+          float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * c[i] - b * s[i];
+          v[2 * i + 1] = a * s[i] + b * c[i];
+        }
+      } else {
+        for (int i = 0; i < half; ++i) {
+          float a = v[i], b = v[i + half];
+          v[i] = a * c[i] - b * s[i];
+          v[i + half] = a * s[i] + b * c[i];
+        }
+      }
+    }
+  }
+}
+
+DI_VECTOR_CLONES void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void EmbeddingLookup(const model::TensorView& table, const int32_t* ids, int64_t num_tokens,
+                     float* out) {
+  int64_t hidden = table.cols();
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    DequantizeRow(table.dtype, table.row(ids[t]), out + t * hidden, hidden);
+  }
+}
+
+float SoftmaxInPlace(float* x, int64_t n) {
+  float mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+  return mx;
+}
+
+}  // namespace deepinfer::kernels
