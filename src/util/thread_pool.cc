@@ -1,5 +1,7 @@
 #include "util/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 
 #if defined(__x86_64__)
@@ -11,9 +13,9 @@
 
 namespace deepinfer::util {
 namespace {
-// About 50-100 us of spinning: longer than the gap between two matmuls of one decode step,
-// shorter than a scheduler tick, so idle servers do not burn a core.
-constexpr int kSpinIterations = 20000;
+// Spinning bridges the short gaps between the parallel regions of one decode step; after that
+// a worker sleeps so an idle server does not burn a core.
+constexpr int kSpinIterations = 4000;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
@@ -30,41 +32,55 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+// Joining protocol: the owner opens a job by publishing job_ and bumping generation_, runs its
+// share, then closes the job and waits until no worker is inside it. A worker enters by
+// incrementing active_ and re-checking that the job it saw is still open; all operations are
+// sequentially consistent, so a worker that enters after the owner has seen active_ == 0 always
+// sees the job closed and backs out. The owner therefore never waits for a worker that was
+// descheduled before it started: the remaining tasks are taken by whoever is running.
 void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   while (true) {
-    uint64_t gen = generation_.load(std::memory_order_acquire);
+    uint64_t gen = generation_.load();
     for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
       DI_PAUSE();
-      gen = generation_.load(std::memory_order_acquire);
+      gen = generation_.load();
     }
     if (gen == seen) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-      gen = generation_.load(std::memory_order_acquire);
+      cv_.wait(lock, [&] { return generation_.load() != seen; });
+      gen = generation_.load();
     }
     seen = gen;
     if (stop_.load()) return;
-    (*job_)(index, num_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    active_.fetch_add(1);
+    if (!closed_.load() && generation_.load() == gen) (*job_)(index, num_threads_);
+    active_.fetch_sub(1);
   }
 }
 
-void ThreadPool::RunOnAll(const std::function<void(int, int)>& fn) {
+void ThreadPool::RunJob(const std::function<void(int, int)>& fn) {
   if (num_threads_ == 1) {
     fn(0, 1);
     return;
   }
   job_ = &fn;
-  pending_.store(num_threads_ - 1, std::memory_order_release);
+  closed_.store(false);
   {
     // Taking the lock orders the generation bump with sleepers' predicate checks.
     std::lock_guard<std::mutex> lock(mu_);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.fetch_add(1);
   }
   cv_.notify_all();
   fn(0, num_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) DI_PAUSE();
+  closed_.store(true);
+  for (int spin = 0; active_.load() != 0; ++spin) {
+    if (spin < kSpinIterations) {
+      DI_PAUSE();
+    } else {
+      sched_yield();
+    }
+  }
   job_ = nullptr;
 }
 
@@ -73,17 +89,35 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   int64_t num_chunks = (n + grain - 1) / grain;
-  int threads = static_cast<int>(std::min<int64_t>(num_threads_, num_chunks));
-  if (threads <= 1) {
+  if (num_threads_ == 1 || num_chunks == 1) {
     fn(0, n, 0);
     return;
   }
-  RunOnAll([&](int t, int) {
-    if (t >= threads) return;
-    int64_t c0 = num_chunks * t / threads;
-    int64_t c1 = num_chunks * (t + 1) / threads;
-    int64_t b = c0 * grain, e = std::min(n, c1 * grain);
-    if (b < e) fn(b, e, t);
+  // A few tasks per thread, taken dynamically: a thread that is descheduled (or slower) leaves
+  // its share to the others instead of stalling the whole region.
+  const int64_t num_tasks = std::min<int64_t>(num_chunks, int64_t{num_threads_} * 4);
+  std::atomic<int64_t> next{0};
+  RunJob([&](int t, int) {
+    while (true) {
+      int64_t task = next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= num_tasks) return;
+      int64_t c0 = num_chunks * task / num_tasks;
+      int64_t c1 = num_chunks * (task + 1) / num_tasks;
+      int64_t b = c0 * grain, e = std::min(n, c1 * grain);
+      if (b < e) fn(b, e, t);
+    }
+  });
+}
+
+}  // namespace deepinfer::util
+
+namespace deepinfer::util {
+
+void ThreadPool::RunOnAll(const std::function<void(int, int)>& fn) {
+  // Logical indices are handed out like tasks, so each runs exactly once even if a worker
+  // misses the job.
+  ParallelFor(num_threads_, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) fn(static_cast<int>(i), num_threads_);
   });
 }
 
