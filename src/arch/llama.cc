@@ -156,9 +156,11 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];
     kernels::RmsNorm(x, L.attn_norm, T, H, cfg_.rms_norm_eps, h);
-    kernels::MatMul(*L.wq, h, T, q_.data(), pool);
-    kernels::MatMul(*L.wk, h, T, k_.data(), pool);
-    kernels::MatMul(*L.wv, h, T, v_.data(), pool);
+    {
+      const TensorView* ws[3] = {L.wq, L.wk, L.wv};
+      float* ys[3] = {q_.data(), k_.data(), v_.data()};
+      kernels::MatMulGroup(ws, ys, 3, h, T, pool);
+    }
     kernels::ApplyRope(q_.data(), T, cfg_.num_heads, cfg_.head_dim, cfg_.rope_dim,
                        cfg_.rope_style, cos_.data(), sin_.data());
     kernels::ApplyRope(k_.data(), T, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_dim,
@@ -179,8 +181,11 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
     kernels::AddInPlace(x, tmp_.data(), T * H);
 
     kernels::RmsNorm(x, L.ffn_norm, T, H, cfg_.rms_norm_eps, h);
-    kernels::MatMul(*L.w_gate, h, T, gate_.data(), pool);
-    kernels::MatMul(*L.w_up, h, T, up_.data(), pool);
+    {
+      const TensorView* ws[2] = {L.w_gate, L.w_up};
+      float* ys[2] = {gate_.data(), up_.data()};
+      kernels::MatMulGroup(ws, ys, 2, h, T, pool);
+    }
     kernels::SiluMul(gate_.data(), up_.data(), T * cfg_.ffn_hidden, gate_.data());
     kernels::MatMul(*L.w_down, gate_.data(), T, tmp_.data(), pool);
     kernels::AddInPlace(x, tmp_.data(), T * H);

@@ -68,7 +68,13 @@ TEST(LlamaGgufParityTest, GreedyContinuationsEqualLlamaCpp) {
       int32_t next = engine::ArgMax(logits.data(), vocab);
       got.push_back(next);
       ++positions;
-      if (next != want[i]) break;  // later positions would compare different contexts
+      if (next != want[i]) {
+        const auto& top = c["top_logits"][i];
+        std::printf("parity: diverged at step %zu: ours %d (%.4f) vs llama.cpp %d (%.4f); llama.cpp margin %.4f\n",
+                    i, next, logits[next], want[i], logits[want[i]],
+                    top[0][1].get<double>() - top[1][1].get<double>());
+        break;  // later positions would compare different contexts
+      }
       step = {next};
     }
     EXPECT_EQ(got, want) << "prompt: " << c["text"].get<std::string>();

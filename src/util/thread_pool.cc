@@ -95,16 +95,21 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int64_t, int64_
   }
   // A few tasks per thread, taken dynamically: a thread that is descheduled (or slower) leaves
   // its share to the others instead of stalling the whole region.
-  const int64_t num_tasks = std::min<int64_t>(num_chunks, int64_t{num_threads_} * 4);
-  std::atomic<int64_t> next{0};
-  RunJob([&](int t, int) {
+  struct Job {
+    const std::function<void(int64_t, int64_t, int)>* fn;
+    int64_t n, grain, num_chunks, num_tasks;
+    std::atomic<int64_t> next{0};
+  } job{&fn, n, grain, num_chunks, std::min<int64_t>(num_chunks, int64_t{num_threads_} * 4)};
+  // One captured pointer keeps the std::function inline: no allocation per parallel region.
+  Job* j = &job;
+  RunJob([j](int t, int) {
     while (true) {
-      int64_t task = next.fetch_add(1, std::memory_order_relaxed);
-      if (task >= num_tasks) return;
-      int64_t c0 = num_chunks * task / num_tasks;
-      int64_t c1 = num_chunks * (task + 1) / num_tasks;
-      int64_t b = c0 * grain, e = std::min(n, c1 * grain);
-      if (b < e) fn(b, e, t);
+      int64_t task = j->next.fetch_add(1, std::memory_order_relaxed);
+      if (task >= j->num_tasks) return;
+      int64_t c0 = j->num_chunks * task / j->num_tasks;
+      int64_t c1 = j->num_chunks * (task + 1) / j->num_tasks;
+      int64_t b = c0 * j->grain, e = std::min(j->n, c1 * j->grain);
+      if (b < e) (*j->fn)(b, e, t);
     }
   });
 }
@@ -116,8 +121,13 @@ namespace deepinfer::util {
 void ThreadPool::RunOnAll(const std::function<void(int, int)>& fn) {
   // Logical indices are handed out like tasks, so each runs exactly once even if a worker
   // misses the job.
-  ParallelFor(num_threads_, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) fn(static_cast<int>(i), num_threads_);
+  struct Job {
+    const std::function<void(int, int)>* fn;
+    int n;
+  } job{&fn, num_threads_};
+  Job* j = &job;
+  ParallelFor(num_threads_, [j](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) (*j->fn)(static_cast<int>(i), j->n);
   });
 }
 

@@ -9,7 +9,10 @@
 namespace deepinfer::kernels {
 
 // Instruction-set level chosen at run time from CPUID (and DEEPINFER_ISA=scalar|avx2|avx512 for
-// tests and benchmarks).
+// tests and benchmarks; a level the CPU lacks is lowered to one it has).
+// kAvx2 needs AVX2 + FMA + F16C; kAvx512 needs AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Zen 4 and
+// later; older AVX-512 parts run the AVX2 path). Types without an AVX-512 kernel (K-quants and
+// float weights) use the AVX2 one.
 enum class Isa { kScalar, kAvx2, kAvx512 };
 Isa DetectIsa();
 // The ISA the kernels use now; SetIsaForTest overrides it (tests compare paths).
@@ -20,18 +23,33 @@ const char* IsaName(Isa isa);
 // y = x W^T for a weight in any supported dtype, computed directly on quantized blocks.
 //
 // For quantized weights the activations are first quantized per 32-element block the way
-// llama.cpp does (Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for Q4_K/Q6_K), and the dot products
-// are integer within a block, so results track llama.cpp's CPU backend closely.
+// llama.cpp does (Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for Q4_K/Q6_K; with the x86 CPU
+// backend's rounding, see QuantizeRowQ8_0Cpu), and the dot products are integer within a block,
+// so results track llama.cpp's CPU backend closely (they differ only in the order of the float
+// additions across blocks). F32/F16/BF16 weights multiply the f32 activations as they are
+// (llama.cpp rounds them to F16/BF16 first).
 // Shapes: w [out, in] (w.shape = {out, in}); x [num_tokens, in] f32 row-major;
 //   y [num_tokens, out] f32 row-major. `in` must be a multiple of the weight's block size.
-// Threads: parallel over output rows (and token tiles) on `pool`; call from the pool's owner.
+// Threads: activations are quantized once (in parallel over tokens when there are many), then
+//   output rows are split across the pool; call from the pool's owner. Each output is computed by
+//   one thread in a fixed order, so results do not depend on the thread count.
 // Cost: no heap allocation after the first call with a given size (thread-local scratch).
+//   Prefill tiles 4 rows x 4 tokens (AVX-512) so each weight block is decoded once per 4 tokens.
 void MatMul(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
             util::ThreadPool& pool);
 
+// ys[i] = x ws[i]^T for `count` (<= 8) weights that share the input x, in one parallel region;
+// the activations are quantized once when all weights use the same activation format.
+// Shapes: as MatMul, per weight; every ws[i] has the same `in`.
+// Threads, Cost: as MatMul.
+void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count, const float* x,
+                 int64_t num_tokens, util::ThreadPool& pool);
+
 // Same as MatMul but only for output rows [row_begin, row_end) and single-threaded; y is still
 // [num_tokens, out] with the full `out` stride. Used by callers that fuse several matmuls into
-// one parallel region.
+// one parallel region. Results are bit-identical to MatMul's.
+// Cost: quantizes all num_tokens activation rows on every call (into thread-local scratch), which
+//   is negligible for decode but repeats per thread for long prefills.
 void MatMulRows(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
                 int64_t row_begin, int64_t row_end);
 

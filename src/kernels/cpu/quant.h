@@ -8,9 +8,12 @@
 namespace deepinfer::kernels {
 
 // Converts `n` elements of type `t` starting at `src` (a whole number of blocks) to f32.
-// Bit-exact with the reference dequantization of ggml (and the `gguf` Python package).
+// Bit-exact with the reference dequantization of ggml (and the `gguf` Python package) for F32,
+// F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K and Q6_K; each product and sum is rounded separately (no
+// fused multiply-add), as numpy does.
 //
 // Shapes: src holds n / BlockSize(t) blocks; dst [n] f32.
+// Errors: other types and partial blocks are programming errors (DI_CHECK aborts).
 // Source: ggml/src/ggml-quants.c dequantize_row_*.
 void DequantizeRow(model::DType t, const void* src, float* dst, int64_t n);
 
@@ -21,8 +24,10 @@ void QuantizeRowQ8_1(const float* x, model::BlockQ8_1* y, int64_t n);
 void QuantizeRowQ8_K(const float* x, model::BlockQ8_K* y, int64_t n);
 
 // Quantizes activations the way ggml's x86 CPU backend does before a quantized dot product
-// (its SIMD quantize_row_q8_0 / q8_1): scale 127 / amax and round half to even. These differ from
-// the reference functions above only on exact ties; MatMul uses them so results track llama.cpp.
+// (its SIMD quantize_row_q8_0 / q8_1): multiply by 127 / amax (not 1 / d) and round half to even
+// (not away from zero). They differ from the reference functions above only in rare elements
+// (ties, or a last-bit difference of the inverse scale); MatMul uses them so results track
+// llama.cpp.
 // (For Q8_K the CPU backend uses the reference function, so there is no separate variant.)
 //
 // Source: ggml/src/ggml-cpu/arch/x86/quants.c quantize_row_q8_0 / quantize_row_q8_1.

@@ -1,0 +1,193 @@
+// Benchmarks of the CPU matmul kernels on SmolLM2 shapes.
+//
+//   ninja -C build-kernels matmul_bench && build-kernels/src/kernels/cpu/matmul_bench
+//   DEEPINFER_ISA=avx2 build-kernels/src/kernels/cpu/matmul_bench --benchmark_filter=Decode
+//
+// Decode (1 token) is memory bound: the "cold" variants cycle through enough copies of the
+// weight to overflow the last-level cache, as a real decode step does (the whole model streams
+// once per token), and report weight GB/s; BM_MemoryRead gives the machine's read bandwidth for
+// comparison. Prefill (512 tokens) is compute bound and reports GFLOP/s (2 * out * in * tokens).
+
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/half.h"
+#include "nlohmann/json.hpp"
+#include "util/mapped_file.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer::kernels {
+namespace {
+
+using model::DType;
+
+constexpr size_t kColdBytes = size_t{256} << 20;  // well above a 32 MiB L3
+
+struct Weights {
+  std::vector<uint8_t> bytes;  // `copies` back-to-back copies of one [out, in] weight
+  int copies = 1;
+  size_t one_bytes = 0;
+};
+
+Weights MakeWeights(DType t, int64_t out, int64_t in, bool cold) {
+  Weights w;
+  w.one_bytes = KernelBlockBytes(t) * static_cast<size_t>(out * in / KernelBlockSize(t));
+  w.copies = cold ? static_cast<int>(kColdBytes / w.one_bytes + 1) : 1;
+  w.bytes.resize(w.one_bytes * w.copies);
+  std::mt19937 rng(1);
+  for (auto& b : w.bytes) b = static_cast<uint8_t>(rng());
+  // Keep fp16 scales finite: overwrite them with 0.01 in every block.
+  const size_t bb = KernelBlockBytes(t);
+  const uint16_t d = internal::FloatToHalf(0.01f);
+  for (size_t off = 0; off + bb <= w.bytes.size(); off += bb) {
+    if (t == DType::kQ6_K) {
+      std::memcpy(&w.bytes[off + 208], &d, 2);
+    } else if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16) {
+      std::memcpy(&w.bytes[off], &d, 2);
+      if (t == DType::kQ4_1 || t == DType::kQ4_K) std::memcpy(&w.bytes[off + 2], &d, 2);
+    }
+  }
+  if (t == DType::kF32) {
+    auto* f = reinterpret_cast<float*>(w.bytes.data());
+    for (size_t i = 0; i < w.bytes.size() / 4; ++i) f[i] = 0.01f * static_cast<float>(i % 7);
+  }
+  return w;
+}
+
+void RunMatMul(benchmark::State& state, DType t, int64_t out, int64_t in, int64_t tokens,
+               bool cold) {
+  const int threads = static_cast<int>(state.range(0));
+  util::ThreadPool pool(threads);
+  Weights w = MakeWeights(t, out, in, cold);
+  std::vector<float> x(static_cast<size_t>(tokens * in)), y(static_cast<size_t>(tokens * out));
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal;
+  for (auto& v : x) v = normal(rng);
+  model::TensorView view;
+  view.dtype = t;
+  view.shape = {out, in};
+  view.size_bytes = w.one_bytes;
+  int copy = 0;
+  for (auto _ : state) {
+    view.data = w.bytes.data() + static_cast<size_t>(copy) * w.one_bytes;
+    copy = (copy + 1) % w.copies;
+    MatMul(view, x.data(), tokens, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(IsaName(ActiveIsa()));
+  if (tokens == 1) {
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                            static_cast<int64_t>(w.one_bytes));
+  } else {
+    state.counters["GFLOP/s"] = benchmark::Counter(
+        2.0 * static_cast<double>(out * in * tokens) * static_cast<double>(state.iterations()),
+        benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  }
+}
+
+void BM_Q4_1_1536x576_DecodeCold(benchmark::State& s) { RunMatMul(s, DType::kQ4_1, 1536, 576, 1, true); }
+void BM_Q4_1_1536x576_DecodeHot(benchmark::State& s) { RunMatMul(s, DType::kQ4_1, 1536, 576, 1, false); }
+void BM_Q4_1_576x1536_DecodeCold(benchmark::State& s) { RunMatMul(s, DType::kQ4_1, 576, 1536, 1, true); }
+void BM_Q8_0_49152x576_DecodeCold(benchmark::State& s) { RunMatMul(s, DType::kQ8_0, 49152, 576, 1, true); }
+void BM_Q4_1_1536x576_Prefill512(benchmark::State& s) { RunMatMul(s, DType::kQ4_1, 1536, 576, 512, false); }
+void BM_Q4_1_576x1536_Prefill512(benchmark::State& s) { RunMatMul(s, DType::kQ4_1, 576, 1536, 512, false); }
+void BM_Q8_0_49152x576_Prefill512(benchmark::State& s) { RunMatMul(s, DType::kQ8_0, 49152, 576, 512, false); }
+
+BENCHMARK(BM_Q4_1_1536x576_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Q4_1_1536x576_DecodeHot)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Q4_1_576x1536_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Q8_0_49152x576_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Q4_1_1536x576_Prefill512)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Q4_1_576x1536_Prefill512)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Q8_0_49152x576_Prefill512)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// Plain streaming read of 256 MiB on 1 or 2 threads: the bandwidth ceiling for decode.
+void BM_MemoryRead(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  util::ThreadPool pool(threads);
+  std::vector<uint64_t> buf(kColdBytes / 8, 1);
+  std::vector<uint64_t> sums(static_cast<size_t>(threads) * 8);
+  for (auto _ : state) {
+    pool.RunOnAll([&](int t, int nt) {
+      const size_t n = buf.size(), b = n * t / nt, e = n * (t + 1) / nt;
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (size_t i = b; i + 4 <= e; i += 4) {
+        s0 += buf[i];
+        s1 += buf[i + 1];
+        s2 += buf[i + 2];
+        s3 += buf[i + 3];
+      }
+      sums[static_cast<size_t>(t) * 8] = s0 + s1 + s2 + s3;
+    });
+    benchmark::DoNotOptimize(sums.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kColdBytes));
+}
+BENCHMARK(BM_MemoryRead)->Arg(1)->Arg(2)->UseRealTime();
+
+// Every matmul of one SmolLM2-135M forward pass (30 layers x q, k, v, o, gate, up, down, plus the
+// tied Q8_0 output projection) on the real weights, for `tokens` tokens. Tensor offsets come
+// from the dequantization golden, so no GGUF reader is needed here.
+void RunSmolLm2(benchmark::State& state, int64_t tokens) {
+  const char* cache = std::getenv("DEEPINFER_CACHE");
+  const std::string root = cache != nullptr ? cache : std::string(std::getenv("HOME")) + "/.cache/deepinfer";
+  auto file = util::MappedFile::Open(root + "/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  auto golden = util::ReadFile(std::string(DI_SOURCE_DIR) + "/tests/golden/dequant/smollm2_q4_1.json");
+  if (!file.ok() || !golden.ok()) {
+    state.SkipWithError("SmolLM2 model or golden not found");
+    return;
+  }
+  const nlohmann::json j = nlohmann::json::parse(*golden, nullptr, false);
+  std::vector<model::TensorView> views;
+  int64_t max_in = 0, max_out = 0;
+  size_t bytes = 0;
+  for (const auto& t : j["tensors"]) {
+    const std::string name = t["name"];
+    if (t["shape"].size() != 2) continue;
+    model::TensorView v;
+    v.name = name;
+    v.dtype = static_cast<DType>(t["ggml_type"].get<int>());
+    v.shape = {t["shape"][0].get<int64_t>(), t["shape"][1].get<int64_t>()};
+    v.data = (*file)->data() + t["offset"].get<size_t>();
+    v.size_bytes = t["n_bytes"].get<size_t>();
+    max_out = std::max(max_out, v.shape[0]);
+    max_in = std::max(max_in, v.shape[1]);
+    bytes += v.size_bytes;
+    views.push_back(std::move(v));
+  }
+  util::ThreadPool pool(static_cast<int>(state.range(0)));
+  std::vector<float> x(static_cast<size_t>(tokens * max_in), 0.5f);
+  std::vector<float> y(static_cast<size_t>(tokens * max_out));
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  for (auto& v : x) v = normal(rng);
+  for (auto _ : state) {
+    for (const auto& v : views) MatMul(v, x.data(), tokens, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(IsaName(ActiveIsa())) + ", " + std::to_string(views.size()) + " matmuls");
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens * state.iterations()),
+                                               benchmark::Counter::kIsRate);
+  if (tokens == 1) {
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  }
+}
+void BM_SmolLm2Decode(benchmark::State& s) { RunSmolLm2(s, 1); }
+void BM_SmolLm2Prefill512(benchmark::State& s) { RunSmolLm2(s, 512); }
+BENCHMARK(BM_SmolLm2Decode)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SmolLm2Prefill512)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace deepinfer::kernels
+
+BENCHMARK_MAIN();

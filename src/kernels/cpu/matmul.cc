@@ -1,0 +1,269 @@
+#include "kernels/cpu/matmul.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/quant.h"
+#include "util/status.h"
+
+namespace deepinfer::kernels {
+namespace {
+
+using internal::GemmArgs;
+using internal::KernelTable;
+using model::DType;
+
+// Rows per unit of work handed to a thread; a multiple of every micro-kernel's row tile.
+constexpr int64_t kRowGrain = 16;
+// Below this many tokens the activations are quantized on the calling thread only.
+constexpr int64_t kParallelQuantizeTokens = 8;
+
+bool CpuHasAvx2() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+bool CpuHasAvx512() {
+#if defined(__x86_64__)
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+Isa ClampToHardware(Isa want) {
+  if (want == Isa::kAvx512 && !CpuHasAvx512()) want = Isa::kAvx2;
+  if (want == Isa::kAvx2 && !CpuHasAvx2()) want = Isa::kScalar;
+  return want;
+}
+
+std::atomic<int>& ActiveIsaSlot() {
+  static std::atomic<int> slot{static_cast<int>(DetectIsa())};
+  return slot;
+}
+
+const KernelTable& Table(Isa isa) {
+  static const KernelTable* tables = [] {
+    static KernelTable t[3];
+    internal::FillScalarKernels(&t[0]);
+#if defined(DI_KERNELS_X86)
+    // Even the Fill functions are compiled for their ISA (the compiler may use wide stores), so
+    // they run only where the CPU has it.
+    if (CpuHasAvx2()) internal::FillAvx2Kernels(&t[1]);
+    if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
+#endif
+    // A type an ISA does not implement uses the next lower ISA's kernels.
+    for (int i = 1; i < 3; ++i) {
+      internal::TypeKernels* lower = &t[i - 1].f32;
+      internal::TypeKernels* mine = &t[i].f32;
+      for (int k = 0; k < 8; ++k)
+        if (mine[k].gemm == nullptr) mine[k] = lower[k];
+    }
+    return t;
+  }();
+  return tables[static_cast<int>(isa)];
+}
+
+const internal::TypeKernels& KernelsFor(DType t, const KernelTable& k) {
+  switch (t) {
+    case DType::kF32: return k.f32;
+    case DType::kF16: return k.f16;
+    case DType::kBF16: return k.bf16;
+    case DType::kQ4_0: return k.q4_0;
+    case DType::kQ4_1: return k.q4_1;
+    case DType::kQ8_0: return k.q8_0;
+    case DType::kQ4_K: return k.q4_k;
+    case DType::kQ6_K: return k.q6_k;
+    default:
+      DI_CHECK(false && "MatMul: unsupported weight dtype");
+      return k.f32;
+  }
+}
+
+// Grows but never shrinks, so steady-state calls do not allocate.
+uint8_t* Scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> buf;
+  if (buf.size() < bytes) buf.resize(bytes + bytes / 4);
+  return buf.data();
+}
+
+struct Prepared {
+  GemmArgs args;
+  const internal::TypeKernels* kernels;
+};
+
+// Validates shapes and fills everything but the row range and the activation pointer.
+Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens, float* y) {
+  DI_CHECK(w.shape.size() >= 2);
+  const int64_t in = w.cols();
+  const int64_t out = w.rows();
+  const int64_t wb = KernelBlockSize(w.dtype);
+  DI_CHECK(wb > 0 && in % wb == 0);
+  Prepared p{};
+  p.kernels = &KernelsFor(w.dtype, Table(ActiveIsa()));
+  p.args.w = w.data;
+  p.args.w_row_bytes = KernelBlockBytes(w.dtype) * static_cast<size_t>(in / wb);
+  DI_CHECK(w.data != nullptr && p.args.w_row_bytes * static_cast<size_t>(out) <= w.size_bytes);
+  p.args.a = reinterpret_cast<const uint8_t*>(x);
+  p.args.a_row_bytes = p.kernels->act_row_bytes(in);
+  p.args.k = in;
+  p.args.num_tokens = num_tokens;
+  p.args.y = y;
+  p.args.y_stride = out;
+  p.args.row_begin = 0;
+  p.args.row_end = out;
+  return p;
+}
+
+Isa IsaFromEnv() {
+  const char* env = std::getenv("DEEPINFER_ISA");
+  if (env == nullptr) return Isa::kAvx512;
+  if (std::strcmp(env, "scalar") == 0) return Isa::kScalar;
+  if (std::strcmp(env, "avx2") == 0) return Isa::kAvx2;
+  return Isa::kAvx512;
+}
+
+}  // namespace
+
+namespace internal {
+const KernelTable& KernelsForIsa(int isa_index) { return Table(static_cast<Isa>(isa_index)); }
+}  // namespace internal
+
+Isa DetectIsa() { return ClampToHardware(IsaFromEnv()); }
+
+Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order_relaxed)); }
+
+void SetIsaForTest(Isa isa) {
+  ActiveIsaSlot().store(static_cast<int>(ClampToHardware(isa)), std::memory_order_relaxed);
+}
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return "scalar";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "unknown";
+}
+
+void MatMulRows(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+                int64_t row_begin, int64_t row_end) {
+  if (num_tokens <= 0 || row_begin >= row_end) return;
+  Prepared p = Prepare(w, x, num_tokens, y);
+  DI_CHECK(row_begin >= 0 && row_end <= p.args.row_end);
+  if (p.kernels->quantize != nullptr) {
+    uint8_t* a = Scratch(p.args.a_row_bytes * static_cast<size_t>(num_tokens));
+    for (int64_t t = 0; t < num_tokens; ++t)
+      p.kernels->quantize(x + t * p.args.k, a + t * p.args.a_row_bytes, p.args.k);
+    p.args.a = a;
+  }
+  p.args.row_begin = row_begin;
+  p.args.row_end = row_end;
+  p.kernels->gemm(p.args);
+}
+
+void MatMul(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+            util::ThreadPool& pool) {
+  if (num_tokens <= 0) return;
+  Prepared p = Prepare(w, x, num_tokens, y);
+  const int64_t out = p.args.row_end;
+  struct Job {
+    Prepared* p;
+    const float* x;
+    uint8_t* a;
+  } job{&p, x, nullptr};
+  // The lambdas below capture one pointer so std::function stores them inline (no allocation).
+  Job* j = &job;
+  if (p.kernels->quantize != nullptr) {
+    job.a = Scratch(p.args.a_row_bytes * static_cast<size_t>(num_tokens));
+    if (num_tokens >= kParallelQuantizeTokens && pool.num_threads() > 1) {
+      pool.ParallelFor(num_tokens, [j](int64_t begin, int64_t end, int) {
+        const GemmArgs& g = j->p->args;
+        for (int64_t i = begin; i < end; ++i)
+          j->p->kernels->quantize(j->x + i * g.k, j->a + i * g.a_row_bytes, g.k);
+      });
+    } else {
+      for (int64_t i = 0; i < num_tokens; ++i)
+        p.kernels->quantize(x + i * p.args.k, job.a + i * p.args.a_row_bytes, p.args.k);
+    }
+    p.args.a = job.a;
+  }
+  if (pool.num_threads() == 1 || out <= kRowGrain) {
+    p.kernels->gemm(p.args);
+    return;
+  }
+  // Every output is computed whole by one task with the same arithmetic, so the split (and which
+  // thread runs what) does not change the results.
+  pool.ParallelFor(
+      out,
+      [j](int64_t begin, int64_t end, int) {
+        GemmArgs a = j->p->args;
+        a.row_begin = begin;
+        a.row_end = end;
+        j->p->kernels->gemm(a);
+      },
+      kRowGrain);
+}
+
+}  // namespace deepinfer::kernels
+
+namespace deepinfer::kernels {
+
+void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count, const float* x,
+                 int64_t num_tokens, util::ThreadPool& pool) {
+  if (num_tokens <= 0 || count <= 0) return;
+  constexpr int kMaxGroup = 8;
+  DI_CHECK(count <= kMaxGroup);
+  struct Job {
+    Prepared p[kMaxGroup];
+    int64_t first_chunk[kMaxGroup + 1];
+    int count;
+  } job;
+  job.count = count;
+  bool shared = true;
+  for (int i = 0; i < count; ++i) {
+    job.p[i] = Prepare(*ws[i], x, num_tokens, ys[i]);
+    shared = shared && job.p[i].kernels->quantize == job.p[0].kernels->quantize &&
+             job.p[i].args.a_row_bytes == job.p[0].args.a_row_bytes && job.p[i].args.k == job.p[0].args.k;
+  }
+  if (!shared) {
+    // Different activation formats: no quantized input to share.
+    for (int i = 0; i < count; ++i) MatMul(*ws[i], x, num_tokens, ys[i], pool);
+    return;
+  }
+  if (job.p[0].kernels->quantize != nullptr) {
+    const GemmArgs& g = job.p[0].args;
+    uint8_t* a = Scratch(g.a_row_bytes * static_cast<size_t>(num_tokens));
+    for (int64_t t = 0; t < num_tokens; ++t) job.p[0].kernels->quantize(x + t * g.k, a + t * g.a_row_bytes, g.k);
+    for (int i = 0; i < count; ++i) job.p[i].args.a = a;
+  }
+  job.first_chunk[0] = 0;
+  for (int i = 0; i < count; ++i) {
+    job.first_chunk[i + 1] = job.first_chunk[i] + (job.p[i].args.row_end + kRowGrain - 1) / kRowGrain;
+  }
+  // One parallel region over the row chunks of every matrix: small decode matmuls (q, k, v)
+  // share one fork/join instead of paying for three.
+  Job* j = &job;
+  pool.ParallelFor(job.first_chunk[count], [j](int64_t begin, int64_t end, int) {
+    for (int m = 0; m < j->count && begin < end; ++m) {
+      int64_t lo = std::max(begin, j->first_chunk[m]), hi = std::min(end, j->first_chunk[m + 1]);
+      if (lo >= hi) continue;
+      GemmArgs a = j->p[m].args;
+      a.row_begin = (lo - j->first_chunk[m]) * kRowGrain;
+      a.row_end = std::min(a.row_end, (hi - j->first_chunk[m]) * kRowGrain);
+      j->p[m].kernels->gemm(a);
+    }
+  });
+}
+
+}  // namespace deepinfer::kernels

@@ -1,0 +1,242 @@
+// AVX-512 (F/BW/VL/DQ + VNNI) kernels. Compiled with those ISA flags; reached only when
+// DetectIsa() found them. Everything here has internal linkage (see matmul_internal.h).
+//
+// 32-element formats (Q4_0, Q4_1, Q8_0) work on pairs of blocks: one zmm holds 64 weights
+// (two blocks) as unsigned bytes, VPDPBUSD multiplies them with 64 int8 activations into 16
+// int32 lanes (lanes 0-7: first block, 8-15: second), and each lane group is scaled by its
+// block's d_w * d_x. Activations are repacked per ISA into "pair" records so the kernel only
+// issues full-width loads:
+//   int8 qs[64] | float dx[16] (d of block 0 x8, block 1 x8) | extra[16]
+// where extra is, for Q4_1, the float s of each block in lanes 0 and 8 (the min term m * s is
+// added into the same lanes), and for Q4_0 / Q8_0 the int32 correction -off * sum(qs) in lanes
+// 0 and 8, used as VPDPBUSD's starting accumulator because the weights are fed unsigned
+// (q + off) and VPDPBUSD needs one unsigned operand.
+//
+// Prefill tiles 4 rows x 4 tokens: each weight pair is unpacked once and used for 4 tokens.
+// Integer sums within a block and the per-block float scaling follow ggml_vec_dot_*, so the
+// results differ from ggml only by the order of the float additions across blocks.
+
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/quant.h"
+
+namespace deepinfer::kernels::internal {
+namespace {
+
+using model::BlockQ8_0;
+using model::BlockQ8_1;
+
+constexpr int kPairBytes = 192;
+constexpr int64_t kTokenChunk = 64;  // activations of a chunk stay in L2 while rows stream
+constexpr int64_t kPrefetchRows = 16;  // how far ahead decode prefetches weight rows
+
+enum class ActKind { kQ8_1, kBias8, kBias128 };
+
+size_t PairRowBytes(int64_t k) { return static_cast<size_t>((k / 32 + 1) / 2) * kPairBytes; }
+
+// Quantizes 32 floats like ggml-cpu's quantize_row_q8_0 (127 / amax, round half to even).
+// Returns d (as the fp32 value of the stored fp16) and sum(q); writes 32 int8.
+static inline float QuantizeBlock(const float* x, int8_t* q, int* sum, uint16_t* d16) {
+  const __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+  const __m512 amax_v = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+  const float amax = _mm512_reduce_max_ps(amax_v);
+  const float d = amax / 127.0f;
+  const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+  const __m512 idv = _mm512_set1_ps(id);
+  // cvtps rounds with MXCSR's default round-to-nearest-even, like _mm256_round_ps in ggml.
+  const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, idv));
+  const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, idv));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(i0));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(i1));
+  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
+  *d16 = FloatToHalf(d);
+  return d;
+}
+
+template <ActKind kKind>
+void QuantizePairs(const float* x, uint8_t* out, int64_t k) {
+  const int64_t nb = k / 32;
+  for (int64_t p = 0; p < (nb + 1) / 2; ++p, out += kPairBytes) {
+    auto* qs = reinterpret_cast<int8_t*>(out);
+    auto* dx = reinterpret_cast<float*>(out + 64);
+    auto* extra_f = reinterpret_cast<float*>(out + 128);
+    auto* extra_i = reinterpret_cast<int32_t*>(out + 128);
+    std::memset(out + 64, 0, kPairBytes - 64);
+    for (int h = 0; h < 2; ++h) {
+      const int64_t b = 2 * p + h;
+      if (b >= nb) {
+        std::memset(qs + 32 * h, 0, 32);
+        continue;
+      }
+      int sum;
+      uint16_t d16;
+      const float d = QuantizeBlock(x + 32 * b, qs + 32 * h, &sum, &d16);
+      (void)d;
+      const float dr = HalfToFloat(d16);  // the kernels use the rounded scale, as ggml does
+      for (int l = 0; l < 8; ++l) dx[8 * h + l] = dr;
+      if constexpr (kKind == ActKind::kQ8_1) {
+        extra_f[8 * h] = HalfToFloat(FloatToHalf(d * static_cast<float>(sum)));
+      } else if constexpr (kKind == ActKind::kBias8) {
+        extra_i[8 * h] = -8 * sum;
+      } else {
+        extra_i[8 * h] = -128 * sum;
+      }
+    }
+  }
+}
+
+// Unpacked weights of one row for one block pair.
+struct PairW {
+  __m512i q;   // 64 unsigned values in activation order
+  __m512 dw;   // d of block 0 in lanes 0-7, block 1 in lanes 8-15
+  __m512 mw;   // Q4_1 only: m of block 0 / 1 in all lanes of their half
+};
+
+// Q4_0 and Q4_1 blocks are 18 / 20 bytes: one masked load covers a pair. A word permute then
+// places each block's 16 packed bytes twice (low and high nibbles), a per-word variable shift
+// brings the high nibbles down and a mask keeps 4 bits per byte.
+template <int kBlockBytes>
+static inline PairW LoadQ4Pair(const uint8_t* w, bool two) {
+  constexpr int kQsWord = kBlockBytes == 20 ? 2 : 1;  // first word of qs in a block
+  constexpr int kBlockWords = kBlockBytes / 2;
+  const __mmask64 mask = two ? (~0ULL >> (64 - 2 * kBlockBytes)) : (~0ULL >> (64 - kBlockBytes));
+  const __m512i raw = _mm512_maskz_loadu_epi8(mask, w);
+  const __m512i idx = _mm512_set_epi16(
+      kBlockWords + kQsWord + 7, kBlockWords + kQsWord + 6, kBlockWords + kQsWord + 5,
+      kBlockWords + kQsWord + 4, kBlockWords + kQsWord + 3, kBlockWords + kQsWord + 2,
+      kBlockWords + kQsWord + 1, kBlockWords + kQsWord, kBlockWords + kQsWord + 7,
+      kBlockWords + kQsWord + 6, kBlockWords + kQsWord + 5, kBlockWords + kQsWord + 4,
+      kBlockWords + kQsWord + 3, kBlockWords + kQsWord + 2, kBlockWords + kQsWord + 1,
+      kBlockWords + kQsWord, kQsWord + 7, kQsWord + 6, kQsWord + 5, kQsWord + 4, kQsWord + 3,
+      kQsWord + 2, kQsWord + 1, kQsWord, kQsWord + 7, kQsWord + 6, kQsWord + 5, kQsWord + 4,
+      kQsWord + 3, kQsWord + 2, kQsWord + 1, kQsWord);
+  const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
+                                          0x0004000400040004, 0x0004000400040004, 0, 0);
+  PairW p;
+  p.q = _mm512_and_si512(_mm512_srlv_epi16(_mm512_permutexvar_epi16(idx, raw), shifts),
+                         _mm512_set1_epi8(0x0f));
+  const __m512 f = _mm512_cvtph_ps(_mm512_castsi512_si256(raw));
+  p.dw = _mm512_permutexvar_ps(
+      _mm512_set_epi32(kBlockWords, kBlockWords, kBlockWords, kBlockWords, kBlockWords,
+                       kBlockWords, kBlockWords, kBlockWords, 0, 0, 0, 0, 0, 0, 0, 0),
+      f);
+  if constexpr (kBlockBytes == 20) {
+    p.mw = _mm512_permutexvar_ps(_mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 1, 1, 1, 1, 1,
+                                                  1, 1, 1),
+                                 f);
+  } else {
+    p.mw = _mm512_setzero_ps();
+  }
+  return p;
+}
+
+// Q8_0 blocks are 34 bytes: two 32-byte loads; the weights are made unsigned by flipping the
+// sign bit (q + 128), which the activation record's -128 * sum(qs) undoes.
+static inline PairW LoadQ8Pair(const uint8_t* w, bool two) {
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
+  uint16_t d0, d1 = 0;
+  std::memcpy(&d0, w, 2);
+  __m256i hi = _mm256_setzero_si256();
+  if (two) {
+    hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 36));
+    std::memcpy(&d1, w + 34, 2);
+  }
+  PairW p;
+  p.q = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                         _mm512_set1_epi8(static_cast<char>(0x80)));
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d0 | (uint32_t{d1} << 16))));
+  p.dw = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+                               _mm512_castps128_ps512(f));
+  p.mw = _mm512_setzero_ps();
+  return p;
+}
+
+enum class WKind { kQ4_0, kQ4_1, kQ8_0 };
+
+template <WKind kW>
+static inline PairW LoadPair(const uint8_t* row, int64_t p, bool two) {
+  if constexpr (kW == WKind::kQ4_0) return LoadQ4Pair<18>(row + 36 * p, two);
+  if constexpr (kW == WKind::kQ4_1) return LoadQ4Pair<20>(row + 40 * p, two);
+  if constexpr (kW == WKind::kQ8_0) return LoadQ8Pair(row + 68 * p, two);
+}
+
+// acc[r][t] over all block pairs for R rows x T tokens; writes y.
+template <WKind kW, int R, int T>
+static inline void PairTile(const GemmArgs& g, int64_t r0, int64_t t0) {
+  const int64_t nb = g.k / 32;
+  const int64_t np = (nb + 1) / 2;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = g.w + (r0 + r) * g.w_row_bytes;
+  const uint8_t* acts[T];
+  for (int t = 0; t < T; ++t) acts[t] = g.a + (t0 + t) * g.a_row_bytes;
+  for (int64_t p = 0; p < np; ++p) {
+    const bool two = 2 * p + 1 < nb;
+    PairW w[R];
+    for (int r = 0; r < R; ++r) w[r] = LoadPair<kW>(rows[r], p, two);
+    for (int t = 0; t < T; ++t) {
+      const uint8_t* a = acts[t] + p * kPairBytes;
+      const __m512i aq = _mm512_loadu_si512(a);
+      const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(a + 64));
+      if constexpr (kW == WKind::kQ4_1) {
+        const __m512 s = _mm512_loadu_ps(reinterpret_cast<const float*>(a + 128));
+        for (int r = 0; r < R; ++r) {
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].q, aq);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[r].dw, dx), acc[r][t]);
+          acc[r][t] = _mm512_fmadd_ps(w[r].mw, s, acc[r][t]);
+        }
+      } else {
+        const __m512i bias = _mm512_loadu_si512(a + 128);
+        for (int r = 0; r < R; ++r) {
+          const __m512i dot = _mm512_dpbusd_epi32(bias, w[r].q, aq);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(w[r].dw, dx), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// Rows are read as four short interleaved streams, which the hardware prefetchers do not pick
+// up; without this, a decode step from DRAM runs at a fraction of the memory bandwidth.
+static inline void PrefetchRows(const GemmArgs& g, int64_t r, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(g.w + (r + kPrefetchRows) * g.w_row_bytes);
+  const int64_t bytes = n * static_cast<int64_t>(g.w_row_bytes);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+template <WKind kW>
+void PairGemm(const GemmArgs& g) {
+  for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
+    const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
+    int64_t r = g.row_begin;
+    for (; r + 4 <= g.row_end; r += 4) {
+      PrefetchRows(g, r, 4);
+      int64_t t = tc;
+      for (; t + 4 <= te; t += 4) PairTile<kW, 4, 4>(g, r, t);
+      for (; t < te; ++t) PairTile<kW, 4, 1>(g, r, t);
+    }
+    for (; r < g.row_end; ++r) {
+      int64_t t = tc;
+      for (; t + 4 <= te; t += 4) PairTile<kW, 1, 4>(g, r, t);
+      for (; t < te; ++t) PairTile<kW, 1, 1>(g, r, t);
+    }
+  }
+}
+
+}  // namespace
+
+void FillAvx512Kernels(KernelTable* t) {
+  t->q4_0 = {PairGemm<WKind::kQ4_0>, QuantizePairs<ActKind::kBias8>, PairRowBytes};
+  t->q4_1 = {PairGemm<WKind::kQ4_1>, QuantizePairs<ActKind::kQ8_1>, PairRowBytes};
+  t->q8_0 = {PairGemm<WKind::kQ8_0>, QuantizePairs<ActKind::kBias128>, PairRowBytes};
+}
+
+}  // namespace deepinfer::kernels::internal

@@ -1,0 +1,69 @@
+#pragma once
+
+// Internal interface between matmul.cc (dispatch, threading, scratch) and the per-ISA kernel
+// files. The SIMD files are compiled with -mavx2 / -mavx512*; to keep their code from leaking
+// into paths run on older CPUs they must not instantiate templates or inline functions shared
+// with other files (only `static`/anonymous-namespace helpers and the plain types here).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/dtype.h"
+
+namespace deepinfer::kernels::internal {
+
+// y[t * y_stride + r] = dot(weight row r, activation row t) for r in [row_begin, row_end) and
+// t in [0, num_tokens). Weight row r starts at w + r * w_row_bytes; activation row t at
+// a + t * a_row_bytes, already in the weight's dot type (f32 for float weights, Q8_0 / Q8_1 /
+// Q8_K blocks for quantized ones). k is the number of elements per row.
+struct GemmArgs {
+  const uint8_t* w;
+  size_t w_row_bytes;
+  const uint8_t* a;
+  size_t a_row_bytes;
+  int64_t k;
+  int64_t num_tokens;
+  float* y;
+  int64_t y_stride;
+  int64_t row_begin;
+  int64_t row_end;
+};
+using GemmFn = void (*)(const GemmArgs& args);
+// Converts one token's `k` activations to the layout `gemm` reads (act_row_bytes(k) bytes).
+using QuantizeFn = void (*)(const float* x, uint8_t* out, int64_t k);
+using RowBytesFn = size_t (*)(int64_t k);
+
+// How one weight type is multiplied: the activation format is private to each ISA's kernel, so
+// the three entries always come from the same ISA.
+struct TypeKernels {
+  GemmFn gemm = nullptr;
+  QuantizeFn quantize = nullptr;  // null: the gemm reads the f32 activations as they are
+  RowBytesFn act_row_bytes = nullptr;
+};
+
+// Kernel table of one ISA; entries with a null gemm fall back to the scalar ones.
+struct KernelTable {
+  TypeKernels f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k;
+};
+
+void FillScalarKernels(KernelTable* t);
+// The table MatMul uses for `isa_index` (0 scalar, 1 AVX2, 2 AVX-512), after fallbacks; tests
+// use it to check the per-ISA activation formats.
+const KernelTable& KernelsForIsa(int isa_index);
+void FillAvx2Kernels(KernelTable* t);    // defined in matmul_avx2.cc
+void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
+
+// Unpacks the 6-bit (scale, min) pair j of a Q4_K block's 12 scale bytes into 8 scales and 8 mins.
+// Source: ggml/src/ggml-quants.c get_scale_min_k4.
+static inline void UnpackQ4KScales(const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = q[j] & 63;
+    m[j] = q[j + 4] & 63;
+  }
+  for (int j = 4; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+    m[j] = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+}  // namespace deepinfer::kernels::internal

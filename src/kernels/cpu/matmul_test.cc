@@ -1,0 +1,376 @@
+#include "kernels/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/quant.h"
+#include "nlohmann/json.hpp"
+#include "util/mapped_file.h"
+#include "util/thread_pool.h"
+
+// Counts global allocations so a test can check that steady-state MatMul calls make none.
+namespace {
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+
+namespace deepinfer::kernels {
+namespace {
+
+using internal::FloatToHalf;
+using model::DType;
+
+// Local names so the test does not need model/dtype.cc.
+const char* TypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kQ4_0: return "Q4_0";
+    case DType::kQ4_1: return "Q4_1";
+    case DType::kQ8_0: return "Q8_0";
+    case DType::kQ4_K: return "Q4_K";
+    case DType::kQ6_K: return "Q6_K";
+    default: return "other";
+  }
+}
+
+// Random but valid weight bytes: any bit pattern is a valid quantized value, so only the fp16
+// scale fields are chosen (small, positive or negative, never inf/NaN).
+std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt19937* rng) {
+  const int64_t nb = rows * cols / KernelBlockSize(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(nb) * KernelBlockBytes(t));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : bytes) b = static_cast<uint8_t>(byte(*rng));
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto scale = [&](float mag) { return FloatToHalf(mag * (0.5f + 0.5f * std::fabs(unit(*rng)))); };
+  auto set16 = [](uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); };
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* p = bytes.data() + b * KernelBlockBytes(t);
+    switch (t) {
+      case DType::kF32: {
+        const float v = unit(*rng);
+        std::memcpy(p, &v, 4);
+        break;
+      }
+      case DType::kF16: set16(p, FloatToHalf(unit(*rng))); break;
+      case DType::kBF16: {
+        const float v = unit(*rng);
+        uint32_t u;
+        std::memcpy(&u, &v, 4);
+        set16(p, static_cast<uint16_t>(u >> 16));
+        break;
+      }
+      case DType::kQ4_0:
+      case DType::kQ8_0: set16(p, scale(unit(*rng) > 0 ? 0.01f : -0.01f)); break;
+      case DType::kQ4_1:
+        set16(p, scale(0.01f));
+        set16(p + 2, FloatToHalf(0.08f * unit(*rng)));
+        break;
+      case DType::kQ4_K:
+        set16(p, scale(0.002f));
+        set16(p + 2, scale(0.004f));
+        break;
+      case DType::kQ6_K: set16(p + 208, scale(0.0005f)); break;
+      default: break;
+    }
+  }
+  return bytes;
+}
+
+// Reference y[t, o] in double from dequantized weights and activations that went through the
+// same activation quantization as the kernels. Returns also sum |terms| per output for the
+// tolerance.
+void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
+               const std::vector<float>& x, int64_t num_tokens, std::vector<double>* y,
+               std::vector<double>* mag) {
+  std::vector<float> wd(static_cast<size_t>(cols)), xd(static_cast<size_t>(cols));
+  std::vector<double> extra(static_cast<size_t>(rows * num_tokens), 0.0);
+  const size_t wrow = KernelBlockBytes(t) * static_cast<size_t>(cols / KernelBlockSize(t));
+  std::vector<uint8_t> act;
+  std::vector<std::vector<float>> xq(num_tokens);
+  std::vector<std::vector<uint16_t>> sums(num_tokens);  // Q8_1 s fields
+  for (int64_t i = 0; i < num_tokens; ++i) {
+    const float* xi = x.data() + i * cols;
+    xq[i].resize(cols);
+    switch (t) {
+      case DType::kQ4_0:
+      case DType::kQ8_0: {
+        std::vector<model::BlockQ8_0> b(cols / 32);
+        QuantizeRowQ8_0Cpu(xi, b.data(), cols);
+        DequantizeRow(DType::kQ8_0, b.data(), xq[i].data(), cols);
+        break;
+      }
+      case DType::kQ4_1: {
+        std::vector<model::BlockQ8_1> b(cols / 32);
+        QuantizeRowQ8_1Cpu(xi, b.data(), cols);
+        std::vector<model::BlockQ8_0> b0(cols / 32);
+        for (size_t k = 0; k < b.size(); ++k) {
+          b0[k].d = b[k].d;
+          std::memcpy(b0[k].qs, b[k].qs, 32);
+          sums[i].push_back(b[k].s);
+        }
+        DequantizeRow(DType::kQ8_0, b0.data(), xq[i].data(), cols);
+        break;
+      }
+      case DType::kQ4_K:
+      case DType::kQ6_K: {
+        std::vector<model::BlockQ8_K> b(cols / 256);
+        QuantizeRowQ8_K(xi, b.data(), cols);
+        for (int64_t k = 0; k < cols; ++k) xq[i][k] = b[k / 256].d * b[k / 256].qs[k % 256];
+        break;
+      }
+      default: std::memcpy(xq[i].data(), xi, cols * 4);
+    }
+  }
+  y->assign(static_cast<size_t>(rows * num_tokens), 0.0);
+  mag->assign(static_cast<size_t>(rows * num_tokens), 0.0);
+  std::vector<uint8_t> row(wrow);
+  for (int64_t o = 0; o < rows; ++o) {
+    std::memcpy(row.data(), w.data() + o * wrow, wrow);
+    std::vector<float> mins;
+    if (t == DType::kQ4_1) {
+      // Dequantize d * q alone; the min times Q8_1's stored s is added per block below, as the
+      // integer dot product does.
+      for (int64_t b = 0; b < cols / 32; ++b) {
+        uint16_t m;
+        std::memcpy(&m, row.data() + b * 20 + 2, 2);
+        mins.push_back(internal::HalfToFloat(m));
+        std::memset(row.data() + b * 20 + 2, 0, 2);
+      }
+    }
+    DequantizeRow(t, row.data(), wd.data(), cols);
+    for (int64_t i = 0; i < num_tokens; ++i) {
+      double s = 0, m = 0;
+      for (int64_t k = 0; k < cols; ++k) {
+        const double p = static_cast<double>(wd[k]) * xq[i][k];
+        s += p;
+        m += std::fabs(p);
+      }
+      for (size_t b = 0; b < mins.size(); ++b) {
+        const double p = static_cast<double>(mins[b]) * internal::HalfToFloat(sums[i][b]);
+        s += p;
+        m += std::fabs(p);
+      }
+      (*y)[i * rows + o] = s;
+      (*mag)[i * rows + o] = m;
+    }
+  }
+}
+
+std::vector<uint8_t> FromHex(const std::string& hex) {
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+model::TensorView View(DType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+  model::TensorView v;
+  v.name = "w";
+  v.dtype = t;
+  v.shape = {rows, cols};
+  v.data = bytes.data();
+  v.size_bytes = bytes.size();
+  return v;
+}
+
+class MatMulTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void TearDown() override { SetIsaForTest(DetectIsa()); }
+};
+
+TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
+  const DType t = GetParam();
+  std::mt19937 rng(1234 + static_cast<int>(t));
+  std::vector<int64_t> col_options = {512};
+  if (KernelBlockSize(t) <= 32) col_options.push_back(96);  // odd number of 32-blocks
+  const int64_t rows = 37;
+  util::ThreadPool pool1(1), pool2(2), pool3(3);
+  util::ThreadPool* pools[] = {&pool1, &pool2, &pool3};
+  for (int64_t cols : col_options) {
+    const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
+    const model::TensorView view = View(t, w, rows, cols);
+    for (int64_t n : {1, 2, 3, 5, 17, 64}) {
+      std::vector<float> x(static_cast<size_t>(n * cols));
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (auto& v : x) v = normal(rng);
+      std::vector<double> ref, mag;
+      Reference(t, w, rows, cols, x, n, &ref, &mag);
+      std::vector<float> by_isa[3];
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        SetIsaForTest(isa);
+        if (ActiveIsa() != isa) continue;  // not available on this CPU
+        for (util::ThreadPool* pool : pools) {
+          std::vector<float> y(static_cast<size_t>(n * rows), -1.0f);
+          MatMul(view, x.data(), n, y.data(), *pool);
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_NEAR(y[i], ref[i], 2e-6 * mag[i] + 1e-30)
+                << TypeName(t) << " isa=" << IsaName(isa) << " cols=" << cols
+                << " tokens=" << n << " threads=" << pool->num_threads() << " index=" << i;
+          }
+          if (pool == &pool1) {
+            by_isa[static_cast<int>(isa)] = y;
+          } else {
+            // Thread count must not change the result: every output is computed by one thread.
+            ASSERT_EQ(y, by_isa[static_cast<int>(isa)]) << IsaName(isa);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, MatMulRowsWritesOnlyItsRows) {
+  const DType t = GetParam();
+  std::mt19937 rng(99);
+  const int64_t rows = 45, cols = 256;
+  const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
+  const model::TensorView view = View(t, w, rows, cols);
+  const int64_t n = 6;
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : x) v = normal(rng);
+  util::ThreadPool pool(1);
+  std::vector<float> full(static_cast<size_t>(n * rows));
+  MatMul(view, x.data(), n, full.data(), pool);
+  std::vector<float> part(static_cast<size_t>(n * rows), 7.0f);
+  MatMulRows(view, x.data(), n, part.data(), 5, 30);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < rows; ++o) {
+      const float want = (o >= 5 && o < 30) ? full[i * rows + o] : 7.0f;
+      ASSERT_EQ(part[i * rows + o], want) << "token " << i << " row " << o;
+    }
+  }
+}
+
+TEST_P(MatMulTest, SteadyStateCallsDoNotAllocate) {
+  const DType t = GetParam();
+  std::mt19937 rng(7);
+  const int64_t rows = 64, cols = 512, n = 9;
+  const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
+  const model::TensorView view = View(t, w, rows, cols);
+  std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * rows));
+  // One thread: this checks the kernels' own allocations. (With workers, util::ThreadPool's
+  // ParallelFor currently wraps a large capture in a std::function, which allocates per call.)
+  util::ThreadPool pool(1);
+  for (int64_t tokens : {n, int64_t{1}}) {
+    MatMul(view, x.data(), tokens, y.data(), pool);  // grows the scratch
+    const int64_t before = g_allocations.load();
+    MatMul(view, x.data(), tokens, y.data(), pool);
+    MatMulRows(view, x.data(), tokens, y.data(), 0, rows);
+    EXPECT_EQ(g_allocations.load() - before, 0) << "tokens " << tokens;
+  }
+}
+
+std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) {
+  return TypeName(info.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatMulTest,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0,
+                                           DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K),
+                         DTypeParamName);
+
+// The SIMD paths repack quantized activations into their own records; the values in them must
+// be exactly what the scalar CPU-backend quantizers produce (ties included).
+TEST(ActivationQuantizeTest, EveryIsaProducesTheCpuBackendQ8Values) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int64_t k = 320;  // 10 blocks
+  std::vector<float> x(k);
+  for (auto& v : x) v = normal(rng);
+  x[0] = 127.0f;  // scale 1: the x.5 values below are exact ties
+  for (int j = 1; j < 32; ++j) x[j] = static_cast<float>(j) - 15.5f;
+  std::vector<model::BlockQ8_1> want(k / 32);
+  QuantizeRowQ8_1Cpu(x.data(), want.data(), k);
+  for (int isa = 1; isa <= 2; ++isa) {
+    SetIsaForTest(static_cast<Isa>(isa));
+    if (static_cast<int>(ActiveIsa()) != isa) continue;
+    const internal::TypeKernels& q41 = internal::KernelsForIsa(isa).q4_1;
+    std::vector<uint8_t> got(q41.act_row_bytes(k));
+    q41.quantize(x.data(), got.data(), k);
+    for (int64_t b = 0; b < k / 32; ++b) {
+      // AVX2: 40-byte record per block; AVX-512: 192-byte record per pair of blocks.
+      const uint8_t* qs = isa == 1 ? got.data() + 40 * b : got.data() + 192 * (b / 2) + 32 * (b % 2);
+      const uint8_t* dp = isa == 1 ? got.data() + 40 * b + 32 : got.data() + 192 * (b / 2) + 64 + 32 * (b % 2);
+      const uint8_t* sp = isa == 1 ? got.data() + 40 * b + 36 : got.data() + 192 * (b / 2) + 128 + 32 * (b % 2);
+      float d, s;
+      std::memcpy(&d, dp, 4);
+      std::memcpy(&s, sp, 4);
+      EXPECT_EQ(std::memcmp(qs, want[b].qs, 32), 0) << IsaName(static_cast<Isa>(isa)) << " block " << b;
+      EXPECT_EQ(d, internal::HalfToFloat(want[b].d)) << b;
+      EXPECT_EQ(s, internal::HalfToFloat(want[b].s)) << b;
+    }
+  }
+  SetIsaForTest(DetectIsa());
+}
+
+// y from llama.cpp's CPU backend itself (tests/reference/make_dequant_golden.py runs ggml's
+// from_float + vec_dot through ctypes). Only the order of float additions across blocks differs.
+TEST(MatMulGgmlParityTest, EveryIsaTracksLlamaCppCpuBackend) {
+  const std::string path = std::string(DI_SOURCE_DIR) + "/tests/golden/dequant/ggml_matmul.json";
+  auto text = util::ReadFile(path);
+  if (!text.ok()) GTEST_SKIP() << "no ggml golden at " << path << " (needs llama-cpp-python)";
+  const nlohmann::json golden = nlohmann::json::parse(*text, nullptr, false);
+  ASSERT_TRUE(golden.is_object());
+  util::ThreadPool pool(2);
+  int checked = 0;
+  for (const auto& c : golden["cases"]) {
+    const auto t = static_cast<DType>(c["ggml_type"].get<int>());
+    const int64_t rows = c["rows"], cols = c["cols"], n = c["tokens"];
+    const std::vector<uint8_t> w = FromHex(c["weights_hex"]);
+    const std::vector<uint8_t> xb = FromHex(c["x_f32_hex"]);
+    std::vector<float> x(xb.size() / 4);
+    std::memcpy(x.data(), xb.data(), xb.size());
+    const model::TensorView view = View(t, w, rows, cols);
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      SetIsaForTest(isa);
+      if (ActiveIsa() != isa) continue;
+      std::vector<float> y(static_cast<size_t>(n * rows));
+      MatMul(view, x.data(), n, y.data(), pool);
+      double worst = 0;
+      for (size_t i = 0; i < y.size(); ++i) {
+        const double want = c["y"][i].get<double>(), mag = c["mag"][i].get<double>();
+        worst = std::max(worst, std::fabs(y[i] - want) / mag);
+        ASSERT_NEAR(y[i], want, 1e-6 * mag) << TypeName(t) << " " << IsaName(isa) << " " << i;
+      }
+      std::printf("  %s %s: max |y - ggml| / sum|w x| = %.2e\n", TypeName(t), IsaName(isa), worst);
+    }
+    ++checked;
+  }
+  SetIsaForTest(DetectIsa());
+  EXPECT_EQ(checked, 5);
+}
+
+TEST(IsaTest, EnvironmentOverrideIsHonouredAndClampedToHardware) {
+  SetIsaForTest(Isa::kScalar);
+  EXPECT_EQ(ActiveIsa(), Isa::kScalar);
+  SetIsaForTest(Isa::kAvx512);
+  const Isa isa = ActiveIsa();
+  EXPECT_TRUE(isa == Isa::kAvx512 || isa == Isa::kAvx2 || isa == Isa::kScalar);
+  SetIsaForTest(DetectIsa());
+  EXPECT_STREQ(IsaName(Isa::kAvx2), "avx2");
+}
+
+}  // namespace
+}  // namespace deepinfer::kernels
