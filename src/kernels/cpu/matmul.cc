@@ -6,6 +6,10 @@
 #include <cstring>
 #include <vector>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
 #include "util/status.h"
@@ -24,8 +28,12 @@ constexpr int64_t kParallelQuantizeTokens = 8;
 
 bool CpuHasAvx2() {
 #if defined(__x86_64__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  // F16C and FMA come from CPUID leaf 1 (ECX bits 29 and 12): clang 14 does not accept "f16c"
+  // in __builtin_cpu_supports.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  const bool f16c = (ecx >> 29) & 1, fma = (ecx >> 12) & 1;
+  return __builtin_cpu_supports("avx2") && fma && f16c;
 #else
   return false;
 #endif

@@ -1,0 +1,147 @@
+#include "api/errors.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/cord.h"
+#include "api/json.h"
+#include "fmt/format.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+constexpr absl::string_view kParamUrl = "deepinfer/api_param";
+constexpr absl::string_view kPromptTokensUrl = "deepinfer/n_prompt_tokens";
+constexpr absl::string_view kContextUrl = "deepinfer/n_ctx";
+
+absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+std::optional<int64_t> IntPayload(const absl::Status& status, absl::string_view url) {
+  auto payload = status.GetPayload(url);
+  if (!payload) return std::nullopt;
+  std::string text(*payload);
+  char* end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (end == text.c_str()) return std::nullopt;
+  return value;
+}
+
+struct HttpKind {
+  int http_status;
+  const char* type;
+};
+
+HttpKind KindOf(const absl::Status& status, const std::string& code) {
+  // Stable codes that need a status other than their canonical code's.
+  if (code == "method_not_allowed") return {405, "invalid_request_error"};
+  if (code == "request_too_large") return {413, "invalid_request_error"};
+  if (code == "model_not_found") return {404, "invalid_request_error"};
+  // nginx's code for "the client closed the connection before the answer"; only logs see it.
+  if (code == "client_closed_request") return {499, "invalid_request_error"};
+  // The request alone can never fit: retrying does not help, so it is the client's problem.
+  if (code == "kv_cache_too_small") return {400, "invalid_request_error"};
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      return {400, "invalid_request_error"};
+    case absl::StatusCode::kUnauthenticated:
+      return {401, "authentication_error"};
+    case absl::StatusCode::kPermissionDenied:
+      return {403, "permission_error"};
+    case absl::StatusCode::kNotFound:
+      return {404, "not_found_error"};
+    case absl::StatusCode::kResourceExhausted:
+      return {429, "rate_limit_error"};
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+      return {503, "service_unavailable_error"};
+    case absl::StatusCode::kDeadlineExceeded:
+      return {504, "timeout_error"};
+    case absl::StatusCode::kUnimplemented:
+      return {400, "invalid_request_error"};
+    default:
+      return {500, "server_error"};
+  }
+}
+
+}  // namespace
+
+ApiError ApiErrorFromStatus(const absl::Status& status) {
+  ApiError error;
+  if (status.ok()) {
+    error.message = "internal error: OK status reported as an error";
+    error.type = "server_error";
+    error.code = "internal";
+    return error;
+  }
+  error.code = ErrorCodeOf(status);
+  HttpKind kind = KindOf(status, error.code);
+  error.http_status = kind.http_status;
+  error.type = kind.type;
+  error.message = std::string(status.message());
+  if (auto param = status.GetPayload(kParamUrl)) error.param = std::string(*param);
+  error.n_prompt_tokens = IntPayload(status, kPromptTokensUrl);
+  error.n_ctx = IntPayload(status, kContextUrl);
+  return error;
+}
+
+std::string ErrorBody(const ApiError& error) {
+  Json inner = Json::object();
+  inner["message"] = error.message;
+  inner["type"] = error.type;
+  inner["param"] = error.param.empty() ? Json(nullptr) : Json(error.param);
+  inner["code"] = error.code;
+  if (error.n_prompt_tokens) inner["n_prompt_tokens"] = *error.n_prompt_tokens;
+  if (error.n_ctx) inner["n_ctx"] = *error.n_ctx;
+  Json body = Json::object();
+  body["error"] = std::move(inner);
+  return DumpJson(body);
+}
+
+absl::Status RequestError(std::string_view param, std::string_view code, std::string_view message) {
+  return WithParam(InvalidArgumentError(code, message), param);
+}
+
+absl::Status WithParam(absl::Status status, std::string_view param) {
+  if (!status.ok() && !param.empty()) status.SetPayload(kParamUrl, absl::Cord(Av(param)));
+  return status;
+}
+
+absl::Status ContextLengthError(std::string_view param, int64_t prompt_tokens,
+                                int64_t requested_output_tokens, int64_t max_model_len) {
+  std::string message = fmt::format(
+      "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
+      "the {}, {} in the completion). Please reduce the length of the {} or completion.",
+      max_model_len, prompt_tokens + requested_output_tokens, prompt_tokens,
+      param == "prompt" ? "prompt" : "messages", requested_output_tokens,
+      param == "prompt" ? "prompt" : "messages");
+  absl::Status status = RequestError(param, "context_length_exceeded", message);
+  status.SetPayload(kPromptTokensUrl, absl::Cord(std::to_string(prompt_tokens)));
+  status.SetPayload(kContextUrl, absl::Cord(std::to_string(max_model_len)));
+  return status;
+}
+
+absl::Status ModelNotFoundError(std::string_view model) {
+  return WithParam(
+      NotFoundError("model_not_found", fmt::format("The model `{}` does not exist.", model)),
+      "model");
+}
+
+absl::Status RouteNotFoundError(std::string_view path) {
+  return NotFoundError("not_found", fmt::format("No route for path `{}`.", path));
+}
+
+absl::Status MethodNotAllowedError(std::string_view method, std::string_view path) {
+  return MakeError(absl::StatusCode::kInvalidArgument, "method_not_allowed",
+                   fmt::format("Method {} is not allowed for `{}`.", method, path));
+}
+
+absl::Status RequestTooLargeError(int64_t limit_bytes) {
+  return MakeError(absl::StatusCode::kInvalidArgument, "request_too_large",
+                   fmt::format("Request body is larger than the limit of {} bytes.", limit_bytes));
+}
+
+}  // namespace deepinfer::api

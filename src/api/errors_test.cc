@@ -1,0 +1,69 @@
+#include "api/errors.h"
+
+#include "api/json.h"
+#include "gtest/gtest.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+Json BodyOf(const ApiError& error) {
+  auto json = ParseJson(ErrorBody(error));
+  EXPECT_TRUE(json.ok());
+  return *json;
+}
+
+TEST(ApiErrorTest, InvalidArgumentIsBadRequestWithParam) {
+  ApiError e = ApiErrorFromStatus(RequestError("temperature", "invalid_value", "too hot"));
+  EXPECT_EQ(e.http_status, 400);
+  Json body = BodyOf(e);
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "temperature");
+  EXPECT_EQ(body["error"]["code"], "invalid_value");
+  EXPECT_EQ(body["error"]["message"], "too hot");
+}
+
+TEST(ApiErrorTest, MissingParamIsNull) {
+  Json body = BodyOf(ApiErrorFromStatus(InvalidArgumentError("invalid_json", "bad")));
+  EXPECT_TRUE(body["error"]["param"].is_null());
+  EXPECT_FALSE(body["error"].contains("n_ctx"));
+}
+
+TEST(ApiErrorTest, ContextLengthCarriesTokenCounts) {
+  ApiError e = ApiErrorFromStatus(ContextLengthError("messages", 300, 16, 256));
+  EXPECT_EQ(e.http_status, 400);
+  Json body = BodyOf(e);
+  EXPECT_EQ(body["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(body["error"]["param"], "messages");
+  EXPECT_EQ(body["error"]["n_prompt_tokens"], 300);
+  EXPECT_EQ(body["error"]["n_ctx"], 256);
+}
+
+TEST(ApiErrorTest, MapsEveryHttpClass) {
+  EXPECT_EQ(ApiErrorFromStatus(ModelNotFoundError("x")).http_status, 404);
+  EXPECT_EQ(ApiErrorFromStatus(ModelNotFoundError("x")).code, "model_not_found");
+  EXPECT_EQ(ApiErrorFromStatus(ModelNotFoundError("x")).param, "model");
+  EXPECT_EQ(ApiErrorFromStatus(RouteNotFoundError("/x")).http_status, 404);
+  EXPECT_EQ(ApiErrorFromStatus(RouteNotFoundError("/x")).code, "not_found");
+  EXPECT_EQ(ApiErrorFromStatus(MethodNotAllowedError("GET", "/v1/completions")).http_status, 405);
+  EXPECT_EQ(ApiErrorFromStatus(RequestTooLargeError(10)).http_status, 413);
+  EXPECT_EQ(ApiErrorFromStatus(RequestTooLargeError(10)).code, "request_too_large");
+  EXPECT_EQ(
+      ApiErrorFromStatus(MakeError(absl::StatusCode::kUnauthenticated, "bad_key", "k")).http_status,
+      401);
+  EXPECT_EQ(ApiErrorFromStatus(ResourceExhaustedError("busy", "b")).http_status, 429);
+  EXPECT_EQ(ApiErrorFromStatus(ResourceExhaustedError("kv_cache_too_small", "b")).http_status, 400);
+  EXPECT_EQ(ApiErrorFromStatus(UnavailableError("shutting_down", "s")).http_status, 503);
+  EXPECT_EQ(ApiErrorFromStatus(InternalError("boom", "b")).http_status, 500);
+  EXPECT_EQ(ApiErrorFromStatus(InternalError("boom", "b")).type, "server_error");
+  EXPECT_EQ(ApiErrorFromStatus(absl::UnknownError("x")).http_status, 500);
+}
+
+TEST(ApiErrorTest, BodyStaysValidJsonWithInvalidUtf8InMessage) {
+  ApiError e = ApiErrorFromStatus(InvalidArgumentError("x", std::string("bad \xff byte")));
+  EXPECT_TRUE(ParseJson(ErrorBody(e)).ok());
+}
+
+}  // namespace
+}  // namespace deepinfer::api

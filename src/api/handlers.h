@@ -1,0 +1,22 @@
+#pragma once
+
+// Route handlers that need the loaded model. Each answers exactly once through `writer`:
+// validation and context-length errors go out as complete JSON error responses before any
+// streamed byte; failures after a stream started go out as an in-band `data: {"error": ...}`
+// frame followed by `data: [DONE]`.
+
+#include "api/http_server.h"
+#include "api/serving.h"
+
+namespace deepinfer::api {
+
+// POST /v1/chat/completions
+void HandleChatCompletions(const Backend& backend, const HttpRequest& request,
+                           ResponseWriter& writer);
+// POST /v1/completions
+void HandleCompletions(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);
+// POST /tokenize and POST /detokenize (vLLM shapes).
+void HandleTokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);
+void HandleDetokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);
+
+}  // namespace deepinfer::api

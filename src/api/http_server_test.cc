@@ -1,0 +1,184 @@
+#include "api/http_server.h"
+
+#include <chrono>
+#include <thread>
+
+#include "api/json.h"
+#include "api/server.h"
+#include "api/testing/fake_engine.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http.hpp"
+#include "gtest/gtest.h"
+#include "tokenizer/chat_template.h"
+
+namespace deepinfer::api {
+namespace {
+
+namespace http = boost::beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = testing::MakeByteModel();
+    tokenizer_ = std::move(*tokenizer::CreateTokenizer(model_->tokenizer));
+    template_ = std::move(*tokenizer::CreateChatTemplate(model_->tokenizer));
+    testing::FakeEngine::Options options;
+    options.step = std::chrono::milliseconds(2);
+    engine_ = std::make_unique<testing::FakeEngine>(*model_, options);
+    engine_->SetScript(testing::ByteTokens("Hello world"));
+    backend_ = Backend{engine_.get(), tokenizer_.get(), template_.get(), "byte-model", 512, 64, 0,
+                       nullptr};
+    api_ = std::make_unique<ApiServer>();
+    backend_.metrics = &api_->metrics();
+    api_->SetBackend(&backend_);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    server_.reset();
+  }
+
+  void StartServer(int64_t max_request_bytes = 1 << 20) {
+    HttpServerOptions options;
+    options.port = 0;
+    options.max_request_bytes = max_request_bytes;
+    options.idle_timeout_ms = 2000;
+    auto server = HttpServer::Start(
+        options, [this](const HttpRequest& r, ResponseWriter& w) { api_->Handle(r, w); },
+        [this](const HttpRequest& r, int status, double s) { api_->Observe(r, status, s); });
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+
+  tcp::socket Connect() {
+    tcp::socket socket(io_);
+    socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), server_->port()));
+    return socket;
+  }
+
+  // Sends raw bytes and reads until the server closes the connection.
+  std::string RawExchange(const std::string& bytes) {
+    tcp::socket socket = Connect();
+    boost::system::error_code ec;
+    net::write(socket, net::buffer(bytes), ec);
+    std::string out;
+    char buf[4096];
+    while (true) {
+      size_t n = socket.read_some(net::buffer(buf), ec);
+      if (ec) break;
+      out.append(buf, n);
+    }
+    return out;
+  }
+
+  http::response<http::string_body> Request(tcp::socket& socket, http::verb verb,
+                                            const std::string& target, const std::string& body) {
+    http::request<http::string_body> req{verb, target, 11};
+    req.set(http::field::host, "localhost");
+    req.set(http::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    boost::system::error_code ec;
+    http::write(socket, req, ec);
+    EXPECT_FALSE(ec) << ec.message();
+    boost::beast::flat_buffer buffer;
+    http::response<http::string_body> res;
+    http::read(socket, buffer, res, ec);
+    EXPECT_FALSE(ec) << ec.message();
+    return res;
+  }
+
+  net::io_context io_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> template_;
+  std::unique_ptr<testing::FakeEngine> engine_;
+  Backend backend_;
+  std::unique_ptr<ApiServer> api_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
+  StartServer();
+  tcp::socket socket = Connect();
+  auto health = Request(socket, http::verb::get, "/health", "");
+  EXPECT_EQ(health.result_int(), 200);
+  EXPECT_TRUE(health.keep_alive());
+  auto chat = Request(socket, http::verb::post, "/v1/chat/completions",
+                      R"({"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(chat.result_int(), 200);
+  EXPECT_EQ((*ParseJson(chat.body()))["choices"][0]["message"]["content"], "Hello world");
+  // A streamed answer is chunked, so the connection stays usable after it.
+  auto stream = Request(socket, http::verb::post, "/v1/chat/completions",
+                        R"({"stream":true,"messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(stream.result_int(), 200);
+  EXPECT_EQ(stream[http::field::content_type], "text/event-stream");
+  const std::string& body = stream.body();
+  EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
+  EXPECT_EQ(Request(socket, http::verb::get, "/health", "").result_int(), 200);
+}
+
+TEST_F(HttpServerTest, OversizedBodyIs413WithOpenAiError) {
+  StartServer(/*max_request_bytes=*/1024);
+  std::string body(5000, 'x');
+  std::string reply = RawExchange("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                  std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply;
+  EXPECT_NE(reply.find("\"code\":\"request_too_large\""), std::string::npos) << reply;
+  // The server is still fine.
+  tcp::socket socket = Connect();
+  EXPECT_EQ(Request(socket, http::verb::get, "/health", "").result_int(), 200);
+}
+
+TEST_F(HttpServerTest, MalformedRequestIs400) {
+  StartServer();
+  std::string reply = RawExchange("NOT AN HTTP REQUEST\r\n\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  EXPECT_NE(reply.find("\"error\""), std::string::npos);
+  std::string binary("\x00\xff\x01\r\n\r\n", 7);
+  reply = RawExchange(binary);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+}
+
+TEST_F(HttpServerTest, ClientCloseMidStreamCancelsTheEngineRequest) {
+  engine_->SetScript(testing::ByteTokens(std::string(2000, 'a')));
+  StartServer();
+  {
+    tcp::socket socket = Connect();
+    std::string body =
+        R"({"stream":true,"max_tokens":400,"messages":[{"role":"user","content":"x"}]})";
+    std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body;
+    net::write(socket, net::buffer(req));
+    char buf[256];
+    socket.read_some(net::buffer(buf));  // the stream has started
+  }                                      // closes the socket
+  for (int i = 0; i < 1000 && engine_->num_cancelled() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_EQ(engine_->num_cancelled(), 1);
+}
+
+TEST_F(HttpServerTest, HoldsHundredsOfConnectionsAtOnce) {
+  StartServer();
+  std::vector<tcp::socket> sockets;
+  for (int i = 0; i < 300; ++i) sockets.push_back(Connect());
+  for (auto& s : sockets) {
+    EXPECT_EQ(Request(s, http::verb::get, "/health", "").result_int(), 200);
+  }
+  EXPECT_EQ(server_->num_connections(), 300);
+}
+
+TEST_F(HttpServerTest, BusyPortFailsToStart) {
+  StartServer();
+  HttpServerOptions options;
+  options.port = server_->port();
+  auto second = HttpServer::Start(options, [](const HttpRequest&, ResponseWriter&) {});
+  EXPECT_FALSE(second.ok());
+}
+
+}  // namespace
+}  // namespace deepinfer::api

@@ -1,0 +1,65 @@
+#include "api/json.h"
+
+#include <exception>
+
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+// Nesting depth of `text`, counting brackets outside strings. Runs before the parser so that a
+// body like "[[[[..." is refused in O(n) without building anything.
+bool DepthWithin(std::string_view text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<Json> ParseJson(std::string_view text) {
+  if (!DepthWithin(text, kMaxJsonDepth)) {
+    return InvalidArgumentError("invalid_json", "JSON nesting is too deep.");
+  }
+  Json value;
+  try {
+    value = Json::parse(text.begin(), text.end(), /*cb=*/nullptr, /*allow_exceptions=*/false,
+                        /*ignore_comments=*/false);
+  } catch (const std::exception& e) {
+    // The non-throwing mode still throws from allocation failure; keep it at the boundary.
+    return InvalidArgumentError("invalid_json", "Could not parse the request body as JSON.");
+  }
+  if (value.is_discarded()) {
+    return InvalidArgumentError("invalid_json",
+                                "We could not parse the JSON body of your request.");
+  }
+  return value;
+}
+
+std::string DumpJson(const Json& value) {
+  try {
+    return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+  } catch (const std::exception& e) {
+    return "null";
+  }
+}
+
+}  // namespace deepinfer::api

@@ -1,0 +1,168 @@
+#include "api/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fmt/format.h"
+
+namespace deepinfer::api {
+namespace {
+
+// Seconds; covers fast metadata routes up to long generations.
+const std::vector<double>& DurationBounds() {
+  static const std::vector<double> kBounds = {0.005, 0.01, 0.025, 0.05, 0.1,  0.25,  0.5,  1.0,
+                                              2.5,   5.0,  10.0,  30.0, 60.0, 120.0, 300.0};
+  return kBounds;
+}
+
+std::string Number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+
+void Header(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void Sample(std::string* out, std::string_view name, std::string_view labels, double value) {
+  fmt::format_to(std::back_inserter(*out), "{}{{{}}} {}\n", name, labels, Number(value));
+}
+
+void HistogramSamples(std::string* out, std::string_view name, std::string_view labels,
+                      const engine::Histogram& h) {
+  uint64_t cumulative = 0;
+  std::string sep = labels.empty() ? "" : ",";
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    if (i < h.counts.size()) cumulative += h.counts[i];
+    fmt::format_to(std::back_inserter(*out), "{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep,
+                   Number(h.bounds[i]), cumulative);
+  }
+  // The +Inf bucket equals the count by definition, whatever the per-bucket array holds.
+  fmt::format_to(std::back_inserter(*out), "{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep,
+                 h.count);
+  fmt::format_to(std::back_inserter(*out), "{}_sum{{{}}} {}\n", name, labels, Number(h.sum));
+  fmt::format_to(std::back_inserter(*out), "{}_count{{{}}} {}\n", name, labels, h.count);
+}
+
+void AddToHistogram(engine::Histogram& h, double v) {
+  size_t i = std::lower_bound(h.bounds.begin(), h.bounds.end(), v) - h.bounds.begin();
+  h.counts[i]++;
+  h.sum += v;
+  h.count++;
+}
+
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+HttpMetrics::HttpMetrics() = default;
+
+void HttpMetrics::Record(std::string_view route, std::string_view method, int status,
+                         double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_[{std::string(route), std::string(method), status}]++;
+  auto [it, inserted] = durations_.try_emplace(std::string(route));
+  if (inserted) {
+    it->second.bounds = DurationBounds();
+    it->second.counts.assign(it->second.bounds.size() + 1, 0);
+  }
+  AddToHistogram(it->second, std::max(0.0, seconds));
+}
+
+void HttpMetrics::Format(std::string* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Header(out, "deepinfer_http_requests_total", "counter",
+         "HTTP requests answered, by route, method and status code.");
+  for (const auto& [key, count] : requests_) {
+    const auto& [route, method, status] = key;
+    Sample(out, "deepinfer_http_requests_total",
+           fmt::format("route=\"{}\",method=\"{}\",status=\"{}\"", EscapeLabelValue(route),
+                       EscapeLabelValue(method), status),
+           static_cast<double>(count));
+  }
+  Header(out, "deepinfer_http_request_duration_seconds", "histogram",
+         "Time from a complete request to the end of its response, by route.");
+  for (const auto& [route, h] : durations_) {
+    HistogramSamples(out, "deepinfer_http_request_duration_seconds",
+                     fmt::format("route=\"{}\"", EscapeLabelValue(route)), h);
+  }
+  Header(out, "deepinfer_http_open_connections", "gauge", "Open client connections.");
+  fmt::format_to(std::back_inserter(*out), "deepinfer_http_open_connections {}\n",
+                 open_connections_.load(std::memory_order_relaxed));
+}
+
+void FormatEngineMetrics(const engine::EngineStats& s, std::string_view model_name,
+                         int64_t stop_string_finishes, std::string* out) {
+  const std::string labels = fmt::format("model_name=\"{}\"", EscapeLabelValue(model_name));
+  auto gauge = [&](std::string_view name, std::string_view help, double v) {
+    Header(out, name, "gauge", help);
+    Sample(out, name, labels, v);
+  };
+  auto counter = [&](std::string_view name, std::string_view help, double v) {
+    Header(out, name, "counter", help);
+    Sample(out, name, labels, v);
+  };
+  auto histogram = [&](std::string_view name, std::string_view help, const engine::Histogram& h) {
+    Header(out, name, "histogram", help);
+    HistogramSamples(out, name, labels, h);
+  };
+
+  gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+        static_cast<double>(s.num_running));
+  gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+        static_cast<double>(s.num_waiting));
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_cache_usage);
+  gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (old name of vllm:kv_cache_usage_perc).",
+        s.kv_cache_usage);
+  counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of tokens.",
+          static_cast<double>(s.prefix_cache_queries));
+  counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of tokens.",
+          static_cast<double>(s.prefix_cache_hits));
+  counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+          static_cast<double>(s.prompt_tokens));
+  counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
+          static_cast<double>(s.generation_tokens));
+  counter("vllm:num_preemptions_total", "Cumulative number of preemptions by the scheduler.",
+          static_cast<double>(s.num_preemptions));
+
+  // FinishReason order: kNone, kStop, kLength, kCancelled, kError. A stop string is found by the
+  // API layer, which cancels the engine request; count those as "stop" like vLLM does.
+  const int64_t* f = s.num_requests_finished;
+  int64_t moved = std::clamp<int64_t>(stop_string_finishes, 0, f[3]);
+  const char* name = "vllm:request_success_total";
+  Header(out, name, "counter", "Count of finished requests, by finished reason.");
+  Sample(out, name, labels + ",finished_reason=\"stop\"", static_cast<double>(f[1] + moved));
+  Sample(out, name, labels + ",finished_reason=\"length\"", static_cast<double>(f[2]));
+  Sample(out, name, labels + ",finished_reason=\"abort\"", static_cast<double>(f[3] - moved));
+  Sample(out, name, labels + ",finished_reason=\"error\"", static_cast<double>(f[4]));
+
+  histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            s.ttft);
+  histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
+            s.tpot);
+  histogram("vllm:inter_token_latency_seconds",
+            "Histogram of inter-token latency in seconds (new name of time per output token).",
+            s.tpot);
+  histogram("vllm:e2e_request_latency_seconds",
+            "Histogram of end to end request latency in seconds.", s.e2e);
+  histogram("vllm:request_queue_time_seconds",
+            "Histogram of time spent in the waiting queue in seconds.", s.queue_time);
+}
+
+}  // namespace deepinfer::api

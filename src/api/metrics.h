@@ -1,0 +1,58 @@
+#pragma once
+
+// Prometheus text exposition (format 0.0.4) for GET /metrics: the engine's counters under
+// vLLM-compatible names plus the HTTP layer's own deepinfer_* series.
+//
+// Source: vLLM docs "Production Metrics" (names, the model_name label, finished_reason values);
+//   Prometheus "Exposition formats" (text format 0.0.4).
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <tuple>
+
+#include "engine/engine.h"
+
+namespace deepinfer::api {
+
+// Request counts and latencies of the HTTP layer.
+// Threads: all methods are thread-safe.
+class HttpMetrics {
+ public:
+  HttpMetrics();
+
+  // Records one answered request. `route` must come from a small fixed set (unknown paths are
+  // recorded as "other" by the caller) so that label cardinality stays bounded.
+  // Units: seconds.
+  void Record(std::string_view route, std::string_view method, int status, double seconds);
+  void ConnectionOpened() { open_connections_.fetch_add(1, std::memory_order_relaxed); }
+  void ConnectionClosed() { open_connections_.fetch_sub(1, std::memory_order_relaxed); }
+  // Stop strings found by the API layer: the engine saw these as cancellations.
+  void RecordStopStringFinish() { stop_string_finishes_.fetch_add(1, std::memory_order_relaxed); }
+  int64_t stop_string_finishes() const {
+    return stop_string_finishes_.load(std::memory_order_relaxed);
+  }
+
+  // Appends the deepinfer_* series.
+  void Format(std::string* out) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;
+  std::map<std::string, engine::Histogram> durations_;  // by route
+  std::atomic<int64_t> open_connections_{0};
+  std::atomic<int64_t> stop_string_finishes_{0};
+};
+
+// Appends the vllm:* series for `stats`, each labelled model_name="<model_name>".
+// `stop_string_finishes` moves that many finishes from finished_reason="abort" to "stop".
+void FormatEngineMetrics(const engine::EngineStats& stats, std::string_view model_name,
+                         int64_t stop_string_finishes, std::string* out);
+
+// Escapes a label value (backslash, double quote, line feed).
+std::string EscapeLabelValue(std::string_view value);
+
+}  // namespace deepinfer::api

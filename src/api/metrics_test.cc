@@ -1,0 +1,81 @@
+#include "api/metrics.h"
+
+#include "gtest/gtest.h"
+
+namespace deepinfer::api {
+namespace {
+
+engine::Histogram SmallHistogram() {
+  engine::Histogram h;
+  h.bounds = {0.1, 1.0};
+  h.counts = {2, 1, 1};
+  h.sum = 3.5;
+  h.count = 4;
+  return h;
+}
+
+TEST(MetricsTest, EngineMetricsUseVllmNamesWithModelLabel) {
+  engine::EngineStats s;
+  s.num_running = 3;
+  s.num_waiting = 2;
+  s.kv_cache_usage = 0.25;
+  s.prompt_tokens = 100;
+  s.prefix_cache_queries = 64;
+  s.prefix_cache_hits = 32;
+  s.num_requests_finished[1] = 5;
+  s.num_requests_finished[3] = 2;
+  s.ttft = SmallHistogram();
+  std::string out;
+  FormatEngineMetrics(s, "m\"x", 1, &out);
+  EXPECT_NE(out.find("# TYPE vllm:num_requests_running gauge\n"
+                     "vllm:num_requests_running{model_name=\"m\\\"x\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("vllm:kv_cache_usage_perc{model_name=\"m\\\"x\"} 0.25\n"), std::string::npos);
+  EXPECT_NE(out.find("vllm:gpu_cache_usage_perc{"), std::string::npos);
+  EXPECT_NE(out.find("# TYPE vllm:prompt_tokens_total counter\n"), std::string::npos);
+  EXPECT_NE(out.find("vllm:prefix_cache_hits_total{model_name=\"m\\\"x\"} 32\n"),
+            std::string::npos);
+  // One stop-string finish moves from abort to stop.
+  EXPECT_NE(out.find("finished_reason=\"stop\"} 6\n"), std::string::npos);
+  EXPECT_NE(out.find("finished_reason=\"abort\"} 1\n"), std::string::npos);
+}
+
+TEST(MetricsTest, HistogramBucketsAreCumulativeAndEndWithInf) {
+  engine::EngineStats s;
+  s.ttft = SmallHistogram();
+  std::string out;
+  FormatEngineMetrics(s, "m", 0, &out);
+  EXPECT_NE(out.find("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.1\"} 2\n"
+                     "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"1\"} 3\n"
+                     "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 4\n"
+                     "vllm:time_to_first_token_seconds_sum{model_name=\"m\"} 3.5\n"
+                     "vllm:time_to_first_token_seconds_count{model_name=\"m\"} 4\n"),
+            std::string::npos);
+  // An empty histogram still has its +Inf bucket, sum and count.
+  EXPECT_NE(out.find("vllm:e2e_request_latency_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 0\n"),
+            std::string::npos);
+}
+
+TEST(MetricsTest, HttpCountersByRouteMethodAndStatus) {
+  HttpMetrics m;
+  m.Record("/v1/chat/completions", "POST", 200, 0.5);
+  m.Record("/v1/chat/completions", "POST", 200, 0.2);
+  m.Record("other", "GET", 404, 0.001);
+  m.ConnectionOpened();
+  std::string out;
+  m.Format(&out);
+  EXPECT_NE(out.find("deepinfer_http_requests_total{route=\"/v1/chat/completions\",method=\"POST\","
+                     "status=\"200\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("status=\"404\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_http_request_duration_seconds_count{route=\"other\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("deepinfer_http_open_connections 1\n"), std::string::npos);
+}
+
+TEST(MetricsTest, EscapesLabelValues) {
+  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+}
+
+}  // namespace
+}  // namespace deepinfer::api

@@ -1,0 +1,176 @@
+// POST /v1/chat/completions.
+//
+// Source: OpenAI API reference, "Create chat completion" and "The chat completion chunk object".
+
+#include <string>
+#include <vector>
+
+#include "api/errors.h"
+#include "api/handlers.h"
+#include "api/sse.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+struct ChatContext {
+  const Backend& backend;
+  const ChatRequest& request;
+  std::string id;
+  int64_t created = 0;
+};
+
+Json ChunkBase(const ChatContext& ctx) {
+  Json chunk = Json::object();
+  chunk["id"] = ctx.id;
+  chunk["object"] = "chat.completion.chunk";
+  chunk["created"] = ctx.created;
+  chunk["model"] = ctx.backend.served_model_name;
+  return chunk;
+}
+
+// One chunk holding one choice; "usage": null on every chunk when include_usage is set.
+std::string ChoiceChunk(const ChatContext& ctx, Json choice) {
+  Json chunk = ChunkBase(ctx);
+  chunk["choices"] = Json::array({std::move(choice)});
+  if (ctx.request.params.include_usage) chunk["usage"] = nullptr;
+  return SseData(DumpJson(chunk));
+}
+
+void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writer) {
+  const int32_t num_top = ctx.request.params.sampling.num_top_logprobs;
+  if (!writer.BeginStream("text/event-stream")) {
+    generation.Cancel();
+    return;
+  }
+  std::string head;
+  for (int32_t i = 0; i < generation.num_choices(); ++i) {
+    head += ChoiceChunk(ctx, Json{{"index", i},
+                                  {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                  {"logprobs", nullptr},
+                                  {"finish_reason", nullptr}});
+  }
+  if (!writer.WriteStream(head)) {
+    generation.Cancel();
+    return;
+  }
+  auto on_delta = [&](const ChoiceDelta& d) {
+    std::string out;
+    bool with_logprobs = ctx.request.logprobs && !d.tokens.empty();
+    if (!d.text.empty() || with_logprobs) {
+      Json choice = Json::object();
+      choice["index"] = d.index;
+      choice["delta"] = Json{{"content", d.text}};
+      choice["logprobs"] = with_logprobs
+                               ? ChatLogprobsJson(*ctx.backend.tokenizer, d.tokens, num_top)
+                               : Json(nullptr);
+      choice["finish_reason"] = nullptr;
+      out += ChoiceChunk(ctx, std::move(choice));
+    }
+    if (!d.finish_reason.empty()) {
+      out += ChoiceChunk(ctx, Json{{"index", d.index},
+                                   {"delta", Json::object()},
+                                   {"logprobs", nullptr},
+                                   {"finish_reason", d.finish_reason}});
+    }
+    return out.empty() || writer.WriteStream(out);
+  };
+  absl::Status error;
+  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
+  if (end == DriveEnd::kClientGone) return;
+  std::string tail;
+  if (end == DriveEnd::kError) {
+    tail = SseErrorAndDone(ApiErrorFromStatus(error));
+  } else {
+    if (ctx.request.params.include_usage) {
+      Json chunk = ChunkBase(ctx);
+      chunk["choices"] = Json::array();
+      chunk["usage"] = UsageJson(generation.usage());
+      tail += SseData(DumpJson(chunk));
+    }
+    tail += SseDone();
+  }
+  if (writer.WriteStream(tail)) writer.EndStream();
+}
+
+void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& writer) {
+  const int32_t n = generation.num_choices();
+  std::vector<std::string> texts(n);
+  std::vector<std::string> finish(n);
+  std::vector<std::vector<engine::TokenEvent>> tokens(n);
+  auto on_delta = [&](const ChoiceDelta& d) {
+    texts[d.index] += d.text;
+    if (ctx.request.logprobs)
+      tokens[d.index].insert(tokens[d.index].end(), d.tokens.begin(), d.tokens.end());
+    if (!d.finish_reason.empty()) finish[d.index] = d.finish_reason;
+    return true;
+  };
+  absl::Status error;
+  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
+  if (end == DriveEnd::kClientGone) {
+    RespondError(writer, MakeError(absl::StatusCode::kCancelled, "client_closed_request",
+                                   "The client closed the connection."));
+    return;
+  }
+  if (end == DriveEnd::kError) {
+    RespondError(writer, error);
+    return;
+  }
+  Json choices = Json::array();
+  for (int32_t i = 0; i < n; ++i) {
+    Json choice = Json::object();
+    choice["index"] = i;
+    choice["message"] = Json{{"role", "assistant"}, {"content", texts[i]}};
+    choice["logprobs"] = ctx.request.logprobs
+                             ? ChatLogprobsJson(*ctx.backend.tokenizer, tokens[i],
+                                                ctx.request.params.sampling.num_top_logprobs)
+                             : Json(nullptr);
+    choice["finish_reason"] = finish[i];
+    choices.push_back(std::move(choice));
+  }
+  Json body = Json::object();
+  body["id"] = ctx.id;
+  body["object"] = "chat.completion";
+  body["created"] = ctx.created;
+  body["model"] = ctx.backend.served_model_name;
+  body["choices"] = std::move(choices);
+  body["usage"] = UsageJson(generation.usage());
+  RespondJson(writer, 200, body);
+}
+
+absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(ChatRequest request,
+                      ParseChatRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+  DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
+  std::vector<int32_t> prompt = ChatPromptTokens(backend, request.messages, true);
+  if (prompt.empty()) return RequestError("messages", "empty_prompt", "The prompt is empty.");
+  DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.size(),
+                                                           request.params.max_tokens, "messages"));
+  ChatContext ctx{backend, request, NewRequestId("chatcmpl-"), UnixNow()};
+  std::vector<ChoiceSpec> specs;
+  for (int32_t i = 0; i < request.params.n; ++i) {
+    ChoiceSpec spec;
+    spec.request = MakeEngineRequest(request.params, prompt, max_tokens, i, ctx.id);
+    spec.prompt_index = 0;
+    spec.stops = request.params.stop;
+    specs.push_back(std::move(spec));
+  }
+  DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
+                                                         std::move(specs), backend.metrics));
+  if (request.params.stream) {
+    Stream(ctx, *generation, writer);
+  } else {
+    Complete(ctx, *generation, writer);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void HandleChatCompletions(const Backend& backend, const HttpRequest& request,
+                           ResponseWriter& writer) {
+  absl::Status status = Run(backend, request, writer);
+  if (!status.ok() && !writer.started()) RespondError(writer, status);
+}
+
+}  // namespace deepinfer::api

@@ -1,0 +1,482 @@
+#include "api/openai_types.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "api/errors.h"
+#include "api/json.h"
+#include "fmt/format.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+// Field access over one JSON object. `null` and absent read the same; a present value of the
+// wrong type is an "invalid_type" error naming the field.
+class Fields {
+ public:
+  explicit Fields(const Json& object, std::string prefix = "")
+      : object_(object), prefix_(std::move(prefix)) {}
+
+  const Json* Find(const char* key) const {
+    auto it = object_.find(key);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::string Param(const char* key) const { return prefix_ + key; }
+
+  absl::Status TypeError(const char* key, const char* expected) const {
+    return RequestError(Param(key), "invalid_type",
+                        fmt::format("'{}' must be {}.", Param(key), expected));
+  }
+  absl::Status ValueError(const char* key, std::string_view what) const {
+    return RequestError(Param(key), "invalid_value", fmt::format("'{}' {}.", Param(key), what));
+  }
+
+  absl::Status GetBool(const char* key, bool* out) const {
+    const Json* v = Find(key);
+    if (!v) return absl::OkStatus();
+    if (!v->is_boolean()) return TypeError(key, "a boolean");
+    *out = v->get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status GetString(const char* key, std::string* out) const {
+    const Json* v = Find(key);
+    if (!v) return absl::OkStatus();
+    if (!v->is_string()) return TypeError(key, "a string");
+    *out = v->get<std::string>();
+    return absl::OkStatus();
+  }
+
+  // Any finite number (integers included).
+  absl::Status GetNumber(const char* key, std::optional<double>* out) const {
+    const Json* v = Find(key);
+    if (!v) return absl::OkStatus();
+    if (!v->is_number()) return TypeError(key, "a number");
+    double d = v->get<double>();
+    if (!std::isfinite(d)) return ValueError(key, "must be finite");
+    *out = d;
+    return absl::OkStatus();
+  }
+
+  // An integer; a float with an integral value is accepted (1.0).
+  absl::Status GetInt(const char* key, std::optional<int64_t>* out) const {
+    const Json* v = Find(key);
+    if (!v) return absl::OkStatus();
+    auto value = AsInt(*v);
+    if (!value) return TypeError(key, "an integer");
+    *out = *value;
+    return absl::OkStatus();
+  }
+
+  static std::optional<int64_t> AsInt(const Json& v) {
+    if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
+    if (v.is_number_unsigned()) {
+      uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+      return static_cast<int64_t>(u);
+    }
+    if (v.is_number_float()) {
+      double d = v.get<double>();
+      if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) return std::nullopt;
+      return static_cast<int64_t>(d);
+    }
+    return std::nullopt;
+  }
+
+ private:
+  const Json& object_;
+  std::string prefix_;
+};
+
+absl::StatusOr<Json> ParseObject(std::string_view body) {
+  DI_ASSIGN_OR_RETURN(Json json, ParseJson(body));
+  if (!json.is_object()) {
+    return RequestError("", "invalid_type", "The request body must be a JSON object.");
+  }
+  return json;
+}
+
+absl::Status CheckTokenId(int64_t id, const ParseLimits& limits, const std::string& param) {
+  if (id < 0 || (limits.vocab_size > 0 && id >= limits.vocab_size) ||
+      id > std::numeric_limits<int32_t>::max()) {
+    return RequestError(
+        param, "invalid_token",
+        fmt::format("Token id {} is outside the vocabulary (size {}).", id, limits.vocab_size));
+  }
+  return absl::OkStatus();
+}
+
+// A JSON array of token ids.
+absl::Status ParseTokenArray(const Json& v, const ParseLimits& limits, const std::string& param,
+                             std::vector<int32_t>* out) {
+  if (!v.is_array()) {
+    return RequestError(param, "invalid_type", fmt::format("'{}' must be an array.", param));
+  }
+  out->clear();
+  out->reserve(v.size());
+  for (const Json& item : v) {
+    auto id = Fields::AsInt(item);
+    if (!id) {
+      return RequestError(param, "invalid_type",
+                          fmt::format("'{}' must contain only integer token ids.", param));
+    }
+    DI_RETURN_IF_ERROR(CheckTokenId(*id, limits, param));
+    out->push_back(static_cast<int32_t>(*id));
+  }
+  return absl::OkStatus();
+}
+
+// Fields of GenerationParams common to both routes, except logprobs (their shapes differ).
+absl::Status ParseCommon(const Json& json, const ParseLimits& limits, GenerationParams* p) {
+  Fields f(json);
+  DI_RETURN_IF_ERROR(f.GetString("model", &p->model));
+
+  std::optional<int64_t> n;
+  DI_RETURN_IF_ERROR(f.GetInt("n", &n));
+  if (n) {
+    if (*n < 1 || *n > kMaxChoices) {
+      return f.ValueError("n", fmt::format("must be between 1 and {}", kMaxChoices));
+    }
+    p->n = static_cast<int32_t>(*n);
+  }
+
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    std::optional<int64_t> max_tokens;
+    DI_RETURN_IF_ERROR(f.GetInt(key, &max_tokens));
+    if (!max_tokens) continue;
+    if (*max_tokens < 1) return f.ValueError(key, "must be at least 1");
+    if (*max_tokens > std::numeric_limits<int32_t>::max()) {
+      return f.ValueError(key, "is too large");
+    }
+    p->max_tokens = static_cast<int32_t>(*max_tokens);  // the second key wins
+  }
+
+  if (const Json* stop = f.Find("stop")) {
+    if (stop->is_string()) {
+      if (!stop->get_ref<const std::string&>().empty()) p->stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > static_cast<size_t>(kMaxStopStrings)) {
+        return f.ValueError("stop", fmt::format("may hold at most {} strings", kMaxStopStrings));
+      }
+      for (const Json& s : *stop) {
+        if (!s.is_string()) return f.TypeError("stop", "a string or an array of strings");
+        if (!s.get_ref<const std::string&>().empty()) p->stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return f.TypeError("stop", "a string or an array of strings");
+    }
+    for (const std::string& s : p->stop) {
+      if (s.size() > static_cast<size_t>(kMaxStopStringBytes)) {
+        return f.ValueError("stop",
+                            fmt::format("strings must be at most {} bytes", kMaxStopStringBytes));
+      }
+    }
+  }
+
+  if (const Json* ids = f.Find("stop_token_ids")) {
+    DI_RETURN_IF_ERROR(ParseTokenArray(*ids, limits, "stop_token_ids", &p->stop_token_ids));
+  }
+
+  engine::SamplingParams& s = p->sampling;
+  std::optional<double> d;
+  DI_RETURN_IF_ERROR(f.GetNumber("temperature", &d));
+  if (d) {
+    if (*d < 0 || *d > 2) return f.ValueError("temperature", "must be between 0 and 2");
+    s.temperature = static_cast<float>(*d);
+  }
+  d.reset();
+  DI_RETURN_IF_ERROR(f.GetNumber("top_p", &d));
+  if (d) {
+    if (*d <= 0 || *d > 1) return f.ValueError("top_p", "must be in (0, 1]");
+    s.top_p = static_cast<float>(*d);
+  }
+  std::optional<int64_t> top_k;
+  DI_RETURN_IF_ERROR(f.GetInt("top_k", &top_k));
+  if (top_k) {
+    if (*top_k < -1 || *top_k > std::numeric_limits<int32_t>::max()) {
+      return f.ValueError("top_k", "must be -1 (off), 0 (off) or a positive integer");
+    }
+    s.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);
+  }
+  d.reset();
+  DI_RETURN_IF_ERROR(f.GetNumber("min_p", &d));
+  if (d) {
+    if (*d < 0 || *d > 1) return f.ValueError("min_p", "must be between 0 and 1");
+    s.min_p = static_cast<float>(*d);
+  }
+  d.reset();
+  DI_RETURN_IF_ERROR(f.GetNumber("repetition_penalty", &d));
+  if (d) {
+    if (*d <= 0 || *d > 10) return f.ValueError("repetition_penalty", "must be in (0, 10]");
+    s.repetition_penalty = static_cast<float>(*d);
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    d.reset();
+    DI_RETURN_IF_ERROR(f.GetNumber(key, &d));
+    if (!d) continue;
+    if (*d < -2 || *d > 2) return f.ValueError(key, "must be between -2 and 2");
+    (key[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = static_cast<float>(*d);
+  }
+  if (const Json* seed = f.Find("seed")) {
+    auto value = Fields::AsInt(*seed);
+    if (value) {
+      s.seed = static_cast<uint64_t>(*value);
+    } else if (seed->is_number_unsigned()) {
+      s.seed = seed->get<uint64_t>();
+    } else {
+      return f.TypeError("seed", "an integer");
+    }
+    s.has_seed = true;
+  }
+  if (const Json* bias = f.Find("logit_bias")) {
+    if (!bias->is_object()) return f.TypeError("logit_bias", "an object");
+    for (auto it = bias->begin(); it != bias->end(); ++it) {
+      const std::string& key = it.key();
+      char* end = nullptr;
+      long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0') {
+        return f.ValueError("logit_bias", "keys must be token ids written as strings");
+      }
+      DI_RETURN_IF_ERROR(CheckTokenId(id, limits, "logit_bias"));
+      if (!it.value().is_number()) return f.TypeError("logit_bias", "an object of numbers");
+      double b = it.value().get<double>();
+      if (!(b >= -100 && b <= 100))
+        return f.ValueError("logit_bias", "values must be in [-100, 100]");
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+    }
+  }
+
+  DI_RETURN_IF_ERROR(f.GetBool("stream", &p->stream));
+  if (const Json* options = f.Find("stream_options")) {
+    if (!options->is_object()) return f.TypeError("stream_options", "an object");
+    DI_RETURN_IF_ERROR(
+        Fields(*options, "stream_options.").GetBool("include_usage", &p->include_usage));
+  }
+  if (!p->stream) p->include_usage = false;
+  DI_RETURN_IF_ERROR(f.GetBool("ignore_eos", &p->ignore_eos));
+  std::string user;
+  DI_RETURN_IF_ERROR(f.GetString("user", &user));  // accepted, unused
+  return absl::OkStatus();
+}
+
+bool KnownRole(const std::string& role) {
+  return role == "system" || role == "developer" || role == "user" || role == "assistant" ||
+         role == "tool";
+}
+
+absl::Status ParseMessages(const Json& json, std::vector<ChatMessage>* out) {
+  auto it = json.find("messages");
+  if (it == json.end() || it->is_null()) {
+    return RequestError("messages", "missing_field", "'messages' is a required property.");
+  }
+  if (!it->is_array())
+    return RequestError("messages", "invalid_type", "'messages' must be an array.");
+  if (it->empty()) {
+    return RequestError("messages", "invalid_value",
+                        "'messages' must contain at least one message.");
+  }
+  out->reserve(it->size());
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    std::string prefix = fmt::format("messages[{}].", i);
+    if (!m.is_object()) {
+      return RequestError(fmt::format("messages[{}]", i), "invalid_type",
+                          "Each message must be an object.");
+    }
+    Fields f(m, prefix);
+    ChatMessage msg;
+    if (!f.Find("role"))
+      return RequestError(f.Param("role"), "missing_field", "'role' is required.");
+    DI_RETURN_IF_ERROR(f.GetString("role", &msg.role));
+    if (!KnownRole(msg.role)) {
+      return f.ValueError("role", fmt::format("'{}' is not one of system, developer, user, "
+                                              "assistant, tool",
+                                              msg.role));
+    }
+    const Json* content = f.Find("content");
+    if (!content) {
+      msg.has_content = false;
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t j = 0; j < content->size(); ++j) {
+        const Json& part = (*content)[j];
+        std::string param = fmt::format("{}content[{}]", prefix, j);
+        if (!part.is_object()) {
+          return RequestError(param, "invalid_type", "Content parts must be objects.");
+        }
+        auto type = part.find("type");
+        if (type == part.end() || !type->is_string()) {
+          return RequestError(param, "missing_field", "Content parts need a string 'type'.");
+        }
+        if (*type != "text" && *type != "input_text") {
+          return RequestError(param, "unsupported_value",
+                              fmt::format("Content part type '{}' is not supported; only "
+                                          "'text' is.",
+                                          type->get<std::string>()));
+        }
+        auto text = part.find("text");
+        if (text == part.end() || !text->is_string()) {
+          return RequestError(param, "invalid_type", "A text part needs a string 'text'.");
+        }
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      return f.TypeError("content", "a string or an array of content parts");
+    }
+    if (!msg.has_content && msg.role != "assistant") {
+      return RequestError(f.Param("content"), "missing_field",
+                          fmt::format("'content' is required for role '{}'.", msg.role));
+    }
+    DI_RETURN_IF_ERROR(f.GetString("name", &msg.name));
+    DI_RETURN_IF_ERROR(f.GetString("tool_call_id", &msg.tool_call_id));
+    if (const Json* calls = f.Find("tool_calls")) {
+      if (!calls->is_array()) return f.TypeError("tool_calls", "an array");
+      msg.tool_calls_json = DumpJson(*calls);
+    }
+    out->push_back(std::move(msg));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limits) {
+  ChatRequest req;
+  DI_RETURN_IF_ERROR(ParseMessages(json, &req.messages));
+  DI_RETURN_IF_ERROR(ParseCommon(json, limits, &req.params));
+  Fields f(json);
+  DI_RETURN_IF_ERROR(f.GetBool("logprobs", &req.logprobs));
+  std::optional<int64_t> top;
+  DI_RETURN_IF_ERROR(f.GetInt("top_logprobs", &top));
+  if (top) {
+    if (*top < 0 || *top > kMaxChatTopLogprobs) {
+      return f.ValueError("top_logprobs",
+                          fmt::format("must be between 0 and {}", kMaxChatTopLogprobs));
+    }
+    if (!req.logprobs) {
+      return f.ValueError("top_logprobs", "requires 'logprobs' to be true");
+    }
+  }
+  req.params.sampling.num_top_logprobs = req.logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
+  return req;
+}
+
+absl::Status ParsePrompt(const Json& json, const ParseLimits& limits,
+                         std::vector<CompletionPrompt>* out) {
+  auto it = json.find("prompt");
+  if (it == json.end() || it->is_null()) {
+    return RequestError("prompt", "missing_field", "'prompt' is a required property.");
+  }
+  const Json& p = *it;
+  const char* kShape =
+      "'prompt' must be a string, an array of strings, an array of token ids or "
+      "an array of token-id arrays.";
+  if (p.is_string()) {
+    out->push_back({false, p.get<std::string>(), {}});
+    return absl::OkStatus();
+  }
+  if (!p.is_array()) return RequestError("prompt", "invalid_type", kShape);
+  if (p.empty()) return RequestError("prompt", "invalid_value", "'prompt' must not be empty.");
+  if (p[0].is_number()) {
+    CompletionPrompt prompt{true, "", {}};
+    DI_RETURN_IF_ERROR(ParseTokenArray(p, limits, "prompt", &prompt.tokens));
+    out->push_back(std::move(prompt));
+    return absl::OkStatus();
+  }
+  if (p.size() > static_cast<size_t>(kMaxPrompts)) {
+    return RequestError("prompt", "invalid_value",
+                        fmt::format("At most {} prompts per request.", kMaxPrompts));
+  }
+  for (const Json& item : p) {
+    if (item.is_string()) {
+      out->push_back({false, item.get<std::string>(), {}});
+    } else if (item.is_array()) {
+      CompletionPrompt prompt{true, "", {}};
+      DI_RETURN_IF_ERROR(ParseTokenArray(item, limits, "prompt", &prompt.tokens));
+      out->push_back(std::move(prompt));
+    } else {
+      return RequestError("prompt", "invalid_type", kShape);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletion(const Json& json, const ParseLimits& limits) {
+  CompletionRequest req;
+  DI_RETURN_IF_ERROR(ParsePrompt(json, limits, &req.prompts));
+  DI_RETURN_IF_ERROR(ParseCommon(json, limits, &req.params));
+  Fields f(json);
+  std::optional<int64_t> logprobs;
+  DI_RETURN_IF_ERROR(f.GetInt("logprobs", &logprobs));
+  if (logprobs && (*logprobs < 0 || *logprobs > kMaxCompletionLogprobs)) {
+    return f.ValueError("logprobs",
+                        fmt::format("must be between 0 and {}", kMaxCompletionLogprobs));
+  }
+  req.params.sampling.num_top_logprobs = logprobs ? static_cast<int32_t>(*logprobs) : -1;
+  DI_RETURN_IF_ERROR(f.GetBool("echo", &req.echo));
+  if (req.echo && logprobs) {
+    return f.ValueError("echo",
+                        "cannot be combined with 'logprobs' (prompt logprobs are not "
+                        "supported)");
+  }
+  if (req.prompts.size() * req.params.n > static_cast<size_t>(kMaxSequencesPerRequest)) {
+    return f.ValueError("n", fmt::format("times the number of prompts must be at most {}",
+                                         kMaxSequencesPerRequest));
+  }
+  return req;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseLimits& limits) {
+  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  return ParseChat(json, limits);
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                         const ParseLimits& limits) {
+  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  return ParseCompletion(json, limits);
+}
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
+                                                     const ParseLimits& limits) {
+  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  TokenizeRequest req;
+  Fields f(json);
+  DI_RETURN_IF_ERROR(f.GetString("model", &req.model));
+  if (f.Find("messages")) {
+    req.has_messages = true;
+    DI_RETURN_IF_ERROR(ParseMessages(json, &req.messages));
+    DI_RETURN_IF_ERROR(f.GetBool("add_generation_prompt", &req.add_generation_prompt));
+  } else if (f.Find("prompt")) {
+    DI_RETURN_IF_ERROR(f.GetString("prompt", &req.prompt));
+  } else {
+    return RequestError("prompt", "missing_field", "Either 'prompt' or 'messages' is required.");
+  }
+  if (f.Find("add_special_tokens")) {
+    bool value = false;
+    DI_RETURN_IF_ERROR(f.GetBool("add_special_tokens", &value));
+    req.add_special_tokens = value;
+  }
+  DI_RETURN_IF_ERROR(f.GetBool("return_token_strs", &req.return_token_strs));
+  return req;
+}
+
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body,
+                                                         const ParseLimits& limits) {
+  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  DetokenizeRequest req;
+  Fields f(json);
+  DI_RETURN_IF_ERROR(f.GetString("model", &req.model));
+  const Json* tokens = f.Find("tokens");
+  if (!tokens) return RequestError("tokens", "missing_field", "'tokens' is a required property.");
+  DI_RETURN_IF_ERROR(ParseTokenArray(*tokens, limits, "tokens", &req.tokens));
+  return req;
+}
+
+}  // namespace deepinfer::api

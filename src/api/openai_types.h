@@ -1,0 +1,103 @@
+#pragma once
+
+// Request bodies of the OpenAI-compatible routes, parsed and validated into plain structs before
+// anything touches the tokenizer or the engine.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/sampler.h"
+
+namespace deepinfer::api {
+
+inline constexpr int32_t kMaxChoices = 16;      // n
+inline constexpr int32_t kMaxStopStrings = 16;  // OpenAI allows 4; we accept more
+inline constexpr int32_t kMaxStopStringBytes = 1024;
+inline constexpr int32_t kMaxChatTopLogprobs = 20;       // chat top_logprobs
+inline constexpr int32_t kMaxCompletionLogprobs = 5;     // completions logprobs
+inline constexpr int32_t kMaxPrompts = 64;               // completions prompt arrays
+inline constexpr int32_t kMaxSequencesPerRequest = 128;  // prompts x n
+
+// Settings shared by chat and completions.
+//
+// Units: max_tokens counts generated tokens per choice.
+struct GenerationParams {
+  std::string model;  // empty when the request did not name one
+  int32_t n = 1;
+  std::optional<int32_t> max_tokens;  // max_completion_tokens wins over max_tokens
+  std::vector<std::string> stop;      // non-empty strings
+  std::vector<int32_t> stop_token_ids;
+  engine::SamplingParams sampling;  // num_top_logprobs: -1 when logprobs are off
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool ignore_eos = false;     // vLLM extension
+};
+
+// One chat message with its content flattened to text.
+struct ChatMessage {
+  std::string role;         // system, developer, user, assistant, tool
+  std::string content;      // text parts joined
+  bool has_content = true;  // false for a null/absent content (assistant with tool calls)
+  std::string name;
+  std::string tool_call_id;
+  std::string tool_calls_json;  // assistant tool_calls as compact JSON; empty when none
+};
+
+struct ChatRequest {
+  GenerationParams params;
+  std::vector<ChatMessage> messages;
+  bool logprobs = false;
+};
+
+// One prompt of /v1/completions: text, or token ids given by the client.
+struct CompletionPrompt {
+  bool is_tokens = false;
+  std::string text;
+  std::vector<int32_t> tokens;
+};
+
+struct CompletionRequest {
+  GenerationParams params;
+  std::vector<CompletionPrompt> prompts;
+  bool echo = false;
+};
+
+// POST /tokenize (vLLM shape): either `prompt` or `messages`.
+struct TokenizeRequest {
+  std::string model;
+  bool has_messages = false;
+  std::string prompt;
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt = true;
+  std::optional<bool> add_special_tokens;  // default: true for prompt, false for messages
+  bool return_token_strs = false;
+};
+
+// POST /detokenize (vLLM shape).
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+
+// What the parsers check against the loaded model. 0 disables a check.
+struct ParseLimits {
+  int32_t vocab_size = 0;  // token ids (prompt, logit_bias, stop_token_ids) must be below it
+};
+
+// Parses and validates a request body. Unknown fields are ignored; `null` counts as absent.
+// Errors: InvalidArgument with a `param` payload (see errors.h): "invalid_json",
+//   "invalid_type", "invalid_value", "missing_field", "unsupported_value".
+// Cost: O(body size). Never throws, whatever the bytes.
+absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseLimits& limits);
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
+                                                         const ParseLimits& limits);
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
+                                                     const ParseLimits& limits);
+absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body,
+                                                         const ParseLimits& limits);
+
+}  // namespace deepinfer::api

@@ -1,0 +1,240 @@
+#include "api/openai_types.h"
+
+#include "api/errors.h"
+#include "gtest/gtest.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+ParseLimits Limits() { return ParseLimits{1000}; }
+
+// Expects a 400 naming `param` and returns the stable code.
+std::string RejectChat(const std::string& body, const std::string& param) {
+  auto r = ParseChatRequest(body, Limits());
+  EXPECT_FALSE(r.ok()) << body;
+  if (r.ok()) return "";
+  ApiError e = ApiErrorFromStatus(r.status());
+  EXPECT_EQ(e.http_status, 400) << body;
+  EXPECT_EQ(e.param, param) << body << " -> " << r.status();
+  return e.code;
+}
+
+std::string RejectCompletion(const std::string& body, const std::string& param) {
+  auto r = ParseCompletionRequest(body, Limits());
+  EXPECT_FALSE(r.ok()) << body;
+  if (r.ok()) return "";
+  ApiError e = ApiErrorFromStatus(r.status());
+  EXPECT_EQ(e.http_status, 400) << body;
+  EXPECT_EQ(e.param, param) << body << " -> " << r.status();
+  return e.code;
+}
+
+TEST(ParseChatRequestTest, ReadsAMinimalRequestWithDefaults) {
+  auto r =
+      ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})", Limits());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.model, "m");
+  ASSERT_EQ(r->messages.size(), 1u);
+  EXPECT_EQ(r->messages[0].role, "user");
+  EXPECT_EQ(r->messages[0].content, "hi");
+  EXPECT_EQ(r->params.n, 1);
+  EXPECT_FALSE(r->params.max_tokens.has_value());
+  EXPECT_FALSE(r->params.stream);
+  EXPECT_EQ(r->params.sampling.temperature, 1.0f);
+  EXPECT_EQ(r->params.sampling.num_top_logprobs, -1);
+}
+
+TEST(ParseChatRequestTest, ReadsEverySupportedField) {
+  auto r = ParseChatRequest(R"({
+    "model": "m", "n": 2, "max_tokens": 10, "max_completion_tokens": 20, "stop": ["a", "bb"],
+    "temperature": 0, "top_p": 0.5, "top_k": 40, "min_p": 0.1, "seed": 7,
+    "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
+    "logprobs": true, "top_logprobs": 3, "logit_bias": {"5": -100, "9": 2.5}, "user": "u",
+    "ignore_eos": true, "stop_token_ids": [1, 2], "stream": true,
+    "stream_options": {"include_usage": true}, "unknown_field": {"x": 1},
+    "messages": [{"role": "system", "content": "s"},
+                 {"role": "user", "content": [{"type": "text", "text": "a"},
+                                              {"type": "text", "text": "b"}]},
+                 {"role": "assistant", "content": null, "tool_calls": []}]})",
+                            Limits());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GenerationParams& p = r->params;
+  EXPECT_EQ(p.n, 2);
+  EXPECT_EQ(p.max_tokens, 20);  // max_completion_tokens wins
+  EXPECT_EQ(p.stop, (std::vector<std::string>{"a", "bb"}));
+  EXPECT_EQ(p.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(p.sampling.top_p, 0.5f);
+  EXPECT_EQ(p.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(p.sampling.min_p, 0.1f);
+  EXPECT_TRUE(p.sampling.has_seed);
+  EXPECT_EQ(p.sampling.seed, 7u);
+  EXPECT_FLOAT_EQ(p.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(p.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(p.sampling.num_top_logprobs, 3);
+  ASSERT_EQ(p.sampling.logit_bias.size(), 2u);
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.stop_token_ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_TRUE(p.stream);
+  EXPECT_TRUE(p.include_usage);
+  ASSERT_EQ(r->messages.size(), 3u);
+  EXPECT_EQ(r->messages[1].content, "ab");
+  EXPECT_FALSE(r->messages[2].has_content);
+  EXPECT_EQ(r->messages[2].tool_calls_json, "[]");
+}
+
+TEST(ParseChatRequestTest, IncludeUsageNeedsStream) {
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}})",
+      Limits());
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->params.include_usage);
+}
+
+TEST(ParseChatRequestTest, LogprobsWithoutTopLogprobsMeansZero) {
+  auto r =
+      ParseChatRequest(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})", Limits());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->params.sampling.num_top_logprobs, 0);
+}
+
+TEST(ParseChatRequestTest, NullMeansAbsent) {
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"temperature":null,"stop":null,"n":null})",
+      Limits());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->params.sampling.temperature, 1.0f);
+}
+
+TEST(ParseChatRequestTest, RejectsInvalidJson) {
+  EXPECT_EQ(RejectChat("{", ""), "invalid_json");
+  EXPECT_EQ(RejectChat("", ""), "invalid_json");
+  EXPECT_EQ(RejectChat("{\"messages\": []} trailing", ""), "invalid_json");
+  EXPECT_EQ(RejectChat("[1]", ""), "invalid_type");
+  EXPECT_EQ(RejectChat("\"\xff\"", ""), "invalid_json");
+}
+
+TEST(ParseChatRequestTest, RejectsDeepNesting) {
+  std::string deep(100000, '[');
+  EXPECT_EQ(RejectChat(deep, ""), "invalid_json");
+}
+
+TEST(ParseChatRequestTest, RejectsBadMessages) {
+  EXPECT_EQ(RejectChat("{}", "messages"), "missing_field");
+  EXPECT_EQ(RejectChat(R"({"messages":"hi"})", "messages"), "invalid_type");
+  EXPECT_EQ(RejectChat(R"({"messages":[]})", "messages"), "invalid_value");
+  EXPECT_EQ(RejectChat(R"({"messages":[1]})", "messages[0]"), "invalid_type");
+  EXPECT_EQ(RejectChat(R"({"messages":[{"content":"x"}]})", "messages[0].role"), "missing_field");
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"wizard","content":"x"}]})", "messages[0].role"),
+            "invalid_value");
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user","content":5}]})", "messages[0].content"),
+            "invalid_type");
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user"}]})", "messages[0].content"),
+            "missing_field");
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+                       "messages[0].content[0]"),
+            "unsupported_value");
+}
+
+TEST(ParseChatRequestTest, RejectsOutOfRangeValues) {
+  const std::string m = R"("messages":[{"role":"user","content":"x"}])";
+  auto body = [&](const std::string& field) { return "{" + m + "," + field + "}"; };
+  EXPECT_EQ(RejectChat(body(R"("temperature":-0.1)"), "temperature"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("temperature":2.5)"), "temperature"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("temperature":"hot")"), "temperature"), "invalid_type");
+  EXPECT_EQ(RejectChat(body(R"("top_p":0)"), "top_p"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("top_p":1.5)"), "top_p"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("n":0)"), "n"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("n":17)"), "n"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("n":1.5)"), "n"), "invalid_type");
+  EXPECT_EQ(RejectChat(body(R"("max_tokens":0)"), "max_tokens"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("max_completion_tokens":-3)"), "max_completion_tokens"),
+            "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("max_tokens":1e300)"), "max_tokens"), "invalid_type");
+  EXPECT_EQ(RejectChat(body(R"("top_logprobs":21,"logprobs":true)"), "top_logprobs"),
+            "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("top_logprobs":2)"), "top_logprobs"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("logprobs":3)"), "logprobs"), "invalid_type");
+  EXPECT_EQ(RejectChat(body(R"("stop":["a","b","c","d","e","f","g","h","i","j","k","l","m","n",)"
+                            R"("o","p","q"])"),
+                       "stop"),
+            "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("stop":[1])"), "stop"), "invalid_type");
+  EXPECT_EQ(RejectChat(body(R"("logit_bias":{"abc":1})"), "logit_bias"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("logit_bias":{"5":101})"), "logit_bias"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("logit_bias":{"5000":1})"), "logit_bias"), "invalid_token");
+  EXPECT_EQ(RejectChat(body(R"("stop_token_ids":[-1])"), "stop_token_ids"), "invalid_token");
+  EXPECT_EQ(RejectChat(body(R"("presence_penalty":3)"), "presence_penalty"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("min_p":2)"), "min_p"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("top_k":-2)"), "top_k"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("stream":"yes")"), "stream"), "invalid_type");
+  EXPECT_EQ(
+      RejectChat(body(R"("stream_options":{"include_usage":1})"), "stream_options.include_usage"),
+      "invalid_type");
+  EXPECT_EQ(RejectChat(body(R"("model":5)"), "model"), "invalid_type");
+}
+
+TEST(ParseCompletionRequestTest, AcceptsEveryPromptShape) {
+  auto one = ParseCompletionRequest(R"({"prompt":"hi"})", Limits());
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->prompts.size(), 1u);
+  EXPECT_EQ(one->prompts[0].text, "hi");
+  auto many = ParseCompletionRequest(R"({"prompt":["a","b"]})", Limits());
+  ASSERT_TRUE(many.ok());
+  EXPECT_EQ(many->prompts.size(), 2u);
+  auto ids = ParseCompletionRequest(R"({"prompt":[1,2,3]})", Limits());
+  ASSERT_TRUE(ids.ok());
+  ASSERT_EQ(ids->prompts.size(), 1u);
+  EXPECT_TRUE(ids->prompts[0].is_tokens);
+  EXPECT_EQ(ids->prompts[0].tokens, (std::vector<int32_t>{1, 2, 3}));
+  auto nested = ParseCompletionRequest(R"({"prompt":[[1],[2,3]]})", Limits());
+  ASSERT_TRUE(nested.ok());
+  EXPECT_EQ(nested->prompts.size(), 2u);
+}
+
+TEST(ParseCompletionRequestTest, ReadsLogprobsAndEcho) {
+  auto r = ParseCompletionRequest(R"({"prompt":"x","logprobs":2})", Limits());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->params.sampling.num_top_logprobs, 2);
+  auto e = ParseCompletionRequest(R"({"prompt":"x","echo":true})", Limits());
+  ASSERT_TRUE(e.ok());
+  EXPECT_TRUE(e->echo);
+}
+
+TEST(ParseCompletionRequestTest, RejectsBadPromptsAndLogprobs) {
+  EXPECT_EQ(RejectCompletion("{}", "prompt"), "missing_field");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":5})", "prompt"), "invalid_type");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":[]})", "prompt"), "invalid_value");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":[1,"a"]})", "prompt"), "invalid_type");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":[1000]})", "prompt"), "invalid_token");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":[{"a":1}]})", "prompt"), "invalid_type");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":"x","logprobs":6})", "logprobs"), "invalid_value");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":"x","logprobs":true})", "logprobs"), "invalid_type");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":["a","b","c","d","e","f","g","h","i"],"n":16})", "n"),
+            "invalid_value");
+}
+
+TEST(ParseTokenizeRequestTest, ReadsPromptOrMessages) {
+  auto p = ParseTokenizeRequest(R"({"model":"m","prompt":"hello"})", Limits());
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->has_messages);
+  EXPECT_EQ(p->prompt, "hello");
+  auto m = ParseTokenizeRequest(
+      R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false})", Limits());
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->has_messages);
+  EXPECT_FALSE(m->add_generation_prompt);
+  EXPECT_FALSE(ParseTokenizeRequest("{}", Limits()).ok());
+}
+
+TEST(ParseDetokenizeRequestTest, ReadsTokens) {
+  auto r = ParseDetokenizeRequest(R"({"tokens":[1,2]})", Limits());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, (std::vector<int32_t>{1, 2}));
+  EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens":[1,1000]})", Limits()).ok());
+  EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens":"1"})", Limits()).ok());
+}
+
+}  // namespace
+}  // namespace deepinfer::api

@@ -1,0 +1,142 @@
+#include "api/server.h"
+
+#include <exception>
+
+#include "api/errors.h"
+#include "api/handlers.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+enum class Route {
+  kHealth,
+  kModels,
+  kModel,
+  kMetrics,
+  kChat,
+  kCompletions,
+  kTokenize,
+  kDetokenize,
+  kUnknown
+};
+
+struct RouteInfo {
+  Route route;
+  const char* method;  // the one method it answers (GET routes also answer HEAD)
+};
+
+RouteInfo Match(const std::string& path) {
+  if (path == "/health") return {Route::kHealth, "GET"};
+  if (path == "/v1/models") return {Route::kModels, "GET"};
+  if (path.rfind("/v1/models/", 0) == 0) return {Route::kModel, "GET"};
+  if (path == "/metrics") return {Route::kMetrics, "GET"};
+  if (path == "/v1/chat/completions") return {Route::kChat, "POST"};
+  if (path == "/v1/completions") return {Route::kCompletions, "POST"};
+  if (path == "/tokenize") return {Route::kTokenize, "POST"};
+  if (path == "/detokenize") return {Route::kDetokenize, "POST"};
+  return {Route::kUnknown, ""};
+}
+
+Json ModelCard(const Backend& backend) {
+  return Json{{"id", backend.served_model_name},       {"object", "model"},
+              {"created", backend.created_unix},       {"owned_by", "deepinfer"},
+              {"root", backend.served_model_name},     {"parent", nullptr},
+              {"max_model_len", backend.max_model_len}};
+}
+
+}  // namespace
+
+std::string ApiServer::RouteLabel(const std::string& path) {
+  RouteInfo info = Match(path);
+  if (info.route == Route::kUnknown) return "other";
+  if (info.route == Route::kModel) return "/v1/models/{id}";
+  return path;
+}
+
+void ApiServer::Observe(const HttpRequest& request, int status, double seconds) {
+  const std::string& m = request.method;
+  bool known_method = m == "GET" || m == "POST" || m == "HEAD" || m == "PUT" || m == "DELETE" ||
+                      m == "OPTIONS" || m == "PATCH";
+  metrics_.Record(RouteLabel(request.path), known_method ? m : "other", status, seconds);
+}
+
+void ApiServer::Handle(const HttpRequest& request, ResponseWriter& writer) {
+  try {
+    Dispatch(request, writer);
+  } catch (const std::exception& e) {
+    // Project code does not throw; this is the last line for a library that did.
+    if (!writer.started()) {
+      RespondError(writer, InternalError("internal_error", "Internal server error."));
+    }
+  }
+}
+
+void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
+  RouteInfo info = Match(request.path);
+  if (info.route == Route::kUnknown) {
+    RespondError(writer, RouteNotFoundError(request.path));
+    return;
+  }
+  bool method_ok = request.method == info.method ||
+                   (request.method == "HEAD" && std::string(info.method) == "GET");
+  if (!method_ok) {
+    RespondError(writer, MethodNotAllowedError(request.method, request.path));
+    return;
+  }
+  const Backend* backend = backend_.load(std::memory_order_acquire);
+  bool ready = backend != nullptr && backend->engine->ready();
+  if (info.route == Route::kMetrics) {
+    std::string out;
+    if (backend != nullptr) {
+      FormatEngineMetrics(backend->engine->Stats(), backend->served_model_name,
+                          metrics_.stop_string_finishes(), &out);
+    }
+    metrics_.Format(&out);
+    writer.Respond(200, "text/plain; version=0.0.4; charset=utf-8", out);
+    return;
+  }
+  if (info.route == Route::kHealth) {
+    if (ready) {
+      RespondJson(writer, 200, Json{{"status", "ok"}});
+    } else {
+      RespondError(writer, UnavailableError("model_loading", "The model is loading."));
+    }
+    return;
+  }
+  if (!ready) {
+    RespondError(writer, UnavailableError("model_loading", "The model is loading; retry later."));
+    return;
+  }
+  switch (info.route) {
+    case Route::kModels:
+      RespondJson(writer, 200,
+                  Json{{"object", "list"}, {"data", Json::array({ModelCard(*backend)})}});
+      return;
+    case Route::kModel: {
+      std::string id = request.path.substr(std::string("/v1/models/").size());
+      if (id != backend->served_model_name) {
+        RespondError(writer, ModelNotFoundError(id));
+      } else {
+        RespondJson(writer, 200, ModelCard(*backend));
+      }
+      return;
+    }
+    case Route::kChat:
+      HandleChatCompletions(*backend, request, writer);
+      return;
+    case Route::kCompletions:
+      HandleCompletions(*backend, request, writer);
+      return;
+    case Route::kTokenize:
+      HandleTokenize(*backend, request, writer);
+      return;
+    case Route::kDetokenize:
+      HandleDetokenize(*backend, request, writer);
+      return;
+    default:
+      RespondError(writer, RouteNotFoundError(request.path));
+  }
+}
+
+}  // namespace deepinfer::api

@@ -1,0 +1,516 @@
+#include "api/server.h"
+
+#include <chrono>
+#include <thread>
+
+#include "api/json.h"
+#include "api/testing/fake_engine.h"
+#include "gtest/gtest.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::api {
+namespace {
+
+using testing::ByteTokens;
+using testing::FakeEngine;
+
+// Records what a handler sends. `close_after_writes` simulates a client that disconnects.
+class CaptureWriter : public ResponseWriter {
+ public:
+  explicit CaptureWriter(int close_after_writes = -1) : close_after_(close_after_writes) {}
+
+  bool Respond(int status, std::string_view content_type, std::string_view body) override {
+    if (started_) return false;
+    started_ = true;
+    status_ = status;
+    content_type_ = std::string(content_type);
+    body_ = std::string(body);
+    return true;
+  }
+  bool BeginStream(std::string_view content_type) override {
+    if (started_) return false;
+    started_ = streaming_ = true;
+    status_ = 200;
+    content_type_ = std::string(content_type);
+    return true;
+  }
+  bool WriteStream(std::string_view data) override {
+    if (closed()) return false;
+    body_ += data;
+    ++writes_;
+    return true;
+  }
+  bool EndStream() override {
+    ended_ = true;
+    return true;
+  }
+  bool PeerClosed() override { return closed() || stopping_; }
+  bool stopping() const override { return stopping_; }
+  void set_stopping(bool stopping) { stopping_ = stopping; }
+  bool started() const override { return started_; }
+  int status() const override { return status_; }
+
+  bool closed() const { return close_after_ >= 0 && writes_ >= close_after_; }
+  bool streaming() const { return streaming_; }
+  bool ended() const { return ended_; }
+  const std::string& body() const { return body_; }
+  const std::string& content_type() const { return content_type_; }
+  Json json() const {
+    auto j = ParseJson(body_);
+    EXPECT_TRUE(j.ok()) << body_;
+    return j.ok() ? *j : Json();
+  }
+  // The payloads of the SSE events, in order ("[DONE]" included).
+  std::vector<std::string> Events() const {
+    std::vector<std::string> out;
+    size_t pos = 0;
+    while (true) {
+      size_t end = body_.find("\n\n", pos);
+      if (end == std::string::npos) break;
+      std::string event = body_.substr(pos, end - pos);
+      EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
+      out.push_back(event.substr(6));
+      pos = end + 2;
+    }
+    EXPECT_EQ(pos, body_.size()) << "trailing bytes after the last event";
+    return out;
+  }
+
+ private:
+  int close_after_;
+  int writes_ = 0;
+  bool started_ = false, streaming_ = false, ended_ = false, stopping_ = false;
+  int status_ = 0;
+  std::string content_type_, body_;
+};
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Init(FakeEngine::Options{}); }
+
+  void Init(FakeEngine::Options options) {
+    engine_.reset();
+    model_ = testing::MakeByteModel();
+    auto tok = tokenizer::CreateTokenizer(model_->tokenizer);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    tokenizer_ = std::move(*tok);
+    auto tmpl = tokenizer::CreateChatTemplate(model_->tokenizer);
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    template_ = std::move(*tmpl);
+    engine_ = std::make_unique<FakeEngine>(*model_, options);
+    engine_->SetScript(ByteTokens("Hello world"));
+    backend_.engine = engine_.get();
+    backend_.tokenizer = tokenizer_.get();
+    backend_.chat_template = template_.get();
+    backend_.served_model_name = "byte-model";
+    backend_.max_model_len = options.max_model_len;
+    backend_.max_output_tokens = 64;
+    backend_.created_unix = 1700000000;
+    server_ = std::make_unique<ApiServer>();
+    backend_.metrics = &server_->metrics();
+    server_->SetBackend(&backend_);
+  }
+
+  CaptureWriter Call(const std::string& method, const std::string& path, const std::string& body,
+                     int close_after_writes = -1) {
+    HttpRequest request;
+    request.method = method;
+    request.target = request.path = path;
+    request.body = body;
+    CaptureWriter writer(close_after_writes);
+    server_->Handle(request, writer);
+    server_->Observe(request, writer.status(), 0.01);
+    return writer;
+  }
+  CaptureWriter Chat(const std::string& extra, int close_after_writes = -1) {
+    return Call(
+        "POST", "/v1/chat/completions",
+        R"({"model":"byte-model","messages":[{"role":"user","content":"Hi"}])" + extra + "}",
+        close_after_writes);
+  }
+
+  // Waits until the fake engine saw `n` cancellations.
+  bool WaitForCancelled(int n) {
+    for (int i = 0; i < 2000 && engine_->num_cancelled() < n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return engine_->num_cancelled() >= n;
+  }
+
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  std::unique_ptr<tokenizer::ChatTemplate> template_;
+  std::unique_ptr<FakeEngine> engine_;
+  Backend backend_;
+  std::unique_ptr<ApiServer> server_;
+};
+
+TEST_F(ApiServerTest, ChatCompletionReturnsTextFinishAndUsage) {
+  auto script = ByteTokens("Hello world");
+  script.push_back(testing::kImEnd);
+  engine_->SetScript(script);
+  CaptureWriter w = Chat("");
+  ASSERT_EQ(w.status(), 200) << w.body();
+  EXPECT_EQ(w.content_type(), "application/json");
+  Json j = w.json();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(j["model"], "byte-model");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello world");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 2);
+  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(), j["usage"]["prompt_tokens"].get<int>() + 12);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+TEST_F(ApiServerTest, ChatPromptIsTheRenderedTemplate) {
+  Chat("");
+  ASSERT_EQ(engine_->submitted().size(), 1u);
+  std::vector<int32_t> prompt = engine_->submitted()[0].prompt;
+  EXPECT_EQ(tokenizer_->Decode(prompt), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST_F(ApiServerTest, StreamingChatFramesRoleContentFinishAndDone) {
+  CaptureWriter w = Chat(R"(,"stream":true)");
+  ASSERT_TRUE(w.streaming());
+  EXPECT_EQ(w.content_type(), "text/event-stream");
+  EXPECT_TRUE(w.ended());
+  std::vector<std::string> events = w.Events();
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text;
+  int finishes = 0;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    Json c = *ParseJson(events[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    EXPECT_FALSE(c.contains("usage")) << events[i];
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const Json& choice = c["choices"][0];
+    if (i == 0) {
+      EXPECT_EQ(choice["delta"]["role"], "assistant");
+      EXPECT_EQ(choice["delta"]["content"], "");
+    }
+    if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) {
+      ++finishes;
+      EXPECT_EQ(choice["finish_reason"], "stop");  // the script ran out
+    }
+  }
+  EXPECT_EQ(text, "Hello world");
+  EXPECT_EQ(finishes, 1);
+}
+
+TEST_F(ApiServerTest, IncludeUsageAddsOneUsageChunkWithEmptyChoices) {
+  CaptureWriter w = Chat(R"(,"stream":true,"stream_options":{"include_usage":true})");
+  std::vector<std::string> events = w.Events();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  Json usage_chunk = *ParseJson(events[events.size() - 2]);
+  EXPECT_TRUE(usage_chunk["choices"].is_array());
+  EXPECT_TRUE(usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], 11);
+  EXPECT_EQ(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    Json c = *ParseJson(events[i]);
+    EXPECT_TRUE(c["usage"].is_null()) << events[i];
+    EXPECT_EQ(c["choices"].size(), 1u);
+  }
+}
+
+TEST_F(ApiServerTest, StopStringEndsTextBeforeItAndCancelsTheEngineRequest) {
+  engine_->SetScript(ByteTokens("Hello world, and more text that never comes"));
+  CaptureWriter w = Chat(R"(,"stop":["o w","zzz"])");
+  Json j = w.json();
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hell");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 7);
+  EXPECT_TRUE(WaitForCancelled(1));
+}
+
+TEST_F(ApiServerTest, StreamedStopStringNeverLeaksAPrefix) {
+  engine_->SetScript(ByteTokens("Hello world, and more"));
+  CaptureWriter w = Chat(R"(,"stream":true,"stop":"lo wor")");
+  std::string text, finish;
+  for (const std::string& e : w.Events()) {
+    if (e == "[DONE]") continue;
+    Json c = *ParseJson(e);
+    const Json& choice = c["choices"][0];
+    if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(text, "Hel");
+  EXPECT_EQ(finish, "stop");
+}
+
+TEST_F(ApiServerTest, MaxTokensEndsWithLength) {
+  Json j = Chat(R"(,"max_tokens":3)").json();
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hel");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+}
+
+TEST_F(ApiServerTest, ChoicesAreIndexedAndSeededPerChoice) {
+  Json j = Chat(R"(,"n":2,"seed":5)").json();
+  ASSERT_EQ(j["choices"].size(), 2u);
+  EXPECT_EQ(j["choices"][0]["index"], 0);
+  EXPECT_EQ(j["choices"][1]["index"], 1);
+  EXPECT_EQ(j["choices"][1]["message"]["content"], "Hello world");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 22);
+  auto submitted = engine_->submitted();
+  ASSERT_EQ(submitted.size(), 2u);
+  EXPECT_EQ(submitted[0].sampling.seed, 5u);
+  EXPECT_EQ(submitted[1].sampling.seed, 6u);
+  EXPECT_TRUE(submitted[1].sampling.has_seed);
+}
+
+TEST_F(ApiServerTest, NoMaxTokensUsesTheRestOfTheWindowUpToTheOutputCap) {
+  backend_.max_output_tokens = 100000;
+  Chat("");
+  auto submitted = engine_->submitted();
+  ASSERT_EQ(submitted.size(), 1u);
+  EXPECT_EQ(submitted[0].max_tokens + static_cast<int32_t>(submitted[0].prompt.size()), 512);
+  backend_.max_output_tokens = 10;
+  Chat("");
+  EXPECT_EQ(engine_->submitted()[1].max_tokens, 10);
+}
+
+TEST_F(ApiServerTest, ContextOverflowIsA400BeforeAnyStreamByte) {
+  std::string long_text(600, 'x');
+  CaptureWriter w =
+      Call("POST", "/v1/chat/completions",
+           R"({"stream":true,"messages":[{"role":"user","content":")" + long_text + R"("}]})");
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_FALSE(w.streaming());
+  Json e = w.json()["error"];
+  EXPECT_EQ(e["code"], "context_length_exceeded");
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  EXPECT_EQ(e["param"], "messages");
+  EXPECT_EQ(e["n_ctx"], 512);
+  EXPECT_GT(e["n_prompt_tokens"].get<int>(), 600);
+  EXPECT_EQ(engine_->num_submitted(), 0);
+
+  CaptureWriter w2 = Chat(R"(,"stream":true,"max_tokens":600)");
+  EXPECT_EQ(w2.status(), 400);
+  EXPECT_EQ(w2.json()["error"]["param"], "max_tokens");
+  EXPECT_EQ(w2.json()["error"]["code"], "context_length_exceeded");
+}
+
+TEST_F(ApiServerTest, UnknownModelIs404) {
+  CaptureWriter w = Call("POST", "/v1/chat/completions",
+                         R"({"model":"gpt-4","messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(w.status(), 404);
+  EXPECT_EQ(w.json()["error"]["code"], "model_not_found");
+}
+
+TEST_F(ApiServerTest, BadInputIs400WithParam) {
+  CaptureWriter w = Call("POST", "/v1/chat/completions", "{not json");
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_EQ(w.json()["error"]["code"], "invalid_json");
+  CaptureWriter w2 = Chat(R"(,"temperature":3)");
+  EXPECT_EQ(w2.status(), 400);
+  EXPECT_EQ(w2.json()["error"]["param"], "temperature");
+  EXPECT_EQ(engine_->num_submitted(), 0);
+}
+
+TEST_F(ApiServerTest, ClientGoneWhileQueuedCancelsTheEngineRequest) {
+  engine_->Pause(true);
+  CaptureWriter w = Chat("", /*close_after_writes=*/0);
+  EXPECT_EQ(engine_->num_submitted(), 1);
+  EXPECT_TRUE(WaitForCancelled(1));
+  EXPECT_EQ(w.status(), 499);
+}
+
+TEST_F(ApiServerTest, ClientGoneMidStreamCancelsOnlyItsRequest) {
+  FakeEngine::Options slow;
+  slow.step = std::chrono::milliseconds(5);
+  Init(slow);
+  engine_->SetScript(ByteTokens(std::string(60, 'a')));
+  CaptureWriter w = Chat(R"(,"stream":true)", /*close_after_writes=*/3);
+  EXPECT_TRUE(WaitForCancelled(1));
+  EXPECT_FALSE(w.ended());
+  // The engine still serves the next request in full.
+  engine_->SetScript(ByteTokens("ok"));
+  EXPECT_EQ(Chat("").json()["choices"][0]["message"]["content"], "ok");
+}
+
+TEST_F(ApiServerTest, EngineErrorAfterStreamStartIsAnInBandErrorThenDone) {
+  engine_->FailNextAfter(3);
+  CaptureWriter w = Chat(R"(,"stream":true)");
+  std::vector<std::string> events = w.Events();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  Json error = *ParseJson(events[events.size() - 2]);
+  EXPECT_EQ(error["error"]["code"], "kv_cache_exhausted");
+}
+
+TEST_F(ApiServerTest, ShutdownEndsRequestsWithShuttingDown) {
+  engine_->Pause(true);
+  HttpRequest request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.body = R"({"stream":true,"messages":[{"role":"user","content":"x"}]})";
+  CaptureWriter streaming;
+  streaming.set_stopping(true);
+  server_->Handle(request, streaming);
+  std::vector<std::string> events = streaming.Events();
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ((*ParseJson(events[events.size() - 2]))["error"]["code"], "shutting_down");
+  request.body = R"({"messages":[{"role":"user","content":"x"}]})";
+  CaptureWriter plain;
+  plain.set_stopping(true);
+  server_->Handle(request, plain);
+  EXPECT_EQ(plain.status(), 503);
+  EXPECT_TRUE(WaitForCancelled(2));
+}
+
+TEST_F(ApiServerTest, EngineErrorWithoutStreamIsAnErrorResponse) {
+  engine_->FailNextAfter(0);
+  CaptureWriter w = Chat("");
+  EXPECT_EQ(w.status(), 503);
+  EXPECT_EQ(w.json()["error"]["code"], "kv_cache_exhausted");
+}
+
+TEST_F(ApiServerTest, ChatLogprobsHaveTokensBytesAndTopEntries) {
+  Json j = Chat(R"(,"logprobs":true,"top_logprobs":2,"max_tokens":2)").json();
+  const Json& content = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u);
+  EXPECT_EQ(content[0]["token"], "H");
+  EXPECT_FLOAT_EQ(content[0]["logprob"].get<float>(), -0.5f);
+  EXPECT_EQ(content[0]["bytes"], Json::array({72}));
+  ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "I");
+}
+
+TEST_F(ApiServerTest, CompletionsReturnTextLogprobsAndEcho) {
+  CaptureWriter w =
+      Call("POST", "/v1/completions", R"({"prompt":"abc","max_tokens":4,"logprobs":1})");
+  ASSERT_EQ(w.status(), 200) << w.body();
+  Json j = w.json();
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["choices"][0]["text"], "Hell");
+  EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 4u);
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json::array({0, 1, 2, 3}));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
+
+  Json echo =
+      Call("POST", "/v1/completions", R"({"prompt":"abc","max_tokens":2,"echo":true})").json();
+  EXPECT_EQ(echo["choices"][0]["text"], "abcHe");
+}
+
+TEST_F(ApiServerTest, CompletionsWithSeveralPromptsIndexChoicesPromptMajor) {
+  Json j =
+      Call("POST", "/v1/completions", R"({"prompt":["ab","cde"],"n":2,"max_tokens":1})").json();
+  ASSERT_EQ(j["choices"].size(), 4u);
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+}
+
+TEST_F(ApiServerTest, StreamingCompletionsEndWithUsageAndDone) {
+  CaptureWriter w = Call("POST", "/v1/completions",
+                         R"({"prompt":"abc","max_tokens":5,"stream":true,)"
+                         R"("stream_options":{"include_usage":true}})");
+  std::vector<std::string> events = w.Events();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  Json usage = *ParseJson(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    Json c = *ParseJson(events[i]);
+    EXPECT_EQ(c["object"], "text_completion");
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "Hello");
+}
+
+TEST_F(ApiServerTest, RepeatedLongPrefixReportsCachedTokens) {
+  std::string prompt(100, 'p');
+  std::string body = R"({"prompt":")" + prompt + R"(","max_tokens":1})";
+  Json first = Call("POST", "/v1/completions", body).json();
+  EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  Json second = Call("POST", "/v1/completions", body).json();
+  EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 96);
+}
+
+TEST_F(ApiServerTest, TokenizeAndDetokenize) {
+  Json t = Call("POST", "/tokenize", R"({"prompt":"abc"})").json();
+  EXPECT_EQ(t["count"], 3);
+  EXPECT_EQ(t["max_model_len"], 512);
+  EXPECT_EQ(t["tokens"], Json::array({97, 98, 99}));
+  Json m = Call("POST", "/tokenize",
+                R"({"messages":[{"role":"user","content":"Hi"}],"return_token_strs":true})")
+               .json();
+  EXPECT_EQ(m["count"].get<size_t>(), m["tokens"].size());
+  Chat("");
+  EXPECT_EQ(m["count"].get<size_t>(), engine_->submitted().at(0).prompt.size());
+  EXPECT_EQ(m["token_strs"][0], "<|im_start|>");
+  Json d = Call("POST", "/detokenize", R"({"tokens":[104,105]})").json();
+  EXPECT_EQ(d["prompt"], "hi");
+}
+
+TEST_F(ApiServerTest, ModelsHealthAndRoutingErrors) {
+  Json models = Call("GET", "/v1/models", "").json();
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "byte-model");
+  EXPECT_EQ(models["data"][0]["object"], "model");
+  EXPECT_EQ(models["data"][0]["owned_by"], "deepinfer");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 512);
+  EXPECT_EQ(Call("GET", "/v1/models/byte-model", "").status(), 200);
+  EXPECT_EQ(Call("GET", "/v1/models/other", "").status(), 404);
+  EXPECT_EQ(Call("GET", "/health", "").status(), 200);
+  CaptureWriter missing = Call("GET", "/nope", "");
+  EXPECT_EQ(missing.status(), 404);
+  EXPECT_EQ(missing.json()["error"]["code"], "not_found");
+  CaptureWriter method = Call("GET", "/v1/chat/completions", "");
+  EXPECT_EQ(method.status(), 405);
+  EXPECT_EQ(method.json()["error"]["code"], "method_not_allowed");
+}
+
+TEST_F(ApiServerTest, HealthIs503UntilTheBackendIsSet) {
+  ApiServer loading;
+  HttpRequest request;
+  request.method = "GET";
+  request.path = "/health";
+  CaptureWriter w;
+  loading.Handle(request, w);
+  EXPECT_EQ(w.status(), 503);
+  request.path = "/v1/chat/completions";
+  request.method = "POST";
+  CaptureWriter w2;
+  loading.Handle(request, w2);
+  EXPECT_EQ(w2.status(), 503);
+}
+
+TEST_F(ApiServerTest, MetricsExposeEngineAndHttpSeries) {
+  engine_->SetScript(ByteTokens("Hello world"));
+  Chat(R"(,"stop":"lo")");
+  Chat("");
+  WaitForCancelled(1);
+  CaptureWriter w = Call("GET", "/metrics", "");
+  EXPECT_EQ(w.status(), 200);
+  EXPECT_EQ(w.content_type().rfind("text/plain; version=0.0.4", 0), 0u);
+  const std::string& text = w.body();
+  for (const char* name :
+       {"vllm:num_requests_running{model_name=\"byte-model\"}", "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+        "vllm:request_success_total", "vllm:num_preemptions_total",
+        "vllm:time_to_first_token_seconds_bucket", "vllm:time_per_output_token_seconds_count",
+        "vllm:e2e_request_latency_seconds_sum", "vllm:request_queue_time_seconds_bucket",
+        "deepinfer_http_requests_total{route=\"/v1/chat/completions\",method=\"POST\","
+        "status=\"200\"} 2"}) {
+    EXPECT_NE(text.find(name), std::string::npos) << name;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::api

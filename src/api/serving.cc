@@ -1,0 +1,186 @@
+#include "api/serving.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <random>
+
+#include "api/errors.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
+// JSON has no -inf; vLLM reports impossible tokens with this value.
+double FiniteLogprob(float logprob) {
+  return std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0;
+}
+
+Json BytesJson(const std::string& piece) {
+  Json bytes = Json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<int32_t> ResolveMaxTokens(const Backend& backend, int64_t prompt_tokens,
+                                         std::optional<int32_t> requested,
+                                         std::string_view prompt_param) {
+  const int64_t window = backend.max_model_len;
+  if (prompt_tokens >= window) {
+    return ContextLengthError(prompt_param, prompt_tokens, requested.value_or(1), window);
+  }
+  if (requested) {
+    if (prompt_tokens + *requested > window) {
+      return ContextLengthError("max_tokens", prompt_tokens, *requested, window);
+    }
+    return std::min(*requested, backend.max_output_tokens);
+  }
+  return static_cast<int32_t>(std::min<int64_t>(backend.max_output_tokens, window - prompt_tokens));
+}
+
+absl::Status CheckModel(const Backend& backend, const std::string& model) {
+  if (model.empty() || model == backend.served_model_name) return absl::OkStatus();
+  return ModelNotFoundError(model);
+}
+
+std::vector<int32_t> ChatPromptTokens(const Backend& backend,
+                                      const std::vector<ChatMessage>& messages,
+                                      bool add_generation_prompt) {
+  std::vector<tokenizer::ChatMessage> turns;
+  turns.reserve(messages.size());
+  for (const ChatMessage& m : messages) {
+    // Templates know the classic roles; OpenAI's "developer" is the new name of "system".
+    turns.push_back({m.role == "developer" ? "system" : m.role, m.content});
+  }
+  std::string text = backend.chat_template->Render(turns, add_generation_prompt);
+  return backend.tokenizer->Encode(text, /*parse_special=*/true);
+}
+
+engine::GenerateRequest MakeEngineRequest(const GenerationParams& params,
+                                          std::vector<int32_t> prompt, int32_t max_tokens,
+                                          int32_t choice_index, const std::string& request_id) {
+  engine::GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling = params.sampling;
+  if (r.sampling.has_seed) r.sampling.seed += static_cast<uint64_t>(choice_index);
+  r.max_tokens = max_tokens;
+  r.stop_token_ids = params.stop_token_ids;
+  r.ignore_eos = params.ignore_eos;
+  r.request_id = request_id;
+  return r;
+}
+
+std::string NewRequestId(std::string_view prefix) {
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+  return id;
+}
+
+int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
+
+Json UsageJson(const UsageCounts& usage) {
+  Json u = Json::object();
+  u["prompt_tokens"] = usage.prompt_tokens;
+  u["completion_tokens"] = usage.completion_tokens;
+  u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  u["prompt_tokens_details"] = Json{{"cached_tokens", usage.cached_tokens}};
+  return u;
+}
+
+Json ChatLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                      const std::vector<engine::TokenEvent>& tokens, int32_t num_top) {
+  Json content = Json::array();
+  for (const engine::TokenEvent& t : tokens) {
+    std::string piece = tokenizer.TokenPiece(t.token);
+    Json entry = Json::object();
+    entry["token"] = piece;
+    entry["logprob"] = FiniteLogprob(t.logprob);
+    entry["bytes"] = BytesJson(piece);
+    Json top = Json::array();
+    for (size_t i = 0; i < t.top_logprobs.size() && static_cast<int32_t>(i) < num_top; ++i) {
+      std::string top_piece = tokenizer.TokenPiece(t.top_logprobs[i].first);
+      top.push_back(Json{{"token", top_piece},
+                         {"logprob", FiniteLogprob(t.top_logprobs[i].second)},
+                         {"bytes", BytesJson(top_piece)}});
+    }
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return Json{{"content", std::move(content)}};
+}
+
+Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                            const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
+                            int64_t* text_offset) {
+  Json out = Json::object();
+  Json pieces = Json::array(), logprobs = Json::array(), tops = Json::array(),
+       offsets = Json::array();
+  for (const engine::TokenEvent& t : tokens) {
+    std::string piece = tokenizer.TokenPiece(t.token);
+    pieces.push_back(piece);
+    logprobs.push_back(FiniteLogprob(t.logprob));
+    offsets.push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(piece.size());
+    Json top = Json::object();
+    for (size_t i = 0; i < t.top_logprobs.size() && static_cast<int32_t>(i) < num_top; ++i) {
+      top[tokenizer.TokenPiece(t.top_logprobs[i].first)] = FiniteLogprob(t.top_logprobs[i].second);
+    }
+    // The chosen token is always among the top entries in the legacy format.
+    if (num_top > 0 && !top.contains(piece)) top[piece] = FiniteLogprob(t.logprob);
+    tops.push_back(std::move(top));
+  }
+  out["tokens"] = std::move(pieces);
+  out["token_logprobs"] = std::move(logprobs);
+  out["top_logprobs"] = std::move(tops);
+  out["text_offset"] = std::move(offsets);
+  return out;
+}
+
+void RespondJson(ResponseWriter& writer, int status, const Json& body) {
+  writer.Respond(status, "application/json", DumpJson(body));
+}
+
+void RespondError(ResponseWriter& writer, const absl::Status& status) {
+  ApiError error = ApiErrorFromStatus(status);
+  writer.Respond(error.http_status, "application/json", ErrorBody(error));
+}
+
+DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
+                         const std::function<bool(const ChoiceDelta&)>& on_delta,
+                         absl::Status* error) {
+  std::vector<ChoiceDelta> deltas;
+  while (!generation.done()) {
+    if (writer.PeerClosed()) {
+      generation.Cancel();
+      if (writer.stopping()) {
+        *error = UnavailableError("shutting_down", "The server is shutting down.");
+        return DriveEnd::kError;
+      }
+      return DriveEnd::kClientGone;
+    }
+    deltas.clear();
+    absl::Status status = generation.Poll(kPollInterval, &deltas);
+    if (!status.ok()) {
+      generation.Cancel();
+      *error = status;
+      return DriveEnd::kError;
+    }
+    for (const ChoiceDelta& d : deltas) {
+      if (!on_delta(d)) {
+        generation.Cancel();
+        return DriveEnd::kClientGone;
+      }
+    }
+  }
+  return DriveEnd::kDone;
+}
+
+}  // namespace deepinfer::api

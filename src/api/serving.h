@@ -1,0 +1,97 @@
+#pragma once
+
+// What the route handlers share: the loaded model (Backend), the context-window rule, ids,
+// usage and logprobs JSON, and the loop that drives a Generation while watching the client.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/generation.h"
+#include "api/http_server.h"
+#include "api/json.h"
+#include "api/metrics.h"
+#include "api/openai_types.h"
+#include "engine/engine.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::api {
+
+// Everything a request needs once the model is loaded.
+// Lifetime: borrows engine, tokenizer and template; all outlive the HTTP server's handlers.
+struct Backend {
+  engine::Engine* engine = nullptr;
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  const tokenizer::ChatTemplate* chat_template = nullptr;
+  std::string served_model_name;
+  int32_t max_model_len = 0;      // the context window, in tokens
+  int32_t max_output_tokens = 0;  // per choice, already capped by max_model_len
+  int64_t created_unix = 0;       // for the "created" field of /v1/models
+  HttpMetrics* metrics = nullptr;
+};
+
+// The output budget of one choice.
+//
+// Errors: InvalidArgument "context_length_exceeded" (with n_prompt_tokens and n_ctx) when the
+//   prompt leaves no room for one token (param `prompt_param`) or prompt + requested max_tokens
+//   exceed the window (param "max_tokens").
+// Units: tokens. Without `requested`: min(max_output_tokens, window - prompt); with it:
+//   min(requested, max_output_tokens).
+absl::StatusOr<int32_t> ResolveMaxTokens(const Backend& backend, int64_t prompt_tokens,
+                                         std::optional<int32_t> requested,
+                                         std::string_view prompt_param);
+
+// 404 model_not_found unless `model` is empty or the served name.
+absl::Status CheckModel(const Backend& backend, const std::string& model);
+
+// Renders the chat template and tokenizes the result.
+std::vector<int32_t> ChatPromptTokens(const Backend& backend,
+                                      const std::vector<ChatMessage>& messages,
+                                      bool add_generation_prompt);
+
+// Fills the engine request fields every route sets the same way. Choice `i` of a seeded
+// request uses seed + i.
+engine::GenerateRequest MakeEngineRequest(const GenerationParams& params,
+                                          std::vector<int32_t> prompt, int32_t max_tokens,
+                                          int32_t choice_index, const std::string& request_id);
+
+// "<prefix><24 random alphanumerics>", e.g. "chatcmpl-...".
+std::string NewRequestId(std::string_view prefix);
+int64_t UnixNow();
+
+// {"prompt_tokens", "completion_tokens", "total_tokens",
+//  "prompt_tokens_details": {"cached_tokens"}}; cached_tokens is always a number.
+Json UsageJson(const UsageCounts& usage);
+
+// Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
+Json ChatLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                      const std::vector<engine::TokenEvent>& tokens, int32_t num_top);
+
+// Legacy completions logprobs; `text_offset` is the running offset of each token's text in the
+// choice's text and is advanced.
+Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                            const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
+                            int64_t* text_offset);
+
+void RespondJson(ResponseWriter& writer, int status, const Json& body);
+void RespondError(ResponseWriter& writer, const absl::Status& status);
+
+// How a generation loop ended.
+enum class DriveEnd { kDone, kClientGone, kError };
+
+// Polls `generation` until every choice finished and its usage is known, handing each delta to
+// `on_delta` (which returns false when it could not write to the client). Cancels the engine
+// requests when the client disconnects or a write fails; the disconnect is noticed within about
+// one poll interval (20 ms) whether the request is queued, prefilling or decoding.
+// `error` receives the failure with kError (also Unavailable "shutting_down" when the server
+// stops).
+DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
+                         const std::function<bool(const ChoiceDelta&)>& on_delta,
+                         absl::Status* error);
+
+}  // namespace deepinfer::api

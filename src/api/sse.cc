@@ -1,0 +1,38 @@
+#include "api/sse.h"
+
+#include "fmt/format.h"
+
+namespace deepinfer::api {
+
+std::string SseData(std::string_view payload) {
+  std::string out;
+  out.reserve(payload.size() + 8);
+  size_t start = 0;
+  while (true) {
+    size_t end = payload.find_first_of("\r\n", start);
+    out += "data: ";
+    out.append(payload.substr(start, end == std::string_view::npos ? end : end - start));
+    out += '\n';
+    if (end == std::string_view::npos) break;
+    // "\r\n" counts as one line break.
+    start =
+        end +
+        ((payload[end] == '\r' && end + 1 < payload.size() && payload[end + 1] == '\n') ? 2 : 1);
+  }
+  out += '\n';
+  return out;
+}
+
+std::string SseDone() { return "data: [DONE]\n\n"; }
+
+std::string SseErrorAndDone(const ApiError& error) { return SseData(ErrorBody(error)) + SseDone(); }
+
+std::string HttpChunk(std::string_view data) {
+  if (data.empty()) return {};
+  std::string out = fmt::format("{:x}\r\n", data.size());
+  out.append(data);
+  out += "\r\n";
+  return out;
+}
+
+}  // namespace deepinfer::api

@@ -1,0 +1,33 @@
+#pragma once
+
+// Server-sent events and HTTP/1.1 chunk framing for streamed responses.
+//
+// Source: WHATWG HTML "Server-sent events" (event stream format); RFC 9112 section 7.1 (chunked
+//   transfer coding); OpenAI streaming (`data: {json}` frames ending with `data: [DONE]`).
+
+#include <string>
+#include <string_view>
+
+#include "api/errors.h"
+
+namespace deepinfer::api {
+
+// One event carrying `payload`: "data: <payload>\n\n". A payload with line breaks becomes one
+// "data:" line per line, which SSE clients join back with "\n".
+std::string SseData(std::string_view payload);
+
+// The OpenAI end-of-stream marker, "data: [DONE]\n\n".
+std::string SseDone();
+
+// The in-band error of a stream that already started: one `data: {"error": {...}}` frame
+// followed by `data: [DONE]`.
+std::string SseErrorAndDone(const ApiError& error);
+
+// One HTTP/1.1 chunk: "<hex size>\r\n<data>\r\n". Empty data yields "" (an empty chunk would
+// end the body).
+std::string HttpChunk(std::string_view data);
+
+// The chunk that ends a chunked body.
+inline constexpr std::string_view kHttpLastChunk = "0\r\n\r\n";
+
+}  // namespace deepinfer::api

@@ -1,0 +1,77 @@
+// POST /tokenize and POST /detokenize in vLLM's shapes (`vllm bench serve` and clients that count
+// tokens call them).
+//
+// Source: vLLM entrypoints/openai protocol (TokenizeCompletionRequest, TokenizeChatRequest,
+//   TokenizeResponse {count, max_model_len, tokens, token_strs}, DetokenizeResponse {prompt}).
+
+#include "api/errors.h"
+#include "api/handlers.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+absl::Status RunTokenize(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(
+      TokenizeRequest request,
+      ParseTokenizeRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+  DI_RETURN_IF_ERROR(CheckModel(backend, request.model));
+  std::vector<int32_t> tokens;
+  if (request.has_messages) {
+    if (request.add_special_tokens.has_value()) {
+      std::vector<tokenizer::ChatMessage> turns;
+      for (const ChatMessage& m : request.messages) {
+        turns.push_back({m.role == "developer" ? "system" : m.role, m.content});
+      }
+      std::string text = backend.chat_template->Render(turns, request.add_generation_prompt);
+      tokens = backend.tokenizer->Encode(
+          text, true, *request.add_special_tokens && backend.tokenizer->add_bos());
+    } else {
+      // The same tokens a chat request with these messages is charged for.
+      tokens = ChatPromptTokens(backend, request.messages, request.add_generation_prompt);
+    }
+  } else {
+    bool add_bos = request.add_special_tokens.value_or(true) && backend.tokenizer->add_bos();
+    tokens = backend.tokenizer->Encode(request.prompt, true, add_bos);
+  }
+  Json body = Json::object();
+  body["count"] = tokens.size();
+  body["max_model_len"] = backend.max_model_len;
+  body["tokens"] = tokens;
+  if (request.return_token_strs) {
+    Json strs = Json::array();
+    for (int32_t id : tokens) strs.push_back(backend.tokenizer->TokenPiece(id));
+    body["token_strs"] = std::move(strs);
+  } else {
+    body["token_strs"] = nullptr;
+  }
+  RespondJson(writer, 200, body);
+  return absl::OkStatus();
+}
+
+absl::Status RunDetokenize(const Backend& backend, const HttpRequest& http,
+                           ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(
+      DetokenizeRequest request,
+      ParseDetokenizeRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+  DI_RETURN_IF_ERROR(CheckModel(backend, request.model));
+  // Special tokens (BOS, <|im_end|>) are left out, so the text reads like the prompt that was
+  // tokenized.
+  std::string text = backend.tokenizer->Decode(request.tokens, /*skip_special=*/true);
+  RespondJson(writer, 200, Json{{"prompt", text}});
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void HandleTokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer) {
+  absl::Status status = RunTokenize(backend, request, writer);
+  if (!status.ok() && !writer.started()) RespondError(writer, status);
+}
+
+void HandleDetokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer) {
+  absl::Status status = RunDetokenize(backend, request, writer);
+  if (!status.ok() && !writer.started()) RespondError(writer, status);
+}
+
+}  // namespace deepinfer::api

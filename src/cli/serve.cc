@@ -1,0 +1,291 @@
+// `deepinfer serve`: the resident HTTP server (OpenAI-compatible API over the engine).
+//
+// Start-up order matters: the port is bound first (a busy port fails in milliseconds, and
+// /health answers 503 while the model loads), then the model, tokenizer and engine are created,
+// then the routes go live and one "ready" line is printed. SIGINT/SIGTERM stop it cleanly.
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "api/http_server.h"
+#include "api/server.h"
+#include "api/serving.h"
+#include "cli/commands.h"
+#include "engine/engine.h"
+#include "fmt/format.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace deepinfer::cli {
+namespace {
+
+struct ServeFlags {
+  std::string model;
+  std::string tokenizer;
+  std::string host = "127.0.0.1";
+  int port = 8900;
+  std::string served_model_name;
+  int max_model_len = 0;
+  int max_output_tokens = 32768;
+  std::string max_request_bytes = "32MiB";
+  int max_connections = 1024;
+  int prefill_budget = 2048;
+  int max_num_seqs = 64;
+  int block_size = 16;
+  int64_t kv_cache_tokens = 0;
+  std::string kv_cache_memory = "2GiB";
+  int threads = 0;
+  uint64_t seed = 0;
+  bool no_prefix_caching = false;
+  bool enable_prompt_tokens_details = false;  // accepted for vLLM compatibility; always on
+};
+
+// Parses "1024", "64KiB", "2GiB", "1.5G", "500MB": binary multiples for K/Ki/KiB (and M, G, T),
+// decimal ones for KB/MB/GB/TB.
+std::optional<int64_t> ParseBytes(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  char* end = nullptr;
+  std::string number = text.substr(0, i);
+  double value = std::strtod(number.c_str(), &end);
+  if (end != number.c_str() + number.size() || !std::isfinite(value) || value < 0) {
+    return std::nullopt;
+  }
+  std::string unit = text.substr(i);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 0;
+  const char* kPrefixes = "kmgt";
+  if (unit.empty() || unit == "b") {
+    scale = 1;
+  } else if (const char* p = std::strchr(kPrefixes, unit[0]); p != nullptr && *p != '\0') {
+    int power = static_cast<int>(p - kPrefixes) + 1;
+    std::string rest = unit.substr(1);
+    if (rest.empty() || rest == "i" || rest == "ib") {
+      scale = std::pow(1024.0, power);
+    } else if (rest == "b") {
+      scale = std::pow(1000.0, power);
+    }
+  }
+  if (scale == 0) return std::nullopt;
+  double bytes = value * scale;
+  if (bytes > 9.0e18) return std::nullopt;
+  return static_cast<int64_t>(bytes);
+}
+
+// "models/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1".
+std::string DefaultServedName(const std::string& path) {
+  std::string base =
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  size_t dot = base.find_last_of('.');
+  if (dot != std::string::npos && dot > 0) base = base.substr(0, dot);
+  return base.empty() ? "model" : base;
+}
+
+void PrintError(const char* what, const absl::Status& status) {
+  std::fprintf(stderr, "deepinfer serve: %s: %s\n", what, OneLineError(status).c_str());
+}
+
+// Exit status for a start-up failure: bad input (missing or malformed files) is 2.
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kUnimplemented:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// Waits up to `timeout` for SIGINT or SIGTERM (blocked in every thread). Returns the signal or 0.
+int WaitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000),
+              static_cast<long>((timeout.count() % 1000) * 1000000)};
+  int sig = sigtimedwait(&signals, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+int Run(const ServeFlags& f) {
+  auto max_request_bytes = ParseBytes(f.max_request_bytes);
+  auto kv_cache_memory = ParseBytes(f.kv_cache_memory);
+  if (!max_request_bytes || *max_request_bytes < 1024) {
+    std::fprintf(stderr,
+                 "deepinfer serve: bad_flags: --max-request-bytes '%s' is not a size of "
+                 "at least 1KiB\n",
+                 f.max_request_bytes.c_str());
+    return 2;
+  }
+  if (!kv_cache_memory) {
+    std::fprintf(stderr, "deepinfer serve: bad_flags: --kv-cache-memory '%s' is not a size\n",
+                 f.kv_cache_memory.c_str());
+    return 2;
+  }
+  const std::string served_name =
+      f.served_model_name.empty() ? DefaultServedName(f.model) : f.served_model_name;
+
+  // Every thread created from here on inherits the mask, so only sigtimedwait sees the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  api::ApiServer routes;
+  api::HttpServerOptions http;
+  http.host = f.host;
+  http.port = f.port;
+  http.max_request_bytes = *max_request_bytes;
+  http.max_connections = f.max_connections;
+  auto server = api::HttpServer::Start(
+      http, [&routes](const api::HttpRequest& r, api::ResponseWriter& w) { routes.Handle(r, w); },
+      [&routes](const api::HttpRequest& r, int status, double s) { routes.Observe(r, status, s); });
+  if (!server.ok()) {
+    PrintError("cannot listen", server.status());
+    return 1;
+  }
+  std::fprintf(stderr, "deepinfer: listening on http://%s:%d, loading %s\n", f.host.c_str(),
+               (*server)->port(), f.model.c_str());
+
+  auto model = model::LoadModel(f.model, f.tokenizer);
+  if (!model.ok()) {
+    PrintError("cannot load model", model.status());
+    return ExitCodeFor(model.status());
+  }
+  auto tokenizer = tokenizer::CreateTokenizer((*model)->tokenizer);
+  if (!tokenizer.ok()) {
+    PrintError("cannot build tokenizer", tokenizer.status());
+    return ExitCodeFor(tokenizer.status());
+  }
+  auto chat_template = tokenizer::CreateChatTemplate((*model)->tokenizer);
+  if (!chat_template.ok()) {
+    PrintError("cannot build chat template", chat_template.status());
+    return ExitCodeFor(chat_template.status());
+  }
+  engine::EngineOptions options;
+  options.max_num_seqs = f.max_num_seqs;
+  options.prefill_budget = f.prefill_budget;
+  options.block_size = f.block_size;
+  options.kv_cache_tokens = f.kv_cache_tokens;
+  options.kv_cache_memory_bytes = *kv_cache_memory;
+  options.max_model_len = f.max_model_len;
+  options.num_threads = f.threads;
+  options.enable_prefix_caching = !f.no_prefix_caching;
+  options.seed = f.seed;
+  auto engine = engine::Engine::Create(**model, options);
+  if (!engine.ok()) {
+    PrintError("cannot start engine", engine.status());
+    return ExitCodeFor(engine.status());
+  }
+
+  api::Backend backend;
+  backend.engine = engine->get();
+  backend.tokenizer = tokenizer->get();
+  backend.chat_template = chat_template->get();
+  backend.served_model_name = served_name;
+  backend.max_model_len = (*engine)->max_model_len();
+  backend.max_output_tokens = std::max(1, std::min(f.max_output_tokens, backend.max_model_len));
+  backend.created_unix = api::UnixNow();
+  backend.metrics = &routes.metrics();
+  routes.SetBackend(&backend);
+
+  int sig = 0;
+  while (!(*engine)->ready() && sig == 0) {
+    sig = WaitForSignal(signals, std::chrono::milliseconds(20));
+  }
+  if (sig == 0) {
+    std::string url = fmt::format("http://{}:{}", f.host, (*server)->port());
+    std::fprintf(
+        stderr,
+        "deepinfer: serving %s on %s (ready)\n"
+        "  context %d tokens, %s chat template\n"
+        "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' "
+        "-d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n",
+        served_name.c_str(), url.c_str(), backend.max_model_len,
+        std::string((*chat_template)->name()).c_str(), url.c_str(), served_name.c_str());
+  }
+  while (sig == 0) sig = WaitForSignal(signals, std::chrono::milliseconds(1000));
+
+  std::fprintf(stderr, "deepinfer: signal %d, shutting down\n", sig);
+  if (!(*server)->Stop(5000)) {
+    // A connection is stuck in a write to a client that does not read; do not wait for it.
+    std::fprintf(stderr, "deepinfer: %d connection(s) still open; exiting anyway\n",
+                 (*server)->num_connections());
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
+  server->reset();
+  engine->reset();
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over the engine");
+  cmd->add_option("--model", flags->model, "GGUF file or llama2.c checkpoint (.bin)")->required();
+  cmd->add_option("--tokenizer", flags->tokenizer,
+                  "llama2.c tokenizer (default: tok*.bin beside the model)");
+  cmd->add_option("--host", flags->host, "address to listen on")->capture_default_str();
+  cmd->add_option("--port", flags->port, "TCP port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", flags->served_model_name,
+                  "model id clients must send (default: the model file's name without extension)");
+  cmd->add_option("--max-model-len", flags->max_model_len,
+                  "context window in tokens (default: the model's)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--max-output-tokens", flags->max_output_tokens,
+                  "most tokens one choice may generate (capped by the window)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--max-request-bytes", flags->max_request_bytes,
+                  "largest request body; larger ones get 413 (suffixes KiB, MiB, GiB)")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", flags->max_connections,
+                  "open connections at once; more get 503")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--prefill-budget", flags->prefill_budget, "tokens per engine step")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-num-seqs", flags->max_num_seqs, "sequences running at once")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  cmd->add_option("--block-size", flags->block_size, "tokens per KV-cache block")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--kv-cache-tokens", flags->kv_cache_tokens,
+                  "KV-cache capacity in tokens (default: from --kv-cache-memory)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--kv-cache-memory", flags->kv_cache_memory,
+                  "KV-cache memory in bytes (suffixes KiB, MiB, GiB)")
+      ->capture_default_str();
+  cmd->add_option("--threads", flags->threads, "worker threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--seed", flags->seed, "sampling seed for requests without one");
+  cmd->add_flag("--no-prefix-caching", flags->no_prefix_caching, "disable the prefix cache");
+  cmd->add_flag("--enable-prompt-tokens-details", flags->enable_prompt_tokens_details,
+                "accepted for vLLM compatibility; cached_tokens is always reported");
+  cmd->callback([flags, exit_code] { *exit_code = Run(*flags); });
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,52 @@
+// Feeds arbitrary bytes to the request parsers and validators of the HTTP API (chat,
+// completions, tokenize, detokenize) and to the error and SSE encoders their results reach.
+// They must never crash, whatever the bytes.
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "api/errors.h"
+#include "api/openai_types.h"
+#include "api/sse.h"
+
+namespace {
+
+template <typename T>
+void Check(const absl::StatusOr<T>& result) {
+  if (result.ok()) return;
+  deepinfer::api::ApiError error = deepinfer::api::ApiErrorFromStatus(result.status());
+  std::string frame = deepinfer::api::SseErrorAndDone(error);
+  if (frame.empty()) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view body(reinterpret_cast<const char*>(data), size);
+  // A vocabulary of SmolLM2's size, so token-id checks run on both sides of the bound.
+  const deepinfer::api::ParseLimits limits{49152};
+  auto chat = deepinfer::api::ParseChatRequest(body, limits);
+  Check(chat);
+  if (chat.ok()) {
+    // Parsed values must satisfy the documented ranges.
+    const auto& p = chat->params;
+    if (p.n < 1 || p.n > deepinfer::api::kMaxChoices) __builtin_trap();
+    if (p.sampling.temperature < 0 || p.sampling.temperature > 2) __builtin_trap();
+    if (p.max_tokens && *p.max_tokens < 1) __builtin_trap();
+    if (chat->messages.empty()) __builtin_trap();
+  }
+  auto completion = deepinfer::api::ParseCompletionRequest(body, limits);
+  Check(completion);
+  if (completion.ok()) {
+    for (const auto& prompt : completion->prompts) {
+      for (int32_t id : prompt.tokens) {
+        if (id < 0 || id >= limits.vocab_size) __builtin_trap();
+      }
+    }
+  }
+  Check(deepinfer::api::ParseTokenizeRequest(body, limits));
+  Check(deepinfer::api::ParseDetokenizeRequest(body, limits));
+  (void)deepinfer::api::SseData(body);
+  return 0;
+}
