@@ -65,6 +65,21 @@ def main():
             llm.eval([nxt])
         cases.append({"text": text, "special": special, "prompt_ids": ids,
                       "greedy_ids": generated, "top_logits": tops})
+    # llama.cpp's own sensitivity: the same greedy sequences, teacher-forced, with its default
+    # f16 KV cache. The spread between its two settings is the yardstick for our differences.
+    llm16 = llama_cpp.Llama(model_path, n_ctx=512, n_threads=2, n_batch=512, logits_all=True,
+                            verbose=False)
+    for case in cases:
+        llm16.reset()
+        llm16.eval(case["prompt_ids"] + case["greedy_ids"][:-1])
+        n0 = len(case["prompt_ids"]) - 1
+        spread, flips = 0.0, 0
+        for i, top in enumerate(case["top_logits"]):
+            row = np.array(llm16.scores[n0 + i], dtype=np.float32)
+            spread = max(spread, max(abs(float(row[t]) - v) for t, v in top))
+            flips += int(np.argmax(row)) != case["greedy_ids"][i]
+        case["f16_kv_max_abs_diff"] = spread
+        case["f16_kv_top1_flips"] = flips
     with open(out_path, "w") as f:
         json.dump({"reference": f"llama-cpp-python {llama_cpp.__version__}, f32 KV cache, greedy",
                    "model_sha256": "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",

@@ -1,0 +1,430 @@
+#!/usr/bin/env python3
+"""Makes tiny random DeepSeek-V3 / V2 checkpoints and transformers logits for the C++ tests.
+
+Writes tests/golden/deepseek_v3/<case>/ (config.json + BF16 safetensors, one case sharded with
+model.safetensors.index.json), <case>_fp8/ (the same weights block-quantized to FP8 E4M3 with
+128x128 fp32 `weight_scale_inv`, as DeepSeek ships them) and golden files:
+
+  <case>/golden.json          prompts (token ids), fp8 dequantization sha256s, MTP info
+  <case>/logits.safetensors   F32 logits of transformers (float32 compute) for every prompt
+                              position ("logits_<n>" [n, vocab]) and MTP logits ("mtp_logits")
+  fp8_e4m3.json               float value of all 256 E4M3 codes according to torch.float8_e4m3fn
+
+The weights are synthetic (seeded normal init, rounded to bfloat16); nothing is downloaded.
+transformers computes in float32 on the exact bf16 weights (for FP8 cases: on the block
+dequantized weights bf16(fp8 * scale_inv)), so the C++ engine should agree to ~1e-4.
+
+Run: /tmp/refvenv/bin/python tests/reference/make_deepseek_v3_golden.py   (~30 s on 2 cores)
+Needs: torch, transformers (>= 5), safetensors (see tests/reference/requirements.txt).
+"""
+
+import copy
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+    DeepseekV3DecoderLayer,
+    DeepseekV3RMSNorm,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "golden", "deepseek_v3")
+PROMPT_LENGTHS = [1, 7, 64, 300]
+BLOCK = 128
+FP8_MAX = 448.0
+
+BASE = dict(
+    model_type="deepseek_v3",
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=96,
+    moe_intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=48,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+    n_routed_experts=8,
+    n_shared_experts=1,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    first_k_dense_replace=1,
+    routed_scaling_factor=2.5,
+    norm_topk_prob=True,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    rope_theta=10000.0,
+    rope_scaling=None,
+    max_position_embeddings=512,
+    num_nextn_predict_layers=0,
+)
+
+CASES = [
+    # (a) q LoRA, one expert group, 8 experts top-2; also shipped as FP8.
+    dict(name="v3_qlora", seed=1, fp8=True),
+    # (b) direct q_proj (q_lora_rank null), 16 experts top-4 in 2 groups keep 1; sharded files.
+    dict(name="v3_direct_q", seed=2, q_lora_rank=None, vocab_size=320, n_routed_experts=16,
+         num_experts_per_tok=4, n_group=2, topk_group=1, shards=2),
+    # (c)+(d) 3 layers, 4 groups keep 2, YaRN with mscale != mscale_all_dim, hidden 160 so that
+    # FP8 128-blocks are partial in both directions, one MTP module.
+    dict(name="v3_groups_yarn", seed=3, fp8=True, hidden_size=160, intermediate_size=192,
+         num_hidden_layers=3, n_routed_experts=16, num_experts_per_tok=3, n_group=4,
+         topk_group=2, max_position_embeddings=256, num_nextn_predict_layers=1,
+         rope_scaling=dict(type="yarn", factor=4.0, original_max_position_embeddings=64,
+                           beta_fast=32, beta_slow=1, mscale=0.8, mscale_all_dim=1.0)),
+    # deepseek_v2 (V2-Lite style): direct q, softmax scores, group_limited_greedy, no renorm.
+    dict(name="v2_lite", seed=4, model_type="deepseek_v2", q_lora_rank=None, n_routed_experts=8,
+         num_experts_per_tok=2, n_group=2, topk_group=1, scoring_func="softmax",
+         topk_method="group_limited_greedy", norm_topk_prob=False, routed_scaling_factor=2.0),
+]
+
+
+def case_config(case):
+    c = copy.deepcopy(BASE)
+    for k, v in case.items():
+        if k in c:
+            c[k] = v
+    return c
+
+
+def hf_config_json(c):
+    arch = "DeepseekV3ForCausalLM" if c["model_type"] == "deepseek_v3" else "DeepseekV2ForCausalLM"
+    j = dict(
+        architectures=[arch],
+        model_type=c["model_type"],
+        vocab_size=c["vocab_size"],
+        hidden_size=c["hidden_size"],
+        intermediate_size=c["intermediate_size"],
+        moe_intermediate_size=c["moe_intermediate_size"],
+        num_hidden_layers=c["num_hidden_layers"],
+        num_attention_heads=c["num_attention_heads"],
+        num_key_value_heads=c["num_attention_heads"],
+        n_shared_experts=c["n_shared_experts"],
+        n_routed_experts=c["n_routed_experts"],
+        routed_scaling_factor=c["routed_scaling_factor"],
+        kv_lora_rank=c["kv_lora_rank"],
+        q_lora_rank=c["q_lora_rank"],
+        qk_rope_head_dim=c["qk_rope_head_dim"],
+        v_head_dim=c["v_head_dim"],
+        qk_nope_head_dim=c["qk_nope_head_dim"],
+        topk_method=c["topk_method"],
+        n_group=c["n_group"],
+        topk_group=c["topk_group"],
+        num_experts_per_tok=c["num_experts_per_tok"],
+        moe_layer_freq=1,
+        first_k_dense_replace=c["first_k_dense_replace"],
+        norm_topk_prob=c["norm_topk_prob"],
+        scoring_func=c["scoring_func"],
+        hidden_act="silu",
+        max_position_embeddings=c["max_position_embeddings"],
+        rms_norm_eps=1e-6,
+        rope_theta=c["rope_theta"],
+        rope_scaling=c["rope_scaling"],
+        tie_word_embeddings=False,
+        attention_bias=False,
+        bos_token_id=0,
+        eos_token_id=1,
+        torch_dtype="bfloat16",
+    )
+    if c["model_type"] == "deepseek_v3":
+        j["num_nextn_predict_layers"] = c["num_nextn_predict_layers"]
+    return j
+
+
+def tensor_shapes(c):
+    """HF checkpoint tensor names and shapes, in a fixed order (the random draw order)."""
+    H, V = c["hidden_size"], c["vocab_size"]
+    nh, dn, dr, dv = (c["num_attention_heads"], c["qk_nope_head_dim"], c["qk_rope_head_dim"],
+                      c["v_head_dim"])
+    rq, rkv = c["q_lora_rank"], c["kv_lora_rank"]
+    I, Im, E = c["intermediate_size"], c["moe_intermediate_size"], c["n_routed_experts"]
+    shapes = [("model.embed_tokens.weight", (V, H))]
+
+    def layer(i):
+        p = f"model.layers.{i}."
+        s = [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+        if rq is None:
+            s.append((p + "self_attn.q_proj.weight", (nh * (dn + dr), H)))
+        else:
+            s += [(p + "self_attn.q_a_proj.weight", (rq, H)),
+                  (p + "self_attn.q_a_layernorm.weight", (rq,)),
+                  (p + "self_attn.q_b_proj.weight", (nh * (dn + dr), rq))]
+        s += [(p + "self_attn.kv_a_proj_with_mqa.weight", (rkv + dr, H)),
+              (p + "self_attn.kv_a_layernorm.weight", (rkv,)),
+              (p + "self_attn.kv_b_proj.weight", (nh * (dn + dv), rkv)),
+              (p + "self_attn.o_proj.weight", (H, nh * dv))]
+        if i < c["first_k_dense_replace"]:
+            s += [(p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
+                  (p + "mlp.down_proj.weight", (H, I))]
+        else:
+            s.append((p + "mlp.gate.weight", (E, H)))
+            if c["topk_method"] == "noaux_tc":
+                s.append((p + "mlp.gate.e_score_correction_bias", (E,)))
+            for e in range(E):
+                q = f"{p}mlp.experts.{e}."
+                s += [(q + "gate_proj.weight", (Im, H)), (q + "up_proj.weight", (Im, H)),
+                      (q + "down_proj.weight", (H, Im))]
+            Is = Im * c["n_shared_experts"]
+            s += [(p + "mlp.shared_experts.gate_proj.weight", (Is, H)),
+                  (p + "mlp.shared_experts.up_proj.weight", (Is, H)),
+                  (p + "mlp.shared_experts.down_proj.weight", (H, Is))]
+        return s
+
+    for i in range(c["num_hidden_layers"]):
+        shapes += layer(i)
+    for k in range(c["num_nextn_predict_layers"]):
+        i = c["num_hidden_layers"] + k
+        p = f"model.layers.{i}."
+        shapes += [(p + "enorm.weight", (H,)), (p + "hnorm.weight", (H,)),
+                   (p + "eh_proj.weight", (H, 2 * H)),
+                   (p + "shared_head.norm.weight", (H,))]
+        shapes += layer(i)
+    shapes += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
+    return shapes
+
+
+def make_weights(c, seed):
+    g = torch.Generator().manual_seed(seed)
+    w = {}
+    for name, shape in tensor_shapes(c):
+        if name.endswith("e_score_correction_bias"):
+            # fp32 in real checkpoints; large enough to change some selections.
+            w[name] = (torch.rand(shape, generator=g) * 0.2 - 0.1).float()
+            continue
+        if len(shape) == 1:  # norms: near 1 so a missing norm shows up in the logits
+            t = 1.0 + 0.2 * torch.randn(shape, generator=g)
+        elif name == "model.embed_tokens.weight":
+            t = torch.randn(shape, generator=g)
+        else:
+            fan_in = shape[1]
+            gain = 2.0 if name.endswith("mlp.gate.weight") else 1.0
+            t = torch.randn(shape, generator=g) * (gain / math.sqrt(fan_in))
+        w[name] = t.to(torch.bfloat16)
+    return w
+
+
+def quantize_fp8(w):
+    """Reference 128x128 block quantization: scale = amax / 448, q = e4m3(w / scale)."""
+    out, n = w.shape
+    wf = w.float()
+    nbo, nbi = (out + BLOCK - 1) // BLOCK, (n + BLOCK - 1) // BLOCK
+    q = torch.empty((out, n), dtype=torch.float8_e4m3fn)
+    s = torch.empty((nbo, nbi), dtype=torch.float32)
+    for bo in range(nbo):
+        for bi in range(nbi):
+            blk = wf[bo * BLOCK:(bo + 1) * BLOCK, bi * BLOCK:(bi + 1) * BLOCK]
+            scale = max(blk.abs().max().item(), 1e-12) / FP8_MAX
+            s[bo, bi] = scale
+            q[bo * BLOCK:(bo + 1) * BLOCK, bi * BLOCK:(bi + 1) * BLOCK] = (
+                (blk / s[bo, bi]).to(torch.float8_e4m3fn))
+    return q, s
+
+
+def dequantize_fp8(q, s):
+    """Reference block dequantization (DeepSeek fp8_cast_bf16 weight_dequant): bf16(q * s)."""
+    out, n = q.shape
+    full = s.repeat_interleave(BLOCK, 0)[:out].repeat_interleave(BLOCK, 1)[:, :n]
+    return (q.float() * full).to(torch.bfloat16)
+
+
+def is_fp8_target(name, shape):
+    if len(shape) != 2 or not name.endswith(".weight"):
+        return False
+    return not (name in ("model.embed_tokens.weight", "lm_head.weight")
+                or name.endswith("mlp.gate.weight") or "shared_head.head" in name)
+
+
+def write_checkpoint(directory, config_json, tensors, shards=1):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump(config_json, f, indent=2, sort_keys=True)
+        f.write("\n")
+    names = list(tensors)
+    if shards == 1:
+        save_file({k: tensors[k].contiguous() for k in names},
+                  os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+        return
+    per = (len(names) + shards - 1) // shards
+    weight_map = {}
+    total = 0
+    for s in range(shards):
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {k: tensors[k].contiguous() for k in names[s * per:(s + 1) * per]}
+        save_file(part, os.path.join(directory, fname), metadata={"format": "pt"})
+        for k, t in part.items():
+            weight_map[k] = fname
+            total += t.numel() * t.element_size()
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2,
+                  sort_keys=True)
+        f.write("\n")
+
+
+def load_hf(directory):
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
+                                                 attn_implementation="eager")
+    model.eval()
+    return model
+
+
+def check_loaded(model, weights):
+    """Every checkpoint tensor of the main layers must have reached the model unchanged."""
+    sd = model.state_dict()
+    for name, t in weights.items():
+        if name in sd:
+            assert torch.equal(sd[name], t.float()), name
+    n = sum(1 for k in weights if k in sd)
+    assert n > 10, "transformers renamed everything; cannot verify loading"
+
+
+def run_mtp(model, c, weights, tokens):
+    """MTP module 0 (vLLM deepseek_mtp convention), built from transformers' own layers.
+
+    input at position i: token x_{i+1} and the main model's final (post-norm) hidden h_i;
+    e = Emb(x_{i+1}) (zeroed at position 0); u = eh_proj(cat[enorm(e), hnorm(h_i)]);
+    u = DecoderLayer(u); logits = lm_head(shared_head.norm(u)). Predicts x_{i+2}.
+    """
+    L = c["num_hidden_layers"]
+    p = f"model.layers.{L}."
+    cfg = model.config
+    layer = DeepseekV3DecoderLayer(cfg, layer_idx=L).float().eval()
+    sd = {}
+    for k, t in weights.items():
+        if k.startswith(p) and not k[len(p):].startswith(
+                ("enorm", "hnorm", "eh_proj", "shared_head")):
+            sd[k[len(p):]] = t.float()
+    # transformers keeps experts fused: gate_up_proj [E, 2I, H], down_proj [E, H, I].
+    E = c["n_routed_experts"]
+    fused = {}
+    gate_up, down = [], []
+    for e in range(E):
+        gate_up.append(torch.cat([sd.pop(f"mlp.experts.{e}.gate_proj.weight"),
+                                  sd.pop(f"mlp.experts.{e}.up_proj.weight")], 0))
+        down.append(sd.pop(f"mlp.experts.{e}.down_proj.weight"))
+    fused["mlp.experts.gate_up_proj"] = torch.stack(gate_up)
+    fused["mlp.experts.down_proj"] = torch.stack(down)
+    sd.update(fused)
+    missing, unexpected = layer.load_state_dict(sd, strict=False)
+    assert not unexpected, unexpected
+    assert all("rotary" in m for m in missing), missing
+    H = c["hidden_size"]
+    enorm = DeepseekV3RMSNorm(H, eps=1e-6)
+    hnorm = DeepseekV3RMSNorm(H, eps=1e-6)
+    fnorm = DeepseekV3RMSNorm(H, eps=1e-6)
+    enorm.weight.data = weights[p + "enorm.weight"].float()
+    hnorm.weight.data = weights[p + "hnorm.weight"].float()
+    fnorm.weight.data = weights[p + "shared_head.norm.weight"].float()
+    eh = weights[p + "eh_proj.weight"].float()
+    with torch.no_grad():
+        ids = torch.tensor([tokens])
+        h = model.model(input_ids=ids).last_hidden_state  # post final norm
+        n = len(tokens) - 1
+        e = model.model.embed_tokens(torch.tensor([tokens[1:]]))
+        e[:, 0] = 0
+        u = torch.cat([enorm(e), hnorm(h[:, :n])], dim=-1) @ eh.T
+        pos = torch.arange(n)[None]
+        pe = model.model.rotary_emb(u, pos)
+        mask = torch.full((n, n), float("-inf")).triu(1)[None, None]
+        u = layer(u, attention_mask=mask, position_ids=pos, position_embeddings=pe)
+        if isinstance(u, tuple):
+            u = u[0]
+        logits = fnorm(u) @ model.lm_head.weight.T
+    return logits[0].float()
+
+
+def make_case(case):
+    c = case_config(case)
+    name = case["name"]
+    cfg_json = hf_config_json(c)
+    weights = make_weights(c, case["seed"])
+    rng = np.random.default_rng(case["seed"] + 100)
+    prompts = [rng.integers(0, c["vocab_size"], size=n).tolist() for n in PROMPT_LENGTHS]
+
+    variants = [(name, weights, None)]
+    if case.get("fp8"):
+        fp8_tensors, deq, sha = {}, dict(weights), {}
+        for k, t in weights.items():
+            if is_fp8_target(k, tuple(t.shape)):
+                q, s = quantize_fp8(t)
+                fp8_tensors[k] = q
+                fp8_tensors[k + "_scale_inv"] = s
+                deq[k] = dequantize_fp8(q, s)
+                sha[k] = hashlib.sha256(deq[k].view(torch.int16).numpy().tobytes()).hexdigest()
+            else:
+                fp8_tensors[k] = t
+        variants.append((name + "_fp8", deq, (fp8_tensors, sha)))
+
+    summary = []
+    for vname, wts, fp8 in variants:
+        d = os.path.join(OUT, vname)
+        shutil.rmtree(d, ignore_errors=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            write_checkpoint(tmp, cfg_json, wts)
+            model = load_hf(tmp)
+            check_loaded(model, wts)
+            out = {}
+            with torch.no_grad():
+                for toks in prompts:
+                    logits = model(input_ids=torch.tensor([toks])).logits[0].float()
+                    out[f"logits_{len(toks)}"] = logits.contiguous()
+            golden = dict(config=name, prompts=prompts, vocab=c["vocab_size"])
+            if c["num_nextn_predict_layers"] > 0:
+                mtp_prompt = prompts[2]
+                out["mtp_logits"] = run_mtp(model, c, wts, mtp_prompt).contiguous()
+                golden["mtp_prompt_index"] = 2
+        if fp8 is None:
+            write_checkpoint(d, cfg_json, wts, shards=case.get("shards", 1))
+        else:
+            tensors, sha = fp8
+            j = dict(cfg_json)
+            j["quantization_config"] = dict(activation_scheme="dynamic", fmt="e4m3",
+                                            quant_method="fp8", weight_block_size=[BLOCK, BLOCK])
+            write_checkpoint(d, j, tensors)
+            golden["dequant_bf16_sha256"] = sha
+        save_file(out, os.path.join(d, "logits.safetensors"))
+        with open(os.path.join(d, "golden.json"), "w") as f:
+            json.dump(golden, f, indent=1, sort_keys=True)
+            f.write("\n")
+        top1 = out["logits_300"].argmax(-1)
+        summary.append(f"{vname}: {len(wts)} tensors, top-1 distinct over 300 positions: "
+                       f"{len(set(top1.tolist()))}")
+    return summary
+
+
+def fp8_table():
+    codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    vals = [None if math.isnan(v) else v for v in codes.tolist()]
+    with open(os.path.join(OUT, "fp8_e4m3.json"), "w") as f:
+        json.dump({"source": "torch.float8_e4m3fn", "torch": torch.__version__, "values": vals},
+                  f, indent=0)
+        f.write("\n")
+
+
+def main():
+    torch.manual_seed(0)
+    torch.set_num_threads(2)
+    os.makedirs(OUT, exist_ok=True)
+    fp8_table()
+    for case in CASES:
+        for line in make_case(case):
+            print(line)
+    total = 0
+    for dp, _, fs in os.walk(OUT):
+        total += sum(os.path.getsize(os.path.join(dp, f)) for f in fs)
+    print(f"total {total / 1e6:.2f} MB in {OUT}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
