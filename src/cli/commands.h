@@ -9,5 +9,12 @@ namespace deepinfer::cli {
 // 2 bad input (flags, files, requests).
 void RegisterGenerate(CLI::App& app, int* exit_code);
 void RegisterServe(CLI::App& app, int* exit_code);
+void RegisterGateway(CLI::App& app, int* exit_code);
+void RegisterBench(CLI::App& app, int* exit_code);
+void RegisterSmoke(CLI::App& app, int* exit_code);
+void RegisterVerifyModel(CLI::App& app, int* exit_code);
+void RegisterRender(CLI::App& app, int* exit_code);
+void RegisterCountTokens(CLI::App& app, int* exit_code);
+void RegisterWatch(CLI::App& app, int* exit_code);
 
 }  // namespace deepinfer::cli

@@ -13,6 +13,13 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   deepinfer::cli::RegisterGenerate(app, &exit_code);
   deepinfer::cli::RegisterServe(app, &exit_code);
+  deepinfer::cli::RegisterGateway(app, &exit_code);
+  deepinfer::cli::RegisterBench(app, &exit_code);
+  deepinfer::cli::RegisterSmoke(app, &exit_code);
+  deepinfer::cli::RegisterVerifyModel(app, &exit_code);
+  deepinfer::cli::RegisterRender(app, &exit_code);
+  deepinfer::cli::RegisterCountTokens(app, &exit_code);
+  deepinfer::cli::RegisterWatch(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
