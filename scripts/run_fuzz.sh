@@ -9,7 +9,11 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DDI_BUILD_FUZZ=ON -DDI_BUILD_TESTS=OFF > /dev/null
 fi
-cmake --build "$BUILD" -j "$(nproc)" > "$BUILD/build.log" 2>&1 || { cat "$BUILD/build.log"; exit 1; }
+# Build only the fuzz targets (and what they link), not the whole project a second time.
+targets=$(ninja -C "$BUILD" -t targets all | sed -n 's/^\([a-z0-9_]*_fuzz\): .*/\1/p' | grep -v '^cmake_' | sort -u)
+[ -n "$targets" ] || { echo "fuzz: no fuzz targets defined"; exit 1; }
+# shellcheck disable=SC2086
+ninja -C "$BUILD" -j "$(nproc)" $targets > "$BUILD/build.log" 2>&1 || { cat "$BUILD/build.log"; exit 1; }
 found=0
 for fuzzer in "$BUILD"/tests/fuzz/*_fuzz; do
   [ -x "$fuzzer" ] || continue

@@ -2,7 +2,7 @@
 # Runs every test: ctest (unit + integration), the pytest e2e suite, and bounded fuzzing.
 # Usage: scripts/run_tests.sh BUILD_DIR FUZZ_SECONDS
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 BUILD=${1:-build}
 FUZZ_SECONDS=${2:-30}
 export DEEPINFER_BIN="$PWD/$BUILD/deepinfer"

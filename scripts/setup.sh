@@ -20,7 +20,7 @@ APT_PACKAGES=(
   libabsl-dev libboost1.81-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev
   libpcre2-dev libxxhash-dev libssl-dev zlib1g-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus shellcheck
+  prometheus shellcheck redis-server libhiredis-dev caddy
 )
 
 missing=()
