@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include "arch/deepseek_v3.h"
 #include "arch/llama.h"
 #include "util/status.h"
 
@@ -35,6 +36,10 @@ absl::Status KvCache::Allocate(int layers_count, int block_size_tokens, int bloc
 
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model) {
   if (model.config.architecture == "llama") return CreateLlama(model);
+  if (model.config.architecture == "deepseek_v3" || model.config.architecture == "deepseek_v2") {
+    DI_ASSIGN_OR_RETURN(auto lm, CreateDeepseekV3(model));
+    return std::unique_ptr<CausalLm>(std::move(lm));
+  }
   return UnimplementedError("unsupported_architecture",
                             "no forward pass for architecture '" + model.config.architecture + "'");
 }

@@ -89,6 +89,20 @@ class CausalLm {
   // REQUIRES: token ids in [0, vocab); block tables cover all positions; slices disjoint.
   virtual void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                        util::ThreadPool& pool) = 0;
+
+  // --- Speculative decoding hooks (multi-token prediction heads). ---
+  // Models without MTP modules keep these defaults; see arch/deepseek_v3.h for the contract.
+  //
+  // Number of MTP modules the checkpoint holds (0: no speculative drafts).
+  virtual int num_mtp_layers() const { return 0; }
+  // Final hidden states [num_tokens of the last Forward call, hidden] f32.
+  virtual void FinalHidden(float* out) const {}
+  // Runs MTP module k over `batch` (token i at position p is x_{p+1}, prev_hidden row i is the
+  // main model's final hidden state at p) writing draft logits for the last num_logits tokens
+  // of each slice, and (if non-null) the module's hidden states for chaining.
+  virtual void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden,
+                          KvCache& mtp_kv, float* logits, float* hidden_out,
+                          util::ThreadPool& pool) {}
 };
 
 // Builds the forward pass for `model.config.architecture`.

@@ -126,7 +126,7 @@ void LlamaLm::Reserve(int64_t t, int64_t max_ctx, int num_threads) {
   grow(up_, t * cfg_.ffn_hidden);
   grow(cos_, t * (cfg_.rope_dim / 2));
   grow(sin_, t * (cfg_.rope_dim / 2));
-  grow(scores_, num_threads * max_ctx);
+  grow(scores_, int64_t{num_threads} * max_ctx * (cfg_.num_heads / cfg_.num_kv_heads));
   if (static_cast<int64_t>(positions_.size()) < t) {
     positions_.resize(t);
     token_seq_.resize(t);
@@ -209,31 +209,23 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
 void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
                         util::ThreadPool& pool) {
   const int num_heads = cfg_.num_heads, head_dim = cfg_.head_dim;
-  const int group = cfg_.num_heads / cfg_.num_kv_heads;
-  const int64_t kvd = int64_t{cfg_.num_kv_heads} * head_dim;
+  const int num_kv_heads = cfg_.num_kv_heads, group = num_heads / num_kv_heads;
+  const int64_t kvd = int64_t{num_kv_heads} * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   const int64_t T = batch.num_tokens;
-  int64_t max_ctx = scores_.size() / pool.num_threads();
-  pool.ParallelFor(T * num_heads, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = scores_.data() + thread * max_ctx;
+  const int64_t per_thread = scores_.size() / pool.num_threads();
+  // One work item per (token, KV head): the query heads of a group share each K/V read.
+  pool.ParallelFor(T * num_kv_heads, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = scores_.data() + thread * per_thread;
     for (int64_t item = begin; item < end; ++item) {
-      int64_t t = item / num_heads;
-      int hd = static_cast<int>(item % num_heads);
+      const int64_t t = item / num_kv_heads;
+      const int g = static_cast<int>(item % num_kv_heads);
       const SequenceSlice& s = batch.seqs[token_seq_[t]];
-      int32_t pos = positions_[t];
-      const float* q = q_.data() + (t * num_heads + hd) * head_dim;
-      int64_t koff = int64_t{hd / group} * head_dim;
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* slot = kv.Slot(layer, s.block_table[j / kv.block_size], j % kv.block_size);
-        scores[j] = kernels::Dot(q, slot + koff, head_dim) * scale;
-      }
-      kernels::SoftmaxInPlace(scores, pos + 1);
-      float* out = attn_.data() + (t * num_heads + hd) * head_dim;
-      std::fill(out, out + head_dim, 0.0f);
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* slot = kv.Slot(layer, s.block_table[j / kv.block_size], j % kv.block_size);
-        kernels::Axpy(scores[j], slot + kvd + koff, out, head_dim);
-      }
+      const int64_t head0 = t * num_heads + int64_t{g} * group;
+      kernels::AttendGroup(q_.data() + head0 * head_dim, group, head_dim, scale, kv.layers[layer],
+                           s.block_table, kv.block_size, kv.floats_per_token,
+                           int64_t{g} * head_dim, kvd + int64_t{g} * head_dim, positions_[t] + 1,
+                           scores, attn_.data() + head0 * head_dim);
     }
   });
 }

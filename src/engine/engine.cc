@@ -106,6 +106,8 @@ class EngineImpl final : public Engine {
   std::vector<int32_t> batch_tokens_;
   std::vector<float> logits_;
   std::vector<Sequence*> batch_seqs_;
+  std::vector<int32_t> chunk_sizes_;
+  std::vector<Sequence*> done_;
   arch::ForwardBatch batch_;
   uint64_t seed_counter_ = 0;
 
@@ -319,8 +321,8 @@ bool EngineImpl::Step() {
   batch_tokens_.clear();
   batch_seqs_.clear();
   batch_.seqs.clear();
-  std::vector<int32_t> chunk_sizes;  // parallel to batch_seqs_
-  chunk_sizes.reserve(running_.size() + 8);
+  std::vector<int32_t>& chunk_sizes = chunk_sizes_;  // parallel to batch_seqs_
+  chunk_sizes.clear();
 
   // 2. Running sequences, in admission order: decodes and unfinished prefills.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
@@ -421,7 +423,8 @@ bool EngineImpl::Step() {
   // 5. Advance, sample and finish.
   int32_t row = 0;
   auto now = Clock::now();
-  std::vector<Sequence*> done;
+  std::vector<Sequence*>& done = done_;
+  done.clear();
   for (size_t i = 0; i < batch_seqs_.size(); ++i) {
     Sequence& seq = *batch_seqs_[i];
     seq.num_computed += chunk_sizes[i];

@@ -101,6 +101,57 @@ void EmbeddingLookup(const model::TensorView& table, const int32_t* ids, int64_t
   }
 }
 
+namespace {
+inline float DotInline(const float* a, const float* b, int n) {
+  float acc[16] = {0};
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int k = 0; k < 16; ++k) acc[k] += a[i + k] * b[i + k];
+  }
+  float s = 0;
+  for (; i < n; ++i) s += a[i] * b[i];
+  for (int k = 0; k < 16; ++k) s += acc[k];
+  return s;
+}
+}  // namespace
+
+DI_VECTOR_CLONES void AttendGroup(const float* q, int group, int head_dim, float scale,
+                                  const float* layer, const int32_t* block_table, int block_size,
+                                  int64_t floats_per_token, int64_t k_offset, int64_t v_offset,
+                                  int32_t num_ctx, float* scores, float* out) {
+  for (int32_t j = 0; j < num_ctx; ++j) {
+    const float* slot =
+        layer + (int64_t{block_table[j / block_size]} * block_size + j % block_size) * floats_per_token;
+    const float* k = slot + k_offset;
+    for (int g = 0; g < group; ++g) {
+      scores[int64_t{g} * num_ctx + j] = DotInline(q + g * head_dim, k, head_dim) * scale;
+    }
+  }
+  for (int g = 0; g < group; ++g) {
+    float* sg = scores + int64_t{g} * num_ctx;
+    float mx = -INFINITY;
+    for (int32_t j = 0; j < num_ctx; ++j) mx = std::max(mx, sg[j]);
+    double sum = 0;
+    for (int32_t j = 0; j < num_ctx; ++j) {
+      sg[j] = std::exp(sg[j] - mx);
+      sum += sg[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (int32_t j = 0; j < num_ctx; ++j) sg[j] *= inv;
+  }
+  std::fill(out, out + int64_t{group} * head_dim, 0.0f);
+  for (int32_t j = 0; j < num_ctx; ++j) {
+    const float* slot =
+        layer + (int64_t{block_table[j / block_size]} * block_size + j % block_size) * floats_per_token;
+    const float* v = slot + v_offset;
+    for (int g = 0; g < group; ++g) {
+      const float w = scores[int64_t{g} * num_ctx + j];
+      float* o = out + g * head_dim;
+      for (int d = 0; d < head_dim; ++d) o[d] += w * v[d];
+    }
+  }
+}
+
 float SoftmaxInPlace(float* x, int64_t n) {
   float mx = -INFINITY;
   for (int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);

@@ -1,0 +1,719 @@
+// DeepSeek-V3 / V2 forward pass (MLA + MoE) over a paged latent KV cache. One call handles any
+// mix of prefill chunks and decode tokens from many sequences; projections run once over all
+// tokens of the step, routed experts once over the tokens sent to each expert.
+
+#include "arch/deepseek_v3.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
+#include "util/status.h"
+
+namespace deepinfer::arch {
+namespace {
+
+using model::TensorView;
+
+struct Mlp {
+  const TensorView* gate = nullptr;
+  const TensorView* up = nullptr;
+  const TensorView* down = nullptr;
+  int64_t inner = 0;
+};
+
+struct Layer {
+  std::vector<float> attn_norm, ffn_norm, q_a_norm, kv_a_norm;
+  const TensorView* q_a = nullptr;  // q LoRA path
+  const TensorView* q_b = nullptr;
+  const TensorView* q = nullptr;  // direct path
+  const TensorView* kv_a = nullptr;
+  const TensorView* kv_b = nullptr;
+  const TensorView* o = nullptr;
+  std::vector<float> kv_b_f32;  // [heads * (nope + v), kv_lora_rank], for the absorbed form
+  bool moe = false;
+  Mlp dense;
+  const TensorView* router = nullptr;
+  std::vector<float> router_bias;  // e_score_correction_bias; empty when absent
+  std::vector<Mlp> experts;
+  Mlp shared;
+  // MTP module extras.
+  std::vector<float> enorm, hnorm, head_norm;
+  const TensorView* eh_proj = nullptr;
+  const TensorView* head = nullptr;
+};
+
+// Budget for the expanded attention form's per-slice key/value buffer (256 MiB of f32).
+constexpr int64_t kMaxExpandedFloats = int64_t{64} << 20;
+
+double YarnMscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+class DeepseekImpl final : public DeepseekV3Lm {
+ public:
+  explicit DeepseekImpl(const model::Model& m)
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek) {}
+
+  absl::Status Init();
+
+  const model::ModelConfig& config() const override { return cfg_; }
+  int64_t kv_floats_per_token() const override { return ds_.kv_lora_rank + ds_.qk_rope_head_dim; }
+  void set_attention_mode(AttentionMode mode) override { mode_ = mode; }
+  int num_mtp_layers() const override { return static_cast<int>(mtp_.size()); }
+
+  void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+               util::ThreadPool& pool) override;
+  void FinalHidden(float* out) const override;
+  void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden, KvCache& mtp_kv,
+                  float* logits, float* hidden_out, util::ThreadPool& pool) override;
+
+ private:
+  absl::StatusOr<std::vector<float>> Vec(const std::string& name, int64_t n);
+  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols);
+  absl::StatusOr<Mlp> LoadMlp(const std::string& prefix, int64_t inner);
+  absl::StatusOr<Layer> LoadLayer(int l);
+  void InitRope();
+
+  void Prepare(const ForwardBatch& batch, util::ThreadPool& pool);
+  void RunLayer(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
+                util::ThreadPool& pool);
+  void Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
+                 util::ThreadPool& pool);
+  void AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
+                      util::ThreadPool& pool);
+  void AttendExpanded(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
+                      util::ThreadPool& pool);
+  void RopeRow(float* x, int64_t t) const;
+  void RunMlp(const Mlp& m, const float* in, int64_t n, float* out, util::ThreadPool& pool);
+  void Moe(const Layer& L, int64_t T, util::ThreadPool& pool);
+  void Route(const Layer& L, const float* logits, int32_t* idx, float* w);
+  void Logits(const ForwardBatch& batch, const float* norm, const TensorView& head, float* logits,
+              util::ThreadPool& pool);
+
+  const model::Model& model_;
+  model::ModelConfig cfg_;
+  model::DeepseekConfig ds_;
+  AttentionMode mode_ = AttentionMode::kAuto;
+  std::vector<Layer> layers_;
+  std::vector<Layer> mtp_;
+  std::vector<float> final_norm_;
+  const TensorView* embed_ = nullptr;
+  const TensorView* lm_head_ = nullptr;
+  std::vector<float> inv_freq_;
+  float rope_mscale_ = 1.0f;  // YaRN attention_factor on cos/sin
+  float softmax_scale_ = 1.0f;
+
+  // Scratch, grown on demand and reused across steps.
+  int64_t last_tokens_ = 0;
+  std::vector<float> x_, h_, qa_, q_, kva_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
+  std::vector<float> thread_scratch_, ctx_lat_, ctx_kv_, router_logits_, moe_in_, moe_out_;
+  std::vector<float> moe_gate_, moe_up_, route_w_;
+  std::vector<int32_t> positions_, token_seq_, route_idx_, expert_count_, expert_tokens_;
+  std::vector<int32_t> expert_fill_;
+  std::vector<float> expert_weights_, route_score_, route_choice_, route_gscore_;
+  std::vector<int> route_order_;
+  std::vector<char> route_keep_;
+  int64_t thread_stride_ = 0;
+};
+
+absl::StatusOr<std::vector<float>> DeepseekImpl::Vec(const std::string& name, int64_t n) {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
+  if (t->num_elements() != n) {
+    return InvalidArgumentError("shape_mismatch", fmt::format("{} has {} elements, expected {}",
+                                                              name, t->num_elements(), n));
+  }
+  std::vector<float> v(static_cast<size_t>(n));
+  kernels::DequantizeRow(t->dtype, t->data, v.data(), n);
+  return v;
+}
+
+absl::StatusOr<const TensorView*> DeepseekImpl::Mat(const std::string& name, int64_t rows,
+                                                    int64_t cols) {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
+  if (t->shape.size() != 2 || t->rows() != rows || t->cols() != cols) {
+    return InvalidArgumentError(
+        "shape_mismatch",
+        fmt::format("{} has the wrong shape (expected [{}, {}])", name, rows, cols));
+  }
+  return t;
+}
+
+absl::StatusOr<Mlp> DeepseekImpl::LoadMlp(const std::string& p, int64_t inner) {
+  Mlp m;
+  m.inner = inner;
+  DI_ASSIGN_OR_RETURN(m.gate, Mat(p + "gate_proj.weight", inner, cfg_.hidden));
+  DI_ASSIGN_OR_RETURN(m.up, Mat(p + "up_proj.weight", inner, cfg_.hidden));
+  DI_ASSIGN_OR_RETURN(m.down, Mat(p + "down_proj.weight", cfg_.hidden, inner));
+  return m;
+}
+
+absl::StatusOr<Layer> DeepseekImpl::LoadLayer(int l) {
+  const std::string p = fmt::format("model.layers.{}.", l);
+  const std::string a = p + "self_attn.";
+  const int64_t H = cfg_.hidden, nh = cfg_.num_heads;
+  const int64_t qk = ds_.qk_nope_head_dim + ds_.qk_rope_head_dim;
+  const int64_t kvb_rows = nh * (ds_.qk_nope_head_dim + ds_.v_head_dim);
+  Layer L;
+  DI_ASSIGN_OR_RETURN(L.attn_norm, Vec(p + "input_layernorm.weight", H));
+  DI_ASSIGN_OR_RETURN(L.ffn_norm, Vec(p + "post_attention_layernorm.weight", H));
+  if (ds_.q_lora_rank > 0) {
+    DI_ASSIGN_OR_RETURN(L.q_a, Mat(a + "q_a_proj.weight", ds_.q_lora_rank, H));
+    DI_ASSIGN_OR_RETURN(L.q_a_norm, Vec(a + "q_a_layernorm.weight", ds_.q_lora_rank));
+    DI_ASSIGN_OR_RETURN(L.q_b, Mat(a + "q_b_proj.weight", nh * qk, ds_.q_lora_rank));
+  } else {
+    DI_ASSIGN_OR_RETURN(L.q, Mat(a + "q_proj.weight", nh * qk, H));
+  }
+  DI_ASSIGN_OR_RETURN(
+      L.kv_a, Mat(a + "kv_a_proj_with_mqa.weight", ds_.kv_lora_rank + ds_.qk_rope_head_dim, H));
+  DI_ASSIGN_OR_RETURN(L.kv_a_norm, Vec(a + "kv_a_layernorm.weight", ds_.kv_lora_rank));
+  DI_ASSIGN_OR_RETURN(L.kv_b, Mat(a + "kv_b_proj.weight", kvb_rows, ds_.kv_lora_rank));
+  DI_ASSIGN_OR_RETURN(L.o, Mat(a + "o_proj.weight", H, nh * ds_.v_head_dim));
+  L.kv_b_f32.resize(static_cast<size_t>(kvb_rows * ds_.kv_lora_rank));
+  for (int64_t r = 0; r < kvb_rows; ++r) {
+    kernels::DequantizeRow(L.kv_b->dtype, L.kv_b->row(r), L.kv_b_f32.data() + r * ds_.kv_lora_rank,
+                           ds_.kv_lora_rank);
+  }
+  const std::string f = p + "mlp.";
+  L.moe = ds_.IsMoeLayer(l);
+  if (!L.moe) {
+    DI_ASSIGN_OR_RETURN(L.dense, LoadMlp(f, cfg_.ffn_hidden));
+    return L;
+  }
+  DI_ASSIGN_OR_RETURN(L.router, Mat(f + "gate.weight", ds_.n_routed_experts, H));
+  if (model_.Find(f + "gate.e_score_correction_bias") != nullptr) {
+    DI_ASSIGN_OR_RETURN(L.router_bias,
+                        Vec(f + "gate.e_score_correction_bias", ds_.n_routed_experts));
+  } else if (ds_.topk_method == "noaux_tc") {
+    return NotFoundError("missing_tensor", f + "gate.e_score_correction_bias is required by "
+                                               "topk_method noaux_tc");
+  }
+  for (int e = 0; e < ds_.n_routed_experts; ++e) {
+    DI_ASSIGN_OR_RETURN(Mlp m,
+                        LoadMlp(fmt::format("{}experts.{}.", f, e), ds_.moe_intermediate_size));
+    L.experts.push_back(m);
+  }
+  if (ds_.n_shared_experts > 0) {
+    DI_ASSIGN_OR_RETURN(L.shared, LoadMlp(f + "shared_experts.", int64_t{ds_.n_shared_experts} *
+                                                                     ds_.moe_intermediate_size));
+  }
+  return L;
+}
+
+// Inverse frequencies and scales exactly as transformers computes them (float32 steps), so
+// positions far into the YaRN range still agree.
+void DeepseekImpl::InitRope() {
+  const int dim = ds_.qk_rope_head_dim, half = dim / 2;
+  const double base = cfg_.rope_theta;
+  std::vector<float> pos_freqs(half);
+  for (int i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+    pos_freqs[i] = static_cast<float>(std::pow(base, static_cast<double>(e)));
+  }
+  inv_freq_.resize(half);
+  double qk_scale = 1.0 / std::sqrt(static_cast<double>(ds_.qk_nope_head_dim + dim));
+  if (!ds_.yarn) {
+    for (int i = 0; i < half; ++i) inv_freq_[i] = 1.0f / pos_freqs[i];
+    softmax_scale_ = static_cast<float>(qk_scale);
+    return;
+  }
+  const model::YarnScaling& y = *ds_.yarn;
+  const double factor = y.factor;
+  if (y.attention_factor > 0) {
+    rope_mscale_ = y.attention_factor;
+  } else if (y.mscale != 0 && y.mscale_all_dim != 0) {
+    rope_mscale_ =
+        static_cast<float>(YarnMscale(factor, y.mscale) / YarnMscale(factor, y.mscale_all_dim));
+  } else {
+    rope_mscale_ = static_cast<float>(YarnMscale(factor, 1.0));
+  }
+  auto correction_dim = [&](double rotations) {
+    return (dim * std::log(y.original_max_position_embeddings / (rotations * 2 * M_PI))) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;
+  const float flow = static_cast<float>(low), fspan = static_cast<float>(high - low);
+  for (int i = 0; i < half; ++i) {
+    const float ramp = std::clamp((static_cast<float>(i) - flow) / fspan, 0.0f, 1.0f);
+    const float extrap_factor = 1.0f - ramp;
+    const float extrap = 1.0f / pos_freqs[i];
+    const float interp = 1.0f / (static_cast<float>(factor) * pos_freqs[i]);
+    inv_freq_[i] = interp * (1.0f - extrap_factor) + extrap * extrap_factor;
+  }
+  if (y.mscale_all_dim != 0) {
+    const double m = YarnMscale(factor, y.mscale_all_dim);
+    qk_scale = qk_scale * m * m;
+  }
+  softmax_scale_ = static_cast<float>(qk_scale);
+}
+
+absl::Status DeepseekImpl::Init() {
+  const int64_t H = cfg_.hidden;
+  if (ds_.kv_lora_rank <= 0 || ds_.qk_rope_head_dim % 2 != 0 || ds_.v_head_dim <= 0 ||
+      (ds_.n_routed_experts > 0 && ds_.num_experts_per_tok <= 0)) {
+    return InvalidArgumentError("bad_config", "inconsistent MLA or MoE dimensions");
+  }
+  DI_ASSIGN_OR_RETURN(embed_, Mat("model.embed_tokens.weight", cfg_.vocab, H));
+  DI_ASSIGN_OR_RETURN(final_norm_, Vec("model.norm.weight", H));
+  lm_head_ = model_.Find("lm_head.weight");
+  if (lm_head_ == nullptr && cfg_.tied_embeddings) lm_head_ = embed_;
+  DI_ASSIGN_OR_RETURN(
+      lm_head_,
+      Mat(lm_head_ == embed_ ? "model.embed_tokens.weight" : "lm_head.weight", cfg_.vocab, H));
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
+    layers_.push_back(std::move(L));
+  }
+  for (int k = 0; k < ds_.num_nextn_predict_layers; ++k) {
+    const int l = cfg_.num_layers + k;
+    const std::string p = fmt::format("model.layers.{}.", l);
+    if (model_.Find(p + "enorm.weight") == nullptr) break;
+    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
+    DI_ASSIGN_OR_RETURN(L.enorm, Vec(p + "enorm.weight", H));
+    DI_ASSIGN_OR_RETURN(L.hnorm, Vec(p + "hnorm.weight", H));
+    DI_ASSIGN_OR_RETURN(L.head_norm, Vec(p + "shared_head.norm.weight", H));
+    DI_ASSIGN_OR_RETURN(L.eh_proj, Mat(p + "eh_proj.weight", H, 2 * H));
+    L.head = model_.Find(p + "shared_head.head.weight");
+    if (L.head == nullptr) {
+      L.head = lm_head_;
+    } else {
+      DI_ASSIGN_OR_RETURN(L.head, Mat(p + "shared_head.head.weight", cfg_.vocab, H));
+    }
+    mtp_.push_back(std::move(L));
+  }
+  InitRope();
+  return absl::OkStatus();
+}
+
+void DeepseekImpl::Prepare(const ForwardBatch& batch, util::ThreadPool& pool) {
+  auto grow = [](auto& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  };
+  const int64_t T = batch.num_tokens, H = cfg_.hidden, nh = cfg_.num_heads;
+  const int64_t qk = ds_.qk_nope_head_dim + ds_.qk_rope_head_dim;
+  const int64_t lat = kv_floats_per_token();
+  int64_t max_ctx = 0;
+  for (const auto& s : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, s.start_pos + s.num_tokens);
+  int64_t ffn = cfg_.ffn_hidden;
+  if (ds_.n_routed_experts > 0) {
+    ffn = std::max<int64_t>(ffn,
+                            int64_t{std::max(1, ds_.n_shared_experts)} * ds_.moe_intermediate_size);
+  }
+  grow(x_, T * H);
+  grow(h_, T * 2 * H);  // MTP concatenates two hidden vectors here
+  grow(qa_, T * std::max(ds_.q_lora_rank, 1));
+  grow(q_, T * nh * qk);
+  grow(kva_, T * lat);
+  grow(attn_, T * nh * ds_.v_head_dim);
+  grow(tmp_, T * H);
+  grow(gate_, T * ffn);
+  grow(up_, T * ffn);
+  grow(cos_, T * ds_.qk_rope_head_dim / 2);
+  grow(sin_, T * ds_.qk_rope_head_dim / 2);
+  // Per thread: scores over the context, the absorbed query and the attended latent.
+  thread_stride_ = max_ctx + 2 * lat;
+  grow(thread_scratch_, pool.num_threads() * thread_stride_);
+  grow(positions_, T);
+  grow(token_seq_, T);
+  for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
+    const auto& s = batch.seqs[si];
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      positions_[s.token_offset + i] = s.start_pos + i;
+      token_seq_[s.token_offset + i] = si;
+    }
+  }
+  const int half = ds_.qk_rope_head_dim / 2;
+  for (int64_t t = 0; t < T; ++t) {
+    const float p = static_cast<float>(positions_[t]);
+    for (int i = 0; i < half; ++i) {
+      const float angle = p * inv_freq_[i];
+      cos_[t * half + i] = static_cast<float>(std::cos(static_cast<double>(angle))) * rope_mscale_;
+      sin_[t * half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * rope_mscale_;
+    }
+  }
+  last_tokens_ = T;
+}
+
+// Rotates one rope slice of qk_rope_head_dim values of token t.
+void DeepseekImpl::RopeRow(float* x, int64_t t) const {
+  const int half = ds_.qk_rope_head_dim / 2;
+  const float* c = cos_.data() + t * half;
+  const float* s = sin_.data() + t * half;
+  if (ds_.rope_interleave) {
+    for (int i = 0; i < half; ++i) {
+      const float a = x[2 * i], b = x[2 * i + 1];
+      x[2 * i] = a * c[i] - b * s[i];
+      x[2 * i + 1] = b * c[i] + a * s[i];
+    }
+  } else {
+    for (int i = 0; i < half; ++i) {
+      const float a = x[i], b = x[i + half];
+      x[i] = a * c[i] - b * s[i];
+      x[i + half] = b * c[i] + a * s[i];
+    }
+  }
+}
+
+void DeepseekImpl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+                           util::ThreadPool& pool) {
+  DI_CHECK(kv.floats_per_token == kv_floats_per_token() && kv.num_layers >= cfg_.num_layers);
+  Prepare(batch, pool);
+  kernels::EmbeddingLookup(*embed_, batch.tokens, batch.num_tokens, x_.data());
+  for (int l = 0; l < cfg_.num_layers; ++l) RunLayer(layers_[l], l, batch, kv, pool);
+  Logits(batch, final_norm_.data(), *lm_head_, logits, pool);
+}
+
+void DeepseekImpl::FinalHidden(float* out) const {
+  kernels::RmsNorm(x_.data(), final_norm_.data(), last_tokens_, cfg_.hidden, cfg_.rms_norm_eps,
+                   out);
+}
+
+void DeepseekImpl::ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden,
+                              KvCache& mtp_kv, float* logits, float* hidden_out,
+                              util::ThreadPool& pool) {
+  DI_CHECK(k >= 0 && k < num_mtp_layers());
+  DI_CHECK(mtp_kv.floats_per_token == kv_floats_per_token() && mtp_kv.num_layers > k);
+  const Layer& L = mtp_[k];
+  const int64_t T = batch.num_tokens, H = cfg_.hidden;
+  Prepare(batch, pool);
+  kernels::EmbeddingLookup(*embed_, batch.tokens, T, tmp_.data());
+  for (int64_t t = 0; t < T; ++t) {
+    float* e = tmp_.data() + t * H;
+    if (positions_[t] == 0) std::fill(e, e + H, 0.0f);
+    kernels::RmsNorm(e, L.enorm.data(), 1, H, cfg_.rms_norm_eps, h_.data() + t * 2 * H);
+    kernels::RmsNorm(prev_hidden + t * H, L.hnorm.data(), 1, H, cfg_.rms_norm_eps,
+                     h_.data() + t * 2 * H + H);
+  }
+  kernels::MatMul(*L.eh_proj, h_.data(), T, x_.data(), pool);
+  RunLayer(L, k, batch, mtp_kv, pool);
+  if (hidden_out != nullptr) std::memcpy(hidden_out, x_.data(), T * H * sizeof(float));
+  Logits(batch, L.head_norm.data(), *L.head, logits, pool);
+}
+
+void DeepseekImpl::Logits(const ForwardBatch& batch, const float* norm, const TensorView& head,
+                          float* logits, util::ThreadPool& pool) {
+  // Only the rows that need logits go through the final norm and the output matmul.
+  const int64_t H = cfg_.hidden;
+  const int32_t num_rows = batch.num_logit_rows();
+  if (num_rows == 0) return;
+  if (static_cast<int64_t>(rows_.size()) < int64_t{num_rows} * H) rows_.resize(num_rows * H);
+  int32_t r = 0;
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
+      std::memcpy(rows_.data() + int64_t{r} * H, x_.data() + (s.token_offset + i) * H,
+                  H * sizeof(float));
+      ++r;
+    }
+  }
+  kernels::RmsNorm(rows_.data(), norm, num_rows, H, cfg_.rms_norm_eps, rows_.data());
+  kernels::MatMul(head, rows_.data(), num_rows, logits, pool);
+}
+
+void DeepseekImpl::RunLayer(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
+                            util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, H = cfg_.hidden;
+  float* x = x_.data();
+  kernels::RmsNorm(x, L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+  Attention(L, kv_layer, batch, kv, pool);
+  kernels::MatMul(*L.o, attn_.data(), T, tmp_.data(), pool);
+  kernels::AddInPlace(x, tmp_.data(), T * H);
+
+  kernels::RmsNorm(x, L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+  if (L.moe) {
+    Moe(L, T, pool);
+  } else {
+    RunMlp(L.dense, h_.data(), T, tmp_.data(), pool);
+  }
+  kernels::AddInPlace(x, tmp_.data(), T * H);
+}
+
+void DeepseekImpl::Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
+                             util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, nh = cfg_.num_heads;
+  const int64_t dn = ds_.qk_nope_head_dim, dr = ds_.qk_rope_head_dim, qk = dn + dr;
+  const int64_t rkv = ds_.kv_lora_rank, lat = rkv + dr;
+  if (L.q_a != nullptr) {
+    kernels::MatMul(*L.q_a, h_.data(), T, qa_.data(), pool);
+    kernels::RmsNorm(qa_.data(), L.q_a_norm.data(), T, ds_.q_lora_rank, cfg_.rms_norm_eps,
+                     qa_.data());
+    kernels::MatMul(*L.q_b, qa_.data(), T, q_.data(), pool);
+  } else {
+    kernels::MatMul(*L.q, h_.data(), T, q_.data(), pool);
+  }
+  kernels::MatMul(*L.kv_a, h_.data(), T, kva_.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = kva_.data() + t * lat;
+    kernels::RmsNorm(row, L.kv_a_norm.data(), 1, rkv, cfg_.rms_norm_eps, row);
+    RopeRow(row + rkv, t);
+    for (int64_t h = 0; h < nh; ++h) RopeRow(q_.data() + (t * nh + h) * qk + dn, t);
+  }
+  // Append this step's latents before attending, so a token sees itself and the earlier tokens
+  // of its own chunk.
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      const int32_t pos = s.start_pos + i;
+      float* slot = kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
+      std::memcpy(slot, kva_.data() + (s.token_offset + i) * lat, lat * sizeof(float));
+    }
+  }
+  // Flops per context token: expanded pays kv_b once per slice (kvb) plus exp per query;
+  // absorbed pays abs per query. Expanded wins once num_tokens > kvb / (abs - exp).
+  const double kvb = static_cast<double>(rkv) * nh * (dn + ds_.v_head_dim);
+  const double per_query_gain = static_cast<double>(nh) * ((2 * rkv + dr) - (qk + ds_.v_head_dim));
+  const int64_t kvb_rows = nh * (dn + ds_.v_head_dim);
+  for (const auto& s : batch.seqs) {
+    bool expanded = mode_ == AttentionMode::kExpanded;
+    if (mode_ == AttentionMode::kAuto) {
+      // The expanded form materializes [context, heads * (nope + v)] floats; past the budget
+      // (long contexts) the absorbed form is used whatever the flop estimate says.
+      const int64_t ctx = s.start_pos + s.num_tokens;
+      expanded = per_query_gain > 0 && s.num_tokens * per_query_gain > kvb &&
+                 ctx * kvb_rows <= kMaxExpandedFloats;
+    }
+    if (expanded) {
+      AttendExpanded(L, kv_layer, s, kv, pool);
+    } else {
+      AttendAbsorbed(L, kv_layer, s, kv, pool);
+    }
+  }
+}
+
+void DeepseekImpl::AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
+                                  util::ThreadPool& pool) {
+  const int64_t nh = cfg_.num_heads, dn = ds_.qk_nope_head_dim, dr = ds_.qk_rope_head_dim;
+  const int64_t dv = ds_.v_head_dim, qk = dn + dr, rkv = ds_.kv_lora_rank, lat = rkv + dr;
+  const int64_t head_rows = dn + dv;
+  const float scale = softmax_scale_;
+  pool.ParallelFor(int64_t{s.num_tokens} * nh, [&](int64_t begin, int64_t end, int thread) {
+    float* scratch = thread_scratch_.data() + thread * thread_stride_;
+    float* qabs = scratch;        // [q_nope through W_UK ; q_pe], lat values
+    float* olat = scratch + lat;  // attended latent, rkv values
+    float* scores = scratch + 2 * lat;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / nh, h = item % nh;
+      const int64_t t = s.token_offset + i;
+      const int32_t pos = s.start_pos + static_cast<int32_t>(i);
+      const float* q = q_.data() + (t * nh + h) * qk;
+      const float* wk = L.kv_b_f32.data() + h * head_rows * rkv;
+      std::fill(qabs, qabs + rkv, 0.0f);
+      for (int64_t d = 0; d < dn; ++d) kernels::Axpy(q[d], wk + d * rkv, qabs, rkv);
+      std::memcpy(qabs + rkv, q + dn, dr * sizeof(float));
+      for (int32_t j = 0; j <= pos; ++j) {
+        const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
+        scores[j] = kernels::Dot(qabs, slot, lat) * scale;
+      }
+      kernels::SoftmaxInPlace(scores, pos + 1);
+      std::fill(olat, olat + rkv, 0.0f);
+      for (int32_t j = 0; j <= pos; ++j) {
+        const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
+        kernels::Axpy(scores[j], slot, olat, rkv);
+      }
+      const float* wv = wk + dn * rkv;
+      float* out = attn_.data() + (t * nh + h) * dv;
+      for (int64_t d = 0; d < dv; ++d) out[d] = kernels::Dot(wv + d * rkv, olat, rkv);
+    }
+  });
+}
+
+void DeepseekImpl::AttendExpanded(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
+                                  util::ThreadPool& pool) {
+  const int64_t nh = cfg_.num_heads, dn = ds_.qk_nope_head_dim, dr = ds_.qk_rope_head_dim;
+  const int64_t dv = ds_.v_head_dim, qk = dn + dr, rkv = ds_.kv_lora_rank;
+  const int64_t head_rows = dn + dv;
+  const int64_t ctx = s.start_pos + s.num_tokens;
+  if (static_cast<int64_t>(ctx_lat_.size()) < ctx * rkv) ctx_lat_.resize(ctx * rkv);
+  if (static_cast<int64_t>(ctx_kv_.size()) < ctx * nh * head_rows) {
+    ctx_kv_.resize(ctx * nh * head_rows);
+  }
+  for (int64_t j = 0; j < ctx; ++j) {
+    const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
+    std::memcpy(ctx_lat_.data() + j * rkv, slot, rkv * sizeof(float));
+  }
+  // [ctx, heads * (k_nope | v)]
+  kernels::MatMul(*L.kv_b, ctx_lat_.data(), ctx, ctx_kv_.data(), pool);
+  const float scale = softmax_scale_;
+  pool.ParallelFor(int64_t{s.num_tokens} * nh, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = thread_scratch_.data() + thread * thread_stride_;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / nh, h = item % nh;
+      const int64_t t = s.token_offset + i;
+      const int32_t pos = s.start_pos + static_cast<int32_t>(i);
+      const float* q = q_.data() + (t * nh + h) * qk;
+      for (int32_t j = 0; j <= pos; ++j) {
+        const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
+        const float* k_nope = ctx_kv_.data() + (j * nh + h) * head_rows;
+        scores[j] = (kernels::Dot(q, k_nope, dn) + kernels::Dot(q + dn, slot + rkv, dr)) * scale;
+      }
+      kernels::SoftmaxInPlace(scores, pos + 1);
+      float* out = attn_.data() + (t * nh + h) * dv;
+      std::fill(out, out + dv, 0.0f);
+      for (int32_t j = 0; j <= pos; ++j) {
+        kernels::Axpy(scores[j], ctx_kv_.data() + (j * nh + h) * head_rows + dn, out, dv);
+      }
+    }
+  });
+}
+
+void DeepseekImpl::RunMlp(const Mlp& m, const float* in, int64_t n, float* out,
+                          util::ThreadPool& pool) {
+  kernels::MatMul(*m.gate, in, n, gate_.data(), pool);
+  kernels::MatMul(*m.up, in, n, up_.data(), pool);
+  kernels::SiluMul(gate_.data(), up_.data(), n * m.inner, gate_.data());
+  kernels::MatMul(*m.down, gate_.data(), n, out, pool);
+}
+
+// Picks num_experts_per_tok experts for one token and their weights.
+// V3 (noaux_tc): sigmoid scores, the correction bias only for selection, group score = sum of
+// the two best biased scores, other groups masked to -inf, weights = unbiased scores,
+// renormalized (norm_topk_prob) then times routed_scaling_factor.
+// V2 (greedy / group_limited_greedy): softmax scores, group score = max; weights renormalized
+// when norm_topk_prob and k > 1 (DeepSeek-V2's own modeling code), else scaled.
+void DeepseekImpl::Route(const Layer& L, const float* logits, int32_t* idx, float* w) {
+  const int E = ds_.n_routed_experts, K = ds_.num_experts_per_tok;
+  std::vector<float>& score = route_score_;
+  std::vector<float>& choice = route_choice_;
+  std::vector<int>& order = route_order_;
+  score.resize(E);
+  choice.resize(E);
+  if (ds_.scoring_func == "softmax") {
+    std::memcpy(score.data(), logits, E * sizeof(float));
+    kernels::SoftmaxInPlace(score.data(), E);
+  } else {
+    for (int e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+  }
+  for (int e = 0; e < E; ++e) {
+    choice[e] = score[e] + (L.router_bias.empty() ? 0.0f : L.router_bias[e]);
+  }
+  const bool noaux = ds_.topk_method == "noaux_tc";
+  if (ds_.n_group > 1 && ds_.topk_method != "greedy") {
+    const int G = ds_.n_group, per = E / G;
+    std::vector<float>& gscore = route_gscore_;
+    gscore.resize(G);
+    for (int g = 0; g < G; ++g) {
+      const float* c = choice.data() + g * per;
+      if (noaux) {
+        float a = -std::numeric_limits<float>::infinity(), b = a;
+        for (int i = 0; i < per; ++i) {
+          if (c[i] > a) {
+            b = a;
+            a = c[i];
+          } else if (c[i] > b) {
+            b = c[i];
+          }
+        }
+        gscore[g] = a + b;
+      } else {
+        gscore[g] = *std::max_element(c, c + per);
+      }
+    }
+    order.resize(G);
+    for (int g = 0; g < G; ++g) order[g] = g;
+    std::partial_sort(
+        order.begin(), order.begin() + ds_.topk_group, order.end(),
+        [&](int a, int b) { return gscore[a] > gscore[b] || (gscore[a] == gscore[b] && a < b); });
+    std::vector<char>& keep = route_keep_;
+    keep.assign(G, 0);
+    for (int i = 0; i < ds_.topk_group; ++i) keep[order[i]] = 1;
+    for (int e = 0; e < E; ++e) {
+      if (!keep[e / per]) choice[e] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  order.resize(E);
+  for (int e = 0; e < E; ++e) order[e] = e;
+  std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
+    return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+  });
+  float sum = 0;
+  for (int i = 0; i < K; ++i) {
+    idx[i] = order[i];
+    w[i] = score[order[i]];
+    sum += w[i];
+  }
+  const bool renorm = ds_.norm_topk_prob && (noaux || K > 1);
+  for (int i = 0; i < K; ++i) {
+    if (renorm) w[i] /= sum + 1e-20f;
+    if (noaux || !renorm) w[i] *= ds_.routed_scaling_factor;
+  }
+}
+
+void DeepseekImpl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
+  const int64_t H = cfg_.hidden;
+  const int E = ds_.n_routed_experts, K = ds_.num_experts_per_tok;
+  auto grow = [](auto& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  };
+  grow(router_logits_, T * E);
+  grow(route_idx_, T * K);
+  grow(route_w_, T * K);
+  // Router in f32 on the normalized hidden state (HF keeps the gate in fp32).
+  kernels::MatMul(*L.router, h_.data(), T, router_logits_.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
+    Route(L, router_logits_.data() + t * E, route_idx_.data() + t * K, route_w_.data() + t * K);
+  }
+  // Group the (token, weight) pairs by expert, in token order.
+  expert_count_.assign(E + 1, 0);
+  for (int64_t i = 0; i < T * K; ++i) ++expert_count_[route_idx_[i] + 1];
+  for (int e = 0; e < E; ++e) expert_count_[e + 1] += expert_count_[e];
+  grow(expert_tokens_, T * K);
+  grow(expert_weights_, T * K);
+  expert_fill_.assign(expert_count_.begin(), expert_count_.end() - 1);
+  std::vector<int32_t>& fill = expert_fill_;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int k = 0; k < K; ++k) {
+      const int e = route_idx_[t * K + k];
+      expert_tokens_[fill[e]] = static_cast<int32_t>(t);
+      expert_weights_[fill[e]] = route_w_[t * K + k];
+      ++fill[e];
+    }
+  }
+  grow(moe_out_, T * H);
+  std::fill(moe_out_.begin(), moe_out_.begin() + T * H, 0.0f);
+  for (int e = 0; e < E; ++e) {
+    const int32_t begin = expert_count_[e], n = expert_count_[e + 1] - begin;
+    if (n == 0) continue;
+    grow(moe_in_, int64_t{n} * H);
+    grow(moe_gate_, int64_t{n} * H);
+    for (int32_t i = 0; i < n; ++i) {
+      std::memcpy(moe_in_.data() + int64_t{i} * H,
+                  h_.data() + int64_t{expert_tokens_[begin + i]} * H, H * sizeof(float));
+    }
+    RunMlp(L.experts[e], moe_in_.data(), n, moe_gate_.data(), pool);
+    for (int32_t i = 0; i < n; ++i) {
+      kernels::Axpy(expert_weights_[begin + i], moe_gate_.data() + int64_t{i} * H,
+                    moe_out_.data() + int64_t{expert_tokens_[begin + i]} * H, H);
+    }
+  }
+  if (L.shared.gate != nullptr) {
+    RunMlp(L.shared, h_.data(), T, tmp_.data(), pool);
+    kernels::AddInPlace(tmp_.data(), moe_out_.data(), T * H);
+  } else {
+    std::memcpy(tmp_.data(), moe_out_.data(), T * H * sizeof(float));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DeepseekV3Lm>> CreateDeepseekV3(const model::Model& model) {
+  if (!model.config.deepseek) {
+    return InvalidArgumentError("bad_config", "model has no DeepSeek hyperparameters");
+  }
+  auto lm = std::make_unique<DeepseekImpl>(model);
+  DI_RETURN_IF_ERROR(lm->Init());
+  return std::unique_ptr<DeepseekV3Lm>(std::move(lm));
+}
+
+}  // namespace deepinfer::arch

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "arch/causal_lm.h"
+#include "model/model.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer::arch {
+
+// DeepSeek-V3 / V2 forward pass: Multi-head Latent Attention (q LoRA or direct q_proj, latent KV,
+// decoupled RoPE on the rope slice with YaRN) and DeepSeek-MoE (dense first layers, then routed
+// experts with sigmoid + correction-bias group-limited top-k, or V2's softmax routing, plus
+// shared experts). Weight names are the HF checkpoint names ("model.layers.N.self_attn.*").
+//
+// KV cache: per token and layer the latent [c_kv (kv_lora_rank, after kv_a_layernorm) | k_pe
+//   (qk_rope_head_dim, after RoPE)], i.e. kv_floats_per_token() = kv_lora_rank + qk_rope_head_dim.
+// Attention has two equivalent forms. Expanded: k_nope/v of every context token are rebuilt from
+//   the latents with kv_b_proj, then ordinary attention (cheap per query, one kv_b matmul over the
+//   context per step). Absorbed: q_nope is folded through kv_b_proj's key part so scores are dot
+//   products with the cached latent, and the output is mapped through its value part (cheap per
+//   context token). Each slice uses the cheaper form by a flop estimate: decode and short spec-
+//   ulative slices go absorbed, long prefill chunks expanded unless the expanded keys/values of
+//   the context would exceed 256 MiB. Both agree to f32 rounding.
+// Routing: ties between equal scores pick the lower expert (group) index.
+// Threads / Lifetime: as CausalLm (not thread-safe; borrows the Model).
+// Source: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (MLA, DeepSeekMoE, MTP);
+//   transformers modeling_deepseek_v3.py / modeling_deepseek_v2.py (parity reference).
+class DeepseekV3Lm : public CausalLm {
+ public:
+  enum class AttentionMode { kAuto, kExpanded, kAbsorbed };
+
+  // Forces one attention form for every slice (tests and benchmarks); kAuto is the default.
+  virtual void set_attention_mode(AttentionMode mode) = 0;
+
+  // --- Multi-token prediction (MTP / NextN) modules, for speculative drafts (the CausalLm
+  // hooks, with their full contract here). ---
+  //
+  // Number of MTP modules whose weights the checkpoint holds ("model.layers.{L + k}.*").
+  int num_mtp_layers() const override = 0;
+
+  // Writes the final hidden states (after model.norm) of every token of the last Forward call.
+  // Shapes: out [batch.num_tokens of that call, hidden] f32.
+  // REQUIRES: Forward was called and nothing else since (the states live in scratch buffers).
+  void FinalHidden(float* out) const override = 0;
+
+  // Runs MTP module `k` over a batch laid out like Forward's, continuing each sequence in
+  // `mtp_kv` (a KvCache with num_mtp_layers() layers and kv_floats_per_token() floats).
+  // Token i of a slice at position p is the next token x_{p+1} and prev_hidden row i is the
+  // main model's final hidden state at position p (FinalHidden); the module predicts x_{p+2}:
+  //   e = Emb(x_{p+1}) (zero when p == 0), u = eh_proj([enorm(e) ; hnorm(h_p)]),
+  //   u = DecoderLayer_{L+k}(u), logits = head(shared_head.norm(u)).
+  // Chaining a further draft step feeds `hidden_out` (u before shared_head.norm) back as
+  // prev_hidden, as vLLM does.
+  // Shapes: prev_hidden [num_tokens, hidden]; logits [num_logit_rows, vocab];
+  //   hidden_out [num_tokens, hidden] or null.
+  // REQUIRES: 0 <= k < num_mtp_layers().
+  // Source: vLLM deepseek_mtp.py (DeepSeekMultiTokenPredictorLayer).
+  void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden, KvCache& mtp_kv,
+                  float* logits, float* hidden_out, util::ThreadPool& pool) override = 0;
+};
+
+// Builds the forward pass for a model with config.deepseek set (architecture "deepseek_v3" or
+// "deepseek_v2", loaded by model::LoadHfModel).
+// Errors: NotFound "missing_tensor", InvalidArgument "shape_mismatch" / "bad_config".
+// Cost: copies every kv_b_proj to f32 for the absorbed form (V3: 64 MiB per layer).
+absl::StatusOr<std::unique_ptr<DeepseekV3Lm>> CreateDeepseekV3(const model::Model& model);
+
+}  // namespace deepinfer::arch

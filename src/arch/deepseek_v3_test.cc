@@ -1,0 +1,311 @@
+// Parity of the DeepSeek-V3/V2 forward pass with transformers on tiny random checkpoints made by
+// tests/reference/make_deepseek_v3_golden.py (BF16 and FP8 safetensors, logits from
+// transformers in float32), plus self-consistency: absorbed decode vs expanded prefill, chunked
+// vs one-shot prefill, batched vs single sequences, and the MTP module.
+
+#include "arch/deepseek_v3.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "arch/causal_lm.h"
+#include "gtest/gtest.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "nlohmann/json.hpp"
+
+namespace deepinfer::arch {
+namespace {
+
+using Mode = DeepseekV3Lm::AttentionMode;
+
+std::string GoldenDir(const std::string& name) {
+  return std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name;
+}
+
+struct Golden {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<DeepseekV3Lm> lm;
+  nlohmann::json json;
+  std::unique_ptr<model::SafetensorsFile> logits;
+  int vocab = 0;
+
+  const float* Ref(const std::string& name, int64_t rows) const {
+    for (const auto& t : logits->tensors()) {
+      if (t.name == name) {
+        EXPECT_EQ(t.shape, (std::vector<int64_t>{rows, vocab}));
+        return reinterpret_cast<const float*>(t.data);
+      }
+    }
+    ADD_FAILURE() << "no golden tensor " << name;
+    return nullptr;
+  }
+  std::vector<std::vector<int32_t>> Prompts() const {
+    return json["prompts"].get<std::vector<std::vector<int32_t>>>();
+  }
+};
+
+Golden Load(const std::string& name) {
+  Golden g;
+  const std::string dir = GoldenDir(name);
+  std::ifstream in(dir + "/golden.json");
+  EXPECT_TRUE(in) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
+  if (!in) return g;
+  g.json = nlohmann::json::parse(in);
+  auto m = model::LoadModel(dir);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return g;
+  g.model = std::move(*m);
+  auto lm = CreateDeepseekV3(*g.model);
+  EXPECT_TRUE(lm.ok()) << lm.status();
+  if (!lm.ok()) return g;
+  g.lm = std::move(*lm);
+  auto f = model::SafetensorsFile::Open(dir + "/logits.safetensors");
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (f.ok()) g.logits = std::move(*f);
+  g.vocab = g.model->config.vocab;
+  return g;
+}
+
+// A KV cache with a scrambled block table, so paging bugs show up.
+struct Cache {
+  KvCache kv;
+  std::vector<int32_t> table;
+  Cache(const CausalLm& lm, int layers, int tokens) {
+    const int blocks = (tokens + 15) / 16;
+    EXPECT_TRUE(kv.Allocate(layers, 16, blocks, lm.kv_floats_per_token()).ok());
+    table.resize(blocks);
+    for (int i = 0; i < blocks; ++i) table[i] = (i * 7 + 3) % blocks;
+    if (std::gcd(7, blocks) != 1) std::iota(table.begin(), table.end(), 0);
+  }
+  SequenceSlice Slice(int32_t offset, int32_t n, int32_t start, int32_t logits) const {
+    return {offset, n, start, logits, table.data(), static_cast<int32_t>(table.size())};
+  }
+};
+
+// Logits of every position of `tokens`, fed in chunks of `chunk` tokens.
+std::vector<float> RunTokens(DeepseekV3Lm& lm, const std::vector<int32_t>& tokens, int chunk,
+                             util::ThreadPool& pool) {
+  const int V = lm.config().vocab;
+  Cache cache(lm, lm.config().num_layers, static_cast<int>(tokens.size()));
+  std::vector<float> out(tokens.size() * V);
+  for (size_t off = 0; off < tokens.size(); off += chunk) {
+    const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
+    ForwardBatch b;
+    b.tokens = tokens.data() + off;
+    b.num_tokens = n;
+    b.seqs.push_back(cache.Slice(0, n, static_cast<int32_t>(off), n));
+    lm.Forward(b, cache.kv, out.data() + off * V, pool);
+  }
+  return out;
+}
+
+double MaxAbsDiff(const float* a, const float* b, int64_t n) {
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
+  return worst;
+}
+
+int ArgMax(const float* x, int n) { return static_cast<int>(std::max_element(x, x + n) - x); }
+
+class DeepseekParityTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeepseekParityTest, LogitsMatchTransformersAtEveryPosition) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm && g.logits);
+  util::ThreadPool pool(2);
+  double worst = 0;
+  for (const auto& prompt : g.Prompts()) {
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    const float* ref = g.Ref("logits_" + std::to_string(n), n);
+    ASSERT_NE(ref, nullptr);
+    std::vector<float> got = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+    const double diff = MaxAbsDiff(got.data(), ref, n * g.vocab);
+    int agree = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = ref + t * g.vocab;
+      const int want = ArgMax(r, g.vocab), have = ArgMax(got.data() + t * g.vocab, g.vocab);
+      if (want == have) ++agree;
+      EXPECT_EQ(want, have) << GetParam() << " prompt " << n << " position " << t << " (reference "
+                            << r[want] << " vs " << r[have] << ")";
+    }
+    std::printf("parity %-20s %3lld tokens: max |logit diff| %.3g, top-1 agrees %d/%lld\n",
+                GetParam(), static_cast<long long>(n), diff, agree, static_cast<long long>(n));
+    EXPECT_EQ(agree, n);
+    worst = std::max(worst, diff);
+  }
+  // f32 math on identical bf16 weights: only summation order differs.
+  EXPECT_LT(worst, 1e-4) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekParityTest,
+                         ::testing::Values("v3_qlora", "v3_qlora_fp8", "v3_direct_q",
+                                           "v3_groups_yarn", "v3_groups_yarn_fp8", "v2_lite"),
+                         [](const auto& info) { return std::string(info.param); });
+
+class DeepseekConsistencyTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeepseekConsistencyTest, AbsorbedDecodeEqualsExpandedPrefill) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm);
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[3];  // 300 tokens
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  g.lm->set_attention_mode(Mode::kExpanded);
+  std::vector<float> expanded = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+  g.lm->set_attention_mode(Mode::kAbsorbed);
+  std::vector<float> decode = RunTokens(*g.lm, prompt, 1, pool);
+  std::vector<float> absorbed_prefill = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+  g.lm->set_attention_mode(Mode::kAuto);
+  std::vector<float> chunked = RunTokens(*g.lm, prompt, 37, pool);
+  const double d1 = MaxAbsDiff(decode.data(), expanded.data(), n * g.vocab);
+  const double d2 = MaxAbsDiff(absorbed_prefill.data(), expanded.data(), n * g.vocab);
+  const double d3 = MaxAbsDiff(chunked.data(), expanded.data(), n * g.vocab);
+  std::printf(
+      "%s: absorbed decode vs expanded prefill %.3g, absorbed prefill %.3g, "
+      "chunked (37) %.3g\n",
+      GetParam(), d1, d2, d3);
+  EXPECT_LT(d1, 1e-4);
+  EXPECT_LT(d2, 1e-4);
+  EXPECT_LT(d3, 1e-4);
+}
+
+TEST_P(DeepseekConsistencyTest, BatchedSequencesEqualSingleSequences) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm);
+  util::ThreadPool pool(2);
+  const auto prompts = g.Prompts();
+  const std::vector<int32_t>& a = prompts[1];  // 7 tokens, one prefill
+  const std::vector<int32_t>& b = prompts[2];  // 64 tokens: 60 cached, then 4 in the batch
+  const std::vector<int32_t>& c = prompts[3];  // 300 tokens: 299 cached, then 1 decode token
+  const int V = g.vocab, L = g.model->config.num_layers;
+  std::vector<float> ra = RunTokens(*g.lm, a, 7, pool);
+  std::vector<float> rb = RunTokens(*g.lm, b, 64, pool);
+  std::vector<float> rc = RunTokens(*g.lm, c, 300, pool);
+
+  Cache ca(*g.lm, L, 7), cb(*g.lm, L, 64), cc(*g.lm, L, 300);
+  std::vector<float> scratch(300 * V);
+  auto prefill = [&](Cache& cache, const std::vector<int32_t>& t, int n) {
+    ForwardBatch fb;
+    fb.tokens = t.data();
+    fb.num_tokens = n;
+    fb.seqs.push_back(cache.Slice(0, n, 0, 0));
+    g.lm->Forward(fb, cache.kv, scratch.data(), pool);
+  };
+  prefill(cb, b, 60);
+  prefill(cc, c, 299);
+  // One step: c's decode token, a's whole prompt, b's last 4 tokens, over one shared cache with
+  // disjoint block tables (the cached prefixes copied in from the single-sequence runs).
+  KvCache shared;
+  const int blocks_a = 1, blocks_b = 4, blocks_c = 19;
+  ASSERT_TRUE(
+      shared.Allocate(L, 16, blocks_a + blocks_b + blocks_c, g.lm->kv_floats_per_token()).ok());
+  std::vector<int32_t> ta(blocks_a), tb(blocks_b), tc(blocks_c);
+  std::iota(tc.begin(), tc.end(), 0);
+  std::iota(tb.begin(), tb.end(), blocks_c);
+  std::iota(ta.begin(), ta.end(), blocks_c + blocks_b);
+  auto copy_blocks = [&](const Cache& from, const std::vector<int32_t>& to, int tokens) {
+    for (int l = 0; l < L; ++l) {
+      for (int p = 0; p < tokens; ++p) {
+        const float* src = const_cast<KvCache&>(from.kv).Slot(l, from.table[p / 16], p % 16);
+        std::copy(src, src + g.lm->kv_floats_per_token(), shared.Slot(l, to[p / 16], p % 16));
+      }
+    }
+  };
+  copy_blocks(cb, tb, 60);
+  copy_blocks(cc, tc, 299);
+  std::vector<int32_t> tokens = {c[299]};
+  tokens.insert(tokens.end(), a.begin(), a.end());
+  tokens.insert(tokens.end(), b.begin() + 60, b.end());
+  ForwardBatch fb;
+  fb.tokens = tokens.data();
+  fb.num_tokens = static_cast<int32_t>(tokens.size());
+  fb.seqs.push_back({0, 1, 299, 1, tc.data(), blocks_c});
+  fb.seqs.push_back({1, 7, 0, 7, ta.data(), blocks_a});
+  fb.seqs.push_back({8, 4, 60, 2, tb.data(), blocks_b});
+  std::vector<float> out(10 * V);
+  g.lm->Forward(fb, shared, out.data(), pool);
+  const double dc = MaxAbsDiff(out.data(), rc.data() + 299 * V, V);
+  const double da = MaxAbsDiff(out.data() + V, ra.data(), 7 * V);
+  const double db = MaxAbsDiff(out.data() + 8 * V, rb.data() + 62 * V, 2 * V);
+  std::printf("%s: batched vs single: decode %.3g, prefill %.3g, chunk %.3g\n", GetParam(), dc, da,
+              db);
+  EXPECT_LT(dc, 1e-4);
+  EXPECT_LT(da, 1e-4);
+  EXPECT_LT(db, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekConsistencyTest,
+                         ::testing::Values("v3_qlora", "v3_direct_q", "v3_groups_yarn", "v2_lite"),
+                         [](const auto& info) { return std::string(info.param); });
+
+class DeepseekMtpTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeepseekMtpTest, MtpLogitsMatchReference) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm);
+  ASSERT_EQ(g.lm->num_mtp_layers(), 1);
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[g.json["mtp_prompt_index"].get<int>()];
+  const int n = static_cast<int>(prompt.size());
+  const int V = g.vocab, H = g.model->config.hidden;
+  Cache cache(*g.lm, g.model->config.num_layers, n);
+  ForwardBatch b;
+  b.tokens = prompt.data();
+  b.num_tokens = n;
+  b.seqs.push_back(cache.Slice(0, n, 0, 0));
+  g.lm->Forward(b, cache.kv, nullptr, pool);
+  std::vector<float> hidden(n * H);
+  g.lm->FinalHidden(hidden.data());
+
+  const float* ref = g.Ref("mtp_logits", n - 1);
+  ASSERT_NE(ref, nullptr);
+  // Prefill form: x_{i+1} with h_i for i = 0 .. n-2 in one call.
+  Cache mtp(*g.lm, 1, n);
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  ForwardBatch m;
+  m.tokens = next.data();
+  m.num_tokens = n - 1;
+  m.seqs.push_back(mtp.Slice(0, n - 1, 0, n - 1));
+  std::vector<float> got((n - 1) * V), u((n - 1) * H);
+  g.lm->ForwardMtp(0, m, hidden.data(), mtp.kv, got.data(), u.data(), pool);
+  const double d = MaxAbsDiff(got.data(), ref, int64_t{n - 1} * V);
+  // Draft form: one token at a time (absorbed attention over the MTP cache).
+  Cache mtp2(*g.lm, 1, n);
+  std::vector<float> step(V);
+  double d_step = 0;
+  for (int i = 0; i < n - 1; ++i) {
+    ForwardBatch s;
+    s.tokens = next.data() + i;
+    s.num_tokens = 1;
+    s.seqs.push_back(mtp2.Slice(0, 1, i, 1));
+    g.lm->ForwardMtp(0, s, hidden.data() + int64_t{i} * H, mtp2.kv, step.data(), nullptr, pool);
+    d_step = std::max(d_step, MaxAbsDiff(step.data(), ref + int64_t{i} * V, V));
+  }
+  std::printf("%s: MTP max |logit diff| %.3g (prefill), %.3g (token by token)\n", GetParam(), d,
+              d_step);
+  EXPECT_LT(d, 1e-3);
+  EXPECT_LT(d_step, 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekMtpTest,
+                         ::testing::Values("v3_groups_yarn", "v3_groups_yarn_fp8"),
+                         [](const auto& info) { return std::string(info.param); });
+
+TEST(DeepseekV3Test, CreateCausalLmDispatchesOnArchitecture) {
+  auto m = model::LoadModel(GoldenDir("v2_lite"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->config.architecture, "deepseek_v2");
+  auto lm = CreateCausalLm(**m);
+  ASSERT_TRUE(lm.ok()) << lm.status();
+  EXPECT_EQ((*lm)->kv_floats_per_token(), 32 + 8);
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
