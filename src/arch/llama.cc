@@ -17,6 +17,9 @@ namespace {
 
 using model::TensorView;
 
+// Query tokens per attention work item: K/V rows are read once per tile.
+constexpr int kAttentionTile = 16;
+
 class LlamaLm final : public CausalLm {
  public:
   struct Layer {
@@ -107,6 +110,7 @@ class LlamaLm final : public CausalLm {
   // Scratch, grown on demand and reused across steps.
   std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, cos_, sin_, scores_, rows_;
   std::vector<int32_t> positions_, token_seq_;
+  std::vector<std::pair<int32_t, int32_t>> tiles_;  // (slice, first token) per attention tile
 };
 
 void LlamaLm::Reserve(int64_t t, int64_t max_ctx, int num_threads) {
@@ -126,7 +130,7 @@ void LlamaLm::Reserve(int64_t t, int64_t max_ctx, int num_threads) {
   grow(up_, t * cfg_.ffn_hidden);
   grow(cos_, t * (cfg_.rope_dim / 2));
   grow(sin_, t * (cfg_.rope_dim / 2));
-  grow(scores_, int64_t{num_threads} * max_ctx * (cfg_.num_heads / cfg_.num_kv_heads));
+  grow(scores_, int64_t{num_threads} * max_ctx * kAttentionTile * (cfg_.num_heads / cfg_.num_kv_heads));
   if (static_cast<int64_t>(positions_.size()) < t) {
     positions_.resize(t);
     token_seq_.resize(t);
@@ -211,21 +215,27 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
   const int num_heads = cfg_.num_heads, head_dim = cfg_.head_dim;
   const int num_kv_heads = cfg_.num_kv_heads, group = num_heads / num_kv_heads;
   const int64_t kvd = int64_t{num_kv_heads} * head_dim;
+  const int64_t token_stride = int64_t{num_heads} * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t T = batch.num_tokens;
   const int64_t per_thread = scores_.size() / pool.num_threads();
-  // One work item per (token, KV head): the query heads of a group share each K/V read.
-  pool.ParallelFor(T * num_kv_heads, [&](int64_t begin, int64_t end, int thread) {
+  // Work items: (slice, query tile of up to kAttentionTile tokens, KV head).
+  tiles_.clear();
+  for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
+    for (int32_t i = 0; i < batch.seqs[si].num_tokens; i += kAttentionTile) tiles_.push_back({si, i});
+  }
+  pool.ParallelFor(static_cast<int64_t>(tiles_.size()) * num_kv_heads,
+                   [&](int64_t begin, int64_t end, int thread) {
     float* scores = scores_.data() + thread * per_thread;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / num_kv_heads;
+      const auto [si, first] = tiles_[item / num_kv_heads];
       const int g = static_cast<int>(item % num_kv_heads);
-      const SequenceSlice& s = batch.seqs[token_seq_[t]];
-      const int64_t head0 = t * num_heads + int64_t{g} * group;
-      kernels::AttendGroup(q_.data() + head0 * head_dim, group, head_dim, scale, kv.layers[layer],
-                           s.block_table, kv.block_size, kv.floats_per_token,
-                           int64_t{g} * head_dim, kvd + int64_t{g} * head_dim, positions_[t] + 1,
-                           scores, attn_.data() + head0 * head_dim);
+      const SequenceSlice& s = batch.seqs[si];
+      const int n = std::min(kAttentionTile, s.num_tokens - first);
+      const int64_t offset = (int64_t{s.token_offset} + first) * token_stride + int64_t{g} * group * head_dim;
+      kernels::AttendTile(q_.data() + offset, token_stride, n, s.start_pos + first, group, head_dim,
+                          scale, kv.layers[layer], s.block_table, kv.block_size,
+                          kv.floats_per_token, int64_t{g} * head_dim, kvd + int64_t{g} * head_dim,
+                          scores, attn_.data() + offset);
     }
   });
 }

@@ -115,39 +115,54 @@ inline float DotInline(const float* a, const float* b, int n) {
 }
 }  // namespace
 
-DI_VECTOR_CLONES void AttendGroup(const float* q, int group, int head_dim, float scale,
-                                  const float* layer, const int32_t* block_table, int block_size,
-                                  int64_t floats_per_token, int64_t k_offset, int64_t v_offset,
-                                  int32_t num_ctx, float* scores, float* out) {
-  for (int32_t j = 0; j < num_ctx; ++j) {
-    const float* slot =
-        layer + (int64_t{block_table[j / block_size]} * block_size + j % block_size) * floats_per_token;
-    const float* k = slot + k_offset;
-    for (int g = 0; g < group; ++g) {
-      scores[int64_t{g} * num_ctx + j] = DotInline(q + g * head_dim, k, head_dim) * scale;
+DI_VECTOR_CLONES void AttendTile(const float* q, int64_t token_stride, int num_tokens,
+                                 int32_t first_pos, int group, int head_dim, float scale,
+                                 const float* layer, const int32_t* block_table, int block_size,
+                                 int64_t floats_per_token, int64_t k_offset, int64_t v_offset,
+                                 float* scores, float* out) {
+  const int32_t ctx = first_pos + num_tokens;  // positions any query of the tile may see
+  const int rows = num_tokens * group;         // row r = token r / group, head r % group
+  auto slot = [&](int32_t j) {
+    return layer + (int64_t{block_table[j / block_size]} * block_size + j % block_size) *
+                       floats_per_token;
+  };
+  for (int32_t j = 0; j < ctx; ++j) {
+    const float* k = slot(j) + k_offset;
+    // Tokens before first_index cannot see position j (causal mask).
+    const int first_index = j <= first_pos ? 0 : j - first_pos;
+    for (int i = first_index; i < num_tokens; ++i) {
+      for (int g = 0; g < group; ++g) {
+        const int r = i * group + g;
+        scores[int64_t{r} * ctx + j] =
+            DotInline(q + i * token_stride + g * head_dim, k, head_dim) * scale;
+      }
     }
   }
-  for (int g = 0; g < group; ++g) {
-    float* sg = scores + int64_t{g} * num_ctx;
+  for (int r = 0; r < rows; ++r) {
+    float* sr = scores + int64_t{r} * ctx;
+    const int32_t n = first_pos + r / group + 1;
     float mx = -INFINITY;
-    for (int32_t j = 0; j < num_ctx; ++j) mx = std::max(mx, sg[j]);
+    for (int32_t j = 0; j < n; ++j) mx = std::max(mx, sr[j]);
     double sum = 0;
-    for (int32_t j = 0; j < num_ctx; ++j) {
-      sg[j] = std::exp(sg[j] - mx);
-      sum += sg[j];
+    for (int32_t j = 0; j < n; ++j) {
+      sr[j] = std::exp(sr[j] - mx);
+      sum += sr[j];
     }
     const float inv = static_cast<float>(1.0 / sum);
-    for (int32_t j = 0; j < num_ctx; ++j) sg[j] *= inv;
+    for (int32_t j = 0; j < n; ++j) sr[j] *= inv;
   }
-  std::fill(out, out + int64_t{group} * head_dim, 0.0f);
-  for (int32_t j = 0; j < num_ctx; ++j) {
-    const float* slot =
-        layer + (int64_t{block_table[j / block_size]} * block_size + j % block_size) * floats_per_token;
-    const float* v = slot + v_offset;
-    for (int g = 0; g < group; ++g) {
-      const float w = scores[int64_t{g} * num_ctx + j];
-      float* o = out + g * head_dim;
-      for (int d = 0; d < head_dim; ++d) o[d] += w * v[d];
+  for (int i = 0; i < num_tokens; ++i) {
+    std::fill(out + i * token_stride, out + i * token_stride + int64_t{group} * head_dim, 0.0f);
+  }
+  for (int32_t j = 0; j < ctx; ++j) {
+    const float* v = slot(j) + v_offset;
+    const int first_index = j <= first_pos ? 0 : j - first_pos;
+    for (int i = first_index; i < num_tokens; ++i) {
+      for (int g = 0; g < group; ++g) {
+        const float w = scores[int64_t{i * group + g} * ctx + j];
+        float* o = out + i * token_stride + g * head_dim;
+        for (int d = 0; d < head_dim; ++d) o[d] += w * v[d];
+      }
     }
   }
 }
