@@ -1,6 +1,7 @@
 #include "tokenizer/chat_template.h"
 
 #include "fmt/format.h"
+#include "tokenizer/deepseek_chat.h"
 #include "util/status.h"
 
 namespace deepinfer::tokenizer {
@@ -110,6 +111,10 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplate(
   // Jinja drops one trailing newline of a template.
   std::string_view source = tokenizer.chat_template;
   if (!source.empty() && source.back() == '\n') source.remove_suffix(1);
+  if (auto deepseek = DeepseekChatTemplateForJinja(source)) return deepseek;
+  // DeepSeek V3.2 and later publish Python encoders rather than templates: the native encoder
+  // wins over whatever template a converted file carries.
+  if (auto deepseek = DeepseekChatTemplateForArchitecture(architecture)) return deepseek;
   if (Trim(source).empty()) {
     if (tokenizer.kind == model::TokenizerData::Kind::kScoreBpe) {
       return std::unique_ptr<ChatTemplate>(new PlainTemplate());
@@ -140,6 +145,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplate(
 absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplateByName(std::string_view name) {
   if (name == "chatml") return std::unique_ptr<ChatTemplate>(new ChatMlTemplate());
   if (name == "plain") return std::unique_ptr<ChatTemplate>(new PlainTemplate());
+  if (auto deepseek = CreateDeepseekChatTemplate(name)) return deepseek;
   return NotFoundError("unknown_chat_template",
                        "unknown chat template \"" + std::string(name) + "\"");
 }

@@ -11,10 +11,41 @@
 
 namespace deepinfer::tokenizer {
 
-// One turn of a conversation.
+// A tool call made by an assistant turn (OpenAI tool_calls[i]).
+struct ToolCall {
+  std::string id;
+  std::string type = "function";
+  std::string name;
+  std::string arguments;  // the JSON text the model produced or the client sent back
+};
+
+// One turn of a conversation. Two-field aggregate initialization ({"user", "hi"}) still works.
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant", ...
+  std::string role;  // "system", "developer", "user", "assistant", "tool", "latest_reminder"
   std::string content;
+  // False for a null or absent content (an assistant turn that only calls tools); templates
+  // that tell null from "" (DeepSeek V3 / V3.1) need it.
+  bool has_content = true;
+  // (The initializers keep -Wmissing-field-initializers quiet for {role, content}.)
+  std::string reasoning_content = {};  // an assistant turn's thinking, "" when none
+  std::vector<ToolCall> tool_calls = {};
+  std::string tool_call_id = {};  // role "tool": the call this result answers
+  std::string name = {};          // role "tool": the tool's name, when the client gave it
+};
+
+// What shapes a prompt besides the messages.
+struct ChatOptions {
+  // End with the opening of the assistant's turn. The DeepSeek V3.2 / V4 / V4.1 encodings
+  // always end where the model continues and ignore it.
+  bool add_generation_prompt = true;
+  // Open the assistant's turn in thinking mode (DeepSeek V3.1 and later).
+  bool thinking = false;
+  // Tool definitions, each the JSON text of an OpenAI tools[i] object
+  // ({"type": "function", "function": {"name", "description", "parameters"}}).
+  std::vector<std::string> tools;
+  // DeepSeek V4 / V4.1 thinking effort: "low", "high", "xhigh", "max" (minimal, medium and ultra
+  // are read as low, high and max); V4.1 also takes an integer "1".."100". "" for the default.
+  std::string reasoning_effort;
 };
 
 // Renders a conversation into the prompt text a model was trained on. Native C++ encoders
@@ -27,9 +58,20 @@ class ChatTemplate {
   virtual ~ChatTemplate() = default;
 
   // Returns the prompt for `messages`; with `add_generation_prompt`, ends with the opening of
-  // the assistant's turn.
+  // the assistant's turn. Templates with tools or thinking render them off; a DeepSeek
+  // encoder returns "" where the ChatOptions overload fails.
   virtual std::string Render(const std::vector<ChatMessage>& messages,
                              bool add_generation_prompt) const = 0;
+  // Returns the prompt for `messages` with tool definitions, thinking mode and effort. The
+  // default ignores everything but options.add_generation_prompt.
+  // Errors: InvalidArgument "bad_chat_request" (e.g. a tool definition that is not JSON).
+  virtual absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
+                                             const ChatOptions& options) const {
+    return Render(messages, options.add_generation_prompt);
+  }
+  // True when the prompt already starts with the BOS token's text (the DeepSeek encodings):
+  // encode it with add_bos = false, as apply_chat_template does, or BOS appears twice.
+  virtual bool writes_bos() const { return false; }
   // A short name for logs and /v1/models ("chatml", "plain").
   virtual std::string_view name() const = 0;
 };
@@ -42,6 +84,7 @@ class ChatMlTemplate final : public ChatTemplate {
  public:
   explicit ChatMlTemplate(std::optional<std::string> default_system = std::nullopt)
       : default_system_(std::move(default_system)) {}
+  using ChatTemplate::Render;
   std::string Render(const std::vector<ChatMessage>& messages,
                      bool add_generation_prompt) const override;
   std::string_view name() const override { return "chatml"; }
@@ -55,22 +98,25 @@ class ChatMlTemplate final : public ChatTemplate {
 // generation prompt add nothing.
 class PlainTemplate final : public ChatTemplate {
  public:
+  using ChatTemplate::Render;
   std::string Render(const std::vector<ChatMessage>& messages,
                      bool add_generation_prompt) const override;
   std::string_view name() const override { return "plain"; }
 };
 
 // Picks the encoder for a model: by the Jinja source in tokenizer.chat_template when there is
-// one (the SmolLM2 template, or plain ChatML), PlainTemplate for a llama2.c tokenizer without a
-// template, and ChatML (llama.cpp's fallback) for another model without a template.
-// `architecture` (ModelConfig::architecture) is where encoders for template-less formats such
-// as DeepSeek's will be chosen; today it only enters error messages.
+// one (the SmolLM2 template, plain ChatML, DeepSeek-V3's or DeepSeek-V3.1's), then by
+// `architecture` (ModelConfig::architecture, the Hugging Face model_type) for DeepSeek models
+// that ship Python encoders instead of a template ("deepseek_v32", "deepseek_v4",
+// "deepseek_v41"), PlainTemplate for a llama2.c tokenizer without a template, and ChatML
+// (llama.cpp's fallback) for another model without a template.
 //
 // Errors: Unimplemented "unsupported_chat_template" for a template no encoder reproduces.
 absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplate(
     const model::TokenizerData& tokenizer, std::string_view architecture = "");
 
-// Returns the encoder called `name` ("chatml", "plain").
+// Returns the encoder called `name`: "chatml", "plain", "deepseek-v3", "deepseek-v3.1",
+// "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1".
 // Errors: NotFound "unknown_chat_template".
 absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplateByName(std::string_view name);
 

@@ -184,7 +184,13 @@ RegexSplitter::~RegexSplitter() = default;
 
 absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(
     const std::vector<std::string>& regexes) {
+  return Create(regexes, &ClassOf);
+}
+
+absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(
+    const std::vector<std::string>& regexes, CpClassifier classify) {
   std::unique_ptr<RegexSplitter> splitter(new RegexSplitter());
+  splitter->classify_ = classify != nullptr ? classify : &ClassOf;
   for (const std::string& source : regexes) {
     auto regex = std::make_unique<Regex>();
     std::string pattern = source;
@@ -237,10 +243,9 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(
   return splitter;
 }
 
-void RegexSplitter::Split(const uint32_t* cps, size_t n, std::vector<uint32_t>* lengths) const {
-  if (n == 0) return;
+void RegexSplitter::PrepareSubjects(const uint32_t* cps, size_t n, bool collapsed, bool raw) const {
   MatchScratch& s = Scratch();
-  if (need_collapsed_) {
+  if (collapsed) {
     s.collapsed.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const uint32_t cp = cps[i];
@@ -249,17 +254,52 @@ void RegexSplitter::Split(const uint32_t* cps, size_t n, std::vector<uint32_t>* 
       } else if (IsWhitespace(cp)) {
         s.collapsed[i] = kStandInWhitespace;
       } else {
-        s.collapsed[i] = kStandIn[static_cast<size_t>(ClassOf(cp))];
+        s.collapsed[i] = kStandIn[static_cast<size_t>(classify_(cp))];
       }
     }
   }
-  if (need_raw_) {
+  if (raw) {
     s.raw.resize(n);
     for (size_t i = 0; i < n; ++i) {
       const uint32_t cp = cps[i];
       s.raw[i] = (cp >= 0x80 && IsWhitespace(cp)) ? kStandInWhitespace : cp;
     }
   }
+}
+
+void RegexSplitter::FindMatches(size_t index, const uint32_t* cps, size_t n,
+                                std::vector<std::pair<uint32_t, uint32_t>>* matches) const {
+  if (n == 0) return;
+  const Regex& regex = *regexes_[index];
+  PrepareSubjects(cps, n, regex.collapsed, !regex.collapsed);
+  MatchScratch& s = Scratch();
+  const auto* subject =
+      reinterpret_cast<PCRE2_SPTR>(regex.collapsed ? s.collapsed.data() : s.raw.data());
+  const uint32_t match_options = regex.collapsed ? PCRE2_NO_UTF_CHECK : 0;
+  size_t pos = 0;
+  while (pos < n) {
+    int rc = pcre2_match(regex.code, subject, n, pos, match_options, s.data, s.context);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      rc =
+          pcre2_match(regex.code, subject, n, pos, match_options | PCRE2_NO_JIT, s.data, s.context);
+    }
+    if (rc < 0) break;
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
+    if (ov[1] <= ov[0]) {  // an empty match splits nothing
+      pos = ov[0] + 1;
+      continue;
+    }
+    matches->emplace_back(static_cast<uint32_t>(ov[0]), static_cast<uint32_t>(ov[1]));
+    pos = ov[1];
+  }
+  TrimScratch(s.collapsed);
+  TrimScratch(s.raw);
+}
+
+void RegexSplitter::Split(const uint32_t* cps, size_t n, std::vector<uint32_t>* lengths) const {
+  if (n == 0) return;
+  MatchScratch& s = Scratch();
+  PrepareSubjects(cps, n, need_collapsed_, need_raw_);
   s.offsets.assign(1, static_cast<uint32_t>(n));
   for (const auto& regex : regexes_) {
     const uint32_t* subject = regex->collapsed ? s.collapsed.data() : s.raw.data();

@@ -6,6 +6,7 @@ model.safetensors.index.json), <case>_fp8/ (the same weights block-quantized to 
 128x128 fp32 `weight_scale_inv`, as DeepSeek ships them) and golden files:
 
   <case>/golden.json          prompts (token ids), fp8 dequantization sha256s, MTP info
+  v3_direct_q/tokenizer.json  a toy byte-level BPE (320 ids) so `deepinfer generate` can run
   <case>/logits.safetensors   F32 logits of transformers (float32 compute) for every prompt
                               position ("logits_<n>" [n, vocab]) and MTP logits ("mtp_logits")
   fp8_e4m3.json               float value of all 256 E4M3 codes according to torch.float8_e4m3fn
@@ -14,8 +15,10 @@ The weights are synthetic (seeded normal init, rounded to bfloat16); nothing is 
 transformers computes in float32 on the exact bf16 weights (for FP8 cases: on the block
 dequantized weights bf16(fp8 * scale_inv)), so the C++ engine should agree to ~1e-4.
 
-Run: /tmp/refvenv/bin/python tests/reference/make_deepseek_v3_golden.py   (~30 s on 2 cores)
-Needs: torch, transformers (>= 5), safetensors (see tests/reference/requirements.txt).
+Run: /tmp/refvenv/bin/python tests/reference/make_deepseek_v3_golden.py   (~10 s on 2 cores)
+Needs (PyPI, as used for the committed goldens): torch==2.15.0 transformers==5.24.0
+safetensors==0.8.0 tokenizers==0.23.3. The output is deterministic: rerunning rewrites
+identical files.
 """
 
 import copy
@@ -75,12 +78,14 @@ CASES = [
     # (a) q LoRA, one expert group, 8 experts top-2; also shipped as FP8.
     dict(name="v3_qlora", seed=1, fp8=True),
     # (b) direct q_proj (q_lora_rank null), 16 experts top-4 in 2 groups keep 1; sharded files.
+    # Ships a tiny byte-level BPE tokenizer.json so `deepinfer generate` can run on it.
     dict(name="v3_direct_q", seed=2, q_lora_rank=None, vocab_size=320, n_routed_experts=16,
-         num_experts_per_tok=4, n_group=2, topk_group=1, shards=2),
-    # (c)+(d) 3 layers, 4 groups keep 2, YaRN with mscale != mscale_all_dim, hidden 160 so that
-    # FP8 128-blocks are partial in both directions, one MTP module.
+         num_experts_per_tok=4, n_group=2, topk_group=1, shards=2, tokenizer=True),
+    # (c)+(d) 3 layers, 12 experts top-3 in 4 groups keep 2, YaRN with mscale != mscale_all_dim,
+    # hidden 160 so that FP8 128-blocks are partial in both directions, one MTP module.
     dict(name="v3_groups_yarn", seed=3, fp8=True, hidden_size=160, intermediate_size=192,
-         num_hidden_layers=3, n_routed_experts=16, num_experts_per_tok=3, n_group=4,
+         num_hidden_layers=3, n_routed_experts=12, moe_intermediate_size=16,
+         num_experts_per_tok=3, n_group=4,
          topk_group=2, max_position_embeddings=256, num_nextn_predict_layers=1,
          rope_scaling=dict(type="yarn", factor=4.0, original_max_position_embeddings=64,
                            beta_fast=32, beta_slow=1, mscale=0.8, mscale_all_dim=1.0)),
@@ -272,6 +277,42 @@ def write_checkpoint(directory, config_json, tensors, shards=1):
         f.write("\n")
 
 
+TOKENIZER_CORPUS = [
+    "Once upon a time there was a little model that could.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Multi-head latent attention caches one small vector per token.",
+    "Mixture of experts: each token visits a few experts and one shared expert.",
+    "def forward(x):\n    return x + attention(norm(x))\n",
+] * 4
+
+
+def write_tokenizer(directory, vocab_size):
+    """A byte-level BPE tokenizer.json trained on a fixed toy corpus (ids 0/1 = BOS/EOS)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    bos, eos = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[bos, eos],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator(TOKENIZER_CORPUS, trainer)
+    assert tok.token_to_id(bos) == 0 and tok.token_to_id(eos) == 1
+    assert tok.get_vocab_size() <= vocab_size
+    tok.save(os.path.join(directory, "tokenizer.json"))
+    with open(os.path.join(directory, "tokenizer_config.json"), "w") as f:
+        json.dump(dict(bos_token=bos, eos_token=eos, add_bos_token=True, add_eos_token=False,
+                       model_max_length=c_max_len(directory), tokenizer_class="LlamaTokenizerFast"),
+                  f, indent=2, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+
+
+def c_max_len(directory):
+    with open(os.path.join(directory, "config.json")) as f:
+        return json.load(f)["max_position_embeddings"]
+
+
 def load_hf(directory):
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32,
                                                  attn_implementation="eager")
@@ -386,6 +427,8 @@ def make_case(case):
                 golden["mtp_prompt_index"] = 2
         if fp8 is None:
             write_checkpoint(d, cfg_json, wts, shards=case.get("shards", 1))
+            if case.get("tokenizer"):
+                write_tokenizer(d, c["vocab_size"])
         else:
             tensors, sha = fp8
             j = dict(cfg_json)

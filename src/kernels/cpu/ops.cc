@@ -126,7 +126,17 @@ DI_VECTOR_CLONES void AttendTile(const float* q, int64_t token_stride, int num_t
     return layer + (int64_t{block_table[j / block_size]} * block_size + j % block_size) *
                        floats_per_token;
   };
+  // K/V rows sit floats_per_token apart, so consecutive positions cross 4 KiB pages every few
+  // rows and the hardware prefetcher loses the stream: prefetch a few positions ahead by hand.
+  constexpr int32_t kAhead = 4;
+  const int row_bytes = head_dim * static_cast<int>(sizeof(float));
+  auto prefetch_row = [&](int32_t j, int64_t offset) {
+    if (j >= ctx) return;
+    const char* p = reinterpret_cast<const char*>(slot(j) + offset);
+    for (int b = 0; b < row_bytes; b += 64) __builtin_prefetch(p + b);
+  };
   for (int32_t j = 0; j < ctx; ++j) {
+    prefetch_row(j + kAhead, k_offset);
     const float* k = slot(j) + k_offset;
     // Tokens before first_index cannot see position j (causal mask).
     const int first_index = j <= first_pos ? 0 : j - first_pos;
@@ -155,6 +165,7 @@ DI_VECTOR_CLONES void AttendTile(const float* q, int64_t token_stride, int num_t
     std::fill(out + i * token_stride, out + i * token_stride + int64_t{group} * head_dim, 0.0f);
   }
   for (int32_t j = 0; j < ctx; ++j) {
+    prefetch_row(j + kAhead, v_offset);
     const float* v = slot(j) + v_offset;
     const int first_index = j <= first_pos ? 0 : j - first_pos;
     for (int i = first_index; i < num_tokens; ++i) {
