@@ -58,7 +58,9 @@ std::vector<int32_t> ChatPromptTokens(const Backend& backend,
     turns.push_back({m.role == "developer" ? "system" : m.role, m.content});
   }
   std::string text = backend.chat_template->Render(turns, add_generation_prompt);
-  return backend.tokenizer->Encode(text, /*parse_special=*/true);
+  // Templates that write the BOS text themselves (DeepSeek) must not get a second BOS.
+  const bool add_bos = backend.tokenizer->add_bos() && !backend.chat_template->writes_bos();
+  return backend.tokenizer->Encode(text, /*parse_special=*/true, add_bos);
 }
 
 engine::GenerateRequest MakeEngineRequest(const GenerationParams& params,
