@@ -41,7 +41,7 @@ bench: build
 # Regenerates every golden file from the reference implementations (heavy: builds
 # llama-cpp-python). Not part of CI.
 reference:
-	scripts/setup.sh --reference
+	scripts/setup.sh --no-model
 	scripts/make_reference.sh
 
 clean:

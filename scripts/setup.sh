@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
 # Idempotent set-up: Debian packages, the Python venv for tests, and the default model.
-# Safe to run again; does only what is missing. Usage: scripts/setup.sh [--no-model] [--reference]
+# Safe to run again; does only what is missing. Usage: scripts/setup.sh [--no-model]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_model=1
-want_reference=0
 for arg in "$@"; do
   case "$arg" in
     --no-model) want_model=0 ;;
-    --reference) want_reference=1 ;;
     *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -47,9 +45,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r tests/requirements.txt
   echo "$req_hash" > "$stamp"
-fi
-if ((want_reference)); then
-  .venv/bin/pip install -q -r tests/reference/requirements.txt
 fi
 
 if ((want_model)); then
