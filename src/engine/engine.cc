@@ -43,6 +43,10 @@ struct Sequence {
   std::vector<uint64_t> block_hashes;  // one per committed full block, in order
   Clock::time_point arrival, first_scheduled, first_token, last_token;
   bool scheduled_once = false;
+  // Speculative decoding: drafts for the next step, how many of them ride in the current step.
+  std::vector<int32_t> drafts;
+  int32_t num_step_drafts = 0;
+  int32_t num_drafted = 0, num_accepted = 0;
 };
 
 class EngineImpl final : public Engine {
@@ -82,12 +86,19 @@ class EngineImpl final : public Engine {
   void FinishSeq(Sequence& seq, FinishReason reason, const char* error_code = nullptr);
   void CommitFullBlocks(Sequence& seq);
   void PublishStats();
+  // Runs the MTP module over the positions this step verified and drafts the next tokens.
+  void Draft(const std::vector<int32_t>& verified_from);
+  // Appends the sampled token to `seq`, streams it, and returns why the sequence must finish
+  // (kNone to go on). The caller finishes it after committing its KV blocks.
+  FinishReason Emit(Sequence& seq, SampledToken tok, Clock::time_point now);
 
   const model::Model& model_;
   EngineOptions options_;
   std::unique_ptr<arch::CausalLm> lm_;
   std::unique_ptr<util::ThreadPool> pool_;
   arch::KvCache kv_;
+  arch::KvCache mtp_kv_;  // MTP modules' KV, same block geometry as kv_ (speculative only)
+  int32_t spec_tokens_ = 0;
   std::unique_ptr<BlockManager> blocks_;
   int32_t max_model_len_ = 0;
   int32_t vocab_ = 0;
@@ -108,6 +119,12 @@ class EngineImpl final : public Engine {
   std::vector<Sequence*> batch_seqs_;
   std::vector<int32_t> chunk_sizes_;
   std::vector<Sequence*> done_;
+  std::vector<int32_t> verified_from_;  // per batch slice: num_computed before the step
+  std::vector<float> hidden_, mtp_hidden_, mtp_logits_, mtp_hidden_out_;
+  std::vector<int32_t> mtp_tokens_;
+  std::vector<Sequence*> drafting_;
+  arch::ForwardBatch mtp_batch_;
+  int64_t spec_drafts_ = 0, spec_draft_tokens_ = 0, spec_accepted_ = 0;
   arch::ForwardBatch batch_;
   uint64_t seed_counter_ = 0;
 
@@ -151,6 +168,15 @@ absl::Status EngineImpl::Init() {
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
   DI_RETURN_IF_ERROR(kv_.Allocate(cfg.num_layers, options_.block_size,
                                   static_cast<int>(num_blocks), per_token));
+  if (options_.speculative_tokens > 0) {
+    if (lm_->num_mtp_layers() == 0) {
+      return InvalidArgumentError("speculative_unsupported",
+                                  "--speculative-tokens needs a model with MTP (NextN) layers");
+    }
+    spec_tokens_ = std::min(options_.speculative_tokens, 8);
+    DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->num_mtp_layers(), options_.block_size,
+                                        static_cast<int>(num_blocks), per_token));
+  }
   blocks_ = std::make_unique<BlockManager>(static_cast<int32_t>(num_blocks), options_.block_size,
                                            options_.enable_prefix_caching);
   max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : cfg.max_context;
@@ -268,6 +294,7 @@ void EngineImpl::FinishSeq(Sequence& seq, FinishReason reason, const char* error
     }
   }
   finished_[static_cast<int>(reason)]++;
+  if (seq.num_drafted > 0) seq.stream->SetSpeculativeCounts(seq.num_drafted, seq.num_accepted);
   seq.stream->Finish(reason, seq.prompt_len, std::max(0, seq.cached_tokens), seq.num_generated,
                      error_code ? std::string("request failed in the engine") : std::string(),
                      error_code ? std::string(error_code) : std::string());
@@ -278,6 +305,7 @@ void EngineImpl::Preempt(Sequence& seq) {
   seq.blocks.clear();
   seq.block_hashes.clear();
   seq.num_computed = 0;
+  seq.drafts.clear();
   ++preemptions_;
 }
 
@@ -330,6 +358,16 @@ bool EngineImpl::Step() {
     if (seq.stream->Full()) continue;  // slow client: pause this sequence
     int32_t remaining = static_cast<int32_t>(seq.tokens.size()) - seq.num_computed;
     int32_t chunk = std::min(remaining, budget);
+    seq.num_step_drafts = 0;
+    if (remaining == 1 && !seq.drafts.empty()) {
+      // Verify drafts in this step, but never past max_tokens or the context window.
+      int32_t n = static_cast<int32_t>(seq.drafts.size());
+      n = std::min(n, seq.req.max_tokens - seq.num_generated - 1);
+      n = std::min(n, max_model_len_ - static_cast<int32_t>(seq.tokens.size()));
+      n = std::min(n, budget - 1);
+      seq.num_step_drafts = std::max(0, n);
+      chunk = 1 + seq.num_step_drafts;
+    }
     while (!EnsureBlocks(seq, seq.num_computed + chunk)) {
       // Out of blocks: preempt the newest running sequence that is not already in this batch.
       Sequence& victim = *running_.back();
@@ -340,6 +378,11 @@ bool EngineImpl::Step() {
       if (&victim == &seq) {
         chunk = 0;
         break;
+      }
+      if (seq.num_step_drafts > 0) {
+        // Under memory pressure, verify without drafts rather than preempt for them.
+        seq.num_step_drafts = 0;
+        chunk = 1;
       }
     }
     if (chunk == 0) break;
@@ -382,6 +425,7 @@ bool EngineImpl::Step() {
         break;
       }
     }
+    seq.num_step_drafts = 0;
     if (!seq.scheduled_once) {
       seq.scheduled_once = true;
       seq.first_scheduled = Clock::now();
@@ -405,11 +449,15 @@ bool EngineImpl::Step() {
     s.token_offset = static_cast<int32_t>(batch_tokens_.size());
     s.num_tokens = chunk_sizes[i];
     s.start_pos = seq.num_computed;
-    s.num_logits = seq.num_computed + chunk_sizes[i] == static_cast<int32_t>(seq.tokens.size()) ? 1 : 0;
+    const int32_t real = chunk_sizes[i] - seq.num_step_drafts;
+    s.num_logits = seq.num_computed + real == static_cast<int32_t>(seq.tokens.size())
+                       ? 1 + seq.num_step_drafts : 0;
     s.block_table = seq.blocks.data();
     s.num_blocks = static_cast<int32_t>(seq.blocks.size());
     batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin() + seq.num_computed,
-                         seq.tokens.begin() + seq.num_computed + chunk_sizes[i]);
+                         seq.tokens.begin() + seq.num_computed + real);
+    batch_tokens_.insert(batch_tokens_.end(), seq.drafts.begin(),
+                         seq.drafts.begin() + seq.num_step_drafts);
     num_logits += s.num_logits;
     batch_.seqs.push_back(s);
   }
@@ -420,40 +468,58 @@ bool EngineImpl::Step() {
   }
   lm_->Forward(batch_, kv_, logits_.data(), *pool_);
 
-  // 5. Advance, sample and finish.
+  if (spec_tokens_ > 0) {
+    hidden_.resize(static_cast<size_t>(batch_.num_tokens) * lm_->config().hidden);
+    lm_->FinalHidden(hidden_.data());
+  }
+
+  // 5. Advance, sample (verifying drafts) and finish.
   int32_t row = 0;
   auto now = Clock::now();
   std::vector<Sequence*>& done = done_;
   done.clear();
+  verified_from_.assign(batch_seqs_.size(), 0);
   for (size_t i = 0; i < batch_seqs_.size(); ++i) {
     Sequence& seq = *batch_seqs_[i];
-    seq.num_computed += chunk_sizes[i];
-    CommitFullBlocks(seq);
-    if (batch_.seqs[i].num_logits == 0) continue;
-    float* logits = logits_.data() + int64_t{row++} * vocab_;
-    SampledToken tok = seq.sampler->Sample(logits, vocab_);
-    seq.tokens.push_back(tok.token);
-    seq.num_generated++;
-    generation_tokens_++;
-    if (seq.num_generated == 1) {
-      seq.first_token = now;
-      ttft_.Add(Seconds(now - seq.arrival));
-    }
-    seq.last_token = now;
-    bool stop_token = !seq.req.ignore_eos && is_eog_[tok.token];
-    for (int32_t s : seq.req.stop_token_ids) stop_token |= (s == tok.token);
-    if (stop_token) {
-      done.push_back(&seq);
-      FinishSeq(seq, FinishReason::kStop);
+    verified_from_[i] = seq.num_computed;
+    const int32_t drafts = seq.num_step_drafts;
+    if (batch_.seqs[i].num_logits == 0) {
+      seq.num_computed += chunk_sizes[i];
+      CommitFullBlocks(seq);
       continue;
     }
-    seq.stream->PushToken(TokenEvent{tok.token, tok.logprob, std::move(tok.top)});
-    if (seq.num_generated >= seq.req.max_tokens ||
-        static_cast<int32_t>(seq.tokens.size()) >= max_model_len_) {
+    // Row r holds the distribution after the token at slice position r; draft r is accepted
+    // when the target model picks it there. Greedy verification keeps the output identical to
+    // decoding without drafts.
+    int32_t accepted = 0;
+    FinishReason finish = FinishReason::kNone;
+    for (int32_t r = 0; r <= drafts; ++r) {
+      float* logits = logits_.data() + int64_t{row + r} * vocab_;
+      SampledToken tok = seq.sampler->Sample(logits, vocab_);
+      const bool match = r < drafts && tok.token == seq.drafts[r];
+      finish = Emit(seq, std::move(tok), now);
+      if (match) ++accepted;
+      if (finish != FinishReason::kNone || !match) break;
+    }
+    row += 1 + drafts;
+    // KV is valid for the slice's real tokens and the accepted drafts; commit full blocks
+    // before a finish releases them, so finished sequences still feed the prefix cache.
+    seq.num_computed += chunk_sizes[i] - drafts + accepted;
+    CommitFullBlocks(seq);
+    if (drafts > 0) {
+      seq.num_drafted += drafts;
+      seq.num_accepted += accepted;
+      ++spec_drafts_;
+      spec_draft_tokens_ += drafts;
+      spec_accepted_ += accepted;
+    }
+    seq.drafts.clear();
+    if (finish != FinishReason::kNone) {
+      FinishSeq(seq, finish);
       done.push_back(&seq);
-      FinishSeq(seq, FinishReason::kLength);
     }
   }
+  if (spec_tokens_ > 0) Draft(verified_from_);
   if (!done.empty()) {
     running_.erase(std::remove_if(running_.begin(), running_.end(),
                                   [&](const std::unique_ptr<Sequence>& s) {
@@ -463,6 +529,120 @@ bool EngineImpl::Step() {
                    running_.end());
   }
   return true;
+}
+
+FinishReason EngineImpl::Emit(Sequence& seq, SampledToken tok, Clock::time_point now) {
+  seq.tokens.push_back(tok.token);
+  seq.num_generated++;
+  generation_tokens_++;
+  if (seq.num_generated == 1) {
+    seq.first_token = now;
+    ttft_.Add(Seconds(now - seq.arrival));
+  }
+  seq.last_token = now;
+  bool stop_token = !seq.req.ignore_eos && is_eog_[tok.token];
+  for (int32_t s : seq.req.stop_token_ids) stop_token |= (s == tok.token);
+  if (stop_token) return FinishReason::kStop;
+  seq.stream->PushToken(TokenEvent{tok.token, tok.logprob, std::move(tok.top)});
+  if (seq.num_generated >= seq.req.max_tokens ||
+      static_cast<int32_t>(seq.tokens.size()) >= max_model_len_) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+void EngineImpl::Draft(const std::vector<int32_t>& verified_from) {
+  // MTP module 0 sees every newly verified position p with input x_{p+1} and the main model's
+  // hidden state at p, so its own KV stays complete (prefix-cache hits included); sequences
+  // ready to decode greedily also get a draft for the position after their last token.
+  const int64_t H = lm_->config().hidden;
+  mtp_tokens_.clear();
+  mtp_hidden_.clear();
+  mtp_batch_.seqs.clear();
+  drafting_.clear();
+  for (size_t i = 0; i < batch_seqs_.size(); ++i) {
+    Sequence& seq = *batch_seqs_[i];
+    if (seq.stream->finished()) continue;
+    const int32_t from = verified_from[i];
+    const int32_t n = seq.num_computed - from;
+    if (n <= 0) continue;
+    const bool decode_ready = seq.num_computed + 1 == static_cast<int32_t>(seq.tokens.size());
+    const bool wants = decode_ready && seq.sampler->params().greedy() &&
+                       seq.num_generated + 1 < seq.req.max_tokens;
+    arch::SequenceSlice s;
+    s.token_offset = static_cast<int32_t>(mtp_tokens_.size());
+    s.num_tokens = n;
+    s.start_pos = from;
+    s.num_logits = wants ? 1 : 0;
+    s.block_table = seq.blocks.data();
+    s.num_blocks = static_cast<int32_t>(seq.blocks.size());
+    mtp_batch_.seqs.push_back(s);
+    mtp_tokens_.insert(mtp_tokens_.end(), seq.tokens.begin() + from + 1,
+                       seq.tokens.begin() + from + 1 + n);
+    const float* h = hidden_.data() + int64_t{batch_.seqs[i].token_offset} * H;
+    mtp_hidden_.insert(mtp_hidden_.end(), h, h + int64_t{n} * H);
+    if (wants) drafting_.push_back(&seq);
+  }
+  if (mtp_batch_.seqs.empty()) return;
+  mtp_batch_.tokens = mtp_tokens_.data();
+  mtp_batch_.num_tokens = static_cast<int32_t>(mtp_tokens_.size());
+  mtp_logits_.resize(std::max<size_t>(1, drafting_.size()) * vocab_);
+  mtp_hidden_out_.resize(mtp_tokens_.size() * H);
+  lm_->ForwardMtp(0, mtp_batch_, mtp_hidden_.data(), mtp_kv_, mtp_logits_.data(),
+                  mtp_hidden_out_.data(), *pool_);
+  // Last hidden row of each drafting slice, for chaining.
+  std::vector<float>& chain_hidden = mtp_hidden_;
+  std::vector<float> last(drafting_.size() * H);
+  {
+    size_t d = 0;
+    for (const auto& s : mtp_batch_.seqs) {
+      if (s.num_logits == 0) continue;
+      const float* src = mtp_hidden_out_.data() + int64_t{s.token_offset + s.num_tokens - 1} * H;
+      std::copy(src, src + H, last.begin() + d * H);
+      ++d;
+    }
+  }
+  for (size_t d = 0; d < drafting_.size(); ++d) {
+    drafting_[d]->drafts.push_back(ArgMax(mtp_logits_.data() + int64_t{d} * vocab_, vocab_));
+  }
+  // Chained drafts: the module continues from its own hidden state, one position further.
+  for (int32_t k = 1; k < spec_tokens_ && !drafting_.empty(); ++k) {
+    mtp_tokens_.clear();
+    mtp_batch_.seqs.clear();
+    chain_hidden.clear();
+    std::vector<Sequence*> next;
+    for (size_t d = 0; d < drafting_.size(); ++d) {
+      Sequence& seq = *drafting_[d];
+      const int32_t pos = seq.num_computed + k;  // input x_{pos+1} is draft k
+      if (static_cast<int32_t>(seq.drafts.size()) != k || pos + 1 >= max_model_len_ ||
+          seq.num_generated + k + 1 >= seq.req.max_tokens || !EnsureBlocks(seq, pos + 1)) {
+        continue;
+      }
+      arch::SequenceSlice s;
+      s.token_offset = static_cast<int32_t>(mtp_tokens_.size());
+      s.num_tokens = 1;
+      s.start_pos = pos;
+      s.num_logits = 1;
+      s.block_table = seq.blocks.data();
+      s.num_blocks = static_cast<int32_t>(seq.blocks.size());
+      mtp_batch_.seqs.push_back(s);
+      mtp_tokens_.push_back(seq.drafts.back());
+      chain_hidden.insert(chain_hidden.end(), last.begin() + d * H, last.begin() + (d + 1) * H);
+      next.push_back(&seq);
+    }
+    if (next.empty()) break;
+    mtp_batch_.tokens = mtp_tokens_.data();
+    mtp_batch_.num_tokens = static_cast<int32_t>(mtp_tokens_.size());
+    mtp_logits_.resize(next.size() * vocab_);
+    mtp_hidden_out_.resize(next.size() * H);
+    lm_->ForwardMtp(0, mtp_batch_, chain_hidden.data(), mtp_kv_, mtp_logits_.data(),
+                    mtp_hidden_out_.data(), *pool_);
+    last.assign(mtp_hidden_out_.begin(), mtp_hidden_out_.begin() + next.size() * H);
+    for (size_t d = 0; d < next.size(); ++d) {
+      next[d]->drafts.push_back(ArgMax(mtp_logits_.data() + int64_t{d} * vocab_, vocab_));
+    }
+    drafting_ = std::move(next);
+  }
 }
 
 void EngineImpl::PublishStats() {
@@ -480,6 +660,9 @@ void EngineImpl::PublishStats() {
   stats_.prompt_tokens = prompt_tokens_;
   stats_.generation_tokens = generation_tokens_;
   for (int i = 0; i < 5; ++i) stats_.num_requests_finished[i] = finished_[i];
+  stats_.spec_num_drafts = spec_drafts_;
+  stats_.spec_num_draft_tokens = spec_draft_tokens_;
+  stats_.spec_num_accepted_tokens = spec_accepted_;
   ttft_.CopyTo(stats_.ttft);
   tpot_.CopyTo(stats_.tpot);
   e2e_.CopyTo(stats_.e2e);

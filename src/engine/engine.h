@@ -25,6 +25,9 @@ struct EngineOptions {
   int32_t num_threads = 0;              // 0: hardware concurrency
   bool enable_prefix_caching = true;
   uint64_t seed = 0;                    // fallback seed for requests without one
+  // Draft tokens per step from the model's MTP modules (0: off). Greedy requests only; their
+  // output is identical to non-speculative greedy decoding.
+  int32_t speculative_tokens = 0;
 };
 
 // Counters and gauges for /metrics. Histograms are cumulative bucket counts.
@@ -45,6 +48,11 @@ struct EngineStats {
   int64_t prompt_tokens = 0;          // total prompt tokens of finished + running requests
   int64_t generation_tokens = 0;
   int64_t num_requests_finished[5] = {0, 0, 0, 0, 0};  // by FinishReason
+  // Speculative decoding: verification steps that carried drafts, drafted tokens, accepted ones.
+  // Acceptance length = 1 + accepted / drafts; acceptance rate = accepted / draft tokens.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
   Histogram ttft, tpot, e2e, queue_time;
 };
 
@@ -74,7 +82,9 @@ class Engine {
   virtual const model::Model& model() const = 0;
 
   // Creates the engine and starts its thread (which runs a warm-up step).
-  // Errors: those of arch::CreateCausalLm; InvalidArgument "bad_option" for nonsensical options.
+  // Errors: those of arch::CreateCausalLm; InvalidArgument "bad_option" for nonsensical options;
+  //   InvalidArgument "speculative_unsupported" when speculative_tokens > 0 and the model has no
+  //   MTP modules.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model,
                                                         const EngineOptions& options);
 };

@@ -26,6 +26,12 @@ void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t c
   cv_.notify_all();
 }
 
+void RequestStream::SetSpeculativeCounts(int32_t drafted, int32_t accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  final_.num_draft_tokens = drafted;
+  final_.num_accepted_tokens = accepted;
+}
+
 bool RequestStream::Full() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pending_.size() >= capacity_;
@@ -53,6 +59,8 @@ bool RequestStream::Wait(StreamUpdate& out, std::chrono::milliseconds timeout) {
     out.prompt_tokens = final_.prompt_tokens;
     out.cached_tokens = final_.cached_tokens;
     out.completion_tokens = final_.completion_tokens;
+    out.num_draft_tokens = final_.num_draft_tokens;
+    out.num_accepted_tokens = final_.num_accepted_tokens;
   }
   return !out.tokens.empty() || out.finish != FinishReason::kNone;
 }

@@ -54,6 +54,8 @@ struct StreamUpdate {
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   int32_t completion_tokens = 0;
+  int32_t num_draft_tokens = 0;     // speculative tokens drafted for this request
+  int32_t num_accepted_tokens = 0;  // of which the model accepted
 };
 
 // The channel between the engine thread (producer) and one client (consumer).
@@ -71,6 +73,8 @@ class RequestStream {
   void Finish(FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
               int32_t completion_tokens, std::string error = {}, std::string error_code = {});
   bool Full() const;
+  // Speculative-decoding counts reported with the finish (call before Finish).
+  void SetSpeculativeCounts(int32_t drafted, int32_t accepted);
 
   // Client side: waits up to `timeout` for news and moves everything pending into `out`
   // (replacing its contents). Returns true when `out` holds tokens or the finish.

@@ -12,6 +12,7 @@
 #include "fmt/format.h"
 #include "model/gguf.h"
 #include "model/gguf_model.h"
+#include "model/hf_config.h"
 #include "model/llama2c.h"
 #include "util/status.h"
 
@@ -351,6 +352,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGguf(std::unique_ptr<util::MappedFile
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
                                                  const std::string& tokenizer_path) {
+  if (IsHfCheckpointPath(path)) return LoadHfModel(path);
   DI_ASSIGN_OR_RETURN(auto file, util::MappedFile::Open(path));
   if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) {
     auto model = LoadGguf(std::move(file));

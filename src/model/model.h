@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,54 @@ enum class RopeStyle {
   kHalfSplit,      // (x[i], x[i + d/2]) rotate together: HF "rotate_half", llama.cpp NEOX.
 };
 
+// YaRN rotary scaling as in an HF `rope_scaling` / `rope_parameters` entry of type "yarn".
+// Fields the file leaves out keep HF's defaults; 0 marks an absent mscale / mscale_all_dim /
+// attention_factor (HF treats those as unset).
+//
+// Source: Peng et al. 2023, "YaRN"; transformers modeling_rope_utils._compute_yarn_parameters.
+struct YarnScaling {
+  float factor = 1.0f;
+  int original_max_position_embeddings = 0;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float mscale = 0.0f;
+  float mscale_all_dim = 0.0f;
+  float attention_factor = 0.0f;
+  bool truncate = true;
+};
+
+// DeepSeek-V2/V3 hyperparameters (Multi-head Latent Attention + MoE), named as in HF config.json.
+//
+// Units: dims in elements.
+// Source: deepseek-ai/DeepSeek-V3 config.json; transformers DeepseekV3Config / DeepseekV2Config.
+struct DeepseekConfig {
+  int q_lora_rank = 0;  // 0: direct q_proj (config.json null), as DeepSeek-V2-Lite
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+  int n_routed_experts = 0;  // 0: every layer is dense
+  int n_shared_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
+  int first_k_dense_replace = 0;
+  int moe_layer_freq = 1;
+  int n_group = 1;
+  int topk_group = 1;
+  float routed_scaling_factor = 1.0f;
+  bool norm_topk_prob = false;
+  std::string scoring_func = "sigmoid";  // "sigmoid" (V3) | "softmax" (V2)
+  std::string topk_method = "noaux_tc";  // "noaux_tc" | "greedy" | "group_limited_greedy"
+  bool rope_interleave = true;           // rotary on adjacent pairs of the rope slice
+  std::optional<YarnScaling> yarn;       // absent: plain RoPE
+  int num_nextn_predict_layers = 0;      // MTP modules stored after the main layers
+
+  // True when layer `l` (main or MTP) has a routed MoE instead of the dense SwiGLU.
+  bool IsMoeLayer(int l) const {
+    return n_routed_experts > 0 && l >= first_k_dense_replace && l % moe_layer_freq == 0;
+  }
+};
+
 // Hyperparameters of a decoder-only transformer, filled by a file-format reader.
 //
 // Units: lengths in tokens; dims in elements.
@@ -60,6 +109,7 @@ struct ModelConfig {
   int rope_dim = 0;          // rotated dims per head (== head_dim for llama)
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool tied_embeddings = false;  // output projection reuses token_embd
+  std::optional<DeepseekConfig> deepseek;  // set for "deepseek_v3" / "deepseek_v2"
 };
 
 // Special-token kinds as stored in GGUF `tokenizer.ggml.token_type`.
@@ -91,7 +141,8 @@ struct TokenizerData {
 // A loaded model: config, tokenizer and weight views over one or more mapped files.
 //
 // Weight names follow GGUF ("token_embd.weight", "blk.3.attn_q.weight", "output_norm.weight",
-// "output.weight"); other formats are mapped to these names when loaded.
+// "output.weight"); llama2.c files are mapped to these names when loaded. Hugging Face DeepSeek
+// checkpoints keep their HF names ("model.layers.3.self_attn.q_a_proj.weight", ...).
 // Threads: immutable after loading; safe to share across threads.
 struct Model {
   ModelConfig config;
@@ -108,11 +159,13 @@ struct Model {
 };
 
 // Loads a model from a GGUF file, a llama2.c checkpoint (.bin; the tokenizer is `tok*.bin`
-// beside it or `tokenizer_path`), chosen by the file's magic.
+// beside it or `tokenizer_path`), chosen by the file's magic, or a Hugging Face checkpoint
+// folder (a directory, its config.json or one of its .safetensors files; see hf_config.h).
 //
 // Errors: every reader error ("file_not_found", "bad_magic", "truncated_file",
 //   "out_of_bounds", "unsupported_dtype", "unsupported_architecture", "vocab_mismatch",
-//   "missing_tensor", "shape_mismatch").
+//   "missing_tensor", "shape_mismatch"; HF folders add "bad_config", "unsupported_config",
+//   "missing_shard", "bad_header", "nan_in_weights").
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
                                                  const std::string& tokenizer_path = "");
 

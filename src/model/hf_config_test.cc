@@ -1,0 +1,276 @@
+#include "model/hf_config.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "nlohmann/json.hpp"
+#include "util/status.h"
+
+namespace deepinfer::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string GoldenDir(const std::string& name) {
+  return std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name;
+}
+
+// The DeepSeek-V3 (671B) config.json, less its auto_map and quantization_config.
+constexpr char kDeepseekV3Config[] = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+  "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168,
+  "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+  "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1,
+  "norm_topk_prob": true, "num_attention_heads": 128, "num_experts_per_tok": 8,
+  "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1,
+  "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+  "seq_aux": true, "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "transformers_version": "4.33.1", "use_cache": true,
+  "v_head_dim": 128, "vocab_size": 129280})";
+
+TEST(HfConfigTest, ParsesDeepseekV3Config) {
+  auto c = ParseHfConfig(kDeepseekV3Config);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "deepseek_v3");
+  EXPECT_EQ(c->num_layers, 61);
+  EXPECT_EQ(c->hidden, 7168);
+  EXPECT_EQ(c->head_dim, 192);
+  EXPECT_EQ(c->rope_dim, 64);
+  EXPECT_EQ(c->vocab, 129280);
+  ASSERT_TRUE(c->deepseek.has_value());
+  const DeepseekConfig& d = *c->deepseek;
+  EXPECT_EQ(d.q_lora_rank, 1536);
+  EXPECT_EQ(d.kv_lora_rank, 512);
+  EXPECT_EQ(d.n_routed_experts, 256);
+  EXPECT_EQ(d.num_experts_per_tok, 8);
+  EXPECT_EQ(d.n_group, 8);
+  EXPECT_EQ(d.topk_group, 4);
+  EXPECT_FLOAT_EQ(d.routed_scaling_factor, 2.5f);
+  EXPECT_TRUE(d.norm_topk_prob);
+  EXPECT_EQ(d.scoring_func, "sigmoid");
+  EXPECT_EQ(d.num_nextn_predict_layers, 1);
+  EXPECT_FALSE(d.IsMoeLayer(2));
+  EXPECT_TRUE(d.IsMoeLayer(3));
+  ASSERT_TRUE(d.yarn.has_value());
+  EXPECT_FLOAT_EQ(d.yarn->factor, 40.0f);
+  EXPECT_EQ(d.yarn->original_max_position_embeddings, 4096);
+  EXPECT_FLOAT_EQ(d.yarn->mscale_all_dim, 1.0f);
+}
+
+std::string WithKey(const std::string& json, const std::string& key, const nlohmann::json& v) {
+  auto j = nlohmann::json::parse(json);
+  if (v.is_discarded()) {
+    j.erase(key);
+  } else {
+    j[key] = v;
+  }
+  return j.dump();
+}
+
+TEST(HfConfigTest, NullQLoraRankSelectsDirectQProjection) {
+  auto c = ParseHfConfig(WithKey(kDeepseekV3Config, "q_lora_rank", nullptr));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->deepseek->q_lora_rank, 0);
+}
+
+TEST(HfConfigTest, ReadsTransformers5RopeParameters) {
+  auto j = nlohmann::json::parse(kDeepseekV3Config);
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"rope_theta", 50000.0},
+                          {"factor", 8.0},
+                          {"original_max_position_embeddings", 4096}};
+  auto c = ParseHfConfig(j.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FLOAT_EQ(c->rope_theta, 50000.0f);
+  ASSERT_TRUE(c->deepseek->yarn.has_value());
+  EXPECT_FLOAT_EQ(c->deepseek->yarn->factor, 8.0f);
+  EXPECT_FLOAT_EQ(c->deepseek->yarn->mscale, 0.0f);  // absent
+}
+
+TEST(HfConfigTest, RejectsUnsupportedValuesWithStableCodes) {
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"scoring_func", "sqrtsoftplus"},
+      {"topk_method", "hash"},
+      {"model_type", "llama"},
+      {"hidden_act", "gelu"},
+      {"attention_bias", true},
+      {"n_group", 7},
+      {"rope_scaling", {{"type", "longrope"}, {"factor", 2.0}}},
+  };
+  for (const auto& [key, value] : cases) {
+    auto c = ParseHfConfig(WithKey(kDeepseekV3Config, key, value));
+    EXPECT_EQ(ErrorCodeOf(c.status()), "unsupported_config") << key << " = " << value;
+  }
+}
+
+TEST(HfConfigTest, RejectsMalformedConfigAsBadConfig) {
+  EXPECT_EQ(ErrorCodeOf(ParseHfConfig("{").status()), "bad_config");
+  EXPECT_EQ(ErrorCodeOf(ParseHfConfig("[]").status()), "bad_config");
+  const std::pair<const char*, nlohmann::json> cases[] = {
+      {"hidden_size", nlohmann::json::value_t::discarded},
+      {"hidden_size", "7168"},
+      {"kv_lora_rank", -1},
+      {"q_lora_rank", nlohmann::json::value_t::discarded},
+      {"rms_norm_eps", -1.0},
+      {"qk_rope_head_dim", 63},
+  };
+  for (const auto& [key, value] : cases) {
+    nlohmann::json v =
+        value.is_discarded() ? nlohmann::json(nlohmann::json::value_t::discarded) : value;
+    auto c = ParseHfConfig(WithKey(kDeepseekV3Config, key, v));
+    EXPECT_EQ(ErrorCodeOf(c.status()), "bad_config") << key;
+  }
+}
+
+// A scratch copy of a golden checkpoint folder that tests may damage.
+class CheckpointCopy {
+ public:
+  explicit CheckpointCopy(const std::string& name) {
+    char tmpl[] = "/tmp/di_hf_test_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    fs::copy(GoldenDir(name), dir_, fs::copy_options::recursive);
+  }
+  ~CheckpointCopy() { fs::remove_all(dir_); }
+  const std::string& dir() const { return dir_; }
+  std::string path(const std::string& f) const { return dir_ + "/" + f; }
+
+  void EditConfig(const std::string& key, const nlohmann::json& value) {
+    std::ifstream in(path("config.json"));
+    auto j = nlohmann::json::parse(in);
+    j[key] = value;
+    std::ofstream(path("config.json")) << j.dump(2);
+  }
+  // Overwrites bytes of `file` at `offset`.
+  void Patch(const std::string& file, size_t offset, const void* bytes, size_t n) {
+    std::fstream f(path(file), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+  }
+  // Byte offset of a tensor's data inside a shard.
+  size_t TensorOffset(const std::string& file, const std::string& tensor) {
+    auto st = SafetensorsFile::Open(path(file));
+    EXPECT_TRUE(st.ok()) << st.status();
+    for (const auto& t : (*st)->tensors()) {
+      if (t.name == tensor) {
+        auto mapped = (*st)->TakeFile();
+        return static_cast<size_t>(t.data - mapped->data());
+      }
+    }
+    ADD_FAILURE() << "no tensor " << tensor;
+    return 0;
+  }
+
+ private:
+  std::string dir_;
+};
+
+// Every bad-input error is one line with a stable code (never a crash).
+void ExpectError(const std::string& path, const std::string& code) {
+  auto m = LoadModel(path);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(ErrorCodeOf(m.status()), code) << m.status();
+  const std::string line = OneLineError(m.status());
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  std::printf("  %s\n", line.c_str());
+}
+
+TEST(HfCheckpointTest, LoadsFolderConfigPathAndShardPath) {
+  for (const std::string& p : {GoldenDir("v3_direct_q"), GoldenDir("v3_direct_q") + "/config.json",
+                               GoldenDir("v3_direct_q") + "/model-00001-of-00002.safetensors"}) {
+    auto m = LoadModel(p);
+    ASSERT_TRUE(m.ok()) << p << ": " << m.status();
+    EXPECT_EQ((*m)->config.architecture, "deepseek_v3");
+    EXPECT_EQ((*m)->config.deepseek->q_lora_rank, 0);
+    EXPECT_EQ((*m)->files.size(), 2u);
+    EXPECT_NE((*m)->Find("model.layers.1.mlp.experts.15.down_proj.weight"), nullptr);
+    EXPECT_EQ((*m)->config.name, "v3_direct_q");
+    EXPECT_EQ((*m)->tokenizer.eos_id, 1);
+  }
+}
+
+TEST(HfCheckpointTest, MissingShardIsReported) {
+  CheckpointCopy c("v3_direct_q");
+  fs::remove(c.path("model-00002-of-00002.safetensors"));
+  ExpectError(c.dir(), "missing_shard");
+  CheckpointCopy d("v3_qlora");
+  fs::remove(d.path("model.safetensors"));
+  ExpectError(d.dir(), "missing_shard");
+}
+
+TEST(HfCheckpointTest, ShapeMismatchAgainstConfigIsReported) {
+  CheckpointCopy c("v3_qlora");
+  c.EditConfig("kv_lora_rank", 24);
+  ExpectError(c.dir(), "shape_mismatch");
+  CheckpointCopy d("v3_qlora");
+  d.EditConfig("n_routed_experts", 16);
+  ExpectError(d.dir(), "shape_mismatch");
+}
+
+TEST(HfCheckpointTest, UnsupportedConfigValueIsReported) {
+  CheckpointCopy c("v3_qlora");
+  c.EditConfig("scoring_func", "sqrtsoftplus");
+  ExpectError(c.dir(), "unsupported_config");
+  CheckpointCopy d("v3_qlora");
+  d.EditConfig("rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}});
+  ExpectError(d.dir(), "unsupported_config");
+}
+
+TEST(HfCheckpointTest, NanInNormWeightIsReported) {
+  CheckpointCopy c("v3_qlora");
+  const size_t off = c.TensorOffset("model.safetensors", "model.layers.1.input_layernorm.weight");
+  const uint16_t nan_bf16 = 0x7fc0;
+  c.Patch("model.safetensors", off + 2 * 5, &nan_bf16, 2);
+  ExpectError(c.dir(), "nan_in_weights");
+}
+
+TEST(HfCheckpointTest, NanInFp8ScaleIsReported) {
+  CheckpointCopy c("v3_qlora_fp8");
+  const size_t off =
+      c.TensorOffset("model.safetensors", "model.layers.0.self_attn.o_proj.weight_scale_inv");
+  const float nan = std::nanf("");
+  c.Patch("model.safetensors", off, &nan, 4);
+  ExpectError(c.dir(), "nan_in_weights");
+}
+
+TEST(HfCheckpointTest, TruncatedAndCorruptShardsAreReported) {
+  CheckpointCopy c("v3_qlora");
+  fs::resize_file(c.path("model.safetensors"), fs::file_size(c.path("model.safetensors")) / 2);
+  ExpectError(c.dir(), "truncated_file");
+  CheckpointCopy d("v3_qlora");
+  d.Patch("model.safetensors", 8, "garbage!", 8);
+  ExpectError(d.dir(), "bad_header");
+  CheckpointCopy e("v3_direct_q");
+  std::ofstream(e.path("model.safetensors.index.json")) << "{\"weight_map\": 3}";
+  ExpectError(e.dir(), "bad_header");
+}
+
+TEST(HfCheckpointTest, MissingConfigOrTensorIsReported) {
+  CheckpointCopy c("v3_qlora");
+  fs::remove(c.path("config.json"));
+  ExpectError(c.dir(), "file_not_found");
+  CheckpointCopy d("v3_qlora");
+  std::ofstream(d.path("config.json")) << "{\"model_type\": ";
+  ExpectError(d.dir(), "bad_config");
+  CheckpointCopy e("v3_qlora");
+  e.EditConfig("num_hidden_layers", 3);
+  ExpectError(e.dir(), "missing_tensor");
+}
+
+}  // namespace
+}  // namespace deepinfer::model

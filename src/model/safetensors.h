@@ -1,0 +1,67 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/model.h"
+#include "util/mapped_file.h"
+
+namespace deepinfer::model {
+
+// A parsed .safetensors file: an 8-byte little-endian header length, a JSON header
+// {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}} and the
+// tensor bytes. Tensor data is not copied; each TensorView points into the mapped bytes.
+//
+// Every read is bounds-checked: the header length against the file size, every tensor's
+// [begin, end) against the data section, the byte count against shape x element size (with
+// overflow checks). (A name repeated inside one header keeps its last entry, as in the JSON
+// parser; repeats across shards are rejected by the checkpoint loader.)
+// Shapes: TensorView.shape as stored (outermost first, a linear weight is [out, in]); a 0-d
+//   tensor gets shape {1}.
+// Errors: DataLoss "truncated_file" (shorter than its header or a tensor's end); DataLoss
+//   "bad_header" (malformed JSON, missing/ill-typed fields, negative extents, byte count not
+//   matching the shape; overlapping or out-of-order offsets are accepted, being harmless here);
+//   Unimplemented "unsupported_dtype" (anything but F32, F16, BF16, F8_E4M3); NotFound
+//   "file_not_found" / Internal "io_error" from Open.
+// Threads: immutable after parsing.
+// Lifetime: views die with the SafetensorsFile (or with the MappedFile taken from it).
+// Source: https://github.com/huggingface/safetensors (format description in README).
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // Parses bytes owned by the caller (tests, fuzzing); `label` names them in errors.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Parse(const uint8_t* data, size_t size,
+                                                                const std::string& label);
+
+  const std::vector<TensorView>& tensors() const { return tensors_; }
+  const std::vector<std::pair<std::string, std::string>>& metadata() const { return metadata_; }
+  // Hands over the mapping that the views point into (null for Parse).
+  std::unique_ptr<util::MappedFile> TakeFile() { return std::move(file_); }
+
+ private:
+  SafetensorsFile() = default;
+  std::unique_ptr<util::MappedFile> file_;
+  std::vector<TensorView> tensors_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
+};
+
+// Exact value of an FP8 E4M3 ("e4m3fn") byte: 1 sign, 4 exponent (bias 7), 3 mantissa bits;
+// no infinities, 0x7F/0xFF are NaN, exponent 0 is subnormal (m * 2^-9). Max 448.
+// Source: Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; torch.float8_e4m3fn.
+float Fp8E4M3ToFp32(uint8_t b);
+
+// Dequantizes a block-scaled FP8 weight to BF16: out[i][j] = bf16(fp8(w[i][j]) * scale[i/br][j/bc])
+// with round-to-nearest-even, as DeepSeek's fp8_cast_bf16 weight_dequant does.
+//
+// Shapes: w [rows, cols] E4M3 bytes; scale_inv [ceil(rows/br), ceil(cols/bc)] f32 (the "inverse"
+//   of the quantization scale, i.e. the dequantization multiplier); out [rows, cols] BF16 bits.
+// Threads: pure; callers may split rows across threads ([row_begin, row_end)).
+void DequantizeFp8BlockToBf16(const uint8_t* w, int64_t rows, int64_t cols, const float* scale_inv,
+                              int64_t block_rows, int64_t block_cols, int64_t row_begin,
+                              int64_t row_end, uint16_t* out);
+
+}  // namespace deepinfer::model
