@@ -42,6 +42,8 @@ struct Generation::Choice {
   absl::flat_hash_set<int32_t> stop_token_ids;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  int64_t draft_tokens = 0;
+  int64_t accepted_tokens = 0;
   bool reported_finish = false;  // the client has its finish_reason
   bool engine_done = false;      // the engine delivered its final update
   bool stop_string_cancel = false;
@@ -97,6 +99,8 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
   if (update.finish != engine::FinishReason::kNone) {
     c.engine_done = true;
     c.cached_tokens = std::min<int64_t>(update.cached_tokens, c.prompt_tokens);
+    c.draft_tokens = update.num_draft_tokens;
+    c.accepted_tokens = update.num_accepted_tokens;
     if (c.stop_string_cancel && metrics_ != nullptr) metrics_->RecordStopStringFinish();
     if (!c.reported_finish) {
       switch (update.finish) {
@@ -175,6 +179,8 @@ UsageCounts Generation::usage() const {
   std::vector<int32_t> seen;
   for (const auto& c : choices_) {
     u.completion_tokens += c->completion_tokens;
+    u.draft_tokens += c->draft_tokens;
+    u.accepted_tokens += c->accepted_tokens;
     if (std::find(seen.begin(), seen.end(), c->prompt_index) != seen.end()) continue;
     seen.push_back(c->prompt_index);
     u.prompt_tokens += c->prompt_tokens;

@@ -32,6 +32,8 @@ struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  int64_t draft_tokens = 0;     // speculative decoding: drafted, and accepted by the model
+  int64_t accepted_tokens = 0;
 };
 
 // One engine request plus what the API layer needs to turn its tokens into text.

@@ -140,6 +140,19 @@ void FormatEngineMetrics(const engine::EngineStats& s, std::string_view model_na
           static_cast<double>(s.generation_tokens));
   counter("vllm:num_preemptions_total", "Cumulative number of preemptions by the scheduler.",
           static_cast<double>(s.num_preemptions));
+  // Speculative decoding (MTP drafts): acceptance length = 1 + accepted / drafts, acceptance
+  // rate = accepted / draft tokens (vLLM's spec_decode counters).
+  counter("vllm:spec_decode_num_drafts_total", "Verification steps that carried drafts.",
+          static_cast<double>(s.spec_num_drafts));
+  counter("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",
+          static_cast<double>(s.spec_num_draft_tokens));
+  counter("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
+          static_cast<double>(s.spec_num_accepted_tokens));
+  gauge("deepinfer_spec_decode_acceptance_length",
+        "Mean tokens produced per verification step with drafts (1 + accepted / drafts).",
+        s.spec_num_drafts > 0 ? 1.0 + static_cast<double>(s.spec_num_accepted_tokens) /
+                                          static_cast<double>(s.spec_num_drafts)
+                              : 0.0);
 
   // FinishReason order: kNone, kStop, kLength, kCancelled, kError. A stop string is found by the
   // API layer, which cancels the engine request; count those as "stop" like vLLM does.

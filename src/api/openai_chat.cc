@@ -8,6 +8,7 @@
 #include "api/errors.h"
 #include "api/handlers.h"
 #include "api/sse.h"
+#include "tokenizer/reasoning_parser.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -18,7 +19,17 @@ struct ChatContext {
   const ChatRequest& request;
   std::string id;
   int64_t created = 0;
+  ChatPrompt prompt;
 };
+
+// One reasoning splitter per choice when the encoder produces reasoning (DeepSeek); else none.
+std::vector<tokenizer::ReasoningParser> MakeParsers(const ChatContext& ctx, int32_t n) {
+  std::vector<tokenizer::ReasoningParser> parsers;
+  if (ctx.prompt.parse_reasoning) {
+    for (int32_t i = 0; i < n; ++i) parsers.emplace_back(ctx.prompt.starts_in_reasoning);
+  }
+  return parsers;
+}
 
 Json ChunkBase(const ChatContext& ctx) {
   Json chunk = Json::object();
@@ -54,13 +65,30 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
     generation.Cancel();
     return;
   }
+  std::vector<tokenizer::ReasoningParser> parsers = MakeParsers(ctx, generation.num_choices());
   auto on_delta = [&](const ChoiceDelta& d) {
     std::string out;
     bool with_logprobs = ctx.request.logprobs && !d.tokens.empty();
-    if (!d.text.empty() || with_logprobs) {
+    // DeepSeek's reasoning goes to `reasoning_content` (and vLLM's newer name `reasoning`).
+    tokenizer::ReasoningParser::Delta split{"", d.text};
+    if (!parsers.empty()) {
+      split = parsers[d.index].Push(d.text);
+      if (!d.finish_reason.empty()) {
+        tokenizer::ReasoningParser::Delta rest = parsers[d.index].Finish();
+        split.reasoning += rest.reasoning;
+        split.content += rest.content;
+      }
+    }
+    if (!split.reasoning.empty() || !split.content.empty() || with_logprobs) {
       Json choice = Json::object();
       choice["index"] = d.index;
-      choice["delta"] = Json{{"content", d.text}};
+      Json delta = Json::object();
+      if (!split.reasoning.empty()) {
+        delta["reasoning_content"] = split.reasoning;
+        delta["reasoning"] = split.reasoning;
+      }
+      if (!split.content.empty() || split.reasoning.empty()) delta["content"] = split.content;
+      choice["delta"] = std::move(delta);
       choice["logprobs"] = with_logprobs
                                ? ChatLogprobsJson(*ctx.backend.tokenizer, d.tokens, num_top)
                                : Json(nullptr);
@@ -116,11 +144,21 @@ void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& wr
     RespondError(writer, error);
     return;
   }
+  std::vector<tokenizer::ReasoningParser> parsers = MakeParsers(ctx, n);
   Json choices = Json::array();
   for (int32_t i = 0; i < n; ++i) {
     Json choice = Json::object();
     choice["index"] = i;
-    choice["message"] = Json{{"role", "assistant"}, {"content", texts[i]}};
+    Json message = Json{{"role", "assistant"}, {"content", texts[i]}};
+    if (!parsers.empty()) {
+      tokenizer::ReasoningParser::Delta a = parsers[i].Push(texts[i]);
+      tokenizer::ReasoningParser::Delta b = parsers[i].Finish();
+      message["content"] = a.content + b.content;
+      const std::string reasoning = a.reasoning + b.reasoning;
+      message["reasoning_content"] = reasoning.empty() ? Json(nullptr) : Json(reasoning);
+      message["reasoning"] = message["reasoning_content"];
+    }
+    choice["message"] = std::move(message);
     choice["logprobs"] = ctx.request.logprobs
                              ? ChatLogprobsJson(*ctx.backend.tokenizer, tokens[i],
                                                 ctx.request.params.sampling.num_top_logprobs)
@@ -142,11 +180,16 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   DI_ASSIGN_OR_RETURN(ChatRequest request,
                       ParseChatRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
   DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
-  std::vector<int32_t> prompt = ChatPromptTokens(backend, request.messages, true);
+  tokenizer::ChatOptions options;
+  options.tools = request.tools;
+  options.thinking = request.thinking;
+  options.reasoning_effort = request.reasoning_effort == "none" ? "" : request.reasoning_effort;
+  DI_ASSIGN_OR_RETURN(ChatPrompt chat, RenderChatPrompt(backend, request.messages, options));
+  const std::vector<int32_t>& prompt = chat.tokens;
   if (prompt.empty()) return RequestError("messages", "empty_prompt", "The prompt is empty.");
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.size(),
                                                            request.params.max_tokens, "messages"));
-  ChatContext ctx{backend, request, NewRequestId("chatcmpl-"), UnixNow()};
+  ChatContext ctx{backend, request, NewRequestId("chatcmpl-"), UnixNow(), chat};
   std::vector<ChoiceSpec> specs;
   for (int32_t i = 0; i < request.params.n; ++i) {
     ChoiceSpec spec;

@@ -362,6 +362,23 @@ absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limit
     }
   }
   req.params.sampling.num_top_logprobs = req.logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
+  if (const Json* tools = f.Find("tools")) {
+    if (!tools->is_array()) return f.TypeError("tools", "an array");
+    for (const Json& t : *tools) {
+      if (!t.is_object()) return f.TypeError("tools", "an array of objects");
+      req.tools.push_back(DumpJson(t));
+    }
+  }
+  if (const Json* kwargs = f.Find("chat_template_kwargs")) {
+    if (!kwargs->is_object()) return f.TypeError("chat_template_kwargs", "an object");
+    Fields k(*kwargs);
+    DI_RETURN_IF_ERROR(k.GetBool("thinking", &req.thinking));
+    bool enable = false;
+    DI_RETURN_IF_ERROR(k.GetBool("enable_thinking", &enable));
+    req.thinking = req.thinking || enable;
+  }
+  DI_RETURN_IF_ERROR(f.GetString("reasoning_effort", &req.reasoning_effort));
+  if (!req.reasoning_effort.empty() && req.reasoning_effort != "none") req.thinking = true;
   return req;
 }
 

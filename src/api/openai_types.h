@@ -51,6 +51,11 @@ struct ChatRequest {
   GenerationParams params;
   std::vector<ChatMessage> messages;
   bool logprobs = false;
+  std::vector<std::string> tools;  // each tools[i] object as compact JSON
+  // Thinking mode: chat_template_kwargs.thinking / enable_thinking (vLLM, SGLang), or a
+  // reasoning_effort (OpenAI) other than "none".
+  bool thinking = false;
+  std::string reasoning_effort;
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.

@@ -1,5 +1,7 @@
 #include "api/serving.h"
 
+#include "tokenizer/reasoning_parser.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -48,19 +50,63 @@ absl::Status CheckModel(const Backend& backend, const std::string& model) {
   return ModelNotFoundError(model);
 }
 
-std::vector<int32_t> ChatPromptTokens(const Backend& backend,
-                                      const std::vector<ChatMessage>& messages,
-                                      bool add_generation_prompt) {
+namespace {
+
+// OpenAI's message shape to the encoders': "developer" is the new name of "system", and
+// assistant tool calls arrive as JSON.
+std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessage>& messages) {
   std::vector<tokenizer::ChatMessage> turns;
   turns.reserve(messages.size());
   for (const ChatMessage& m : messages) {
-    // Templates know the classic roles; OpenAI's "developer" is the new name of "system".
-    turns.push_back({m.role == "developer" ? "system" : m.role, m.content});
+    tokenizer::ChatMessage t{m.role == "developer" ? "system" : m.role, m.content};
+    t.has_content = m.has_content;
+    t.tool_call_id = m.tool_call_id;
+    t.name = m.name;
+    if (!m.tool_calls_json.empty()) {
+      Json calls = Json::parse(m.tool_calls_json, nullptr, /*allow_exceptions=*/false);
+      if (calls.is_array()) {
+        for (const Json& c : calls) {
+          if (!c.is_object()) continue;
+          tokenizer::ToolCall call;
+          call.id = c.value("id", std::string());
+          auto fn = c.find("function");
+          if (fn != c.end() && fn->is_object()) {
+            call.name = fn->value("name", std::string());
+            auto args = fn->find("arguments");
+            if (args != fn->end()) call.arguments = args->is_string() ? args->get<std::string>() : args->dump();
+          }
+          t.tool_calls.push_back(std::move(call));
+        }
+      }
+    }
+    turns.push_back(std::move(t));
   }
-  std::string text = backend.chat_template->Render(turns, add_generation_prompt);
+  return turns;
+}
+
+}  // namespace
+
+absl::StatusOr<ChatPrompt> RenderChatPrompt(const Backend& backend,
+                                            const std::vector<ChatMessage>& messages,
+                                            const tokenizer::ChatOptions& options) {
+  DI_ASSIGN_OR_RETURN(std::string text,
+                      backend.chat_template->Render(EncoderMessages(messages), options));
+  ChatPrompt prompt;
   // Templates that write the BOS text themselves (DeepSeek) must not get a second BOS.
   const bool add_bos = backend.tokenizer->add_bos() && !backend.chat_template->writes_bos();
-  return backend.tokenizer->Encode(text, /*parse_special=*/true, add_bos);
+  prompt.tokens = backend.tokenizer->Encode(text, /*parse_special=*/true, add_bos);
+  prompt.parse_reasoning = backend.chat_template->name().starts_with("deepseek");
+  prompt.starts_in_reasoning = prompt.parse_reasoning && tokenizer::PromptOpensReasoning(text);
+  return prompt;
+}
+
+std::vector<int32_t> ChatPromptTokens(const Backend& backend,
+                                      const std::vector<ChatMessage>& messages,
+                                      bool add_generation_prompt) {
+  tokenizer::ChatOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  auto prompt = RenderChatPrompt(backend, messages, options);
+  return prompt.ok() ? std::move(prompt->tokens) : std::vector<int32_t>();
 }
 
 engine::GenerateRequest MakeEngineRequest(const GenerationParams& params,
@@ -94,6 +140,13 @@ Json UsageJson(const UsageCounts& usage) {
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   u["prompt_tokens_details"] = Json{{"cached_tokens", usage.cached_tokens}};
+  if (usage.draft_tokens > 0) {
+    // Speculative decoding (MTP): acceptance length = 1 + accepted / verification steps.
+    u["speculative"] = Json{{"draft_tokens", usage.draft_tokens},
+                            {"accepted_tokens", usage.accepted_tokens},
+                            {"acceptance_rate", static_cast<double>(usage.accepted_tokens) /
+                                                    static_cast<double>(usage.draft_tokens)}};
+  }
   return u;
 }
 

@@ -50,6 +50,22 @@ absl::StatusOr<int32_t> ResolveMaxTokens(const Backend& backend, int64_t prompt_
 absl::Status CheckModel(const Backend& backend, const std::string& model);
 
 // Renders the chat template and tokenizes the result.
+// A rendered chat prompt and how to read the model's answer.
+struct ChatPrompt {
+  std::vector<int32_t> tokens;
+  // The encoder can produce reasoning (DeepSeek): split <think>...</think> out of the answer.
+  bool parse_reasoning = false;
+  // The prompt itself opened the reasoning block, so the answer starts inside it.
+  bool starts_in_reasoning = false;
+};
+
+// Renders `messages` (with tool definitions and thinking mode) through the model's encoder and
+// tokenizes the result, exactly as generation sees it.
+// Errors: InvalidArgument "bad_chat_request" from the encoder (e.g. a malformed tool call).
+absl::StatusOr<ChatPrompt> RenderChatPrompt(const Backend& backend,
+                                            const std::vector<ChatMessage>& messages,
+                                            const tokenizer::ChatOptions& options);
+
 std::vector<int32_t> ChatPromptTokens(const Backend& backend,
                                       const std::vector<ChatMessage>& messages,
                                       bool add_generation_prompt);

@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
+#include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 
@@ -43,6 +44,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   bool json = false;
   std::string system;
+  std::string chat_template;
 };
 
 // One conversation's state: the tokens already in the KV cache are reused when the next prompt
@@ -193,8 +195,9 @@ int Run(const GenerateFlags& f) {
   auto model = model::LoadModel(f.model, f.tokenizer);
   if (!model.ok()) return fail(model.status());
   const model::Model& m = **model;
-  auto tok = tokenizer::CreateTokenizer(m.tokenizer);
-  if (!tok.ok()) return fail(tok.status());
+  auto text = tokenizer::LoadModelText(m, f.model, f.chat_template);
+  if (!text.ok()) return fail(text.status());
+  std::unique_ptr<tokenizer::Tokenizer>* tok = &text->tokenizer;
   auto lm = arch::CreateCausalLm(m);
   if (!lm.ok()) return fail(lm.status());
   int threads = f.threads > 0 ? f.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -235,8 +238,7 @@ int Run(const GenerateFlags& f) {
     return 0;
   }
 
-  auto tmpl = tokenizer::CreateChatTemplate(m.tokenizer);
-  if (!tmpl.ok()) return fail(tmpl.status());
+  std::unique_ptr<tokenizer::ChatTemplate>* tmpl = &text->chat_template;
   std::vector<tokenizer::ChatMessage> messages;
   if (!f.system.empty()) messages.push_back({"system", f.system});
   std::fprintf(stderr, "deepinfer chat with %s (%s template). Empty line or Ctrl-D ends.\n",
@@ -265,7 +267,7 @@ int Run(const GenerateFlags& f) {
 void RegisterGenerate(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<GenerateFlags>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate text from one prompt, or chat, without a server");
-  cmd->add_option("--model", flags->model, "GGUF file or llama2.c checkpoint (.bin)")->required();
+  cmd->add_option("--model", flags->model, "GGUF file, llama2.c checkpoint (.bin) or Hugging Face checkpoint folder")->required();
   cmd->add_option("--tokenizer", flags->tokenizer, "llama2.c tokenizer (default: tok*.bin beside the model)");
   auto* prompt = cmd->add_option("--prompt", flags->prompt, "prompt text (plain continuation)");
   auto* chat = cmd->add_flag("--chat", flags->chat, "interactive chat using the model's chat template");
@@ -275,6 +277,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   chat->excludes(random);
   cmd->add_flag("--raw", flags->raw, "parse special-token syntax in --prompt");
   cmd->add_option("--system", flags->system, "system prompt for --chat");
+  cmd->add_option("--chat-template", flags->chat_template, "chat encoder by name (see serve --help)");
   cmd->add_option("--max-tokens", flags->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", flags->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--top-p", flags->top_p)->check(CLI::Range(0.0, 1.0));

@@ -25,6 +25,7 @@
 #include "fmt/format.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 
@@ -50,6 +51,8 @@ struct ServeFlags {
   uint64_t seed = 0;
   bool no_prefix_caching = false;
   bool enable_prompt_tokens_details = false;  // accepted for vLLM compatibility; always on
+  std::string chat_template;
+  int speculative_tokens = 0;
 };
 
 // Parses "1024", "64KiB", "2GiB", "1.5G", "500MB": binary multiples for K/Ki/KiB (and M, G, T),
@@ -169,16 +172,13 @@ int Run(const ServeFlags& f) {
     PrintError("cannot load model", model.status());
     return ExitCodeFor(model.status());
   }
-  auto tokenizer = tokenizer::CreateTokenizer((*model)->tokenizer);
-  if (!tokenizer.ok()) {
-    PrintError("cannot build tokenizer", tokenizer.status());
-    return ExitCodeFor(tokenizer.status());
+  auto text = tokenizer::LoadModelText(**model, f.model, f.chat_template);
+  if (!text.ok()) {
+    PrintError("cannot build tokenizer or chat template", text.status());
+    return ExitCodeFor(text.status());
   }
-  auto chat_template = tokenizer::CreateChatTemplate((*model)->tokenizer);
-  if (!chat_template.ok()) {
-    PrintError("cannot build chat template", chat_template.status());
-    return ExitCodeFor(chat_template.status());
-  }
+  std::unique_ptr<tokenizer::Tokenizer>* tokenizer = &text->tokenizer;
+  std::unique_ptr<tokenizer::ChatTemplate>* chat_template = &text->chat_template;
   engine::EngineOptions options;
   options.max_num_seqs = f.max_num_seqs;
   options.prefill_budget = f.prefill_budget;
@@ -189,6 +189,7 @@ int Run(const ServeFlags& f) {
   options.num_threads = f.threads;
   options.enable_prefix_caching = !f.no_prefix_caching;
   options.seed = f.seed;
+  options.speculative_tokens = f.speculative_tokens;
   auto engine = engine::Engine::Create(**model, options);
   if (!engine.ok()) {
     PrintError("cannot start engine", engine.status());
@@ -241,9 +242,17 @@ int Run(const ServeFlags& f) {
 void RegisterServe(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over the engine");
-  cmd->add_option("--model", flags->model, "GGUF file or llama2.c checkpoint (.bin)")->required();
+  cmd->add_option("--model", flags->model,
+                  "GGUF file, llama2.c checkpoint (.bin) or Hugging Face checkpoint folder")
+      ->required();
   cmd->add_option("--tokenizer", flags->tokenizer,
                   "llama2.c tokenizer (default: tok*.bin beside the model)");
+  cmd->add_option("--chat-template", flags->chat_template,
+                  "chat encoder by name instead of the model's own: chatml, plain, deepseek-v3, "
+                  "deepseek-v3.1, deepseek-v3.2, deepseek-v4, deepseek-v4.1");
+  cmd->add_option("--speculative-tokens", flags->speculative_tokens,
+                  "draft tokens per step from the model's MTP layers (greedy requests; 0: off)")
+      ->check(CLI::Range(0, 8));
   cmd->add_option("--host", flags->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", flags->port, "TCP port (0: any free port)")
       ->check(CLI::Range(0, 65535))
