@@ -223,17 +223,23 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
   for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
     for (int32_t i = 0; i < batch.seqs[si].num_tokens; i += kAttentionTile) tiles_.push_back({si, i});
   }
-  pool.ParallelFor(static_cast<int64_t>(tiles_.size()) * num_kv_heads,
+  // Few tiles (decode): one item per query head balances the threads better than one per KV
+  // group, at the cost of reading each K/V row once per head instead of once per group.
+  const int heads_per_item =
+      static_cast<int64_t>(tiles_.size()) * num_kv_heads >= 4 * pool.num_threads() ? group : 1;
+  const int items_per_tile = num_heads / heads_per_item;
+  pool.ParallelFor(static_cast<int64_t>(tiles_.size()) * items_per_tile,
                    [&](int64_t begin, int64_t end, int thread) {
     float* scores = scores_.data() + thread * per_thread;
     for (int64_t item = begin; item < end; ++item) {
-      const auto [si, first] = tiles_[item / num_kv_heads];
-      const int g = static_cast<int>(item % num_kv_heads);
+      const auto [si, first] = tiles_[item / items_per_tile];
+      const int head0 = static_cast<int>(item % items_per_tile) * heads_per_item;
+      const int g = head0 / group;  // KV head
       const SequenceSlice& s = batch.seqs[si];
       const int n = std::min(kAttentionTile, s.num_tokens - first);
-      const int64_t offset = (int64_t{s.token_offset} + first) * token_stride + int64_t{g} * group * head_dim;
-      kernels::AttendTile(q_.data() + offset, token_stride, n, s.start_pos + first, group, head_dim,
-                          scale, kv.layers[layer], s.block_table, kv.block_size,
+      const int64_t offset = (int64_t{s.token_offset} + first) * token_stride + int64_t{head0} * head_dim;
+      kernels::AttendTile(q_.data() + offset, token_stride, n, s.start_pos + first, heads_per_item,
+                          head_dim, scale, kv.layers[layer], s.block_table, kv.block_size,
                           kv.floats_per_token, int64_t{g} * head_dim, kvd + int64_t{g} * head_dim,
                           scores, attn_.data() + offset);
     }
