@@ -180,11 +180,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   DI_ASSIGN_OR_RETURN(ChatRequest request,
                       ParseChatRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
   DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
-  tokenizer::ChatOptions options;
-  options.tools = request.tools;
-  options.thinking = request.thinking;
-  options.reasoning_effort = request.reasoning_effort == "none" ? "" : request.reasoning_effort;
-  DI_ASSIGN_OR_RETURN(ChatPrompt chat, RenderChatPrompt(backend, request.messages, options));
+  DI_ASSIGN_OR_RETURN(ChatPrompt chat,
+                      RenderChatPrompt(backend, request.messages, ChatOptionsFor(request)));
   const std::vector<int32_t>& prompt = chat.tokens;
   if (prompt.empty()) return RequestError("messages", "empty_prompt", "The prompt is empty.");
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.size(),

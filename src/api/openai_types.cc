@@ -344,6 +344,29 @@ absl::Status ParseMessages(const Json& json, std::vector<ChatMessage>* out) {
   return absl::OkStatus();
 }
 
+// tools, chat_template_kwargs.thinking / enable_thinking and reasoning_effort.
+absl::Status ParseChatExtras(const Json& json, ChatExtras* out) {
+  Fields f(json);
+  if (const Json* tools = f.Find("tools")) {
+    if (!tools->is_array()) return f.TypeError("tools", "an array");
+    for (const Json& t : *tools) {
+      if (!t.is_object()) return f.TypeError("tools", "an array of objects");
+      out->tools.push_back(DumpJson(t));
+    }
+  }
+  if (const Json* kwargs = f.Find("chat_template_kwargs")) {
+    if (!kwargs->is_object()) return f.TypeError("chat_template_kwargs", "an object");
+    Fields k(*kwargs);
+    DI_RETURN_IF_ERROR(k.GetBool("thinking", &out->thinking));
+    bool enable = false;
+    DI_RETURN_IF_ERROR(k.GetBool("enable_thinking", &enable));
+    out->thinking = out->thinking || enable;
+  }
+  DI_RETURN_IF_ERROR(f.GetString("reasoning_effort", &out->reasoning_effort));
+  if (!out->reasoning_effort.empty() && out->reasoning_effort != "none") out->thinking = true;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limits) {
   ChatRequest req;
   DI_RETURN_IF_ERROR(ParseMessages(json, &req.messages));
@@ -362,23 +385,7 @@ absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limit
     }
   }
   req.params.sampling.num_top_logprobs = req.logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
-  if (const Json* tools = f.Find("tools")) {
-    if (!tools->is_array()) return f.TypeError("tools", "an array");
-    for (const Json& t : *tools) {
-      if (!t.is_object()) return f.TypeError("tools", "an array of objects");
-      req.tools.push_back(DumpJson(t));
-    }
-  }
-  if (const Json* kwargs = f.Find("chat_template_kwargs")) {
-    if (!kwargs->is_object()) return f.TypeError("chat_template_kwargs", "an object");
-    Fields k(*kwargs);
-    DI_RETURN_IF_ERROR(k.GetBool("thinking", &req.thinking));
-    bool enable = false;
-    DI_RETURN_IF_ERROR(k.GetBool("enable_thinking", &enable));
-    req.thinking = req.thinking || enable;
-  }
-  DI_RETURN_IF_ERROR(f.GetString("reasoning_effort", &req.reasoning_effort));
-  if (!req.reasoning_effort.empty() && req.reasoning_effort != "none") req.thinking = true;
+  DI_RETURN_IF_ERROR(ParseChatExtras(json, &req));
   return req;
 }
 
@@ -469,6 +476,7 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
   if (f.Find("messages")) {
     req.has_messages = true;
     DI_RETURN_IF_ERROR(ParseMessages(json, &req.messages));
+    DI_RETURN_IF_ERROR(ParseChatExtras(json, &req.extras));
     DI_RETURN_IF_ERROR(f.GetBool("add_generation_prompt", &req.add_generation_prompt));
   } else if (f.Find("prompt")) {
     DI_RETURN_IF_ERROR(f.GetString("prompt", &req.prompt));

@@ -47,15 +47,19 @@ struct ChatMessage {
   std::string tool_calls_json;  // assistant tool_calls as compact JSON; empty when none
 };
 
-struct ChatRequest {
-  GenerationParams params;
-  std::vector<ChatMessage> messages;
-  bool logprobs = false;
+// What shapes a chat prompt besides its messages.
+struct ChatExtras {
   std::vector<std::string> tools;  // each tools[i] object as compact JSON
   // Thinking mode: chat_template_kwargs.thinking / enable_thinking (vLLM, SGLang), or a
   // reasoning_effort (OpenAI) other than "none".
   bool thinking = false;
   std::string reasoning_effort;
+};
+
+struct ChatRequest : ChatExtras {
+  GenerationParams params;
+  std::vector<ChatMessage> messages;
+  bool logprobs = false;
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.
@@ -77,6 +81,7 @@ struct TokenizeRequest {
   bool has_messages = false;
   std::string prompt;
   std::vector<ChatMessage> messages;
+  ChatExtras extras;  // with messages: tools and thinking, rendered as the chat route does
   bool add_generation_prompt = true;
   std::optional<bool> add_special_tokens;  // default: true for prompt, false for messages
   bool return_token_strs = false;

@@ -2,6 +2,7 @@
 
 #include <exception>
 
+#include "api/anthropic_count_tokens.h"
 #include "api/errors.h"
 #include "api/handlers.h"
 #include "util/status.h"
@@ -18,6 +19,7 @@ enum class Route {
   kCompletions,
   kTokenize,
   kDetokenize,
+  kCountTokens,
   kUnknown
 };
 
@@ -35,6 +37,7 @@ RouteInfo Match(const std::string& path) {
   if (path == "/v1/completions") return {Route::kCompletions, "POST"};
   if (path == "/tokenize") return {Route::kTokenize, "POST"};
   if (path == "/detokenize") return {Route::kDetokenize, "POST"};
+  if (path == "/v1/messages/count_tokens") return {Route::kCountTokens, "POST"};
   return {Route::kUnknown, ""};
 }
 
@@ -133,6 +136,9 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
       return;
     case Route::kDetokenize:
       HandleDetokenize(*backend, request, writer);
+      return;
+    case Route::kCountTokens:
+      HandleAnthropicCountTokens(*backend, request, writer);
       return;
     default:
       RespondError(writer, RouteNotFoundError(request.path));

@@ -86,6 +86,15 @@ std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessag
 
 }  // namespace
 
+tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras, bool add_generation_prompt) {
+  tokenizer::ChatOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  options.tools = extras.tools;
+  options.thinking = extras.thinking;
+  options.reasoning_effort = extras.reasoning_effort == "none" ? "" : extras.reasoning_effort;
+  return options;
+}
+
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const Backend& backend,
                                             const std::vector<ChatMessage>& messages,
                                             const tokenizer::ChatOptions& options) {

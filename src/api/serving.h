@@ -59,6 +59,10 @@ struct ChatPrompt {
   bool starts_in_reasoning = false;
 };
 
+// The encoder options a chat request renders with: its tool definitions, thinking mode and
+// reasoning effort ("none" means the default effort). Chat, /tokenize and count-tokens share it.
+tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras, bool add_generation_prompt = true);
+
 // Renders `messages` (with tool definitions and thinking mode) through the model's encoder and
 // tokenizes the result, exactly as generation sees it.
 // Errors: InvalidArgument "bad_chat_request" from the encoder (e.g. a malformed tool call).

@@ -27,8 +27,12 @@ absl::Status RunTokenize(const Backend& backend, const HttpRequest& http, Respon
       tokens = backend.tokenizer->Encode(
           text, true, *request.add_special_tokens && backend.tokenizer->add_bos());
     } else {
-      // The same tokens a chat request with these messages is charged for.
-      tokens = ChatPromptTokens(backend, request.messages, request.add_generation_prompt);
+      // The same tokens a chat request with these messages, tools and options is charged for.
+      DI_ASSIGN_OR_RETURN(ChatPrompt chat,
+                          RenderChatPrompt(backend, request.messages,
+                                           ChatOptionsFor(request.extras,
+                                                          request.add_generation_prompt)));
+      tokens = std::move(chat.tokens);
     }
   } else {
     bool add_bos = request.add_special_tokens.value_or(true) && backend.tokenizer->add_bos();

@@ -1,0 +1,280 @@
+#include "tools/count_tokens.h"
+
+#include <algorithm>
+#include <map>
+
+#include "api/anthropic_count_tokens.h"
+#include "api/json.h"
+#include "api/serving.h"
+#include "fmt/format.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/model_text.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+
+namespace deepinfer::tools {
+namespace {
+
+using api::Json;
+
+// 1234567 -> "1,234,567".
+std::string Grouped(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+bool LooksAnthropic(const Json& body) {
+  if (!body.is_object()) return false;
+  if (body.contains("system")) return true;
+  auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array()) return false;
+  for (const Json& m : *messages) {
+    if (!m.is_object()) continue;
+    auto content = m.find("content");
+    if (content == m.end() || !content->is_array()) continue;
+    for (const Json& block : *content) {
+      if (!block.is_object()) continue;
+      std::string type = block.value("type", "");
+      if (type == "tool_use" || type == "tool_result" || type == "thinking" ||
+          type == "redacted_thinking" || (type == "image" && block.contains("source"))) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::vector<std::string> ToolCallIds(const std::string& tool_calls_json) {
+  std::vector<std::string> ids;
+  if (tool_calls_json.empty()) return ids;
+  auto calls = api::ParseJson(tool_calls_json);
+  if (!calls.ok() || !calls->is_array()) return ids;
+  for (const Json& c : *calls) {
+    if (c.is_object() && c.contains("id") && c["id"].is_string()) {
+      ids.push_back(c["id"].get<std::string>());
+    }
+  }
+  return ids;
+}
+
+}  // namespace
+
+CompactionPlan PlanCompaction(const std::vector<api::ChatMessage>& messages) {
+  CompactionPlan plan;
+  const int32_t n = static_cast<int32_t>(messages.size());
+  int32_t start = 0;
+  while (start < n && (messages[start].role == "system" || messages[start].role == "developer")) {
+    ++start;
+  }
+  // The last message is the turn being answered; it is never summarised.
+  const int32_t history = n - start;
+  if (history < 3) {
+    plan.reason =
+        fmt::format("only {} message(s) after the system prompt; nothing to summarise", history);
+    return plan;
+  }
+  // owner[j]: the assistant turn whose tool call message j answers (-1 when j is not a result).
+  std::map<std::string, int32_t> call_owner;
+  std::vector<int32_t> owner(n, -1);
+  int32_t last_caller = -1;
+  for (int32_t i = 0; i < n; ++i) {
+    const api::ChatMessage& m = messages[i];
+    if (m.role == "assistant" && !m.tool_calls_json.empty()) {
+      last_caller = i;
+      for (const std::string& id : ToolCallIds(m.tool_calls_json)) call_owner[id] = i;
+    } else if (m.role == "tool") {
+      auto it = m.tool_call_id.empty() ? call_owner.end() : call_owner.find(m.tool_call_id);
+      owner[i] = it != call_owner.end() ? it->second : last_caller;
+    }
+  }
+  // A boundary b (range [start, b)) is safe when no result at or after b answers a call before b.
+  auto safe = [&](int32_t b) {
+    for (int32_t j = b; j < n; ++j) {
+      if (owner[j] >= 0 && owner[j] < b) return false;
+    }
+    for (int32_t j = start; j < b; ++j) {
+      if (owner[j] >= 0 && owner[j] < start) return false;
+    }
+    return true;
+  };
+  const int32_t target = start + history / 2;
+  const int32_t lo = start + 1;  // at least one message summarised
+  const int32_t hi = n - 1;      // the last message kept
+  int32_t chosen = -1;
+  for (int32_t d = 0; chosen < 0 && (target - d >= lo || target + d <= hi); ++d) {
+    if (target - d >= lo && target - d <= hi && safe(target - d)) {
+      chosen = target - d;
+    } else if (d > 0 && target + d <= hi && target + d >= lo && safe(target + d)) {
+      chosen = target + d;
+    }
+  }
+  if (chosen < 0) {
+    plan.reason = "every boundary splits a tool call from its result; no safe range exists";
+    return plan;
+  }
+  plan.possible = true;
+  plan.begin = start;
+  plan.end = chosen;
+  plan.num_messages = chosen - start;
+  plan.reason = chosen == target
+                    ? "the first half of the history"
+                    : fmt::format(
+                          "the first half of the history, end moved by {} message(s) to "
+                          "keep tool calls with their results",
+                          chosen - target);
+  return plan;
+}
+
+struct RequestCounter::Impl {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<tokenizer::ChatTemplate> chat_template;
+  api::Backend backend;  // only tokenizer and chat_template are set: no engine
+  std::string template_name;
+};
+
+RequestCounter::RequestCounter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RequestCounter::~RequestCounter() = default;
+
+absl::StatusOr<std::unique_ptr<RequestCounter>> RequestCounter::Create(
+    const std::string& model_path, const std::string& tokenizer_path,
+    const std::string& chat_template) {
+  auto impl = std::make_unique<Impl>();
+  // The same steps as `deepinfer serve`, so the tokenizer and encoder are the server's.
+  DI_ASSIGN_OR_RETURN(impl->model, model::LoadModel(model_path, tokenizer_path));
+  DI_ASSIGN_OR_RETURN(tokenizer::ModelText text,
+                      tokenizer::LoadModelText(*impl->model, model_path, chat_template));
+  impl->tokenizer = std::move(text.tokenizer);
+  impl->chat_template = std::move(text.chat_template);
+  impl->backend.tokenizer = impl->tokenizer.get();
+  impl->backend.chat_template = impl->chat_template.get();
+  impl->backend.max_model_len = impl->model->config.max_context;
+  impl->template_name = std::string(impl->chat_template->name());
+  return std::unique_ptr<RequestCounter>(new RequestCounter(std::move(impl)));
+}
+
+int32_t RequestCounter::model_window() const { return impl_->backend.max_model_len; }
+
+const std::string& RequestCounter::template_name() const { return impl_->template_name; }
+
+absl::StatusOr<int64_t> RequestCounter::CountMessages(const std::vector<api::ChatMessage>& messages,
+                                                      const tokenizer::ChatOptions& options) const {
+  DI_ASSIGN_OR_RETURN(api::ChatPrompt prompt,
+                      api::RenderChatPrompt(impl_->backend, messages, options));
+  return static_cast<int64_t>(prompt.tokens.size());
+}
+
+absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestFormat format,
+                                                 const TokenBudget& budget) const {
+  TokenCount count;
+  if (format == RequestFormat::kAuto) {
+    auto json = api::ParseJson(body);
+    if (!json.ok()) return json.status();
+    format = LooksAnthropic(*json) ? RequestFormat::kAnthropic : RequestFormat::kOpenAi;
+  }
+  if (format == RequestFormat::kAnthropic) {
+    count.format = "anthropic";
+    DI_ASSIGN_OR_RETURN(Json json, api::ParseJson(body));
+    if (!json.is_object()) {
+      return InvalidArgumentError("invalid_type", "The request body must be a JSON object.");
+    }
+    DI_ASSIGN_OR_RETURN(api::AnthropicChat chat, api::ParseAnthropicChat(json));
+    count.messages = std::move(chat.messages);
+    count.options = std::move(chat.options);
+    count.num_images = chat.num_images;
+  } else {
+    count.format = "openai";
+    DI_ASSIGN_OR_RETURN(
+        api::ChatRequest request,
+        api::ParseChatRequestForCount(body, api::ParseLimits{impl_->tokenizer->vocab_size()},
+                                      &count.num_images));
+    count.options = api::ChatOptionsFor(request);
+    count.messages = std::move(request.messages);
+  }
+  DI_ASSIGN_OR_RETURN(count.text_tokens, CountMessages(count.messages, count.options));
+  count.input_tokens = count.text_tokens + int64_t{count.num_images} * budget.image_tokens;
+  count.needs_compaction = count.input_tokens >= budget.limit();
+  return count;
+}
+
+absl::Status RequestCounter::CountPlan(const TokenCount& count, const TokenBudget& budget,
+                                       CompactionPlan* plan) const {
+  if (!plan->possible) return absl::OkStatus();
+  std::vector<api::ChatMessage> kept;
+  for (int32_t i = 0; i < static_cast<int32_t>(count.messages.size()); ++i) {
+    if (i < plan->begin || i >= plan->end) kept.push_back(count.messages[i]);
+  }
+  DI_ASSIGN_OR_RETURN(int64_t kept_tokens, CountMessages(kept, count.options));
+  plan->input_tokens_after = kept_tokens + int64_t{count.num_images} * budget.image_tokens;
+  return absl::OkStatus();
+}
+
+std::string FormatTokenCount(const TokenCount& count, const TokenBudget& budget,
+                             const CompactionPlan* plan) {
+  std::string out;
+  std::string images =
+      count.num_images > 0
+          ? fmt::format("  (text {} + {} image(s) x {})", Grouped(count.text_tokens),
+                        count.num_images, Grouped(budget.image_tokens))
+          : std::string();
+  out += fmt::format("{:<20} {:>11}{}\n", "input tokens", Grouped(count.input_tokens), images);
+  out += fmt::format("{:<20} {:>11}\n", "output reservation", Grouped(budget.output_tokens));
+  out += fmt::format("{:<20} {:>11}\n", "headroom", Grouped(budget.headroom_tokens));
+  out += fmt::format("{:<20} {:>11}\n", "window", Grouped(budget.window));
+  out += fmt::format("{:<20} {:>11}  (compaction from here)\n", "limit", Grouped(budget.limit()));
+  if (count.needs_compaction) {
+    out += fmt::format("{:<20} {:>11}  compaction needed: {} tokens over the limit\n", "verdict",
+                       "COMPACT", Grouped(count.input_tokens - budget.limit() + 1));
+  } else {
+    out += fmt::format("{:<20} {:>11}  {} tokens to spare\n", "verdict", "fits",
+                       Grouped(budget.limit() - 1 - count.input_tokens));
+  }
+  if (plan != nullptr) {
+    if (plan->possible) {
+      out += fmt::format("{:<20} messages [{}, {}) ({} messages): {}; {} tokens without them\n",
+                         "compaction plan", plan->begin, plan->end, plan->num_messages,
+                         plan->reason, Grouped(plan->input_tokens_after));
+    } else {
+      out += fmt::format("{:<20} none: {}\n", "compaction plan", plan->reason);
+    }
+  }
+  return out;
+}
+
+std::string TokenCountJson(const TokenCount& count, const TokenBudget& budget,
+                           const CompactionPlan* plan, int32_t model_window) {
+  Json out = Json::object();
+  out["format"] = count.format;
+  out["input_tokens"] = count.input_tokens;
+  out["text_tokens"] = count.text_tokens;
+  out["num_images"] = count.num_images;
+  out["image_tokens_each"] = budget.image_tokens;
+  out["output_tokens"] = budget.output_tokens;
+  out["headroom_tokens"] = budget.headroom_tokens;
+  out["window"] = budget.window;
+  out["limit"] = budget.limit();
+  out["model_window"] = model_window;
+  out["verdict"] = count.needs_compaction ? "compact" : "fits";
+  out["num_messages"] = count.messages.size();
+  if (plan != nullptr) {
+    Json p = Json::object();
+    p["possible"] = plan->possible;
+    if (plan->possible) {
+      p["begin"] = plan->begin;
+      p["end"] = plan->end;
+      p["num_messages"] = plan->num_messages;
+      p["input_tokens_after"] = plan->input_tokens_after;
+    }
+    p["reason"] = plan->reason;
+    out["compaction_plan"] = std::move(p);
+  }
+  return api::DumpJson(out) + "\n";
+}
+
+}  // namespace deepinfer::tools

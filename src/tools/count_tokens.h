@@ -1,0 +1,105 @@
+#pragma once
+
+// `deepinfer count-tokens`: the exact input-token count of a chat request, with the server's own
+// tokenizer and chat encoder (tokenizer::LoadModelText, as `deepinfer serve` loads them) and the
+// chat route's rendering (api::RenderChatPrompt with api::ChatOptionsFor: tool definitions and
+// thinking mode included), and a budget verdict against the context window. Never an estimate:
+// a request that cannot be counted is an error.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/openai_types.h"
+#include "tokenizer/chat_template.h"
+
+namespace deepinfer::tools {
+
+// The budget of one request. Defaults follow the seed deployment profile: compaction is needed
+// from window - output - headroom = 999,424 input tokens.
+// Units: tokens.
+struct TokenBudget {
+  int64_t window = 1048576;
+  int64_t output_tokens = 32768;    // reserved for the answer
+  int64_t headroom_tokens = 16384;  // kept free for what the client adds next
+  int64_t image_tokens = 1024;      // reserved per image
+
+  // Input tokens from which compaction is needed.
+  int64_t limit() const { return window - output_tokens - headroom_tokens; }
+};
+
+enum class RequestFormat { kAuto, kOpenAi, kAnthropic };
+
+struct TokenCount {
+  std::string format;  // "openai" or "anthropic"
+  int64_t text_tokens = 0;
+  int32_t num_images = 0;
+  int64_t input_tokens = 0;  // text + images at the budget's reservation
+  bool needs_compaction = false;
+  std::vector<api::ChatMessage> messages;  // as the chat route sees them
+  tokenizer::ChatOptions options;          // tools, thinking, as the chat route renders them
+};
+
+// The span of history to summarise: messages [begin, end) of TokenCount::messages.
+struct CompactionPlan {
+  bool possible = false;
+  int32_t begin = 0;
+  int32_t end = 0;
+  int32_t num_messages = 0;
+  std::string reason;              // why no safe range exists, or how it was moved
+  int64_t input_tokens_after = 0;  // the request's count with the range removed (no summary)
+};
+
+// Chooses the first half of the history (the messages after the leading system messages, the
+// last message excluded), then moves its end to the nearest boundary that splits no tool call
+// from its results (matched by id; a result without a known id belongs to the nearest earlier
+// assistant turn with tool calls). Ties move the end earlier.
+CompactionPlan PlanCompaction(const std::vector<api::ChatMessage>& messages);
+
+// Counts requests for one model.
+//
+// Threads: Count is const and may run concurrently.
+// Lifetime: owns the model's tokenizer and template (the weights are only mapped, never read).
+class RequestCounter {
+ public:
+  // `tokenizer_path` and `chat_template` mean what serve's --tokenizer and --chat-template do.
+  // Errors: those of model::LoadModel and tokenizer::LoadModelText.
+  static absl::StatusOr<std::unique_ptr<RequestCounter>> Create(
+      const std::string& model_path, const std::string& tokenizer_path,
+      const std::string& chat_template = "");
+  ~RequestCounter();
+
+  // Counts a request body (OpenAI chat or Anthropic messages; kAuto tells them apart by a
+  // top-level "system" or Anthropic-only content block types).
+  // Errors: InvalidArgument with the parsers' codes, or the encoder's "bad_chat_request" (the
+  //   request cannot be counted).
+  absl::StatusOr<TokenCount> Count(std::string_view body, RequestFormat format,
+                                   const TokenBudget& budget) const;
+
+  // The text tokens of `messages` rendered with `options`, as the chat route counts them.
+  // Errors: the encoder's.
+  absl::StatusOr<int64_t> CountMessages(const std::vector<api::ChatMessage>& messages,
+                                        const tokenizer::ChatOptions& options) const;
+
+  // Fills input_tokens_after of a possible plan.
+  // Errors: the encoder's (the shortened conversation cannot be rendered).
+  absl::Status CountPlan(const TokenCount& count, const TokenBudget& budget,
+                         CompactionPlan* plan) const;
+
+  int32_t model_window() const;
+  const std::string& template_name() const;
+
+ private:
+  struct Impl;
+  explicit RequestCounter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+std::string FormatTokenCount(const TokenCount& count, const TokenBudget& budget,
+                             const CompactionPlan* plan);
+std::string TokenCountJson(const TokenCount& count, const TokenBudget& budget,
+                           const CompactionPlan* plan, int32_t model_window);
+
+}  // namespace deepinfer::tools

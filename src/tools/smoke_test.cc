@@ -1,0 +1,258 @@
+#include "tools/smoke.h"
+
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "api/http_server.h"
+#include "api/json.h"
+#include "gtest/gtest.h"
+#include "tools/smoke_http.h"
+
+namespace deepinfer::tools {
+namespace {
+
+using api::Json;
+
+// What a fake OpenAI-compatible server gets right or wrong.
+struct FakeBehavior {
+  int window = 256;
+  bool prefix_caching = true;
+  bool send_done = true;
+  bool refuse_over_window = true;
+  bool expect_rank_header = false;
+};
+
+// A server speaking just enough of the API for the smoke checks, over real sockets.
+class FakeServer {
+ public:
+  explicit FakeServer(FakeBehavior behavior) : behavior_(behavior) {
+    api::HttpServerOptions options;
+    options.port = 0;
+    auto server = api::HttpServer::Start(
+        options, [this](const api::HttpRequest& r, api::ResponseWriter& w) { Handle(r, w); });
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  std::string base() const { return "http://127.0.0.1:" + std::to_string(server_->port()) + "/v1"; }
+  int num_rank_headers() const { return num_rank_headers_; }
+
+ private:
+  static int64_t Words(const std::string& s) {
+    std::istringstream in(s);
+    std::string w;
+    int64_t n = 0;
+    while (in >> w) ++n;
+    return n;
+  }
+
+  void Handle(const api::HttpRequest& r, api::ResponseWriter& w) {
+    if (r.path == "/health") {
+      w.Respond(200, "application/json", "{\"status\":\"ok\"}");
+      return;
+    }
+    if (r.path == "/v1/models") {
+      Json body = {
+          {"object", "list"},
+          {"data", Json::array({Json{{"id", "fake"}, {"max_model_len", behavior_.window}}})}};
+      w.Respond(200, "application/json", api::DumpJson(body));
+      return;
+    }
+    if (r.path != "/v1/chat/completions") {
+      w.Respond(404, "application/json", "{}");
+      return;
+    }
+    if (!r.Header("x-data-parallel-rank").empty()) ++num_rank_headers_;
+    Json req = *api::ParseJson(r.body);
+    int64_t prompt = 0;
+    std::string system;
+    for (Json& m : req["messages"]) {
+      prompt += Words(m["content"].get<std::string>()) + 4;
+      if (m["role"] == "system") system = m["content"].get<std::string>();
+    }
+    if (prompt >= behavior_.window && behavior_.refuse_over_window) {
+      w.Respond(400, "application/json",
+                "{\"error\":{\"message\":\"too long\",\"type\":\"invalid_request_error\","
+                "\"param\":\"messages\",\"code\":\"context_length_exceeded\"}}");
+      return;
+    }
+    int64_t cached = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!system.empty() && !seen_.insert(system).second && behavior_.prefix_caching) {
+        cached = 16;
+      }
+    }
+    Json usage = {{"prompt_tokens", prompt},
+                  {"completion_tokens", 2},
+                  {"total_tokens", prompt + 2},
+                  {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+    if (req.value("stream", false)) {
+      w.BeginStream("text/event-stream");
+      w.WriteStream(
+          "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
+          "\"content\":\"\"},\"finish_reason\":null}]}\n\n");
+      for (int i = 0; i < 3; ++i) {
+        if (!w.WriteStream("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi \"},"
+                           "\"finish_reason\":null}]}\n\n")) {
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      w.WriteStream(
+          "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
+          "\"length\"}]}\n\n");
+      w.WriteStream("data: " + api::DumpJson(Json{{"choices", Json::array()}, {"usage", usage}}) +
+                    "\n\n");
+      if (behavior_.send_done) w.WriteStream("data: [DONE]\n\n");
+      w.EndStream();
+      return;
+    }
+    Json body = {
+        {"object", "chat.completion"},
+        {"choices", Json::array({Json{{"index", 0},
+                                      {"message", {{"role", "assistant"}, {"content", "hi there"}}},
+                                      {"finish_reason", "length"}}})},
+        {"usage", usage}};
+    w.Respond(200, "application/json", api::DumpJson(body));
+  }
+
+  FakeBehavior behavior_;
+  std::unique_ptr<api::HttpServer> server_;
+  std::mutex mu_;
+  std::set<std::string> seen_;
+  std::atomic<int> num_rank_headers_{0};
+};
+
+SmokeOptions Options(const std::string& base) {
+  SmokeOptions options;
+  options.base_url = base;
+  options.timeout_s = 10;
+  return options;
+}
+
+const SmokeCheck* Find(const SmokeReport& report, const std::string& name) {
+  for (const SmokeCheck& c : report.checks) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+TEST(ParseServerUrlTest, SplitsHostPortAndPrefix) {
+  auto url = ParseServerUrl("http://127.0.0.1:8900/v1/");
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_EQ(url->host, "127.0.0.1");
+  EXPECT_EQ(url->port, 8900);
+  EXPECT_EQ(url->prefix, "/v1");
+  auto v6 = ParseServerUrl("http://[::1]:81");
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->host, "::1");
+  EXPECT_EQ(v6->port, 81);
+  auto plain = ParseServerUrl("http://example");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->port, 80);
+}
+
+TEST(ParseServerUrlTest, RejectsWhatItCannotProbe) {
+  for (const char* url : {"https://x/v1", "ftp://x", "http://:80", "http://x:0", "http://x:99999",
+                          "http://x/v1?a=b", "http://u:p@x/v1", "x:80"}) {
+    EXPECT_FALSE(ParseServerUrl(url).ok()) << url;
+  }
+}
+
+TEST(SseSplitterTest, JoinsEventsAcrossPiecesAndLineEnds) {
+  SseSplitter s;
+  std::vector<std::string> events;
+  for (const char* piece :
+       {"data: a\r", "\n\r\ndata:b\n", ": comment\ndata: c\n\n", "data: [DO", "NE]\n\n"}) {
+    for (auto& e : s.Feed(piece)) events.push_back(e);
+  }
+  EXPECT_EQ(events, (std::vector<std::string>{"a", "b\nc", "[DONE]"}));
+  EXPECT_FALSE(s.has_partial());
+}
+
+TEST(SmokeTest, GoodServerPassesEveryCheck) {
+  FakeServer server(FakeBehavior{});
+  SmokeOptions options;
+  options.base_url = server.base();
+  options.dp_rank = 3;
+  options.timeout_s = 10;
+  auto report = RunSmoke(options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->ok()) << FormatSmokeReport(*report);
+  EXPECT_EQ(report->checks.size(), 7u);
+  EXPECT_EQ(report->window, 256);
+  EXPECT_EQ(report->model, "fake");
+  EXPECT_GT(server.num_rank_headers(), 0);
+  EXPECT_NE(FormatSmokeReport(*report).find("PASS"), std::string::npos);
+  auto json = api::ParseJson(SmokeReportJson(*report));
+  ASSERT_TRUE(json.ok());
+  EXPECT_EQ((*json)["ok"], true);
+}
+
+TEST(SmokeTest, ServerWithoutPrefixCachingFailsWithOneClearLine) {
+  FakeBehavior b;
+  b.prefix_caching = false;
+  FakeServer server(b);
+  auto report = RunSmoke(Options(server.base()));
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->ok());
+  const SmokeCheck* c = Find(*report, "prefix_cache");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->ok);
+  EXPECT_NE(c->detail.find("cached_tokens=0"), std::string::npos) << c->detail;
+  for (const SmokeCheck& other : report->checks) {
+    if (other.name != "prefix_cache") {
+      EXPECT_TRUE(other.ok) << other.name << ": " << other.detail;
+    }
+  }
+}
+
+TEST(SmokeTest, StreamWithoutDoneFails) {
+  FakeBehavior b;
+  b.send_done = false;
+  FakeServer server(b);
+  auto report = RunSmoke(Options(server.base()));
+  ASSERT_TRUE(report.ok());
+  const SmokeCheck* c = Find(*report, "stream");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->ok);
+  EXPECT_NE(c->detail.find("[DONE]"), std::string::npos) << c->detail;
+}
+
+TEST(SmokeTest, OverWindowPromptThatStartsAStreamFails) {
+  FakeBehavior b;
+  b.refuse_over_window = false;
+  FakeServer server(b);
+  auto report = RunSmoke(Options(server.base()));
+  ASSERT_TRUE(report.ok());
+  const SmokeCheck* c = Find(*report, "over_window");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->ok);
+  EXPECT_NE(c->detail.find("started a stream"), std::string::npos) << c->detail;
+}
+
+TEST(SmokeTest, WrongWindowFailsTheModelsCheck) {
+  FakeServer server(FakeBehavior{});
+  SmokeOptions options = Options(server.base());
+  options.expect_window = 4096;
+  auto report = RunSmoke(options);
+  ASSERT_TRUE(report.ok());
+  const SmokeCheck* c = Find(*report, "models");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE(c->ok);
+  EXPECT_NE(c->detail.find("expected 4096"), std::string::npos) << c->detail;
+}
+
+TEST(SmokeTest, UnreachableServerFailsEveryCheckWithoutCrashing) {
+  SmokeOptions options = Options("http://127.0.0.1:1/v1");
+  options.timeout_s = 2;
+  auto report = RunSmoke(options);
+  ASSERT_TRUE(report.ok());
+  EXPECT_FALSE(report->ok());
+  for (const SmokeCheck& c : report->checks) EXPECT_FALSE(c.ok) << c.name;
+}
+
+}  // namespace
+}  // namespace deepinfer::tools
