@@ -1,0 +1,58 @@
+#include "gateway/admission.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "api/json.h"
+#include "fmt/format.h"
+
+namespace deepinfer::gateway {
+namespace {
+
+Admission Closed(size_t n, std::string reason) {
+  Admission a;
+  a.admitted.assign(n, false);
+  a.reason = std::move(reason);
+  return a;
+}
+
+}  // namespace
+
+Admission ParseAdmission(std::optional<std::string_view> text,
+                         const std::vector<BackendAddress>& backends) {
+  const size_t n = backends.size();
+  if (!text) return Closed(n, "file_missing");
+  if (std::all_of(text->begin(), text->end(),
+                  [](char c) { return std::isspace(static_cast<unsigned char>(c)); })) {
+    return Closed(n, "file_empty");
+  }
+  auto json = api::ParseJson(*text);
+  if (!json.ok()) return Closed(n, "invalid: not valid JSON");
+  if (!json->is_object()) return Closed(n, "invalid: expected an object {\"admit\": [...]}");
+  if (json->size() != 1 || !json->contains("admit")) {
+    return Closed(n, "invalid: expected exactly one field, \"admit\"");
+  }
+  const auto& list = (*json)["admit"];
+  if (!list.is_array()) return Closed(n, "invalid: \"admit\" must be an array");
+  Admission a = Closed(n, "ok");
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].is_string())
+      return Closed(n, fmt::format("invalid: admit[{}] is not a string", i));
+    auto address = ParseBackendUrl(list[i].get<std::string>());
+    if (!address.ok()) {
+      return Closed(n, fmt::format("invalid: admit[{}] is not a backend URL", i));
+    }
+    auto it = std::find_if(backends.begin(), backends.end(),
+                           [&](const BackendAddress& b) { return b.url == address->url; });
+    if (it == backends.end()) {
+      return Closed(
+          n, fmt::format("invalid: admit[{}] ({}) is not a configured backend", i, address->url));
+    }
+    a.admitted[it - backends.begin()] = true;
+  }
+  a.open = std::any_of(a.admitted.begin(), a.admitted.end(), [](bool b) { return b; });
+  if (!a.open) a.reason = "no_backend_listed";
+  return a;
+}
+
+}  // namespace deepinfer::gateway

@@ -1,0 +1,117 @@
+#pragma once
+
+// The gateway's client-facing HTTP/1.1 server: one listening socket, one thread (small stack) per
+// connection, keep-alive, Boost.Beast parsing. It differs from api::HttpServer in what a proxy
+// needs: any status with any headers, bodies of known or unknown length passed through as they
+// arrive, and the client socket exposed so that a gone client is seen within one wait slice.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace deepinfer::gateway {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct FrontRequest {
+  std::string method;
+  std::string target;  // as sent, with the query
+  std::string path;    // target without the query
+  std::string body;
+  Headers headers;  // names lower-cased, in arrival order
+  bool keep_alive = true;
+  int version = 11;  // 10 or 11
+
+  // First header named `name` (lower case), or "".
+  std::string_view Header(std::string_view name) const;
+};
+
+// How a handler answers: Respond once, or BeginBody, Write..., End.
+// Threads: used only by the connection's own thread.
+class FrontWriter {
+ public:
+  virtual ~FrontWriter() = default;
+
+  // A whole response with Content-Length. `headers` must not carry framing headers.
+  // Returns false when the client is gone.
+  virtual bool Respond(int status, const Headers& headers, std::string_view body) = 0;
+  // Commits status and headers. With `content_length` the body is exactly that long; without,
+  // it is chunked (HTTP/1.1) or ends with the connection (HTTP/1.0).
+  virtual bool BeginBody(int status, const Headers& headers,
+                         std::optional<uint64_t> content_length) = 0;
+  // Sends `data` at once (no buffering).
+  virtual bool Write(std::string_view data) = 0;
+  // Ends the body (the last chunk for chunked bodies).
+  virtual bool End() = 0;
+  // Ends the connection without completing the body, so the client sees a truncated response.
+  virtual void Abort() = 0;
+  // True when the client closed the connection or a write failed. Never blocks.
+  virtual bool PeerClosed() = 0;
+  virtual bool started() const = 0;
+  virtual int status() const = 0;
+  // The client's socket, for waits that must end when the client leaves (-1: none).
+  virtual int client_fd() const { return -1; }
+};
+
+using FrontHandler = std::function<void(const FrontRequest&, FrontWriter&)>;
+
+struct FrontServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 19010;  // 0: any free port
+  int64_t max_request_bytes = int64_t{32} << 20;
+  int max_connections = 4096;   // more are answered 503 and closed
+  int idle_timeout_ms = 75000;  // keep-alive wait for the next request
+  int io_timeout_ms = 60000;    // stalled read of a started request, or stalled write
+  size_t thread_stack_bytes = size_t{256} << 10;
+};
+
+// Threads: Start/Stop from one controlling thread; handlers run on connection threads.
+// Lifetime: the destructor stops the server and waits for every connection thread.
+class FrontServer {
+ public:
+  // Binds and listens, then starts the accept thread.
+  // Errors: InvalidArgument "bad_address"; Unavailable "bind_failed".
+  static absl::StatusOr<std::unique_ptr<FrontServer>> Start(const FrontServerOptions& options,
+                                                            FrontHandler handler);
+  ~FrontServer();
+  FrontServer(const FrontServer&) = delete;
+  FrontServer& operator=(const FrontServer&) = delete;
+
+  int port() const { return port_; }
+  int num_connections() const { return num_connections_.load(); }
+  // True once Stop began; handlers may use it to end long waits.
+  bool stopping() const { return stopping_.load(std::memory_order_acquire); }
+
+  // Stops accepting and waits up to `timeout_ms` for connections to end at their next idle
+  // point. Returns whether all ended.
+  bool Stop(int timeout_ms = 5000);
+
+ private:
+  FrontServer(const FrontServerOptions& options, FrontHandler handler);
+  void AcceptLoop();
+  void ServeConnection(int fd);
+  static void* ConnectionMain(void* arg);
+
+  const FrontServerOptions options_;
+  const FrontHandler handler_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+  std::atomic<int> num_connections_{0};
+  std::mutex mu_;
+  std::condition_variable all_closed_;
+};
+
+}  // namespace deepinfer::gateway

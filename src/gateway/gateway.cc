@@ -1,0 +1,504 @@
+#include "gateway/gateway.h"
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "api/errors.h"
+#include "api/json.h"
+#include "fmt/format.h"
+#include "gateway/redis_state.h"
+#include "util/mapped_file.h"
+#include "util/status.h"
+
+namespace deepinfer::gateway {
+namespace {
+
+constexpr size_t kMaxRequestIdBytes = 128;
+constexpr int kPoolIdleMs = 4000;
+
+std::string NewRequestId() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return fmt::format("gw-{:016x}", rng());
+}
+
+bool UsableRequestId(std::string_view id) {
+  if (id.empty() || id.size() > kMaxRequestIdBytes) return false;
+  for (char c : id) {
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+std::string_view RejectionReason(AdmitResult r) {
+  switch (r) {
+    case AdmitResult::kQueueFull:
+      return "queue_full";
+    case AdmitResult::kQueueTimeout:
+      return "queue_timeout";
+    case AdmitResult::kNoBackend:
+      return "no_healthy_backend";
+    case AdmitResult::kAdmissionClosed:
+      return "admission_closed";
+    case AdmitResult::kStateError:
+      return "shared_state_unavailable";
+    default:
+      return "";
+  }
+}
+
+absl::Status AdmitError(AdmitResult r, const FlowOptions& flow) {
+  switch (r) {
+    case AdmitResult::kQueueFull:
+      return ResourceExhaustedError(
+          "queue_full", fmt::format("The gateway is at capacity and its wait queue ({} requests) "
+                                    "is full; retry later.",
+                                    flow.max_waiting));
+    case AdmitResult::kQueueTimeout:
+      return ResourceExhaustedError(
+          "queue_timeout",
+          fmt::format("No backend became free within {} ms; retry later.", flow.queue_timeout_ms));
+    case AdmitResult::kAdmissionClosed:
+      return UnavailableError("admission_closed",
+                              "The pool admits no new requests (admission closed); retry later.");
+    case AdmitResult::kStateError:
+      return UnavailableError("shared_state_unavailable",
+                              "The gateway cannot reach its shared state; retry later.");
+    default:
+      return UnavailableError("no_healthy_backend",
+                              "No healthy admitted backend is available; retry later.");
+  }
+}
+
+// One per-key concurrency unit, given back on every path.
+class KeyLease {
+ public:
+  KeyLease(CounterStore* store, std::string name) : store_(store), name_(std::move(name)) {}
+  ~KeyLease() {
+    if (store_ != nullptr) store_->Release(name_);
+  }
+  KeyLease(const KeyLease&) = delete;
+  KeyLease& operator=(const KeyLease&) = delete;
+
+ private:
+  CounterStore* store_;
+  std::string name_;
+};
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Gateway::Gateway(const GatewayOptions& options) : options_(options) {}
+
+Gateway::~Gateway() { Stop(0); }
+
+int Gateway::port() const { return server_ ? server_->port() : 0; }
+
+absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayOptions& options) {
+  std::unique_ptr<Gateway> gateway(new Gateway(options));
+  DI_RETURN_IF_ERROR(gateway->Init());
+  return gateway;
+}
+
+absl::Status Gateway::Init() {
+  if (options_.backend_urls.empty()) {
+    return InvalidArgumentError("bad_flags", "at least one --backend is required");
+  }
+  if (options_.key_store_path.empty() || options_.control_path.empty()) {
+    return InvalidArgumentError("bad_flags", "--key-store and --control-file are required");
+  }
+  std::vector<BackendAddress> addresses;
+  for (const std::string& url : options_.backend_urls) {
+    DI_ASSIGN_OR_RETURN(BackendAddress address, ParseBackendUrl(url));
+    for (const BackendAddress& a : addresses) {
+      if (a.url == address.url) {
+        return InvalidArgumentError("bad_backend_url", "backend listed twice: " + address.url);
+      }
+    }
+    addresses.push_back(std::move(address));
+  }
+  backends_ = std::make_unique<BackendTable>(std::move(addresses), options_.health);
+  if (!options_.backend_state_path.empty()) {
+    auto text = util::ReadFile(options_.backend_state_path);
+    if (text.ok()) {
+      DI_RETURN_IF_ERROR(backends_->LoadState(*text));
+    } else if (text.status().code() != absl::StatusCode::kNotFound) {
+      return text.status();
+    }
+  }
+
+  // Keys: the first load must succeed (there is no last good store to keep).
+  {
+    DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(options_.key_store_path));
+    DI_ASSIGN_OR_RETURN(keys_, KeyStore::Parse(text));
+    keys_loaded_unix_ = UnixSeconds();
+  }
+
+  if (!options_.state_url.empty()) {
+    DI_ASSIGN_OR_RETURN(redis_, RedisClient::Connect(options_.state_url, 1000));
+    counters_ = std::make_unique<RedisCounterStore>(redis_.get(), options_.redis_prefix);
+    bindings_ = std::make_unique<RedisBindingStore>(redis_.get(), options_.redis_prefix,
+                                                    options_.session_ttl_ms);
+  } else {
+    counters_ = std::make_unique<LocalCounterStore>();
+    auto local = std::make_unique<LocalBindingStore>(
+        options_.bindings_path, options_.session_ttl_ms, options_.max_bindings);
+    DI_RETURN_IF_ERROR(local->Load(UnixMillis()));
+    bindings_ = std::move(local);
+  }
+  std::vector<std::string> names;
+  for (const BackendAddress& a : backends_->addresses()) names.push_back("backend:" + a.url);
+  flow_ = std::make_unique<FlowControl>(options_.flow, std::move(names), counters_.get());
+  if (options_.upstream_keepalive) {
+    pool_ = std::make_unique<UpstreamPool>(
+        static_cast<size_t>(std::max(options_.flow.max_active_per_backend, 1)), kPoolIdleMs);
+  }
+
+  ReloadAdmission();
+  // One probe of every backend before listening, in parallel, so that a dead backend is out
+  // of rotation from the first request.
+  {
+    std::vector<std::thread> probes;
+    for (size_t i = 0; i < backends_->size(); ++i) probes.emplace_back([this, i] { ProbeOnce(i); });
+    for (std::thread& t : probes) t.join();
+  }
+  UpdateEligibility();
+  WriteBackendState();
+
+  DI_ASSIGN_OR_RETURN(
+      server_, FrontServer::Start(options_.front,
+                                  [this](const FrontRequest& r, FrontWriter& w) { Handle(r, w); }));
+  for (size_t i = 0; i < backends_->size(); ++i) threads_.emplace_back([this, i] { ProbeLoop(i); });
+  threads_.emplace_back([this] { WatchLoop(); });
+  return absl::OkStatus();
+}
+
+bool Gateway::Stop(int drain_timeout_ms) {
+  bool all = true;
+  if (server_) all = server_->Stop(drain_timeout_ms);
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+  if (bindings_) bindings_->Flush(UnixMillis());
+  return all;
+}
+
+void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status,
+                           int retry_after_s) {
+  api::ApiError error = GatewayError(status);
+  Headers headers = extra;
+  headers.emplace_back("Content-Type", "application/json");
+  if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (error.http_status == 429 || error.http_status == 503) {
+    headers.emplace_back("Retry-After", std::to_string(std::max(retry_after_s, 1)));
+  } else if (error.http_status >= 400 && error.http_status < 500) {
+    // The OpenAI and Anthropic SDKs honour this and stop retrying a request that cannot succeed.
+    headers.emplace_back("x-should-retry", "false");
+  }
+  writer.Respond(error.http_status, headers, api::ErrorBody(error));
+}
+
+bool Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
+                           KeyRecord* key) {
+  std::string_view presented =
+      PresentedKey(request.Header("authorization"), request.Header("x-api-key"));
+  AuthOutcome outcome = keys()->Authenticate(presented, UnixSeconds());
+  if (outcome.result == AuthResult::kOk) {
+    *key = outcome.key;
+    return true;
+  }
+  metrics_.RecordRejection("unauthorized");
+  absl::Status status;
+  switch (outcome.result) {
+    case AuthResult::kMissing:
+      status = MakeError(absl::StatusCode::kUnauthenticated, "missing_api_key",
+                         "Missing API key: send it as 'Authorization: Bearer <key>'.");
+      break;
+    case AuthResult::kExpired:
+      status = MakeError(absl::StatusCode::kUnauthenticated, "expired_api_key",
+                         "The API key has expired.");
+      break;
+    default:
+      status = MakeError(absl::StatusCode::kUnauthenticated, "invalid_api_key",
+                         "Incorrect API key provided.");
+  }
+  RespondError(writer, extra, status);
+  return false;
+}
+
+Headers Gateway::ForwardHeaders(const FrontRequest& request, const std::string& request_id) const {
+  Headers out;
+  out.reserve(request.headers.size() + 1);
+  for (const auto& [name, value] : request.headers) {
+    // The client's key is the gateway's business only: never forwarded, logged or counted.
+    if (IsHopByHopHeader(name) || name == "authorization" || name == "x-api-key" ||
+        name == "x-request-id") {
+      continue;
+    }
+    out.emplace_back(name, value);
+  }
+  out.emplace_back("x-request-id", request_id);
+  return out;
+}
+
+void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
+  const auto start = Clock::now();
+  std::string_view sent_id = request.Header("x-request-id");
+  const std::string request_id = UsableRequestId(sent_id) ? std::string(sent_id) : NewRequestId();
+  const Headers extra = {{"x-request-id", request_id}};
+  const std::string& path = request.path;
+  const bool get = request.method == "GET" || request.method == "HEAD";
+
+  if (path == "/health" || path == "/metrics") {
+    if (!get) {
+      RespondError(writer, extra, api::MethodNotAllowedError(request.method, path));
+    } else if (path == "/health") {
+      writer.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
+    } else {
+      writer.Respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}},
+                     MetricsText());
+    }
+    return;
+  }
+  if (path == "/gateway/status") {
+    KeyRecord key;
+    if (!Authenticate(request, writer, extra, &key)) return;
+    if (!key.admin) {
+      RespondError(writer, extra,
+                   MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
+                             "This endpoint needs a key with admin rights."));
+      return;
+    }
+    Headers headers = extra;
+    headers.emplace_back("Content-Type", "application/json");
+    writer.Respond(200, headers, StatusJson());
+    return;
+  }
+  if (path.rfind("/v1/", 0) != 0) {
+    RespondError(writer, extra, api::RouteNotFoundError(path));
+    metrics_.RecordRequest(writer.status(), "");
+    return;
+  }
+  HandleProxy(request, writer, extra, start);
+  metrics_.ObserveDuration(SecondsSince(start));
+}
+
+void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
+                          Clock::time_point start) {
+  std::string served_by;
+  auto finish = [&](int status) { metrics_.RecordRequest(status, served_by); };
+  KeyRecord key;
+  if (!Authenticate(request, writer, extra, &key)) return finish(writer.status());
+  metrics_.RecordKeyRequest(key.id);
+  if (request.path == "/v1/models" && (request.method == "GET" || request.method == "HEAD")) {
+    HandleModels(writer, extra);
+    return finish(writer.status());
+  }
+
+  BodyInfo body;
+  if (!request.body.empty()) body = InspectBody(request.body);
+  if (absl::Status check = PreCheck(body, options_.limits); !check.ok()) {
+    metrics_.RecordRejection("context_length_exceeded");
+    RespondError(writer, extra, check);
+    return finish(writer.status());
+  }
+
+  std::unique_ptr<KeyLease> lease;
+  if (key.max_concurrent > 0) {
+    std::string name = "key:" + key.id;
+    absl::StatusOr<int> got = counters_->TryAcquire({name}, key.max_concurrent);
+    if (!got.ok() || *got < 0) {
+      bool state_error = !got.ok();
+      metrics_.RecordRejection(state_error ? "shared_state_unavailable"
+                                           : "key_concurrency_exceeded");
+      RespondError(writer, extra,
+                   state_error ? AdmitError(AdmitResult::kStateError, options_.flow)
+                               : ResourceExhaustedError(
+                                     "key_concurrency_exceeded",
+                                     fmt::format("Key '{}' already has {} requests in flight.",
+                                                 key.id, key.max_concurrent)),
+                   1);
+      return finish(writer.status());
+    }
+    lease = std::make_unique<KeyLease>(counters_.get(), name);
+  }
+
+  SessionId session = ExtractSession(key.id, request.Header(options_.session_header), body);
+  int preferred = -1;
+  bool bound = false;
+  if (!session.key.empty()) {
+    auto found = bindings_->Lookup(session.key, UnixMillis());
+    if (found.ok() && found->has_value()) {
+      bound = true;
+      preferred = backends_->IndexOf(**found);
+    }
+  }
+
+  const std::function<bool()> client_gone = [&writer] { return writer.PeerClosed(); };
+  AcquireResult admit = flow_->Acquire({preferred, -1}, client_gone);
+  metrics_.ObserveQueueWait(admit.waited_seconds);
+  if (admit.result == AdmitResult::kCancelled) {
+    metrics_.RecordCancellation("queued");
+    writer.Abort();
+    return finish(499);
+  }
+  if (admit.result != AdmitResult::kOk) {
+    metrics_.RecordRejection(RejectionReason(admit.result));
+    RespondError(writer, extra, AdmitError(admit.result, options_.flow),
+                 flow_->RetryAfterSeconds());
+    return finish(writer.status());
+  }
+
+  Slot slot = std::move(admit.slot);
+  int home = -1;  // the backend the session's binding points at after this request
+  auto record_binding = [&](int backend, bool spilled) {
+    if (session.key.empty()) {
+      metrics_.RecordAffinity("none");
+      return;
+    }
+    const std::string& url = backends_->address(backend).url;
+    int64_t now_ms = UnixMillis();
+    if (!bound) {
+      metrics_.RecordAffinity("new");
+      auto kept = bindings_->BindIfAbsent(session.key, url, now_ms);
+      home = kept.ok() ? backends_->IndexOf(*kept) : backend;
+    } else if (backend == preferred) {
+      metrics_.RecordAffinity("hit");
+      home = backend;
+    } else if (spilled) {
+      // The bound backend is only busy: this request goes elsewhere, the session stays home.
+      metrics_.RecordAffinity("spill");
+      home = preferred;
+    } else {
+      metrics_.RecordAffinity("rebind");
+      (void)bindings_->Rebind(session.key, url, now_ms);
+      home = backend;
+    }
+  };
+  record_binding(slot.backend(), admit.spilled);
+
+  const std::string request_id = extra.front().second;
+  const Headers forward = ForwardHeaders(request, request_id);
+  metrics_.ObserveOverhead(std::max(0.0, SecondsSince(start) - admit.waited_seconds));
+  ProxyResult result = ProxyRequest(backends_->address(slot.backend()), request, forward, extra,
+                                    writer, options_.upstream, pool_.get());
+  if (result.end == ProxyEnd::kConnectFailed) {
+    // Nothing was sent anywhere: eject the backend and try once more elsewhere.
+    const int failed = slot.backend();
+    const std::string& failed_url = backends_->address(failed).url;
+    std::fprintf(stderr, "deepinfer gateway: %s: connect failed (%s); ejected, retrying\n",
+                 failed_url.c_str(), result.error.c_str());
+    metrics_.RecordBackendError(failed_url, "connect");
+    if (backends_->Eject(failed, result.error, UnixSeconds())) OnHealthChange(failed);
+    slot.Release();
+    metrics_.RecordRetry();
+    AcquireResult again = flow_->Acquire({-1, failed}, client_gone);
+    if (again.result == AdmitResult::kCancelled) {
+      metrics_.RecordCancellation("queued");
+      writer.Abort();
+      return finish(499);
+    }
+    if (again.result != AdmitResult::kOk) {
+      metrics_.RecordRejection(RejectionReason(again.result));
+      RespondError(writer, extra, AdmitError(again.result, options_.flow),
+                   flow_->RetryAfterSeconds());
+      return finish(writer.status());
+    }
+    slot = std::move(again.slot);
+    // A binding that points at the failed backend moves; one that points elsewhere stays.
+    bool home_failed = home == failed;
+    if (home_failed) {
+      bound = true;
+      preferred = failed;
+    }
+    record_binding(slot.backend(), /*spilled=*/!home_failed);
+    result = ProxyRequest(backends_->address(slot.backend()), request, forward, extra, writer,
+                          options_.upstream, pool_.get());
+    if (result.end == ProxyEnd::kConnectFailed) {
+      const int second = slot.backend();
+      metrics_.RecordBackendError(backends_->address(second).url, "connect");
+      if (backends_->Eject(second, result.error, UnixSeconds())) OnHealthChange(second);
+      RespondError(writer, extra,
+                   UnavailableError("backend_unavailable",
+                                    "No backend accepted the connection; retry later."),
+                   flow_->RetryAfterSeconds());
+      return finish(writer.status());
+    }
+  }
+  served_by = backends_->address(slot.backend()).url;
+  switch (result.end) {
+    case ProxyEnd::kClientGone:
+      metrics_.RecordCancellation(result.phase);
+      writer.Abort();
+      return finish(499);
+    case ProxyEnd::kBackendFailed:
+    case ProxyEnd::kBackendTimeout:
+      metrics_.RecordBackendError(served_by, result.end == ProxyEnd::kBackendTimeout
+                                                 ? "timeout"
+                                                 : (result.client_started ? "stream" : "reply"));
+      std::fprintf(stderr, "deepinfer gateway: %s: request %s failed: %s\n", served_by.c_str(),
+                   request_id.c_str(), result.error.c_str());
+      return finish(result.status != 0 ? result.status : 502);
+    default:
+      return finish(result.status);
+  }
+}
+
+void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
+  Admission adm = admission();
+  std::vector<bool> healthy = backends_->HealthyMask();
+  api::Json data = api::Json::array();
+  std::vector<std::string> seen;
+  bool any = false;
+  for (size_t i = 0; i < backends_->size(); ++i) {
+    if (!adm.admitted[i] || !healthy[i]) continue;
+    any = true;
+    auto response = HttpGet(backends_->address(i), "/v1/models", options_.health_timeout_ms);
+    if (!response.ok() || response->status != 200) continue;
+    auto json = api::ParseJson(response->body);
+    if (!json.ok() || !json->is_object() || !json->contains("data") ||
+        !(*json)["data"].is_array()) {
+      continue;
+    }
+    for (const auto& model : (*json)["data"]) {
+      if (!model.is_object() || !model.contains("id") || !model["id"].is_string()) continue;
+      std::string id = model["id"].get<std::string>();
+      if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+      seen.push_back(id);
+      data.push_back(model);
+    }
+  }
+  if (!any) {
+    AdmitResult r = adm.open ? AdmitResult::kNoBackend : AdmitResult::kAdmissionClosed;
+    metrics_.RecordRejection(RejectionReason(r));
+    RespondError(writer, extra, AdmitError(r, options_.flow), flow_->RetryAfterSeconds());
+    return;
+  }
+  Headers headers = extra;
+  headers.emplace_back("Content-Type", "application/json");
+  writer.Respond(200, headers,
+                 api::DumpJson(api::Json{{"object", "list"}, {"data", std::move(data)}}));
+}
+
+}  // namespace deepinfer::gateway

@@ -1,0 +1,146 @@
+#pragma once
+
+// `deepinfer gateway`: one pool router in front of several independent `deepinfer serve`
+// backends. It owns client auth (Bearer keys checked against SHA-256 digests), session affinity,
+// shared flow control (per-backend caps, one FIFO wait queue), a fail-closed admission file,
+// active health checks, SSE pass-through and cancellation (a client that leaves closes its
+// backend connection at once). See docs/gateway.md for operation.
+//
+// Request path: auth -> body inspection and context pre-check -> per-key limit -> session lookup
+// -> slot (maybe queued) -> proxy (one retry on another backend when the connect fails) ->
+// release. Every step that can end a request ends it through one RAII slot.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gateway/admission.h"
+#include "gateway/backends.h"
+#include "gateway/flow_control.h"
+#include "gateway/front_server.h"
+#include "gateway/key_store.h"
+#include "gateway/metrics.h"
+#include "gateway/request_info.h"
+#include "gateway/state.h"
+#include "gateway/upstream.h"
+
+namespace deepinfer::gateway {
+
+class RedisClient;
+
+struct GatewayOptions {
+  std::vector<std::string> backend_urls;
+  FrontServerOptions front;
+  FlowOptions flow;
+  UpstreamOptions upstream;
+  PreCheckLimits limits;
+  HealthOptions health;
+  int health_interval_ms = 1000;
+  int health_timeout_ms = 2000;
+  std::string health_path = "/health";
+  std::string key_store_path;      // required
+  std::string control_path;        // the admission file; required
+  std::string bindings_path;       // "" : bindings only in memory
+  std::string backend_state_path;  // "" : health not persisted
+  std::string state_url;           // "" (local) or redis://HOST:PORT[/DB]
+  std::string redis_prefix = "deepinfer:gw:";
+  std::string session_header = "x-session-id";  // lower case
+  int64_t session_ttl_ms = 3600 * 1000;
+  size_t max_bindings = 1000000;
+  int reload_poll_ms = 250;  // file watch fallback poll (inotify wakes it sooner)
+  // Reuse backend connections between requests (idle ones for at most 4 s, below the usual
+  // keep-alive timeouts of backends).
+  bool upstream_keepalive = true;
+};
+
+// Threads: Start/Stop from one controlling thread; requests run on connection threads;
+// background threads probe health and watch files.
+// Lifetime: the destructor stops everything.
+class Gateway {
+ public:
+  // Loads the key store (must be valid), admission file (missing: closed), backend-state and
+  // bindings files, probes every backend once, then listens.
+  // Errors: InvalidArgument for bad flags or files ("bad_key_store", "bad_backend_url",
+  //   "bad_bindings_file", "bad_backend_state"), NotFound "file_not_found" for the key store,
+  //   Unavailable "bind_failed" / "shared_state_unavailable".
+  static absl::StatusOr<std::unique_ptr<Gateway>> Start(const GatewayOptions& options);
+  ~Gateway();
+  Gateway(const Gateway&) = delete;
+  Gateway& operator=(const Gateway&) = delete;
+
+  int port() const;
+  // Stops accepting; in-flight requests get up to `drain_timeout_ms` to finish.
+  // Returns whether all finished.
+  bool Stop(int drain_timeout_ms);
+  // Re-reads the key store and admission file now (SIGHUP).
+  void ReloadNow();
+
+  // The request handler (public for tests).
+  void Handle(const FrontRequest& request, FrontWriter& writer);
+  std::string MetricsText() const;
+  std::string StatusJson() const;
+
+ private:
+  explicit Gateway(const GatewayOptions& options);
+  absl::Status Init();
+
+  // Request path (gateway.cc).
+  void HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
+                   Clock::time_point start);
+  void HandleModels(FrontWriter& writer, const Headers& extra);
+  void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status,
+                    int retry_after_s = 0);
+  // The 401 answers; false when the key is not accepted (the answer is sent).
+  bool Authenticate(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
+                    KeyRecord* key);
+  Headers ForwardHeaders(const FrontRequest& request, const std::string& request_id) const;
+
+  // Background work (gateway_admin.cc).
+  void ProbeLoop(size_t backend);
+  void ProbeOnce(size_t backend);
+  void WatchLoop();
+  void ReloadKeys(bool initial);
+  void ReloadAdmission();
+  void UpdateEligibility();
+  void OnHealthChange(size_t backend);
+  void WriteBackendState();
+  std::shared_ptr<const KeyStore> keys() const;
+  Admission admission() const;
+  GatewayGauges Gauges() const;
+
+  const GatewayOptions options_;
+  std::unique_ptr<BackendTable> backends_;
+  std::unique_ptr<RedisClient> redis_;
+  std::unique_ptr<CounterStore> counters_;
+  std::unique_ptr<BindingStore> bindings_;
+  std::unique_ptr<FlowControl> flow_;
+  std::unique_ptr<UpstreamPool> pool_;
+  GatewayMetrics metrics_;
+  std::unique_ptr<FrontServer> server_;
+
+  mutable std::mutex files_mu_;
+  std::shared_ptr<const KeyStore> keys_;
+  std::string keys_error_;  // why the last reload was rejected ("" when it loaded)
+  int64_t keys_loaded_unix_ = 0;
+  Admission admission_;
+  int64_t admission_loaded_unix_ = 0;
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> reload_requested_{false};
+  std::atomic<bool> backend_state_dirty_{true};
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::vector<std::thread> threads_;
+};
+
+// Wall clock. Units: seconds / milliseconds since the epoch.
+int64_t UnixSeconds();
+int64_t UnixMillis();
+
+}  // namespace deepinfer::gateway

@@ -1,0 +1,581 @@
+// The whole request path over real loopback sockets: a Gateway in front of in-process fake
+// backends (FrontServer instances with scripted handlers).
+
+#include "gateway/gateway.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "api/json.h"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http.hpp"
+#include "fmt/format.h"
+#include "gateway/socket_io.h"
+#include "gtest/gtest.h"
+#include "util/mapped_file.h"
+
+namespace deepinfer::gateway {
+namespace {
+
+namespace http = boost::beast::http;
+using namespace std::chrono_literals;
+
+// A scripted backend. Paths: /health, /v1/models, /v1/echo (reports what it received),
+// /v1/stream?n=N&gap=MS (SSE), /v1/hang (never answers; records when the gateway hangs up),
+// /v1/die (two SSE events, then drops the connection).
+class FakeBackend {
+ public:
+  explicit FakeBackend(std::string name, int idle_timeout_ms = 2000) : name_(std::move(name)) {
+    FrontServerOptions o;
+    o.port = 0;
+    o.idle_timeout_ms = idle_timeout_ms;
+    server_ = std::move(
+        *FrontServer::Start(o, [this](const FrontRequest& r, FrontWriter& w) { Serve(r, w); }));
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
+  int requests() const { return requests_.load(); }
+  int max_active() const { return max_active_.load(); }
+  std::map<std::string, std::string> last_headers() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_headers_;
+  }
+  // Time the backend saw the gateway close a hanging request.
+  Clock::time_point closed_at() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_at_;
+  }
+  int closes() const { return closes_.load(); }
+  int open_connections() const { return server_->num_connections(); }
+  void Stop() { server_.reset(); }
+
+ private:
+  void Serve(const FrontRequest& r, FrontWriter& w) {
+    if (r.path == "/health") {
+      w.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
+      return;
+    }
+    if (r.path == "/v1/models") {
+      w.Respond(200, {{"Content-Type", "application/json"}},
+                "{\"object\":\"list\",\"data\":[{\"id\":\"" + name_ + "\",\"object\":\"model\"}]}");
+      return;
+    }
+    requests_++;
+    int now = ++active_;
+    int old = max_active_.load();
+    while (now > old && !max_active_.compare_exchange_weak(old, now)) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_headers_.clear();
+      for (const auto& [k, v] : r.headers) last_headers_[k] = v;
+    }
+    if (r.path == "/v1/echo") {
+      Digest d = Sha256(r.body);
+      api::Json j{{"backend", name_},
+                  {"target", r.target},
+                  {"body_sha256", ToHex(d.data(), d.size())},
+                  {"body_size", r.body.size()}};
+      w.Respond(200, {{"Content-Type", "application/json"}}, api::DumpJson(j));
+    } else if (r.path == "/v1/stream") {
+      int n = 5, gap = 50;
+      std::sscanf(r.target.c_str(), "/v1/stream?n=%d&gap=%d", &n, &gap);
+      w.BeginBody(200, {{"Content-Type", "text/event-stream"}}, std::nullopt);
+      for (int i = 0; i < n && !w.PeerClosed(); ++i) {
+        if (i > 0) std::this_thread::sleep_for(std::chrono::milliseconds(gap));
+        w.Write("data: {\"i\":" + std::to_string(i) + "}\n\n");
+      }
+      if (w.PeerClosed()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        closed_at_ = Clock::now();
+        closes_++;
+      }
+      w.Write("data: [DONE]\n\n");
+      w.End();
+    } else if (r.path == "/v1/hang") {
+      while (!w.PeerClosed()) std::this_thread::sleep_for(1ms);
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_at_ = Clock::now();
+      closes_++;
+      w.Abort();
+    } else if (r.path == "/v1/close") {
+      w.Abort();  // hang up without a word
+    } else if (r.path == "/v1/die") {
+      w.BeginBody(200, {{"Content-Type", "text/event-stream"}}, std::nullopt);
+      w.Write("data: {\"i\":0}\n\n");
+      w.Write("data: {\"i\":1}\n\ndata: {\"partial");
+      std::this_thread::sleep_for(20ms);
+      w.Abort();
+    } else {
+      w.Respond(404, {{"Content-Type", "application/json"}}, "{}");
+    }
+    --active_;
+  }
+
+  std::string name_;
+  std::unique_ptr<FrontServer> server_;
+  std::atomic<int> requests_{0};
+  std::atomic<int> active_{0};
+  std::atomic<int> max_active_{0};
+  std::atomic<int> closes_{0};
+  std::mutex mu_;
+  std::map<std::string, std::string> last_headers_;
+  Clock::time_point closed_at_;
+};
+
+struct Reply {
+  int status = 0;
+  std::map<std::string, std::string> headers;
+  std::string body;
+};
+
+// A blocking client connection to the gateway.
+class Client {
+ public:
+  explicit Client(int port) { fd_ = *ConnectTcp("127.0.0.1", port, 1000); }
+  ~Client() { Close(); }
+  void Close() {
+    if (fd_ >= 0) CloseNow(fd_);
+    fd_ = -1;
+  }
+  void Send(const std::string& method, const std::string& target, const std::string& body,
+            const std::map<std::string, std::string>& headers) {
+    std::string req = method + " " + target + " HTTP/1.1\r\nHost: gw\r\n";
+    for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
+    req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    FdStream s(fd_);
+    ASSERT_TRUE(s.WriteAll(req));
+  }
+  // Reads the status and headers, then the body in pieces as they come (on_piece per read).
+  Reply Read(const std::function<void(std::string_view)>& on_piece = nullptr, bool head = false) {
+    Reply reply;
+    FdStream s(fd_);
+    s.set_read_timeout_ms(5000);
+    http::response_parser<http::buffer_body> p;
+    p.body_limit(boost::none);
+    p.skip(head);
+    boost::system::error_code ec;
+    http::read_header(s, buffer_, p, ec);
+    if (ec) return reply;
+    reply.status = p.get().result_int();
+    for (const auto& f : p.get()) {
+      std::string name(f.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(c));
+      reply.headers[name] = std::string(f.value());
+    }
+    char buf[4096];
+    while (!p.is_done()) {
+      p.get().body().data = buf;
+      p.get().body().size = sizeof(buf);
+      http::read_some(s, buffer_, p, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      size_t n = sizeof(buf) - p.get().body().size;
+      reply.body.append(buf, n);
+      if (n > 0 && on_piece) on_piece(std::string_view(buf, n));
+      if (ec) break;
+    }
+    return reply;
+  }
+
+ private:
+  int fd_ = -1;
+  boost::beast::flat_buffer buffer_;
+};
+
+class GatewayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/gwtest-" + std::to_string(::getpid()) + "-" +
+           std::to_string(counter_++);
+    ASSERT_EQ(::system(("mkdir -p " + dir_).c_str()), 0);
+    key_ = *AddKeyToFile(dir_ + "/keys.json", {"alice", 0, 0, false});
+    admin_key_ = *AddKeyToFile(dir_ + "/keys.json", {"ops", 0, 0, true});
+    for (int i = 0; i < 2; ++i)
+      backends_.push_back(std::make_unique<FakeBackend>(fmt::format("m{}", i)));
+  }
+  void TearDown() override {
+    gateway_.reset();
+    backends_.clear();
+    ::system(("rm -rf " + dir_).c_str());
+  }
+  void WriteAdmission(const std::string& text) {
+    ASSERT_TRUE(util::WriteFileAtomically(dir_ + "/admission.json", text).ok());
+  }
+  std::string AdmitAll() {
+    std::string out = "{\"admit\":[";
+    for (size_t i = 0; i < backends_.size(); ++i)
+      out += (i ? ",\"" : "\"") + backends_[i]->url() + "\"";
+    return out + "]}";
+  }
+  void StartGateway(std::vector<std::string> extra_urls = {}, FlowOptions flow = {}) {
+    if (!util::ReadFile(dir_ + "/admission.json").ok()) WriteAdmission(AdmitAll());
+    GatewayOptions o;
+    for (auto& b : backends_) o.backend_urls.push_back(b->url());
+    for (auto& u : extra_urls) o.backend_urls.push_back(u);
+    o.front.port = 0;
+    o.flow = flow;
+    o.flow.wait_slice_ms = 5;
+    o.key_store_path = dir_ + "/keys.json";
+    o.control_path = dir_ + "/admission.json";
+    o.bindings_path = dir_ + "/bindings.json";
+    o.backend_state_path = dir_ + "/backend-state.json";
+    o.health_interval_ms = 100;
+    o.reload_poll_ms = 50;
+    o.limits.model_context_limit = 4096;
+    auto g = Gateway::Start(o);
+    ASSERT_TRUE(g.ok()) << g.status();
+    gateway_ = std::move(*g);
+  }
+  Reply Request(const std::string& method, const std::string& target, const std::string& body,
+                std::map<std::string, std::string> headers = {}, bool auth = true) {
+    Client c(gateway_->port());
+    if (auth) headers["Authorization"] = "Bearer " + key_;
+    c.Send(method, target, body, headers);
+    return c.Read();
+  }
+  void WaitIdle() {
+    auto deadline = Clock::now() + 2s;
+    std::string m;
+    while (Clock::now() < deadline) {
+      m = gateway_->MetricsText();
+      if (m.find("deepinfer_gateway_inflight 0\n") != std::string::npos) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    EXPECT_NE(m.find("deepinfer_gateway_inflight 0\n"), std::string::npos);
+  }
+  void ExpectNoLeakedSlots() {
+    WaitIdle();
+    std::string m = gateway_->MetricsText();
+    auto value = [&](const std::string& name) {
+      size_t p = m.find("\n" + name + " ");
+      EXPECT_NE(p, std::string::npos) << name;
+      return std::stod(m.substr(p + name.size() + 2));
+    };
+    EXPECT_EQ(value("deepinfer_gateway_slots_acquired_total"),
+              value("deepinfer_gateway_slots_released_total"));
+  }
+
+  static inline int counter_ = 0;
+  std::string dir_;
+  std::string key_;
+  std::string admin_key_;
+  std::vector<std::unique_ptr<FakeBackend>> backends_;
+  std::unique_ptr<Gateway> gateway_;
+};
+
+TEST_F(GatewayTest, MissingOrWrongKeyGets401AndNeverReachesABackend) {
+  StartGateway();
+  Reply none = Request("POST", "/v1/echo", "{}", {}, /*auth=*/false);
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(none.headers["www-authenticate"], "Bearer");
+  EXPECT_EQ(none.headers["x-should-retry"], "false");
+  auto body = api::ParseJson(none.body);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ((*body)["error"]["code"], "missing_api_key");
+  EXPECT_EQ((*body)["error"]["type"], "authentication_error");
+  Reply wrong = Request("POST", "/v1/echo", "{}", {{"Authorization", "Bearer sk-di-nope"}}, false);
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ((*api::ParseJson(wrong.body))["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(backends_[0]->requests() + backends_[1]->requests(), 0);
+}
+
+TEST_F(GatewayTest, ForwardsBodyByteExactWithoutTheClientKey) {
+  StartGateway();
+  std::string body =
+      "{\"messages\":[{\"role\":\"user\",\"content\":\"h\\u00e9llo \\\"x\\\"\"}],"
+      "\"weird\":  [1,2 ,3]}";
+  Reply r = Request("POST", "/v1/echo?x=1", body,
+                    {{"X-Request-Id", "req-123"}, {"x-api-key", "also-secret"}, {"X-Custom", "v"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto j = *api::ParseJson(r.body);
+  Digest d = Sha256(body);
+  EXPECT_EQ(j["body_sha256"], ToHex(d.data(), d.size()));
+  EXPECT_EQ(j["target"], "/v1/echo?x=1");
+  EXPECT_EQ(r.headers["x-request-id"], "req-123");
+  for (auto& b : backends_) {
+    if (b->requests() == 0) continue;
+    auto h = b->last_headers();
+    EXPECT_EQ(h.count("authorization"), 0u);
+    EXPECT_EQ(h.count("x-api-key"), 0u);
+    EXPECT_EQ(h["x-request-id"], "req-123");
+    EXPECT_EQ(h["x-custom"], "v");
+  }
+  // HEAD: the length of a body that never comes, and the connection stays usable.
+  Client head(gateway_->port());
+  for (int i = 0; i < 2; ++i) {
+    head.Send("HEAD", "/v1/echo", "", {{"Authorization", "Bearer " + key_}});
+    Reply h = head.Read(nullptr, /*head=*/true);
+    EXPECT_EQ(h.status, 200);
+    EXPECT_NE(h.headers["content-length"], "0");
+    EXPECT_TRUE(h.body.empty());
+  }
+  Reply generated = Request("POST", "/v1/echo", "{}");
+  EXPECT_EQ(generated.headers["x-request-id"].rfind("gw-", 0), 0u);
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, SseEventsArriveAsTheBackendSendsThem) {
+  StartGateway();
+  Client c(gateway_->port());
+  c.Send("POST", "/v1/stream?n=4&gap=150", "{\"stream\":true}",
+         {{"Authorization", "Bearer " + key_}});
+  std::vector<Clock::time_point> times;
+  Reply r = c.Read([&](std::string_view piece) { times.push_back(Clock::now()); });
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["x-accel-buffering"], "no");
+  EXPECT_EQ(r.body,
+            "data: {\"i\":0}\n\ndata: {\"i\":1}\n\ndata: {\"i\":2}\n\ndata: {\"i\":3}\n\n"
+            "data: [DONE]\n\n");
+  ASSERT_GE(times.size(), 4u);
+  EXPECT_GE(times[3] - times[0], 400ms);  // not held back and sent at the end
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, ClientLeavingClosesTheBackendConnectionAtOnce) {
+  StartGateway();
+  for (const char* path : {"/v1/hang", "/v1/stream?n=100&gap=30"}) {
+    int before = backends_[0]->closes() + backends_[1]->closes();
+    Client c(gateway_->port());
+    c.Send("POST", path, "{}", {{"Authorization", "Bearer " + key_}});
+    std::this_thread::sleep_for(150ms);
+    auto left = Clock::now();
+    c.Close();
+    auto deadline = Clock::now() + 2s;
+    while (backends_[0]->closes() + backends_[1]->closes() == before && Clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_GT(backends_[0]->closes() + backends_[1]->closes(), before) << path;
+    auto seen = std::max(backends_[0]->closed_at(), backends_[1]->closed_at());
+    EXPECT_LT(seen - left, 100ms) << path;
+  }
+  ExpectNoLeakedSlots();
+  std::string m = gateway_->MetricsText();
+  EXPECT_NE(m.find("deepinfer_gateway_cancellations_total{phase=\"waiting_headers\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m.find("deepinfer_gateway_cancellations_total{phase=\"streaming\"} 1"),
+            std::string::npos);
+}
+
+TEST_F(GatewayTest, BackendDyingMidStreamEndsWithACleanErrorEvent) {
+  StartGateway();
+  Reply r = Request("POST", "/v1/die", "{\"stream\":true}");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.body.rfind("data: {\"i\":0}\n\ndata: {\"i\":1}\n\ndata: {\"error\":", 0), 0u)
+      << r.body;
+  EXPECT_NE(r.body.find("backend_disconnected"), std::string::npos);
+  EXPECT_EQ(r.body.substr(r.body.size() - 14), "data: [DONE]\n\n");
+  EXPECT_EQ(r.body.find("partial"), std::string::npos);
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, BackendConnectionsAreReused) {
+  WriteAdmission("{\"admit\":[\"" + backends_[0]->url() + "\"]}");
+  StartGateway();
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
+  EXPECT_EQ(backends_[0]->requests(), 5);
+  EXPECT_EQ(backends_[0]->open_connections(), 1);  // one pooled connection served them all
+}
+
+TEST_F(GatewayTest, IdleConnectionClosedByTheBackendIsNotReused) {
+  backends_.clear();
+  backends_.push_back(std::make_unique<FakeBackend>("short-idle", /*idle_timeout_ms=*/50));
+  StartGateway();
+  ASSERT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
+  std::this_thread::sleep_for(300ms);  // the backend closes the idle connection
+  EXPECT_EQ(backends_[0]->open_connections(), 0);
+  EXPECT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
+  EXPECT_TRUE(gateway_->StatusJson().find("\"healthy\":true") != std::string::npos);
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, BackendHangingUpBeforeAnsweringIs502) {
+  StartGateway();
+  Reply r = Request("POST", "/v1/close", "{}");
+  EXPECT_EQ(r.status, 502);
+  EXPECT_EQ((*api::ParseJson(r.body))["error"]["code"], "backend_error");
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, RefusedConnectIsRetriedOnAnotherBackendAndEjected) {
+  // A port nothing listens on (bound once, then released).
+  FrontServerOptions o;
+  o.port = 0;
+  auto tmp = std::move(*FrontServer::Start(o, [](const FrontRequest&, FrontWriter&) {}));
+  std::string dead = "http://127.0.0.1:" + std::to_string(tmp->port());
+  tmp.reset();
+  WriteAdmission("{\"admit\":[\"" + backends_[0]->url() + "\",\"" + backends_[1]->url() + "\",\"" +
+                 dead + "\"]}");
+  StartGateway({dead});
+  // The start-up probe ejected it already; every request is served.
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
+  auto status = *api::ParseJson(gateway_->StatusJson());
+  EXPECT_FALSE(status["backends"][2]["healthy"].get<bool>());
+  auto state = util::ReadFile(dir_ + "/backend-state.json");
+  ASSERT_TRUE(state.ok());
+  EXPECT_NE(state->find("\"healthy\":false"), std::string::npos);
+}
+
+TEST_F(GatewayTest, BackendKilledBetweenProbesIsRetriedBeforeAnyByte) {
+  StartGateway({}, [] {
+    FlowOptions f;
+    f.max_active_per_backend = 8;
+    return f;
+  }());
+  backends_[1]->Stop();
+  int ok = 0;
+  for (int i = 0; i < 6; ++i) ok += Request("POST", "/v1/echo", "{}").status == 200 ? 1 : 0;
+  EXPECT_EQ(ok, 6);
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, AdmissionFileClosesAndReopensWithinASecond) {
+  StartGateway();
+  EXPECT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
+  for (const char* closed : {"", "{not json", "{\"admit\":[]}"}) {
+    WriteAdmission(closed);
+    auto deadline = Clock::now() + 1s;
+    Reply r;
+    do {
+      r = Request("POST", "/v1/echo", "{}");
+    } while (r.status == 200 && Clock::now() < deadline);
+    EXPECT_EQ(r.status, 503) << closed;
+    EXPECT_EQ((*api::ParseJson(r.body))["error"]["code"], "admission_closed");
+    EXPECT_FALSE(r.headers["retry-after"].empty());
+    WriteAdmission(AdmitAll());
+    deadline = Clock::now() + 1s;
+    do {
+      r = Request("POST", "/v1/echo", "{}");
+    } while (r.status != 200 && Clock::now() < deadline);
+    EXPECT_EQ(r.status, 200);
+  }
+  ::unlink((dir_ + "/admission.json").c_str());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Request("POST", "/v1/echo", "{}").status, 503);
+}
+
+TEST_F(GatewayTest, DeAdmittedBackendFinishesItsStream) {
+  StartGateway();
+  WriteAdmission("{\"admit\":[\"" + backends_[0]->url() + "\"]}");
+  std::this_thread::sleep_for(200ms);
+  Client c(gateway_->port());
+  c.Send("POST", "/v1/stream?n=6&gap=60", "{}", {{"Authorization", "Bearer " + key_}});
+  std::this_thread::sleep_for(50ms);
+  WriteAdmission("");  // close admission while the stream runs
+  Reply r = c.Read();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(Request("POST", "/v1/echo", "{}").status, 503);
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, KeyStoreReloadsAndAnInvalidFileKeepsTheLastGoodOne) {
+  StartGateway();
+  std::string bob = *AddKeyToFile(dir_ + "/keys.json", {"bob", 0, 0, false});
+  auto deadline = Clock::now() + 1s;
+  Reply r;
+  do {
+    r = Request("POST", "/v1/echo", "{}", {{"Authorization", "Bearer " + bob}}, false);
+  } while (r.status != 200 && Clock::now() < deadline);
+  EXPECT_EQ(r.status, 200);
+  ASSERT_TRUE(util::WriteFileAtomically(dir_ + "/keys.json", "{broken").ok());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(Request("POST", "/v1/echo", "{}", {{"Authorization", "Bearer " + bob}}, false).status,
+            200);
+  auto status = *api::ParseJson(gateway_->StatusJson());
+  EXPECT_TRUE(status["keys"]["last_error"].is_string());
+  std::string m = gateway_->MetricsText();
+  std::string series = "deepinfer_gateway_reloads_total{file=\"keys\",result=\"rejected\"} ";
+  size_t at = m.find(series);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::stod(m.substr(at + series.size())), 1.0);
+}
+
+TEST_F(GatewayTest, StatusNeedsAnAdminKey) {
+  StartGateway();
+  EXPECT_EQ(Request("GET", "/gateway/status", "").status, 403);
+  Reply r =
+      Request("GET", "/gateway/status", "", {{"Authorization", "Bearer " + admin_key_}}, false);
+  ASSERT_EQ(r.status, 200);
+  auto j = *api::ParseJson(r.body);
+  EXPECT_EQ(j["backends"].size(), 2u);
+  EXPECT_TRUE(j["admission"]["open"].get<bool>());
+  EXPECT_EQ(r.body.find(key_), std::string::npos);
+}
+
+TEST_F(GatewayTest, ModelsIsTheUnionOfAdmittedHealthyBackends) {
+  StartGateway();
+  Reply r = Request("GET", "/v1/models", "");
+  ASSERT_EQ(r.status, 200);
+  auto j = *api::ParseJson(r.body);
+  ASSERT_EQ(j["data"].size(), 2u);
+  WriteAdmission("{\"admit\":[\"" + backends_[1]->url() + "\"]}");
+  std::this_thread::sleep_for(300ms);
+  j = *api::ParseJson(Request("GET", "/v1/models", "").body);
+  ASSERT_EQ(j["data"].size(), 1u);
+  EXPECT_EQ(j["data"][0]["id"], "m1");
+}
+
+TEST_F(GatewayTest, OversizedMaxTokensIs400BeforeQueueing) {
+  StartGateway();
+  Reply r = Request("POST", "/v1/echo", "{\"max_tokens\":5000,\"messages\":[]}");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ((*api::ParseJson(r.body))["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(r.headers["x-should-retry"], "false");
+  EXPECT_EQ(backends_[0]->requests() + backends_[1]->requests(), 0);
+}
+
+TEST_F(GatewayTest, SessionsStickToTheirBackend) {
+  StartGateway();
+  std::map<std::string, std::string> first;
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int s = 0; s < 8; ++s) {
+      std::string session = fmt::format("s{}", s);
+      Reply r = Request("POST", "/v1/echo", "{}", {{"X-Session-Id", session}});
+      ASSERT_EQ(r.status, 200);
+      std::string backend = (*api::ParseJson(r.body))["backend"];
+      if (turn == 0) first[session] = backend;
+      EXPECT_EQ(backend, first[session]) << session;
+    }
+  }
+  std::set<std::string> used;
+  for (auto& [s, b] : first) used.insert(b);
+  EXPECT_EQ(used.size(), 2u);  // new sessions spread over both backends
+}
+
+TEST_F(GatewayTest, OverloadSplitsIntoServedQueueFullAndQueueTimeout) {
+  FlowOptions f;
+  f.max_active_per_backend = 1;
+  f.max_waiting = 2;
+  f.queue_timeout_ms = 150;
+  StartGateway({}, f);
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::map<std::string, int> outcomes;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      Reply r = Request("POST", "/v1/stream?n=3&gap=150", "{}");
+      std::string what = std::to_string(r.status);
+      if (r.status == 429) {
+        what = (*api::ParseJson(r.body))["error"]["code"];
+        EXPECT_FALSE(r.headers["retry-after"].empty());
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      outcomes[what]++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(outcomes["200"], 2);
+  EXPECT_EQ(outcomes["queue_timeout"], 2);
+  EXPECT_EQ(outcomes["queue_full"], 4);
+  EXPECT_EQ(backends_[0]->max_active(), 1);
+  EXPECT_EQ(backends_[1]->max_active(), 1);
+  ExpectNoLeakedSlots();
+}
+
+}  // namespace
+}  // namespace deepinfer::gateway

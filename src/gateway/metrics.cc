@@ -1,0 +1,240 @@
+#include "gateway/metrics.h"
+
+#include <algorithm>
+
+#include "fmt/format.h"
+
+namespace deepinfer::gateway {
+namespace {
+
+void Header(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
+  *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void Sample(std::string* out, std::string_view name, std::string_view labels, double value) {
+  if (labels.empty()) {
+    *out += fmt::format("{} {}\n", name, value);
+  } else {
+    *out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+  }
+}
+
+void LabelledCounter(std::string* out, std::string_view name, std::string_view label,
+                     std::string_view help, const std::map<std::string, uint64_t>& values) {
+  Header(out, name, "counter", help);
+  for (const auto& [value, count] : values) {
+    Sample(out, name, fmt::format("{}=\"{}\"", label, EscapeLabel(value)),
+           static_cast<double>(count));
+  }
+}
+
+std::map<std::string, uint64_t> ZeroSeries(std::initializer_list<const char*> names) {
+  std::map<std::string, uint64_t> out;
+  for (const char* n : names) out[n] = 0;
+  return out;
+}
+
+// Latency buckets from 100 us (gateway overhead) to 10 min (long generations).
+std::vector<double> Bounds() {
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+          0.5,    1,       2.5,    5,     10,     30,    60,   120,   300,  600};
+}
+
+}  // namespace
+
+std::string EscapeLabel(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+SecondsHistogram::SecondsHistogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void SecondsHistogram::Observe(double seconds) {
+  size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), seconds) - bounds_.begin();
+  counts_[i]++;
+  sum_ += seconds;
+  count_++;
+}
+
+void SecondsHistogram::Format(std::string_view name, std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    *out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  }
+  cumulative += counts_.back();
+  *out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
+  *out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_, name, count_);
+}
+
+GatewayMetrics::GatewayMetrics()
+    : rejections_(ZeroSeries({"queue_full", "queue_timeout", "no_healthy_backend",
+                              "admission_closed", "context_length_exceeded", "unauthorized",
+                              "key_concurrency_exceeded", "shared_state_unavailable"})),
+      cancellations_(ZeroSeries({"queued", "waiting_headers", "streaming", "body"})),
+      affinity_(ZeroSeries({"hit", "new", "rebind", "spill", "none"})),
+      reloads_{{{"keys", "ok"}, 0},
+               {{"keys", "rejected"}, 0},
+               {{"admission", "ok"}, 0},
+               {{"admission", "rejected"}, 0}},
+      queue_wait_(Bounds()),
+      overhead_(Bounds()),
+      duration_(Bounds()) {}
+
+void GatewayMetrics::RecordRequest(int status, std::string_view backend) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_[{status, backend.empty() ? "none" : std::string(backend)}]++;
+}
+
+void GatewayMetrics::RecordRejection(std::string_view reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rejections_[std::string(reason)]++;
+}
+
+void GatewayMetrics::RecordCancellation(std::string_view phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cancellations_[std::string(phase)]++;
+}
+
+void GatewayMetrics::RecordAffinity(std::string_view result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  affinity_[std::string(result)]++;
+}
+
+void GatewayMetrics::RecordRetry() {
+  std::lock_guard<std::mutex> lock(mu_);
+  retries_++;
+}
+
+void GatewayMetrics::RecordBackendError(std::string_view backend, std::string_view kind) {
+  std::lock_guard<std::mutex> lock(mu_);
+  backend_errors_[{std::string(backend), std::string(kind)}]++;
+}
+
+void GatewayMetrics::RecordKeyRequest(std::string_view key_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  key_requests_[std::string(key_id)]++;
+}
+
+void GatewayMetrics::RecordReload(std::string_view file, bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  reloads_[{std::string(file), ok ? "ok" : "rejected"}]++;
+}
+
+void GatewayMetrics::ObserveQueueWait(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  queue_wait_.Observe(seconds);
+}
+
+void GatewayMetrics::ObserveOverhead(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  overhead_.Observe(seconds);
+}
+
+void GatewayMetrics::ObserveDuration(double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  duration_.Observe(seconds);
+}
+
+void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  constexpr std::string_view kRequests = "deepinfer_gateway_requests_total";
+  Header(out, kRequests, "counter", "Answered requests by HTTP status and serving backend.");
+  for (const auto& [key, count] : requests_) {
+    Sample(out, kRequests,
+           fmt::format("code=\"{}\",backend=\"{}\"", key.first, EscapeLabel(key.second)),
+           static_cast<double>(count));
+  }
+  LabelledCounter(out, "deepinfer_gateway_rejections_total", "reason",
+                  "Requests the gateway answered itself with an error, by reason.", rejections_);
+  LabelledCounter(out, "deepinfer_gateway_cancellations_total", "phase",
+                  "Requests whose client left, by the phase it left in.", cancellations_);
+  LabelledCounter(out, "deepinfer_gateway_affinity_total", "result",
+                  "Session routing decisions by result.", affinity_);
+  LabelledCounter(out, "deepinfer_gateway_key_requests_total", "key_id",
+                  "Authenticated requests by API key id.", key_requests_);
+  Header(out, "deepinfer_gateway_retries_total", "counter",
+         "Requests retried on another backend after a failed connect.");
+  Sample(out, "deepinfer_gateway_retries_total", "", static_cast<double>(retries_));
+  Header(out, "deepinfer_gateway_backend_errors_total", "counter",
+         "Backend failures seen while proxying, by backend and kind.");
+  for (const auto& [key, count] : backend_errors_) {
+    Sample(
+        out, "deepinfer_gateway_backend_errors_total",
+        fmt::format("backend=\"{}\",kind=\"{}\"", EscapeLabel(key.first), EscapeLabel(key.second)),
+        static_cast<double>(count));
+  }
+  Header(out, "deepinfer_gateway_reloads_total", "counter",
+         "Reloads of the key store and admission file, by file and result.");
+  for (const auto& [key, count] : reloads_) {
+    Sample(out, "deepinfer_gateway_reloads_total",
+           fmt::format("file=\"{}\",result=\"{}\"", key.first, key.second),
+           static_cast<double>(count));
+  }
+  Header(out, "deepinfer_gateway_queue_wait_seconds", "histogram",
+         "Time requests spent in the wait queue (all outcomes).");
+  queue_wait_.Format("deepinfer_gateway_queue_wait_seconds", out);
+  Header(out, "deepinfer_gateway_overhead_seconds", "histogram",
+         "Time spent in the gateway before the backend got the request, queue wait excluded.");
+  overhead_.Format("deepinfer_gateway_overhead_seconds", out);
+  Header(out, "deepinfer_gateway_request_duration_seconds", "histogram",
+         "Time from a complete request to the end of its answer.");
+  duration_.Format("deepinfer_gateway_request_duration_seconds", out);
+
+  struct GaugeSpec {
+    const char* name;
+    const char* help;
+    double (*value)(const BackendGauges&);
+  };
+  const GaugeSpec specs[] = {
+      {"deepinfer_gateway_backend_inflight", "Requests in flight on each backend (this instance).",
+       [](const BackendGauges& b) { return static_cast<double>(b.inflight); }},
+      {"deepinfer_gateway_backend_max_active", "Cap of requests in flight per backend.",
+       [](const BackendGauges& b) { return static_cast<double>(b.max_active); }},
+      {"deepinfer_gateway_backend_healthy", "1 when the backend passes its health checks.",
+       [](const BackendGauges& b) { return b.healthy ? 1.0 : 0.0; }},
+      {"deepinfer_gateway_backend_admitted", "1 when the admission file admits the backend.",
+       [](const BackendGauges& b) { return b.admitted ? 1.0 : 0.0; }},
+      {"deepinfer_gateway_backend_bindings", "Sessions bound to each backend.",
+       [](const BackendGauges& b) { return static_cast<double>(b.bindings); }},
+  };
+  int inflight = 0;
+  for (const BackendGauges& b : g.backends) inflight += b.inflight;
+  for (const GaugeSpec& spec : specs) {
+    Header(out, spec.name, "gauge", spec.help);
+    for (const BackendGauges& b : g.backends) {
+      Sample(out, spec.name, fmt::format("backend=\"{}\"", EscapeLabel(b.url)), spec.value(b));
+    }
+  }
+  auto gauge = [&](const char* name, const char* help, double value) {
+    Header(out, name, "gauge", help);
+    Sample(out, name, "", value);
+  };
+  gauge("deepinfer_gateway_inflight", "Requests holding a backend slot (this instance).", inflight);
+  gauge("deepinfer_gateway_queue_depth", "Requests waiting in the queue.", g.queue_depth);
+  gauge("deepinfer_gateway_queue_capacity", "Most requests the queue holds.", g.max_waiting);
+  gauge("deepinfer_gateway_admission_open", "1 when the admission file admits any backend.",
+        g.admission_open ? 1 : 0);
+  gauge("deepinfer_gateway_open_connections", "Open client connections.", g.open_connections);
+  gauge("deepinfer_gateway_keys", "API keys in the loaded key store.", static_cast<double>(g.keys));
+  Header(out, "deepinfer_gateway_slots_acquired_total", "counter",
+         "Backend slots taken; equals slots released when nothing is in flight.");
+  Sample(out, "deepinfer_gateway_slots_acquired_total", "", static_cast<double>(g.slots_acquired));
+  Header(out, "deepinfer_gateway_slots_released_total", "counter", "Backend slots given back.");
+  Sample(out, "deepinfer_gateway_slots_released_total", "", static_cast<double>(g.slots_released));
+}
+
+}  // namespace deepinfer::gateway

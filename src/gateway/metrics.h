@@ -1,0 +1,103 @@
+#pragma once
+
+// Prometheus text exposition (format 0.0.4) of the gateway: deepinfer_gateway_* series (no
+// colons, so `promtool check metrics` passes). Label values are backend URLs, key ids and small
+// fixed sets (codes, reasons, phases), never keys or session ids.
+//
+// Source: Prometheus "Exposition formats" (text format 0.0.4) and "Metric and label naming".
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace deepinfer::gateway {
+
+// Cumulative histogram with fixed bucket bounds. Units: seconds.
+// Threads: not thread-safe (GatewayMetrics locks around it).
+class SecondsHistogram {
+ public:
+  explicit SecondsHistogram(std::vector<double> bounds);
+  void Observe(double seconds);
+  // Appends the _bucket, _sum and _count samples of `name`.
+  void Format(std::string_view name, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// What the gateway knows at scrape time (gauges).
+struct BackendGauges {
+  std::string url;
+  int inflight = 0;  // this instance's slots
+  int max_active = 0;
+  bool healthy = false;
+  bool admitted = false;
+  int64_t bindings = 0;
+};
+
+struct GatewayGauges {
+  std::vector<BackendGauges> backends;
+  int queue_depth = 0;
+  int max_waiting = 0;
+  uint64_t slots_acquired = 0;
+  uint64_t slots_released = 0;
+  bool admission_open = false;
+  int open_connections = 0;
+  int64_t keys = 0;
+};
+
+// Counters and histograms of the request path.
+// Threads: all methods are thread-safe.
+class GatewayMetrics {
+ public:
+  GatewayMetrics();
+
+  // One answered request: its HTTP status and the backend that served it ("" for none).
+  void RecordRequest(int status, std::string_view backend);
+  // reason: queue_full, queue_timeout, no_healthy_backend, admission_closed,
+  // context_length_exceeded, unauthorized, key_concurrency_exceeded, shared_state_unavailable.
+  void RecordRejection(std::string_view reason);
+  // phase: queued, waiting_headers, streaming, body.
+  void RecordCancellation(std::string_view phase);
+  // result: hit (bound backend), new (first binding), rebind (bound backend left), spill (bound
+  // backend full past the patience window), none (no session id).
+  void RecordAffinity(std::string_view result);
+  void RecordRetry();
+  void RecordBackendError(std::string_view backend, std::string_view kind);
+  void RecordKeyRequest(std::string_view key_id);
+  // file: keys or admission; ok false when the file was rejected.
+  void RecordReload(std::string_view file, bool ok);
+  // Units: seconds.
+  void ObserveQueueWait(double seconds);
+  void ObserveOverhead(double seconds);
+  void ObserveDuration(double seconds);
+
+  // Appends every series.
+  void Format(const GatewayGauges& gauges, std::string* out) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<int, std::string>, uint64_t> requests_;
+  std::map<std::string, uint64_t> rejections_;
+  std::map<std::string, uint64_t> cancellations_;
+  std::map<std::string, uint64_t> affinity_;
+  std::map<std::pair<std::string, std::string>, uint64_t> backend_errors_;
+  std::map<std::string, uint64_t> key_requests_;
+  std::map<std::pair<std::string, std::string>, uint64_t> reloads_;
+  uint64_t retries_ = 0;
+  SecondsHistogram queue_wait_;
+  SecondsHistogram overhead_;
+  SecondsHistogram duration_;
+};
+
+// Escapes a label value (backslash, double quote, line feed).
+std::string EscapeLabel(std::string_view value);
+
+}  // namespace deepinfer::gateway

@@ -1,0 +1,72 @@
+#pragma once
+
+// What the gateway reads from a request before routing it: the presented API key, the few body
+// fields that routing and the context pre-check need (read by one streaming pass, no document
+// tree), and the session id. Bodies are forwarded unchanged; nothing here rewrites them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace deepinfer::gateway {
+
+// The key from "Authorization: Bearer <key>" (scheme case-insensitive), else from the Anthropic
+// style "x-api-key" header, else "".
+std::string_view PresentedKey(std::string_view authorization, std::string_view x_api_key);
+
+// Fields of an OpenAI / Anthropic request body.
+struct BodyInfo {
+  bool json_object = false;  // the body is one JSON object (parsed to its end)
+  // The largest of max_tokens, max_completion_tokens and max_output_tokens. Units: tokens.
+  std::optional<int64_t> max_tokens;
+  bool stream = false;
+  std::string model;
+  std::string user;              // top-level "user" (OpenAI)
+  std::string metadata_user_id;  // "metadata": {"user_id"} (Anthropic)
+  // Bytes of text in messages / prompt / input / system / instructions, leaving out URLs and
+  // inline data (images, files). Units: bytes.
+  int64_t prompt_text_bytes = 0;
+  // Integers in a token-id "prompt" (each is one token). Units: tokens.
+  int64_t prompt_token_ids = 0;
+  // SHA-256 (hex) of the conversation's opening: system text plus the messages up to and
+  // including the first "user" message. Later turns of one conversation repeat that opening, so
+  // they share this digest. "" when the body has no messages.
+  std::string conversation_digest;
+};
+
+// Reads `body` in one pass (nlohmann SAX). Non-JSON or truncated bodies yield what was read
+// before the error, with json_object false.
+// Cost: O(body size); memory O(first messages), never a document tree.
+BodyInfo InspectBody(std::string_view body);
+
+struct SessionId {
+  std::string key;     // 32 hex digits: SHA-256 of (key id, source, value); "" when none
+  std::string source;  // "header", "user", "metadata.user_id", "conversation" or ""
+};
+
+// The session of a request: the session header's value, else the body's `user`, else Anthropic
+// `metadata.user_id`, else the conversation digest. Hashed together with the API key id, so
+// two tenants that pick the same session name do not share a binding, and raw user ids never
+// reach the bindings file or Redis.
+SessionId ExtractSession(std::string_view key_id, std::string_view header_value,
+                         const BodyInfo& body);
+
+struct PreCheckLimits {
+  int64_t model_context_limit = 1 << 20;  // Units: tokens
+  // Bytes of text no token exceeds: the prompt holds at least text_bytes / this many tokens.
+  int64_t max_bytes_per_token = 32;
+};
+
+// A cheap lower bound of the prompt's tokens. Units: tokens.
+int64_t PromptTokensLowerBound(const BodyInfo& body, const PreCheckLimits& limits);
+
+// Rejects requests that cannot fit before they are queued: max_tokens alone, or the prompt's
+// lower bound plus max_tokens, above the limit.
+// Errors: InvalidArgument "context_length_exceeded" (param max_tokens or messages), carrying
+//   n_prompt_tokens (the lower bound) and n_ctx for api::ApiErrorFromStatus.
+absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits);
+
+}  // namespace deepinfer::gateway

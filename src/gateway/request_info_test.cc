@@ -1,0 +1,153 @@
+#include "gateway/request_info.h"
+
+#include "api/errors.h"
+#include "gtest/gtest.h"
+#include "util/status.h"
+
+namespace deepinfer::gateway {
+namespace {
+
+TEST(PresentedKeyTest, ReadsBearerThenXApiKey) {
+  EXPECT_EQ(PresentedKey("Bearer abc", ""), "abc");
+  EXPECT_EQ(PresentedKey("bearer   abc  ", ""), "abc");
+  EXPECT_EQ(PresentedKey("", "xyz"), "xyz");
+  EXPECT_EQ(PresentedKey("Basic abc", "xyz"), "");
+  EXPECT_EQ(PresentedKey("Bearer", ""), "");
+  EXPECT_EQ(PresentedKey("", ""), "");
+}
+
+TEST(InspectBodyTest, ReadsRoutingFields) {
+  BodyInfo b = InspectBody(R"({"model":"m","stream":true,"max_tokens":7,"user":"u1",
+    "metadata":{"user_id":"anthropic-user"},"messages":[{"role":"user","content":"hello"}]})");
+  EXPECT_TRUE(b.json_object);
+  EXPECT_EQ(b.model, "m");
+  EXPECT_TRUE(b.stream);
+  EXPECT_EQ(b.max_tokens, 7);
+  EXPECT_EQ(b.user, "u1");
+  EXPECT_EQ(b.metadata_user_id, "anthropic-user");
+  EXPECT_EQ(b.prompt_text_bytes, 5 + 4);  // "hello" and the role "user"
+  EXPECT_FALSE(b.conversation_digest.empty());
+}
+
+TEST(InspectBodyTest, TakesTheLargestOutputLimit) {
+  EXPECT_EQ(InspectBody(R"({"max_tokens":5,"max_completion_tokens":9})").max_tokens, 9);
+  EXPECT_EQ(InspectBody(R"({"max_output_tokens":11})").max_tokens, 11);
+  EXPECT_FALSE(InspectBody(R"({"tools":[{"max_tokens":5}]})").max_tokens.has_value());
+}
+
+TEST(InspectBodyTest, NestedFieldsWithRoutingNamesAreIgnored) {
+  BodyInfo b = InspectBody(R"({"tools":[{"user":"x","model":"y","stream":true}]})");
+  EXPECT_TRUE(b.user.empty());
+  EXPECT_TRUE(b.model.empty());
+  EXPECT_FALSE(b.stream);
+}
+
+TEST(InspectBodyTest, ConversationDigestIsStableAcrossTurns) {
+  BodyInfo t1 = InspectBody(R"({"messages":[{"role":"system","content":"be brief"},
+    {"role":"user","content":"tell me a story"}]})");
+  BodyInfo t2 = InspectBody(R"({"messages":[{"role":"system","content":"be brief"},
+    {"role":"user","content":"tell me a story"},{"role":"assistant","content":"once"},
+    {"role":"user","content":"go on"}]})");
+  BodyInfo other = InspectBody(R"({"messages":[{"role":"system","content":"be brief"},
+    {"role":"user","content":"tell me a poem"}]})");
+  EXPECT_EQ(t1.conversation_digest, t2.conversation_digest);
+  EXPECT_NE(t1.conversation_digest, other.conversation_digest);
+}
+
+TEST(InspectBodyTest, RoleAfterContentStillFindsTheFirstUserMessage) {
+  BodyInfo a = InspectBody(R"({"messages":[{"content":"q1","role":"user"}]})");
+  BodyInfo b = InspectBody(
+      R"({"messages":[{"content":"q1","role":"user"},{"content":"a1","role":"assistant"}]})");
+  EXPECT_EQ(a.conversation_digest, b.conversation_digest);
+}
+
+TEST(InspectBodyTest, AnthropicSystemIsPartOfTheOpening) {
+  BodyInfo a = InspectBody(R"({"system":"A","messages":[{"role":"user","content":"q"}]})");
+  BodyInfo b = InspectBody(R"({"system":"B","messages":[{"role":"user","content":"q"}]})");
+  BodyInfo c = InspectBody(
+      R"({"system":[{"type":"text","text":"A"}],"messages":[{"role":"user","content":"q"}]})");
+  EXPECT_NE(a.conversation_digest, b.conversation_digest);
+  EXPECT_FALSE(c.conversation_digest.empty());
+}
+
+TEST(InspectBodyTest, ImageDataIsNotCountedAsText) {
+  BodyInfo b = InspectBody(R"({"messages":[{"role":"user","content":[
+    {"type":"text","text":"abc"},
+    {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAAAAAAAAAAAAAA"}}]}]})");
+  // "user", "text", "abc", "image_url" (the type's value) — never the URL.
+  EXPECT_EQ(b.prompt_text_bytes, 4 + 4 + 3 + 9);
+}
+
+TEST(InspectBodyTest, TokenIdPromptsCountOneTokenPerId) {
+  EXPECT_EQ(InspectBody(R"({"prompt":[1,2,3,4]})").prompt_token_ids, 4);
+  EXPECT_EQ(InspectBody(R"({"prompt":[[1,2],[3]]})").prompt_token_ids, 3);
+  EXPECT_EQ(InspectBody(R"({"prompt":"abcdef"})").prompt_text_bytes, 6);
+}
+
+TEST(InspectBodyTest, NonJsonAndTruncatedBodiesAreNotObjects) {
+  EXPECT_FALSE(InspectBody("").json_object);
+  EXPECT_FALSE(InspectBody("[1,2]").json_object);
+  EXPECT_FALSE(InspectBody("{\"max_tokens\":").json_object);
+  BodyInfo partial = InspectBody("{\"user\":\"u\",\"messages\":[");
+  EXPECT_FALSE(partial.json_object);
+  EXPECT_EQ(partial.user, "u");
+  EXPECT_FALSE(InspectBody("{\"a\":\"\xff\"}").json_object);
+  std::string deep(100000, '[');
+  EXPECT_FALSE(InspectBody("{\"a\":" + deep).json_object);
+}
+
+TEST(SessionTest, HeaderThenUserThenMetadataThenConversation) {
+  BodyInfo b = InspectBody(R"({"user":"u","metadata":{"user_id":"m"},
+    "messages":[{"role":"user","content":"x"}]})");
+  EXPECT_EQ(ExtractSession("k", "s-1", b).source, "header");
+  EXPECT_EQ(ExtractSession("k", " ", b).source, "user");
+  b.user.clear();
+  EXPECT_EQ(ExtractSession("k", "", b).source, "metadata.user_id");
+  b.metadata_user_id.clear();
+  EXPECT_EQ(ExtractSession("k", "", b).source, "conversation");
+  b.conversation_digest.clear();
+  SessionId none = ExtractSession("k", "", b);
+  EXPECT_TRUE(none.key.empty());
+  EXPECT_TRUE(none.source.empty());
+}
+
+TEST(SessionTest, KeysAreHashedPerTenant) {
+  BodyInfo empty;
+  SessionId a = ExtractSession("tenant-a", "s-1", empty);
+  SessionId b = ExtractSession("tenant-b", "s-1", empty);
+  EXPECT_EQ(a.key.size(), 32u);
+  EXPECT_NE(a.key, b.key);
+  EXPECT_EQ(a.key, ExtractSession("tenant-a", "s-1", empty).key);
+  EXPECT_EQ(a.key.find("s-1"), std::string::npos);
+}
+
+TEST(PreCheckTest, RejectsMaxTokensAboveTheLimit) {
+  PreCheckLimits limits{1000, 32};
+  absl::Status s = PreCheck(InspectBody(R"({"max_tokens":1001,"messages":[]})"), limits);
+  EXPECT_EQ(ErrorCodeOf(s), "context_length_exceeded");
+  api::ApiError e = api::ApiErrorFromStatus(s);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.n_ctx, 1000);
+  EXPECT_TRUE(PreCheck(InspectBody(R"({"max_tokens":1000})"), limits).ok());
+}
+
+TEST(PreCheckTest, RejectsPromptsWhoseLowerBoundCannotFit) {
+  PreCheckLimits limits{100, 4};
+  std::string text(360, 'a');  // at least 90 tokens
+  std::string body = R"({"max_tokens":20,"messages":[{"role":"user","content":")" + text + "\"}]}";
+  absl::Status s = PreCheck(InspectBody(body), limits);
+  EXPECT_EQ(ErrorCodeOf(s), "context_length_exceeded");
+  EXPECT_EQ(api::ApiErrorFromStatus(s).param, "messages");
+  std::string fits = R"({"max_tokens":5,"messages":[{"role":"user","content":")" + text + "\"}]}";
+  EXPECT_TRUE(PreCheck(InspectBody(fits), limits).ok());
+  EXPECT_EQ(ErrorCodeOf(PreCheck(InspectBody(R"({"prompt":[1,2,3],"max_tokens":98})"), limits)),
+            "context_length_exceeded");
+}
+
+TEST(PreCheckTest, UnparsableBodiesPassToTheBackend) {
+  EXPECT_TRUE(PreCheck(InspectBody("not json"), PreCheckLimits{1, 1}).ok());
+}
+
+}  // namespace
+}  // namespace deepinfer::gateway

@@ -1,0 +1,190 @@
+#include "gateway/socket_io.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "boost/asio/error.hpp"
+#include "fmt/format.h"
+#include "util/status.h"
+
+namespace deepinfer::gateway {
+
+namespace net = boost::asio;
+using boost::system::error_code;
+
+bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code& ec) {
+  const bool bounded = timeout_ms > 0;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  while (true) {
+    if (use_cancel && cancel_ && cancel_()) {
+      ec = net::error::operation_aborted;
+      return false;
+    }
+    int slice = slice_ms_;
+    if (bounded) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        ec = net::error::timed_out;
+        return false;
+      }
+      slice = static_cast<int>(std::min<int64_t>(left.count(), slice_ms_));
+    }
+    pollfd p[2] = {{fd_, events, 0}, {watch_fd_, POLLRDHUP, 0}};
+    const bool watch = use_cancel && watch_fd_ >= 0;
+    int r = ::poll(p, watch ? 2 : 1, std::max(slice, 1));
+    if (r > 0 && p[0].revents != 0) return true;
+    if (r > 0 && watch && p[1].revents != 0) {
+      // The watched peer hung up: cancel now if the check agrees, else wait out the slice so a
+      // condition that stays raised cannot spin this loop.
+      if (cancel_ && cancel_()) {
+        ec = net::error::operation_aborted;
+        return false;
+      }
+      ::poll(p, 1, std::max(slice, 1));
+    }
+    if (r < 0 && errno != EINTR) {
+      ec = error_code(errno, boost::system::system_category());
+      return false;
+    }
+  }
+}
+
+size_t FdStream::Read(char* data, size_t size, error_code& ec) {
+  // Bytes already there are taken without a poll (and without a cancel check: a gone client is
+  // also seen by the next write to it, or by the next wait).
+  bool wait = false;
+  while (true) {
+    if (wait && !WaitFor(POLLIN, read_timeout_ms_, true, ec)) return 0;
+    wait = true;
+    ssize_t n = ::recv(fd_, data, size, MSG_DONTWAIT);
+    if (n > 0) {
+      ec = {};
+      return static_cast<size_t>(n);
+    }
+    if (n == 0) {
+      ec = net::error::eof;
+      return 0;
+    }
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+    ec = error_code(errno, boost::system::system_category());
+    return 0;
+  }
+}
+
+size_t FdStream::Write(iovec* iov, int count, error_code& ec) {
+  bool wait = false;
+  while (true) {
+    if (wait && !WaitFor(POLLOUT, write_timeout_ms_, cancel_writes_, ec)) return 0;
+    wait = true;
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    ssize_t n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) {
+      ec = {};
+      return static_cast<size_t>(n);
+    }
+    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+    ec = error_code(errno, boost::system::system_category());
+    return 0;
+  }
+}
+
+bool FdStream::WriteAll(std::string_view data) {
+  while (!data.empty()) {
+    iovec iov{const_cast<char*>(data.data()), data.size()};
+    error_code ec;
+    size_t n = Write(&iov, 1, ec);
+    if (ec) return false;
+    data.remove_prefix(n);
+  }
+  return true;
+}
+
+bool FdStream::PeerClosed() const {
+  pollfd p{fd_, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  int r = ::poll(&p, 1, 0);
+  if (r <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+  if (p.revents & POLLIN) {
+    char c;
+    ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* result = nullptr;
+  std::string port_text = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &result);
+  if (rc != 0) {
+    return UnavailableError("connect_failed",
+                            fmt::format("Cannot resolve {}: {}", host, gai_strerror(rc)));
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::string last_error = "no address";
+  bool timed_out = false;
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) {
+      last_error = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd p{fd, POLLOUT, 0};
+      int pr = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+      if (pr <= 0) {
+        timed_out = true;
+        last_error = "timed out";
+        ::close(fd);
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      r = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (r != 0) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    int flags = ::fcntl(fd, F_GETFL);
+    ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    ::freeaddrinfo(result);
+    return fd;
+  }
+  ::freeaddrinfo(result);
+  std::string message = fmt::format("Cannot connect to {}:{}: {}", host, port, last_error);
+  if (timed_out) return MakeError(absl::StatusCode::kDeadlineExceeded, "connect_timeout", message);
+  return UnavailableError("connect_failed", message);
+}
+
+void CloseNow(int fd) {
+  if (fd < 0) return;
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+}
+
+}  // namespace deepinfer::gateway

@@ -1,0 +1,119 @@
+#pragma once
+
+// Blocking socket I/O with deadlines and a cancel check, shaped as a Beast SyncReadStream /
+// SyncWriteStream, plus a TCP connect with a timeout. Both sides of the gateway (clients and
+// backends) use it, so one loop decides how fast a gone client closes its backend connection.
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "boost/asio/buffer.hpp"
+#include "boost/system/error_code.hpp"
+
+namespace deepinfer::gateway {
+
+using Clock = std::chrono::steady_clock;
+
+// Waits for one condition of a blocking socket in slices of `slice_ms`, checking `cancel` between
+// slices: the time a cancellation takes to be seen is at most one slice.
+// Threads: one thread at a time. Lifetime: does not own the fd.
+class FdStream {
+ public:
+  explicit FdStream(int fd) : fd_(fd) {}
+
+  int fd() const { return fd_; }
+  // Each read waits at most this long for its first byte. Units: ms (<= 0: no limit).
+  void set_read_timeout_ms(int ms) { read_timeout_ms_ = ms; }
+  // Each write waits at most this long for the socket to accept bytes. Units: ms.
+  void set_write_timeout_ms(int ms) { write_timeout_ms_ = ms; }
+  // Called between wait slices of reads and writes; true aborts with operation_aborted.
+  void set_cancel(std::function<bool()> cancel) { cancel_ = std::move(cancel); }
+  // Whether writes also stop on `cancel` (reads always do). A server that drains lets a
+  // response in progress finish, so its client writes ignore the stop flag.
+  void set_cancel_writes(bool on) { cancel_writes_ = on; }
+  // Units: ms.
+  void set_slice_ms(int ms) { slice_ms_ = ms; }
+  // Another socket whose hang-up (POLLRDHUP/POLLHUP/POLLERR) ends a wait at once, so that
+  // `cancel` is consulted the moment that peer leaves rather than at the next slice. The
+  // proxy watches the client's socket while it waits on the backend's.
+  void set_watch_fd(int fd) { watch_fd_ = fd; }
+
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      boost::asio::mutable_buffer b(*it);
+      if (b.size() > 0) return Read(static_cast<char*>(b.data()), b.size(), ec);
+    }
+    ec = {};
+    return 0;
+  }
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers) {
+    boost::system::error_code ec;
+    return read_some(buffers, ec);
+  }
+  template <class ConstBufferSequence>
+  size_t write_some(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
+    iovec iov[16];
+    int count = 0;
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers) && count < 16; ++it) {
+      boost::asio::const_buffer b(*it);
+      if (b.size() == 0) continue;
+      iov[count].iov_base = const_cast<void*>(b.data());
+      iov[count].iov_len = b.size();
+      ++count;
+    }
+    if (count == 0) {
+      ec = {};
+      return 0;
+    }
+    return Write(iov, count, ec);
+  }
+  template <class ConstBufferSequence>
+  size_t write_some(const ConstBufferSequence& buffers) {
+    boost::system::error_code ec;
+    return write_some(buffers, ec);
+  }
+
+  // Writes all of `data`. Returns false on error, timeout or cancel.
+  bool WriteAll(std::string_view data);
+  // Reads what is available now or within `timeout_ms`. Returns bytes read; 0 with ec set on
+  // end of stream (eof), timeout (timed_out), cancel (operation_aborted) or error.
+  size_t Read(char* data, size_t size, boost::system::error_code& ec);
+  size_t Write(iovec* iov, int count, boost::system::error_code& ec);
+
+  // True when the peer closed its sending side or the connection failed. Never blocks.
+  // Cost: one poll() and at most one recv(MSG_PEEK).
+  bool PeerClosed() const;
+
+ private:
+  // Waits for `events`; false with ec on timeout, cancel or error. timeout_ms <= 0: no limit.
+  bool WaitFor(short events, int timeout_ms, bool use_cancel, boost::system::error_code& ec);
+
+  int fd_;
+  int read_timeout_ms_ = 60000;
+  int write_timeout_ms_ = 60000;
+  int slice_ms_ = 20;
+  int watch_fd_ = -1;
+  bool cancel_writes_ = true;
+  std::function<bool()> cancel_;
+};
+
+// Opens a TCP connection to host:port (numeric or resolvable name) within `timeout_ms`, with
+// TCP_NODELAY and close-on-exec. The returned fd is in blocking mode; the caller closes it.
+// Errors: Unavailable "connect_failed" (refused, unreachable, resolution failure),
+//   DeadlineExceeded "connect_timeout".
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms);
+
+// Closes `fd` so that the peer sees the end at once: shutdown(SHUT_RDWR), then close.
+void CloseNow(int fd);
+
+}  // namespace deepinfer::gateway

@@ -1,0 +1,418 @@
+#include "gateway/upstream.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <exception>
+
+#include "api/errors.h"
+#include "api/sse.h"
+#include "boost/asio/error.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http.hpp"
+#include "fmt/format.h"
+#include "gateway/socket_io.h"
+#include "util/status.h"
+
+namespace deepinfer::gateway {
+namespace {
+
+namespace http = boost::beast::http;
+namespace net = boost::asio;
+using boost::system::error_code;
+
+constexpr size_t kHeaderLimitBytes = 64 * 1024;
+constexpr size_t kReadChunkBytes = 16 * 1024;
+// A partial SSE event larger than this is passed on without waiting for its end.
+constexpr size_t kMaxHeldEventBytes = 64 * 1024;
+
+// Owns the backend socket; closing it is how the backend learns the client is gone.
+class UpstreamSocket {
+ public:
+  explicit UpstreamSocket(int fd) : fd_(fd) {}
+  ~UpstreamSocket() { CloseNow(fd_); }
+  UpstreamSocket(const UpstreamSocket&) = delete;
+  UpstreamSocket& operator=(const UpstreamSocket&) = delete;
+  int fd() const { return fd_; }
+  // Gives up ownership (the connection goes back to the pool).
+  int Release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void Reset(int fd) {
+    CloseNow(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_;
+};
+
+bool IEquals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string HostHeader(const BackendAddress& backend) {
+  bool v6 = backend.host.find(':') != std::string::npos;
+  return fmt::format("{}{}{}:{}", v6 ? "[" : "", backend.host, v6 ? "]" : "", backend.port);
+}
+
+std::string RequestHead(const BackendAddress& backend, const std::string& method,
+                        const std::string& target, const Headers& headers, size_t body_size,
+                        bool keep_alive) {
+  std::string out =
+      fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\n", method, target, HostHeader(backend));
+  for (const auto& [name, value] : headers) {
+    out += name;
+    out += ": ";
+    out += value;
+    out += "\r\n";
+  }
+  bool has_body = body_size > 0 || method == "POST" || method == "PUT" || method == "PATCH";
+  if (has_body) out += fmt::format("Content-Length: {}\r\n", body_size);
+  // Without a pool, one connection per request. Either way the end of the connection is the
+  // cancel signal while a request is on it.
+  out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  return out;
+}
+
+// Sends `error` to a client that has seen nothing yet.
+void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status) {
+  api::ApiError error = GatewayError(status);
+  Headers headers = extra;
+  headers.emplace_back("Content-Type", "application/json");
+  writer.Respond(error.http_status, headers, api::ErrorBody(error));
+}
+
+// The end of the last complete SSE event in `data` (0 when none).
+size_t LastEventEnd(std::string_view data) {
+  size_t lf = data.rfind("\n\n");
+  size_t crlf = data.rfind("\r\n\r\n");
+  size_t end = 0;
+  if (lf != std::string_view::npos) end = lf + 2;
+  if (crlf != std::string_view::npos) end = std::max(end, crlf + 4);
+  return end;
+}
+
+}  // namespace
+
+api::ApiError GatewayError(const absl::Status& status) {
+  api::ApiError error = api::ApiErrorFromStatus(status);
+  if (error.code == "backend_error" || error.code == "backend_unavailable") {
+    error.http_status = 502;
+    error.type = "server_error";
+  }
+  return error;
+}
+
+bool IsHopByHopHeader(std::string_view name) {
+  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
+         name == "te" || name == "trailer" || name == "transfer-encoding" || name == "upgrade" ||
+         name == "content-length" || name == "host" || name == "expect" ||
+         name == "proxy-authorization" || name == "proxy-authenticate";
+}
+
+UpstreamPool::~UpstreamPool() {
+  for (auto& [url, list] : idle_) {
+    for (const Idle& idle : list) CloseNow(idle.fd);
+  }
+}
+
+int UpstreamPool::Take(const std::string& backend_url) {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<int> stale;
+  int fd = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_.find(backend_url);
+    if (it == idle_.end()) return -1;
+    std::vector<Idle>& list = it->second;
+    while (!list.empty() && fd < 0) {
+      Idle idle = list.back();
+      list.pop_back();
+      if (now - idle.since > std::chrono::milliseconds(max_idle_ms_)) {
+        stale.push_back(idle.fd);
+      } else {
+        fd = idle.fd;
+      }
+    }
+  }
+  for (int s : stale) CloseNow(s);
+  // A backend that closed an idle connection (restart, its own timeout) is seen here, before
+  // a request is written to it. Anything readable on an idle connection means it is unusable.
+  if (fd >= 0) {
+    pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+    if (::poll(&p, 1, 0) != 0) {
+      CloseNow(fd);
+      fd = -1;
+    }
+  }
+  return fd;
+}
+
+void UpstreamPool::Put(const std::string& backend_url, int fd) {
+  int evicted = -1;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<Idle>& list = idle_[backend_url];
+    if (list.size() >= max_idle_per_backend_) {
+      evicted = list.front().fd;
+      list.erase(list.begin());
+    }
+    list.push_back({fd, std::chrono::steady_clock::now()});
+  }
+  if (evicted >= 0) CloseNow(evicted);
+}
+
+void UpstreamPool::Drop(const std::string& backend_url) {
+  std::vector<Idle> list;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = idle_.find(backend_url);
+    if (it == idle_.end()) return;
+    list.swap(it->second);
+  }
+  for (const Idle& idle : list) CloseNow(idle.fd);
+}
+
+ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
+                         const Headers& forward_headers, const Headers& extra_headers,
+                         FrontWriter& writer, const UpstreamOptions& options, UpstreamPool* pool) {
+  ProxyResult result;
+  const auto start = Clock::now();
+  int pooled = pool != nullptr ? pool->Take(backend.url) : -1;
+  auto connect = [&]() -> absl::StatusOr<int> {
+    return ConnectTcp(backend.host, backend.port, options.connect_timeout_ms);
+  };
+  absl::StatusOr<int> fd = pooled >= 0 ? absl::StatusOr<int>(pooled) : connect();
+  if (!fd.ok()) {
+    if (pool != nullptr) pool->Drop(backend.url);
+    result.end = ProxyEnd::kConnectFailed;
+    result.error = std::string(fd.status().message());
+    return result;
+  }
+  UpstreamSocket socket(*fd);
+  FdStream stream(socket.fd());
+  stream.set_slice_ms(options.slice_ms);
+  stream.set_write_timeout_ms(options.write_timeout_ms);
+  stream.set_cancel([&writer] { return writer.PeerClosed(); });
+  stream.set_watch_fd(writer.client_fd());
+  result.phase = "waiting_headers";
+
+  std::string head = RequestHead(backend, request.method, request.target, forward_headers,
+                                 request.body.size(), pool != nullptr);
+  bool sent = stream.WriteAll(head) && stream.WriteAll(request.body);
+  if (!sent && pooled >= 0 && !writer.PeerClosed()) {
+    // The reused connection died while idle (nothing of this request was processed): once more
+    // on a fresh connection to the same backend.
+    fd = connect();
+    if (!fd.ok()) {
+      pool->Drop(backend.url);
+      result.end = ProxyEnd::kConnectFailed;
+      result.error = std::string(fd.status().message());
+      return result;
+    }
+    socket.Reset(*fd);
+    stream = FdStream(socket.fd());
+    stream.set_slice_ms(options.slice_ms);
+    stream.set_write_timeout_ms(options.write_timeout_ms);
+    stream.set_cancel([&writer] { return writer.PeerClosed(); });
+    stream.set_watch_fd(writer.client_fd());
+    sent = stream.WriteAll(head) && stream.WriteAll(request.body);
+  }
+  result.connect_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (!sent) {
+    if (writer.PeerClosed()) {
+      result.end = ProxyEnd::kClientGone;
+      return result;
+    }
+    result.end = ProxyEnd::kBackendFailed;
+    result.error = "cannot send the request to the backend";
+    RespondError(writer, extra_headers,
+                 UnavailableError("backend_error", "The backend did not accept the request."));
+    result.status = writer.status();
+    return result;
+  }
+
+  try {
+    boost::beast::flat_buffer buffer;
+    http::response_parser<http::buffer_body> parser;
+    parser.header_limit(kHeaderLimitBytes);
+    parser.body_limit(boost::none);
+    if (request.method == "HEAD") parser.skip(true);
+    error_code ec;
+    stream.set_read_timeout_ms(options.header_timeout_ms);
+    http::read_header(stream, buffer, parser, ec);
+    if (ec) {
+      if (ec == net::error::operation_aborted) {
+        result.end = ProxyEnd::kClientGone;
+        return result;
+      }
+      bool timeout = ec == net::error::timed_out;
+      result.end = timeout ? ProxyEnd::kBackendTimeout : ProxyEnd::kBackendFailed;
+      result.error = ec.message();
+      RespondError(writer, extra_headers,
+                   timeout ? MakeError(absl::StatusCode::kDeadlineExceeded, "backend_timeout",
+                                       "The backend did not answer in time.")
+                           : UnavailableError("backend_error",
+                                              "The backend closed the connection without an "
+                                              "answer."));
+      result.status = writer.status();
+      return result;
+    }
+
+    const auto& header = parser.get();
+    Headers headers;
+    bool sse = false;
+    bool have_request_id = false;
+    for (const auto& field : header) {
+      std::string name(field.name_string());
+      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (IsHopByHopHeader(name)) continue;
+      if (name == "content-type" &&
+          IEquals(std::string_view(field.value()).substr(0, 17), "text/event-stream")) {
+        sse = true;
+      }
+      if (name == "x-request-id") have_request_id = true;
+      headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+    }
+    for (const auto& [name, value] : extra_headers) {
+      if (have_request_id && IEquals(name, "x-request-id")) continue;
+      headers.emplace_back(name, value);
+    }
+    if (sse) {
+      // Tell intermediaries (nginx, Caddy) not to buffer the stream.
+      if (!header.count("X-Accel-Buffering")) headers.emplace_back("X-Accel-Buffering", "no");
+      if (!header.count(http::field::cache_control))
+        headers.emplace_back("Cache-Control", "no-cache");
+    }
+    std::optional<uint64_t> length;
+    if (auto cl = parser.content_length()) length = *cl;
+    if (parser.is_done() && !length) length = 0;
+    result.phase = sse ? "streaming" : "body";
+    result.status = header.result_int();
+    if (!writer.BeginBody(header.result_int(), headers, length)) {
+      result.end = ProxyEnd::kClientGone;
+      return result;
+    }
+    result.client_started = true;
+
+    stream.set_read_timeout_ms(options.idle_timeout_ms);
+    std::string held;  // SSE bytes after the last complete event
+    char chunk[kReadChunkBytes];
+    while (!parser.is_done()) {
+      parser.get().body().data = chunk;
+      parser.get().body().size = sizeof(chunk);
+      http::read_some(stream, buffer, parser, ec);
+      if (ec == http::error::need_buffer) ec = {};
+      size_t n = sizeof(chunk) - parser.get().body().size;
+      if (n > 0) {
+        bool ok;
+        if (sse) {
+          held.append(chunk, n);
+          size_t end = held.size() > kMaxHeldEventBytes ? held.size() : LastEventEnd(held);
+          ok = end == 0 || writer.Write(std::string_view(held).substr(0, end));
+          held.erase(0, end);
+        } else {
+          ok = writer.Write(std::string_view(chunk, n));
+        }
+        if (!ok) {
+          result.end = ProxyEnd::kClientGone;
+          return result;
+        }
+      }
+      if (ec) {
+        if (ec == net::error::operation_aborted) {
+          result.end = ProxyEnd::kClientGone;
+          return result;
+        }
+        result.end =
+            ec == net::error::timed_out ? ProxyEnd::kBackendTimeout : ProxyEnd::kBackendFailed;
+        result.error = ec.message();
+        if (sse) {
+          // The partial event is dropped: the client gets whole events, then one error event.
+          api::ApiError error = api::ApiErrorFromStatus(UnavailableError(
+              "backend_disconnected", "The backend failed in the middle of the stream."));
+          writer.Write(api::SseErrorAndDone(error));
+          writer.End();
+        } else {
+          writer.Abort();
+        }
+        return result;
+      }
+    }
+    if (!held.empty() && !writer.Write(held)) {
+      result.end = ProxyEnd::kClientGone;
+      return result;
+    }
+    if (!writer.End()) {
+      result.end = ProxyEnd::kClientGone;
+      return result;
+    }
+    result.end = ProxyEnd::kDone;
+    if (pool != nullptr && parser.keep_alive() && buffer.size() == 0) {
+      pool->Put(backend.url, socket.Release());
+    }
+    return result;
+  } catch (const std::exception& e) {
+    result.end = ProxyEnd::kBackendFailed;
+    result.error = e.what();
+    if (!writer.started()) {
+      RespondError(writer, extra_headers, InternalError("internal_error", "Proxy failure."));
+      result.status = writer.status();
+    } else {
+      writer.Abort();
+    }
+    return result;
+  }
+}
+
+absl::StatusOr<SimpleResponse> HttpGet(const BackendAddress& backend, const std::string& path,
+                                       int timeout_ms, int64_t max_body_bytes) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  DI_ASSIGN_OR_RETURN(int fd, ConnectTcp(backend.host, backend.port, timeout_ms));
+  UpstreamSocket socket(fd);
+  FdStream stream(fd);
+  stream.set_write_timeout_ms(timeout_ms);
+  stream.set_cancel([deadline] { return Clock::now() >= deadline; });
+  std::string head = fmt::format(
+      "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nConnection: close\r\n\r\n", path,
+      HostHeader(backend));
+  if (!stream.WriteAll(head)) {
+    return UnavailableError("backend_error", "cannot send the request");
+  }
+  try {
+    boost::beast::flat_buffer buffer;
+    http::response_parser<http::string_body> parser;
+    parser.header_limit(kHeaderLimitBytes);
+    parser.body_limit(static_cast<uint64_t>(max_body_bytes));
+    stream.set_read_timeout_ms(timeout_ms);
+    error_code ec;
+    http::read(stream, buffer, parser, ec);
+    if (ec == net::error::operation_aborted || ec == net::error::timed_out) {
+      return MakeError(absl::StatusCode::kDeadlineExceeded, "backend_timeout",
+                       fmt::format("GET {} timed out", path));
+    }
+    if (ec) {
+      return UnavailableError("backend_error", fmt::format("GET {}: {}", path, ec.message()));
+    }
+    SimpleResponse response;
+    response.status = parser.get().result_int();
+    response.body = std::move(parser.get().body());
+    return response;
+  } catch (const std::exception& e) {
+    return UnavailableError("backend_error", e.what());
+  }
+}
+
+}  // namespace deepinfer::gateway

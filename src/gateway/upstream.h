@@ -1,0 +1,110 @@
+#pragma once
+
+// The backend side of the gateway: one HTTP/1.1 connection per proxied request (Boost.Beast over
+// a blocking socket), the answer relayed to the client as it arrives, and the connection closed
+// the moment the client is gone, so that the backend cancels the generation.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/errors.h"
+#include "gateway/backends.h"
+#include "gateway/front_server.h"
+
+namespace deepinfer::gateway {
+
+struct UpstreamOptions {
+  int connect_timeout_ms = 2000;
+  int header_timeout_ms = 600000;  // request sent -> response headers (prefill, TTFT)
+  int idle_timeout_ms = 300000;    // longest gap between body bytes
+  int write_timeout_ms = 60000;    // sending the request to the backend
+  int slice_ms = 20;               // how often a waiting read looks at the client
+};
+
+// Idle keep-alive connections to backends, reused by later requests (most recently used first).
+// A connection is only pooled after a complete answer; one that is still in use is never in the
+// pool, so closing it remains the cancel signal for its request.
+// Threads: thread-safe. Lifetime: closes what it holds when destroyed.
+class UpstreamPool {
+ public:
+  // Units: max_idle_ms — connections idle longer are closed rather than reused (well below a
+  // backend's own keep-alive timeout, 75 s for `deepinfer serve`).
+  UpstreamPool(size_t max_idle_per_backend, int max_idle_ms)
+      : max_idle_per_backend_(max_idle_per_backend), max_idle_ms_(max_idle_ms) {}
+  ~UpstreamPool();
+  UpstreamPool(const UpstreamPool&) = delete;
+  UpstreamPool& operator=(const UpstreamPool&) = delete;
+
+  // An idle connection to `backend_url` that the backend has not closed, or -1.
+  int Take(const std::string& backend_url);
+  void Put(const std::string& backend_url, int fd);
+  // Closes every idle connection to `backend_url` (it failed or left).
+  void Drop(const std::string& backend_url);
+
+ private:
+  struct Idle {
+    int fd;
+    std::chrono::steady_clock::time_point since;
+  };
+  const size_t max_idle_per_backend_;
+  const int max_idle_ms_;
+  std::mutex mu_;
+  std::map<std::string, std::vector<Idle>> idle_;
+};
+
+// Where a proxied request ended.
+enum class ProxyEnd {
+  kDone,            // the whole answer reached the client
+  kConnectFailed,   // no connection: nothing was sent anywhere, safe to retry elsewhere
+  kClientGone,      // the client left; the backend connection was closed at once
+  kBackendFailed,   // the backend failed (reset, early close, malformed answer)
+  kBackendTimeout,  // header or idle timeout
+};
+
+// Phases for cancellation metrics: "waiting_headers", "streaming" (SSE body) or "body".
+struct ProxyResult {
+  ProxyEnd end = ProxyEnd::kDone;
+  std::string phase;  // where it ended (for kClientGone / failures)
+  int status = 0;     // status sent to the client, 0 when nothing was sent
+  bool client_started = false;
+  std::string error;           // for logs
+  double connect_seconds = 0;  // connect + request written. Units: seconds.
+};
+
+// Forwards `request` (method, target, `forward_headers` already filtered by the caller, body
+// byte-exact) to `backend` and relays status, end-to-end headers plus `extra_headers`, and the
+// body to `writer`. With a `pool`, the backend connection is kept alive and reused. SSE bodies are
+// relayed whole event by whole event as they arrive (a partial event is held until it completes),
+// so that a backend dying mid-stream leaves the client one clean in-band error event followed by
+// `data: [DONE]`. Nothing reaches the client before the backend's headers, so a kConnectFailed
+// result can be retried on another backend. Threads: runs on the caller's (connection) thread.
+ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
+                         const Headers& forward_headers, const Headers& extra_headers,
+                         FrontWriter& writer, const UpstreamOptions& options,
+                         UpstreamPool* pool = nullptr);
+
+struct SimpleResponse {
+  int status = 0;
+  std::string body;
+};
+
+// GET `path` from `backend` (health probes, /v1/models) within `timeout_ms` overall.
+// Errors: Unavailable "connect_failed" (refused: the backend is down), DeadlineExceeded
+//   "connect_timeout" / "backend_timeout", Unavailable "backend_error" (reset, bad answer).
+absl::StatusOr<SimpleResponse> HttpGet(const BackendAddress& backend, const std::string& path,
+                                       int timeout_ms, int64_t max_body_bytes = 8 << 20);
+
+// The client-visible form of a gateway error: api::ApiErrorFromStatus, except that a backend
+// that failed or refused ("backend_error", "backend_unavailable") is 502 Bad Gateway.
+api::ApiError GatewayError(const absl::Status& status);
+
+// Whether a header (lower-case name) is hop-by-hop or framing, and so never forwarded.
+bool IsHopByHopHeader(std::string_view name);
+
+}  // namespace deepinfer::gateway
