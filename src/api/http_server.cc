@@ -386,10 +386,10 @@ void* HttpServer::ConnectionMain(void* arg) {
   delete a;
   server->ServeConnection(fd);
   ::close(fd);
-  {
-    std::lock_guard<std::mutex> lock(server->mu_);
-    server->num_connections_.fetch_sub(1);
-  }
+  // Notify under the lock: once the count reads 0 the waiter may destroy the server (and this
+  // condition variable), so nothing of it may be touched after the lock is released.
+  std::lock_guard<std::mutex> lock(server->mu_);
+  server->num_connections_.fetch_sub(1);
   server->all_closed_.notify_all();
   return nullptr;
 }
