@@ -112,8 +112,14 @@ class Deployment:
             time.sleep(0.05)
         raise AssertionError("instance not healthy: " + self.logs())
 
-    def server_pid(self) -> int:
-        return int((self.artifacts / "serve.pid").read_text())
+    def server_pid(self, timeout_s=10) -> int:
+        # The script records the pid right after starting the server, but a loaded machine can
+        # run the server to health before the script gets to write it.
+        path = self.artifacts / "serve.pid"
+        deadline = time.monotonic() + timeout_s
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return int(path.read_text())
 
     def logs(self) -> str:
         out = ""
