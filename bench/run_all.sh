@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# `make bench`: the peer benchmarks of docs/benchmarks.md, deepinfer vs llama.cpp
+# (llama-cpp-python) on the default model. Writes bench/results/{runtime,serve}.{md,json}.
+# Usage: bench/run_all.sh [BUILD_DIR]   (PYTHON=... picks an interpreter with llama-cpp-python)
+# Run it on a quiet machine: both engines share the cores with everything else; the scripts
+# record the load average next to the numbers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+PY=${PYTHON:-.venv-reference/bin/python}
+CACHE=${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}
+MODEL="$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+THREADS=${THREADS:-2}
+
+[ -x "$BUILD/deepinfer" ] || { echo "run_all.sh: $BUILD/deepinfer not built" >&2; exit 2; }
+[ -f "$MODEL" ] || scripts/fetch_model.sh > /dev/null
+if [ ! -x "$PY" ]; then
+  python3 -m venv .venv-reference
+fi
+# llama-cpp-python compiles llama.cpp on first install (minutes); the server extras are quick.
+"$PY" -m pip install -q -r bench/requirements.txt gguf numpy
+
+mkdir -p bench/results
+echo "== runtime: generate vs llama.cpp (prefill 512, decode 128, $THREADS threads)"
+"$PY" bench/runtime_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --model "$MODEL" \
+  --threads "$THREADS" --json bench/results/runtime.json | tee bench/results/runtime.md
+echo "== serving: serve vs llama-cpp-python's server (1/4/8/16 streams, shared prefix)"
+"$PY" bench/serve_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --python "$PY" \
+  --model "$MODEL" --threads "$THREADS" --out-dir bench/results/serve | tee bench/results/serve.md
