@@ -311,11 +311,13 @@ record_exit() {
   case "$status/$signal" in
     0/ | */TERM | */INT | */HUP | */KILL | */QUIT) reason=stopped ;;
   esac
-  rm -f -- "$ARTIFACTS_DIR/serve.pid"
+  # The exit record lands before the pid file goes, so a watcher that sees no pid file always
+  # finds the record of the exit that removed it.
   write_atomically "$ARTIFACTS_DIR/last-exit" "status=$status
 signal=$signal
 reason=$reason
 time=$(date +%s)"
+  rm -f -- "$ARTIFACTS_DIR/serve.pid"
   echo "deepinfer serve exited with status $status${signal:+ (SIG$signal)}: $reason"
 }
 
