@@ -312,11 +312,12 @@ record_exit() {
     0/ | */TERM | */INT | */HUP | */KILL | */QUIT) reason=stopped ;;
   esac
   # The exit record lands before the pid file goes, so a watcher that sees no pid file always
-  # finds the record of the exit that removed it.
+  # finds the record of the exit that removed it. Nanoseconds: a crash, a restart and a second
+  # exit can fall within one second, and watch tells exits apart by their time.
   write_atomically "$ARTIFACTS_DIR/last-exit" "status=$status
 signal=$signal
 reason=$reason
-time=$(date +%s)"
+time=$(date +%s.%N)"
   rm -f -- "$ARTIFACTS_DIR/serve.pid"
   echo "deepinfer serve exited with status $status${signal:+ (SIG$signal)}: $reason"
 }
