@@ -378,7 +378,14 @@ TEST_F(GatewayTest, BackendConnectionsAreReused) {
   StartGateway();
   for (int i = 0; i < 5; ++i) ASSERT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
   EXPECT_EQ(backends_[0]->requests(), 5);
-  EXPECT_EQ(backends_[0]->open_connections(), 1);  // one pooled connection served them all
+  // One pooled connection served them all. Health probes (every 100 ms) open short-lived
+  // connections of their own, so wait out a probe in flight; five unpooled keep-alive
+  // connections would stay open and still fail this.
+  auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (backends_[0]->open_connections() != 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(backends_[0]->open_connections(), 1);
 }
 
 TEST_F(GatewayTest, IdleConnectionClosedByTheBackendIsNotReused) {
