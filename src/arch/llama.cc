@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "arch/llama.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
@@ -19,6 +20,10 @@ using model::TensorView;
 
 // Query tokens per attention work item: K/V rows are read once per tile.
 constexpr int kAttentionTile = 16;
+// Splitting one item's positions over threads (decode of few sequences) stops at this many KV
+// blocks per part, below which the merge costs more than the balance gains.
+constexpr int kMinBlocksPerPart = 4;
+constexpr int kMaxParts = 32;
 
 class LlamaLm final : public CausalLm {
  public:
@@ -97,7 +102,10 @@ class LlamaLm final : public CausalLm {
 
  private:
   void Attention(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
-  void Reserve(int64_t num_tokens, int64_t max_ctx, int num_threads);
+  void Reserve(int64_t num_tokens, int num_threads);
+  kernels::GqaKvLayout KvLayout(const KvCache& kv) const {
+    return {kv.block_size, cfg_.num_kv_heads, cfg_.head_dim};
+  }
 
   const model::Model& model_;
   model::ModelConfig cfg_;
@@ -108,12 +116,23 @@ class LlamaLm final : public CausalLm {
   const TensorView* output_ = nullptr;
 
   // Scratch, grown on demand and reused across steps.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, cos_, sin_, scores_, rows_;
+  std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
   std::vector<int32_t> positions_, token_seq_;
-  std::vector<std::pair<int32_t, int32_t>> tiles_;  // (slice, first token) per attention tile
+
+  // Attention work: one item per (query tile, KV head, part of the positions).
+  struct AttentionItem {
+    int32_t slice, first, num_tokens;
+    int32_t kv_head;
+    int32_t pos_begin, pos_end;
+    int32_t num_parts;
+    int64_t partial;  // first slot of the item's (tile, head) in partial_*_, or -1: direct
+  };
+  std::vector<AttentionItem> items_;
+  std::vector<int64_t> merges_;  // index in items_ of part 0 of every split (tile, head)
+  std::vector<float> attn_scratch_, partial_o_, partial_ml_;
 };
 
-void LlamaLm::Reserve(int64_t t, int64_t max_ctx, int num_threads) {
+void LlamaLm::Reserve(int64_t t, int num_threads) {
   auto grow = [](std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   };
@@ -130,7 +149,6 @@ void LlamaLm::Reserve(int64_t t, int64_t max_ctx, int num_threads) {
   grow(up_, t * cfg_.ffn_hidden);
   grow(cos_, t * (cfg_.rope_dim / 2));
   grow(sin_, t * (cfg_.rope_dim / 2));
-  grow(scores_, int64_t{num_threads} * max_ctx * kAttentionTile * (cfg_.num_heads / cfg_.num_kv_heads));
   if (static_cast<int64_t>(positions_.size()) < t) {
     positions_.resize(t);
     token_seq_.resize(t);
@@ -141,9 +159,8 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                       util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens;
   const int64_t H = cfg_.hidden, kvd = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
-  int64_t max_ctx = 0;
-  for (const auto& s : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, s.start_pos + s.num_tokens);
-  Reserve(T, max_ctx, pool.num_threads());
+  Reserve(T, pool.num_threads());
+  const kernels::GqaKvLayout layout = KvLayout(kv);
   for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
     const auto& s = batch.seqs[si];
     for (int32_t i = 0; i < s.num_tokens; ++i) {
@@ -174,10 +191,9 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
     for (const auto& s : batch.seqs) {
       for (int32_t i = 0; i < s.num_tokens; ++i) {
         int32_t pos = s.start_pos + i;
-        float* slot = kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
+        float* block = kv.layers[l] + int64_t{s.block_table[pos / kv.block_size]} * layout.block_floats();
         int64_t t = s.token_offset + i;
-        std::memcpy(slot, k_.data() + t * kvd, kvd * sizeof(float));
-        std::memcpy(slot + kvd, v_.data() + t * kvd, kvd * sizeof(float));
+        kernels::StoreKv(layout, block, pos % kv.block_size, k_.data() + t * kvd, v_.data() + t * kvd);
       }
     }
     Attention(batch, l, kv, pool);
@@ -214,34 +230,96 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
                         util::ThreadPool& pool) {
   const int num_heads = cfg_.num_heads, head_dim = cfg_.head_dim;
   const int num_kv_heads = cfg_.num_kv_heads, group = num_heads / num_kv_heads;
-  const int64_t kvd = int64_t{num_kv_heads} * head_dim;
   const int64_t token_stride = int64_t{num_heads} * head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int64_t per_thread = scores_.size() / pool.num_threads();
-  // Work items: (slice, query tile of up to kAttentionTile tokens, KV head).
-  tiles_.clear();
+  const kernels::GqaKvLayout layout = KvLayout(kv);
+  const int block_size = kv.block_size;
+  const int threads = pool.num_threads();
+  const int rows_max = kAttentionTile * group;
+
+  // Items: every (query tile, KV head); when there are too few to keep the threads busy (decode
+  // of a few sequences), each one's positions are split into parts merged afterwards.
+  int64_t num_tiles = 0;
+  for (const auto& s : batch.seqs) num_tiles += (s.num_tokens + kAttentionTile - 1) / kAttentionTile;
+  const int64_t base_items = num_tiles * num_kv_heads;
+  const int64_t wanted_parts = std::max<int64_t>(1, (8 * int64_t{threads} + base_items - 1) / base_items);
+  items_.clear();
+  merges_.clear();
+  int64_t num_partials = 0;
   for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
-    for (int32_t i = 0; i < batch.seqs[si].num_tokens; i += kAttentionTile) tiles_.push_back({si, i});
+    const SequenceSlice& s = batch.seqs[si];
+    for (int32_t first = 0; first < s.num_tokens; first += kAttentionTile) {
+      const int32_t n = std::min(kAttentionTile, s.num_tokens - first);
+      const int32_t ctx = s.start_pos + first + n;
+      const int32_t blocks = (ctx + block_size - 1) / block_size;
+      const int32_t planned = static_cast<int32_t>(std::clamp<int64_t>(
+          std::min<int64_t>(wanted_parts, blocks / kMinBlocksPerPart), 1, kMaxParts));
+      const int32_t per_part = (blocks + planned - 1) / planned;  // in blocks
+      const int32_t parts = (blocks + per_part - 1) / per_part;   // none of them empty
+      for (int32_t g = 0; g < num_kv_heads; ++g) {
+        if (parts > 1) merges_.push_back(static_cast<int64_t>(items_.size()));
+        for (int32_t p = 0; p < parts; ++p) {
+          const int32_t begin = p * per_part * block_size;
+          const int32_t end = std::min(ctx, (p + 1) * per_part * block_size);
+          items_.push_back({si, first, n, g, begin, end, parts, parts > 1 ? num_partials++ : -1});
+        }
+      }
+    }
   }
-  // Few tiles (decode): one item per query head balances the threads better than one per KV
-  // group, at the cost of reading each K/V row once per head instead of once per group.
-  const int heads_per_item =
-      static_cast<int64_t>(tiles_.size()) * num_kv_heads >= 4 * pool.num_threads() ? group : 1;
-  const int items_per_tile = num_heads / heads_per_item;
-  pool.ParallelFor(static_cast<int64_t>(tiles_.size()) * items_per_tile,
-                   [&](int64_t begin, int64_t end, int thread) {
-    float* scores = scores_.data() + thread * per_thread;
-    for (int64_t item = begin; item < end; ++item) {
-      const auto [si, first] = tiles_[item / items_per_tile];
-      const int head0 = static_cast<int>(item % items_per_tile) * heads_per_item;
-      const int g = head0 / group;  // KV head
-      const SequenceSlice& s = batch.seqs[si];
-      const int n = std::min(kAttentionTile, s.num_tokens - first);
-      const int64_t offset = (int64_t{s.token_offset} + first) * token_stride + int64_t{head0} * head_dim;
-      kernels::AttendTile(q_.data() + offset, token_stride, n, s.start_pos + first, heads_per_item,
-                          head_dim, scale, kv.layers[layer], s.block_table, kv.block_size,
-                          kv.floats_per_token, int64_t{g} * head_dim, kvd + int64_t{g} * head_dim,
-                          scores, attn_.data() + offset);
+  const int64_t scratch_floats =
+      kernels::AttentionScratchFloats(layout, rows_max) + int64_t{rows_max} * (head_dim + 2);
+  if (static_cast<int64_t>(attn_scratch_.size()) < threads * scratch_floats) {
+    attn_scratch_.resize(threads * scratch_floats);
+  }
+  if (static_cast<int64_t>(partial_ml_.size()) < num_partials * rows_max * 2) {
+    partial_ml_.resize(num_partials * rows_max * 2);
+    partial_o_.resize(num_partials * rows_max * head_dim);
+  }
+  auto query_of = [&](const AttentionItem& it) {
+    const SequenceSlice& s = batch.seqs[it.slice];
+    kernels::AttentionQuery q;
+    const int64_t offset = (int64_t{s.token_offset} + it.first) * token_stride +
+                           int64_t{it.kv_head} * group * head_dim;
+    q.q = q_.data() + offset;
+    q.token_stride = token_stride;
+    q.num_tokens = it.num_tokens;
+    q.first_pos = s.start_pos + it.first;
+    q.group = group;
+    q.kv_head = it.kv_head;
+    q.scale = scale;
+    return std::make_pair(q, offset);
+  };
+  auto partial_at = [&](int64_t slot) {
+    return kernels::AttentionPartial{partial_o_.data() + slot * rows_max * head_dim,
+                                     partial_ml_.data() + slot * rows_max,
+                                     partial_ml_.data() + (num_partials + slot) * rows_max};
+  };
+  pool.ParallelFor(static_cast<int64_t>(items_.size()), [&](int64_t begin, int64_t end, int thread) {
+    float* scratch = attn_scratch_.data() + thread * scratch_floats;
+    float* direct = scratch + kernels::AttentionScratchFloats(layout, rows_max);
+    for (int64_t i = begin; i < end; ++i) {
+      const AttentionItem& it = items_[i];
+      const auto [q, offset] = query_of(it);
+      const SequenceSlice& s = batch.seqs[it.slice];
+      if (it.partial >= 0) {
+        kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin, it.pos_end,
+                             scratch, partial_at(it.partial));
+      } else {
+        kernels::AttentionPartial part{direct, direct + int64_t{rows_max} * head_dim,
+                                       direct + int64_t{rows_max} * (head_dim + 1)};
+        kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin, it.pos_end,
+                             scratch, part);
+        kernels::FinishAttention(q, head_dim, part, 1, rows_max, attn_.data() + offset);
+      }
+    }
+  });
+  if (merges_.empty()) return;
+  pool.ParallelFor(static_cast<int64_t>(merges_.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const AttentionItem& it = items_[merges_[i]];
+      const auto [q, offset] = query_of(it);
+      kernels::FinishAttention(q, head_dim, partial_at(it.partial), it.num_parts, rows_max,
+                               attn_.data() + offset);
     }
   });
 }

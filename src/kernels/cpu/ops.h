@@ -45,23 +45,6 @@ void Axpy(float a, const float* x, float* y, int64_t n);
 void EmbeddingLookup(const model::TensorView& table, const int32_t* ids, int64_t num_tokens,
                      float* out);
 
-// Causal attention for a tile of consecutive query tokens of one sequence and the `group` query
-// heads that share one KV head, over a paged KV cache. Every K and V row is read once for the
-// whole tile (tokens x group heads), which turns prefill attention from memory-bound into
-// compute-bound; a decode step is a tile of one token.
-//
-// Query token i sits at position first_pos + i and attends positions [0, first_pos + i].
-// Shapes: query (token i, head g) is q[i * token_stride + g * head_dim .. + head_dim) f32, and its
-//   output goes to out at the same offsets; scores is scratch of
-//   num_tokens * group * (first_pos + num_tokens) f32. Position j's K row is at
-//   layer + (block_table[j / block_size] * block_size + j % block_size) * floats_per_token
-//   + k_offset, its V row likewise at + v_offset.
-// Source: Vaswani et al. 2017 (scaled dot-product attention); Ainslie et al. 2023 (GQA).
-void AttendTile(const float* q, int64_t token_stride, int num_tokens, int32_t first_pos, int group,
-                int head_dim, float scale, const float* layer, const int32_t* block_table,
-                int block_size, int64_t floats_per_token, int64_t k_offset, int64_t v_offset,
-                float* scores, float* out);
-
 // Numerically stable in-place softmax over n values; returns the max logit.
 float SoftmaxInPlace(float* x, int64_t n);
 

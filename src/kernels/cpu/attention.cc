@@ -1,0 +1,253 @@
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// target_clones lets one portable binary run this with AVX-512 / AVX2 registers, chosen once at
+// load time through an ifunc. The 16-lane vectors below are GCC vector extensions: one zmm in the
+// AVX-512 clone, split into narrower registers by the compiler in the others.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DI_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DI_ATTENTION_CLONES
+#endif
+#define DI_INLINE inline __attribute__((always_inline))
+
+// The helpers pass 64-byte vectors by value but are always inlined, so no call ABI is involved.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace deepinfer::kernels {
+namespace {
+
+constexpr int kLanes = 16;  // the fast path's block size
+typedef float v16 __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+DI_INLINE v16 Load(const float* p) {
+  v16 r;
+  std::memcpy(&r, p, sizeof(r));
+  return r;
+}
+DI_INLINE void Store(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
+DI_INLINE v16 Splat(float x) { return v16{} + x; }
+DI_INLINE float MaxLanes(v16 v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
+  return m;
+}
+DI_INLINE float SumLanes(v16 v) {
+  float s = 0;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// e^x for x <= 0 to about 1 ulp: x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' expf
+// polynomial, 2^n built in the exponent bits. Inputs below -87 give e^-87 (callers mask them).
+// Source: Cephes Math Library, expf.c (S. L. Moshier).
+DI_INLINE v16 ExpNonPositive(v16 x) {
+  x = x < Splat(-87.0f) ? Splat(-87.0f) : x;
+  // Adding then subtracting 1.5 * 2^23 rounds to the nearest integer in f32 arithmetic.
+  const v16 magic = Splat(12582912.0f);
+  const v16 n = (x * 1.44269504088896341f + magic) - magic;
+  v16 r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  v16 p = Splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+  v16 pow2n;
+  std::memcpy(&pow2n, &e, sizeof(e));
+  return p * pow2n;
+}
+
+// First row of the item that can see position p (rows are ordered by token).
+DI_INLINE int FirstActiveRow(const AttentionQuery& q, int32_t p) {
+  return p <= q.first_pos ? 0 : std::min(q.rows(), (p - q.first_pos) * q.group);
+}
+
+// Positions of the block starting at p0 that row r may see, out of `valid` stored ones.
+DI_INLINE int VisibleCount(const AttentionQuery& q, int r, int32_t p0, int valid) {
+  return std::min(valid, q.first_pos + r / q.group - p0 + 1);
+}
+
+// Online-softmax update of one row with the logits s[0, n) of a block: rescales the row's
+// running sum and output, and turns s into the weights exp(s - m).
+DI_INLINE void UpdateRowScalar(float* s, int n, float* m, float* l, float* o, int head_dim) {
+  float bm = -INFINITY;
+  for (int j = 0; j < n; ++j) bm = std::max(bm, s[j]);
+  const float m_new = std::max(*m, bm);
+  const float c = std::exp(*m - m_new);
+  float sum = 0;
+  for (int j = 0; j < n; ++j) {
+    s[j] = std::exp(s[j] - m_new);
+    sum += s[j];
+  }
+  *l = *l * c + sum;
+  *m = m_new;
+  if (c != 1.0f) {
+    for (int d = 0; d < head_dim; ++d) o[d] *= c;
+  }
+}
+
+// Fast path: block_size 16, head_dim a multiple of 16.
+DI_INLINE void AttendBlock16(const AttentionQuery& q, int head_dim, int row_begin, int32_t p0,
+                             int valid, const float* kt, const float* v0, int64_t v_stride,
+                             const float* qs, float* s, const AttentionPartial& out) {
+  const int rows = q.rows(), D = head_dim;
+  // Q·K: four rows at a time with two accumulators each (eight independent FMA chains).
+  int r = row_begin;
+  for (; r + 4 <= rows; r += 4) {
+    const float* q0 = qs + int64_t{r} * D;
+    v16 a[4] = {}, b[4] = {};
+    for (int d = 0; d < D; d += 2) {
+      const v16 k0 = Load(kt + d * kLanes), k1 = Load(kt + (d + 1) * kLanes);
+      for (int i = 0; i < 4; ++i) {
+        a[i] += q0[i * D + d] * k0;
+        b[i] += q0[i * D + d + 1] * k1;
+      }
+    }
+    for (int i = 0; i < 4; ++i) Store(s + (r + i) * kLanes, a[i] + b[i]);
+  }
+  for (; r < rows; ++r) {
+    const float* q0 = qs + int64_t{r} * D;
+    v16 a[4] = {};
+    for (int d = 0; d < D; d += 4) {
+      for (int i = 0; i < 4; ++i) a[i] += q0[d + i] * Load(kt + (d + i) * kLanes);
+    }
+    Store(s + r * kLanes, (a[0] + a[1]) + (a[2] + a[3]));
+  }
+
+  v16i lane;
+  for (int i = 0; i < kLanes; ++i) lane[i] = i;
+  for (r = row_begin; r < rows; ++r) {
+    const int n = VisibleCount(q, r, p0, valid);
+    float* sr = s + r * kLanes;
+    float* o = out.o + int64_t{r} * D;
+    const v16i visible = lane < n;
+    v16 x = Load(sr);
+    x = visible ? x : Splat(-INFINITY);
+    const float m_new = std::max(out.m[r], MaxLanes(x));
+    const float c = std::exp(out.m[r] - m_new);
+    v16 p = ExpNonPositive(x - m_new);
+    p = visible ? p : Splat(0.0f);
+    out.l[r] = out.l[r] * c + SumLanes(p);
+    out.m[r] = m_new;
+    Store(sr, p);
+    // Weighted sum of V rows: 64 output floats (four chains) at a time, then 16 at a time.
+    int d = 0;
+    for (; d + 64 <= D; d += 64) {
+      v16 acc[4];
+      for (int i = 0; i < 4; ++i) acc[i] = Load(o + d + 16 * i) * c;
+      for (int j = 0; j < n; ++j) {
+        const float* v = v0 + j * v_stride + d;
+        for (int i = 0; i < 4; ++i) acc[i] += sr[j] * Load(v + 16 * i);
+      }
+      for (int i = 0; i < 4; ++i) Store(o + d + 16 * i, acc[i]);
+    }
+    for (; d < D; d += 16) {
+      v16 acc = Load(o + d) * c;
+      for (int j = 0; j < n; ++j) acc += sr[j] * Load(v0 + j * v_stride + d);
+      Store(o + d, acc);
+    }
+  }
+}
+
+DI_INLINE void AttendBlockGeneric(const AttentionQuery& q, int head_dim, int block_size,
+                                  int row_begin, int32_t p0, int valid, const float* kt,
+                                  const float* v0, int64_t v_stride, const float* qs, float* s,
+                                  const AttentionPartial& out) {
+  const int D = head_dim, B = block_size;
+  for (int r = row_begin; r < q.rows(); ++r) {
+    const int n = VisibleCount(q, r, p0, valid);
+    const float* qr = qs + int64_t{r} * D;
+    for (int j = 0; j < n; ++j) {
+      float dot = 0;
+      for (int d = 0; d < D; ++d) dot += qr[d] * kt[int64_t{d} * B + j];
+      s[j] = dot;
+    }
+    float* o = out.o + int64_t{r} * D;
+    UpdateRowScalar(s, n, &out.m[r], &out.l[r], o, D);
+    for (int j = 0; j < n; ++j) {
+      const float* v = v0 + j * v_stride;
+      for (int d = 0; d < D; ++d) o[d] += s[j] * v[d];
+    }
+  }
+}
+
+}  // namespace
+
+void StoreKv(const GqaKvLayout& layout, float* block, int slot, const float* k, const float* v) {
+  const int B = layout.block_size, D = layout.head_dim, Hk = layout.num_kv_heads;
+  for (int g = 0; g < Hk; ++g) {
+    float* kt = block + int64_t{g} * D * B + slot;
+    for (int d = 0; d < D; ++d) kt[int64_t{d} * B] = k[g * D + d];
+  }
+  std::memcpy(block + layout.v_offset() + int64_t{slot} * Hk * D, v, sizeof(float) * Hk * D);
+}
+
+int64_t AttentionScratchFloats(const GqaKvLayout& layout, int rows) {
+  return int64_t{rows} * (layout.head_dim + std::max(layout.block_size, kLanes));
+}
+
+DI_ATTENTION_CLONES void AttendRange(const GqaKvLayout& layout, const float* layer,
+                                     const int32_t* block_table, const AttentionQuery& query,
+                                     int32_t pos_begin, int32_t pos_end, float* scratch,
+                                     const AttentionPartial& out) {
+  const int B = layout.block_size, D = layout.head_dim, rows = query.rows();
+  float* qs = scratch;                    // [rows, D] queries, pre-scaled
+  float* s = scratch + int64_t{rows} * D;  // [rows, B] logits, then weights
+  for (int r = 0; r < rows; ++r) {
+    const float* src = query.q + (r / query.group) * query.token_stride + (r % query.group) * D;
+    for (int d = 0; d < D; ++d) qs[int64_t{r} * D + d] = src[d] * query.scale;
+    out.m[r] = -INFINITY;
+    out.l[r] = 0;
+  }
+  std::fill(out.o, out.o + int64_t{rows} * D, 0.0f);
+  const bool fast = B == kLanes && D % 16 == 0;
+  const int64_t v_stride = int64_t{layout.num_kv_heads} * D;
+  for (int32_t p0 = pos_begin; p0 < pos_end; p0 += B) {
+    const int valid = std::min(B, pos_end - p0);
+    const int row_begin = FirstActiveRow(query, p0);
+    if (row_begin >= rows) break;
+    const float* block = layer + int64_t{block_table[p0 / B]} * layout.block_floats();
+    const float* kt = block + int64_t{query.kv_head} * D * B;
+    const float* v0 = block + layout.v_offset() + int64_t{query.kv_head} * D;
+    if (fast) {
+      AttendBlock16(query, D, row_begin, p0, valid, kt, v0, v_stride, qs, s, out);
+    } else {
+      AttendBlockGeneric(query, D, B, row_begin, p0, valid, kt, v0, v_stride, qs, s, out);
+    }
+  }
+}
+
+void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionPartial& parts,
+                     int num_parts, int64_t part_stride, float* out) {
+  const int D = head_dim;
+  for (int r = 0; r < query.rows(); ++r) {
+    float m = -INFINITY;
+    for (int p = 0; p < num_parts; ++p) m = std::max(m, parts.m[p * part_stride + r]);
+    float* dst = out + (r / query.group) * query.token_stride + (r % query.group) * D;
+    float weights[64];
+    float l = 0;
+    for (int p = 0; p < num_parts; ++p) {
+      const float pm = parts.m[p * part_stride + r];
+      weights[p] = pm == -INFINITY ? 0.0f : std::exp(pm - m);
+      l += weights[p] * parts.l[p * part_stride + r];
+    }
+    const float inv = l > 0 ? 1.0f / l : 0.0f;
+    for (int d = 0; d < D; ++d) {
+      float acc = 0;
+      for (int p = 0; p < num_parts; ++p) {
+        acc += weights[p] * parts.o[(p * part_stride + r) * D + d];
+      }
+      dst[d] = acc * inv;
+    }
+  }
+}
+
+}  // namespace deepinfer::kernels

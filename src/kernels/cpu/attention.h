@@ -1,0 +1,77 @@
+#pragma once
+
+// Grouped-query attention over a paged KV cache, computed block by block with an online softmax
+// (flash-decoding style) so that a long context can be split over threads and merged.
+//
+// Source: Vaswani et al. 2017 (scaled dot-product attention); Ainslie et al. 2023 (GQA);
+// Milakov & Gimelshein 2018, "Online normalizer calculation for softmax"; Dao et al. 2023,
+// "Flash-Decoding for long-context inference" (split-K over positions, log-sum-exp merge).
+
+#include <cstdint>
+
+namespace deepinfer::kernels {
+
+// Layout of one KV-cache block for grouped-query attention.
+//
+// A block holds `block_size` (B) token slots for `num_kv_heads` (Hk) heads of `head_dim` (D):
+//   K: [Hk][D][B] f32 (transposed per head, so Q·K over a block is D broadcast-FMAs of B lanes
+//      with no horizontal sums), then
+//   V: [B][Hk][D] f32 (token-major, so the weighted sum streams whole rows).
+// Units: block_floats() floats = 2 * B * Hk * D (the same as B tokens of K then V).
+struct GqaKvLayout {
+  int block_size = 16;
+  int num_kv_heads = 1;
+  int head_dim = 1;
+
+  int64_t block_floats() const { return 2 * int64_t{block_size} * num_kv_heads * head_dim; }
+  int64_t v_offset() const { return int64_t{block_size} * num_kv_heads * head_dim; }
+};
+
+// Writes one token's K and V into slot `slot` (0 <= slot < block_size) of `block`.
+// Shapes: k, v [Hk * D] f32; block [layout.block_floats()] f32.
+void StoreKv(const GqaKvLayout& layout, float* block, int slot, const float* k, const float* v);
+
+// The queries of one attention work item: `num_tokens` consecutive tokens of one sequence and
+// the `group` query heads that share KV head `kv_head`. Row r of the item is token r / group,
+// head r % group. Token i sits at position first_pos + i and attends positions [0, first_pos + i].
+// Shapes: query (token i, head g) is q[i * token_stride + g * head_dim .. + head_dim) f32.
+struct AttentionQuery {
+  const float* q = nullptr;
+  int64_t token_stride = 0;
+  int num_tokens = 1;
+  int32_t first_pos = 0;
+  int group = 1;
+  int kv_head = 0;
+  float scale = 1.0f;  // softmax scale, usually 1 / sqrt(D)
+
+  int rows() const { return num_tokens * group; }
+};
+
+// Online-softmax state of an item's rows over part of the positions: o is the unnormalized
+// weighted sum of V rows, m the running max logit, l the running sum of exp(logit - m).
+// Shapes: o [rows, D], m [rows], l [rows] f32. A row that saw no position has m = -inf, l = 0.
+struct AttentionPartial {
+  float* o = nullptr;
+  float* m = nullptr;
+  float* l = nullptr;
+};
+
+// Floats of scratch AttendRange needs for an item of `rows` rows.
+int64_t AttentionScratchFloats(const GqaKvLayout& layout, int rows);
+
+// Attends the item's rows to positions [pos_begin, pos_end) (clipped per row by the causal
+// mask) and writes, not accumulates, their partial state.
+// REQUIRES: pos_begin a multiple of block_size; pos_end <= first_pos + num_tokens; block_table
+//   covers every position below pos_end; scratch holds AttentionScratchFloats floats.
+// Threads: pure function of its arguments; callers run disjoint items on different threads.
+void AttendRange(const GqaKvLayout& layout, const float* layer, const int32_t* block_table,
+                 const AttentionQuery& query, int32_t pos_begin, int32_t pos_end, float* scratch,
+                 const AttentionPartial& out);
+
+// Merges `num_parts` partial states of one item (part p at o + p * part_stride * D, m + p *
+// part_stride, l + p * part_stride) and writes the normalized output of row r (token i, head g)
+// to out[i * token_stride + g * D .. + D).
+void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionPartial& parts,
+                     int num_parts, int64_t part_stride, float* out);
+
+}  // namespace deepinfer::kernels
