@@ -9,6 +9,7 @@
 #include "api/handlers.h"
 #include "api/sse.h"
 #include "tokenizer/reasoning_parser.h"
+#include "tokenizer/tool_call_parser.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -20,7 +21,30 @@ struct ChatContext {
   std::string id;
   int64_t created = 0;
   ChatPrompt prompt;
+  // How to read tool calls out of the answer; kNone when they stay text.
+  tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
 };
+
+// Tool calls are parsed only when the request offers tools, does not turn them off with
+// tool_choice "none", and the model's encoder has a tool-call syntax (DeepSeek).
+tokenizer::ToolCallFormat ToolFormatFor(const Backend& backend, const ChatRequest& request) {
+  if (request.tools.empty() || request.tool_choice == "none") {
+    return tokenizer::ToolCallFormat::kNone;
+  }
+  return tokenizer::ToolCallFormatForTemplate(backend.chat_template->name());
+}
+
+// OpenAI's tool_calls[i] for a parsed call, with a fresh id.
+Json ToolCallJson(const tokenizer::ParsedToolCall& call) {
+  return Json{{"id", NewRequestId("call_")},
+              {"type", "function"},
+              {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+// A choice that called tools and stopped on its own finishes with "tool_calls" (as vLLM's).
+std::string FinishReason(const std::string& finish, bool called_tools) {
+  return called_tools && finish == "stop" ? "tool_calls" : finish;
+}
 
 // One reasoning splitter per choice when the encoder produces reasoning (DeepSeek); else none.
 std::vector<tokenizer::ReasoningParser> MakeParsers(const ChatContext& ctx, int32_t n) {
@@ -66,6 +90,12 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
     return;
   }
   std::vector<tokenizer::ReasoningParser> parsers = MakeParsers(ctx, generation.num_choices());
+  std::vector<tokenizer::ToolCallParser> tool_parsers;
+  if (ctx.tool_format != tokenizer::ToolCallFormat::kNone) {
+    for (int32_t i = 0; i < generation.num_choices(); ++i) {
+      tool_parsers.emplace_back(ctx.tool_format);
+    }
+  }
   auto on_delta = [&](const ChoiceDelta& d) {
     std::string out;
     bool with_logprobs = ctx.request.logprobs && !d.tokens.empty();
@@ -78,6 +108,19 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
         split.reasoning += rest.reasoning;
         split.content += rest.content;
       }
+    }
+    // Tool calls come out of the content; each goes whole in a chunk of its own.
+    std::vector<tokenizer::ParsedToolCall> calls;
+    if (!tool_parsers.empty()) {
+      tokenizer::ToolCallParser& tp = tool_parsers[d.index];
+      tokenizer::ToolCallParser::Delta t = tp.Push(split.content);
+      if (!d.finish_reason.empty()) {
+        tokenizer::ToolCallParser::Delta rest = tp.Finish();
+        t.content += rest.content;
+        for (auto& c : rest.calls) t.calls.push_back(std::move(c));
+      }
+      split.content = std::move(t.content);
+      calls = std::move(t.calls);
     }
     if (!split.reasoning.empty() || !split.content.empty() || with_logprobs) {
       Json choice = Json::object();
@@ -95,11 +138,23 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
       choice["finish_reason"] = nullptr;
       out += ChoiceChunk(ctx, std::move(choice));
     }
+    if (!calls.empty()) {
+      const int first = tool_parsers[d.index].num_calls() - static_cast<int>(calls.size());
+      for (size_t c = 0; c < calls.size(); ++c) {
+        Json call = ToolCallJson(calls[c]);
+        call["index"] = first + static_cast<int>(c);
+        out += ChoiceChunk(ctx, Json{{"index", d.index},
+                                     {"delta", {{"tool_calls", Json::array({std::move(call)})}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}});
+      }
+    }
     if (!d.finish_reason.empty()) {
+      const bool called = !tool_parsers.empty() && tool_parsers[d.index].num_calls() > 0;
       out += ChoiceChunk(ctx, Json{{"index", d.index},
                                    {"delta", Json::object()},
                                    {"logprobs", nullptr},
-                                   {"finish_reason", d.finish_reason}});
+                                   {"finish_reason", FinishReason(d.finish_reason, called)}});
     }
     return out.empty() || writer.WriteStream(out);
   };
@@ -158,12 +213,24 @@ void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& wr
       message["reasoning_content"] = reasoning.empty() ? Json(nullptr) : Json(reasoning);
       message["reasoning"] = message["reasoning_content"];
     }
+    bool called = false;
+    if (ctx.tool_format != tokenizer::ToolCallFormat::kNone) {
+      tokenizer::ToolCallResult r =
+          tokenizer::ParseToolCalls(ctx.tool_format, message["content"].get<std::string>());
+      called = !r.calls.empty();
+      if (called) {
+        message["content"] = r.content.empty() ? Json(nullptr) : Json(r.content);
+        Json calls = Json::array();
+        for (const auto& c : r.calls) calls.push_back(ToolCallJson(c));
+        message["tool_calls"] = std::move(calls);
+      }
+    }
     choice["message"] = std::move(message);
     choice["logprobs"] = ctx.request.logprobs
                              ? ChatLogprobsJson(*ctx.backend.tokenizer, tokens[i],
                                                 ctx.request.params.sampling.num_top_logprobs)
                              : Json(nullptr);
-    choice["finish_reason"] = finish[i];
+    choice["finish_reason"] = FinishReason(finish[i], called);
     choices.push_back(std::move(choice));
   }
   Json body = Json::object();
@@ -187,6 +254,7 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.size(),
                                                            request.params.max_tokens, "messages"));
   ChatContext ctx{backend, request, NewRequestId("chatcmpl-"), UnixNow(), chat};
+  ctx.tool_format = ToolFormatFor(backend, request);
   std::vector<ChoiceSpec> specs;
   for (int32_t i = 0; i < request.params.n; ++i) {
     ChoiceSpec spec;

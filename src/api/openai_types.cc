@@ -386,6 +386,15 @@ absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limit
   }
   req.params.sampling.num_top_logprobs = req.logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
   DI_RETURN_IF_ERROR(ParseChatExtras(json, &req));
+  if (const Json* choice = f.Find("tool_choice")) {
+    if (choice->is_string()) {
+      req.tool_choice = choice->get<std::string>();
+    } else if (choice->is_object()) {
+      req.tool_choice = "function";
+    } else {
+      return f.TypeError("tool_choice", "a string or an object");
+    }
+  }
   return req;
 }
 

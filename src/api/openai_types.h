@@ -60,6 +60,10 @@ struct ChatRequest : ChatExtras {
   GenerationParams params;
   std::vector<ChatMessage> messages;
   bool logprobs = false;
+  // tool_choice: "none", "auto", "required" (strings as sent), "function" for a named-function
+  // object; "" when absent. Only "none" changes anything: tool calls are then not parsed out of
+  // the answer (the tools are still rendered into the prompt).
+  std::string tool_choice;
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.

@@ -512,5 +512,100 @@ TEST_F(ApiServerTest, MetricsExposeEngineAndHttpSeries) {
   }
 }
 
+// DeepSeek tool calls: the byte model's tokenizer plays a V3.1 answer through the V3.1 encoder.
+class ToolCallServerTest : public ApiServerTest {
+ protected:
+  void SetUp() override {
+    ApiServerTest::SetUp();
+    auto tmpl = tokenizer::CreateChatTemplateByName("deepseek-v3.1");
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    template_ = std::move(*tmpl);
+    backend_.chat_template = template_.get();
+    backend_.max_output_tokens = 400;
+    auto script = ByteTokens(
+        "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
+        "{\"city\": \"東京\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}"
+        "<｜tool▁call▁end｜><｜tool▁calls▁end｜>");
+    script.push_back(testing::kImEnd);
+    engine_->SetScript(script);
+  }
+  static constexpr const char* kTools =
+      R"(,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{}}}])";
+};
+
+TEST_F(ToolCallServerTest, CompletionReturnsToolCallsAndFinishReason) {
+  Json j = Chat(kTools).json();
+  const Json& choice = j["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls");
+  const Json& message = choice["message"];
+  EXPECT_EQ(message["content"], "Let me look.");
+  ASSERT_EQ(message["tool_calls"].size(), 2u) << j.dump();
+  const Json& first = message["tool_calls"][0];
+  EXPECT_EQ(first["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(first["type"], "function");
+  EXPECT_EQ(first["function"]["name"], "get_weather");
+  EXPECT_EQ(first["function"]["arguments"], "{\"city\": \"東京\"}");
+  EXPECT_EQ(message["tool_calls"][1]["function"]["name"], "get_time");
+  EXPECT_EQ(message["tool_calls"][1]["function"]["arguments"], "{}");
+  EXPECT_NE(first["id"], message["tool_calls"][1]["id"]);
+}
+
+TEST_F(ToolCallServerTest, StreamingSendsEachCallOnceWithItsIndex) {
+  CaptureWriter w = Chat(std::string(kTools) + R"(,"stream":true)");
+  std::string content, finish;
+  std::vector<Json> calls;
+  for (const std::string& e : w.Events()) {
+    if (e == "[DONE]") continue;
+    Json c = *ParseJson(e);
+    const Json& choice = c["choices"][0];
+    const Json& delta = choice["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) {
+      EXPECT_FALSE(delta.contains("content")) << e;
+      for (const Json& call : delta["tool_calls"]) calls.push_back(call);
+    }
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(content, "Let me look.");
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_EQ(calls.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(calls[i]["index"], i);
+    EXPECT_EQ(calls[i]["type"], "function");
+    EXPECT_EQ(calls[i]["id"].get<std::string>().rfind("call_", 0), 0u);
+  }
+  EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(calls[0]["function"]["arguments"], "{\"city\": \"東京\"}");
+  EXPECT_EQ(calls[1]["function"]["name"], "get_time");
+  EXPECT_EQ(calls[1]["function"]["arguments"], "{}");
+}
+
+TEST_F(ToolCallServerTest, WithoutToolsOrWithToolChoiceNoneTheTextStays) {
+  for (const std::string& extra :
+       {std::string(""), std::string(kTools) + R"(,"tool_choice":"none")"}) {
+    Json j = Chat(extra).json();
+    const Json& choice = j["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    EXPECT_FALSE(choice["message"].contains("tool_calls"));
+    EXPECT_NE(choice["message"]["content"].get<std::string>().find("<｜tool▁calls▁begin｜>"),
+              std::string::npos);
+  }
+}
+
+TEST_F(ToolCallServerTest, CutByMaxTokensLeavesTheCallAsTextAndFinishesWithLength) {
+  Json j = Chat(std::string(kTools) + R"(,"max_tokens":60)").json();
+  const Json& choice = j["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_FALSE(choice["message"].contains("tool_calls"));
+  EXPECT_EQ(choice["message"]["content"].get<std::string>().rfind(
+                "Let me look.<｜tool▁calls▁begin｜>", 0),
+            0u);
+}
+
+TEST_F(ToolCallServerTest, BadToolChoiceIs400) {
+  CaptureWriter w = Chat(std::string(kTools) + R"(,"tool_choice":3)");
+  EXPECT_EQ(w.status(), 400);
+}
+
 }  // namespace
 }  // namespace deepinfer::api
