@@ -10,11 +10,13 @@
 
 namespace deepinfer::arch {
 
-// Paged KV storage: for every layer, `num_blocks` blocks of `block_size` token slots, each slot
-// holding `floats_per_token` f32 values whose meaning belongs to the architecture (K then V for
-// multi-head attention; the compressed latent for MLA).
+// Paged KV storage: for every layer, `num_blocks` blocks of `block_size` token slots, each block
+// holding block_size * floats_per_token f32 values whose layout belongs to the architecture
+// (kernels::GqaKvLayout for grouped-query attention; [block_size, latent] for MLA). The engine
+// only moves block ids, never their contents.
 //
-// Shapes: layers[l] is [num_blocks, block_size, floats_per_token] f32.
+// Shapes: layers[l] is [num_blocks, block_size * floats_per_token] f32; Slot() addresses the
+//   token-major layout.
 // Units: block_size in tokens; memory = num_layers * num_blocks * block_size * floats_per_token * 4
 //   bytes.
 // Threads: written only by the forward pass on the engine thread.

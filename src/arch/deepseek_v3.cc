@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
@@ -122,6 +123,14 @@ class DeepseekImpl final : public DeepseekV3Lm {
   std::vector<int> route_order_;
   std::vector<char> route_keep_;
   int64_t thread_stride_ = 0;
+  // Absorbed attention: transposed queries [token][chunk][lat][16], partial states per item,
+  // attended latents [token][chunk][rank][16].
+  struct MlaItem {
+    int32_t token, chunk, pos_begin, pos_end, first_part, num_parts;
+  };
+  std::vector<MlaItem> mla_items_;
+  std::vector<int32_t> mla_first_;  // [token][chunk] index of its first item
+  std::vector<float> mla_q_, mla_o_, mla_ml_, mla_lat_, mla_scratch_;
 };
 
 absl::StatusOr<std::vector<float>> DeepseekImpl::Vec(const std::string& name, int64_t n) {
@@ -494,36 +503,90 @@ void DeepseekImpl::Attention(const Layer& L, int kv_layer, const ForwardBatch& b
 
 void DeepseekImpl::AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
                                   util::ThreadPool& pool) {
+  constexpr int kLanes = kernels::kMlaHeadsPerChunk;
   const int64_t nh = cfg_.num_heads, dn = ds_.qk_nope_head_dim, dr = ds_.qk_rope_head_dim;
   const int64_t dv = ds_.v_head_dim, qk = dn + dr, rkv = ds_.kv_lora_rank, lat = rkv + dr;
   const int64_t head_rows = dn + dv;
+  const int64_t chunks = (nh + kLanes - 1) / kLanes;
+  const int64_t n = s.num_tokens;
+  const int threads = pool.num_threads();
+  auto grow = [](std::vector<float>& v, int64_t size) {
+    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
+  };
+  // 1. Queries through W_UK (the absorbed nope part) next to the rope part, scaled, transposed
+  //    so that heads are lanes; padding lanes stay zero.
+  grow(mla_q_, n * chunks * lat * kLanes);
+  std::fill(mla_q_.begin(), mla_q_.begin() + n * chunks * lat * kLanes, 0.0f);
   const float scale = softmax_scale_;
-  pool.ParallelFor(int64_t{s.num_tokens} * nh, [&](int64_t begin, int64_t end, int thread) {
-    float* scratch = thread_scratch_.data() + thread * thread_stride_;
-    float* qabs = scratch;        // [q_nope through W_UK ; q_pe], lat values
-    float* olat = scratch + lat;  // attended latent, rkv values
-    float* scores = scratch + 2 * lat;
+  pool.ParallelFor(n * nh, [&](int64_t begin, int64_t end, int thread) {
+    float* qabs = thread_scratch_.data() + thread * thread_stride_;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t i = item / nh, h = item % nh;
-      const int64_t t = s.token_offset + i;
-      const int32_t pos = s.start_pos + static_cast<int32_t>(i);
-      const float* q = q_.data() + (t * nh + h) * qk;
+      const float* q = q_.data() + ((s.token_offset + i) * nh + h) * qk;
       const float* wk = L.kv_b_f32.data() + h * head_rows * rkv;
       std::fill(qabs, qabs + rkv, 0.0f);
       for (int64_t d = 0; d < dn; ++d) kernels::Axpy(q[d], wk + d * rkv, qabs, rkv);
       std::memcpy(qabs + rkv, q + dn, dr * sizeof(float));
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
-        scores[j] = kernels::Dot(qabs, slot, lat) * scale;
+      float* dst = mla_q_.data() + (i * chunks + h / kLanes) * lat * kLanes + h % kLanes;
+      for (int64_t d = 0; d < lat; ++d) dst[d * kLanes] = qabs[d] * scale;
+    }
+  });
+  // 2. Items: (token, head chunk, part of the positions); a decode token's context is split so
+  //    that every thread has work.
+  mla_items_.clear();
+  mla_first_.clear();
+  int32_t num_partials = 0;
+  const int64_t wanted = std::max<int64_t>(1, (8 * int64_t{threads} + n * chunks - 1) / (n * chunks));
+  for (int32_t i = 0; i < n; ++i) {
+    const int32_t ctx = s.start_pos + i + 1;
+    const int32_t planned = static_cast<int32_t>(std::clamp<int64_t>(std::min<int64_t>(wanted, ctx / 64), 1, 32));
+    const int32_t per_part = (ctx + planned - 1) / planned;
+    const int32_t parts = (ctx + per_part - 1) / per_part;
+    for (int32_t c = 0; c < chunks; ++c) {
+      mla_first_.push_back(num_partials);
+      for (int32_t p = 0; p < parts; ++p) {
+        mla_items_.push_back({i, c, p * per_part, std::min(ctx, (p + 1) * per_part),
+                              num_partials, parts});
+        ++num_partials;
       }
-      kernels::SoftmaxInPlace(scores, pos + 1);
-      std::fill(olat, olat + rkv, 0.0f);
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
-        kernels::Axpy(scores[j], slot, olat, rkv);
-      }
-      const float* wv = wk + dn * rkv;
-      float* out = attn_.data() + (t * nh + h) * dv;
+    }
+  }
+  grow(mla_o_, int64_t{num_partials} * rkv * kLanes);
+  grow(mla_ml_, int64_t{num_partials} * 2 * kLanes);
+  grow(mla_scratch_, int64_t{threads} * kernels::MlaScratchFloats());
+  const kernels::MlaKv mla_kv{kv.layers[kv_layer], s.block_table, kv.block_size,
+                              static_cast<int>(lat), static_cast<int>(rkv)};
+  auto partial = [&](int32_t slot) {
+    return kernels::AttentionPartial{mla_o_.data() + int64_t{slot} * rkv * kLanes,
+                                     mla_ml_.data() + int64_t{slot} * kLanes,
+                                     mla_ml_.data() + (int64_t{num_partials} + slot) * kLanes};
+  };
+  pool.ParallelFor(static_cast<int64_t>(mla_items_.size()), [&](int64_t begin, int64_t end, int thread) {
+    for (int64_t k = begin; k < end; ++k) {
+      const MlaItem& it = mla_items_[k];
+      const float* q_t = mla_q_.data() + (int64_t{it.token} * chunks + it.chunk) * lat * kLanes;
+      kernels::MlaAttendRange(mla_kv, q_t, it.pos_begin, it.pos_end,
+                              mla_scratch_.data() + thread * kernels::MlaScratchFloats(),
+                              partial(static_cast<int32_t>(k)));
+    }
+  });
+  // 3. Merge the parts of every (token, chunk), then each head's latent through W_UV.
+  grow(mla_lat_, n * chunks * rkv * kLanes);
+  pool.ParallelFor(n * chunks, [&](int64_t begin, int64_t end, int) {
+    for (int64_t tc = begin; tc < end; ++tc) {
+      const int32_t first = mla_first_[tc];
+      kernels::MlaFinish(static_cast<int>(rkv), partial(first),
+                         mla_items_[first].num_parts, mla_lat_.data() + tc * rkv * kLanes);
+    }
+  });
+  pool.ParallelFor(n * nh, [&](int64_t begin, int64_t end, int thread) {
+    float* olat = thread_scratch_.data() + thread * thread_stride_;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t i = item / nh, h = item % nh;
+      const float* src = mla_lat_.data() + (i * chunks + h / kLanes) * rkv * kLanes + h % kLanes;
+      for (int64_t d = 0; d < rkv; ++d) olat[d] = src[d * kLanes];
+      const float* wv = L.kv_b_f32.data() + h * head_rows * rkv + dn * rkv;
+      float* out = attn_.data() + ((s.token_offset + i) * nh + h) * dv;
       for (int64_t d = 0; d < dv; ++d) out[d] = kernels::Dot(wv + d * rkv, olat, rkv);
     }
   });

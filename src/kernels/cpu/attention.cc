@@ -225,6 +225,92 @@ DI_ATTENTION_CLONES void AttendRange(const GqaKvLayout& layout, const float* lay
   }
 }
 
+int64_t MlaScratchFloats() { return 2 * kLanes * kLanes; }
+
+DI_ATTENTION_CLONES void MlaAttendRange(const MlaKv& kv, const float* q_t, int32_t pos_begin,
+                                        int32_t pos_end, float* scratch,
+                                        const AttentionPartial& out) {
+  constexpr int kChains = 8;  // positions whose logits are accumulated together
+  const int lat = kv.lat, rank = kv.rank;
+  float* s_buf = scratch;                    // [16 positions][16 heads] logits, then weights
+  v16 m = Splat(-INFINITY), l = Splat(0.0f);
+  std::fill(out.o, out.o + int64_t{rank} * kLanes, 0.0f);
+  const float* rows[kLanes];
+  for (int32_t p0 = pos_begin; p0 < pos_end; p0 += kLanes) {
+    const int n = std::min<int32_t>(kLanes, pos_end - p0);
+    for (int j = 0; j < kLanes; ++j) {
+      const int32_t p = p0 + std::min(j, n - 1);  // padding repeats a valid row
+      rows[j] = kv.layer +
+                (int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size) * lat;
+    }
+    // Logits: lane h of s_j = sum_d row_j[d] * q_t[d][h].
+    for (int j0 = 0; j0 < n; j0 += kChains) {
+      v16 acc[kChains] = {};
+      for (int d = 0; d < lat; ++d) {
+        const v16 q = Load(q_t + int64_t{d} * kLanes);
+        for (int i = 0; i < kChains; ++i) acc[i] += rows[j0 + i][d] * q;
+      }
+      for (int i = 0; i < kChains && j0 + i < n; ++i) Store(s_buf + (j0 + i) * kLanes, acc[i]);
+    }
+    v16 bm = Load(s_buf);
+    for (int j = 1; j < n; ++j) {
+      const v16 x = Load(s_buf + j * kLanes);
+      bm = x > bm ? x : bm;
+    }
+    const v16 m_new = bm > m ? bm : m;
+    const v16 c = ExpNonPositive(m - m_new);
+    v16 sum = Splat(0.0f);
+    for (int j = 0; j < n; ++j) {
+      const v16 p = ExpNonPositive(Load(s_buf + j * kLanes) - m_new);
+      sum += p;
+      Store(s_buf + j * kLanes, p);
+    }
+    l = l * c + sum;
+    m = m_new;
+    // Output: lane h of o[d] += row_j[d] * p_j[h], eight latent dims in registers at a time.
+    int d = 0;
+    for (; d + 8 <= rank; d += 8) {
+      v16 acc[8];
+      for (int i = 0; i < 8; ++i) acc[i] = Load(out.o + int64_t{d + i} * kLanes) * c;
+      for (int j = 0; j < n; ++j) {
+        const v16 p = Load(s_buf + j * kLanes);
+        for (int i = 0; i < 8; ++i) acc[i] += rows[j][d + i] * p;
+      }
+      for (int i = 0; i < 8; ++i) Store(out.o + int64_t{d + i} * kLanes, acc[i]);
+    }
+    for (; d < rank; ++d) {
+      v16 acc = Load(out.o + int64_t{d} * kLanes) * c;
+      for (int j = 0; j < n; ++j) acc += rows[j][d] * Load(s_buf + j * kLanes);
+      Store(out.o + int64_t{d} * kLanes, acc);
+    }
+  }
+  Store(out.m, m);
+  Store(out.l, l);
+}
+
+DI_ATTENTION_CLONES void MlaFinish(int rank, const AttentionPartial& parts, int num_parts,
+                                   float* out_t) {
+  v16 m = Load(parts.m);
+  for (int p = 1; p < num_parts; ++p) {
+    const v16 x = Load(parts.m + p * kLanes);
+    m = x > m ? x : m;
+  }
+  v16 w[64];
+  v16 l = Splat(0.0f);
+  for (int p = 0; p < num_parts; ++p) {
+    w[p] = ExpNonPositive(Load(parts.m + p * kLanes) - m);
+    l += w[p] * Load(parts.l + p * kLanes);
+  }
+  const v16 inv = Splat(1.0f) / l;
+  for (int d = 0; d < rank; ++d) {
+    v16 acc = Splat(0.0f);
+    for (int p = 0; p < num_parts; ++p) {
+      acc += w[p] * Load(parts.o + (int64_t{p} * rank + d) * kLanes);
+    }
+    Store(out_t + int64_t{d} * kLanes, acc * inv);
+  }
+}
+
 void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionPartial& parts,
                      int num_parts, int64_t part_stride, float* out) {
   const int D = head_dim;

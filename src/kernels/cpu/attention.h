@@ -71,7 +71,49 @@ void AttendRange(const GqaKvLayout& layout, const float* layer, const int32_t* b
 // Merges `num_parts` partial states of one item (part p at o + p * part_stride * D, m + p *
 // part_stride, l + p * part_stride) and writes the normalized output of row r (token i, head g)
 // to out[i * token_stride + g * D .. + D).
+// REQUIRES: 1 <= num_parts <= 64.
 void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionPartial& parts,
                      int num_parts, int64_t part_stride, float* out);
+
+// ---- Multi-head latent attention, weight-absorbed form (DeepSeek-V2/V3 decode) ----------------
+//
+// Every head attends the same latent row per position (multi-query attention with K = [latent ;
+// rope part] of `lat` floats and V = the first `rank` floats), so heads are the vector lanes:
+// queries and outputs are stored transposed, 16 heads per chunk ([chunk][dim][16]), and each
+// latent value is broadcast against 16 heads at once. Heads past num_heads in the last chunk are
+// padding (zero queries; their outputs are ignored).
+// Source: DeepSeek-AI 2024, "DeepSeek-V2", section 2.1.3 (absorbing W^UK into the query and
+// W^UV into the output); vLLM MLACommonImpl (the same absorbed decode).
+
+// Heads per chunk, the lane count of the MLA kernel.
+constexpr int kMlaHeadsPerChunk = 16;
+
+// Where one layer's latent rows live: position j's row of `lat` floats starts at
+// layer + (block_table[j / block_size] * block_size + j % block_size) * lat.
+struct MlaKv {
+  const float* layer = nullptr;
+  const int32_t* block_table = nullptr;
+  int block_size = 16;
+  int lat = 0;   // kv_lora_rank + qk_rope_head_dim
+  int rank = 0;  // kv_lora_rank: the V part
+};
+
+// Floats of scratch MlaAttendRange needs.
+int64_t MlaScratchFloats();
+
+// One head chunk of one query token attends positions [pos_begin, pos_end) and writes its
+// partial online-softmax state (lane h of every vector is head h of the chunk).
+// Shapes: q_t [lat, 16] f32, already multiplied by the softmax scale; out.o [rank, 16],
+//   out.m [16], out.l [16] f32.
+// REQUIRES: pos_begin < pos_end; every position below pos_end is in the block table.
+// Threads: pure function of its arguments.
+void MlaAttendRange(const MlaKv& kv, const float* q_t, int32_t pos_begin, int32_t pos_end,
+                    float* scratch, const AttentionPartial& out);
+
+// Merges `num_parts` partial states of one head chunk (part p at o + p * rank * 16, m + p * 16,
+// l + p * 16) into the normalized attended latent.
+// Shapes: out_t [rank, 16] f32.
+// REQUIRES: 1 <= num_parts <= 64.
+void MlaFinish(int rank, const AttentionPartial& parts, int num_parts, float* out_t);
 
 }  // namespace deepinfer::kernels

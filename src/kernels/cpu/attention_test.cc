@@ -129,5 +129,64 @@ TEST(AttentionTest, StoreKvTransposesKAndKeepsVTokenMajor) {
   EXPECT_EQ(block[24 + 2 * 6 + 4], 11);      // V slot 2, head 1, dim 1
 }
 
+// MLA absorbed form: 16 heads as lanes over latent rows, split into parts and merged, against
+// plain softmax attention in double.
+void CheckMla(int lat, int rank, int block_size, int ctx, int parts, int heads) {
+  SCOPED_TRACE(testing::Message() << "lat=" << lat << " rank=" << rank << " B=" << block_size
+                                  << " ctx=" << ctx << " parts=" << parts << " heads=" << heads);
+  const int blocks = (ctx + block_size - 1) / block_size;
+  std::mt19937 rng(ctx * 7 + lat);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> cache(size_t(blocks + 1) * block_size * lat, NAN);
+  std::vector<int32_t> table(blocks);
+  for (int b = 0; b < blocks; ++b) table[b] = blocks - b;
+  std::vector<float> rows(size_t(ctx) * lat);
+  for (float& x : rows) x = dist(rng);
+  for (int p = 0; p < ctx; ++p) {
+    std::copy(&rows[size_t(p) * lat], &rows[size_t(p + 1) * lat],
+              &cache[(size_t(table[p / block_size]) * block_size + p % block_size) * lat]);
+  }
+  std::vector<float> q_t(size_t(lat) * kMlaHeadsPerChunk, 0.0f);
+  for (int d = 0; d < lat; ++d) {
+    for (int h = 0; h < heads; ++h) q_t[d * kMlaHeadsPerChunk + h] = dist(rng) * 0.3f;
+  }
+  const MlaKv kv{cache.data(), table.data(), block_size, lat, rank};
+  std::vector<float> scratch(MlaScratchFloats()), o(size_t(parts) * rank * 16), m(parts * 16),
+      l(parts * 16), got(size_t(rank) * 16);
+  const int per_part = (ctx + parts - 1) / parts;
+  for (int p = 0; p < parts; ++p) {
+    MlaAttendRange(kv, q_t.data(), p * per_part, std::min(ctx, (p + 1) * per_part),
+                   scratch.data(), {o.data() + size_t(p) * rank * 16, m.data() + p * 16,
+                                    l.data() + p * 16});
+  }
+  MlaFinish(rank, {o.data(), m.data(), l.data()}, parts, got.data());
+  double max_err = 0;
+  for (int h = 0; h < heads; ++h) {
+    std::vector<double> w(ctx);
+    double mx = -1e300, sum = 0;
+    for (int j = 0; j < ctx; ++j) {
+      double dot = 0;
+      for (int d = 0; d < lat; ++d) dot += double(q_t[d * 16 + h]) * rows[size_t(j) * lat + d];
+      w[j] = dot;
+      mx = std::max(mx, dot);
+    }
+    for (double& x : w) sum += (x = std::exp(x - mx));
+    for (int d = 0; d < rank; ++d) {
+      double acc = 0;
+      for (int j = 0; j < ctx; ++j) acc += w[j] * rows[size_t(j) * lat + d];
+      max_err = std::max(max_err, std::fabs(acc / sum - got[d * 16 + h]));
+    }
+  }
+  EXPECT_LT(max_err, 2e-5);
+}
+
+TEST(AttentionTest, MlaAbsorbedMatchesReference) {
+  CheckMla(288, 256, 16, 1, 1, 16);
+  CheckMla(288, 256, 16, 300, 1, 16);
+  CheckMla(288, 256, 16, 300, 4, 16);
+  CheckMla(40, 32, 16, 37, 2, 4);   // the tiny test checkpoints: 4 heads, rank 32, rope 8
+  CheckMla(41, 35, 8, 9, 3, 11);    // odd sizes: rank not a multiple of 8
+}
+
 }  // namespace
 }  // namespace deepinfer::kernels
