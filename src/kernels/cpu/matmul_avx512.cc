@@ -220,7 +220,13 @@ void PairGemm(const GemmArgs& g) {
     for (; r + 4 <= g.row_end; r += 4) {
       PrefetchRows(g, r, 4);
       int64_t t = tc;
-      for (; t + 4 <= te; t += 4) PairTile<kW, 4, 4>(g, r, t);
+      if constexpr (kW == WKind::kQ4_1) {
+        // Q4_1 weights take three registers per row (values, d, m): a 4x4 tile would spill.
+        for (; t + 3 <= te; t += 3) PairTile<kW, 4, 3>(g, r, t);
+        for (; t + 2 <= te; t += 2) PairTile<kW, 4, 2>(g, r, t);
+      } else {
+        for (; t + 4 <= te; t += 4) PairTile<kW, 4, 4>(g, r, t);
+      }
       for (; t < te; ++t) PairTile<kW, 4, 1>(g, r, t);
     }
     for (; r < g.row_end; ++r) {
