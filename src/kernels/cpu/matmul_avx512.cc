@@ -237,9 +237,86 @@ void PairGemm(const GemmArgs& g) {
   }
 }
 
+// ---- BF16 weights times f32 activations ---------------------------------------------------------
+//
+// A bf16 is the high half of an f32, so a 64-byte load of 32 weights yields the even-indexed ones
+// as f32 with a 16-bit left shift and the odd-indexed ones with a mask of the high halves. The
+// activations are repacked once per call to match: every 32 values as [16 even | 16 odd] (the
+// tail past the last full 32 stays in order). Per 32 weights: one load, two ALU ops, two FMAs.
+
+static void DeinterleaveBf16Activations(const float* x, uint8_t* out, int64_t k) {
+  float* o = reinterpret_cast<float*>(out);
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    for (int j = 0; j < 16; ++j) {
+      o[i + j] = x[i + 2 * j];
+      o[i + 16 + j] = x[i + 2 * j + 1];
+    }
+  }
+  for (; i < k; ++i) o[i] = x[i];
+}
+
+static size_t Bf16ActivationBytes(int64_t k) { return static_cast<size_t>(k) * 4; }
+
+template <int R, int T>
+static inline void Bf16Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = g.w + (r0 + r) * g.w_row_bytes;
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  int64_t i = 0;
+  for (; i + 32 <= g.k; i += 32) {
+    __m512 even[R], odd[R];
+    for (int r = 0; r < R; ++r) {
+      const __m512i v = _mm512_loadu_si512(rows[r] + 2 * i);
+      even[r] = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+      odd[r] = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 xe = _mm512_loadu_ps(xs[t] + i), xo = _mm512_loadu_ps(xs[t] + i + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(even[r], xe, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(odd[r], xo, acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float s = _mm512_reduce_add_ps(acc[r][t]);
+      for (int64_t j = i; j < g.k; ++j) {
+        uint16_t h;
+        std::memcpy(&h, rows[r] + 2 * j, 2);
+        s += BitsToFloat(static_cast<uint32_t>(h) << 16) * xs[t][j];
+      }
+      g.y[(t0 + t) * g.y_stride + r0 + r] = s;
+    }
+  }
+}
+
+static void Bf16Gemm(const GemmArgs& g) {
+  for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
+    const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
+    int64_t r = g.row_begin;
+    for (; r + 4 <= g.row_end; r += 4) {
+      PrefetchRows(g, r, 4);
+      int64_t t = tc;
+      for (; t + 4 <= te; t += 4) Bf16Tile<4, 4>(g, r, t);
+      for (; t + 2 <= te; t += 2) Bf16Tile<4, 2>(g, r, t);
+      for (; t < te; ++t) Bf16Tile<4, 1>(g, r, t);
+    }
+    for (; r < g.row_end; ++r)
+      for (int64_t t = tc; t < te; ++t) Bf16Tile<1, 1>(g, r, t);
+  }
+}
+
 }  // namespace
 
 void FillAvx512Kernels(KernelTable* t) {
+  t->bf16 = {Bf16Gemm, DeinterleaveBf16Activations, Bf16ActivationBytes};
   t->q4_0 = {PairGemm<WKind::kQ4_0>, QuantizePairs<ActKind::kBias8>, PairRowBytes};
   t->q4_1 = {PairGemm<WKind::kQ4_1>, QuantizePairs<ActKind::kQ8_1>, PairRowBytes};
   t->q8_0 = {PairGemm<WKind::kQ8_0>, QuantizePairs<ActKind::kBias128>, PairRowBytes};
