@@ -1,5 +1,8 @@
 #include "model/hf_config.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -317,6 +320,16 @@ std::string ShapeString(const std::vector<int64_t>& s) {
 
 // Replaces every F8_E4M3 weight by its BF16 dequantization (see LoadHfModel) and drops the
 // scale tensors.
+// Drops the resident pages of a mapped range that is no longer read (the FP8 bytes once their
+// BF16 copy exists), so they stop counting in RSS. Only whole pages inside the range: neighbours
+// may belong to tensors still in use. Advisory: a read-only file mapping simply refaults.
+void ReleasePages(const uint8_t* data, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 absl::Status DequantizeFp8Weights(Model& m, const QuantInfo& q) {
   std::vector<std::string> fp8;
   for (const auto& [name, t] : m.tensors) {
@@ -370,6 +383,7 @@ absl::Status DequantizeFp8Weights(Model& m, const QuantInfo& q) {
     pool.ParallelFor(rows, [&](int64_t begin, int64_t end, int) {
       DequantizeFp8BlockToBf16(w, rows, cols, scale.data(), br, bc, begin, end, out);
     });
+    ReleasePages(w, static_cast<size_t>(rows * cols));
     t.dtype = DType::kBF16;
     t.data = buf.data();
     t.size_bytes = buf.size();
