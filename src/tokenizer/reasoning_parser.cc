@@ -3,23 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "tokenizer/partial_tag.h"
+
 namespace deepinfer::tokenizer {
-namespace {
-
-// The length of the longest suffix of `text` that is a proper prefix of `tag`.
-size_t PartialTagSuffix(std::string_view text, std::string_view tag) {
-  const size_t max = std::min(text.size(), tag.size() - 1);
-  for (size_t n = max; n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
-
-bool IsProperPrefix(std::string_view text, std::string_view tag) {
-  return text.size() < tag.size() && tag.substr(0, text.size()) == text;
-}
-
-}  // namespace
 
 ReasoningParser::ReasoningParser(bool starts_in_reasoning, std::string start_tag,
                                  std::string end_tag)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "tokenizer/partial_tag.h"
 #include "tokenizer/python_json.h"
 
 namespace deepinfer::tokenizer {
@@ -79,18 +80,6 @@ size_t TrailingSpace(std::string_view s) {
   return n;
 }
 
-// The length of the longest suffix of `text` that is a proper prefix of `tag`.
-size_t PartialTagSuffix(std::string_view text, std::string_view tag) {
-  const size_t max = std::min(text.size(), tag.size() - 1);
-  for (size_t n = max; n > 0; --n) {
-    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
-  }
-  return 0;
-}
-
-bool IsProperPrefix(std::string_view text, std::string_view tag) {
-  return text.size() < tag.size() && tag.substr(0, text.size()) == text;
-}
 
 // A cursor over a DSML tag body.
 struct Reader {
