@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make bench`: the peer benchmarks of docs/benchmarks.md, deepinfer vs llama.cpp
-# (llama-cpp-python) on the default model. Writes bench/results/{runtime,serve}.{md,json}.
+# `make bench`: the benchmarks of docs/benchmarks.md: deepinfer vs llama.cpp (llama-cpp-python)
+# on the default model, and the DeepSeek-V3-shaped checkpoints (made on first use, ~3 GB under
+# $DEEPINFER_BENCH_MODELS, default /tmp/ds-bench). Writes bench/results/{runtime,serve}.{md,json}.
 # Usage: bench/run_all.sh [BUILD_DIR]   (PYTHON=... picks an interpreter with llama-cpp-python)
 # Run it on a quiet machine: both engines share the cores with everything else; the scripts
 # record the load average next to the numbers.
@@ -27,3 +28,7 @@ echo "== runtime: generate vs llama.cpp (prefill 512, decode 128, $THREADS threa
 echo "== serving: serve vs llama-cpp-python's server (1/4/8/16 streams, shared prefix)"
 "$PY" bench/serve_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --python "$PY" \
   --model "$MODEL" --threads "$THREADS" --out-dir bench/results/serve | tee bench/results/serve.md
+echo "== DeepSeek-V3-shaped checkpoints: BF16 / FP8 decode and prefill, 8 streams, MTP"
+"$PY" bench/deepseek_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
+  --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds-bench}" --json bench/results/deepseek.json \
+  | tee bench/results/deepseek.md

@@ -19,9 +19,9 @@ std::string NeedleText(const std::string& name, const std::string& code) {
 }
 
 std::string AskAll() {
+  // No answer template: small models copy a template's placeholders instead of the codes.
   return "Four secret codes are hidden in the text above, one for each of the needles A, B, C "
-         "and D. What is the secret code of each needle? Answer in the form "
-         "'A: code, B: code, C: code, D: code'.";
+         "and D. What are the secret codes of needles A, B, C and D?";
 }
 
 std::string Cut(const std::string& s) { return s.size() <= 300 ? s : s.substr(0, 300) + "..."; }
