@@ -531,16 +531,16 @@ void DeepseekImpl::AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSl
       for (int64_t d = 0; d < lat; ++d) dst[d * kLanes] = qabs[d] * scale;
     }
   });
-  // 2. Items: (token, head chunk, part of the positions); a decode token's context is split so
-  //    that every thread has work.
+  // 2. Items: (token, head chunk, part of the positions). Parts are fixed runs of positions, so
+  //    the threads share even one decode token and the arithmetic does not depend on the rest
+  //    of the batch (batch invariance).
+  constexpr int32_t kPositionsPerPart = 256, kMaxParts = 64;
   mla_items_.clear();
   mla_first_.clear();
   int32_t num_partials = 0;
-  const int64_t wanted = std::max<int64_t>(1, (8 * int64_t{threads} + n * chunks - 1) / (n * chunks));
   for (int32_t i = 0; i < n; ++i) {
     const int32_t ctx = s.start_pos + i + 1;
-    const int32_t planned = static_cast<int32_t>(std::clamp<int64_t>(std::min<int64_t>(wanted, ctx / 64), 1, 32));
-    const int32_t per_part = (ctx + planned - 1) / planned;
+    const int32_t per_part = std::max(kPositionsPerPart, (ctx + kMaxParts - 1) / kMaxParts);
     const int32_t parts = (ctx + per_part - 1) / per_part;
     for (int32_t c = 0; c < chunks; ++c) {
       mla_first_.push_back(num_partials);

@@ -20,10 +20,12 @@ using model::TensorView;
 
 // Query tokens per attention work item: K/V rows are read once per tile.
 constexpr int kAttentionTile = 16;
-// Splitting one item's positions over threads (decode of few sequences) stops at this many KV
-// blocks per part, below which the merge costs more than the balance gains.
-constexpr int kMinBlocksPerPart = 4;
-constexpr int kMaxParts = 32;
+// Attention over a long context is split into parts of this many positions (whole KV blocks),
+// computed in parallel and merged. The split depends only on the positions, never on what else
+// is in the batch, so a sequence gets the same logits alone or batched, in one prefill chunk or
+// several (batch invariance).
+constexpr int kPositionsPerPart = 256;
+constexpr int kMaxParts = 64;  // FinishAttention's limit; longer contexts get longer parts
 
 class LlamaLm final : public CausalLm {
  public:
@@ -237,12 +239,7 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
   const int threads = pool.num_threads();
   const int rows_max = kAttentionTile * group;
 
-  // Items: every (query tile, KV head); when there are too few to keep the threads busy (decode
-  // of a few sequences), each one's positions are split into parts merged afterwards.
-  int64_t num_tiles = 0;
-  for (const auto& s : batch.seqs) num_tiles += (s.num_tokens + kAttentionTile - 1) / kAttentionTile;
-  const int64_t base_items = num_tiles * num_kv_heads;
-  const int64_t wanted_parts = std::max<int64_t>(1, (8 * int64_t{threads} + base_items - 1) / base_items);
+  // Items: every (query tile, KV head, part of the positions).
   items_.clear();
   merges_.clear();
   int64_t num_partials = 0;
@@ -252,10 +249,9 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
       const int32_t n = std::min(kAttentionTile, s.num_tokens - first);
       const int32_t ctx = s.start_pos + first + n;
       const int32_t blocks = (ctx + block_size - 1) / block_size;
-      const int32_t planned = static_cast<int32_t>(std::clamp<int64_t>(
-          std::min<int64_t>(wanted_parts, blocks / kMinBlocksPerPart), 1, kMaxParts));
-      const int32_t per_part = (blocks + planned - 1) / planned;  // in blocks
-      const int32_t parts = (blocks + per_part - 1) / per_part;   // none of them empty
+      const int32_t per_part = std::max({1, kPositionsPerPart / block_size,
+                                          (blocks + kMaxParts - 1) / kMaxParts});  // in blocks
+      const int32_t parts = (blocks + per_part - 1) / per_part;  // none of them empty
       for (int32_t g = 0; g < num_kv_heads; ++g) {
         if (parts > 1) merges_.push_back(static_cast<int64_t>(items_.size()));
         for (int32_t p = 0; p < parts; ++p) {

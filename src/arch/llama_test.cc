@@ -162,5 +162,57 @@ TEST_F(LlamaStoriesTest, ManySequencesInOneBatchWithChunksMatchTheReference) {
   }
 }
 
+// Batch invariance: a sequence's logits are bit-identical whether it is prefilled in one chunk
+// and decoded alone, or prefilled in uneven chunks and decoded next to another sequence with a
+// longer context, with contexts long enough that attention is split into parts.
+TEST_F(LlamaStoriesTest, LogitsDoNotDependOnTheRestOfTheBatchOrOnChunking) {
+  const int n = 600, bs = 16, nb = (n + 1 + bs - 1) / bs;
+  const int vocab = model_->config.vocab;
+  std::vector<int32_t> a(n + 1), other(n + 1);
+  for (int i = 0; i <= n; ++i) {
+    a[i] = 1 + (i * 37 + 11) % (vocab - 1);
+    other[i] = 1 + (i * 53 + 5) % (vocab - 1);
+  }
+  auto run = [&](bool batched) {
+    util::ThreadPool pool(batched ? 3 : 2);
+    KvCache kv;
+    EXPECT_TRUE(kv.Allocate(model_->config.num_layers, bs, 2 * nb, lm_->kv_floats_per_token()).ok());
+    std::vector<int32_t> ta = Iota(nb), tb(nb);
+    std::iota(tb.begin(), tb.end(), nb);
+    std::vector<float> logits(2 * vocab);
+    std::vector<int> chunks = batched ? std::vector<int>{137, 1, 300, 162} : std::vector<int>{n};
+    int done = 0, done_other = 0;
+    for (int k : chunks) {
+      ForwardBatch b;
+      std::vector<int32_t> tokens(a.begin() + done, a.begin() + done + k);
+      b.seqs.push_back({0, k, done, 1, ta.data(), nb});
+      const int ko = batched ? std::min(250, n - done_other) : 0;
+      if (ko > 0) {
+        b.seqs.push_back({k, ko, done_other, 1, tb.data(), nb});
+        tokens.insert(tokens.end(), other.begin() + done_other, other.begin() + done_other + ko);
+        done_other += ko;
+      }
+      b.tokens = tokens.data();
+      b.num_tokens = static_cast<int32_t>(tokens.size());
+      lm_->Forward(b, kv, logits.data(), pool);
+      done += k;
+    }
+    // Decode position n (context 601: three parts of 256 positions).
+    ForwardBatch b;
+    std::vector<int32_t> tokens = {a[n]};
+    b.seqs.push_back({0, 1, n, 1, ta.data(), nb});
+    if (batched) {
+      b.seqs.push_back({1, 1, done_other, 1, tb.data(), nb});
+      tokens.push_back(other[done_other]);
+    }
+    b.tokens = tokens.data();
+    b.num_tokens = static_cast<int32_t>(tokens.size());
+    lm_->Forward(b, kv, logits.data(), pool);
+    return std::vector<float>(logits.begin(), logits.begin() + vocab);
+  };
+  const std::vector<float> alone = run(false), batched = run(true);
+  EXPECT_EQ(alone, batched);
+}
+
 }  // namespace
 }  // namespace deepinfer::arch
