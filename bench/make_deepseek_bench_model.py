@@ -32,14 +32,14 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
-from deepseek_v3_shapes import hf_config_json, tensor_shapes  # noqa: E402
+from deepseek_v3_shapes import BASE, hf_config_json, tensor_shapes  # noqa: E402
 
 BLOCK = 128
 FP8_MAX = 448.0
 OUTPUT_SCALE = 0.1  # o_proj and down_proj (see the module docstring)
 
 CONFIG = dict(
-    model_type="deepseek_v3",
+    BASE,
     vocab_size=129280,
     hidden_size=1024,
     intermediate_size=3072,
@@ -52,17 +52,9 @@ CONFIG = dict(
     qk_rope_head_dim=32,
     v_head_dim=64,
     n_routed_experts=64,
-    n_shared_experts=1,
     num_experts_per_tok=6,
     n_group=8,
     topk_group=4,
-    first_k_dense_replace=1,
-    routed_scaling_factor=2.5,
-    norm_topk_prob=True,
-    scoring_func="sigmoid",
-    topk_method="noaux_tc",
-    rope_theta=10000.0,
-    rope_scaling=None,
     max_position_embeddings=8192,
     num_nextn_predict_layers=1,
 )

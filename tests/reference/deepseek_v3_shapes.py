@@ -3,8 +3,39 @@
 Shared by make_deepseek_v3_golden.py (tiny parity checkpoints, torch) and
 bench/make_deepseek_bench_model.py (a larger random checkpoint for speed, numpy only), so it
 imports nothing beyond the standard library. `c` is a flat dict of the config keys listed in
-make_deepseek_v3_golden.BASE.
+BASE (the tiny checkpoints' defaults, which the bench overrides).
 """
+
+# Defaults of the tiny parity checkpoints; every key hf_config_json and tensor_shapes read.
+BASE = dict(
+    model_type="deepseek_v3",
+    vocab_size=256,
+    hidden_size=64,
+    intermediate_size=96,
+    moe_intermediate_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    kv_lora_rank=32,
+    q_lora_rank=48,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=16,
+    n_routed_experts=8,
+    n_shared_experts=1,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    first_k_dense_replace=1,
+    routed_scaling_factor=2.5,
+    norm_topk_prob=True,
+    scoring_func="sigmoid",
+    topk_method="noaux_tc",
+    rope_theta=10000.0,
+    rope_scaling=None,
+    max_position_embeddings=512,
+    num_nextn_predict_layers=0,
+)
+
 
 
 def hf_config_json(c):

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
-from deepseek_v3_shapes import hf_config_json, tensor_shapes
+from deepseek_v3_shapes import BASE, hf_config_json, tensor_shapes
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     DeepseekV3DecoderLayer,
     DeepseekV3RMSNorm,
@@ -46,34 +46,6 @@ PROMPT_LENGTHS = [1, 7, 64, 300]
 BLOCK = 128
 FP8_MAX = 448.0
 
-BASE = dict(
-    model_type="deepseek_v3",
-    vocab_size=256,
-    hidden_size=64,
-    intermediate_size=96,
-    moe_intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    kv_lora_rank=32,
-    q_lora_rank=48,
-    qk_nope_head_dim=16,
-    qk_rope_head_dim=8,
-    v_head_dim=16,
-    n_routed_experts=8,
-    n_shared_experts=1,
-    num_experts_per_tok=2,
-    n_group=1,
-    topk_group=1,
-    first_k_dense_replace=1,
-    routed_scaling_factor=2.5,
-    norm_topk_prob=True,
-    scoring_func="sigmoid",
-    topk_method="noaux_tc",
-    rope_theta=10000.0,
-    rope_scaling=None,
-    max_position_embeddings=512,
-    num_nextn_predict_layers=0,
-)
 
 CASES = [
     # (a) q LoRA, one expert group, 8 experts top-2; also shipped as FP8.
