@@ -78,6 +78,7 @@ std::vector<int> FlowControl::CandidatesLocked(const Waiter& w, Clock::time_poin
 
 void FlowControl::DispatchLocked(Clock::time_point now) {
   last_dispatch_ = now;
+  if (queue_.empty()) return;  // every release dispatches; most find no one waiting
   std::vector<bool> full(names_.size(), false);
   for (Waiter* w : queue_) {
     if (w->assigned || w->failure != AdmitResult::kOk) continue;

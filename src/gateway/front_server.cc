@@ -10,6 +10,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -31,18 +32,12 @@ using boost::system::error_code;
 
 constexpr int kAcceptSliceMs = 200;
 constexpr size_t kHeaderLimitBytes = 64 * 1024;
+constexpr size_t kReadBufferBytes = 4 * 1024;
 
-std::string ReasonPhrase(int status) {
+std::string_view ReasonPhrase(int status) {
   auto reason = http::obsolete_reason(static_cast<http::status>(status));
   if (reason.empty() || reason.front() == '<') return "Status";
-  return std::string(reason);
-}
-
-std::string ChunkOf(std::string_view data) {
-  std::string out = fmt::format("{:x}\r\n", data.size());
-  out.append(data);
-  out += "\r\n";
-  return out;
+  return std::string_view(reason.data(), reason.size());
 }
 
 class Writer : public FrontWriter {
@@ -53,21 +48,28 @@ class Writer : public FrontWriter {
   bool Respond(int status, const Headers& headers, std::string_view body) override {
     if (started_) return false;
     bool head = request_.method == "HEAD";
-    std::string out = Head(status, headers, body.size(), request_.keep_alive);
-    if (!head) out.append(body);
-    return Send(out);
+    Head(status, headers, body.size(), request_.keep_alive);
+    return Send(head ? std::string_view() : body);
   }
 
   bool BeginBody(int status, const Headers& headers,
                  std::optional<uint64_t> content_length) override {
+    return BeginBodyHeld(status, headers, content_length) && Flush();
+  }
+
+  bool BeginBodyHeld(int status, const Headers& headers,
+                     std::optional<uint64_t> content_length) override {
     if (started_) return false;
     chunked_ = !content_length && request_.version >= 11 && request_.method != "HEAD";
     // Without a length or chunked coding, the end of the body is the end of the connection.
     bool keep = request_.keep_alive && (content_length || chunked_);
     // A HEAD answer announces the length of a body it never carries.
     remaining_ = request_.method == "HEAD" ? std::nullopt : content_length;
-    return Send(Head(status, headers, content_length, keep));
+    Head(status, headers, content_length, keep);
+    return !failed_;
   }
+
+  bool Flush() override { return pending_.empty() ? !failed_ : Send({}); }
 
   bool Write(std::string_view data) override {
     if (!started_ || failed_) return false;
@@ -80,7 +82,10 @@ class Writer : public FrontWriter {
       }
       *remaining_ -= data.size();
     }
-    return chunked_ ? Send(ChunkOf(data)) : Send(data);
+    if (!chunked_) return Send(data);
+    char size_line[24];
+    int len = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", data.size());
+    return Send(std::string_view(size_line, static_cast<size_t>(len)), data, "\r\n");
   }
 
   bool End() override {
@@ -89,10 +94,12 @@ class Writer : public FrontWriter {
       failed_ = true;
       return false;
     }
-    return chunked_ ? Send("0\r\n\r\n") : true;
+    return chunked_ ? Send("0\r\n\r\n") : Flush();
   }
 
   void Abort() override {
+    // A held head still goes out: the client sees a truncated answer, as without holding.
+    if (!failed_) Flush();
     failed_ = true;
     keep_alive_ = false;
   }
@@ -104,12 +111,19 @@ class Writer : public FrontWriter {
   bool keep_alive() const { return keep_alive_ && !failed_; }
 
  private:
-  std::string Head(int status, const Headers& headers, std::optional<uint64_t> length, bool keep) {
+  // Builds the head into pending_ (sent with the next Send).
+  void Head(int status, const Headers& headers, std::optional<uint64_t> length, bool keep) {
     started_ = true;
     status_ = status;
     keep_alive_ = keep && !stopping_->load();
-    std::string out = fmt::format("HTTP/1.{} {} {}\r\n", request_.version >= 11 ? 1 : 0, status,
-                                  ReasonPhrase(status));
+    std::string& out = pending_;
+    out.clear();
+    out += request_.version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    char number[24];
+    int len = std::snprintf(number, sizeof(number), "%d ", status);
+    out.append(number, static_cast<size_t>(len));
+    out += ReasonPhrase(status);
+    out += "\r\n";
     for (const auto& [name, value] : headers) {
       out += name;
       out += ": ";
@@ -117,17 +131,26 @@ class Writer : public FrontWriter {
       out += "\r\n";
     }
     if (length) {
-      out += fmt::format("Content-Length: {}\r\n", *length);
+      len = std::snprintf(number, sizeof(number), "%llu",
+                          static_cast<unsigned long long>(*length));
+      out += "Content-Length: ";
+      out.append(number, static_cast<size_t>(len));
+      out += "\r\n";
     } else if (chunked_) {
       out += "Transfer-Encoding: chunked\r\n";
     }
     out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-    return out;
   }
 
-  bool Send(std::string_view data) {
+  // Sends the held head (if any) and `a`, `b`, `c` in one send.
+  bool Send(std::string_view a, std::string_view b = {}, std::string_view c = {}) {
     if (failed_) return false;
-    if (!stream_.WriteAll(data)) failed_ = true;
+    iovec iov[4] = {{pending_.data(), pending_.size()},
+                    {const_cast<char*>(a.data()), a.size()},
+                    {const_cast<char*>(b.data()), b.size()},
+                    {const_cast<char*>(c.data()), c.size()}};
+    if (!stream_.WriteAllV(iov, 4)) failed_ = true;
+    pending_.clear();
     return !failed_;
   }
 
@@ -140,6 +163,7 @@ class Writer : public FrontWriter {
   bool failed_ = false;
   int status_ = 0;
   std::optional<uint64_t> remaining_;
+  std::string pending_;  // a held head
 };
 
 bool IsQuietClose(const error_code& ec) {
@@ -316,6 +340,10 @@ void FrontServer::ServeConnection(int fd) {
   stream.set_cancel([this] { return stopping_.load(std::memory_order_acquire); });
   stream.set_cancel_writes(false);
   boost::beast::flat_buffer buffer;
+  // Beast reads at most max(512, free capacity) per recv: without room, a 1 KB request takes
+  // three recv calls.
+  buffer.reserve(kReadBufferBytes);
+  bool first_request = true;
   try {
     while (!stopping_.load(std::memory_order_acquire)) {
       http::request_parser<http::string_body> parser;
@@ -323,6 +351,10 @@ void FrontServer::ServeConnection(int fd) {
       parser.body_limit(static_cast<uint64_t>(options_.max_request_bytes));
       stream.set_read_timeout_ms(buffer.size() == 0 ? options_.idle_timeout_ms
                                                     : options_.io_timeout_ms);
+      // After an answer the client has not sent its next request yet (unless it pipelines:
+      // then the buffer holds it, or the first poll returns at once).
+      if (buffer.size() == 0 && !first_request) stream.WaitBeforeNextRead();
+      first_request = false;
       error_code ec;
       http::read_header(stream, buffer, parser, ec);
       stream.set_read_timeout_ms(options_.io_timeout_ms);
@@ -367,6 +399,7 @@ void FrontServer::ServeConnection(int fd) {
       }
       Writer writer(stream, request, &stopping_);
       handler_(request, writer);
+      writer.Flush();  // a head still held by a handler that ended without End
       if (!writer.started()) {
         int http_status = 500;
         std::string body = ErrorJson(InternalError("no_response", "No response."), &http_status);

@@ -50,7 +50,17 @@ class FrontWriter {
   // it is chunked (HTTP/1.1) or ends with the connection (HTTP/1.0).
   virtual bool BeginBody(int status, const Headers& headers,
                          std::optional<uint64_t> content_length) = 0;
-  // Sends `data` at once (no buffering).
+  // Like BeginBody, but the head is held until the first Write, End, Flush or Abort, so that it
+  // leaves in one send with the first body bytes (one packet and one wakeup of the client less
+  // per answer). The caller must Flush before it waits for body bytes. Returns false when the
+  // client is already known to be gone.
+  virtual bool BeginBodyHeld(int status, const Headers& headers,
+                             std::optional<uint64_t> content_length) {
+    return BeginBody(status, headers, content_length);
+  }
+  // Sends a held head now (nothing when none is held). Returns false when the client is gone.
+  virtual bool Flush() { return !PeerClosed(); }
+  // Sends `data` at once (no buffering beyond a held head).
   virtual bool Write(std::string_view data) = 0;
   // Ends the body (the last chunk for chunked bodies).
   virtual bool End() = 0;

@@ -3,6 +3,8 @@
 
 #include "gateway/gateway.h"
 
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -97,6 +99,11 @@ class FakeBackend {
       }
       w.Write("data: [DONE]\n\n");
       w.End();
+    } else if (r.path == "/v1/late-first-event") {
+      w.BeginBody(200, {{"Content-Type", "text/event-stream"}}, std::nullopt);
+      std::this_thread::sleep_for(300ms);
+      w.Write("data: {\"i\":0}\n\n");
+      w.End();
     } else if (r.path == "/v1/hang") {
       while (!w.PeerClosed()) std::this_thread::sleep_for(1ms);
       std::lock_guard<std::mutex> lock(mu_);
@@ -152,7 +159,8 @@ class Client {
     ASSERT_TRUE(s.WriteAll(req));
   }
   // Reads the status and headers, then the body in pieces as they come (on_piece per read).
-  Reply Read(const std::function<void(std::string_view)>& on_piece = nullptr, bool head = false) {
+  Reply Read(const std::function<void(std::string_view)>& on_piece = nullptr, bool head = false,
+             Clock::time_point* head_at = nullptr) {
     Reply reply;
     FdStream s(fd_);
     s.set_read_timeout_ms(5000);
@@ -162,6 +170,7 @@ class Client {
     boost::system::error_code ec;
     http::read_header(s, buffer_, p, ec);
     if (ec) return reply;
+    if (head_at != nullptr) *head_at = Clock::now();
     reply.status = p.get().result_int();
     for (const auto& f : p.get()) {
       std::string name(f.name_string());
@@ -333,6 +342,48 @@ TEST_F(GatewayTest, SseEventsArriveAsTheBackendSendsThem) {
             "data: [DONE]\n\n");
   ASSERT_GE(times.size(), 4u);
   EXPECT_GE(times[3] - times[0], 400ms);  // not held back and sent at the end
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, SmallAnswerReachesTheClientInOneSend) {
+  StartGateway();
+  int fd = *ConnectTcp("127.0.0.1", gateway_->port(), 1000);
+  std::string body = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+  std::string req = "POST /v1/echo HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer " + key_ +
+                    "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(FdStream(fd).WriteAll(req));
+    // The head and the body leave the gateway in one send, so the first read has it all: a
+    // head sent alone costs the client a wake-up and a packet.
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    std::string got(65536, '\0');
+    ssize_t n = ::recv(fd, got.data(), got.size(), 0);
+    ASSERT_GT(n, 0);
+    got.resize(static_cast<size_t>(n));
+    size_t end = got.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos) << got;
+    size_t at = got.find("Content-Length: ");
+    ASSERT_NE(at, std::string::npos) << got;
+    EXPECT_EQ(got.size() - end - 4, std::stoul(got.substr(at + 16))) << got;
+  }
+  CloseNow(fd);
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, StreamHeadIsNotHeldBackUntilTheFirstEvent) {
+  StartGateway();
+  Client c(gateway_->port());
+  auto start = Clock::now();
+  c.Send("POST", "/v1/late-first-event", "{\"stream\":true}",
+         {{"Authorization", "Bearer " + key_}});
+  Clock::time_point head_at{}, event_at{};
+  Reply r = c.Read([&](std::string_view) {
+    if (event_at == Clock::time_point{}) event_at = Clock::now();
+  }, false, &head_at);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_LT(head_at - start, 200ms);
+  EXPECT_GE(event_at - start, 250ms);
   ExpectNoLeakedSlots();
 }
 

@@ -19,8 +19,16 @@ void Sample(std::string* out, std::string_view name, std::string_view labels, do
   }
 }
 
+using CounterMap = std::map<std::string, uint64_t, std::less<>>;
+
+void Bump(CounterMap& map, std::string_view key) {
+  auto it = map.find(key);
+  if (it == map.end()) it = map.emplace(std::string(key), 0).first;
+  it->second++;
+}
+
 void LabelledCounter(std::string* out, std::string_view name, std::string_view label,
-                     std::string_view help, const std::map<std::string, uint64_t>& values) {
+                     std::string_view help, const CounterMap& values) {
   Header(out, name, "counter", help);
   for (const auto& [value, count] : values) {
     Sample(out, name, fmt::format("{}=\"{}\"", label, EscapeLabel(value)),
@@ -28,8 +36,8 @@ void LabelledCounter(std::string* out, std::string_view name, std::string_view l
   }
 }
 
-std::map<std::string, uint64_t> ZeroSeries(std::initializer_list<const char*> names) {
-  std::map<std::string, uint64_t> out;
+CounterMap ZeroSeries(std::initializer_list<const char*> names) {
+  CounterMap out;
   for (const char* n : names) out[n] = 0;
   return out;
 }
@@ -96,22 +104,22 @@ GatewayMetrics::GatewayMetrics()
 
 void GatewayMetrics::RecordRequest(int status, std::string_view backend) {
   std::lock_guard<std::mutex> lock(mu_);
-  requests_[{status, backend.empty() ? "none" : std::string(backend)}]++;
+  Bump(requests_[status], backend.empty() ? std::string_view("none") : backend);
 }
 
 void GatewayMetrics::RecordRejection(std::string_view reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  rejections_[std::string(reason)]++;
+  Bump(rejections_, reason);
 }
 
 void GatewayMetrics::RecordCancellation(std::string_view phase) {
   std::lock_guard<std::mutex> lock(mu_);
-  cancellations_[std::string(phase)]++;
+  Bump(cancellations_, phase);
 }
 
 void GatewayMetrics::RecordAffinity(std::string_view result) {
   std::lock_guard<std::mutex> lock(mu_);
-  affinity_[std::string(result)]++;
+  Bump(affinity_, result);
 }
 
 void GatewayMetrics::RecordRetry() {
@@ -126,7 +134,7 @@ void GatewayMetrics::RecordBackendError(std::string_view backend, std::string_vi
 
 void GatewayMetrics::RecordKeyRequest(std::string_view key_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  key_requests_[std::string(key_id)]++;
+  Bump(key_requests_, key_id);
 }
 
 void GatewayMetrics::RecordReload(std::string_view file, bool ok) {
@@ -153,10 +161,12 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   constexpr std::string_view kRequests = "deepinfer_gateway_requests_total";
   Header(out, kRequests, "counter", "Answered requests by HTTP status and serving backend.");
-  for (const auto& [key, count] : requests_) {
-    Sample(out, kRequests,
-           fmt::format("code=\"{}\",backend=\"{}\"", key.first, EscapeLabel(key.second)),
-           static_cast<double>(count));
+  for (const auto& [code, backends] : requests_) {
+    for (const auto& [backend, count] : backends) {
+      Sample(out, kRequests,
+             fmt::format("code=\"{}\",backend=\"{}\"", code, EscapeLabel(backend)),
+             static_cast<double>(count));
+    }
   }
   LabelledCounter(out, "deepinfer_gateway_rejections_total", "reason",
                   "Requests the gateway answered itself with an error, by reason.", rejections_);

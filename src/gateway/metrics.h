@@ -7,6 +7,7 @@
 // Source: Prometheus "Exposition formats" (text format 0.0.4) and "Metric and label naming".
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -83,13 +84,17 @@ class GatewayMetrics {
   void Format(const GatewayGauges& gauges, std::string* out) const;
 
  private:
+  // Transparent comparators: a counter that exists is found by string_view, without building
+  // a std::string on every request.
+  using CounterMap = std::map<std::string, uint64_t, std::less<>>;
+
   mutable std::mutex mu_;
-  std::map<std::pair<int, std::string>, uint64_t> requests_;
-  std::map<std::string, uint64_t> rejections_;
-  std::map<std::string, uint64_t> cancellations_;
-  std::map<std::string, uint64_t> affinity_;
+  std::map<int, CounterMap> requests_;  // code -> backend -> count
+  CounterMap rejections_;
+  CounterMap cancellations_;
+  CounterMap affinity_;
   std::map<std::pair<std::string, std::string>, uint64_t> backend_errors_;
-  std::map<std::string, uint64_t> key_requests_;
+  CounterMap key_requests_;
   std::map<std::pair<std::string, std::string>, uint64_t> reloads_;
   uint64_t retries_ = 0;
   SecondsHistogram queue_wait_;

@@ -2,12 +2,18 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "api/errors.h"
 #include "gateway/key_store.h"
 #include "nlohmann/json.hpp"
+#include "simdjson.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -55,126 +61,101 @@ struct Part {
   std::string text;
 };
 
-class Handler : public nlohmann::json_sax<SaxJson> {
+// What the body's JSON events mean for routing. Driven by Walk over a simdjson document (the
+// request path) or by the nlohmann SAX adapter (the reference for tests); for a valid body both
+// deliver the same events in the same order.
+class Inspector {
  public:
-  explicit Handler(BodyInfo* info) : info_(info) {}
+  explicit Inspector(BodyInfo* info) : info_(info) {}
 
-  bool null() override {
-    ArrayElement();
-    return true;
-  }
-  bool boolean(bool v) override {
+  void Null() { ArrayElement(); }
+  void Boolean(bool v) {
     ArrayElement();
     if (AtTop("stream")) info_->stream = v;
-    return true;
   }
-  bool number_integer(number_integer_t v) override {
-    ArrayElement();
-    Integer(v);
-    return true;
-  }
-  bool number_unsigned(number_unsigned_t v) override {
-    ArrayElement();
-    Integer(v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v));
-    return true;
-  }
-  bool number_float(number_float_t, const string_t&) override {
-    ArrayElement();
-    return true;
-  }
-  bool binary(binary_t&) override {
-    ArrayElement();
-    return true;
-  }
-  bool string(string_t& v) override {
-    ArrayElement();
-    if (AtTop("user")) info_->user = v;
-    if (AtTop("model")) info_->model = v;
-    if (stack_.size() == 2 && stack_[0].key == "metadata" && stack_[1].object &&
-        stack_[1].key == "user_id") {
-      info_->metadata_user_id = v;
-    }
-    if (InPrompt() && !IsDataKey(CurrentKey())) {
-      info_->prompt_text_bytes += static_cast<int64_t>(v.size());
-      Append(v, /*is_key=*/false);
-    }
-    return true;
-  }
-  bool start_object(std::size_t) override {
-    ArrayElement();
-    if (stack_.size() >= kMaxDepth) return false;
-    stack_.push_back(Frame{true, "", -1});
-    return true;
-  }
-  bool key(string_t& k) override {
-    stack_.back().key = k;
-    if (InPrompt() && stack_.size() > 1) Append(k, /*is_key=*/true);
-    return true;
-  }
-  bool end_object() override {
-    stack_.pop_back();
-    return true;
-  }
-  bool start_array(std::size_t) override {
-    ArrayElement();
-    if (stack_.size() >= kMaxDepth) return false;
-    stack_.push_back(Frame{false, "", -1});
-    return true;
-  }
-  bool end_array() override {
-    stack_.pop_back();
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return false;
-  }
-
-  std::vector<Part> parts;  // [0] is the system text; then one per opening message
-  int first_user = -1;      // index into parts
-
- private:
-  // `stack_[0]` is the top-level object; its current key names the top-level field.
-  bool AtTop(std::string_view key) const {
-    return stack_.size() == 1 && stack_[0].object && stack_[0].key == key;
-  }
-  bool InPrompt() const {
-    return !stack_.empty() && stack_[0].object && IsPromptField(stack_[0].key);
-  }
-  std::string_view CurrentKey() const {
-    return stack_.empty() || !stack_.back().object ? std::string_view() : stack_.back().key;
-  }
-
-  // Called as a value or container opens: arrays count their elements.
-  void ArrayElement() {
-    if (!stack_.empty() && !stack_.back().object) stack_.back().index++;
-  }
-
   void Integer(int64_t v) {
-    if (stack_.size() == 1 && stack_[0].object) {
+    ArrayElement();
+    if (depth_ == 1 && stack_[0].object) {
       const std::string& k = stack_[0].key;
       if (k == "max_tokens" || k == "max_completion_tokens" || k == "max_output_tokens") {
         info_->max_tokens = std::max(info_->max_tokens.value_or(v), v);
       }
     }
     // A token-id prompt: [1, 2, 3] or [[1, 2], [3]].
-    if (stack_.size() >= 2 && stack_[0].key == "prompt" && !stack_.back().object) {
+    if (depth_ >= 2 && stack_[0].key == "prompt" && !back().object) {
       info_->prompt_token_ids++;
     }
+  }
+  void Float() { ArrayElement(); }
+  void String(std::string_view v) {
+    ArrayElement();
+    if (AtTop("user")) info_->user.assign(v);
+    if (AtTop("model")) info_->model.assign(v);
+    if (depth_ == 2 && stack_[0].key == "metadata" && stack_[1].object &&
+        stack_[1].key == "user_id") {
+      info_->metadata_user_id.assign(v);
+    }
+    if (InPrompt() && !IsDataKey(CurrentKey())) {
+      info_->prompt_text_bytes += static_cast<int64_t>(v.size());
+      Append(v, /*is_key=*/false);
+    }
+  }
+  bool StartObject() { return Open(true); }
+  void Key(std::string_view k) {
+    stack_[depth_ - 1].key.assign(k);
+    if (InPrompt() && depth_ > 1) Append(k, /*is_key=*/true);
+  }
+  void EndObject() { Close(); }
+  bool StartArray() { return Open(false); }
+  void EndArray() { Close(); }
+
+  std::vector<Part> parts;  // [0] is the system text; then one per opening message
+  int first_user = -1;      // index into parts
+
+ private:
+  bool Open(bool object) {
+    ArrayElement();
+    if (depth_ >= kMaxDepth) return false;
+    // Frames are reused, so that their key strings keep their capacity between requests.
+    if (depth_ == stack_.size()) stack_.emplace_back();
+    Frame& f = stack_[depth_++];
+    f.object = object;
+    f.key.clear();
+    f.index = -1;
+    return true;
+  }
+  void Close() { --depth_; }
+
+  // `stack_[0]` is the top-level object; its current key names the top-level field.
+  bool AtTop(std::string_view key) const {
+    return depth_ == 1 && stack_[0].object && stack_[0].key == key;
+  }
+  bool InPrompt() const {
+    return depth_ > 0 && stack_[0].object && IsPromptField(stack_[0].key);
+  }
+  std::string_view CurrentKey() const {
+    return depth_ == 0 || !back().object ? std::string_view() : back().key;
+  }
+  const Frame& back() const { return stack_[depth_ - 1]; }
+
+  // Called as a value or container opens: arrays count their elements.
+  void ArrayElement() {
+    if (depth_ > 0 && !stack_[depth_ - 1].object) stack_[depth_ - 1].index++;
   }
 
   // Text for the conversation digest: system/instructions go to part 0, message i of
   // messages/input to part i + 1; roles are remembered to find the first user message.
-  void Append(const std::string& text, bool is_key) {
+  void Append(std::string_view text, bool is_key) {
     const std::string& top = stack_[0].key;
     size_t part;
     if (top == "system" || top == "instructions") {
       part = 0;
-    } else if ((top == "messages" || top == "input") && stack_.size() >= 3 && !stack_[1].object &&
+    } else if ((top == "messages" || top == "input") && depth_ >= 3 && !stack_[1].object &&
                stack_[1].index >= 0 && stack_[1].index < static_cast<int64_t>(kOpeningMessages)) {
       part = static_cast<size_t>(stack_[1].index) + 1;
-      if (!is_key && stack_.size() == 3 && stack_[2].object && stack_[2].key == "role") {
+      if (!is_key && depth_ == 3 && stack_[2].object && stack_[2].key == "role") {
         if (parts.size() <= part) parts.resize(part + 1);
-        parts[part].role = text;
+        parts[part].role.assign(text);
         if (text == "user" && (first_user < 0 || static_cast<int>(part) < first_user)) {
           first_user = static_cast<int>(part);
         }
@@ -186,13 +167,191 @@ class Handler : public nlohmann::json_sax<SaxJson> {
     if (parts.size() <= part) parts.resize(part + 1);
     std::string& out = parts[part].text;
     if (out.size() >= kOpeningBytesPerPart) return;
-    out.append(text, 0, std::min(text.size(), kOpeningBytesPerPart - out.size()));
+    out.append(text.substr(0, std::min(text.size(), kOpeningBytesPerPart - out.size())));
     out += is_key ? '\x1d' : '\x1f';
   }
 
+  // Frames [0, depth_) are live; closed frames stay in stack_ for reuse. Every event arrives
+  // inside the top-level object (InspectBody starts only on a '{'), so stack_[0] exists.
   BodyInfo* info_;
   std::vector<Frame> stack_;
+  size_t depth_ = 0;
 };
+
+// simdjson parsers keep buffers sized for the largest body they have seen, so one per connection
+// thread would cost tens of KiB per open connection; a few shared ones, each used for a parse
+// and a walk of about a microsecond, serve all threads.
+class ParserPool {
+ public:
+  class Lease {
+   public:
+    explicit Lease(std::unique_ptr<simdjson::dom::parser> p) : p_(std::move(p)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (p_) ParserPool::Put(std::move(p_));
+    }
+    simdjson::dom::parser* operator->() { return p_.get(); }
+
+   private:
+    std::unique_ptr<simdjson::dom::parser> p_;
+  };
+
+  static Lease Get() {
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      if (!idle().empty()) {
+        Lease l(std::move(idle().back()));
+        idle().pop_back();
+        return l;
+      }
+    }
+    return Lease(std::make_unique<simdjson::dom::parser>());
+  }
+
+ private:
+  // Parsers past this many idle ones are freed (a burst of parallel parses does not pin memory).
+  static constexpr size_t kMaxIdle = 8;
+  // A parser grown past this by one large body is dropped rather than kept.
+  static constexpr size_t kMaxKeptCapacity = size_t{1} << 20;
+
+  static void Put(std::unique_ptr<simdjson::dom::parser> p) {
+    if (p->capacity() > kMaxKeptCapacity) return;
+    std::lock_guard<std::mutex> lock(mu());
+    if (idle().size() < kMaxIdle) idle().push_back(std::move(p));
+  }
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::unique_ptr<simdjson::dom::parser>>& idle() {
+    static auto* v = new std::vector<std::unique_ptr<simdjson::dom::parser>>();
+    return *v;
+  }
+};
+
+// Feeds a parsed document to the Inspector in document order (the same events nlohmann's SAX
+// parser delivers for a valid body). Returns false where the Inspector refuses to go deeper.
+bool Walk(simdjson::dom::element e, Inspector* h) {
+  switch (e.type()) {
+    case simdjson::dom::element_type::OBJECT: {
+      if (!h->StartObject()) return false;
+      const simdjson::dom::object object = e.get_object().value_unsafe();
+      for (simdjson::dom::key_value_pair field : object) {
+        h->Key(field.key);
+        if (!Walk(field.value, h)) return false;
+      }
+      h->EndObject();
+      return true;
+    }
+    case simdjson::dom::element_type::ARRAY: {
+      if (!h->StartArray()) return false;
+      const simdjson::dom::array array = e.get_array().value_unsafe();
+      for (simdjson::dom::element child : array) {
+        if (!Walk(child, h)) return false;
+      }
+      h->EndArray();
+      return true;
+    }
+    case simdjson::dom::element_type::INT64:
+      h->Integer(e.get_int64().value_unsafe());
+      return true;
+    case simdjson::dom::element_type::UINT64: {
+      const uint64_t v = e.get_uint64().value_unsafe();
+      h->Integer(v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v));
+      return true;
+    }
+    case simdjson::dom::element_type::DOUBLE:
+      h->Float();
+      return true;
+    case simdjson::dom::element_type::STRING:
+      h->String(e.get_string().value_unsafe());
+      return true;
+    case simdjson::dom::element_type::BOOL:
+      h->Boolean(e.get_bool().value_unsafe());
+      return true;
+    case simdjson::dom::element_type::NULL_VALUE:
+      h->Null();
+      return true;
+  }
+  return false;
+}
+
+// The same events from nlohmann::json's SAX parser (the reference for tests).
+class NlohmannAdapter : public nlohmann::json_sax<SaxJson> {
+ public:
+  explicit NlohmannAdapter(Inspector* h) : h_(h) {}
+  bool null() override {
+    h_->Null();
+    return true;
+  }
+  bool boolean(bool v) override {
+    h_->Boolean(v);
+    return true;
+  }
+  bool number_integer(number_integer_t v) override {
+    h_->Integer(v);
+    return true;
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    h_->Integer(v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v));
+    return true;
+  }
+  bool number_float(number_float_t, const string_t&) override {
+    h_->Float();
+    return true;
+  }
+  bool binary(binary_t&) override {
+    h_->Null();
+    return true;
+  }
+  bool string(string_t& v) override {
+    h_->String(v);
+    return true;
+  }
+  bool start_object(std::size_t) override { return h_->StartObject(); }
+  bool key(string_t& k) override {
+    h_->Key(k);
+    return true;
+  }
+  bool end_object() override {
+    h_->EndObject();
+    return true;
+  }
+  bool start_array(std::size_t) override { return h_->StartArray(); }
+  bool end_array() override {
+    h_->EndArray();
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  Inspector* h_;
+};
+
+// Fills in the conversation digest from what the inspector kept.
+void FinishDigest(const Inspector& inspector, BodyInfo* info) {
+  const auto& parts = inspector.parts;
+  if (parts.size() > 1 || (!parts.empty() && !parts[0].text.empty())) {
+    size_t last =
+        inspector.first_user > 0 ? static_cast<size_t>(inspector.first_user) : parts.size() - 1;
+    std::string opening;
+    for (size_t i = 0; i <= last && i < parts.size(); ++i) {
+      opening += parts[i].role;
+      opening += '\x1e';
+      opening += parts[i].text;
+      opening += '\x1c';
+    }
+    Digest d = Sha256(opening);
+    info->conversation_digest = ToHex(d.data(), d.size());
+  }
+}
+
+bool StartsWithObject(std::string_view body) {
+  size_t first = body.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && body[first] == '{';
+}
 
 }  // namespace
 
@@ -207,30 +366,32 @@ std::string_view PresentedKey(std::string_view authorization, std::string_view x
 
 BodyInfo InspectBody(std::string_view body) {
   BodyInfo info;
-  size_t first = body.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos || body[first] != '{') return info;
-  Handler handler(&info);
+  if (!StartsWithObject(body)) return info;
+  // parse() copies the body into the parser's padded buffer (simdjson reads up to 64 bytes past
+  // the end); the document lives in the parser until it goes back to the pool.
+  ParserPool::Lease parser = ParserPool::Get();
+  simdjson::dom::element doc;
+  if (parser->parse(body.data(), body.size()).get(doc) != simdjson::SUCCESS) return info;
+  Inspector inspector(&info);
+  if (!Walk(doc, &inspector)) return BodyInfo{};  // nested deeper than the inspector follows
+  info.json_object = true;
+  FinishDigest(inspector, &info);
+  return info;
+}
+
+BodyInfo InspectBodyWithNlohmann(std::string_view body) {
+  BodyInfo info;
+  if (!StartsWithObject(body)) return info;
+  Inspector inspector(&info);
+  NlohmannAdapter adapter(&inspector);
   bool ok = false;
   try {
-    ok = SaxJson::sax_parse(body.begin(), body.end(), &handler);
+    ok = SaxJson::sax_parse(body.begin(), body.end(), &adapter);
   } catch (const std::exception&) {
     ok = false;
   }
   info.json_object = ok;
-  const auto& parts = handler.parts;
-  if (parts.size() > 1 || (!parts.empty() && !parts[0].text.empty())) {
-    size_t last =
-        handler.first_user > 0 ? static_cast<size_t>(handler.first_user) : parts.size() - 1;
-    std::string opening;
-    for (size_t i = 0; i <= last && i < parts.size(); ++i) {
-      opening += parts[i].role;
-      opening += '\x1e';
-      opening += parts[i].text;
-      opening += '\x1c';
-    }
-    Digest d = Sha256(opening);
-    info.conversation_digest = ToHex(d.data(), d.size());
-  }
+  FinishDigest(inspector, &info);
   return info;
 }
 

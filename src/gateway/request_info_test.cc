@@ -1,5 +1,8 @@
 #include "gateway/request_info.h"
 
+#include <string>
+#include <vector>
+
 #include "api/errors.h"
 #include "gtest/gtest.h"
 #include "util/status.h"
@@ -90,7 +93,7 @@ TEST(InspectBodyTest, NonJsonAndTruncatedBodiesAreNotObjects) {
   EXPECT_FALSE(InspectBody("{\"max_tokens\":").json_object);
   BodyInfo partial = InspectBody("{\"user\":\"u\",\"messages\":[");
   EXPECT_FALSE(partial.json_object);
-  EXPECT_EQ(partial.user, "u");
+  EXPECT_EQ(partial.user, "");  // nothing is read from an invalid body
   EXPECT_FALSE(InspectBody("{\"a\":\"\xff\"}").json_object);
   std::string deep(100000, '[');
   EXPECT_FALSE(InspectBody("{\"a\":" + deep).json_object);
@@ -119,6 +122,67 @@ TEST(SessionTest, KeysAreHashedPerTenant) {
   EXPECT_NE(a.key, b.key);
   EXPECT_EQ(a.key, ExtractSession("tenant-a", "s-1", empty).key);
   EXPECT_EQ(a.key.find("s-1"), std::string::npos);
+}
+
+// Whatever InspectBody (simdjson) accepts, nlohmann's SAX parser accepts and reads the same way;
+// what it rejects leaves every field empty.
+void ExpectSameAsNlohmann(const std::string& body) {
+  BodyInfo fast = InspectBody(body);
+  SCOPED_TRACE(body);
+  if (!fast.json_object) {
+    EXPECT_FALSE(fast.max_tokens.has_value());
+    EXPECT_TRUE(fast.user.empty() && fast.model.empty() && fast.metadata_user_id.empty());
+    EXPECT_EQ(fast.prompt_text_bytes, 0);
+    EXPECT_EQ(fast.prompt_token_ids, 0);
+    EXPECT_TRUE(fast.conversation_digest.empty());
+    return;
+  }
+  BodyInfo ref = InspectBodyWithNlohmann(body);
+  EXPECT_TRUE(ref.json_object);
+  EXPECT_EQ(fast.max_tokens, ref.max_tokens);
+  EXPECT_EQ(fast.stream, ref.stream);
+  EXPECT_EQ(fast.model, ref.model);
+  EXPECT_EQ(fast.user, ref.user);
+  EXPECT_EQ(fast.metadata_user_id, ref.metadata_user_id);
+  EXPECT_EQ(fast.prompt_text_bytes, ref.prompt_text_bytes);
+  EXPECT_EQ(fast.prompt_token_ids, ref.prompt_token_ids);
+  EXPECT_EQ(fast.conversation_digest, ref.conversation_digest);
+}
+
+TEST(InspectBodyTest, AgreesWithNlohmannOnEveryPrefixAndMutation) {
+  const std::vector<std::string> corpus = {
+      R"({"model":"m","stream":true,"max_tokens":7,"user":"u1","metadata":{"user_id":"a"},)"
+      R"("messages":[{"role":"system","content":"be \"brief\"\n\t\\ \/ \b\f\r"},)"
+      R"({"role":"user","content":[{"type":"text","text":"h\u00e9llo \ud83d\ude00 \u0000"},)"
+      R"({"type":"image_url","image_url":{"url":"data:x"}}]}]})",
+      R"( {"prompt":[[1,2],[3,-4]],"max_tokens":18446744073709551615,"temperature":1.5e-3,)"
+      R"("max_completion_tokens":-9223372036854775808,"x":[null,false,true,0,-0,1E5,2.0]} )",
+      R"({"max_tokens":18446744073709551616,"max_output_tokens":-9223372036854775809,"n":01})",
+      "{\"system\":[{\"type\":\"text\",\"text\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}],"
+      "\"messages\":[{\"content\":\"q\",\"role\":\"user\"}],\"metadata\":{\"user_id\":\"\\u00ff\"}}",
+      R"({"input":[{"role":"user","content":"a"}],"instructions":"i","a":{"b":{"c":[[[]]]}}})",
+      R"({"messages":[{"role":"user","content":"\ud800"}]})",
+      R"({"messages":[{"role":"user","content":"\udc00x"}],"user":"u"})",
+      R"({"a":[1,],"b":2})",
+      R"({"a":tru})",
+      "{\"a\":\"\x01\"}",
+      "{\"a\":\"\xc0\x80\",\"b\":\"\xed\xa0\x80\",\"c\":\"\xf4\x90\x80\x80\"}",
+      R"({"a":1}{"b":2})",
+  };
+  const char kReplacements[] = {'"', '\\', '{', '}', '[', ']', ',', ':', '0', '-', 'e', '.',
+                                ' ', 'u', 'x', '\0', '\x80', '\xff'};
+  for (const std::string& body : corpus) {
+    for (size_t n = 0; n <= body.size(); ++n) ExpectSameAsNlohmann(body.substr(0, n));
+    for (size_t i = 0; i < body.size(); ++i) {
+      for (char c : kReplacements) {
+        std::string mutated = body;
+        mutated[i] = c;
+        ExpectSameAsNlohmann(mutated);
+      }
+    }
+  }
+  std::string deep = "{\"a\":" + std::string(200, '[') + std::string(200, ']') + "}";
+  ExpectSameAsNlohmann(deep);
 }
 
 TEST(PreCheckTest, RejectsMaxTokensAboveTheLimit) {

@@ -43,6 +43,14 @@ class FdStream {
   // `cancel` is consulted the moment that peer leaves rather than at the next slice. The
   // proxy watches the client's socket while it waits on the backend's.
   void set_watch_fd(int fd) { watch_fd_ = fd; }
+  // The next read polls before its first recv: for reads that cannot find bytes yet (the next
+  // request on an idle keep-alive connection, an answer to a request just sent), the recv that
+  // would fail with EAGAIN is a wasted syscall.
+  void WaitBeforeNextRead() { wait_first_ = true; }
+  // Called when a read is about to wait for bytes that are not there yet; false aborts the read
+  // with operation_aborted. The proxy flushes a held response head here, so that a head and the
+  // body bytes that arrive with it leave in one send, yet a head never waits on a slow body.
+  void set_before_read_wait(std::function<bool()> hook) { before_read_wait_ = std::move(hook); }
 
   template <class MutableBufferSequence>
   size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
@@ -85,6 +93,9 @@ class FdStream {
 
   // Writes all of `data`. Returns false on error, timeout or cancel.
   bool WriteAll(std::string_view data);
+  // Writes all of the `count` buffers of `iov` (at most 16), in as few sends as the socket
+  // allows. `iov` is consumed. Returns false on error, timeout or cancel.
+  bool WriteAllV(iovec* iov, int count);
   // Reads what is available now or within `timeout_ms`. Returns bytes read; 0 with ec set on
   // end of stream (eof), timeout (timed_out), cancel (operation_aborted) or error.
   size_t Read(char* data, size_t size, boost::system::error_code& ec);
@@ -104,7 +115,9 @@ class FdStream {
   int slice_ms_ = 20;
   int watch_fd_ = -1;
   bool cancel_writes_ = true;
+  bool wait_first_ = false;
   std::function<bool()> cancel_;
+  std::function<bool()> before_read_wait_;
 };
 
 // Opens a TCP connection to host:port (numeric or resolvable name) within `timeout_ms`, with

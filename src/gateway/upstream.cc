@@ -25,6 +25,9 @@ using boost::system::error_code;
 
 constexpr size_t kHeaderLimitBytes = 64 * 1024;
 constexpr size_t kReadChunkBytes = 16 * 1024;
+// What the response buffer holds before it grows: a small answer in one recv, yet few pages
+// per open stream (every stream keeps its buffer; see the memory row in docs/gateway.md).
+constexpr size_t kReadBufferBytes = 4 * 1024;
 // A partial SSE event larger than this is passed on without waiting for its end.
 constexpr size_t kMaxHeldEventBytes = 64 * 1024;
 
@@ -211,7 +214,13 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
 
   std::string head = RequestHead(backend, request.method, request.target, forward_headers,
                                  request.body.size(), pool != nullptr);
-  bool sent = stream.WriteAll(head) && stream.WriteAll(request.body);
+  // Head and body in one send: a backend that reads the head alone would wait for the body.
+  auto send_request = [&] {
+    iovec iov[2] = {{head.data(), head.size()},
+                    {const_cast<char*>(request.body.data()), request.body.size()}};
+    return stream.WriteAllV(iov, 2);
+  };
+  bool sent = send_request();
   if (!sent && pooled >= 0 && !writer.PeerClosed()) {
     // The reused connection died while idle (nothing of this request was processed): once more
     // on a fresh connection to the same backend.
@@ -228,7 +237,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     stream.set_write_timeout_ms(options.write_timeout_ms);
     stream.set_cancel([&writer] { return writer.PeerClosed(); });
     stream.set_watch_fd(writer.client_fd());
-    sent = stream.WriteAll(head) && stream.WriteAll(request.body);
+    sent = send_request();
   }
   result.connect_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (!sent) {
@@ -246,12 +255,16 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
 
   try {
     boost::beast::flat_buffer buffer;
+    // Room for a whole small answer per recv (Beast reads at most max(512, free capacity)), so
+    // that it also reaches the client in one send.
+    buffer.reserve(kReadBufferBytes);
     http::response_parser<http::buffer_body> parser;
     parser.header_limit(kHeaderLimitBytes);
     parser.body_limit(boost::none);
     if (request.method == "HEAD") parser.skip(true);
     error_code ec;
     stream.set_read_timeout_ms(options.header_timeout_ms);
+    stream.WaitBeforeNextRead();  // the backend cannot have answered a request just sent
     http::read_header(stream, buffer, parser, ec);
     if (ec) {
       if (ec == net::error::operation_aborted) {
@@ -301,11 +314,14 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     if (parser.is_done() && !length) length = 0;
     result.phase = sse ? "streaming" : "body";
     result.status = header.result_int();
-    if (!writer.BeginBody(header.result_int(), headers, length)) {
+    if (!writer.BeginBodyHeld(header.result_int(), headers, length)) {
       result.end = ProxyEnd::kClientGone;
       return result;
     }
     result.client_started = true;
+    // The head leaves with the first body bytes, or alone as soon as the body would be waited
+    // for (an SSE stream's head never waits on its first event).
+    stream.set_before_read_wait([&writer] { return writer.Flush(); });
 
     stream.set_read_timeout_ms(options.idle_timeout_ms);
     std::string held;  // SSE bytes after the last complete event

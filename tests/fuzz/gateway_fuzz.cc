@@ -41,6 +41,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     __builtin_trap();
   }
   if (!info.conversation_digest.empty() && info.conversation_digest.size() != 64) __builtin_trap();
+  // Whatever the request path (simdjson) accepts, nlohmann's parser accepts and reads the same.
+  gw::BodyInfo ref = info.json_object ? gw::InspectBodyWithNlohmann(body) : info;
+  if (info.json_object != ref.json_object || info.max_tokens != ref.max_tokens ||
+      info.stream != ref.stream || info.model != ref.model || info.user != ref.user ||
+      info.metadata_user_id != ref.metadata_user_id ||
+      info.prompt_text_bytes != ref.prompt_text_bytes ||
+      info.prompt_token_ids != ref.prompt_token_ids ||
+      info.conversation_digest != ref.conversation_digest) {
+    __builtin_trap();
+  }
 
   gw::SessionId session = gw::ExtractSession("fuzz", session_header, info);
   if (session.key.empty() != session.source.empty()) __builtin_trap();
