@@ -14,6 +14,7 @@
 #include <string_view>
 #include <tuple>
 
+#include "api/prometheus_text.h"
 #include "engine/engine.h"
 
 namespace deepinfer::api {
@@ -51,8 +52,5 @@ class HttpMetrics {
 // `stop_string_finishes` moves that many finishes from finished_reason="abort" to "stop".
 void FormatEngineMetrics(const engine::EngineStats& stats, std::string_view model_name,
                          int64_t stop_string_finishes, std::string* out);
-
-// Escapes a label value (backslash, double quote, line feed).
-std::string EscapeLabelValue(std::string_view value);
 
 }  // namespace deepinfer::api

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "api/prometheus_text.h"
 #include "fmt/format.h"
 
 namespace deepinfer::gateway {
@@ -31,7 +32,7 @@ void LabelledCounter(std::string* out, std::string_view name, std::string_view l
                      std::string_view help, const CounterMap& values) {
   Header(out, name, "counter", help);
   for (const auto& [value, count] : values) {
-    Sample(out, name, fmt::format("{}=\"{}\"", label, EscapeLabel(value)),
+    Sample(out, name, fmt::format("{}=\"{}\"", label, api::EscapeLabelValue(value)),
            static_cast<double>(count));
   }
 }
@@ -49,23 +50,6 @@ std::vector<double> Bounds() {
 }
 
 }  // namespace
-
-std::string EscapeLabel(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 SecondsHistogram::SecondsHistogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -164,7 +148,7 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   for (const auto& [code, backends] : requests_) {
     for (const auto& [backend, count] : backends) {
       Sample(out, kRequests,
-             fmt::format("code=\"{}\",backend=\"{}\"", code, EscapeLabel(backend)),
+             fmt::format("code=\"{}\",backend=\"{}\"", code, api::EscapeLabelValue(backend)),
              static_cast<double>(count));
     }
   }
@@ -184,7 +168,7 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   for (const auto& [key, count] : backend_errors_) {
     Sample(
         out, "deepinfer_gateway_backend_errors_total",
-        fmt::format("backend=\"{}\",kind=\"{}\"", EscapeLabel(key.first), EscapeLabel(key.second)),
+        fmt::format("backend=\"{}\",kind=\"{}\"", api::EscapeLabelValue(key.first), api::EscapeLabelValue(key.second)),
         static_cast<double>(count));
   }
   Header(out, "deepinfer_gateway_reloads_total", "counter",
@@ -226,7 +210,7 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   for (const GaugeSpec& spec : specs) {
     Header(out, spec.name, "gauge", spec.help);
     for (const BackendGauges& b : g.backends) {
-      Sample(out, spec.name, fmt::format("backend=\"{}\"", EscapeLabel(b.url)), spec.value(b));
+      Sample(out, spec.name, fmt::format("backend=\"{}\"", api::EscapeLabelValue(b.url)), spec.value(b));
     }
   }
   auto gauge = [&](const char* name, const char* help, double value) {

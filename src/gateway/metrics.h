@@ -102,7 +102,4 @@ class GatewayMetrics {
   SecondsHistogram duration_;
 };
 
-// Escapes a label value (backslash, double quote, line feed).
-std::string EscapeLabel(std::string_view value);
-
 }  // namespace deepinfer::gateway

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "api/prometheus_text.h"
 #include "gtest/gtest.h"
 
 namespace deepinfer::gateway {
@@ -70,7 +71,7 @@ TEST(GatewayMetricsTest, FormatsCountersGaugesAndHistograms) {
 }
 
 TEST(GatewayMetricsTest, EscapesLabelValues) {
-  EXPECT_EQ(EscapeLabel("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(api::EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }
 
 TEST(GatewayMetricsTest, PassesPromtoolWhenInstalled) {
