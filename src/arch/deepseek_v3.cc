@@ -534,18 +534,17 @@ void DeepseekImpl::AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSl
   // 2. Items: (token, head chunk, part of the positions). Parts are fixed runs of positions, so
   //    the threads share even one decode token and the arithmetic does not depend on the rest
   //    of the batch (batch invariance).
-  constexpr int32_t kPositionsPerPart = 256, kMaxParts = 64;
+  constexpr int32_t kPositionsPerPart = 256;
   mla_items_.clear();
   mla_first_.clear();
   int32_t num_partials = 0;
   for (int32_t i = 0; i < n; ++i) {
     const int32_t ctx = s.start_pos + i + 1;
-    const int32_t per_part = std::max(kPositionsPerPart, (ctx + kMaxParts - 1) / kMaxParts);
-    const int32_t parts = (ctx + per_part - 1) / per_part;
+    const int32_t parts = (ctx + kPositionsPerPart - 1) / kPositionsPerPart;
     for (int32_t c = 0; c < chunks; ++c) {
       mla_first_.push_back(num_partials);
       for (int32_t p = 0; p < parts; ++p) {
-        mla_items_.push_back({i, c, p * per_part, std::min(ctx, (p + 1) * per_part),
+        mla_items_.push_back({i, c, p * kPositionsPerPart, std::min(ctx, (p + 1) * kPositionsPerPart),
                               num_partials, parts});
         ++num_partials;
       }

@@ -25,7 +25,6 @@ constexpr int kAttentionTile = 16;
 // is in the batch, so a sequence gets the same logits alone or batched, in one prefill chunk or
 // several (batch invariance).
 constexpr int kPositionsPerPart = 256;
-constexpr int kMaxParts = 64;  // FinishAttention's limit; longer contexts get longer parts
 
 class LlamaLm final : public CausalLm {
  public:
@@ -249,8 +248,7 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
       const int32_t n = std::min(kAttentionTile, s.num_tokens - first);
       const int32_t ctx = s.start_pos + first + n;
       const int32_t blocks = (ctx + block_size - 1) / block_size;
-      const int32_t per_part = std::max({1, kPositionsPerPart / block_size,
-                                          (blocks + kMaxParts - 1) / kMaxParts});  // in blocks
+      const int32_t per_part = std::max(1, kPositionsPerPart / block_size);  // in blocks
       const int32_t parts = (blocks + per_part - 1) / per_part;  // none of them empty
       for (int32_t g = 0; g < num_kv_heads; ++g) {
         if (parts > 1) merges_.push_back(static_cast<int64_t>(items_.size()));

@@ -295,19 +295,22 @@ DI_ATTENTION_CLONES void MlaFinish(int rank, const AttentionPartial& parts, int 
     const v16 x = Load(parts.m + p * kLanes);
     m = x > m ? x : m;
   }
-  v16 w[64];
   v16 l = Splat(0.0f);
   for (int p = 0; p < num_parts; ++p) {
-    w[p] = ExpNonPositive(Load(parts.m + p * kLanes) - m);
-    l += w[p] * Load(parts.l + p * kLanes);
+    l += ExpNonPositive(Load(parts.m + p * kLanes) - m) * Load(parts.l + p * kLanes);
+  }
+  // Parts are added one after another: no per-part storage, so any number of parts.
+  std::fill(out_t, out_t + int64_t{rank} * kLanes, 0.0f);
+  for (int p = 0; p < num_parts; ++p) {
+    const v16 w = ExpNonPositive(Load(parts.m + p * kLanes) - m);
+    for (int d = 0; d < rank; ++d) {
+      Store(out_t + int64_t{d} * kLanes,
+            Load(out_t + int64_t{d} * kLanes) + w * Load(parts.o + (int64_t{p} * rank + d) * kLanes));
+    }
   }
   const v16 inv = Splat(1.0f) / l;
   for (int d = 0; d < rank; ++d) {
-    v16 acc = Splat(0.0f);
-    for (int p = 0; p < num_parts; ++p) {
-      acc += w[p] * Load(parts.o + (int64_t{p} * rank + d) * kLanes);
-    }
-    Store(out_t + int64_t{d} * kLanes, acc * inv);
+    Store(out_t + int64_t{d} * kLanes, Load(out_t + int64_t{d} * kLanes) * inv);
   }
 }
 
@@ -318,21 +321,20 @@ void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionP
     float m = -INFINITY;
     for (int p = 0; p < num_parts; ++p) m = std::max(m, parts.m[p * part_stride + r]);
     float* dst = out + (r / query.group) * query.token_stride + (r % query.group) * D;
-    float weights[64];
-    float l = 0;
-    for (int p = 0; p < num_parts; ++p) {
+    auto weight = [&](int p) {
       const float pm = parts.m[p * part_stride + r];
-      weights[p] = pm == -INFINITY ? 0.0f : std::exp(pm - m);
-      l += weights[p] * parts.l[p * part_stride + r];
+      return pm == -INFINITY ? 0.0f : std::exp(pm - m);
+    };
+    float l = 0;
+    for (int p = 0; p < num_parts; ++p) l += weight(p) * parts.l[p * part_stride + r];
+    std::fill(dst, dst + D, 0.0f);
+    for (int p = 0; p < num_parts; ++p) {
+      const float w = weight(p);
+      const float* o = parts.o + (p * part_stride + r) * D;
+      for (int d = 0; d < D; ++d) dst[d] += w * o[d];
     }
     const float inv = l > 0 ? 1.0f / l : 0.0f;
-    for (int d = 0; d < D; ++d) {
-      float acc = 0;
-      for (int p = 0; p < num_parts; ++p) {
-        acc += weights[p] * parts.o[(p * part_stride + r) * D + d];
-      }
-      dst[d] = acc * inv;
-    }
+    for (int d = 0; d < D; ++d) dst[d] *= inv;
   }
 }
 

@@ -71,7 +71,7 @@ void AttendRange(const GqaKvLayout& layout, const float* layer, const int32_t* b
 // Merges `num_parts` partial states of one item (part p at o + p * part_stride * D, m + p *
 // part_stride, l + p * part_stride) and writes the normalized output of row r (token i, head g)
 // to out[i * token_stride + g * D .. + D).
-// REQUIRES: 1 <= num_parts <= 64.
+// REQUIRES: num_parts >= 1.
 void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionPartial& parts,
                      int num_parts, int64_t part_stride, float* out);
 
@@ -113,7 +113,7 @@ void MlaAttendRange(const MlaKv& kv, const float* q_t, int32_t pos_begin, int32_
 // Merges `num_parts` partial states of one head chunk (part p at o + p * rank * 16, m + p * 16,
 // l + p * 16) into the normalized attended latent.
 // Shapes: out_t [rank, 16] f32.
-// REQUIRES: 1 <= num_parts <= 64.
+// REQUIRES: num_parts >= 1.
 void MlaFinish(int rank, const AttentionPartial& parts, int num_parts, float* out_t);
 
 }  // namespace deepinfer::kernels

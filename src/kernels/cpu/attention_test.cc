@@ -110,6 +110,7 @@ TEST(AttentionTest, FastPathMatchesReferenceForDecodeSplitIntoParts) {
   for (int ctx : {1, 15, 16, 17, 200, 513}) {
     for (int parts : {1, 2, 3, 5}) Check({16, 3, 64, 3, 1, ctx - 1, parts});
   }
+  Check({16, 3, 64, 3, 1, 3999, 100});  // more than 64 parts (84 of 3 blocks)
 }
 
 TEST(AttentionTest, GenericPathMatchesReference) {
@@ -186,6 +187,7 @@ TEST(AttentionTest, MlaAbsorbedMatchesReference) {
   CheckMla(288, 256, 16, 300, 4, 16);
   CheckMla(40, 32, 16, 37, 2, 4);   // the tiny test checkpoints: 4 heads, rank 32, rope 8
   CheckMla(41, 35, 8, 9, 3, 11);    // odd sizes: rank not a multiple of 8
+  CheckMla(288, 256, 16, 2000, 80, 16);  // more than 64 parts
 }
 
 }  // namespace
