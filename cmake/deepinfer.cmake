@@ -30,7 +30,7 @@ function(di_cc_test)
   add_executable(${T_NAME} ${T_SRCS})
   target_compile_options(${T_NAME} PRIVATE ${DI_DEFAULT_COPTS})
   target_compile_definitions(${T_NAME} PRIVATE
-    DI_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+    DI_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DI_TESTDATA_DIR="${CMAKE_BINARY_DIR}/testdata")
   target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${T_NAME} PROPERTIES LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -1,6 +1,6 @@
-// Parity of the DeepSeek-V3/V2 forward pass with transformers on tiny random checkpoints made by
-// tests/reference/make_deepseek_v3_golden.py (BF16 and FP8 safetensors, logits from
-// transformers in float32), plus self-consistency: absorbed decode vs expanded prefill, chunked
+// Parity of the DeepSeek-V3/V2 forward pass with transformers on tiny random checkpoints whose
+// recipes and goldens come from tests/reference/make_deepseek_v3_golden.py (BF16 and FP8 weights
+// generated at test time, logits of transformers in float32 as .npy), plus self-consistency: absorbed decode vs expanded prefill, chunked
 // vs one-shot prefill, batched vs single sequences, and the MTP module.
 
 #include "arch/deepseek_v3.h"
@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -17,7 +20,7 @@
 #include "arch/causal_lm.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
-#include "model/safetensors.h"
+#include "model/synthetic_checkpoint_testing.h"
 #include "nlohmann/json.hpp"
 
 namespace deepinfer::arch {
@@ -25,26 +28,77 @@ namespace {
 
 using Mode = DeepseekV3Lm::AttentionMode;
 
-std::string GoldenDir(const std::string& name) {
-  return std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name;
+std::string CheckpointDir(const std::string& name) {
+  auto dir = model::DeepseekTestCheckpoint(name);
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return dir.ok() ? *dir : "";
+}
+
+// A little-endian float32 .npy array (format version 1-3, C order) with its shape.
+struct NpyArray {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+bool ReadNpy(const std::string& path, NpyArray& out) {
+  std::ifstream in(path, std::ios::binary);
+  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (file.size() < 10 || file.compare(0, 6, "\x93NUMPY") != 0) return false;
+  const int major = static_cast<uint8_t>(file[6]);
+  size_t header_len = static_cast<uint8_t>(file[8]) | static_cast<uint8_t>(file[9]) << 8;
+  size_t start = 10;
+  if (major >= 2) {
+    if (file.size() < 12) return false;
+    header_len |= static_cast<size_t>(static_cast<uint8_t>(file[10])) << 16 |
+                  static_cast<size_t>(static_cast<uint8_t>(file[11])) << 24;
+    start = 12;
+  }
+  if (file.size() < start + header_len) return false;
+  const std::string header = file.substr(start, header_len);
+  if (header.find("'descr': '<f4'") == std::string::npos ||
+      header.find("'fortran_order': False") == std::string::npos) {
+    return false;
+  }
+  const size_t open = header.find('(', header.find("'shape'"));
+  const size_t close = header.find(')', open);
+  out.shape.clear();
+  int64_t count = 1;
+  for (size_t p = open + 1; p < close;) {
+    size_t used = 0;
+    const int64_t d = std::stoll(header.substr(p), &used);
+    out.shape.push_back(d);
+    count *= d;
+    p = header.find_first_of("0123456789)", p + used);
+    if (p == std::string::npos) break;
+  }
+  const size_t data = start + header_len;
+  if (file.size() != data + count * sizeof(float)) return false;
+  out.data.resize(count);
+  std::memcpy(out.data.data(), file.data() + data, count * sizeof(float));
+  return true;
 }
 
 struct Golden {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<DeepseekV3Lm> lm;
   nlohmann::json json;
-  std::unique_ptr<model::SafetensorsFile> logits;
+  std::string golden_dir;
+  std::map<std::string, NpyArray> logits;
   int vocab = 0;
 
-  const float* Ref(const std::string& name, int64_t rows) const {
-    for (const auto& t : logits->tensors()) {
-      if (t.name == name) {
-        EXPECT_EQ(t.shape, (std::vector<int64_t>{rows, vocab}));
-        return reinterpret_cast<const float*>(t.data);
+  // transformers' logits `name` (logits_<n> or mtp_logits): [rows, vocab] f32.
+  const float* Ref(const std::string& name, int64_t rows) {
+    auto it = logits.find(name);
+    if (it == logits.end()) {
+      NpyArray a;
+      if (!ReadNpy(golden_dir + "/" + name + ".npy", a)) {
+        ADD_FAILURE() << "no golden " << golden_dir << "/" << name << ".npy";
+        return nullptr;
       }
+      it = logits.emplace(name, std::move(a)).first;
     }
-    ADD_FAILURE() << "no golden tensor " << name;
-    return nullptr;
+    EXPECT_EQ(it->second.shape, (std::vector<int64_t>{rows, vocab}));
+    return it->second.data.data();
   }
   std::vector<std::vector<int32_t>> Prompts() const {
     return json["prompts"].get<std::vector<std::vector<int32_t>>>();
@@ -53,12 +107,12 @@ struct Golden {
 
 Golden Load(const std::string& name) {
   Golden g;
-  const std::string dir = GoldenDir(name);
-  std::ifstream in(dir + "/golden.json");
+  g.golden_dir = model::DeepseekGoldenDir(name);
+  std::ifstream in(g.golden_dir + "/golden.json");
   EXPECT_TRUE(in) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
   if (!in) return g;
   g.json = nlohmann::json::parse(in);
-  auto m = model::LoadModel(dir);
+  auto m = model::LoadModel(CheckpointDir(name));
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return g;
   g.model = std::move(*m);
@@ -66,9 +120,6 @@ Golden Load(const std::string& name) {
   EXPECT_TRUE(lm.ok()) << lm.status();
   if (!lm.ok()) return g;
   g.lm = std::move(*lm);
-  auto f = model::SafetensorsFile::Open(dir + "/logits.safetensors");
-  EXPECT_TRUE(f.ok()) << f.status();
-  if (f.ok()) g.logits = std::move(*f);
   g.vocab = g.model->config.vocab;
   return g;
 }
@@ -118,7 +169,7 @@ class DeepseekParityTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(DeepseekParityTest, LogitsMatchTransformersAtEveryPosition) {
   Golden g = Load(GetParam());
-  ASSERT_TRUE(g.lm && g.logits);
+  ASSERT_TRUE(g.lm);
   util::ThreadPool pool(2);
   double worst = 0;
   for (const auto& prompt : g.Prompts()) {
@@ -299,7 +350,7 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekMtpTest,
                          [](const auto& info) { return std::string(info.param); });
 
 TEST(DeepseekV3Test, CreateCausalLmDispatchesOnArchitecture) {
-  auto m = model::LoadModel(GoldenDir("v2_lite"));
+  auto m = model::LoadModel(CheckpointDir("v2_lite"));
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->config.architecture, "deepseek_v2");
   auto lm = CreateCausalLm(**m);

@@ -1,6 +1,6 @@
-// Speculative decoding with the MTP module of a tiny DeepSeek-V3 checkpoint (random weights made
-// by tests/reference/make_deepseek_v3_golden.py): whatever the drafts, greedy output must equal
-// plain greedy decoding, token for token.
+// Speculative decoding with the MTP module of a tiny DeepSeek-V3 checkpoint (random weights from
+// the recipe of tests/reference/make_deepseek_v3_golden.py, generated at test time): whatever the
+// drafts, greedy output must equal plain greedy decoding, token for token.
 
 #include <chrono>
 #include <fstream>
@@ -11,13 +11,17 @@
 #include "engine/engine.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
+#include "model/synthetic_checkpoint_testing.h"
 #include "util/status.h"
 
 namespace deepinfer::engine {
 namespace {
 
-const std::string kCheckpoint =
-    std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/v3_groups_yarn";
+std::string CheckpointDir(const std::string& name) {
+  auto dir = model::DeepseekTestCheckpoint(name);
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return dir.ok() ? *dir : "";
+}
 
 std::vector<int32_t> Generate(Engine& engine, GenerateRequest r, StreamUpdate* final_out = nullptr) {
   auto stream = engine.Submit(std::move(r));
@@ -40,7 +44,7 @@ std::vector<int32_t> Generate(Engine& engine, GenerateRequest r, StreamUpdate* f
 class EngineSpeculativeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto m = model::LoadModel(kCheckpoint);
+    auto m = model::LoadModel(CheckpointDir("v3_groups_yarn"));
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
   }
@@ -118,7 +122,7 @@ TEST_F(EngineSpeculativeTest, ConcurrentMixedRequestsStayExact) {
 }
 
 TEST_F(EngineSpeculativeTest, ModelWithoutMtpRejectsSpeculation) {
-  auto m = model::LoadModel(std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/v3_qlora");
+  auto m = model::LoadModel(CheckpointDir("v3_qlora"));
   ASSERT_TRUE(m.ok()) << m.status();
   EngineOptions o;
   o.speculative_tokens = 1;

@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/synthetic_checkpoint_testing.h"
 #include "nlohmann/json.hpp"
 #include "util/status.h"
 
@@ -19,8 +20,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The generated test checkpoint `name` (see model/synthetic_checkpoint_testing.h).
 std::string GoldenDir(const std::string& name) {
-  return std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name;
+  auto dir = DeepseekTestCheckpoint(name);
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  return dir.ok() ? *dir : "";
 }
 
 // The DeepSeek-V3 (671B) config.json, less its auto_map and quantization_config.

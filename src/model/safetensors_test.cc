@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "model/hf_config.h"
 #include "model/model.h"
+#include "model/synthetic_checkpoint_testing.h"
 #include "nlohmann/json.hpp"
 #include "util/status.h"
 
@@ -149,11 +151,12 @@ std::string Sha256Hex(const uint8_t* p, size_t n) {
 // bit, including the partial 128-blocks of the 160- and 192-wide matrices.
 TEST(Fp8Test, LoadedFp8WeightsEqualReferenceDequantizationExactly) {
   for (const char* name : {"v3_qlora_fp8", "v3_groups_yarn_fp8"}) {
-    const std::string dir = GoldenDir() + "/" + name;
-    std::ifstream in(dir + "/golden.json");
+    std::ifstream in(DeepseekGoldenDir(name) + "/golden.json");
     ASSERT_TRUE(in) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
     const auto sha = nlohmann::json::parse(in)["dequant_bf16_sha256"];
-    auto m = LoadHfModel(dir);
+    auto dir = DeepseekTestCheckpoint(name);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    auto m = LoadHfModel(*dir);
     ASSERT_TRUE(m.ok()) << m.status();
     int checked = 0;
     for (auto it = sha.begin(); it != sha.end(); ++it) {
@@ -167,6 +170,55 @@ TEST(Fp8Test, LoadedFp8WeightsEqualReferenceDequantizationExactly) {
     for (const auto& [n, t] : (*m)->tensors) {
       EXPECT_EQ(n.find("_scale_inv"), std::string::npos) << n;
     }
+  }
+}
+
+// The C++ generator draws the same weights as tests/reference/synthetic_weights.py, byte for
+// byte (the sha256 of all tensors in recipe order is in each golden.json).
+TEST(SyntheticCheckpointTest, WeightsEqualThePythonGeneratorsBitForBit) {
+  for (const char* name : {"v3_qlora", "v3_direct_q", "v3_groups_yarn", "v2_lite", "v3_qlora_fp8",
+                           "v3_groups_yarn_fp8"}) {
+    std::ifstream g(DeepseekGoldenDir(name) + "/golden.json");
+    std::ifstream r(DeepseekGoldenDir(name) + "/weights.json");
+    ASSERT_TRUE(g && r) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
+    auto tensors = DrawSyntheticTensors(nlohmann::json::parse(r));
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    SHA256_CTX ctx;
+    SHA256_Init(&ctx);
+    for (const auto& t : *tensors) SHA256_Update(&ctx, t.bytes.data(), t.bytes.size());
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256_Final(md, &ctx);
+    std::string hex;
+    for (unsigned char c : md) hex += fmt::format("{:02x}", c);
+    EXPECT_EQ(hex, nlohmann::json::parse(g)["weights_sha256"].get<std::string>()) << name;
+  }
+}
+
+TEST(SyntheticCheckpointTest, Fp8EncodingRoundsToNearestEven) {
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;  // NaN codes
+    EXPECT_EQ(Fp32ToFp8E4M3(Fp8E4M3ToFp32(static_cast<uint8_t>(b))), b) << b;
+  }
+  // Halfway between 1.0 (0x38) and 1.125 (0x39) goes to the even code; just above goes up.
+  EXPECT_EQ(Fp32ToFp8E4M3(1.0625f), 0x38);
+  EXPECT_EQ(Fp32ToFp8E4M3(std::nextafter(1.0625f, 2.0f)), 0x39);
+  EXPECT_EQ(Fp32ToFp8E4M3(1.1875f), 0x3a);  // between 0x39 and 0x3a: even is 0x3a
+  EXPECT_EQ(Fp32ToFp8E4M3(std::ldexp(1.0f, -10)), 0x00);  // half the smallest subnormal
+  EXPECT_EQ(Fp32ToFp8E4M3(std::ldexp(3.0f, -10)), 0x02);  // 1.5 subnormal steps -> 2
+  EXPECT_EQ(Fp32ToFp8E4M3(-500.0f), 0xfe);                // clamps to -448
+}
+
+TEST(SyntheticCheckpointTest, BadRecipesAreReported) {
+  for (const char* text :
+       {R"({"generator": "other", "seed": 1, "tensors": []})",
+        R"({"generator": "splitmix64-uniform/1", "seed": 1, "tensors": [{"name": "a"}]})",
+        R"({"generator": "splitmix64-uniform/1", "seed": 1, "tensors": [{"name": "a",
+            "shape": [2], "dtype": "I8", "center": 0, "half_width": 1}]})",
+        R"({"generator": "splitmix64-uniform/1", "seed": 1, "tensors": [{"name": "a",
+            "shape": [0], "dtype": "F32", "center": 0, "half_width": 1}]})"}) {
+    EXPECT_EQ(ErrorCodeOf(DrawSyntheticTensors(nlohmann::json::parse(text)).status()),
+              "bad_recipe")
+        << text;
   }
 }
 

@@ -1,59 +1,46 @@
-"""A tiny DeepSeek-V3 checkpoint (random weights with one MTP layer, made by
-tests/reference/make_deepseek_v3_golden.py) served by real `deepinfer serve` processes and driven
-by the official openai SDK: chat, streaming, thinking mode with reasoning_content, and MTP
+"""A tiny DeepSeek-V3 checkpoint (random weights with one MTP layer, written at test time from a
+recipe made by tests/reference/make_deepseek_v3_golden.py) served by real `deepinfer serve`
+processes and driven by the official openai SDK: chat, streaming, thinking mode with reasoning_content, and MTP
 speculative decoding giving the same greedy text as plain decoding."""
 
 import json
 import pathlib
-import struct
+import subprocess
 
 import openai
 import pytest
 
-from conftest import REPO, Server
+from conftest import REPO, Server, binary
 
 GOLDEN = REPO / "tests" / "golden" / "deepseek_v3"
 VOCAB = 320  # the toy tokenizer.json's vocabulary
 
 
-def widen_vocab(src: pathlib.Path, dst: pathlib.Path, vocab: int):
-    """Copies a safetensors file, growing the [256, hidden] embedding and head to `vocab` rows
-    (the extra rows repeat the first ones) so the checkpoint matches the toy tokenizer."""
-    data = src.read_bytes()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
-    out_header, chunks, offset = {}, [], 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            out_header[name] = info
-            continue
-        begin, end = info["data_offsets"]
-        raw = body[begin:end]
-        shape = list(info["shape"])
-        if name in ("model.embed_tokens.weight", "lm_head.weight"):
-            row = len(raw) // shape[0]
-            extra = vocab - shape[0]
-            raw = raw + raw[: extra * row]
-            shape[0] = vocab
-        out_header[name] = {"dtype": info["dtype"], "shape": shape,
-                            "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    h = json.dumps(out_header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    dst.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(chunks))
+def synthetic_checkpoint(case_dir: pathlib.Path, out: pathlib.Path):
+    """Writes the weights of a recipe case with the build's `synthetic_checkpoint` tool."""
+    tool = binary().parent / "synthetic_checkpoint"
+    if not tool.exists():
+        pytest.fail(f"{tool} not found (build it: ninja -C build synthetic_checkpoint)")
+    subprocess.run([str(tool), str(case_dir), str(out)], check=True, capture_output=True,
+                   timeout=120)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
+    """v3_groups_yarn (3 layers, YaRN, one MTP module) with its vocabulary widened to the toy
+    tokenizer's 320 ids: the recipe's embedding and head draw 320 rows instead of 256."""
     d = tmp_path_factory.mktemp("tiny_deepseek")
     config = json.loads((GOLDEN / "v3_groups_yarn" / "config.json").read_text())
     config["vocab_size"] = VOCAB
     (d / "config.json").write_text(json.dumps(config))
-    widen_vocab(GOLDEN / "v3_groups_yarn" / "model.safetensors", d / "model.safetensors", VOCAB)
+    recipe = json.loads((GOLDEN / "v3_groups_yarn" / "weights.json").read_text())
+    for t in recipe["tensors"]:
+        if t["name"] in ("model.embed_tokens.weight", "lm_head.weight"):
+            t["shape"][0] = VOCAB
+    (d / "weights.json").write_text(json.dumps(recipe))
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (d / f).write_bytes((GOLDEN / "v3_direct_q" / f).read_bytes())
+    synthetic_checkpoint(d, d)
     return d
 
 

@@ -1,19 +1,26 @@
 #!/usr/bin/env python3
-"""Makes tiny random DeepSeek-V3 / V2 checkpoints and transformers logits for the C++ tests.
+"""Makes tiny random DeepSeek-V3 / V2 checkpoint recipes and transformers logits for the tests.
 
-Writes tests/golden/deepseek_v3/<case>/ (config.json + BF16 safetensors, one case sharded with
-model.safetensors.index.json), <case>_fp8/ (the same weights block-quantized to FP8 E4M3 with
-128x128 fp32 `weight_scale_inv`, as DeepSeek ships them) and golden files:
+Writes tests/golden/deepseek_v3/<case>/ for each case and <case>_fp8/ for the FP8 variants
+(the same weights block-quantized to FP8 E4M3 with 128x128 fp32 `weight_scale_inv`, as DeepSeek
+ships them):
 
-  <case>/golden.json          prompts (token ids), fp8 dequantization sha256s, MTP info
+  <case>/config.json          the Hugging Face config (FP8: with quantization_config)
+  <case>/weights.json         the weight recipe: seed, tensor names, shapes, dtypes and uniform
+                              ranges (see synthetic_weights.py); FP8 cases list the quantized
+                              tensors. No weights are committed: the C++ tests and the e2e tests
+                              write the safetensors from this recipe at test time
+                              (src/model/synthetic_checkpoint.h, bit-identical to this script).
+  <case>/golden.json          prompts (token ids), sha256 of the generated weights, fp8
+                              dequantization sha256s, MTP info
+  <case>/logits_<n>.npy       F32 logits of transformers (float32 compute) for every position of
+                              the n-token prompt [n, vocab]; mtp_logits.npy for the MTP module
   v3_direct_q/tokenizer.json  a toy byte-level BPE (320 ids) so `deepinfer generate` can run
-  <case>/logits.safetensors   F32 logits of transformers (float32 compute) for every prompt
-                              position ("logits_<n>" [n, vocab]) and MTP logits ("mtp_logits")
   fp8_e4m3.json               float value of all 256 E4M3 codes according to torch.float8_e4m3fn
 
-The weights are synthetic (seeded normal init, rounded to bfloat16); nothing is downloaded.
-transformers computes in float32 on the exact bf16 weights (for FP8 cases: on the block
-dequantized weights bf16(fp8 * scale_inv)), so the C++ engine should agree to ~1e-4.
+Nothing is downloaded. transformers computes in float32 on the exact bf16 weights (for FP8
+cases: on the block dequantized weights bf16(fp8 * scale_inv)), so the C++ engine should agree
+to ~1e-4.
 
 Run: /tmp/refvenv/bin/python tests/reference/make_deepseek_v3_golden.py   (~10 s on 2 cores)
 Needs (PyPI, as used for the committed goldens): torch==2.15.0 transformers==5.24.0
@@ -34,6 +41,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
+import synthetic_weights
 from deepseek_v3_shapes import BASE, hf_config_json, tensor_shapes
 from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
     DeepseekV3DecoderLayer,
@@ -77,28 +85,39 @@ def case_config(case):
     return c
 
 
-def make_weights(c, seed):
-    g = torch.Generator().manual_seed(seed)
-    w = {}
+def make_recipe(c, seed, shards=1):
+    """The weight recipe: uniform draws with the spreads of a usual random init."""
+    out = []
     for name, shape in tensor_shapes(c):
         if name.endswith("e_score_correction_bias"):
             # fp32 in real checkpoints; large enough to change some selections.
-            w[name] = (torch.rand(shape, generator=g) * 0.2 - 0.1).float()
-            continue
-        if len(shape) == 1:  # norms: near 1 so a missing norm shows up in the logits
-            t = 1.0 + 0.2 * torch.randn(shape, generator=g)
+            out.append(synthetic_weights.entry(name, shape, "F32", half_width=0.1))
+        elif len(shape) == 1:  # norms: near 1 so a missing norm shows up in the logits
+            out.append(synthetic_weights.entry(name, shape, center=1.0, std=0.2))
         elif name == "model.embed_tokens.weight":
-            t = torch.randn(shape, generator=g)
+            out.append(synthetic_weights.entry(name, shape, std=1.0))
         else:
-            fan_in = shape[1]
             gain = 2.0 if name.endswith("mlp.gate.weight") else 1.0
-            t = torch.randn(shape, generator=g) * (gain / math.sqrt(fan_in))
-        w[name] = t.to(torch.bfloat16)
-    return w
+            out.append(synthetic_weights.entry(name, shape, std=gain / math.sqrt(shape[1])))
+    return dict(generator=synthetic_weights.GENERATOR, seed=seed, shards=shards, tensors=out)
+
+
+def make_weights(recipe):
+    """torch tensors of the recipe plus the sha256 of all their bytes in recipe order."""
+    w, h = {}, hashlib.sha256()
+    for name, _, dtype, v in synthetic_weights.tensors(recipe):
+        h.update(v.tobytes())
+        if dtype == "BF16":
+            w[name] = torch.from_numpy(v.view(np.int16).copy()).view(torch.bfloat16)
+        else:
+            w[name] = torch.from_numpy(v.copy())
+    return w, h.hexdigest()
 
 
 def quantize_fp8(w):
-    """Reference 128x128 block quantization: scale = amax / 448, q = e4m3(w / scale)."""
+    """Reference 128x128 block quantization: scale = float32(amax / 448) (computed in float64),
+    q = e4m3fn(w / scale) rounded to nearest even; src/model/synthetic_checkpoint.cc does the
+    same and the dequantization sha256s in golden.json check that it does."""
     out, n = w.shape
     wf = w.float()
     nbo, nbi = (out + BLOCK - 1) // BLOCK, (n + BLOCK - 1) // BLOCK
@@ -128,30 +147,18 @@ def is_fp8_target(name, shape):
                 or name.endswith("mlp.gate.weight") or "shared_head.head" in name)
 
 
-def write_checkpoint(directory, config_json, tensors, shards=1):
+def write_config(directory, config_json):
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config_json, f, indent=2, sort_keys=True)
         f.write("\n")
-    names = list(tensors)
-    if shards == 1:
-        save_file({k: tensors[k].contiguous() for k in names},
-                  os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-        return
-    per = (len(names) + shards - 1) // shards
-    weight_map = {}
-    total = 0
-    for s in range(shards):
-        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-        part = {k: tensors[k].contiguous() for k in names[s * per:(s + 1) * per]}
-        save_file(part, os.path.join(directory, fname), metadata={"format": "pt"})
-        for k, t in part.items():
-            weight_map[k] = fname
-            total += t.numel() * t.element_size()
-    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2,
-                  sort_keys=True)
-        f.write("\n")
+
+
+def write_checkpoint(directory, config_json, tensors):
+    """A loadable checkpoint for transformers (temporary; never written into the repo)."""
+    write_config(directory, config_json)
+    save_file({k: t.contiguous() for k, t in tensors.items()},
+              os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
 
 
 TOKENIZER_CORPUS = [
@@ -266,26 +273,22 @@ def make_case(case):
     c = case_config(case)
     name = case["name"]
     cfg_json = hf_config_json(c)
-    weights = make_weights(c, case["seed"])
+    recipe = make_recipe(c, case["seed"], case.get("shards", 1))
+    weights, weights_sha = make_weights(recipe)
     rng = np.random.default_rng(case["seed"] + 100)
     prompts = [rng.integers(0, c["vocab_size"], size=n).tolist() for n in PROMPT_LENGTHS]
 
     variants = [(name, weights, None)]
     if case.get("fp8"):
-        fp8_tensors, deq, sha = {}, dict(weights), {}
+        deq, sha = dict(weights), {}
         for k, t in weights.items():
             if is_fp8_target(k, tuple(t.shape)):
-                q, s = quantize_fp8(t)
-                fp8_tensors[k] = q
-                fp8_tensors[k + "_scale_inv"] = s
-                deq[k] = dequantize_fp8(q, s)
+                deq[k] = dequantize_fp8(*quantize_fp8(t))
                 sha[k] = hashlib.sha256(deq[k].view(torch.int16).numpy().tobytes()).hexdigest()
-            else:
-                fp8_tensors[k] = t
-        variants.append((name + "_fp8", deq, (fp8_tensors, sha)))
+        variants.append((name + "_fp8", deq, sha))
 
     summary = []
-    for vname, wts, fp8 in variants:
+    for vname, wts, fp8_sha in variants:
         d = os.path.join(OUT, vname)
         shutil.rmtree(d, ignore_errors=True)
         with tempfile.TemporaryDirectory() as tmp:
@@ -297,23 +300,29 @@ def make_case(case):
                 for toks in prompts:
                     logits = model(input_ids=torch.tensor([toks])).logits[0].float()
                     out[f"logits_{len(toks)}"] = logits.contiguous()
-            golden = dict(config=name, prompts=prompts, vocab=c["vocab_size"])
+            golden = dict(config=name, prompts=prompts, vocab=c["vocab_size"],
+                          weights_sha256=weights_sha)
             if c["num_nextn_predict_layers"] > 0:
                 mtp_prompt = prompts[2]
                 out["mtp_logits"] = run_mtp(model, c, wts, mtp_prompt).contiguous()
                 golden["mtp_prompt_index"] = 2
-        if fp8 is None:
-            write_checkpoint(d, cfg_json, wts, shards=case.get("shards", 1))
+        rec = dict(recipe)
+        if fp8_sha is None:
+            write_config(d, cfg_json)
             if case.get("tokenizer"):
                 write_tokenizer(d, c["vocab_size"])
         else:
-            tensors, sha = fp8
             j = dict(cfg_json)
             j["quantization_config"] = dict(activation_scheme="dynamic", fmt="e4m3",
                                             quant_method="fp8", weight_block_size=[BLOCK, BLOCK])
-            write_checkpoint(d, j, tensors)
-            golden["dequant_bf16_sha256"] = sha
-        save_file(out, os.path.join(d, "logits.safetensors"))
+            write_config(d, j)
+            rec["fp8"] = dict(format="e4m3fn", block=BLOCK, tensors=sorted(fp8_sha))
+            golden["dequant_bf16_sha256"] = fp8_sha
+        with open(os.path.join(d, "weights.json"), "w") as f:
+            json.dump(rec, f, indent=0)
+            f.write("\n")
+        for k, t in out.items():
+            np.save(os.path.join(d, k + ".npy"), t.numpy().astype("<f4"))
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1, sort_keys=True)
             f.write("\n")

@@ -1,0 +1,292 @@
+#include "model/synthetic_checkpoint.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "model/dtype.h"
+#include "util/mapped_file.h"
+#include "util/status.h"
+
+// This file is compiled with -ffp-contract=off: the float64 `center + half_width * x` must be a
+// rounded multiply then a rounded add, as in numpy, never a fused multiply-add.
+
+namespace deepinfer::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kGenerator[] = "splitmix64-uniform/1";
+constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;
+
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+absl::Status BadRecipe(const std::string& what) {
+  return InvalidArgumentError("bad_recipe", "synthetic checkpoint recipe: " + what);
+}
+
+template <typename T>
+void Append(std::vector<uint8_t>& out, T v) {
+  uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.insert(out.end(), b, b + sizeof(T));
+}
+
+// DeepSeek's block quantization of one BF16 [rows, cols] weight (see the header).
+void QuantizeFp8(const SafetensorsEntry& w, int block, SafetensorsEntry& q, SafetensorsEntry& s) {
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  const int64_t br = (rows + block - 1) / block, bc = (cols + block - 1) / block;
+  q = {w.name, "F8_E4M3", w.shape, std::vector<uint8_t>(rows * cols)};
+  s = {w.name + "_scale_inv", "F32", {br, bc}, {}};
+  const auto value = [&](int64_t r, int64_t c) {
+    uint16_t h;
+    std::memcpy(&h, w.bytes.data() + 2 * (r * cols + c), 2);
+    return Bf16ToFp32(h);
+  };
+  for (int64_t bi = 0; bi < br; ++bi) {
+    for (int64_t bj = 0; bj < bc; ++bj) {
+      const int64_t r0 = bi * block, r1 = std::min(rows, r0 + block);
+      const int64_t c0 = bj * block, c1 = std::min(cols, c0 + block);
+      float amax = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(value(r, c)));
+      }
+      const float scale = static_cast<float>(std::max<double>(amax, 1e-12) / 448.0);
+      Append(s.bytes, scale);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) q.bytes[r * cols + c] = Fp32ToFp8E4M3(value(r, c) / scale);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+uint8_t Fp32ToFp8E4M3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 448.0) return sign | 0x7e;
+  if (a < std::ldexp(1.0, -6)) {  // subnormal: multiples of 2^-9
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0));
+  }
+  int e;
+  const double m = std::frexp(a, &e) * 2.0;  // a = m * 2^(e-1), m in [1, 2)
+  int exponent = e - 1;
+  int mantissa = static_cast<int>(std::nearbyint((m - 1.0) * 8.0));  // ties to even
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++exponent;
+  }
+  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | mantissa);
+}
+
+absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohmann::json& recipe) {
+  try {
+    if (recipe.at("generator").get<std::string>() != kGenerator) {
+      return BadRecipe("unknown generator " + recipe.at("generator").dump());
+    }
+    const uint64_t seed = recipe.at("seed").get<uint32_t>();
+    std::vector<SafetensorsEntry> out;
+    uint64_t index = 0;
+    for (const auto& t : recipe.at("tensors")) {
+      SafetensorsEntry e{t.at("name").get<std::string>(), t.at("dtype").get<std::string>(),
+                         t.at("shape").get<std::vector<int64_t>>(), {}};
+      if (e.dtype != "BF16" && e.dtype != "F32") return BadRecipe("unsupported dtype " + e.dtype);
+      int64_t n = 1;
+      for (int64_t d : e.shape) {
+        if (d <= 0 || d > (int64_t{1} << 30) / n) return BadRecipe("bad shape of " + e.name);
+        n *= d;
+      }
+      const double center = t.at("center").get<double>();
+      const double half_width = t.at("half_width").get<double>();
+      const uint64_t key = Mix64((seed << 32) | index++);
+      e.bytes.reserve(n * (e.dtype == "BF16" ? 2 : 4));
+      for (int64_t i = 0; i < n; ++i) {
+        const uint64_t z = Mix64(key + static_cast<uint64_t>(i + 1) * kGoldenGamma);
+        const double x = (static_cast<double>(z >> 40) - 8388608.0) / 8388608.0;
+        const float v = static_cast<float>(center + half_width * x);
+        if (e.dtype == "BF16") {
+          Append(e.bytes, Fp32ToBf16(v));
+        } else {
+          Append(e.bytes, v);
+        }
+      }
+      out.push_back(std::move(e));
+    }
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    return BadRecipe(e.what());
+  }
+}
+
+absl::Status WriteSafetensors(const std::string& path,
+                              const std::vector<const SafetensorsEntry*>& tensors) {
+  nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
+  size_t offset = 0;
+  for (const SafetensorsEntry* t : tensors) {
+    header[t->name] = {{"dtype", t->dtype},
+                       {"shape", t->shape},
+                       {"data_offsets", {offset, offset + t->bytes.size()}}};
+    offset += t->bytes.size();
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::string file;
+  file.reserve(8 + h.size() + offset);
+  const uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  file += h;
+  for (const SafetensorsEntry* t : tensors) {
+    file.append(reinterpret_cast<const char*>(t->bytes.data()), t->bytes.size());
+  }
+  return util::WriteFileAtomically(path, file);
+}
+
+absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::string& out_dir) {
+  DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(recipe_path));
+  const nlohmann::json recipe = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (recipe.is_discarded() || !recipe.is_object()) return BadRecipe(recipe_path + " is not JSON");
+  DI_ASSIGN_OR_RETURN(std::vector<SafetensorsEntry> drawn, DrawSyntheticTensors(recipe));
+
+  // FP8: quantized weights with their scales right after them, the rest unchanged.
+  std::vector<SafetensorsEntry> tensors;
+  try {
+    absl::flat_hash_set<std::string> fp8;
+    int block = 0;
+    if (recipe.contains("fp8")) {
+      const auto& f = recipe["fp8"];
+      if (f.at("format").get<std::string>() != "e4m3fn") return BadRecipe("unknown fp8 format");
+      block = f.at("block").get<int>();
+      if (block <= 0) return BadRecipe("bad fp8 block");
+      for (const auto& n : f.at("tensors")) fp8.insert(n.get<std::string>());
+    }
+    for (auto& t : drawn) {
+      if (!fp8.contains(t.name)) {
+        tensors.push_back(std::move(t));
+        continue;
+      }
+      if (t.dtype != "BF16" || t.shape.size() != 2) return BadRecipe("fp8 needs a 2-D BF16 " + t.name);
+      SafetensorsEntry q, s;
+      QuantizeFp8(t, block, q, s);
+      tensors.push_back(std::move(q));
+      tensors.push_back(std::move(s));
+    }
+    const int shards = recipe.value("shards", 1);
+    if (shards < 1 || shards > static_cast<int>(tensors.size())) return BadRecipe("bad shards");
+    if (shards == 1) {
+      std::vector<const SafetensorsEntry*> all;
+      for (const auto& t : tensors) all.push_back(&t);
+      return WriteSafetensors(out_dir + "/model.safetensors", all);
+    }
+    const size_t per = (tensors.size() + shards - 1) / shards;
+    nlohmann::json weight_map = nlohmann::json::object();
+    size_t total = 0;
+    for (int s = 0; s < shards; ++s) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, shards);
+      std::vector<const SafetensorsEntry*> part;
+      for (size_t i = s * per; i < std::min(tensors.size(), (s + 1) * per); ++i) {
+        part.push_back(&tensors[i]);
+        weight_map[tensors[i].name] = name;
+        total += tensors[i].bytes.size();
+      }
+      DI_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/" + name, part));
+    }
+    nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    return util::WriteFileAtomically(out_dir + "/model.safetensors.index.json", index.dump(2));
+  } catch (const nlohmann::json::exception& e) {
+    return BadRecipe(e.what());
+  }
+}
+
+namespace {
+
+// The case's inputs: config, recipe, tokenizer files; not its goldens (golden.json, *.npy).
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CaseInputs(
+    const fs::path& case_dir) {
+  std::vector<std::pair<std::string, std::string>> inputs;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(case_dir, ec)) {
+    const std::string f = entry.path().filename().string();
+    if (!entry.is_regular_file() || f == "golden.json" || entry.path().extension() != ".json") {
+      continue;
+    }
+    DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(entry.path().string()));
+    inputs.emplace_back(f, std::move(text));
+  }
+  if (ec) {
+    return NotFoundError("file_not_found",
+                               "cannot list " + case_dir.string() + ": " + ec.message());
+  }
+  return inputs;
+}
+
+absl::Status WriteCase(const std::vector<std::pair<std::string, std::string>>& inputs,
+                       const fs::path& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return InternalError("io_error", "cannot create " + out_dir.string());
+  for (const auto& [f, text] : inputs) {
+    DI_RETURN_IF_ERROR(util::WriteFileAtomically((out_dir / f).string(), text));
+  }
+  return WriteSyntheticWeights((out_dir / "weights.json").string(), out_dir.string());
+}
+
+}  // namespace
+
+absl::Status WriteSyntheticCheckpoint(const std::string& case_dir, const std::string& out_dir) {
+  std::error_code ec;
+  if (fs::equivalent(case_dir, out_dir, ec)) {
+    return WriteSyntheticWeights(case_dir + "/weights.json", out_dir);
+  }
+  DI_ASSIGN_OR_RETURN(auto inputs, CaseInputs(case_dir));
+  return WriteCase(inputs, out_dir);
+}
+
+absl::StatusOr<std::string> SyntheticCheckpoint(const std::string& case_dir,
+                                                const std::string& cache_dir) {
+  const fs::path src = fs::path(case_dir).lexically_normal();
+  const std::string name = (src.has_filename() ? src : src.parent_path()).filename().string();
+  DI_ASSIGN_OR_RETURN(auto inputs, CaseInputs(src));
+  const fs::path target = fs::path(cache_dir) / name;
+  const auto up_to_date = [&] {
+    for (const auto& [f, text] : inputs) {
+      auto have = util::ReadFile((target / f).string());
+      if (!have.ok() || *have != text) return false;
+    }
+    return fs::exists(target / "weights.json");
+  };
+  if (up_to_date()) return target.string();
+
+  std::error_code ec;
+  const fs::path tmp = fs::path(cache_dir) /
+                       ("." + name + "." + std::to_string(getpid()) + "." +
+                        std::to_string(std::random_device{}()));
+  absl::Status st = WriteCase(inputs, tmp);
+  if (!st.ok()) {
+    fs::remove_all(tmp, ec);
+    return st;
+  }
+  if (fs::exists(target) && !up_to_date()) {  // stale: move it aside first
+    const fs::path old = tmp.string() + ".old";
+    fs::rename(target, old, ec);
+    fs::remove_all(old, ec);
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {  // another process put an up-to-date copy there first
+    fs::remove_all(tmp, ec);
+    if (!up_to_date()) return InternalError("io_error", "cannot create " + target.string());
+  }
+  return target.string();
+}
+
+}  // namespace deepinfer::model
