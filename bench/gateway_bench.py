@@ -185,25 +185,52 @@ def added(row, direct, key):
     return "-" if row is direct else f"{row[key] - direct[key]:.3f}"
 
 
-def part_rate(pool, rates, seconds):
-    print(f"\n### Added latency at fixed request rates, 1 KB JSON request and answer "
-          f"(open loop, {seconds} s per cell, 16 connections, {os.cpu_count()} cores shared by "
-          f"all processes)\n")
-    print("| proxy | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for rate in rates:
-        direct = None
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
+def rounds_table(pool, label, rounds, measure, keys):
+    """Runs `measure(url, headers)` for every target, `rounds` times interleaved (so that a load
+    change on the shared machine hits every proxy alike), and prints one row per target: the
+    median over rounds of each key, the median added p50 / p99 (proxy minus direct in the same
+    round) and the range of the added p50 over the rounds."""
+    results = {name: [] for name, *_ in pool.targets}
+    for _ in range(rounds):
         for name, url, headers, _ in pool.targets:
+            results[name].append(measure(url, headers))
+    direct = results[pool.targets[0][0]]
+    for name, *_ in pool.targets:
+        rs = results[name]
+        cells = [f"{median([r[k] for r in rs]):.3f}" if k != "rps" else
+                 f"{median([r[k] for r in rs]):.0f}" for k in keys]
+        if rs is direct:
+            extra = ["-", "-", "-"]
+        else:
+            a50 = [r["p50"] - d["p50"] for r, d in zip(rs, direct)]
+            a99 = [r["p99"] - d["p99"] for r, d in zip(rs, direct)]
+            extra = [f"{median(a50):.3f}", f"{median(a99):.3f}",
+                     f"{min(a50):.3f} to {max(a50):.3f}"]
+        print(f"| {name} | {label} | " + " | ".join(cells + extra) + " |", flush=True)
+
+
+def part_rate(pool, rates, seconds, rounds):
+    print(f"\n### Added latency at fixed request rates, 1 KB JSON request and answer "
+          f"(open loop, 16 connections, {rounds} interleaved rounds of {seconds} s per cell, "
+          f"medians over rounds, {os.cpu_count()} cores shared by all processes)\n")
+    print("| proxy | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | "
+          "added p50 range ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for rate in rates:
+        def measure(url, headers):
             common = [url + PATH, "--connections", "16", *headers]
             run_loadgen(pool.loadgen, ["rate", *common, "--rate", str(rate), "--seconds", "1"])
             r = run_loadgen(pool.loadgen, ["rate", *common, "--rate", str(rate), "--seconds",
                                            str(seconds)])
-            lat = r["latency"]
             assert r["errors"] == 0, r
-            direct = direct or lat
-            print(f"| {name} | {rate} | {lat['p50']:.3f} | {lat['p90']:.3f} | {lat['p99']:.3f} | "
-                  f"{lat['p999']:.3f} | {added(lat, direct, 'p50')} | "
-                  f"{added(lat, direct, 'p99')} |", flush=True)
+            return r["latency"]
+        rounds_table(pool, str(rate), rounds, measure, ["p50", "p90", "p99", "p999"])
 
 
 def part_sse(pool, streams, events, gap_ms, connections):
@@ -251,19 +278,18 @@ def part_memory(pool, streams):
     pool.check_no_leaks()
 
 
-def part_wrk(pool, seconds, concurrencies):
+def part_wrk(pool, seconds, concurrencies, rounds):
     if not need("wrk", "wrk"):
         return
     body = json.dumps({"model": "m", "max_tokens": 16,
                        "messages": [{"role": "user", "content": "x" * 900}]})
-    print("\n### 1 KB JSON request and answer, closed loop (wrk, "
-          f"{seconds} s per cell)\n")
+    print(f"\n### 1 KB JSON request and answer, closed loop (wrk, {rounds} interleaved rounds of "
+          f"{seconds} s per cell, medians over rounds)\n")
     print("| proxy | connections | req/s | p50 ms | p90 ms | p99 ms | added p50 ms | "
-          "added p99 ms |")
-    print("|---|---|---|---|---|---|---|---|")
+          "added p99 ms | added p50 range ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for c in concurrencies:
-        direct = None
-        for name, url, headers, _ in pool.targets:
+        def measure(url, headers):
             script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
             script.write('wrk.method = "POST"\n')
             script.write(f"wrk.body = {json.dumps(body)}\n")
@@ -286,12 +312,9 @@ def part_wrk(pool, seconds, concurrencies):
                 value, unit = float(m.group(1)), m.group(2)
                 return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
             assert "Non-2xx" not in out, out
-            r = {"p50": ms("50"), "p90": ms("90"), "p99": ms("99"),
-                 "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))}
-            direct = direct or r
-            print(f"| {name} | {c} | {r['rps']:.0f} | {r['p50']:.3f} | {r['p90']:.3f} | "
-                  f"{r['p99']:.3f} | {added(r, direct, 'p50')} | {added(r, direct, 'p99')} |",
-                  flush=True)
+            return {"p50": ms("50"), "p90": ms("90"), "p99": ms("99"),
+                    "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))}
+        rounds_table(pool, str(c), rounds, measure, ["rps", "p50", "p90", "p99"])
 
 
 def raw_request(gw, mode, args, stream=False):
@@ -386,7 +409,9 @@ def part_leaks(loadgen, total, aborted_fraction):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--seconds", type=int, default=5, help="per cell and round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rate, wrk: interleaved rounds per cell (medians reported)")
     parser.add_argument("--concurrency", default="1,16", help="wrk connections")
     parser.add_argument("--rates", default="1000,5000", help="open-loop request rates")
     parser.add_argument("--sse-streams", type=int, default=96)
@@ -411,12 +436,14 @@ def main():
             pool = Pool(loadgen, work)
             try:
                 if "rate" in parts:
-                    part_rate(pool, [int(r) for r in args.rates.split(",")], args.seconds)
+                    part_rate(pool, [int(r) for r in args.rates.split(",")], args.seconds,
+                              args.rounds)
                 if "sse" in parts:
                     part_sse(pool, args.sse_streams, args.sse_events, args.sse_gap_ms,
                              args.sse_connections)
                 if "wrk" in parts:
-                    part_wrk(pool, args.seconds, [int(c) for c in args.concurrency.split(",")])
+                    part_wrk(pool, args.seconds, [int(c) for c in args.concurrency.split(",")],
+                             args.rounds)
                 if "memory" in parts:
                     part_memory(pool, args.memory_streams)
                 pool.check_no_leaks()
