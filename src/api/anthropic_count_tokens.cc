@@ -44,7 +44,8 @@ absl::Status ToolResultText(const Json& content, const std::string& param, std::
   return absl::OkStatus();
 }
 
-// Anthropic error types by HTTP status.
+}  // namespace
+
 const char* AnthropicErrorType(int http_status) {
   switch (http_status) {
     case 400:
@@ -66,13 +67,18 @@ const char* AnthropicErrorType(int http_status) {
   }
 }
 
-void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status) {
-  ApiError error = ApiErrorFromStatus(status);
-  Json body = Json{
+Json AnthropicErrorJson(const ApiError& error) {
+  return Json{
       {"type", "error"},
       {"error", Json{{"type", AnthropicErrorType(error.http_status)}, {"message", error.message}}}};
-  writer.Respond(error.http_status, "application/json", DumpJson(body));
 }
+
+void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status) {
+  ApiError error = ApiErrorFromStatus(status);
+  writer.Respond(error.http_status, "application/json", DumpJson(AnthropicErrorJson(error)));
+}
+
+namespace {
 
 absl::Status RunCountTokens(const Backend& backend, const HttpRequest& http,
                             ResponseWriter& writer) {
@@ -120,8 +126,17 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body) {
           DumpJson(Json{{"type", "function"}, {"function", std::move(function)}}));
     }
   }
+  // Thinking on for "enabled", "adaptive" and "between_tools" (a DeepSeek model cannot decide on
+  // its own whether to think, so adaptive thinking thinks); off for "disabled" or no field.
   if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object()) {
-    chat.options.thinking = thinking->value("type", "") == "enabled";
+    const std::string type = thinking->value("type", "");
+    chat.options.thinking = type == "enabled" || type == "adaptive" || type == "between_tools";
+  }
+  // output_config.effort ("low" ... "max") is DeepSeek V4's reasoning effort.
+  if (auto config = body.find("output_config"); config != body.end() && config->is_object()) {
+    if (auto effort = config->find("effort"); effort != config->end() && effort->is_string()) {
+      chat.options.reasoning_effort = effort->get<std::string>();
+    }
   }
   return chat;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/errors.h"
 #include "api/http_server.h"
 #include "api/json.h"
 #include "api/openai_types.h"
@@ -45,7 +46,8 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& bod
 struct AnthropicChat {
   std::vector<ChatMessage> messages;
   // tools[i] {name, description, input_schema} as OpenAI function tools; thinking on for
-  // {"thinking": {"type": "enabled", ...}}.
+  // {"thinking": {"type": "enabled" | "adaptive" | "between_tools"}}; reasoning effort from
+  // output_config.effort.
   tokenizer::ChatOptions options;
   int32_t num_images = 0;
 };
@@ -53,6 +55,15 @@ struct AnthropicChat {
 // Errors: those of AnthropicToChatMessages; "unsupported_value" for server tools (a tool with a
 //   type other than "custom"), which no encoder here renders.
 absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body);
+
+// Anthropic's error type for an HTTP status ("invalid_request_error", "not_found_error",
+// "overloaded_error", ...; "api_error" for the rest).
+// Source: Anthropic API reference, "Errors".
+const char* AnthropicErrorType(int http_status);
+// {"type": "error", "error": {"type", "message"}}.
+Json AnthropicErrorJson(const ApiError& error);
+// Answers `status` as a complete Anthropic-shaped error response.
+void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status);
 
 // POST /v1/messages/count_tokens: {"input_tokens": N}; text tokens as the chat route counts
 // them (tools, thinking and the generation prompt included), plus kDefaultImageTokens per image.

@@ -30,14 +30,20 @@ absl::Status EngineError(const engine::StreamUpdate& update) {
 }  // namespace
 
 struct Generation::Choice {
-  Choice(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stops)
-      : detokenizer(tokenizer), stop_matcher(std::move(stops)) {}
+  Choice(const tokenizer::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
+      : detokenizer(tokenizer), stops(stop_strings), stop_matcher(std::move(stop_strings)) {}
+
+  std::string MatchedStop() const {
+    const int i = stop_matcher.matched_index();
+    return i >= 0 && i < static_cast<int>(stops.size()) ? stops[i] : std::string();
+  }
 
   int32_t index = 0;
   int32_t prompt_index = 0;
   int32_t prompt_tokens = 0;
   std::shared_ptr<engine::RequestStream> stream;
   tokenizer::IncrementalDetokenizer detokenizer;
+  std::vector<std::string> stops;
   tokenizer::StopMatcher stop_matcher;
   absl::flat_hash_set<int32_t> stop_token_ids;
   int64_t completion_tokens = 0;
@@ -93,6 +99,7 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
       c.stop_string_cancel = true;
       c.cancel_time = Clock::now();
       delta.finish_reason = "stop";
+      delta.stop_string = c.MatchedStop();
       c.stream->Cancel();
     }
   }
@@ -110,6 +117,7 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
           c.detokenizer.Finish(&tail);
           if (c.stop_matcher.Push(tail, &delta.text)) {
             delta.finish_reason = "stop";
+            delta.stop_string = c.MatchedStop();
           } else {
             c.stop_matcher.Finish(&delta.text);
             delta.finish_reason = update.finish == engine::FinishReason::kStop ? "stop" : "length";

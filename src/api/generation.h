@@ -24,6 +24,7 @@ struct ChoiceDelta {
   std::string text;                        // new text, never part of a stop string
   std::vector<engine::TokenEvent> tokens;  // tokens consumed in this delta (for logprobs)
   std::string finish_reason;               // "stop" or "length", once, when the choice ends
+  std::string stop_string;                 // with "stop": the stop string that ended it, if one did
 };
 
 // Units: tokens. Prompt and cached counts are summed over distinct prompts (choices sharing a

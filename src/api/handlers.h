@@ -15,6 +15,9 @@ void HandleChatCompletions(const Backend& backend, const HttpRequest& request,
                            ResponseWriter& writer);
 // POST /v1/completions
 void HandleCompletions(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);
+// POST /v1/messages (Anthropic shape: content blocks, named SSE events, Anthropic errors).
+void HandleAnthropicMessages(const Backend& backend, const HttpRequest& request,
+                             ResponseWriter& writer);
 // POST /tokenize and POST /detokenize (vLLM shapes).
 void HandleTokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);
 void HandleDetokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);

@@ -25,15 +25,6 @@ struct ChatContext {
   tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
 };
 
-// Tool calls are parsed only when the request offers tools, does not turn them off with
-// tool_choice "none", and the model's encoder has a tool-call syntax (DeepSeek).
-tokenizer::ToolCallFormat ToolFormatFor(const Backend& backend, const ChatRequest& request) {
-  if (request.tools.empty() || request.tool_choice == "none") {
-    return tokenizer::ToolCallFormat::kNone;
-  }
-  return tokenizer::ToolCallFormatForTemplate(backend.chat_template->name());
-}
-
 // OpenAI's tool_calls[i] for a parsed call, with a fresh id.
 Json ToolCallJson(const tokenizer::ParsedToolCall& call) {
   return Json{{"id", NewRequestId("call_")},
@@ -46,13 +37,8 @@ std::string FinishReason(const std::string& finish, bool called_tools) {
   return called_tools && finish == "stop" ? "tool_calls" : finish;
 }
 
-// One reasoning splitter per choice when the encoder produces reasoning (DeepSeek); else none.
-std::vector<tokenizer::ReasoningParser> MakeParsers(const ChatContext& ctx, int32_t n) {
-  std::vector<tokenizer::ReasoningParser> parsers;
-  if (ctx.prompt.parse_reasoning) {
-    for (int32_t i = 0; i < n; ++i) parsers.emplace_back(ctx.prompt.starts_in_reasoning);
-  }
-  return parsers;
+std::vector<AnswerSplitter> MakeSplitters(const ChatContext& ctx, int32_t n) {
+  return std::vector<AnswerSplitter>(n, AnswerSplitter(ctx.prompt, ctx.tool_format));
 }
 
 Json ChunkBase(const ChatContext& ctx) {
@@ -89,39 +75,14 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
     generation.Cancel();
     return;
   }
-  std::vector<tokenizer::ReasoningParser> parsers = MakeParsers(ctx, generation.num_choices());
-  std::vector<tokenizer::ToolCallParser> tool_parsers;
-  if (ctx.tool_format != tokenizer::ToolCallFormat::kNone) {
-    for (int32_t i = 0; i < generation.num_choices(); ++i) {
-      tool_parsers.emplace_back(ctx.tool_format);
-    }
-  }
+  std::vector<AnswerSplitter> splitters = MakeSplitters(ctx, generation.num_choices());
   auto on_delta = [&](const ChoiceDelta& d) {
     std::string out;
     bool with_logprobs = ctx.request.logprobs && !d.tokens.empty();
-    // DeepSeek's reasoning goes to `reasoning_content` (and vLLM's newer name `reasoning`).
-    tokenizer::ReasoningParser::Delta split{"", d.text};
-    if (!parsers.empty()) {
-      split = parsers[d.index].Push(d.text);
-      if (!d.finish_reason.empty()) {
-        tokenizer::ReasoningParser::Delta rest = parsers[d.index].Finish();
-        split.reasoning += rest.reasoning;
-        split.content += rest.content;
-      }
-    }
-    // Tool calls come out of the content; each goes whole in a chunk of its own.
-    std::vector<tokenizer::ParsedToolCall> calls;
-    if (!tool_parsers.empty()) {
-      tokenizer::ToolCallParser& tp = tool_parsers[d.index];
-      tokenizer::ToolCallParser::Delta t = tp.Push(split.content);
-      if (!d.finish_reason.empty()) {
-        tokenizer::ToolCallParser::Delta rest = tp.Finish();
-        t.content += rest.content;
-        for (auto& c : rest.calls) t.calls.push_back(std::move(c));
-      }
-      split.content = std::move(t.content);
-      calls = std::move(t.calls);
-    }
+    // DeepSeek's reasoning goes to `reasoning_content` (and vLLM's newer name `reasoning`); tool
+    // calls come out of the content, each whole in a chunk of its own.
+    AnswerSplitter::Delta split = splitters[d.index].Push(d.text, !d.finish_reason.empty());
+    std::vector<tokenizer::ParsedToolCall>& calls = split.calls;
     if (!split.reasoning.empty() || !split.content.empty() || with_logprobs) {
       Json choice = Json::object();
       choice["index"] = d.index;
@@ -139,7 +100,7 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
       out += ChoiceChunk(ctx, std::move(choice));
     }
     if (!calls.empty()) {
-      const int first = tool_parsers[d.index].num_calls() - static_cast<int>(calls.size());
+      const int first = splitters[d.index].num_calls() - static_cast<int>(calls.size());
       for (size_t c = 0; c < calls.size(); ++c) {
         Json call = ToolCallJson(calls[c]);
         call["index"] = first + static_cast<int>(c);
@@ -150,7 +111,7 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
       }
     }
     if (!d.finish_reason.empty()) {
-      const bool called = !tool_parsers.empty() && tool_parsers[d.index].num_calls() > 0;
+      const bool called = splitters[d.index].num_calls() > 0;
       out += ChoiceChunk(ctx, Json{{"index", d.index},
                                    {"delta", Json::object()},
                                    {"logprobs", nullptr},
@@ -199,31 +160,23 @@ void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& wr
     RespondError(writer, error);
     return;
   }
-  std::vector<tokenizer::ReasoningParser> parsers = MakeParsers(ctx, n);
+  std::vector<AnswerSplitter> splitters = MakeSplitters(ctx, n);
   Json choices = Json::array();
   for (int32_t i = 0; i < n; ++i) {
     Json choice = Json::object();
     choice["index"] = i;
-    Json message = Json{{"role", "assistant"}, {"content", texts[i]}};
-    if (!parsers.empty()) {
-      tokenizer::ReasoningParser::Delta a = parsers[i].Push(texts[i]);
-      tokenizer::ReasoningParser::Delta b = parsers[i].Finish();
-      message["content"] = a.content + b.content;
-      const std::string reasoning = a.reasoning + b.reasoning;
-      message["reasoning_content"] = reasoning.empty() ? Json(nullptr) : Json(reasoning);
+    AnswerSplitter::Delta a = splitters[i].Push(texts[i], /*last=*/true);
+    Json message = Json{{"role", "assistant"}, {"content", a.content}};
+    if (ctx.prompt.parse_reasoning) {
+      message["reasoning_content"] = a.reasoning.empty() ? Json(nullptr) : Json(a.reasoning);
       message["reasoning"] = message["reasoning_content"];
     }
-    bool called = false;
-    if (ctx.tool_format != tokenizer::ToolCallFormat::kNone) {
-      tokenizer::ToolCallResult r =
-          tokenizer::ParseToolCalls(ctx.tool_format, message["content"].get<std::string>());
-      called = !r.calls.empty();
-      if (called) {
-        message["content"] = r.content.empty() ? Json(nullptr) : Json(r.content);
-        Json calls = Json::array();
-        for (const auto& c : r.calls) calls.push_back(ToolCallJson(c));
-        message["tool_calls"] = std::move(calls);
-      }
+    const bool called = !a.calls.empty();
+    if (called) {
+      message["content"] = a.content.empty() ? Json(nullptr) : Json(a.content);
+      Json calls = Json::array();
+      for (const auto& c : a.calls) calls.push_back(ToolCallJson(c));
+      message["tool_calls"] = std::move(calls);
     }
     choice["message"] = std::move(message);
     choice["logprobs"] = ctx.request.logprobs
@@ -254,7 +207,7 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.size(),
                                                            request.params.max_tokens, "messages"));
   ChatContext ctx{backend, request, NewRequestId("chatcmpl-"), UnixNow(), chat};
-  ctx.tool_format = ToolFormatFor(backend, request);
+  ctx.tool_format = ToolFormatFor(backend, !request.tools.empty(), request.tool_choice == "none");
   std::vector<ChoiceSpec> specs;
   for (int32_t i = 0; i < request.params.n; ++i) {
     ChoiceSpec spec;

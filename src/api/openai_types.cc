@@ -465,6 +465,11 @@ absl::StatusOr<CompletionRequest> ParseCompletion(const Json& json, const ParseL
 
 }  // namespace
 
+absl::Status ParseGenerationParams(const Json& json, const ParseLimits& limits,
+                                   GenerationParams* params) {
+  return ParseCommon(json, limits, params);
+}
+
 absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
   return ParseChat(json, limits);

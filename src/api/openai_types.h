@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/json.h"
 #include "engine/sampler.h"
 
 namespace deepinfer::api {
@@ -107,6 +108,14 @@ struct ParseLimits {
 //   "invalid_type", "invalid_value", "missing_field", "unsupported_value".
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseLimits& limits);
+
+// The generation fields every route shares, read from a parsed JSON object: model, n,
+// max_tokens / max_completion_tokens, stop, stop_token_ids, temperature, top_p, top_k, min_p,
+// repetition / presence / frequency penalties, seed, logit_bias, stream, stream_options,
+// ignore_eos, user. Absent fields keep their defaults; other fields are ignored.
+// Errors: InvalidArgument "invalid_type" / "invalid_value" / "invalid_token" with the `param`.
+absl::Status ParseGenerationParams(const Json& json, const ParseLimits& limits,
+                                   GenerationParams* params);
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                          const ParseLimits& limits);
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,

@@ -20,6 +20,7 @@ enum class Route {
   kTokenize,
   kDetokenize,
   kCountTokens,
+  kMessages,
   kUnknown
 };
 
@@ -38,6 +39,7 @@ RouteInfo Match(const std::string& path) {
   if (path == "/tokenize") return {Route::kTokenize, "POST"};
   if (path == "/detokenize") return {Route::kDetokenize, "POST"};
   if (path == "/v1/messages/count_tokens") return {Route::kCountTokens, "POST"};
+  if (path == "/v1/messages") return {Route::kMessages, "POST"};
   return {Route::kUnknown, ""};
 }
 
@@ -108,7 +110,12 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
     return;
   }
   if (!ready) {
-    RespondError(writer, UnavailableError("model_loading", "The model is loading; retry later."));
+    absl::Status loading = UnavailableError("model_loading", "The model is loading; retry later.");
+    if (info.route == Route::kMessages || info.route == Route::kCountTokens) {
+      RespondAnthropicError(writer, loading);  // Anthropic clients read their own error shape
+    } else {
+      RespondError(writer, loading);
+    }
     return;
   }
   switch (info.route) {
@@ -139,6 +146,9 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
       return;
     case Route::kCountTokens:
       HandleAnthropicCountTokens(*backend, request, writer);
+      return;
+    case Route::kMessages:
+      HandleAnthropicMessages(*backend, request, writer);
       return;
     default:
       RespondError(writer, RouteNotFoundError(request.path));

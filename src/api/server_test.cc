@@ -1,6 +1,7 @@
 #include "api/server.h"
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "api/json.h"
@@ -77,6 +78,30 @@ class CaptureWriter : public ResponseWriter {
     return out;
   }
 
+  // Anthropic's named events: (event name, data JSON), in order.
+  std::vector<std::pair<std::string, Json>> NamedEvents() const {
+    std::vector<std::pair<std::string, Json>> out;
+    size_t pos = 0;
+    while (true) {
+      size_t end = body_.find("\n\n", pos);
+      if (end == std::string::npos) break;
+      std::string event = body_.substr(pos, end - pos);
+      size_t nl = event.find('\n');
+      EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
+      EXPECT_NE(nl, std::string::npos) << event;
+      if (nl == std::string::npos) break;
+      EXPECT_EQ(event.compare(nl + 1, 6, "data: "), 0) << event;
+      auto data = ParseJson(event.substr(nl + 7));
+      EXPECT_TRUE(data.ok()) << event;
+      std::string name = event.substr(7, nl - 7);
+      EXPECT_EQ(data.ok() ? (*data)["type"].get<std::string>() : "", name) << event;
+      out.emplace_back(name, data.ok() ? *data : Json());
+      pos = end + 2;
+    }
+    EXPECT_EQ(pos, body_.size()) << "trailing bytes after the last event";
+    return out;
+  }
+
  private:
   int close_after_;
   int writes_ = 0;
@@ -128,6 +153,13 @@ class ApiServerTest : public ::testing::Test {
         "POST", "/v1/chat/completions",
         R"({"model":"byte-model","messages":[{"role":"user","content":"Hi"}])" + extra + "}",
         close_after_writes);
+  }
+
+  CaptureWriter Messages(const std::string& extra, int close_after_writes = -1) {
+    return Call("POST", "/v1/messages",
+                R"({"model":"byte-model","max_tokens":32,"messages":[{"role":"user","content":"Hi"}])" +
+                    extra + "}",
+                close_after_writes);
   }
 
   // Waits until the fake engine saw `n` cancellations.
@@ -512,6 +544,121 @@ TEST_F(ApiServerTest, MetricsExposeEngineAndHttpSeries) {
   }
 }
 
+// Anthropic Messages API (POST /v1/messages) over the same engine.
+TEST_F(ApiServerTest, AnthropicMessageHasTextBlockStopReasonAndUsage) {
+  CaptureWriter w = Messages("");
+  ASSERT_EQ(w.status(), 200) << w.body();
+  Json j = w.json();
+  EXPECT_EQ(j["id"].get<std::string>().rfind("msg_", 0), 0u);
+  EXPECT_EQ(j["type"], "message");
+  EXPECT_EQ(j["role"], "assistant");
+  EXPECT_EQ(j["model"], "byte-model");
+  ASSERT_EQ(j["content"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["content"][0], (Json{{"type", "text"}, {"text", "Hello world"}}));
+  EXPECT_EQ(j["stop_reason"], "end_turn");
+  EXPECT_TRUE(j["stop_sequence"].is_null());
+  const Json& u = j["usage"];
+  EXPECT_GT(u["input_tokens"].get<int>(), 0);
+  EXPECT_EQ(u["output_tokens"], 11);  // the fake engine's "Hello world", one token per byte
+  EXPECT_EQ(u["cache_read_input_tokens"], 0);
+  EXPECT_EQ(u["cache_creation_input_tokens"], 0);
+  // The prompt is the one the chat route renders for the same conversation.
+  Json chat = Chat(R"(,"max_tokens":32)").json();
+  EXPECT_EQ(u["input_tokens"], chat["usage"]["prompt_tokens"]);
+  EXPECT_EQ(u["output_tokens"], chat["usage"]["completion_tokens"]);
+}
+
+TEST_F(ApiServerTest, AnthropicStreamSendsEventsInOrder) {
+  CaptureWriter w = Messages(R"(,"stream":true)");
+  ASSERT_EQ(w.status(), 200);
+  EXPECT_EQ(w.content_type(), "text/event-stream");
+  EXPECT_TRUE(w.ended());
+  auto events = w.NamedEvents();
+  ASSERT_GE(events.size(), 6u);
+  std::vector<std::string> names;
+  std::string text;
+  for (const auto& [name, data] : events) {
+    if (names.empty() || names.back() != name) names.push_back(name);
+    if (name == "content_block_delta") {
+      EXPECT_EQ(data["index"], 0);
+      EXPECT_EQ(data["delta"]["type"], "text_delta");
+      text += data["delta"]["text"].get<std::string>();
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"message_start", "ping", "content_block_start",
+                                             "content_block_delta", "content_block_stop",
+                                             "message_delta", "message_stop"}));
+  EXPECT_EQ(text, "Hello world");
+  const Json& start = events[0].second["message"];
+  EXPECT_EQ(start["content"], Json::array());
+  EXPECT_TRUE(start["stop_reason"].is_null());
+  EXPECT_EQ(events[2].second["content_block"], (Json{{"type", "text"}, {"text", ""}}));
+  const Json& delta = events[events.size() - 2].second;
+  EXPECT_EQ(delta["delta"]["stop_reason"], "end_turn");
+  EXPECT_EQ(delta["usage"]["output_tokens"], 11);
+  EXPECT_EQ(delta["usage"]["input_tokens"], start["usage"]["input_tokens"]);
+}
+
+TEST_F(ApiServerTest, AnthropicStopSequenceAndMaxTokensEndings) {
+  Json j = Messages(R"(,"stop_sequences":["o w", "zz"])").json();
+  EXPECT_EQ(j["content"][0]["text"], "Hell");
+  EXPECT_EQ(j["stop_reason"], "stop_sequence");
+  EXPECT_EQ(j["stop_sequence"], "o w");
+  CaptureWriter w = Messages(R"(,"stop_sequences":["wor"],"stream":true)");
+  auto events = w.NamedEvents();
+  const Json& delta = events[events.size() - 2].second["delta"];
+  EXPECT_EQ(delta["stop_reason"], "stop_sequence");
+  EXPECT_EQ(delta["stop_sequence"], "wor");
+  Json cut = Call("POST", "/v1/messages",
+                  R"({"max_tokens":3,"messages":[{"role":"user","content":"Hi"}]})")
+                 .json();
+  EXPECT_EQ(cut["content"][0]["text"], "Hel");
+  EXPECT_EQ(cut["stop_reason"], "max_tokens");
+}
+
+TEST_F(ApiServerTest, AnthropicErrorsHaveAnthropicShape) {
+  struct Case {
+    std::string body;
+    int status;
+    std::string type;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"messages":[{"role":"user","content":"Hi"}]})", 400, "invalid_request_error"},
+           {R"({"max_tokens":0,"messages":[{"role":"user","content":"Hi"}]})", 400,
+            "invalid_request_error"},
+           {R"({"max_tokens":8,"messages":"Hi"})", 400, "invalid_request_error"},
+           {R"({"max_tokens":8,"stop_sequences":"x","messages":[]})", 400,
+            "invalid_request_error"},
+           {R"({"max_tokens":8,"tool_choice":{"type":"maybe"},"messages":[]})", 400,
+            "invalid_request_error"},
+           {R"({"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"Hi"}]})",
+            404, "not_found_error"},
+           {R"({"max_tokens":100000,"messages":[{"role":"user","content":"Hi"}]})", 400,
+            "invalid_request_error"},
+           {"[1,2", 400, "invalid_request_error"},
+       }) {
+    CaptureWriter w = Call("POST", "/v1/messages", c.body);
+    EXPECT_EQ(w.status(), c.status) << c.body;
+    Json j = w.json();
+    EXPECT_EQ(j["type"], "error") << c.body;
+    EXPECT_EQ(j["error"]["type"], c.type) << c.body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  }
+  // A context overflow is refused before any stream byte.
+  CaptureWriter w = Call("POST", "/v1/messages",
+                         R"({"max_tokens":100000,"stream":true,"messages":[{"role":"user",)"
+                         R"("content":"Hi"}]})");
+  EXPECT_EQ(w.status(), 400);
+  EXPECT_FALSE(w.streaming());
+}
+
+TEST_F(ApiServerTest, AnthropicClientGoneMidStreamCancelsTheEngineRequest) {
+  engine_->SetScript(ByteTokens(std::string(200, 'x')));
+  CaptureWriter w = Messages(R"(,"max_tokens":200,"stream":true)", /*close_after_writes=*/3);
+  EXPECT_TRUE(WaitForCancelled(1));
+  EXPECT_FALSE(w.ended());
+}
+
 // DeepSeek tool calls: the byte model's tokenizer plays a V3.1 answer through the V3.1 encoder.
 class ToolCallServerTest : public ApiServerTest {
  protected:
@@ -605,6 +752,52 @@ TEST_F(ToolCallServerTest, CutByMaxTokensLeavesTheCallAsTextAndFinishesWithLengt
 TEST_F(ToolCallServerTest, BadToolChoiceIs400) {
   CaptureWriter w = Chat(std::string(kTools) + R"(,"tool_choice":3)");
   EXPECT_EQ(w.status(), 400);
+}
+
+TEST_F(ToolCallServerTest, AnthropicToolUseBlocksAndStopReason) {
+  const std::string tools =
+      R"(,"tools":[{"name":"get_weather","input_schema":{"type":"object"}},{"name":"get_time"}])";
+  Json j = Messages(tools + R"(,"max_tokens":400)").json();
+  EXPECT_EQ(j["stop_reason"], "tool_use") << j.dump();
+  const Json& content = j["content"];
+  ASSERT_EQ(content.size(), 3u) << j.dump();
+  EXPECT_EQ(content[0], (Json{{"type", "text"}, {"text", "Let me look."}}));
+  EXPECT_EQ(content[1]["type"], "tool_use");
+  EXPECT_EQ(content[1]["id"].get<std::string>().rfind("toolu_", 0), 0u);
+  EXPECT_EQ(content[1]["name"], "get_weather");
+  EXPECT_EQ(content[1]["input"], (Json{{"city", "東京"}}));
+  EXPECT_EQ(content[2]["name"], "get_time");
+  EXPECT_EQ(content[2]["input"], Json::object());
+
+  // Streamed: a text block, then one block per call whose input arrives as input_json_delta.
+  CaptureWriter w = Messages(tools + R"(,"max_tokens":400,"stream":true)");
+  std::vector<Json> starts;
+  std::map<int, std::string> partial_json;
+  std::string stop_reason;
+  for (const auto& [name, data] : w.NamedEvents()) {
+    if (name == "content_block_start") {
+      EXPECT_EQ(data["index"], static_cast<int>(starts.size()));
+      starts.push_back(data["content_block"]);
+    }
+    if (name == "content_block_delta" && data["delta"]["type"] == "input_json_delta") {
+      partial_json[data["index"].get<int>()] += data["delta"]["partial_json"].get<std::string>();
+    }
+    if (name == "message_delta") stop_reason = data["delta"]["stop_reason"];
+  }
+  ASSERT_EQ(starts.size(), 3u);
+  EXPECT_EQ(starts[0]["type"], "text");
+  EXPECT_EQ(starts[1]["type"], "tool_use");
+  EXPECT_EQ(starts[1]["name"], "get_weather");
+  EXPECT_EQ(starts[1]["input"], Json::object());
+  EXPECT_EQ(*ParseJson(partial_json[1]), (Json{{"city", "東京"}}));
+  EXPECT_EQ(*ParseJson(partial_json[2]), Json::object());
+  EXPECT_EQ(stop_reason, "tool_use");
+
+  // tool_choice none: the call stays text.
+  Json none = Messages(tools + R"(,"max_tokens":400,"tool_choice":{"type":"none"})").json();
+  EXPECT_EQ(none["stop_reason"], "end_turn");
+  ASSERT_EQ(none["content"].size(), 1u);
+  EXPECT_NE(none["content"][0]["text"].get<std::string>().find("get_weather"), std::string::npos);
 }
 
 }  // namespace

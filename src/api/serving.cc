@@ -217,6 +217,43 @@ void RespondError(ResponseWriter& writer, const absl::Status& status) {
   writer.Respond(error.http_status, "application/json", ErrorBody(error));
 }
 
+tokenizer::ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off) {
+  if (!has_tools || tools_off) return tokenizer::ToolCallFormat::kNone;
+  return tokenizer::ToolCallFormatForTemplate(backend.chat_template->name());
+}
+
+AnswerSplitter::AnswerSplitter(const ChatPrompt& prompt, tokenizer::ToolCallFormat tool_format) {
+  if (prompt.parse_reasoning) reasoning_.emplace(prompt.starts_in_reasoning);
+  if (tool_format != tokenizer::ToolCallFormat::kNone) tools_.emplace(tool_format);
+}
+
+AnswerSplitter::Delta AnswerSplitter::Push(std::string_view text, bool last) {
+  Delta out;
+  if (reasoning_) {
+    tokenizer::ReasoningParser::Delta split = reasoning_->Push(text);
+    if (last) {
+      tokenizer::ReasoningParser::Delta rest = reasoning_->Finish();
+      split.reasoning += rest.reasoning;
+      split.content += rest.content;
+    }
+    out.reasoning = std::move(split.reasoning);
+    out.content = std::move(split.content);
+  } else {
+    out.content = std::string(text);
+  }
+  if (tools_) {
+    tokenizer::ToolCallParser::Delta t = tools_->Push(out.content);
+    if (last) {
+      tokenizer::ToolCallParser::Delta rest = tools_->Finish();
+      t.content += rest.content;
+      for (auto& c : rest.calls) t.calls.push_back(std::move(c));
+    }
+    out.content = std::move(t.content);
+    out.calls = std::move(t.calls);
+  }
+  return out;
+}
+
 DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
                          const std::function<bool(const ChoiceDelta&)>& on_delta,
                          absl::Status* error) {

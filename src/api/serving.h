@@ -18,7 +18,9 @@
 #include "api/openai_types.h"
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/reasoning_parser.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tool_call_parser.h"
 
 namespace deepinfer::api {
 
@@ -100,6 +102,33 @@ Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
 
 void RespondJson(ResponseWriter& writer, int status, const Json& body);
 void RespondError(ResponseWriter& writer, const absl::Status& status);
+
+// Tool calls are read out of an answer only when the request offers tools, does not turn them
+// off (`tools_off`: OpenAI tool_choice "none", Anthropic {"type": "none"}), and the model's
+// encoder has a tool-call syntax (DeepSeek); else kNone and calls stay text.
+tokenizer::ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off);
+
+// Splits one choice's answer, as it streams, into reasoning (DeepSeek <think>...</think>),
+// content and tool calls: the reasoning parser runs first, the tool-call parser on what it
+// leaves as content. Feeding the whole answer at once gives the same result as any split.
+// Threads: one per choice, not thread-safe.
+class AnswerSplitter {
+ public:
+  struct Delta {
+    std::string reasoning;
+    std::string content;  // may hold text from before and after `calls`
+    std::vector<tokenizer::ParsedToolCall> calls;
+  };
+  AnswerSplitter(const ChatPrompt& prompt, tokenizer::ToolCallFormat tool_format);
+  // `last`: the choice finished; text held back (a partial tag) is released.
+  Delta Push(std::string_view text, bool last);
+  // Tool calls completed so far.
+  int num_calls() const { return tools_ ? tools_->num_calls() : 0; }
+
+ private:
+  std::optional<tokenizer::ReasoningParser> reasoning_;
+  std::optional<tokenizer::ToolCallParser> tools_;
+};
 
 // How a generation loop ended.
 enum class DriveEnd { kDone, kClientGone, kError };

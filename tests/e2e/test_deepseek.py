@@ -102,6 +102,28 @@ def test_thinking_mode_returns_reasoning_separately(plain):
     assert off.choices[0].message.model_dump().get("reasoning_content") in (None, "")
 
 
+def test_anthropic_thinking_comes_as_a_thinking_block(plain):
+    """The Anthropic route splits DeepSeek's reasoning into a thinking block, streamed or not,
+    with the same text the OpenAI route puts in reasoning_content."""
+    anthropic = pytest.importorskip("anthropic")
+    a = anthropic.Anthropic(base_url=plain.base_url, api_key="unused", max_retries=0, timeout=60)
+    kwargs = dict(model="tiny-deepseek", max_tokens=16, system=MESSAGES[0]["content"],
+                  messages=MESSAGES[1:], thinking={"type": "enabled", "budget_tokens": 1024},
+                  extra_body={"temperature": 0})
+    msg = a.messages.create(**kwargs)
+    assert msg.content[0].type == "thinking" and msg.content[0].thinking
+    with a.messages.stream(**kwargs) as stream:
+        final = stream.get_final_message()
+    assert final.content[0].type == "thinking"
+    assert final.content[0].thinking == msg.content[0].thinking
+    r = client(plain).chat.completions.create(
+        model="tiny-deepseek", messages=MESSAGES, max_tokens=16, temperature=0,
+        extra_body={"chat_template_kwargs": {"thinking": True}})
+    assert r.choices[0].message.model_dump()["reasoning_content"] == msg.content[0].thinking
+    off = a.messages.create(**{**kwargs, "thinking": {"type": "disabled"}})
+    assert all(b.type != "thinking" for b in off.content)
+
+
 def test_speculative_decoding_gives_the_same_greedy_text(plain, speculative):
     for max_tokens in (1, 9, 40):
         want = client(plain).chat.completions.create(

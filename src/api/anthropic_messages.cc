@@ -1,0 +1,303 @@
+// POST /v1/messages: the Anthropic Messages API over the same engine, prompt rendering, stop
+// strings, reasoning split and tool-call parsing as /v1/chat/completions.
+//
+// Source: Anthropic API reference, "Messages", "Streaming Messages" (event order message_start,
+// content_block_start / _delta / _stop per block, message_delta, message_stop) and "Errors".
+
+#include <string>
+#include <vector>
+
+#include "api/anthropic_count_tokens.h"
+#include "api/errors.h"
+#include "api/handlers.h"
+#include "api/sse.h"
+#include "fmt/format.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+struct MessagesContext {
+  const Backend& backend;
+  std::string id;  // "msg_..."
+  ChatPrompt prompt;
+  tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
+};
+
+// Anthropic counts input tokens read from the prompt cache apart from the rest:
+// input_tokens + cache_read_input_tokens is the whole prompt.
+Json AnthropicUsage(const UsageCounts& u) {
+  return Json{{"input_tokens", u.prompt_tokens - u.cached_tokens},
+              {"output_tokens", u.completion_tokens},
+              {"cache_creation_input_tokens", 0},
+              {"cache_read_input_tokens", u.cached_tokens}};
+}
+
+// How one answer ended, in Anthropic's words.
+struct Ending {
+  std::string finish;       // "stop" or "length" (Generation's)
+  std::string stop_string;  // the stop sequence that ended it, if one did
+  bool called_tools = false;
+
+  std::string StopReason() const {
+    if (finish == "length") return "max_tokens";
+    if (called_tools) return "tool_use";
+    return stop_string.empty() ? "end_turn" : "stop_sequence";
+  }
+  Json StopSequence() const { return stop_string.empty() ? Json(nullptr) : Json(stop_string); }
+};
+
+// A tool_use block's input must be an object; arguments the model wrote that are not a JSON
+// object are passed on whole as {"_arguments": "<text>"} rather than dropped.
+Json ToolInput(const tokenizer::ParsedToolCall& call) {
+  Json input = Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  if (input.is_discarded() || !input.is_object()) return Json{{"_arguments", call.arguments}};
+  return input;
+}
+
+Json ToolUseBlock(const tokenizer::ParsedToolCall& call) {
+  return Json{{"type", "tool_use"},
+              {"id", NewRequestId("toolu_")},
+              {"name", call.name},
+              {"input", ToolInput(call)}};
+}
+
+std::string Event(std::string_view name, const Json& data) {
+  return fmt::format("event: {}\n{}", name, SseData(DumpJson(data)));
+}
+
+// The content blocks of a streamed answer: opens a block when the kind of output changes and
+// closes the previous one, so that thinking, text and tool_use blocks follow each other with
+// consecutive indexes.
+class BlockStream {
+ public:
+  void Thinking(const std::string& text) {
+    if (text.empty()) return;
+    if (open_ != "thinking") Open("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    Delta({{"type", "thinking_delta"}, {"thinking", text}});
+  }
+  void Text(const std::string& text) {
+    if (text.empty()) return;
+    if (open_ != "text") Open("text", {{"type", "text"}, {"text", ""}});
+    Delta({{"type", "text_delta"}, {"text", text}});
+  }
+  // A whole tool call: its block opens with an empty input, the arguments follow as one
+  // input_json_delta, and the block closes.
+  void ToolUse(const tokenizer::ParsedToolCall& call) {
+    Json block = ToolUseBlock(call);
+    const std::string arguments = DumpJson(block["input"]);
+    block["input"] = Json::object();
+    Open("tool_use", std::move(block));
+    Delta({{"type", "input_json_delta"}, {"partial_json", arguments}});
+    Close();
+  }
+  void Close() {
+    if (open_.empty()) return;
+    out_ += Event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
+    open_.clear();
+  }
+  // The events produced since the last call.
+  std::string Take() { return std::exchange(out_, {}); }
+
+ private:
+  void Open(const char* kind, Json block) {
+    Close();
+    ++index_;
+    open_ = kind;
+    out_ += Event("content_block_start",
+                  {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
+  }
+  void Delta(Json delta) {
+    out_ += Event("content_block_delta",
+                  {{"type", "content_block_delta"}, {"index", index_}, {"delta", delta}});
+  }
+
+  int index_ = -1;
+  std::string open_;  // kind of the open block, "" when none
+  std::string out_;
+};
+
+void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& writer) {
+  if (!writer.BeginStream("text/event-stream")) {
+    generation.Cancel();
+    return;
+  }
+  Json message = Json{{"id", ctx.id},
+                      {"type", "message"},
+                      {"role", "assistant"},
+                      {"model", ctx.backend.served_model_name},
+                      {"content", Json::array()},
+                      {"stop_reason", nullptr},
+                      {"stop_sequence", nullptr},
+                      // Cached tokens are known once the engine scheduled the prompt; the final
+                      // counts come with message_delta.
+                      {"usage", AnthropicUsage({static_cast<int64_t>(ctx.prompt.tokens.size())})}};
+  if (!writer.WriteStream(Event("message_start", {{"type", "message_start"}, {"message", message}}) +
+                          Event("ping", {{"type", "ping"}}))) {
+    generation.Cancel();
+    return;
+  }
+  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  BlockStream blocks;
+  Ending ending;
+  auto on_delta = [&](const ChoiceDelta& d) {
+    const bool last = !d.finish_reason.empty();
+    AnswerSplitter::Delta a = splitter.Push(d.text, last);
+    blocks.Thinking(a.reasoning);
+    blocks.Text(a.content);
+    for (const auto& call : a.calls) blocks.ToolUse(call);
+    if (last) {
+      ending = {d.finish_reason, d.stop_string, splitter.num_calls() > 0};
+      blocks.Close();
+    }
+    std::string out = blocks.Take();
+    return out.empty() || writer.WriteStream(out);
+  };
+  absl::Status error;
+  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
+  if (end == DriveEnd::kClientGone) return;
+  std::string tail;
+  if (end == DriveEnd::kError) {
+    tail = Event("error", AnthropicErrorJson(ApiErrorFromStatus(error)));
+  } else {
+    tail = Event("message_delta",
+                 {{"type", "message_delta"},
+                  {"delta", {{"stop_reason", ending.StopReason()},
+                             {"stop_sequence", ending.StopSequence()}}},
+                  {"usage", AnthropicUsage(generation.usage())}}) +
+           Event("message_stop", {{"type", "message_stop"}});
+  }
+  if (writer.WriteStream(tail)) writer.EndStream();
+}
+
+void Complete(const MessagesContext& ctx, Generation& generation, ResponseWriter& writer) {
+  std::string text;
+  Ending ending;
+  auto on_delta = [&](const ChoiceDelta& d) {
+    text += d.text;
+    if (!d.finish_reason.empty()) ending = {d.finish_reason, d.stop_string, false};
+    return true;
+  };
+  absl::Status error;
+  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
+  if (end == DriveEnd::kClientGone) {
+    RespondAnthropicError(writer, MakeError(absl::StatusCode::kCancelled, "client_closed_request",
+                                            "The client closed the connection."));
+    return;
+  }
+  if (end == DriveEnd::kError) {
+    RespondAnthropicError(writer, error);
+    return;
+  }
+  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  AnswerSplitter::Delta a = splitter.Push(text, /*last=*/true);
+  ending.called_tools = !a.calls.empty();
+  Json content = Json::array();
+  if (!a.reasoning.empty()) {
+    content.push_back({{"type", "thinking"}, {"thinking", a.reasoning}, {"signature", ""}});
+  }
+  if (!a.content.empty()) content.push_back({{"type", "text"}, {"text", a.content}});
+  for (const auto& call : a.calls) content.push_back(ToolUseBlock(call));
+  RespondJson(writer, 200,
+              Json{{"id", ctx.id},
+                   {"type", "message"},
+                   {"role", "assistant"},
+                   {"model", ctx.backend.served_model_name},
+                   {"content", std::move(content)},
+                   {"stop_reason", ending.StopReason()},
+                   {"stop_sequence", ending.StopSequence()},
+                   {"usage", AnthropicUsage(generation.usage())}});
+}
+
+// Anthropic's tool_choice: {"type": "auto" | "any" | "tool" | "none", ...}. Only "none" changes
+// anything here (tool calls then stay text); "any" and "tool" cannot force a call on this
+// engine and are treated as "auto".
+absl::StatusOr<bool> ToolsOff(const Json& body) {
+  auto it = body.find("tool_choice");
+  if (it == body.end() || it->is_null()) return false;
+  if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
+    return RequestError("tool_choice", "invalid_type",
+                        "'tool_choice' must be an object with a string 'type'.");
+  }
+  const std::string type = (*it)["type"].get<std::string>();
+  if (type != "auto" && type != "any" && type != "tool" && type != "none") {
+    return RequestError("tool_choice.type", "invalid_value",
+                        "'tool_choice.type' must be auto, any, tool or none.");
+  }
+  return type == "none";
+}
+
+absl::Status ParseStopSequences(const Json& body, GenerationParams* params) {
+  auto it = body.find("stop_sequences");
+  if (it == body.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array() || it->size() > static_cast<size_t>(kMaxStopStrings)) {
+    return RequestError("stop_sequences", "invalid_type",
+                        fmt::format("'stop_sequences' must be an array of at most {} strings.",
+                                    kMaxStopStrings));
+  }
+  for (const Json& s : *it) {
+    if (!s.is_string() || s.get_ref<const std::string&>().size() >
+                              static_cast<size_t>(kMaxStopStringBytes)) {
+      return RequestError("stop_sequences", "invalid_value",
+                          fmt::format("'stop_sequences' must hold strings of at most {} bytes.",
+                                      kMaxStopStringBytes));
+    }
+    if (!s.get_ref<const std::string&>().empty()) params->stop.push_back(s.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(Json body, ParseJson(http.body));
+  if (!body.is_object()) {
+    return RequestError("", "invalid_type", "The request body must be a JSON object.");
+  }
+  GenerationParams params;
+  DI_RETURN_IF_ERROR(
+      ParseGenerationParams(body, ParseLimits{backend.tokenizer->vocab_size()}, &params));
+  params.n = 1;
+  params.stop.clear();  // OpenAI's `stop` is not part of this API
+  params.include_usage = false;
+  if (!params.max_tokens) {
+    return RequestError("max_tokens", "missing_field", "max_tokens: Field required.");
+  }
+  DI_RETURN_IF_ERROR(ParseStopSequences(body, &params));
+  DI_ASSIGN_OR_RETURN(bool tools_off, ToolsOff(body));
+  DI_RETURN_IF_ERROR(CheckModel(backend, params.model));
+  DI_ASSIGN_OR_RETURN(AnthropicChat chat, ParseAnthropicChat(body));
+  if (chat.num_images > 0) {
+    return RequestError("messages", "unsupported_value",
+                        "The served model does not read images.");
+  }
+  DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(backend, chat.messages, chat.options));
+  if (prompt.tokens.empty()) {
+    return RequestError("messages", "empty_prompt", "The prompt is empty.");
+  }
+  DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.tokens.size(),
+                                                           params.max_tokens, "messages"));
+  MessagesContext ctx{backend, NewRequestId("msg_"), std::move(prompt)};
+  ctx.tool_format = ToolFormatFor(backend, !chat.options.tools.empty(), tools_off);
+  ChoiceSpec spec;
+  spec.request = MakeEngineRequest(params, ctx.prompt.tokens, max_tokens, 0, ctx.id);
+  spec.stops = params.stop;
+  std::vector<ChoiceSpec> specs;
+  specs.push_back(std::move(spec));
+  DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
+                                                         std::move(specs), backend.metrics));
+  if (params.stream) {
+    Stream(ctx, *generation, writer);
+  } else {
+    Complete(ctx, *generation, writer);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void HandleAnthropicMessages(const Backend& backend, const HttpRequest& request,
+                             ResponseWriter& writer) {
+  absl::Status status = Run(backend, request, writer);
+  if (!status.ok() && !writer.started()) RespondAnthropicError(writer, status);
+}
+
+}  // namespace deepinfer::api
