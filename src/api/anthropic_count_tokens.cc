@@ -1,77 +1,11 @@
 #include "api/anthropic_count_tokens.h"
 
-#include <algorithm>
 #include <string>
 
 #include "api/errors.h"
-#include "fmt/format.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
-namespace {
-
-bool IsImagePart(const Json& part) {
-  if (!part.is_object()) return false;
-  auto type = part.find("type");
-  return type != part.end() && type->is_string() &&
-         (*type == "image_url" || *type == "input_image" || *type == "image");
-}
-
-// Text of a tool_result's content: a string or an array of text (and image) blocks.
-absl::Status ToolResultText(const Json& content, const std::string& param, std::string* text,
-                            int32_t* num_images) {
-  if (content.is_null()) return absl::OkStatus();
-  if (content.is_string()) {
-    *text = content.get<std::string>();
-    return absl::OkStatus();
-  }
-  if (!content.is_array()) {
-    return RequestError(param, "invalid_type", "tool_result content must be a string or blocks.");
-  }
-  for (size_t k = 0; k < content.size(); ++k) {
-    const Json& block = content[k];
-    std::string p = fmt::format("{}[{}]", param, k);
-    if (IsImagePart(block)) {
-      ++*num_images;
-      continue;
-    }
-    if (!block.is_object() || !block.contains("type") || block["type"] != "text" ||
-        !block.contains("text") || !block["text"].is_string()) {
-      return RequestError(p, "unsupported_value", "tool_result blocks must be text or images.");
-    }
-    *text += block["text"].get<std::string>();
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-const char* AnthropicErrorType(int http_status) {
-  switch (http_status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "overloaded_error";
-    default:
-      return "api_error";
-  }
-}
-
-Json AnthropicErrorJson(const ApiError& error) {
-  return Json{
-      {"type", "error"},
-      {"error", Json{{"type", AnthropicErrorType(error.http_status)}, {"message", error.message}}}};
-}
 
 void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status) {
   ApiError error = ApiErrorFromStatus(status);
@@ -102,45 +36,6 @@ absl::Status RunCountTokens(const Backend& backend, const HttpRequest& http,
 
 }  // namespace
 
-absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body) {
-  AnthropicChat chat;
-  DI_ASSIGN_OR_RETURN(chat.messages, AnthropicToChatMessages(body, &chat.num_images));
-  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array())
-      return RequestError("tools", "invalid_type", "'tools' must be an array.");
-    for (size_t i = 0; i < tools->size(); ++i) {
-      const Json& t = (*tools)[i];
-      std::string param = fmt::format("tools[{}]", i);
-      if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
-        return RequestError(param, "invalid_type", "Tools must be objects with a string 'name'.");
-      }
-      if (t.contains("type") && !t["type"].is_null() && t["type"] != "custom") {
-        return RequestError(param, "unsupported_value",
-                            "Server tools are not supported; only custom tools with an "
-                            "input_schema are.");
-      }
-      Json function = Json{{"name", t["name"]}};
-      if (t.contains("description")) function["description"] = t["description"];
-      function["parameters"] = t.contains("input_schema") ? t["input_schema"] : Json::object();
-      chat.options.tools.push_back(
-          DumpJson(Json{{"type", "function"}, {"function", std::move(function)}}));
-    }
-  }
-  // Thinking on for "enabled", "adaptive" and "between_tools" (a DeepSeek model cannot decide on
-  // its own whether to think, so adaptive thinking thinks); off for "disabled" or no field.
-  if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object()) {
-    const std::string type = thinking->value("type", "");
-    chat.options.thinking = type == "enabled" || type == "adaptive" || type == "between_tools";
-  }
-  // output_config.effort ("low" ... "max") is DeepSeek V4's reasoning effort.
-  if (auto config = body.find("output_config"); config != body.end() && config->is_object()) {
-    if (auto effort = config->find("effort"); effort != config->end() && effort->is_string()) {
-      chat.options.reasoning_effort = effort->get<std::string>();
-    }
-  }
-  return chat;
-}
-
 absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
                                                      const ParseLimits& limits,
                                                      int32_t* num_images) {
@@ -167,119 +62,6 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
     }
   }
   return ParseChatRequest(DumpJson(json), limits);
-}
-
-absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& body,
-                                                                 int32_t* num_images) {
-  *num_images = 0;
-  std::vector<ChatMessage> out;
-  if (auto system = body.find("system"); system != body.end() && !system->is_null()) {
-    ChatMessage m;
-    m.role = "system";
-    if (system->is_string()) {
-      m.content = system->get<std::string>();
-    } else if (system->is_array()) {
-      for (size_t i = 0; i < system->size(); ++i) {
-        const Json& block = (*system)[i];
-        if (!block.is_object() || !block.contains("text") || !block["text"].is_string()) {
-          return RequestError(fmt::format("system[{}]", i), "invalid_type",
-                              "System blocks must be text blocks.");
-        }
-        m.content += block["text"].get<std::string>();
-      }
-    } else {
-      return RequestError("system", "invalid_type", "'system' must be a string or text blocks.");
-    }
-    out.push_back(std::move(m));
-  }
-  auto messages = body.find("messages");
-  if (messages == body.end() || messages->is_null()) {
-    return RequestError("messages", "missing_field", "'messages' is a required property.");
-  }
-  if (!messages->is_array()) {
-    return RequestError("messages", "invalid_type", "'messages' must be an array.");
-  }
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const Json& msg = (*messages)[i];
-    std::string prefix = fmt::format("messages[{}]", i);
-    if (!msg.is_object()) return RequestError(prefix, "invalid_type", "Messages must be objects.");
-    auto role = msg.find("role");
-    if (role == msg.end() || !role->is_string() || (*role != "user" && *role != "assistant")) {
-      return RequestError(prefix + ".role", "invalid_value",
-                          "'role' must be \"user\" or \"assistant\".");
-    }
-    auto content = msg.find("content");
-    if (content == msg.end() || content->is_null()) {
-      return RequestError(prefix + ".content", "missing_field", "'content' is required.");
-    }
-    ChatMessage turn;
-    turn.role = role->get<std::string>();
-    if (content->is_string()) {
-      turn.content = content->get<std::string>();
-      out.push_back(std::move(turn));
-      continue;
-    }
-    if (!content->is_array()) {
-      return RequestError(prefix + ".content", "invalid_type",
-                          "'content' must be a string or an array of blocks.");
-    }
-    Json calls = Json::array();
-    for (size_t k = 0; k < content->size(); ++k) {
-      const Json& block = (*content)[k];
-      std::string param = fmt::format("{}.content[{}]", prefix, k);
-      if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
-        return RequestError(param, "missing_field", "Content blocks need a string 'type'.");
-      }
-      std::string type = block["type"].get<std::string>();
-      if (type == "text") {
-        if (!block.contains("text") || !block["text"].is_string()) {
-          return RequestError(param, "invalid_type", "A text block needs a string 'text'.");
-        }
-        turn.content += block["text"].get<std::string>();
-      } else if (type == "image") {
-        ++*num_images;
-      } else if (type == "thinking" || type == "redacted_thinking") {
-        // Earlier reasoning is not part of the prompt.
-      } else if (type == "tool_use") {
-        if (!block.contains("id") || !block["id"].is_string() || !block.contains("name") ||
-            !block["name"].is_string()) {
-          return RequestError(param, "missing_field", "tool_use needs a string id and name.");
-        }
-        Json input = block.contains("input") ? block["input"] : Json::object();
-        calls.push_back(
-            Json{{"id", block["id"]},
-                 {"type", "function"},
-                 {"function", Json{{"name", block["name"]}, {"arguments", DumpJson(input)}}}});
-      } else if (type == "tool_result") {
-        if (!block.contains("tool_use_id") || !block["tool_use_id"].is_string()) {
-          return RequestError(param, "missing_field", "tool_result needs a string tool_use_id.");
-        }
-        ChatMessage result;
-        result.role = "tool";
-        result.tool_call_id = block["tool_use_id"].get<std::string>();
-        if (block.contains("content")) {
-          DI_RETURN_IF_ERROR(
-              ToolResultText(block["content"], param + ".content", &result.content, num_images));
-        }
-        out.push_back(std::move(result));
-      } else {
-        return RequestError(param, "unsupported_value",
-                            fmt::format("Content block type '{}' is not supported.", type));
-      }
-    }
-    if (!calls.empty()) {
-      turn.tool_calls_json = DumpJson(calls);
-      turn.has_content = !turn.content.empty();
-    }
-    // A user turn made only of tool results adds no user message of its own.
-    if (turn.role == "assistant" || !turn.content.empty() || !calls.empty() || content->empty() ||
-        std::none_of(content->begin(), content->end(), [](const Json& b) {
-          return b.is_object() && b.value("type", "") == "tool_result";
-        })) {
-      out.push_back(std::move(turn));
-    }
-  }
-  return out;
 }
 
 void HandleAnthropicCountTokens(const Backend& backend, const HttpRequest& request,

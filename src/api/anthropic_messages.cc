@@ -209,66 +209,13 @@ void Complete(const MessagesContext& ctx, Generation& generation, ResponseWriter
                    {"usage", AnthropicUsage(generation.usage())}});
 }
 
-// Anthropic's tool_choice: {"type": "auto" | "any" | "tool" | "none", ...}. Only "none" changes
-// anything here (tool calls then stay text); "any" and "tool" cannot force a call on this
-// engine and are treated as "auto".
-absl::StatusOr<bool> ToolsOff(const Json& body) {
-  auto it = body.find("tool_choice");
-  if (it == body.end() || it->is_null()) return false;
-  if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
-    return RequestError("tool_choice", "invalid_type",
-                        "'tool_choice' must be an object with a string 'type'.");
-  }
-  const std::string type = (*it)["type"].get<std::string>();
-  if (type != "auto" && type != "any" && type != "tool" && type != "none") {
-    return RequestError("tool_choice.type", "invalid_value",
-                        "'tool_choice.type' must be auto, any, tool or none.");
-  }
-  return type == "none";
-}
-
-absl::Status ParseStopSequences(const Json& body, GenerationParams* params) {
-  auto it = body.find("stop_sequences");
-  if (it == body.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_array() || it->size() > static_cast<size_t>(kMaxStopStrings)) {
-    return RequestError("stop_sequences", "invalid_type",
-                        fmt::format("'stop_sequences' must be an array of at most {} strings.",
-                                    kMaxStopStrings));
-  }
-  for (const Json& s : *it) {
-    if (!s.is_string() || s.get_ref<const std::string&>().size() >
-                              static_cast<size_t>(kMaxStopStringBytes)) {
-      return RequestError("stop_sequences", "invalid_value",
-                          fmt::format("'stop_sequences' must hold strings of at most {} bytes.",
-                                      kMaxStopStringBytes));
-    }
-    if (!s.get_ref<const std::string&>().empty()) params->stop.push_back(s.get<std::string>());
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(Json body, ParseJson(http.body));
-  if (!body.is_object()) {
-    return RequestError("", "invalid_type", "The request body must be a JSON object.");
-  }
-  GenerationParams params;
-  DI_RETURN_IF_ERROR(
-      ParseGenerationParams(body, ParseLimits{backend.tokenizer->vocab_size()}, &params));
-  params.n = 1;
-  params.stop.clear();  // OpenAI's `stop` is not part of this API
-  params.include_usage = false;
-  if (!params.max_tokens) {
-    return RequestError("max_tokens", "missing_field", "max_tokens: Field required.");
-  }
-  DI_RETURN_IF_ERROR(ParseStopSequences(body, &params));
-  DI_ASSIGN_OR_RETURN(bool tools_off, ToolsOff(body));
+  DI_ASSIGN_OR_RETURN(AnthropicMessagesRequest request,
+                      ParseAnthropicMessagesRequest(
+                          http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+  const GenerationParams& params = request.params;
+  const AnthropicChat& chat = request.chat;
   DI_RETURN_IF_ERROR(CheckModel(backend, params.model));
-  DI_ASSIGN_OR_RETURN(AnthropicChat chat, ParseAnthropicChat(body));
-  if (chat.num_images > 0) {
-    return RequestError("messages", "unsupported_value",
-                        "The served model does not read images.");
-  }
   DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(backend, chat.messages, chat.options));
   if (prompt.tokens.empty()) {
     return RequestError("messages", "empty_prompt", "The prompt is empty.");
@@ -276,7 +223,7 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.tokens.size(),
                                                            params.max_tokens, "messages"));
   MessagesContext ctx{backend, NewRequestId("msg_"), std::move(prompt)};
-  ctx.tool_format = ToolFormatFor(backend, !chat.options.tools.empty(), tools_off);
+  ctx.tool_format = ToolFormatFor(backend, !chat.options.tools.empty(), request.tools_off);
   ChoiceSpec spec;
   spec.request = MakeEngineRequest(params, ctx.prompt.tokens, max_tokens, 0, ctx.id);
   spec.stops = params.stop;

@@ -1,11 +1,12 @@
 // Feeds arbitrary bytes to the request parsers and validators of the HTTP API (chat,
-// completions, tokenize, detokenize) and to the error and SSE encoders their results reach.
+// completions, tokenize, detokenize, Anthropic messages) and to the error and SSE encoders their results reach.
 // They must never crash, whatever the bytes.
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/openai_types.h"
 #include "api/sse.h"
@@ -44,6 +45,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (id < 0 || id >= limits.vocab_size) __builtin_trap();
       }
     }
+  }
+  auto messages = deepinfer::api::ParseAnthropicMessagesRequest(body, limits);
+  Check(messages);
+  if (messages.ok()) {
+    const auto& p = messages->params;
+    if (p.n != 1 || !p.max_tokens || *p.max_tokens < 1) __builtin_trap();
+    if (p.stop.size() > static_cast<size_t>(deepinfer::api::kMaxStopStrings)) __builtin_trap();
+    (void)deepinfer::api::AnthropicErrorJson(deepinfer::api::ApiError{});
   }
   Check(deepinfer::api::ParseTokenizeRequest(body, limits));
   Check(deepinfer::api::ParseDetokenizeRequest(body, limits));

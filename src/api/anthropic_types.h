@@ -1,0 +1,68 @@
+#pragma once
+
+// Parsing of Anthropic Messages requests into the chat pipeline's types, and Anthropic's error
+// shape: no engine or sockets here, so the request fuzz target covers it.
+// Source: Anthropic API reference, "Messages", "Count message tokens" and "Errors".
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/errors.h"
+#include "api/json.h"
+#include "api/openai_types.h"
+#include "tokenizer/chat_template.h"
+
+namespace deepinfer::api {
+
+// True for an image content part or block ("image_url", "input_image", "image").
+bool IsImagePart(const Json& part);
+
+// Converts the `system` and `messages` of an Anthropic Messages request into chat messages:
+// text blocks are joined, tool_use blocks become assistant tool_calls, tool_result blocks become
+// "tool" messages (before the text of their user turn), thinking blocks are dropped, image blocks
+// are counted in *num_images.
+// Errors: InvalidArgument "missing_field", "invalid_type", "invalid_value", "unsupported_value"
+//   (documents and other block types no model here reads), each with its `param`.
+// Source: Anthropic API reference, Messages and "Count message tokens".
+absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& body,
+                                                                 int32_t* num_images);
+
+// An Anthropic Messages request as the chat encoder sees it.
+struct AnthropicChat {
+  std::vector<ChatMessage> messages;
+  // tools[i] {name, description, input_schema} as OpenAI function tools; thinking on for
+  // {"thinking": {"type": "enabled" | "adaptive" | "between_tools"}}; reasoning effort from
+  // output_config.effort.
+  tokenizer::ChatOptions options;
+  int32_t num_images = 0;
+};
+
+// Errors: those of AnthropicToChatMessages; "unsupported_value" for server tools (a tool with a
+//   type other than "custom"), which no encoder here renders.
+absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body);
+
+// Anthropic's error type for an HTTP status ("invalid_request_error", "not_found_error",
+// "overloaded_error", ...; "api_error" for the rest).
+// Source: Anthropic API reference, "Errors".
+const char* AnthropicErrorType(int http_status);
+// {"type": "error", "error": {"type", "message"}}.
+Json AnthropicErrorJson(const ApiError& error);
+// A POST /v1/messages request.
+struct AnthropicMessagesRequest {
+  // model, max_tokens (required), stream, temperature / top_p / top_k and the other sampling
+  // fields the chat route reads; `stop` holds stop_sequences; n is 1.
+  GenerationParams params;
+  AnthropicChat chat;
+  bool tools_off = false;  // tool_choice {"type": "none"}: tool calls stay text
+};
+
+// Errors: InvalidArgument with a `param`: "invalid_json", "invalid_type", "invalid_value",
+//   "missing_field" (max_tokens, messages), "unsupported_value" (images, server tools), and
+//   those of ParseGenerationParams and ParseAnthropicChat.
+// Cost: O(body size). Never throws, whatever the bytes.
+absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::string_view body,
+                                                                       const ParseLimits& limits);
+
+}  // namespace deepinfer::api
