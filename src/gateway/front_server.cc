@@ -108,6 +108,7 @@ class Writer : public FrontWriter {
   bool started() const override { return started_; }
   int status() const override { return status_; }
   int client_fd() const override { return stream_.fd(); }
+  std::string_view request_path() const override { return request_.path; }
   bool keep_alive() const { return keep_alive_ && !failed_; }
 
  private:

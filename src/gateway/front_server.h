@@ -72,6 +72,8 @@ class FrontWriter {
   virtual int status() const = 0;
   // The client's socket, for waits that must end when the client leaves (-1: none).
   virtual int client_fd() const { return -1; }
+  // The path of the request being answered (error bodies take the shape of its API).
+  virtual std::string_view request_path() const { return {}; }
 };
 
 using FrontHandler = std::function<void(const FrontRequest&, FrontWriter&)>;

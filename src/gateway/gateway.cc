@@ -216,7 +216,7 @@ void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl
     // The OpenAI and Anthropic SDKs honour this and stop retrying a request that cannot succeed.
     headers.emplace_back("x-should-retry", "false");
   }
-  writer.Respond(error.http_status, headers, api::ErrorBody(error));
+  writer.Respond(error.http_status, headers, GatewayErrorBody(error, writer.request_path()));
 }
 
 bool Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer, const Headers& extra,

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <exception>
 
+#include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/sse.h"
 #include "boost/asio/error.hpp"
@@ -94,7 +95,11 @@ void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status&
   api::ApiError error = GatewayError(status);
   Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
-  writer.Respond(error.http_status, headers, api::ErrorBody(error));
+  writer.Respond(error.http_status, headers, GatewayErrorBody(error, writer.request_path()));
+}
+
+bool IsAnthropicPath(std::string_view path) {
+  return path == "/v1/messages" || path.rfind("/v1/messages/", 0) == 0;
 }
 
 // The end of the last complete SSE event in `data` (0 when none).
@@ -108,6 +113,16 @@ size_t LastEventEnd(std::string_view data) {
 }
 
 }  // namespace
+
+std::string GatewayErrorBody(const api::ApiError& error, std::string_view path) {
+  return IsAnthropicPath(path) ? api::DumpJson(api::AnthropicErrorJson(error))
+                               : api::ErrorBody(error);
+}
+
+std::string GatewayStreamError(const api::ApiError& error, std::string_view path) {
+  if (!IsAnthropicPath(path)) return api::SseErrorAndDone(error);
+  return "event: error\n" + api::SseData(api::DumpJson(api::AnthropicErrorJson(error)));
+}
 
 api::ApiError GatewayError(const absl::Status& status) {
   api::ApiError error = api::ApiErrorFromStatus(status);
@@ -359,7 +374,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
           // The partial event is dropped: the client gets whole events, then one error event.
           api::ApiError error = api::ApiErrorFromStatus(UnavailableError(
               "backend_disconnected", "The backend failed in the middle of the stream."));
-          writer.Write(api::SseErrorAndDone(error));
+          writer.Write(GatewayStreamError(error, writer.request_path()));
           writer.End();
         } else {
           writer.Abort();

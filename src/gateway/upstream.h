@@ -104,6 +104,15 @@ absl::StatusOr<SimpleResponse> HttpGet(const BackendAddress& backend, const std:
 // that failed or refused ("backend_error", "backend_unavailable") is 502 Bad Gateway.
 api::ApiError GatewayError(const absl::Status& status);
 
+// The body of an error the gateway answers itself: Anthropic's shape {"type": "error", "error":
+// {"type", "message"}} on the Anthropic routes (/v1/messages and below), so that Anthropic
+// clients read it as their own; OpenAI's shape on every other path.
+std::string GatewayErrorBody(const api::ApiError& error, std::string_view path);
+
+// The in-band error of an SSE stream the backend broke off: OpenAI's `data: {"error": ...}` and
+// `data: [DONE]`, or on the Anthropic routes an `event: error` frame.
+std::string GatewayStreamError(const api::ApiError& error, std::string_view path);
+
 // Whether a header (lower-case name) is hop-by-hop or framing, and so never forwarded.
 bool IsHopByHopHeader(std::string_view name);
 

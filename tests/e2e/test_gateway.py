@@ -181,6 +181,27 @@ def test_streaming_passes_through(gw):
     assert_no_leaked_slots(gw)
 
 
+def test_anthropic_sdk_through_the_gateway(gw):
+    """The anthropic SDK sends its key as x-api-key; the gateway authenticates it, never forwards
+    it, and answers its own errors on /v1/messages in Anthropic's shape."""
+    anthropic = pytest.importorskip("anthropic")
+    a = anthropic.Anthropic(base_url=gw.url, api_key=gw.key, max_retries=0, timeout=60)
+    kwargs = dict(model="stories260K", max_tokens=8, extra_body={"temperature": 0},
+                  messages=[{"role": "user", "content": "Once upon a time"}])
+    msg = a.messages.create(**kwargs)
+    assert msg.type == "message" and msg.content[0].type == "text"
+    with a.messages.stream(**kwargs) as stream:
+        assert "".join(stream.text_stream) == msg.content[0].text
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=gw.url, api_key="wrong", max_retries=0).messages.create(
+            **kwargs)
+    r = httpx.post(gw.url + "/v1/messages", json={"max_tokens": 8, "messages": []}, timeout=10)
+    assert r.status_code == 401
+    assert r.json()["type"] == "error"
+    assert r.json()["error"]["type"] == "authentication_error"
+    assert_no_leaked_slots(gw)
+
+
 def test_metrics_pass_promtool(gw):
     promtool = shutil.which("promtool")
     if promtool is None:
