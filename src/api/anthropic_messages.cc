@@ -231,6 +231,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   specs.push_back(std::move(spec));
   DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
                                                          std::move(specs), backend.metrics));
+  writer.log().id = ctx.id;
+  writer.log().stream = params.stream;
   if (params.stream) {
     Stream(ctx, *generation, writer);
   } else {

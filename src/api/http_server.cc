@@ -476,11 +476,12 @@ void HttpServer::ServeConnection(int fd) {
                                        fmt::format("Malformed HTTP request: {}", ec.message()));
         request.keep_alive = false;
         ConnectionWriter writer(stream, request, &stopping_);
+        writer.log().received = start;
         ApiError error = ApiErrorFromStatus(status);
         writer.Respond(error.http_status, "application/json", ErrorBody(error));
         if (observer_) {
           observer_(request, error.http_status,
-                    std::chrono::duration<double>(Clock::now() - start).count());
+                    std::chrono::duration<double>(Clock::now() - start).count(), writer.log());
         }
         ::shutdown(fd, SHUT_WR);
         DrainInput(fd, 2 * options_.max_request_bytes + (1 << 20), 5000);
@@ -494,6 +495,7 @@ void HttpServer::ServeConnection(int fd) {
         request.headers.emplace_back(std::move(name), std::string(field.value()));
       }
       ConnectionWriter writer(stream, request, &stopping_);
+      writer.log().received = start;
       handler_(request, writer);
       if (!writer.started()) {
         ApiError error = ApiErrorFromStatus(InternalError("no_response", "No response."));
@@ -501,7 +503,7 @@ void HttpServer::ServeConnection(int fd) {
       }
       if (observer_) {
         observer_(request, writer.status(),
-                  std::chrono::duration<double>(Clock::now() - start).count());
+                  std::chrono::duration<double>(Clock::now() - start).count(), writer.log());
       }
       if (!writer.keep_alive()) return;
     }

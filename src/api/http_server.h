@@ -5,6 +5,7 @@
 // coding so that the connection stays reusable after `data: [DONE]`.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -33,11 +34,30 @@ struct HttpRequest {
   std::string_view Header(std::string_view name) const;
 };
 
+// What the request log says about one answer beyond method, path, status and duration. Route
+// handlers fill it through ResponseWriter::log(); the observer reads it. Never holds prompt or
+// answer text. Units: tokens; times are steady_clock points (default: never happened).
+struct RequestLog {
+  std::chrono::steady_clock::time_point received;     // the whole request was read
+  std::chrono::steady_clock::time_point first_token;  // the first generated token arrived
+  std::string id;      // the response id ("chatcmpl-…", "cmpl-…", "msg_…"), when there is one
+  bool stream = false;
+  bool generated = false;  // a generation ran: the token counts and `end` are meaningful
+  int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;
+  int64_t completion_tokens = 0;
+  std::string end;  // "stop", "length", "client_gone", "error" (with generated)
+};
+
 // How a handler answers: either Respond once, or BeginStream, WriteStream..., EndStream.
 // Threads: used only by the connection's own thread.
 class ResponseWriter {
  public:
   virtual ~ResponseWriter() = default;
+
+  // The request log entry of this answer (see RequestLog).
+  RequestLog& log() { return log_; }
+  const RequestLog& log() const { return log_; }
 
   // Sends a whole response. Returns false when the peer is gone.
   virtual bool Respond(int status, std::string_view content_type, std::string_view body) = 0;
@@ -54,13 +74,18 @@ class ResponseWriter {
   // Whether anything was sent yet, and the status of the response (0 before any).
   virtual bool started() const = 0;
   virtual int status() const = 0;
+
+ private:
+  RequestLog log_;
 };
 
 // Called on the connection thread for each complete request.
 using HttpHandler = std::function<void(const HttpRequest&, ResponseWriter&)>;
-// Called after each answer (including the server's own 400/413/503 answers).
+// Called after each answer (including the server's own 400/413/503 answers), on the connection
+// thread, with what the handler put in the request log.
 // Units: seconds from the complete request to the end of the answer.
-using HttpObserver = std::function<void(const HttpRequest&, int status, double seconds)>;
+using HttpObserver =
+    std::function<void(const HttpRequest&, int status, double seconds, const RequestLog&)>;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";

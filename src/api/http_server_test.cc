@@ -48,7 +48,9 @@ class HttpServerTest : public ::testing::Test {
     options.idle_timeout_ms = 2000;
     auto server = HttpServer::Start(
         options, [this](const HttpRequest& r, ResponseWriter& w) { api_->Handle(r, w); },
-        [this](const HttpRequest& r, int status, double s) { api_->Observe(r, status, s); });
+        [this](const HttpRequest& r, int status, double s, const RequestLog& log) {
+          api_->Observe(r, status, s, log);
+        });
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
   }

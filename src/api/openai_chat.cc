@@ -218,6 +218,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   }
   DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
                                                          std::move(specs), backend.metrics));
+  writer.log().id = ctx.id;
+  writer.log().stream = request.params.stream;
   if (request.params.stream) {
     Stream(ctx, *generation, writer);
   } else {

@@ -1,10 +1,13 @@
 #include "api/server.h"
 
+#include <chrono>
 #include <exception>
 
 #include "api/anthropic_count_tokens.h"
 #include "api/errors.h"
 #include "api/handlers.h"
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -59,11 +62,60 @@ std::string ApiServer::RouteLabel(const std::string& path) {
   return path;
 }
 
-void ApiServer::Observe(const HttpRequest& request, int status, double seconds) {
+namespace {
+
+// Client-sent text for a log line: at most 128 bytes of printable ASCII.
+std::string Printable(std::string_view s) {
+  std::string out(s.substr(0, 128));
+  for (char& c : out) {
+    if (c < 0x21 || c > 0x7e) c = '?';
+  }
+  return out;
+}
+
+double Ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+}  // namespace
+
+std::string ApiServer::RequestLogLine(const HttpRequest& request, int status, double seconds,
+                                      const RequestLog& log) {
+  std::string line = fmt::format("{} {} {} {:.1f}ms", Printable(request.method),
+                                 Printable(request.path), status, seconds * 1e3);
+  if (!log.id.empty()) line += " id=" + log.id;
+  if (std::string_view rid = request.Header("x-request-id"); !rid.empty()) {
+    line += " x_request_id=" + Printable(rid);
+  }
+  if (log.generated) {
+    line += fmt::format(" stream={} prompt_tokens={} cached_tokens={} completion_tokens={} end={}",
+                        log.stream, log.prompt_tokens, log.cached_tokens, log.completion_tokens,
+                        log.end.empty() ? "none" : log.end);
+    const std::chrono::steady_clock::time_point never;
+    if (log.first_token != never && log.received != never) {
+      line += fmt::format(" ttft_ms={:.1f}", Ms(log.first_token - log.received));
+      if (log.completion_tokens > 1) {
+        const auto done = log.received + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(seconds));
+        line += fmt::format(" tpot_ms={:.2f}", Ms(done - log.first_token) /
+                                                   static_cast<double>(log.completion_tokens - 1));
+      }
+    }
+  }
+  return line;
+}
+
+void ApiServer::Observe(const HttpRequest& request, int status, double seconds,
+                        const RequestLog& log) {
   const std::string& m = request.method;
   bool known_method = m == "GET" || m == "POST" || m == "HEAD" || m == "PUT" || m == "DELETE" ||
                       m == "OPTIONS" || m == "PATCH";
   metrics_.Record(RouteLabel(request.path), known_method ? m : "other", status, seconds);
+  if (!log_requests_) return;
+  if (m == "GET" && status < 400 && (request.path == "/health" || request.path == "/metrics")) {
+    return;
+  }
+  spdlog::info("request {}", RequestLogLine(request, status, seconds, log));
 }
 
 void ApiServer::Handle(const HttpRequest& request, ResponseWriter& writer) {

@@ -24,8 +24,21 @@ class ApiServer {
 
   // Answers one request. Never throws; an unexpected exception becomes a 500.
   void Handle(const HttpRequest& request, ResponseWriter& writer);
-  // Records the answer in the HTTP metrics.
-  void Observe(const HttpRequest& request, int status, double seconds);
+  // Records the answer in the HTTP metrics and, when on, writes its request log line.
+  void Observe(const HttpRequest& request, int status, double seconds,
+               const RequestLog& log = {});
+
+  // One line per answered request (never the prompt or the answer); off by default. Successful
+  // GET /health and GET /metrics (probes and scrapes) are left out.
+  void set_log_requests(bool on) { log_requests_ = on; }
+
+  // The request log line of one answer (without timestamp and level), e.g.
+  // `POST /v1/chat/completions 200 812.4ms id=chatcmpl-… stream=false prompt_tokens=34
+  // cached_tokens=32 completion_tokens=11 end=stop ttft_ms=35.2 tpot_ms=7.1`, plus
+  // `x_request_id=…` when the client sent one. Client-sent text is cut to 128 bytes and
+  // anything but printable ASCII becomes '?', so a line cannot be forged or split.
+  static std::string RequestLogLine(const HttpRequest& request, int status, double seconds,
+                                    const RequestLog& log);
 
   HttpMetrics& metrics() { return metrics_; }
 
@@ -36,6 +49,7 @@ class ApiServer {
   void Dispatch(const HttpRequest& request, ResponseWriter& writer);
 
   std::atomic<const Backend*> backend_{nullptr};
+  bool log_requests_ = false;
   HttpMetrics metrics_;
 };
 

@@ -544,6 +544,48 @@ TEST_F(ApiServerTest, MetricsExposeEngineAndHttpSeries) {
   }
 }
 
+TEST_F(ApiServerTest, RequestLogHoldsIdTokensAndEnding) {
+  CaptureWriter w = Chat(R"(,"max_tokens":32)");
+  const RequestLog& log = w.log();
+  EXPECT_EQ(log.id, w.json()["id"]);
+  EXPECT_TRUE(log.generated);
+  EXPECT_FALSE(log.stream);
+  EXPECT_EQ(log.completion_tokens, 11);
+  EXPECT_EQ(log.prompt_tokens, w.json()["usage"]["prompt_tokens"].get<int64_t>());
+  EXPECT_EQ(log.end, "stop");
+  EXPECT_NE(log.first_token, std::chrono::steady_clock::time_point());
+  CaptureWriter cut = Chat(R"(,"max_tokens":3,"stream":true)");
+  EXPECT_EQ(cut.log().end, "length");
+  EXPECT_TRUE(cut.log().stream);
+  CaptureWriter gone = Chat(R"(,"stream":true)", /*close_after_writes=*/1);
+  EXPECT_EQ(gone.log().end, "client_gone");
+  EXPECT_FALSE(Call("GET", "/v1/models", "").log().generated);
+}
+
+TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
+  HttpRequest request;
+  request.method = "POST";
+  request.path = "/v1/chat/completions";
+  request.headers.emplace_back("x-request-id", "abc\nFAKE line\x01");
+  RequestLog log;
+  log.received = std::chrono::steady_clock::time_point(std::chrono::seconds(100));
+  log.first_token = log.received + std::chrono::milliseconds(40);
+  log.id = "chatcmpl-1";
+  log.generated = true;
+  log.prompt_tokens = 34;
+  log.cached_tokens = 32;
+  log.completion_tokens = 11;
+  log.end = "stop";
+  EXPECT_EQ(ApiServer::RequestLogLine(request, 200, 0.140, log),
+            "POST /v1/chat/completions 200 140.0ms id=chatcmpl-1 x_request_id=abc?FAKE?line? "
+            "stream=false prompt_tokens=34 cached_tokens=32 completion_tokens=11 end=stop "
+            "ttft_ms=40.0 tpot_ms=10.00");
+  HttpRequest health;
+  health.method = "GET";
+  health.path = "/health";
+  EXPECT_EQ(ApiServer::RequestLogLine(health, 503, 0.0001, RequestLog{}), "GET /health 503 0.1ms");
+}
+
 // Anthropic Messages API (POST /v1/messages) over the same engine.
 TEST_F(ApiServerTest, AnthropicMessageHasTextBlockStopReasonAndUsage) {
   CaptureWriter w = Messages("");

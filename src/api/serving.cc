@@ -254,34 +254,69 @@ AnswerSplitter::Delta AnswerSplitter::Push(std::string_view text, bool last) {
   return out;
 }
 
+namespace {
+
+// Fills the request log with how a generation ended, on every way out of DriveGeneration.
+class GenerationLogger {
+ public:
+  GenerationLogger(Generation& generation, RequestLog& log) : generation_(generation), log_(log) {
+    log_.generated = true;
+  }
+  ~GenerationLogger() {
+    UsageCounts u = generation_.usage();
+    log_.prompt_tokens = u.prompt_tokens;
+    log_.cached_tokens = u.cached_tokens;
+    log_.completion_tokens = u.completion_tokens;
+  }
+  void Saw(const ChoiceDelta& d) {
+    if (!d.tokens.empty() && log_.first_token == std::chrono::steady_clock::time_point()) {
+      log_.first_token = std::chrono::steady_clock::now();
+    }
+    if (!d.finish_reason.empty() && log_.end != "length") log_.end = d.finish_reason;
+  }
+  DriveEnd End(DriveEnd end) {
+    if (end == DriveEnd::kClientGone) log_.end = "client_gone";
+    if (end == DriveEnd::kError) log_.end = "error";
+    return end;
+  }
+
+ private:
+  Generation& generation_;
+  RequestLog& log_;
+};
+
+}  // namespace
+
 DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
                          const std::function<bool(const ChoiceDelta&)>& on_delta,
                          absl::Status* error) {
+  GenerationLogger logger(generation, writer.log());
   std::vector<ChoiceDelta> deltas;
   while (!generation.done()) {
     if (writer.PeerClosed()) {
       generation.Cancel();
       if (writer.stopping()) {
         *error = UnavailableError("shutting_down", "The server is shutting down.");
-        return DriveEnd::kError;
+        return logger.End(DriveEnd::kError);
       }
-      return DriveEnd::kClientGone;
+      return logger.End(DriveEnd::kClientGone);
     }
     deltas.clear();
     absl::Status status = generation.Poll(kPollInterval, &deltas);
     if (!status.ok()) {
       generation.Cancel();
       *error = status;
-      return DriveEnd::kError;
+      return logger.End(DriveEnd::kError);
     }
     for (const ChoiceDelta& d : deltas) {
+      logger.Saw(d);
       if (!on_delta(d)) {
         generation.Cancel();
-        return DriveEnd::kClientGone;
+        return logger.End(DriveEnd::kClientGone);
       }
     }
   }
-  return DriveEnd::kDone;
+  return logger.End(DriveEnd::kDone);
 }
 
 }  // namespace deepinfer::api

@@ -27,6 +27,8 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
+#include "spdlog/spdlog.h"
+#include "util/log.h"
 #include "util/status.h"
 
 namespace deepinfer::cli {
@@ -53,7 +55,41 @@ struct ServeFlags {
   bool enable_prompt_tokens_details = false;  // accepted for vLLM compatibility; always on
   std::string chat_template;
   int speculative_tokens = 0;
+  bool log_requests = true;
+  double log_stats_interval_s = 10;
 };
+
+// What the periodic stats line compares against.
+struct StatsSnapshot {
+  std::chrono::steady_clock::time_point at;
+  engine::EngineStats stats;
+};
+
+// One line like vLLM's periodic "Avg prompt throughput ..." log: rates over the interval since
+// `last`, and the state now. Empty when nothing ran or waited during the interval.
+std::string StatsLine(const StatsSnapshot& last, const StatsSnapshot& now) {
+  const engine::EngineStats& a = last.stats;
+  const engine::EngineStats& b = now.stats;
+  const double dt = std::chrono::duration<double>(now.at - last.at).count();
+  const int64_t prompt = b.prompt_tokens - a.prompt_tokens;
+  const int64_t generated = b.generation_tokens - a.generation_tokens;
+  if (dt <= 0 || (prompt == 0 && generated == 0 && b.num_running == 0 && b.num_waiting == 0)) {
+    return "";
+  }
+  const int64_t queries = b.prefix_cache_queries - a.prefix_cache_queries;
+  const int64_t hits = b.prefix_cache_hits - a.prefix_cache_hits;
+  std::string line = fmt::format(
+      "stats running={} waiting={} kv_cache={:.1f}% prompt_tok_s={:.1f} generation_tok_s={:.1f} "
+      "prefix_cache_hit={:.1f}% preemptions={}",
+      b.num_running, b.num_waiting, 100.0 * b.kv_cache_usage, prompt / dt, generated / dt,
+      queries > 0 ? 100.0 * hits / queries : 0.0, b.num_preemptions);
+  const int64_t drafts = b.spec_num_draft_tokens - a.spec_num_draft_tokens;
+  if (drafts > 0) {
+    line += fmt::format(" spec_acceptance={:.1f}%",
+                        100.0 * (b.spec_num_accepted_tokens - a.spec_num_accepted_tokens) / drafts);
+  }
+  return line;
+}
 
 // Parses "1024", "64KiB", "2GiB", "1.5G", "500MB": binary multiples for K/Ki/KiB (and M, G, T),
 // decimal ones for KB/MB/GB/TB.
@@ -151,7 +187,9 @@ int Run(const ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  util::InitLogging();
   api::ApiServer routes;
+  routes.set_log_requests(f.log_requests);
   api::HttpServerOptions http;
   http.host = f.host;
   http.port = f.port;
@@ -159,7 +197,9 @@ int Run(const ServeFlags& f) {
   http.max_connections = f.max_connections;
   auto server = api::HttpServer::Start(
       http, [&routes](const api::HttpRequest& r, api::ResponseWriter& w) { routes.Handle(r, w); },
-      [&routes](const api::HttpRequest& r, int status, double s) { routes.Observe(r, status, s); });
+      [&routes](const api::HttpRequest& r, int status, double s, const api::RequestLog& log) {
+        routes.Observe(r, status, s, log);
+      });
   if (!server.ok()) {
     PrintError("cannot listen", server.status());
     return 1;
@@ -222,7 +262,16 @@ int Run(const ServeFlags& f) {
         served_name.c_str(), url.c_str(), backend.max_model_len,
         std::string((*chat_template)->name()).c_str(), url.c_str(), served_name.c_str());
   }
-  while (sig == 0) sig = WaitForSignal(signals, std::chrono::milliseconds(1000));
+  StatsSnapshot last{std::chrono::steady_clock::now(), (*engine)->Stats()};
+  while (sig == 0) {
+    sig = WaitForSignal(signals, std::chrono::milliseconds(1000));
+    if (f.log_stats_interval_s <= 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last.at).count() < f.log_stats_interval_s) continue;
+    StatsSnapshot current{now, (*engine)->Stats()};
+    if (std::string line = StatsLine(last, current); !line.empty()) spdlog::info("{}", line);
+    last = std::move(current);
+  }
 
   std::fprintf(stderr, "deepinfer: signal %d, shutting down\n", sig);
   if (!(*server)->Stop(5000)) {
@@ -294,6 +343,15 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-prefix-caching", flags->no_prefix_caching, "disable the prefix cache");
   cmd->add_flag("--enable-prompt-tokens-details", flags->enable_prompt_tokens_details,
                 "accepted for vLLM compatibility; cached_tokens is always reported");
+  cmd->add_flag("--log-requests,!--no-log-requests", flags->log_requests,
+                "one stderr line per answered request: route, status, duration, token counts, "
+                "TTFT and TPOT, never the text (default: on; probes of /health and /metrics are "
+                "left out)");
+  cmd->add_option("--log-stats-interval", flags->log_stats_interval_s,
+                  "seconds between engine stats lines (throughput, queue, KV cache, prefix-cache "
+                  "hits) while busy; 0: off")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   cmd->callback([flags, exit_code] { *exit_code = Run(*flags); });
 }
 

@@ -1,7 +1,10 @@
-"""GET /metrics: Prometheus text that promtool accepts, with vLLM names that move."""
+"""GET /metrics: Prometheus text that promtool accepts, with vLLM names that move; and the
+request and stats log lines on stderr."""
 
+import pathlib
 import shutil
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -70,3 +73,42 @@ def test_counters_move(stories):
     http_label = 'route="/v1/completions",method="POST",status="200"'
     assert metric_value(after, "deepinfer_http_requests_total", http_label) == metric_value(
         before, "deepinfer_http_requests_total", http_label) + 1
+
+
+def test_request_log_lines_and_stats_lines(tmp_path):
+    """Each answered request is one stderr line with its route, status, id, token counts and
+    timings (never the text); while busy, an engine stats line comes every interval."""
+    from conftest import STORIES, Server
+
+    if not STORIES.exists():
+        pytest.skip(f"stories260K not found at {STORIES}")
+    server = Server(STORIES, "stories260K", ["--log-stats-interval", "1"])
+    try:
+        r = httpx.post(server.base_url + "/v1/chat/completions", timeout=60,
+                       headers={"x-request-id": "e2e-log-1"},
+                       json={"model": "stories260K", "max_tokens": 200, "temperature": 0,
+                             "messages": [{"role": "user", "content": "Once upon a time"}]})
+        assert r.status_code == 200
+        body = r.json()
+        httpx.get(server.base_url + "/health", timeout=10)
+        httpx.post(server.base_url + "/v1/chat/completions", json={"messages": 3}, timeout=10)
+        def full_log():
+            server.log.flush()
+            return pathlib.Path(server.log.name).read_text(errors="replace")
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "stats running=" not in full_log():
+            httpx.post(server.base_url + "/v1/completions", timeout=60,
+                       json={"prompt": "Once", "max_tokens": 100, "ignore_eos": True})
+        logs = full_log()
+        line = next(l for l in logs.splitlines() if "x_request_id=e2e-log-1" in l)
+        assert " info request POST /v1/chat/completions 200 " in line
+        assert f"id={body['id']}" in line
+        assert f"completion_tokens={body['usage']['completion_tokens']}" in line
+        assert f"prompt_tokens={body['usage']['prompt_tokens']}" in line
+        assert "ttft_ms=" in line and "end=" in line
+        assert body["choices"][0]["message"]["content"][:20] not in line
+        assert "request POST /v1/chat/completions 400 " in logs
+        assert "GET /health" not in logs
+        assert "stats running=" in logs and "generation_tok_s=" in logs
+    finally:
+        server.stop()
