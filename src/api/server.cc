@@ -8,6 +8,7 @@
 #include "api/handlers.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
+#include "util/log.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -64,14 +65,7 @@ std::string ApiServer::RouteLabel(const std::string& path) {
 
 namespace {
 
-// Client-sent text for a log line: at most 128 bytes of printable ASCII.
-std::string Printable(std::string_view s) {
-  std::string out(s.substr(0, 128));
-  for (char& c : out) {
-    if (c < 0x21 || c > 0x7e) c = '?';
-  }
-  return out;
-}
+std::string Printable(std::string_view s) { return util::PrintableForLog(s); }
 
 double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();

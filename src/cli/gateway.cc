@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "fmt/format.h"
 #include "gateway/key_store.h"
+#include "util/log.h"
 #include "util/status.h"
 
 namespace deepinfer::cli {
@@ -50,6 +51,7 @@ struct GatewayFlags {
   int64_t max_request_mib = 32;
   int max_connections = 4096;
   double drain_timeout_s = 30;
+  bool log_requests = false;
 };
 
 struct AddKeyFlags {
@@ -114,6 +116,8 @@ int RunGateway(const GatewayFlags& f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  o.log_requests = f.log_requests;
+  util::InitLogging();
   auto gw = gateway::Gateway::Start(o);
   if (!gw.ok()) {
     std::fprintf(stderr, "deepinfer gateway: cannot start: %s\n",
@@ -253,6 +257,9 @@ void RegisterGateway(CLI::App& app, int* exit_code) {
                   "seconds in-flight requests get at shutdown")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  cmd->add_flag("--log-requests", flags->log_requests,
+                "one stderr line per proxied request: status, duration, key id, backend, "
+                "affinity, queue wait, x-request-id (never the key or the body; off by default)");
 
   auto key_flags = std::make_shared<AddKeyFlags>();
   CLI::App* add_key =

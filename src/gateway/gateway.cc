@@ -8,6 +8,8 @@
 #include "api/json.h"
 #include "fmt/format.h"
 #include "gateway/redis_state.h"
+#include "spdlog/spdlog.h"
+#include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -307,8 +309,19 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
 void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
                           Clock::time_point start) {
   std::string served_by;
-  auto finish = [&](int status) { metrics_.RecordRequest(status, served_by); };
   KeyRecord key;
+  std::string affinity = "none";
+  double waited_s = 0;
+  auto finish = [&](int status) {
+    metrics_.RecordRequest(status, served_by);
+    if (!options_.log_requests) return;
+    spdlog::info("request {} {} {} {:.1f}ms key={} backend={} affinity={} queue_ms={:.1f} "
+                 "x_request_id={}",
+                 util::PrintableForLog(request.method), util::PrintableForLog(request.path), status,
+                 SecondsSince(start) * 1e3, key.id.empty() ? "-" : key.id,
+                 served_by.empty() ? "-" : served_by, affinity, waited_s * 1e3,
+                 util::PrintableForLog(extra.front().second));
+  };
   if (!Authenticate(request, writer, extra, &key)) return finish(writer.status());
   metrics_.RecordKeyRequest(key.id);
   if (request.path == "/v1/models" && (request.method == "GET" || request.method == "HEAD")) {
@@ -358,6 +371,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   const std::function<bool()> client_gone = [&writer] { return writer.PeerClosed(); };
   AcquireResult admit = flow_->Acquire({preferred, -1}, client_gone);
   metrics_.ObserveQueueWait(admit.waited_seconds);
+  waited_s = admit.waited_seconds;
   if (admit.result == AdmitResult::kCancelled) {
     metrics_.RecordCancellation("queued");
     writer.Abort();
@@ -374,24 +388,29 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   int home = -1;  // the backend the session's binding points at after this request
   auto record_binding = [&](int backend, bool spilled) {
     if (session.key.empty()) {
-      metrics_.RecordAffinity("none");
+      affinity = "none";
+      metrics_.RecordAffinity(affinity);
       return;
     }
     const std::string& url = backends_->address(backend).url;
     int64_t now_ms = UnixMillis();
     if (!bound) {
-      metrics_.RecordAffinity("new");
+      affinity = "new";
+      metrics_.RecordAffinity(affinity);
       auto kept = bindings_->BindIfAbsent(session.key, url, now_ms);
       home = kept.ok() ? backends_->IndexOf(*kept) : backend;
     } else if (backend == preferred) {
-      metrics_.RecordAffinity("hit");
+      affinity = "hit";
+      metrics_.RecordAffinity(affinity);
       home = backend;
     } else if (spilled) {
       // The bound backend is only busy: this request goes elsewhere, the session stays home.
-      metrics_.RecordAffinity("spill");
+      affinity = "spill";
+      metrics_.RecordAffinity(affinity);
       home = preferred;
     } else {
-      metrics_.RecordAffinity("rebind");
+      affinity = "rebind";
+      metrics_.RecordAffinity(affinity);
       (void)bindings_->Rebind(session.key, url, now_ms);
       home = backend;
     }

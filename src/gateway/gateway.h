@@ -57,6 +57,9 @@ struct GatewayOptions {
   // Reuse backend connections between requests (idle ones for at most 4 s, below the usual
   // keep-alive timeouts of backends).
   bool upstream_keepalive = true;
+  // One stderr line per proxied request (key id, backend, affinity, queue wait; never the key or
+  // the body). Off by default: it costs a write per request.
+  bool log_requests = false;
 };
 
 // Threads: Start/Stop from one controlling thread; requests run on connection threads;

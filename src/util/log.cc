@@ -5,6 +5,14 @@
 
 namespace deepinfer::util {
 
+std::string PrintableForLog(std::string_view text, size_t max_bytes) {
+  std::string out(text.substr(0, max_bytes));
+  for (char& c : out) {
+    if (c < 0x21 || c > 0x7e) c = '?';
+  }
+  return out;
+}
+
 void InitLogging() {
   auto logger = spdlog::get("deepinfer");
   if (!logger) logger = spdlog::stderr_logger_mt("deepinfer");

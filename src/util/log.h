@@ -5,7 +5,14 @@
 // Threads: spdlog's default logger is thread-safe; InitLogging runs once at start-up, before
 // other threads log.
 
+#include <string>
+#include <string_view>
+
 namespace deepinfer::util {
+
+// Client-sent text for a log line: at most `max_bytes` bytes, anything but printable ASCII (and
+// the space) replaced by '?', so a client cannot forge or split lines.
+std::string PrintableForLog(std::string_view text, size_t max_bytes = 128);
 
 // Makes the default spdlog logger write to stderr with the pattern above. Safe to call again.
 void InitLogging();

@@ -202,6 +202,25 @@ def test_anthropic_sdk_through_the_gateway(gw):
     assert_no_leaked_slots(gw)
 
 
+def test_request_log_lines(serve_pool, gateways):
+    """--log-requests: one line per proxied request with the key id, backend, affinity and the
+    request id; the key itself never appears."""
+    gw = gateways([s.base_url for s in serve_pool], extra_args=["--log-requests"])
+    r = chat(gw, [{"role": "user", "content": "Once upon a time"}],
+             headers=gw.headers(**{"x-request-id": "gw-log-1", "X-Session-Id": "s1"}))
+    assert r.status_code == 200
+    bad = chat(gw, [{"role": "user", "content": "x"}], headers=gw.headers(key="nope"))
+    assert bad.status_code == 401
+    wait_for(lambda: "x_request_id=gw-log-1" in gw.logs(), 5, "the log line")
+    logs = gw.logs()
+    line = next(l for l in logs.splitlines() if "x_request_id=gw-log-1" in l)
+    assert " info request POST /v1/chat/completions 200 " in line
+    assert "key=tester" in line and "affinity=new" in line
+    assert any(f"backend={s.base_url}" in line for s in serve_pool)
+    assert "request POST /v1/chat/completions 401 " in logs and "key=- " in logs
+    assert gw.key not in logs and "nope" not in logs
+
+
 def test_metrics_pass_promtool(gw):
     promtool = shutil.which("promtool")
     if promtool is None:
