@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/http_server.h"
-#include "api/anthropic_types.h"
 #include "api/json.h"
 #include "api/openai_types.h"
 #include "api/serving.h"

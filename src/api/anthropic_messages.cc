@@ -73,7 +73,8 @@ class BlockStream {
  public:
   void Thinking(const std::string& text) {
     if (text.empty()) return;
-    if (open_ != "thinking") Open("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    if (open_ != "thinking")
+      Open("thinking", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
     Delta({{"type", "thinking_delta"}, {"thinking", text}});
   }
   void Text(const std::string& text) {
@@ -132,8 +133,9 @@ void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& 
                       // Cached tokens are known once the engine scheduled the prompt; the final
                       // counts come with message_delta.
                       {"usage", AnthropicUsage({static_cast<int64_t>(ctx.prompt.tokens.size())})}};
-  if (!writer.WriteStream(Event("message_start", {{"type", "message_start"}, {"message", message}}) +
-                          Event("ping", {{"type", "ping"}}))) {
+  if (!writer.WriteStream(
+          Event("message_start", {{"type", "message_start"}, {"message", message}}) +
+          Event("ping", {{"type", "ping"}}))) {
     generation.Cancel();
     return;
   }
@@ -160,12 +162,13 @@ void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& 
   if (end == DriveEnd::kError) {
     tail = Event("error", AnthropicErrorJson(ApiErrorFromStatus(error)));
   } else {
-    tail = Event("message_delta",
-                 {{"type", "message_delta"},
-                  {"delta", {{"stop_reason", ending.StopReason()},
-                             {"stop_sequence", ending.StopSequence()}}},
-                  {"usage", AnthropicUsage(generation.usage())}}) +
-           Event("message_stop", {{"type", "message_stop"}});
+    tail =
+        Event("message_delta",
+              {{"type", "message_delta"},
+               {"delta",
+                {{"stop_reason", ending.StopReason()}, {"stop_sequence", ending.StopSequence()}}},
+               {"usage", AnthropicUsage(generation.usage())}}) +
+        Event("message_stop", {{"type", "message_stop"}});
   }
   if (writer.WriteStream(tail)) writer.EndStream();
 }
@@ -178,17 +181,7 @@ void Complete(const MessagesContext& ctx, Generation& generation, ResponseWriter
     if (!d.finish_reason.empty()) ending = {d.finish_reason, d.stop_string, false};
     return true;
   };
-  absl::Status error;
-  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
-  if (end == DriveEnd::kClientGone) {
-    RespondAnthropicError(writer, MakeError(absl::StatusCode::kCancelled, "client_closed_request",
-                                            "The client closed the connection."));
-    return;
-  }
-  if (end == DriveEnd::kError) {
-    RespondAnthropicError(writer, error);
-    return;
-  }
+  if (!DriveToCompletion(generation, writer, on_delta, RespondAnthropicError)) return;
   AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
   AnswerSplitter::Delta a = splitter.Push(text, /*last=*/true);
   ending.called_tools = !a.calls.empty();
@@ -210,9 +203,9 @@ void Complete(const MessagesContext& ctx, Generation& generation, ResponseWriter
 }
 
 absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(AnthropicMessagesRequest request,
-                      ParseAnthropicMessagesRequest(
-                          http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+  DI_ASSIGN_OR_RETURN(
+      AnthropicMessagesRequest request,
+      ParseAnthropicMessagesRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
   const GenerationParams& params = request.params;
   const AnthropicChat& chat = request.chat;
   DI_RETURN_IF_ERROR(CheckModel(backend, params.model));
@@ -229,10 +222,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
   spec.stops = params.stop;
   std::vector<ChoiceSpec> specs;
   specs.push_back(std::move(spec));
-  DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
-                                                         std::move(specs), backend.metrics));
-  writer.log().id = ctx.id;
-  writer.log().stream = params.stream;
+  DI_ASSIGN_OR_RETURN(auto generation,
+                      StartGeneration(backend, std::move(specs), ctx.id, params.stream, writer));
   if (params.stream) {
     Stream(ctx, *generation, writer);
   } else {

@@ -47,7 +47,6 @@ absl::Status ToolResultText(const Json& content, const std::string& param, std::
 
 }  // namespace
 
-
 const char* AnthropicErrorType(int http_status) {
   switch (http_status) {
     case 400:
@@ -249,13 +248,13 @@ absl::Status ParseStopSequences(const Json& body, GenerationParams* params) {
   auto it = body.find("stop_sequences");
   if (it == body.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_array() || it->size() > static_cast<size_t>(kMaxStopStrings)) {
-    return RequestError("stop_sequences", "invalid_type",
-                        fmt::format("'stop_sequences' must be an array of at most {} strings.",
-                                    kMaxStopStrings));
+    return RequestError(
+        "stop_sequences", "invalid_type",
+        fmt::format("'stop_sequences' must be an array of at most {} strings.", kMaxStopStrings));
   }
   for (const Json& s : *it) {
-    if (!s.is_string() || s.get_ref<const std::string&>().size() >
-                              static_cast<size_t>(kMaxStopStringBytes)) {
+    if (!s.is_string() ||
+        s.get_ref<const std::string&>().size() > static_cast<size_t>(kMaxStopStringBytes)) {
       return RequestError("stop_sequences", "invalid_value",
                           fmt::format("'stop_sequences' must hold strings of at most {} bytes.",
                                       kMaxStopStringBytes));
@@ -267,8 +266,8 @@ absl::Status ParseStopSequences(const Json& body, GenerationParams* params) {
 
 }  // namespace
 
-absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(
-    std::string_view body, const ParseLimits& limits) {
+absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::string_view body,
+                                                                       const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(Json json, ParseJson(body));
   if (!json.is_object()) {
     return RequestError("", "invalid_type", "The request body must be a JSON object.");

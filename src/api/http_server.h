@@ -40,7 +40,7 @@ struct HttpRequest {
 struct RequestLog {
   std::chrono::steady_clock::time_point received;     // the whole request was read
   std::chrono::steady_clock::time_point first_token;  // the first generated token arrived
-  std::string id;      // the response id ("chatcmpl-…", "cmpl-…", "msg_…"), when there is one
+  std::string id;  // the response id ("chatcmpl-…", "cmpl-…", "msg_…"), when there is one
   bool stream = false;
   bool generated = false;  // a generation ran: the token counts and `end` are meaningful
   int64_t prompt_tokens = 0;

@@ -111,17 +111,7 @@ void Complete(const CompletionContext& ctx, Generation& generation, ResponseWrit
     if (!d.finish_reason.empty()) finish[d.index] = d.finish_reason;
     return true;
   };
-  absl::Status error;
-  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
-  if (end == DriveEnd::kClientGone) {
-    RespondError(writer, MakeError(absl::StatusCode::kCancelled, "client_closed_request",
-                                   "The client closed the connection."));
-    return;
-  }
-  if (end == DriveEnd::kError) {
-    RespondError(writer, error);
-    return;
-  }
+  if (!DriveToCompletion(generation, writer, on_delta, RespondError)) return;
   Json choices = Json::array();
   for (int32_t i = 0; i < n; ++i) {
     Json choice = Json::object();
@@ -170,10 +160,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
       if (request.echo) ctx.echo.push_back(echo);
     }
   }
-  DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
-                                                         std::move(specs), backend.metrics));
-  writer.log().id = ctx.id;
-  writer.log().stream = request.params.stream;
+  DI_ASSIGN_OR_RETURN(auto generation, StartGeneration(backend, std::move(specs), ctx.id,
+                                                       request.params.stream, writer));
   if (request.params.stream) {
     Stream(ctx, *generation, writer);
   } else {

@@ -89,8 +89,9 @@ std::string ApiServer::RequestLogLine(const HttpRequest& request, int status, do
     if (log.first_token != never && log.received != never) {
       line += fmt::format(" ttft_ms={:.1f}", Ms(log.first_token - log.received));
       if (log.completion_tokens > 1) {
-        const auto done = log.received + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(seconds));
+        const auto done =
+            log.received + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double>(seconds));
         line += fmt::format(" tpot_ms={:.2f}", Ms(done - log.first_token) /
                                                    static_cast<double>(log.completion_tokens - 1));
       }

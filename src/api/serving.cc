@@ -1,7 +1,5 @@
 #include "api/serving.h"
 
-#include "tokenizer/reasoning_parser.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -9,6 +7,7 @@
 #include <random>
 
 #include "api/errors.h"
+#include "tokenizer/reasoning_parser.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -73,7 +72,8 @@ std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessag
           if (fn != c.end() && fn->is_object()) {
             call.name = fn->value("name", std::string());
             auto args = fn->find("arguments");
-            if (args != fn->end()) call.arguments = args->is_string() ? args->get<std::string>() : args->dump();
+            if (args != fn->end())
+              call.arguments = args->is_string() ? args->get<std::string>() : args->dump();
           }
           t.tool_calls.push_back(std::move(call));
         }
@@ -317,6 +317,35 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
     }
   }
   return logger.End(DriveEnd::kDone);
+}
+
+bool DriveToCompletion(Generation& generation, ResponseWriter& writer,
+                       const std::function<bool(const ChoiceDelta&)>& on_delta,
+                       void (*respond_error)(ResponseWriter&, const absl::Status&)) {
+  absl::Status error;
+  switch (DriveGeneration(generation, writer, on_delta, &error)) {
+    case DriveEnd::kDone:
+      return true;
+    case DriveEnd::kClientGone:
+      respond_error(writer, MakeError(absl::StatusCode::kCancelled, "client_closed_request",
+                                      "The client closed the connection."));
+      return false;
+    case DriveEnd::kError:
+      respond_error(writer, error);
+      return false;
+  }
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<Generation>> StartGeneration(const Backend& backend,
+                                                            std::vector<ChoiceSpec> specs,
+                                                            const std::string& id, bool stream,
+                                                            ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
+                                                         std::move(specs), backend.metrics));
+  writer.log().id = id;
+  writer.log().stream = stream;
+  return generation;
 }
 
 }  // namespace deepinfer::api

@@ -143,4 +143,19 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
                          const std::function<bool(const ChoiceDelta&)>& on_delta,
                          absl::Status* error);
 
+// For answers sent whole: DriveGeneration, and when it did not finish, the error answer through
+// `respond_error` (Cancelled "client_closed_request" for a gone client). Returns true when every
+// choice finished and the caller should send the answer.
+bool DriveToCompletion(Generation& generation, ResponseWriter& writer,
+                       const std::function<bool(const ChoiceDelta&)>& on_delta,
+                       void (*respond_error)(ResponseWriter&, const absl::Status&));
+
+// Submits the choices of one request (Generation::Start) and records its response id and
+// streaming mode in the request log.
+// Errors: those of Generation::Start.
+absl::StatusOr<std::unique_ptr<Generation>> StartGeneration(const Backend& backend,
+                                                            std::vector<ChoiceSpec> specs,
+                                                            const std::string& id, bool stream,
+                                                            ResponseWriter& writer);
+
 }  // namespace deepinfer::api

@@ -63,7 +63,8 @@ void QuantizeFp8(const SafetensorsEntry& w, int block, SafetensorsEntry& q, Safe
       const float scale = static_cast<float>(std::max<double>(amax, 1e-12) / 448.0);
       Append(s.bytes, scale);
       for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) q.bytes[r * cols + c] = Fp32ToFp8E4M3(value(r, c) / scale);
+        for (int64_t c = c0; c < c1; ++c)
+          q.bytes[r * cols + c] = Fp32ToFp8E4M3(value(r, c) / scale);
       }
     }
   }
@@ -98,8 +99,10 @@ absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohman
     std::vector<SafetensorsEntry> out;
     uint64_t index = 0;
     for (const auto& t : recipe.at("tensors")) {
-      SafetensorsEntry e{t.at("name").get<std::string>(), t.at("dtype").get<std::string>(),
-                         t.at("shape").get<std::vector<int64_t>>(), {}};
+      SafetensorsEntry e{t.at("name").get<std::string>(),
+                         t.at("dtype").get<std::string>(),
+                         t.at("shape").get<std::vector<int64_t>>(),
+                         {}};
       if (e.dtype != "BF16" && e.dtype != "F32") return BadRecipe("unsupported dtype " + e.dtype);
       int64_t n = 1;
       for (int64_t d : e.shape) {
@@ -174,7 +177,8 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
         tensors.push_back(std::move(t));
         continue;
       }
-      if (t.dtype != "BF16" || t.shape.size() != 2) return BadRecipe("fp8 needs a 2-D BF16 " + t.name);
+      if (t.dtype != "BF16" || t.shape.size() != 2)
+        return BadRecipe("fp8 needs a 2-D BF16 " + t.name);
       SafetensorsEntry q, s;
       QuantizeFp8(t, block, q, s);
       tensors.push_back(std::move(q));
@@ -225,7 +229,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CaseInputs(
   }
   if (ec) {
     return NotFoundError("file_not_found",
-                               "cannot list " + case_dir.string() + ": " + ec.message());
+                         "cannot list " + case_dir.string() + ": " + ec.message());
   }
   return inputs;
 }
@@ -268,9 +272,8 @@ absl::StatusOr<std::string> SyntheticCheckpoint(const std::string& case_dir,
   if (up_to_date()) return target.string();
 
   std::error_code ec;
-  const fs::path tmp = fs::path(cache_dir) /
-                       ("." + name + "." + std::to_string(getpid()) + "." +
-                        std::to_string(std::random_device{}()));
+  const fs::path tmp = fs::path(cache_dir) / ("." + name + "." + std::to_string(getpid()) + "." +
+                                              std::to_string(std::random_device{}()));
   absl::Status st = WriteCase(inputs, tmp);
   if (!st.ok()) {
     fs::remove_all(tmp, ec);

@@ -59,10 +59,10 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
 // golden.json, *.npy) and the generated weights. `out_dir` may be `case_dir` itself.
 absl::Status WriteSyntheticCheckpoint(const std::string& case_dir, const std::string& out_dir);
 
-// The same as a cached folder `cache_dir`/<case name>, for tests. Made once and reused while weights.json is
-// unchanged; concurrent callers (tests run in parallel processes) are safe: each builds in a
-// private folder and renames it into place, and the loser of the race discards its copy.
-// Returns the folder's path.
+// The same as a cached folder `cache_dir`/<case name>, for tests. Made once and reused while
+// weights.json is unchanged; concurrent callers (tests run in parallel processes) are safe: each
+// builds in a private folder and renames it into place, and the loser of the race discards its
+// copy. Returns the folder's path.
 absl::StatusOr<std::string> SyntheticCheckpoint(const std::string& case_dir,
                                                 const std::string& cache_dir);
 
