@@ -6,18 +6,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/tcp_server.h"
 
 namespace deepinfer::api {
 
@@ -113,8 +111,8 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   // The bound port (the chosen one when options.port was 0).
-  int port() const { return port_; }
-  int num_connections() const { return num_connections_.load(); }
+  int port() const { return tcp_->port(); }
+  int num_connections() const { return tcp_->num_connections(); }
 
   // Stops accepting, lets connections end at their next idle point and waits for them up to
   // `timeout_ms`. Returns whether every connection ended.
@@ -122,20 +120,15 @@ class HttpServer {
 
  private:
   HttpServer(const HttpServerOptions& options, HttpHandler handler, HttpObserver observer);
-  void AcceptLoop();
   void ServeConnection(int fd);
-  static void* ConnectionMain(void* arg);
 
   const HttpServerOptions options_;
   const HttpHandler handler_;
   const HttpObserver observer_;
-  int listen_fd_ = -1;
-  int port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::thread accept_thread_;
-  std::atomic<int> num_connections_{0};
-  std::mutex mu_;
-  std::condition_variable all_closed_;
+  // Last, so that it is destroyed first: its destructor waits for the connection threads,
+  // which use the members above.
+  std::unique_ptr<TcpServer> tcp_;
 };
 
 }  // namespace deepinfer::api

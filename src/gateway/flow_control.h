@@ -8,6 +8,7 @@
 // Source: ../shared/research/gateway-anchors.md sections 2 (slot leaks, stale load signals) and
 //   4 (flow control): counts are updated synchronously at dispatch, never scraped.
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -16,10 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "gateway/socket_io.h"
+#include "api/socket_io.h"
 #include "gateway/state.h"
 
 namespace deepinfer::gateway {
+
+using api::Clock;
 
 struct FlowOptions {
   int max_active_per_backend = 32;

@@ -1,41 +1,31 @@
 #pragma once
 
-// The gateway's client-facing HTTP/1.1 server: one listening socket, one thread (small stack) per
-// connection, keep-alive, Boost.Beast parsing. It differs from api::HttpServer in what a proxy
-// needs: any status with any headers, bodies of known or unknown length passed through as they
-// arrive, and the client socket exposed so that a gone client is seen within one wait slice.
+// The gateway's client-facing HTTP/1.1 server: api::TcpServer (one listening socket, one thread
+// with a small stack per connection), keep-alive, Boost.Beast parsing. It differs from
+// api::HttpServer in what a proxy needs: any status with any headers, bodies of known or unknown
+// length passed through as they arrive, and the client socket exposed so that a gone client is seen
+// within one wait slice.
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "api/http_server.h"
+#include "api/tcp_server.h"
 
 namespace deepinfer::gateway {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
-struct FrontRequest {
-  std::string method;
-  std::string target;  // as sent, with the query
-  std::string path;    // target without the query
-  std::string body;
-  Headers headers;  // names lower-cased, in arrival order
-  bool keep_alive = true;
-  int version = 11;  // 10 or 11
-
-  // First header named `name` (lower case), or "".
-  std::string_view Header(std::string_view name) const;
-};
+// A request as the API server reads it (method, target, path, lower-cased headers, body).
+using FrontRequest = api::HttpRequest;
 
 // How a handler answers: Respond once, or BeginBody, Write..., End.
 // Threads: used only by the connection's own thread.
@@ -100,8 +90,8 @@ class FrontServer {
   FrontServer(const FrontServer&) = delete;
   FrontServer& operator=(const FrontServer&) = delete;
 
-  int port() const { return port_; }
-  int num_connections() const { return num_connections_.load(); }
+  int port() const { return tcp_->port(); }
+  int num_connections() const { return tcp_->num_connections(); }
   // True once Stop began; handlers may use it to end long waits.
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
 
@@ -111,19 +101,13 @@ class FrontServer {
 
  private:
   FrontServer(const FrontServerOptions& options, FrontHandler handler);
-  void AcceptLoop();
   void ServeConnection(int fd);
-  static void* ConnectionMain(void* arg);
 
   const FrontServerOptions options_;
   const FrontHandler handler_;
-  int listen_fd_ = -1;
-  int port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::thread accept_thread_;
-  std::atomic<int> num_connections_{0};
-  std::mutex mu_;
-  std::condition_variable all_closed_;
+  // Last, so that it is destroyed first: its destructor waits for the connection threads.
+  std::unique_ptr<api::TcpServer> tcp_;
 };
 
 }  // namespace deepinfer::gateway

@@ -15,14 +15,19 @@
 #include <thread>
 
 #include "api/json.h"
+#include "api/socket_io.h"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
-#include "gateway/socket_io.h"
 #include "gtest/gtest.h"
 #include "util/mapped_file.h"
 
 namespace deepinfer::gateway {
+
+using api::Clock;
+using api::CloseNow;
+using api::ConnectTcp;
+using api::FdStream;
 namespace {
 
 namespace http = boost::beast::http;

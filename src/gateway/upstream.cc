@@ -9,15 +9,20 @@
 
 #include "api/anthropic_types.h"
 #include "api/errors.h"
+#include "api/socket_io.h"
 #include "api/sse.h"
 #include "boost/asio/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
-#include "gateway/socket_io.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
+
+using api::Clock;
+using api::CloseNow;
+using api::ConnectTcp;
+using api::FdStream;
 namespace {
 
 namespace http = boost::beast::http;

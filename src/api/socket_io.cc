@@ -1,4 +1,4 @@
-#include "gateway/socket_io.h"
+#include "api/socket_io.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -13,10 +13,11 @@
 #include <cstring>
 
 #include "boost/asio/error.hpp"
+#include "boost/beast/http/error.hpp"
 #include "fmt/format.h"
 #include "util/status.h"
 
-namespace deepinfer::gateway {
+namespace deepinfer::api {
 
 namespace net = boost::asio;
 using boost::system::error_code;
@@ -218,10 +219,32 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms
   return UnavailableError("connect_failed", message);
 }
 
+void DrainInput(int fd, int64_t max_bytes, int timeout_ms) {
+  auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[16384];
+  int64_t total = 0;
+  while (total < max_bytes) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    total += n;
+  }
+}
+
+bool IsQuietHttpClose(const error_code& ec) {
+  namespace http = boost::beast::http;
+  return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::timed_out ||
+         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+         ec == http::error::partial_message;
+}
+
 void CloseNow(int fd) {
   if (fd < 0) return;
   ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
 }
 
-}  // namespace deepinfer::gateway
+}  // namespace deepinfer::api

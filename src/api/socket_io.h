@@ -1,13 +1,15 @@
 #pragma once
 
 // Blocking socket I/O with deadlines and a cancel check, shaped as a Beast SyncReadStream /
-// SyncWriteStream, plus a TCP connect with a timeout. Both sides of the gateway (clients and
-// backends) use it, so one loop decides how fast a gone client closes its backend connection.
+// SyncWriteStream, plus a TCP connect with a timeout. `serve` reads its clients through it, and
+// both sides of the gateway (clients and backends) do, so one loop decides how fast a gone
+// client closes its backend connection.
 
 #include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -16,7 +18,7 @@
 #include "boost/asio/buffer.hpp"
 #include "boost/system/error_code.hpp"
 
-namespace deepinfer::gateway {
+namespace deepinfer::api {
 
 using Clock = std::chrono::steady_clock;
 
@@ -129,4 +131,13 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms
 // Closes `fd` so that the peer sees the end at once: shutdown(SHUT_RDWR), then close.
 void CloseNow(int fd);
 
-}  // namespace deepinfer::gateway
+// Reads and throws away what the client is still sending (at most `max_bytes`, for at most
+// `timeout_ms`), so that closing the socket after an early error answer does not reset the
+// connection before the client read the answer.
+void DrainInput(int fd, int64_t max_bytes, int timeout_ms);
+
+// True for the ways an HTTP connection ends that need no answer: the client closed an idle
+// keep-alive connection, went away mid-request, or the server is stopping.
+bool IsQuietHttpClose(const boost::system::error_code& ec);
+
+}  // namespace deepinfer::api

@@ -1,0 +1,90 @@
+#include "api/http_reader.h"
+
+#include <cctype>
+#include <string>
+
+#include "api/errors.h"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http.hpp"
+#include "fmt/format.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+namespace http = boost::beast::http;
+
+constexpr size_t kHeaderLimitBytes = 64 * 1024;
+// Beast reads at most max(512, free capacity) per recv: without room, a 1 KB request takes
+// three recv calls.
+constexpr size_t kReadBufferBytes = 4 * 1024;
+
+}  // namespace
+
+struct HttpRequestReader::Impl {
+  FdStream& stream;
+  HttpReadOptions options;
+  boost::beast::flat_buffer buffer;
+  bool first = true;
+};
+
+HttpRequestReader::HttpRequestReader(FdStream& stream, const HttpReadOptions& options)
+    : impl_(new Impl{stream, options, {}, true}) {
+  impl_->buffer.reserve(kReadBufferBytes);
+}
+
+HttpRequestReader::~HttpRequestReader() = default;
+
+absl::Status HttpRequestReader::Next(HttpRequest* request) {
+  Impl& m = *impl_;
+  *request = HttpRequest();
+  http::request_parser<http::string_body> parser;
+  parser.header_limit(kHeaderLimitBytes);
+  parser.body_limit(static_cast<uint64_t>(m.options.max_body_bytes));
+  // The idle wait applies until the next request's head is in.
+  const bool idle = m.buffer.size() == 0;
+  m.stream.set_read_timeout_ms(idle ? m.options.idle_timeout_ms : m.options.io_timeout_ms);
+  // After an answer the client has not sent its next request yet (unless it pipelines: then the
+  // buffer holds it, or the first poll returns at once), so a recv before polling would be
+  // wasted.
+  if (idle && !m.first) m.stream.WaitBeforeNextRead();
+  m.first = false;
+  boost::system::error_code ec;
+  http::read_header(m.stream, m.buffer, parser, ec);
+  m.stream.set_read_timeout_ms(m.options.io_timeout_ms);
+  if (!ec) {
+    auto expect = parser.get()[http::field::expect];
+    if (boost::beast::iequals(expect, "100-continue") &&
+        !m.stream.WriteAll("HTTP/1.1 100 Continue\r\n\r\n")) {
+      return MakeError(absl::StatusCode::kCancelled, "connection_closed", "Client gone.");
+    }
+    http::read(m.stream, m.buffer, parser, ec);
+  }
+  if (parser.is_header_done()) {
+    const auto& header = parser.get();
+    request->method = std::string(header.method_string());
+    request->target = std::string(header.target());
+    request->version = header.version();
+    request->keep_alive = header.keep_alive();
+  }
+  request->path = request->target.substr(0, request->target.find('?'));
+  if (ec) {
+    request->keep_alive = false;
+    if (IsQuietHttpClose(ec)) {
+      return MakeError(absl::StatusCode::kCancelled, "connection_closed", ec.message());
+    }
+    if (ec == http::error::body_limit) return RequestTooLargeError(m.options.max_body_bytes);
+    return InvalidArgumentError("bad_http_request",
+                                fmt::format("Malformed HTTP request: {}", ec.message()));
+  }
+  auto message = parser.release();
+  request->body = std::move(message.body());
+  for (const auto& field : message) {
+    std::string name(field.name_string());
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    request->headers.emplace_back(std::move(name), std::string(field.value()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace deepinfer::api

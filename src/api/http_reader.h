@@ -1,0 +1,42 @@
+#pragma once
+
+// Reads the requests of one keep-alive HTTP/1.1 connection with Boost.Beast: shared by `serve`
+// (HttpServer) and the gateway (FrontServer).
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "api/http_server.h"
+#include "api/socket_io.h"
+
+namespace deepinfer::api {
+
+struct HttpReadOptions {
+  int64_t max_body_bytes = int64_t{32} << 20;
+  int idle_timeout_ms = 75000;  // wait for the next request's head on an idle connection
+  int io_timeout_ms = 60000;    // stalled read inside a request
+};
+
+// Threads: one connection thread. Lifetime: borrows the stream.
+class HttpRequestReader {
+ public:
+  HttpRequestReader(FdStream& stream, const HttpReadOptions& options);
+  ~HttpRequestReader();
+
+  // Reads the next request into *request (replacing its fields): method, target, path, version,
+  // keep-alive, headers with lower-cased names in arrival order, body. Answers
+  // "Expect: 100-continue" itself. Heads are limited to 64 KiB.
+  // Returns OK; or the error to answer before closing the connection, with *request holding
+  // what its head said (keep_alive false): ResourceExhausted "request_too_large" (413) for a
+  // body over max_body_bytes, InvalidArgument "bad_http_request" (400) for a malformed request;
+  // or Cancelled "connection_closed" when the connection ends with nothing to answer (the
+  // client closed an idle connection or left mid-request, a timeout, the server stopping).
+  absl::Status Next(HttpRequest* request);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::api
