@@ -119,22 +119,9 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
     }
     return out.empty() || writer.WriteStream(out);
   };
-  absl::Status error;
-  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
-  if (end == DriveEnd::kClientGone) return;
-  std::string tail;
-  if (end == DriveEnd::kError) {
-    tail = SseErrorAndDone(ApiErrorFromStatus(error));
-  } else {
-    if (ctx.request.params.include_usage) {
-      Json chunk = ChunkBase(ctx);
-      chunk["choices"] = Json::array();
-      chunk["usage"] = UsageJson(generation.usage());
-      tail += SseData(DumpJson(chunk));
-    }
-    tail += SseDone();
-  }
-  if (writer.WriteStream(tail)) writer.EndStream();
+  FinishOpenAiStream(
+      generation, writer, on_delta,
+      ctx.request.params.include_usage ? std::optional<Json>(ChunkBase(ctx)) : std::nullopt);
 }
 
 void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& writer) {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "api/errors.h"
+#include "api/sse.h"
 #include "tokenizer/reasoning_parser.h"
 #include "util/status.h"
 
@@ -317,6 +318,26 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
     }
   }
   return logger.End(DriveEnd::kDone);
+}
+
+void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
+                        const std::function<bool(const ChoiceDelta&)>& on_delta,
+                        std::optional<Json> usage_chunk) {
+  absl::Status error;
+  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
+  if (end == DriveEnd::kClientGone) return;
+  std::string tail;
+  if (end == DriveEnd::kError) {
+    tail = SseErrorAndDone(ApiErrorFromStatus(error));
+  } else {
+    if (usage_chunk) {
+      (*usage_chunk)["choices"] = Json::array();
+      (*usage_chunk)["usage"] = UsageJson(generation.usage());
+      tail += SseData(DumpJson(*usage_chunk));
+    }
+    tail += SseDone();
+  }
+  if (writer.WriteStream(tail)) writer.EndStream();
 }
 
 bool DriveToCompletion(Generation& generation, ResponseWriter& writer,

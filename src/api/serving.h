@@ -143,6 +143,14 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
                          const std::function<bool(const ChoiceDelta&)>& on_delta,
                          absl::Status* error);
 
+// The rest of an OpenAI SSE answer after its first chunks: DriveGeneration with `on_delta`,
+// then (unless the client left) the usage chunk when `usage_chunk` is given (the envelope fields
+// id / object / created / model; "choices": [] and "usage" are added) and `data: [DONE]`, or
+// the in-band error frame and `data: [DONE]`; then the end of the body.
+void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
+                        const std::function<bool(const ChoiceDelta&)>& on_delta,
+                        std::optional<Json> usage_chunk);
+
 // For answers sent whole: DriveGeneration, and when it did not finish, the error answer through
 // `respond_error` (Cancelled "client_closed_request" for a gone client). Returns true when every
 // choice finished and the caller should send the answer.
