@@ -42,20 +42,12 @@ std::vector<AnswerSplitter> MakeSplitters(const ChatContext& ctx, int32_t n) {
 }
 
 Json ChunkBase(const ChatContext& ctx) {
-  Json chunk = Json::object();
-  chunk["id"] = ctx.id;
-  chunk["object"] = "chat.completion.chunk";
-  chunk["created"] = ctx.created;
-  chunk["model"] = ctx.backend.served_model_name;
-  return chunk;
+  return OpenAiEnvelope(ctx.id, "chat.completion.chunk", ctx.created,
+                        ctx.backend.served_model_name);
 }
 
-// One chunk holding one choice; "usage": null on every chunk when include_usage is set.
 std::string ChoiceChunk(const ChatContext& ctx, Json choice) {
-  Json chunk = ChunkBase(ctx);
-  chunk["choices"] = Json::array({std::move(choice)});
-  if (ctx.request.params.include_usage) chunk["usage"] = nullptr;
-  return SseData(DumpJson(chunk));
+  return OpenAiChoiceChunk(ChunkBase(ctx), std::move(choice), ctx.request.params.include_usage);
 }
 
 void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writer) {
@@ -163,11 +155,7 @@ void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& wr
     choice["finish_reason"] = FinishReason(finish[i], called);
     choices.push_back(std::move(choice));
   }
-  Json body = Json::object();
-  body["id"] = ctx.id;
-  body["object"] = "chat.completion";
-  body["created"] = ctx.created;
-  body["model"] = ctx.backend.served_model_name;
+  Json body = OpenAiEnvelope(ctx.id, "chat.completion", ctx.created, ctx.backend.served_model_name);
   body["choices"] = std::move(choices);
   body["usage"] = UsageJson(generation.usage());
   RespondJson(writer, 200, body);

@@ -23,19 +23,11 @@ struct CompletionContext {
 };
 
 Json Envelope(const CompletionContext& ctx) {
-  Json body = Json::object();
-  body["id"] = ctx.id;
-  body["object"] = "text_completion";
-  body["created"] = ctx.created;
-  body["model"] = ctx.backend.served_model_name;
-  return body;
+  return OpenAiEnvelope(ctx.id, "text_completion", ctx.created, ctx.backend.served_model_name);
 }
 
 std::string ChoiceChunk(const CompletionContext& ctx, Json choice) {
-  Json chunk = Envelope(ctx);
-  chunk["choices"] = Json::array({std::move(choice)});
-  if (ctx.request.params.include_usage) chunk["usage"] = nullptr;
-  return SseData(DumpJson(chunk));
+  return OpenAiChoiceChunk(Envelope(ctx), std::move(choice), ctx.request.params.include_usage);
 }
 
 void Stream(const CompletionContext& ctx, Generation& generation, ResponseWriter& writer) {

@@ -320,6 +320,22 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
   return logger.End(DriveEnd::kDone);
 }
 
+Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
+                    const std::string& model) {
+  Json body = Json::object();
+  body["id"] = id;
+  body["object"] = object;
+  body["created"] = created;
+  body["model"] = model;
+  return body;
+}
+
+std::string OpenAiChoiceChunk(Json envelope, Json choice, bool include_usage) {
+  envelope["choices"] = Json::array({std::move(choice)});
+  if (include_usage) envelope["usage"] = nullptr;
+  return SseData(DumpJson(envelope));
+}
+
 void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
                         const std::function<bool(const ChoiceDelta&)>& on_delta,
                         std::optional<Json> usage_chunk) {

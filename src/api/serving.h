@@ -143,6 +143,14 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
                          const std::function<bool(const ChoiceDelta&)>& on_delta,
                          absl::Status* error);
 
+// The envelope of an OpenAI answer or chunk: {"id", "object", "created", "model"}.
+Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
+                    const std::string& model);
+
+// One SSE chunk of `envelope` holding one choice; "usage": null when include_usage is set (the
+// usage then comes in a chunk of its own at the end).
+std::string OpenAiChoiceChunk(Json envelope, Json choice, bool include_usage);
+
 // The rest of an OpenAI SSE answer after its first chunks: DriveGeneration with `on_delta`,
 // then (unless the client left) the usage chunk when `usage_chunk` is given (the envelope fields
 // id / object / created / model; "choices": [] and "usage" are added) and `data: [DONE]`, or
