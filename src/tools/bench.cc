@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <functional>
 #include <random>
 #include <set>
 
@@ -91,6 +92,38 @@ struct Context {
   std::vector<std::string> errors;
 };
 
+// One request of the benchmark: `text` as the completion prompt and as the chat user message.
+RequestSpec MakeSpec(const BenchOptions& o, std::string text, int64_t planned_prompt_tokens) {
+  RequestSpec spec;
+  spec.messages = {{"user", text}};
+  spec.prompt = std::move(text);
+  spec.planned_prompt_tokens = planned_prompt_tokens;
+  spec.max_tokens = o.output_len;
+  spec.ignore_eos = o.ignore_eos;
+  return spec;
+}
+
+// Builds `count` jobs with `make_job` (showing progress), runs them at concurrency `c` and
+// collects the errors. `what` names the jobs in the progress lines ("requests", "pairs").
+absl::StatusOr<std::vector<RequestRecord>> BuildAndRun(
+    Context& ctx, int c, int count, const char* what,
+    const std::function<absl::StatusOr<std::vector<RequestSpec>>()>& make_job, double* duration_s) {
+  const BenchOptions& o = ctx.o;
+  std::vector<std::vector<RequestSpec>> jobs;
+  ProgressBar building(fmt::format("prompts  c={:<3}", c), count, ctx.progress);
+  for (int i = 0; i < count; ++i) {
+    DI_ASSIGN_OR_RETURN(std::vector<RequestSpec> job, make_job());
+    jobs.push_back(std::move(job));
+    building.Tick(true);
+  }
+  building.Finish();
+  LoadOptions load{c, o.request_rate, o.seed + static_cast<uint64_t>(c), ctx.progress,
+                   fmt::format("{:<8} c={:<3}", what, c)};
+  std::vector<RequestRecord> records = RunLoad(ctx.client, jobs, load, duration_s);
+  CollectErrors(records, &ctx.errors);
+  return records;
+}
+
 absl::StatusOr<Json> RunRandom(Context& ctx, bool* all_ok) {
   const BenchOptions& o = ctx.o;
   PromptMaker maker(ctx.server, ctx.bos_tokens, ctx.exact, ctx.rng);
@@ -98,25 +131,15 @@ absl::StatusOr<Json> RunRandom(Context& ctx, bool* all_ok) {
   Json json_runs = Json::array();
   for (int c : o.concurrency) {
     int n = DefaultNumPrompts(o, c, false);
-    std::vector<std::vector<RequestSpec>> jobs;
-    ProgressBar building(fmt::format("prompts  c={:<3}", c), n, ctx.progress);
-    for (int i = 0; i < n; ++i) {
-      DI_ASSIGN_OR_RETURN(Prompt p, maker.Make(o.input_len));
-      RequestSpec spec;
-      spec.prompt = p.text;
-      spec.messages = {{"user", p.text}};
-      spec.planned_prompt_tokens = p.num_tokens;
-      spec.max_tokens = o.output_len;
-      spec.ignore_eos = o.ignore_eos;
-      jobs.push_back({std::move(spec)});
-      building.Tick(true);
-    }
-    building.Finish();
-    LoadOptions load{c, o.request_rate, o.seed + static_cast<uint64_t>(c), ctx.progress,
-                     fmt::format("requests c={:<3}", c)};
     double duration_s = 0;
-    std::vector<RequestRecord> records = RunLoad(ctx.client, jobs, load, &duration_s);
-    CollectErrors(records, &ctx.errors);
+    DI_ASSIGN_OR_RETURN(std::vector<RequestRecord> records,
+                        BuildAndRun(
+                            ctx, c, n, "requests",
+                            [&]() -> absl::StatusOr<std::vector<RequestSpec>> {
+                              DI_ASSIGN_OR_RETURN(Prompt p, maker.Make(o.input_len));
+                              return std::vector<RequestSpec>{MakeSpec(o, p.text, p.num_tokens)};
+                            },
+                            &duration_s));
     RandomRun run{c, o.request_rate, ComputeRunMetrics(records, duration_s, o.percentiles)};
     if (run.metrics.failed > 0) *all_ok = false;
     Json j = Json::object();
@@ -138,30 +161,23 @@ absl::StatusOr<Json> RunSharedPrefix(Context& ctx, bool* all_ok) {
   Json json_runs = Json::array();
   for (int c : o.concurrency) {
     int pairs = DefaultNumPrompts(o, c, true);
-    std::vector<std::vector<RequestSpec>> jobs;
-    ProgressBar building(fmt::format("prompts  c={:<3}", c), pairs, ctx.progress);
-    for (int i = 0; i < pairs; ++i) {
-      DI_ASSIGN_OR_RETURN(Prompt prefix, maker.Make(o.prefix_len));
-      std::vector<RequestSpec> job;
-      for (int k = 0; k < 2; ++k) {
-        RequestSpec spec;
-        spec.prompt = prefix.text + " " + maker.Words(o.suffix_len);
-        DI_ASSIGN_OR_RETURN(int64_t count, maker.Count(spec.prompt));
-        spec.planned_prompt_tokens = count >= 0 ? count : o.prefix_len + o.suffix_len;
-        spec.messages = {{"user", spec.prompt}};
-        spec.max_tokens = o.output_len;
-        spec.ignore_eos = o.ignore_eos;
-        job.push_back(std::move(spec));
-      }
-      jobs.push_back(std::move(job));
-      building.Tick(true);
-    }
-    building.Finish();
-    LoadOptions load{c, o.request_rate, o.seed + static_cast<uint64_t>(c), ctx.progress,
-                     fmt::format("pairs    c={:<3}", c)};
     double duration_s = 0;
-    std::vector<RequestRecord> records = RunLoad(ctx.client, jobs, load, &duration_s);
-    CollectErrors(records, &ctx.errors);
+    DI_ASSIGN_OR_RETURN(
+        std::vector<RequestRecord> records,
+        BuildAndRun(
+            ctx, c, pairs, "pairs",
+            [&]() -> absl::StatusOr<std::vector<RequestSpec>> {
+              DI_ASSIGN_OR_RETURN(Prompt prefix, maker.Make(o.prefix_len));
+              std::vector<RequestSpec> job;
+              for (int k = 0; k < 2; ++k) {
+                std::string text = prefix.text + " " + maker.Words(o.suffix_len);
+                DI_ASSIGN_OR_RETURN(int64_t count, maker.Count(text));
+                job.push_back(
+                    MakeSpec(o, std::move(text), count >= 0 ? count : o.prefix_len + o.suffix_len));
+              }
+              return job;
+            },
+            &duration_s));
     std::vector<RequestRecord> cold, hot;
     for (size_t i = 0; i < records.size(); ++i) (i % 2 == 0 ? cold : hot).push_back(records[i]);
     PrefixRun run;
