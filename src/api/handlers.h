@@ -15,6 +15,8 @@ void HandleChatCompletions(const Backend& backend, const HttpRequest& request,
                            ResponseWriter& writer);
 // POST /v1/completions
 void HandleCompletions(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);
+// POST /v1/responses (OpenAI Responses API, stateless: no stored responses).
+void HandleResponses(const Backend& backend, const HttpRequest& request, ResponseWriter& writer);
 // POST /v1/messages (Anthropic shape: content blocks, named SSE events, Anthropic errors).
 void HandleAnthropicMessages(const Backend& backend, const HttpRequest& request,
                              ResponseWriter& writer);

@@ -1,4 +1,5 @@
 #include "api/openai_types.h"
+#include "api/responses_types.h"
 
 #include "api/errors.h"
 #include "gtest/gtest.h"
@@ -234,6 +235,45 @@ TEST(ParseDetokenizeRequestTest, ReadsTokens) {
   EXPECT_EQ(r->tokens, (std::vector<int32_t>{1, 2}));
   EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens":[1,1000]})", Limits()).ok());
   EXPECT_FALSE(ParseDetokenizeRequest(R"({"tokens":"1"})", Limits()).ok());
+}
+
+TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
+  auto r = ParseResponsesRequest(R"({
+    "model": "m", "instructions": "Be terse.", "max_output_tokens": 64, "temperature": 0.5,
+    "reasoning": {"effort": "high"}, "tool_choice": "none",
+    "tools": [{"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}}],
+    "input": [
+      {"role": "developer", "content": "Rules."},
+      {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
+      {"type": "reasoning", "id": "rs_1", "summary": []},
+      {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+      {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{\"x\":1}"},
+      {"type": "function_call_output", "call_id": "c1", "output": "one"},
+      {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]}
+    ]})",
+                                 ParseLimits{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->messages.size(), 6u);
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[0].content, "Be terse.");
+  EXPECT_EQ(r->messages[1].role, "system");
+  EXPECT_EQ(r->messages[2].content, "ab");
+  EXPECT_EQ(r->messages[3].role, "assistant");
+  EXPECT_FALSE(r->messages[3].has_content);
+  Json calls = Json::parse(r->messages[3].tool_calls_json);
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[1]["id"], "c2");
+  EXPECT_EQ(calls[1]["function"]["arguments"], "{\"x\":1}");
+  EXPECT_EQ(r->messages[4].role, "tool");
+  EXPECT_EQ(r->messages[4].tool_call_id, "c1");
+  EXPECT_EQ(r->messages[5].content, "ok");
+  EXPECT_EQ(r->params.max_tokens, 64);
+  EXPECT_TRUE(r->tools_off);
+  EXPECT_TRUE(r->thinking);
+  EXPECT_EQ(r->reasoning_effort, "high");
+  ASSERT_EQ(r->tools.size(), 1u);
+  EXPECT_EQ(Json::parse(r->tools[0])["function"]["parameters"]["type"], "object");
+  EXPECT_EQ(r->echo["instructions"], "Be terse.");
 }
 
 }  // namespace

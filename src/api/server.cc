@@ -25,6 +25,7 @@ enum class Route {
   kDetokenize,
   kCountTokens,
   kMessages,
+  kResponses,
   kUnknown
 };
 
@@ -44,6 +45,7 @@ RouteInfo Match(const std::string& path) {
   if (path == "/detokenize") return {Route::kDetokenize, "POST"};
   if (path == "/v1/messages/count_tokens") return {Route::kCountTokens, "POST"};
   if (path == "/v1/messages") return {Route::kMessages, "POST"};
+  if (path == "/v1/responses") return {Route::kResponses, "POST"};
   return {Route::kUnknown, ""};
 }
 
@@ -196,6 +198,9 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
       return;
     case Route::kMessages:
       HandleAnthropicMessages(*backend, request, writer);
+      return;
+    case Route::kResponses:
+      HandleResponses(*backend, request, writer);
       return;
     default:
       RespondError(writer, RouteNotFoundError(request.path));

@@ -586,6 +586,70 @@ TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
   EXPECT_EQ(ApiServer::RequestLogLine(health, 503, 0.0001, RequestLog{}), "GET /health 503 0.1ms");
 }
 
+// OpenAI Responses API (POST /v1/responses).
+TEST_F(ApiServerTest, ResponsesReturnsAMessageItemAndUsage) {
+  CaptureWriter w = Call("POST", "/v1/responses",
+                         R"({"model":"byte-model","input":"Hi","max_output_tokens":32})");
+  ASSERT_EQ(w.status(), 200) << w.body();
+  Json j = w.json();
+  EXPECT_EQ(j["id"].get<std::string>().rfind("resp_", 0), 0u);
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_EQ(j["status"], "completed");
+  EXPECT_TRUE(j["incomplete_details"].is_null());
+  ASSERT_EQ(j["output"].size(), 1u);
+  const Json& item = j["output"][0];
+  EXPECT_EQ(item["type"], "message");
+  EXPECT_EQ(item["role"], "assistant");
+  EXPECT_EQ(item["content"][0]["type"], "output_text");
+  EXPECT_EQ(item["content"][0]["text"], "Hello world");
+  EXPECT_EQ(j["usage"]["output_tokens"], 11);
+  EXPECT_EQ(j["max_output_tokens"], 32);
+  Json chat = Chat(R"(,"max_tokens":32)").json();
+  EXPECT_EQ(j["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
+  Json cut = Call("POST", "/v1/responses", R"({"input":"Hi","max_output_tokens":3})").json();
+  EXPECT_EQ(cut["status"], "incomplete");
+  EXPECT_EQ(cut["incomplete_details"]["reason"], "max_output_tokens");
+}
+
+TEST_F(ApiServerTest, ResponsesStreamEventsAreNumberedAndComplete) {
+  CaptureWriter w = Call("POST", "/v1/responses", R"({"input":"Hi","stream":true})");
+  auto events = w.NamedEvents();
+  ASSERT_GE(events.size(), 8u);
+  std::vector<std::string> names;
+  std::string text;
+  int64_t seq = 0;
+  for (const auto& [name, data] : events) {
+    EXPECT_EQ(data["sequence_number"], seq++) << name;
+    if (names.empty() || names.back() != name) names.push_back(name);
+    if (name == "response.output_text.delta") text += data["delta"].get<std::string>();
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "response.created", "response.in_progress", "response.output_item.added",
+                       "response.content_part.added", "response.output_text.delta",
+                       "response.output_text.done", "response.content_part.done",
+                       "response.output_item.done", "response.completed"}));
+  EXPECT_EQ(text, "Hello world");
+  const Json& done = events.back().second["response"];
+  EXPECT_EQ(done["status"], "completed");
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], "Hello world");
+  EXPECT_EQ(done["usage"]["output_tokens"], 11);
+  EXPECT_TRUE(w.ended());
+}
+
+TEST_F(ApiServerTest, ResponsesBadInputIs400) {
+  for (const char* body :
+       {R"({"model":"byte-model"})", R"({"input":3})", R"({"input":"Hi","previous_response_id":"r"})",
+        R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})",
+        R"({"input":"Hi","tools":[{"type":"web_search"}]})",
+        R"({"input":"Hi","text":{"format":{"type":"json_schema"}}})",
+        R"({"input":"Hi","max_output_tokens":0})", R"({"input":[{"type":"bogus"}]})"}) {
+    CaptureWriter w = Call("POST", "/v1/responses", body);
+    EXPECT_EQ(w.status(), 400) << body;
+    EXPECT_EQ(w.json()["error"]["type"], "invalid_request_error") << body;
+  }
+  EXPECT_EQ(Call("POST", "/v1/responses", R"({"model":"gpt-x","input":"Hi"})").status(), 404);
+}
+
 // Anthropic Messages API (POST /v1/messages) over the same engine.
 TEST_F(ApiServerTest, AnthropicMessageHasTextBlockStopReasonAndUsage) {
   CaptureWriter w = Messages("");
@@ -840,6 +904,35 @@ TEST_F(ToolCallServerTest, AnthropicToolUseBlocksAndStopReason) {
   EXPECT_EQ(none["stop_reason"], "end_turn");
   ASSERT_EQ(none["content"].size(), 1u);
   EXPECT_NE(none["content"][0]["text"].get<std::string>().find("get_weather"), std::string::npos);
+}
+
+TEST_F(ToolCallServerTest, ResponsesFunctionCallItems) {
+  const std::string tools = R"(,"tools":[{"type":"function","name":"get_weather","parameters":{}}])";
+  Json j = Call("POST", "/v1/responses",
+                R"({"input":"Weather?","max_output_tokens":400)" + tools + "}")
+               .json();
+  ASSERT_EQ(j["output"].size(), 3u) << j.dump();
+  EXPECT_EQ(j["output"][0]["type"], "message");
+  EXPECT_EQ(j["output"][0]["content"][0]["text"], "Let me look.");
+  EXPECT_EQ(j["output"][1]["type"], "function_call");
+  EXPECT_EQ(j["output"][1]["name"], "get_weather");
+  EXPECT_EQ(j["output"][1]["arguments"], "{\"city\": \"東京\"}");
+  EXPECT_EQ(j["output"][1]["call_id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_EQ(j["output"][2]["name"], "get_time");
+  EXPECT_EQ(j["tools"][0]["name"], "get_weather");
+
+  CaptureWriter w = Call("POST", "/v1/responses",
+                         R"({"input":"Weather?","max_output_tokens":400,"stream":true)" + tools +
+                             "}");
+  std::vector<std::string> args;
+  Json final_output;
+  for (const auto& [name, data] : w.NamedEvents()) {
+    if (name == "response.function_call_arguments.done") args.push_back(data["arguments"]);
+    if (name == "response.completed") final_output = data["response"]["output"];
+  }
+  EXPECT_EQ(args, (std::vector<std::string>{"{\"city\": \"東京\"}", "{}"}));
+  ASSERT_EQ(final_output.size(), 3u);
+  EXPECT_EQ(final_output[1]["type"], "function_call");
 }
 
 }  // namespace

@@ -124,6 +124,27 @@ def test_anthropic_thinking_comes_as_a_thinking_block(plain):
     assert all(b.type != "thinking" for b in off.content)
 
 
+def test_responses_reasoning_comes_as_a_reasoning_item(plain):
+    """The Responses route puts DeepSeek's reasoning in a reasoning item (reasoning_text), with
+    the same text the chat route gives as reasoning_content."""
+    c = client(plain)
+    kwargs = dict(model="tiny-deepseek", instructions=MESSAGES[0]["content"],
+                  input=MESSAGES[1]["content"], max_output_tokens=16, temperature=0,
+                  reasoning={"effort": "high"})
+    r = c.responses.create(**kwargs)
+    assert r.output[0].type == "reasoning"
+    thinking = r.output[0].content[0].text
+    assert thinking
+    with c.responses.stream(**kwargs) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.reasoning_text.delta"]
+        final = stream.get_final_response()
+    assert "".join(deltas) == thinking
+    assert final.output[0].type == "reasoning"
+    chat = c.chat.completions.create(model="tiny-deepseek", messages=MESSAGES, max_tokens=16,
+                                     temperature=0, reasoning_effort="high")
+    assert chat.choices[0].message.model_dump()["reasoning_content"] == thinking
+
+
 def test_speculative_decoding_gives_the_same_greedy_text(plain, speculative):
     for max_tokens in (1, 9, 40):
         want = client(plain).chat.completions.create(

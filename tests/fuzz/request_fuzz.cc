@@ -1,5 +1,5 @@
 // Feeds arbitrary bytes to the request parsers and validators of the HTTP API (chat,
-// completions, tokenize, detokenize, Anthropic messages) and to the error and SSE encoders their results reach.
+// completions, tokenize, detokenize, Anthropic messages, Responses) and to the error and SSE encoders their results reach.
 // They must never crash, whatever the bytes.
 
 #include <cstddef>
@@ -9,6 +9,7 @@
 #include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/openai_types.h"
+#include "api/responses_types.h"
 #include "api/sse.h"
 
 namespace {
@@ -53,6 +54,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (p.n != 1 || !p.max_tokens || *p.max_tokens < 1) __builtin_trap();
     if (p.stop.size() > static_cast<size_t>(deepinfer::api::kMaxStopStrings)) __builtin_trap();
     (void)deepinfer::api::AnthropicErrorJson(deepinfer::api::ApiError{});
+  }
+  auto responses = deepinfer::api::ParseResponsesRequest(body, limits);
+  Check(responses);
+  if (responses.ok()) {
+    if (responses->params.n != 1) __builtin_trap();
+    if (responses->params.max_tokens && *responses->params.max_tokens < 1) __builtin_trap();
+    (void)deepinfer::api::DumpJson(responses->echo);
   }
   Check(deepinfer::api::ParseTokenizeRequest(body, limits));
   Check(deepinfer::api::ParseDetokenizeRequest(body, limits));

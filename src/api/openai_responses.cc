@@ -1,0 +1,313 @@
+// POST /v1/responses: the OpenAI Responses API over the same engine, prompt rendering, reasoning
+// split and tool-call parsing as /v1/chat/completions. Stateless: nothing is stored, so the
+// whole conversation comes in `input`.
+//
+// Source: OpenAI API reference, "Responses" (the response object, output items) and "Streaming
+// responses" (response.created ... response.completed, each event with a sequence_number).
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/errors.h"
+#include "api/handlers.h"
+#include "api/responses_types.h"
+#include "api/sse.h"
+#include "fmt/format.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+struct ResponsesContext {
+  const Backend& backend;
+  const ResponsesRequest& request;
+  std::string id;  // "resp_..."
+  int64_t created = 0;
+  ChatPrompt prompt;
+  tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
+};
+
+Json UsageObject(const UsageCounts& u) {
+  return Json{{"input_tokens", u.prompt_tokens},
+              {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+              {"output_tokens", u.completion_tokens},
+              // Reasoning is split from the answer as text, not per token.
+              {"output_tokens_details", {{"reasoning_tokens", 0}}},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+// The response object; `status` is "in_progress", "completed", "incomplete" or "failed".
+Json ResponseObject(const ResponsesContext& ctx, const std::string& status, Json output,
+                    const UsageCounts* usage, const ApiError* error = nullptr) {
+  const Json& echo = ctx.request.echo;
+  auto get = [&](const char* key, Json fallback) {
+    auto it = echo.find(key);
+    return it == echo.end() ? fallback : *it;
+  };
+  Json r = {
+      {"id", ctx.id},
+      {"object", "response"},
+      {"created_at", ctx.created},
+      {"status", status},
+      {"model", ctx.backend.served_model_name},
+      {"output", std::move(output)},
+      {"error", error ? Json{{"code", error->code}, {"message", error->message}} : Json(nullptr)},
+      {"incomplete_details",
+       status == "incomplete" ? Json{{"reason", "max_output_tokens"}} : Json(nullptr)},
+      {"instructions", get("instructions", nullptr)},
+      {"max_output_tokens", get("max_output_tokens", nullptr)},
+      {"temperature", get("temperature", nullptr)},
+      {"top_p", get("top_p", nullptr)},
+      {"tools", get("tools", Json::array())},
+      {"tool_choice", get("tool_choice", "auto")},
+      {"parallel_tool_calls", get("parallel_tool_calls", true)},
+      {"metadata", get("metadata", Json::object())},
+      {"reasoning", get("reasoning", nullptr)},
+      {"text", get("text", Json{{"format", {{"type", "text"}}}})},
+      {"user", get("user", nullptr)},
+      {"store", false},
+      {"usage", usage ? UsageObject(*usage) : Json(nullptr)}};
+  return r;
+}
+
+Json ReasoningItem(const std::string& id, const std::string& text, const char* status) {
+  return Json{{"type", "reasoning"},
+              {"id", id},
+              {"summary", Json::array()},
+              {"content", Json::array({{{"type", "reasoning_text"}, {"text", text}}})},
+              {"status", status}};
+}
+
+Json OutputTextPart(const std::string& text) {
+  return Json{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
+}
+
+Json MessageItem(const std::string& id, Json content, const char* status) {
+  return Json{{"type", "message"},
+              {"id", id},
+              {"status", status},
+              {"role", "assistant"},
+              {"content", std::move(content)}};
+}
+
+Json FunctionCallItem(const std::string& id, const tokenizer::ParsedToolCall& call,
+                      const std::string& arguments, const char* status) {
+  return Json{{"type", "function_call"},          {"id", id},
+              {"call_id", NewRequestId("call_")}, {"name", call.name},
+              {"arguments", arguments},           {"status", status}};
+}
+
+// The events of a streamed response, each with its sequence number; output items open and close
+// as the kind of output changes (reasoning, message text, function calls).
+class EventStream {
+ public:
+  explicit EventStream(const ResponsesContext& ctx) : ctx_(ctx) {}
+
+  void Start() {
+    Json r = ResponseObject(ctx_, "in_progress", Json::array(), nullptr);
+    Emit("response.created", {{"response", r}});
+    Emit("response.in_progress", {{"response", r}});
+  }
+  void Reasoning(const std::string& text) {
+    if (text.empty()) return;
+    if (open_ != "reasoning") {
+      Close();
+      open_ = "reasoning";
+      item_id_ = NewRequestId("rs_");
+      Emit("response.output_item.added",
+           {{"output_index", index_}, {"item", ReasoningItem(item_id_, "", "in_progress")}});
+    }
+    text_ += text;
+    Emit("response.reasoning_text.delta",
+         {{"item_id", item_id_}, {"output_index", index_}, {"content_index", 0}, {"delta", text}});
+  }
+  void Text(const std::string& text) {
+    if (text.empty()) return;
+    if (open_ != "message") {
+      Close();
+      open_ = "message";
+      item_id_ = NewRequestId("msg_");
+      Emit("response.output_item.added",
+           {{"output_index", index_},
+            {"item", MessageItem(item_id_, Json::array(), "in_progress")}});
+      Emit("response.content_part.added", {{"item_id", item_id_},
+                                           {"output_index", index_},
+                                           {"content_index", 0},
+                                           {"part", OutputTextPart("")}});
+    }
+    text_ += text;
+    Emit("response.output_text.delta", {{"item_id", item_id_},
+                                        {"output_index", index_},
+                                        {"content_index", 0},
+                                        {"delta", text},
+                                        {"logprobs", Json::array()}});
+  }
+  void FunctionCall(const tokenizer::ParsedToolCall& call) {
+    Close();
+    const std::string id = NewRequestId("fc_");
+    Json item = FunctionCallItem(id, call, "", "in_progress");
+    Emit("response.output_item.added", {{"output_index", index_}, {"item", item}});
+    Emit("response.function_call_arguments.delta",
+         {{"item_id", id}, {"output_index", index_}, {"delta", call.arguments}});
+    Emit("response.function_call_arguments.done",
+         {{"item_id", id}, {"output_index", index_}, {"arguments", call.arguments}});
+    item["arguments"] = call.arguments;
+    item["status"] = "completed";
+    Emit("response.output_item.done", {{"output_index", index_}, {"item", item}});
+    output_.push_back(std::move(item));
+    ++index_;
+  }
+  // Closes the open item, if any.
+  void Close() {
+    if (open_ == "reasoning") {
+      Emit(
+          "response.reasoning_text.done",
+          {{"item_id", item_id_}, {"output_index", index_}, {"content_index", 0}, {"text", text_}});
+      Json item = ReasoningItem(item_id_, text_, "completed");
+      Emit("response.output_item.done", {{"output_index", index_}, {"item", item}});
+      output_.push_back(std::move(item));
+    } else if (open_ == "message") {
+      Emit("response.output_text.done", {{"item_id", item_id_},
+                                         {"output_index", index_},
+                                         {"content_index", 0},
+                                         {"text", text_},
+                                         {"logprobs", Json::array()}});
+      Emit("response.content_part.done", {{"item_id", item_id_},
+                                          {"output_index", index_},
+                                          {"content_index", 0},
+                                          {"part", OutputTextPart(text_)}});
+      Json item = MessageItem(item_id_, Json::array({OutputTextPart(text_)}), "completed");
+      Emit("response.output_item.done", {{"output_index", index_}, {"item", item}});
+      output_.push_back(std::move(item));
+    } else {
+      return;
+    }
+    open_.clear();
+    text_.clear();
+    ++index_;
+  }
+  void Finish(const std::string& status, const UsageCounts& usage) {
+    Close();
+    Emit(status == "incomplete" ? "response.incomplete" : "response.completed",
+         {{"response", ResponseObject(ctx_, status, output_, &usage)}});
+  }
+  void Fail(const ApiError& error) {
+    Close();
+    Emit("response.failed",
+         {{"response", ResponseObject(ctx_, "failed", output_, nullptr, &error)}});
+  }
+  std::string Take() { return std::exchange(out_, {}); }
+
+ private:
+  void Emit(const char* type, Json data) {
+    data["type"] = type;
+    data["sequence_number"] = sequence_++;
+    out_ += fmt::format("event: {}\n{}", type, SseData(DumpJson(data)));
+  }
+
+  const ResponsesContext& ctx_;
+  int64_t sequence_ = 0;
+  int index_ = 0;     // output index of the open (or next) item
+  std::string open_;  // "reasoning", "message" or "" (none open)
+  std::string item_id_;
+  std::string text_;  // the open item's text so far
+  Json output_ = Json::array();
+  std::string out_;
+};
+
+void Stream(const ResponsesContext& ctx, Generation& generation, ResponseWriter& writer) {
+  if (!writer.BeginStream("text/event-stream")) {
+    generation.Cancel();
+    return;
+  }
+  EventStream events(ctx);
+  events.Start();
+  if (!writer.WriteStream(events.Take())) {
+    generation.Cancel();
+    return;
+  }
+  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  std::string finish;
+  auto on_delta = [&](const ChoiceDelta& d) {
+    AnswerSplitter::Delta a = splitter.Push(d.text, !d.finish_reason.empty());
+    events.Reasoning(a.reasoning);
+    events.Text(a.content);
+    for (const auto& call : a.calls) events.FunctionCall(call);
+    if (!d.finish_reason.empty()) finish = d.finish_reason;
+    std::string out = events.Take();
+    return out.empty() || writer.WriteStream(out);
+  };
+  absl::Status error;
+  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
+  if (end == DriveEnd::kClientGone) return;
+  if (end == DriveEnd::kError) {
+    events.Fail(ApiErrorFromStatus(error));
+  } else {
+    events.Finish(finish == "length" ? "incomplete" : "completed", generation.usage());
+  }
+  if (writer.WriteStream(events.Take())) writer.EndStream();
+}
+
+void Complete(const ResponsesContext& ctx, Generation& generation, ResponseWriter& writer) {
+  std::string text, finish;
+  auto on_delta = [&](const ChoiceDelta& d) {
+    text += d.text;
+    if (!d.finish_reason.empty()) finish = d.finish_reason;
+    return true;
+  };
+  if (!DriveToCompletion(generation, writer, on_delta, RespondError)) return;
+  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  AnswerSplitter::Delta a = splitter.Push(text, /*last=*/true);
+  Json output = Json::array();
+  if (!a.reasoning.empty()) {
+    output.push_back(ReasoningItem(NewRequestId("rs_"), a.reasoning, "completed"));
+  }
+  if (!a.content.empty()) {
+    output.push_back(
+        MessageItem(NewRequestId("msg_"), Json::array({OutputTextPart(a.content)}), "completed"));
+  }
+  for (const auto& call : a.calls) {
+    output.push_back(FunctionCallItem(NewRequestId("fc_"), call, call.arguments, "completed"));
+  }
+  const UsageCounts usage = generation.usage();
+  RespondJson(writer, 200,
+              ResponseObject(ctx, finish == "length" ? "incomplete" : "completed",
+                             std::move(output), &usage));
+}
+
+absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(
+      ResponsesRequest request,
+      ParseResponsesRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+  DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
+  DI_ASSIGN_OR_RETURN(ChatPrompt prompt,
+                      RenderChatPrompt(backend, request.messages, ChatOptionsFor(request)));
+  if (prompt.tokens.empty()) return RequestError("input", "empty_prompt", "The prompt is empty.");
+  DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.tokens.size(),
+                                                           request.params.max_tokens, "input"));
+  ResponsesContext ctx{backend, request, NewRequestId("resp_"), UnixNow(), std::move(prompt)};
+  ctx.tool_format = ToolFormatFor(backend, !request.tools.empty(), request.tools_off);
+  ChoiceSpec spec;
+  spec.request = MakeEngineRequest(request.params, ctx.prompt.tokens, max_tokens, 0, ctx.id);
+  spec.stops = request.params.stop;
+  std::vector<ChoiceSpec> specs;
+  specs.push_back(std::move(spec));
+  DI_ASSIGN_OR_RETURN(auto generation, StartGeneration(backend, std::move(specs), ctx.id,
+                                                       request.params.stream, writer));
+  if (request.params.stream) {
+    Stream(ctx, *generation, writer);
+  } else {
+    Complete(ctx, *generation, writer);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void HandleResponses(const Backend& backend, const HttpRequest& request, ResponseWriter& writer) {
+  absl::Status status = Run(backend, request, writer);
+  if (!status.ok() && !writer.started()) RespondError(writer, status);
+}
+
+}  // namespace deepinfer::api

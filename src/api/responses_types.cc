@@ -1,0 +1,218 @@
+#include "api/responses_types.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+
+#include "api/errors.h"
+#include "fmt/format.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+std::optional<std::string> StringField(const Json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
+// Text of a message's content: a string, or input_text / output_text / text parts.
+absl::Status ContentText(const Json& content, const std::string& param, std::string* out) {
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!content.is_array()) {
+    return RequestError(param, "invalid_type", "'content' must be a string or an array of parts.");
+  }
+  for (size_t k = 0; k < content.size(); ++k) {
+    const Json& part = content[k];
+    const std::string p = fmt::format("{}[{}]", param, k);
+    if (!part.is_object()) return RequestError(p, "invalid_type", "Content parts must be objects.");
+    const std::string type = StringField(part, "type").value_or("");
+    if (type != "input_text" && type != "output_text" && type != "text") {
+      return RequestError(p, "unsupported_value",
+                          fmt::format("Content part type '{}' is not supported; the served "
+                                      "model reads text only.",
+                                      type));
+    }
+    auto text = StringField(part, "text");
+    if (!text) return RequestError(p, "invalid_type", "A text part needs a string 'text'.");
+    *out += *text;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseInput(const Json& input, std::vector<ChatMessage>* out) {
+  if (input.is_string()) {
+    out->push_back(ChatMessage{"user", input.get<std::string>()});
+    return absl::OkStatus();
+  }
+  if (!input.is_array()) {
+    return RequestError("input", "invalid_type", "'input' must be a string or an array of items.");
+  }
+  for (size_t i = 0; i < input.size(); ++i) {
+    const Json& item = input[i];
+    const std::string param = fmt::format("input[{}]", i);
+    if (!item.is_object()) return RequestError(param, "invalid_type", "Input items are objects.");
+    const std::string type = StringField(item, "type").value_or("message");
+    if (type == "message") {
+      auto role = StringField(item, "role");
+      if (!role ||
+          (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer")) {
+        return RequestError(param + ".role", "invalid_value",
+                            "'role' must be user, assistant, system or developer.");
+      }
+      auto content = item.find("content");
+      if (content == item.end()) {
+        return RequestError(param + ".content", "missing_field", "'content' is required.");
+      }
+      ChatMessage m;
+      m.role = *role == "developer" ? "system" : *role;
+      DI_RETURN_IF_ERROR(ContentText(*content, param + ".content", &m.content));
+      out->push_back(std::move(m));
+    } else if (type == "function_call") {
+      auto call_id = StringField(item, "call_id");
+      auto name = StringField(item, "name");
+      auto arguments = StringField(item, "arguments");
+      if (!call_id || !name || !arguments) {
+        return RequestError(param, "missing_field",
+                            "A function_call item needs string call_id, name and arguments.");
+      }
+      Json call = {{"id", *call_id},
+                   {"type", "function"},
+                   {"function", {{"name", *name}, {"arguments", *arguments}}}};
+      // Calls that follow each other are one assistant turn.
+      if (out->empty() || out->back().role != "assistant" || out->back().has_content) {
+        ChatMessage m;
+        m.role = "assistant";
+        m.has_content = false;
+        m.tool_calls_json = "[]";
+        out->push_back(std::move(m));
+      }
+      Json calls =
+          Json::parse(out->back().tool_calls_json.empty() ? "[]" : out->back().tool_calls_json);
+      calls.push_back(std::move(call));
+      out->back().tool_calls_json = DumpJson(calls);
+    } else if (type == "function_call_output") {
+      auto call_id = StringField(item, "call_id");
+      auto output = item.find("output");
+      if (!call_id || output == item.end()) {
+        return RequestError(param, "missing_field",
+                            "A function_call_output item needs call_id and output.");
+      }
+      ChatMessage m;
+      m.role = "tool";
+      m.tool_call_id = *call_id;
+      DI_RETURN_IF_ERROR(ContentText(*output, param + ".output", &m.content));
+      out->push_back(std::move(m));
+    } else if (type == "reasoning") {
+      continue;  // earlier reasoning is not shown to the model again
+    } else {
+      return RequestError(param + ".type", "unsupported_value",
+                          fmt::format("Input item type '{}' is not supported.", type));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTools(const Json& json, ResponsesRequest* r) {
+  auto tools = json.find("tools");
+  if (tools == json.end() || tools->is_null()) return absl::OkStatus();
+  if (!tools->is_array()) return RequestError("tools", "invalid_type", "'tools' must be an array.");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const Json& t = (*tools)[i];
+    const std::string param = fmt::format("tools[{}]", i);
+    if (!t.is_object()) return RequestError(param, "invalid_type", "Tools must be objects.");
+    const std::string type = StringField(t, "type").value_or("");
+    if (type != "function") {
+      return RequestError(param + ".type", "unsupported_value",
+                          fmt::format("Tool type '{}' is not supported; only function tools "
+                                      "are.",
+                                      type));
+    }
+    auto name = StringField(t, "name");
+    if (!name) return RequestError(param + ".name", "missing_field", "A tool needs a 'name'.");
+    Json function = {{"name", *name}};
+    if (t.contains("description")) function["description"] = t["description"];
+    function["parameters"] =
+        t.contains("parameters") && !t["parameters"].is_null() ? t["parameters"] : Json::object();
+    r->tools.push_back(DumpJson(Json{{"type", "function"}, {"function", std::move(function)}}));
+  }
+  r->echo["tools"] = *tools;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
+                                                       const ParseLimits& limits) {
+  DI_ASSIGN_OR_RETURN(Json json, ParseJson(body));
+  if (!json.is_object()) {
+    return RequestError("", "invalid_type", "The request body must be a JSON object.");
+  }
+  ResponsesRequest r;
+  DI_RETURN_IF_ERROR(ParseGenerationParams(json, limits, &r.params));
+  r.params.n = 1;
+  r.params.include_usage = false;
+  if (auto it = json.find("max_output_tokens"); it != json.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1 ||
+        it->get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return RequestError("max_output_tokens", "invalid_value",
+                          "'max_output_tokens' must be a positive integer.");
+    }
+    r.params.max_tokens = static_cast<int32_t>(it->get<int64_t>());
+    r.echo["max_output_tokens"] = *it;
+  }
+  if (auto it = json.find("previous_response_id"); it != json.end() && !it->is_null()) {
+    return RequestError("previous_response_id", "unsupported_value",
+                        "This server keeps no responses; send the whole conversation in "
+                        "'input'.");
+  }
+  if (auto it = json.find("instructions"); it != json.end() && !it->is_null()) {
+    if (!it->is_string()) {
+      return RequestError("instructions", "invalid_type", "'instructions' must be a string.");
+    }
+    r.messages.push_back(ChatMessage{"system", it->get<std::string>()});
+    r.echo["instructions"] = *it;
+  }
+  auto input = json.find("input");
+  if (input == json.end() || input->is_null()) {
+    return RequestError("input", "missing_field", "'input' is a required property.");
+  }
+  DI_RETURN_IF_ERROR(ParseInput(*input, &r.messages));
+  DI_RETURN_IF_ERROR(ParseTools(json, &r));
+  if (auto it = json.find("tool_choice"); it != json.end() && !it->is_null()) {
+    if (!it->is_string() && !it->is_object()) {
+      return RequestError("tool_choice", "invalid_type",
+                          "'tool_choice' must be a string or an object.");
+    }
+    r.tools_off = it->is_string() && *it == "none";
+    r.echo["tool_choice"] = *it;
+  }
+  if (auto it = json.find("reasoning"); it != json.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return RequestError("reasoning", "invalid_type", "'reasoning' must be an object.");
+    }
+    if (auto effort = StringField(*it, "effort")) {
+      r.reasoning_effort = *effort;
+      r.thinking = *effort != "none";
+    }
+    r.echo["reasoning"] = *it;
+  }
+  if (auto it = json.find("text"); it != json.end() && it->is_object()) {
+    if (auto format = it->find("format");
+        format != it->end() && format->is_object() && format->value("type", "text") != "text") {
+      return RequestError("text.format", "unsupported_value",
+                          "Structured output formats are not supported; only plain text is.");
+    }
+    r.echo["text"] = *it;
+  }
+  for (const char* key : {"temperature", "top_p", "metadata", "parallel_tool_calls", "user"}) {
+    if (auto it = json.find(key); it != json.end()) r.echo[key] = *it;
+  }
+  return r;
+}
+
+}  // namespace deepinfer::api

@@ -1,0 +1,42 @@
+#pragma once
+
+// Parsing of OpenAI Responses API requests (POST /v1/responses) into the chat pipeline's types:
+// no engine or sockets here, so the request fuzz target covers it.
+// Source: OpenAI API reference, "Responses" (create a model response, input items, streaming
+// events).
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "api/json.h"
+#include "api/openai_types.h"
+
+namespace deepinfer::api {
+
+// A POST /v1/responses request. This server keeps no state between requests, so the whole
+// conversation comes in `input` (previous_response_id is refused).
+struct ResponsesRequest : ChatExtras {
+  // model, max_output_tokens (as max_tokens), temperature, top_p, stream and the vLLM sampling
+  // extensions; n is 1.
+  GenerationParams params;
+  // `instructions` as a system message, then the input items: messages (string or input_text
+  // parts), function_call items as assistant tool calls (consecutive calls form one turn),
+  // function_call_output items as tool messages; reasoning items are dropped.
+  std::vector<ChatMessage> messages;
+  bool tools_off = false;  // tool_choice "none"
+  // Request fields the response object repeats: instructions, max_output_tokens, temperature,
+  // top_p, tools, tool_choice, parallel_tool_calls, metadata, reasoning, text, user.
+  Json echo = Json::object();
+};
+
+// Errors: InvalidArgument with a `param`: "invalid_json", "invalid_type", "invalid_value",
+//   "missing_field" (input), "unsupported_value" (previous_response_id, images and files,
+//   built-in tools such as web_search, text formats other than plain text); and those of
+//   ParseGenerationParams.
+// Cost: O(body size). Never throws, whatever the bytes.
+absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
+                                                       const ParseLimits& limits);
+
+}  // namespace deepinfer::api
