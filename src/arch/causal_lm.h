@@ -76,6 +76,19 @@ struct ForwardBatch {
   }
 };
 
+// Float arithmetic of a forward pass.
+enum class Numerics {
+  // The engine's own kernels: fastest, and batch invariant (a sequence gets the same logits
+  // alone or batched, in one prefill chunk or several).
+  kFast,
+  // Bit-identical to llama.cpp's CPU backend (llama-cpp-python 0.3.36, AVX-512 build, flash
+  // attention off), so greedy decoding is token-identical to it. Slower, and like llama.cpp not
+  // batch invariant: attention sums V in one order for a one-token step and another for longer
+  // steps (a Forward batch plays the part of one llama.cpp ubatch). See docs/parity.md and
+  // kernels/cpu/ggml_numerics.h. Supported by the Llama architecture.
+  kGgml,
+};
+
 // A decoder-only language model's forward pass over a paged KV cache.
 //
 // Threads: not thread-safe (owns scratch buffers); drive it from one thread, which must also own
@@ -91,6 +104,9 @@ class CausalLm {
   // REQUIRES: token ids in [0, vocab); block tables cover all positions; slices disjoint.
   virtual void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                        util::ThreadPool& pool) = 0;
+  // Selects the arithmetic of later Forward calls; returns false (and keeps kFast) where the
+  // architecture has no such mode. Not thread-safe; set it before the first Forward.
+  virtual bool SetNumerics(Numerics numerics) { return numerics == Numerics::kFast; }
 
   // --- Speculative decoding hooks (multi-token prediction heads). ---
   // Models without MTP modules keep these defaults; see arch/deepseek_v3.h for the contract.

@@ -4,10 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "arch/llama.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/ggml_numerics.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
@@ -40,7 +44,16 @@ class LlamaLm final : public CausalLm {
     const TensorView* w_down;
   };
 
-  LlamaLm(const model::Model& m) : model_(m), cfg_(m.config) {}
+  LlamaLm(const model::Model& m) : model_(m), cfg_(m.config) {
+    // Debug aid for numerics work: DEEPINFER_DUMP_DIR=dir writes every intermediate tensor of
+    // Forward call number DEEPINFER_DUMP_STEP (default 0) to dir/NNN_name.bin (raw f32), to
+    // compare op by op with llama.cpp's eval callback. Off: one branch per op.
+    if (const char* dir = std::getenv("DEEPINFER_DUMP_DIR")) {
+      dump_dir_ = dir;
+      const char* step = std::getenv("DEEPINFER_DUMP_STEP");
+      dump_step_ = step ? std::atoi(step) : 0;
+    }
+  }
 
   absl::Status Init() {
     auto norm = [&](const std::string& name) -> absl::StatusOr<const float*> {
@@ -100,9 +113,19 @@ class LlamaLm final : public CausalLm {
 
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
+  bool SetNumerics(Numerics numerics) override {
+    numerics_ = numerics;
+    return true;
+  }
 
  private:
   void Attention(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
+  void AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
+  void Dump(const char* name, int layer, const float* data, int64_t count) {
+    if (!dump_dir_.empty() && forward_calls_ == dump_step_) WriteDump(name, layer, data, count);
+  }
+  void WriteDump(const char* name, int layer, const float* data, int64_t count);
+  bool ggml() const { return numerics_ == Numerics::kGgml; }
   void Reserve(int64_t num_tokens, int num_threads);
   kernels::GqaKvLayout KvLayout(const KvCache& kv) const {
     return {kv.block_size, cfg_.num_kv_heads, cfg_.head_dim};
@@ -110,6 +133,9 @@ class LlamaLm final : public CausalLm {
 
   const model::Model& model_;
   model::ModelConfig cfg_;
+  Numerics numerics_ = Numerics::kFast;
+  std::string dump_dir_;  // empty: no dumps
+  int dump_step_ = 0, forward_calls_ = 0, dump_seq_ = 0;
   std::vector<Layer> layers_;
   std::vector<std::vector<float>> owned_norms_;
   const float* output_norm_ = nullptr;
@@ -171,22 +197,46 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
   }
   float* x = x_.data();
   float* h = h_.data();
+  const int64_t qd = int64_t{cfg_.num_heads} * cfg_.head_dim, F = cfg_.ffn_hidden;
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, x);
-  kernels::RopeTables(positions_.data(), T, cfg_.rope_dim, cfg_.rope_theta, cos_.data(),
-                      sin_.data());
+  Dump("embd", -1, x, T * H);
+  // RoPE, SwiGLU and RMSNorm use ggml's arithmetic in both modes: it costs nothing there.
+  kernels::RopeTablesGgml(positions_.data(), T, cfg_.rope_dim, cfg_.rope_theta, cos_.data(),
+                          sin_.data());
+  auto matmul = [&](const TensorView& w, const float* in, float* out) {
+    if (ggml()) {
+      kernels::MatMulGgml(w, in, T, out, pool);
+    } else {
+      kernels::MatMul(w, in, T, out, pool);
+    }
+  };
+  auto matmul_group = [&](const TensorView* const* ws, float* const* ys, int count,
+                          const float* in) {
+    if (ggml()) {
+      kernels::MatMulGroupGgml(ws, ys, count, in, T, pool);
+    } else {
+      kernels::MatMulGroup(ws, ys, count, in, T, pool);
+    }
+  };
 
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];
     kernels::RmsNorm(x, L.attn_norm, T, H, cfg_.rms_norm_eps, h);
+    Dump("attn_norm", l, h, T * H);
     {
       const TensorView* ws[3] = {L.wq, L.wk, L.wv};
       float* ys[3] = {q_.data(), k_.data(), v_.data()};
-      kernels::MatMulGroup(ws, ys, 3, h, T, pool);
+      matmul_group(ws, ys, 3, h);
     }
-    kernels::ApplyRope(q_.data(), T, cfg_.num_heads, cfg_.head_dim, cfg_.rope_dim,
-                       cfg_.rope_style, cos_.data(), sin_.data());
-    kernels::ApplyRope(k_.data(), T, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_dim,
-                       cfg_.rope_style, cos_.data(), sin_.data());
+    Dump("Qcur_mm", l, q_.data(), T * qd);
+    Dump("Kcur_mm", l, k_.data(), T * kvd);
+    Dump("Vcur", l, v_.data(), T * kvd);
+    kernels::ApplyRopeGgml(q_.data(), T, cfg_.num_heads, cfg_.head_dim, cfg_.rope_dim,
+                           cfg_.rope_style, cos_.data(), sin_.data());
+    kernels::ApplyRopeGgml(k_.data(), T, cfg_.num_kv_heads, cfg_.head_dim, cfg_.rope_dim,
+                           cfg_.rope_style, cos_.data(), sin_.data());
+    Dump("Qcur", l, q_.data(), T * qd);
+    Dump("Kcur", l, k_.data(), T * kvd);
     // Append this step's K and V to each sequence's blocks before attending, so a token sees
     // itself and the earlier tokens of its own chunk.
     for (const auto& s : batch.seqs) {
@@ -197,24 +247,40 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
         kernels::StoreKv(layout, block, pos % kv.block_size, k_.data() + t * kvd, v_.data() + t * kvd);
       }
     }
-    Attention(batch, l, kv, pool);
-    kernels::MatMul(*L.wo, attn_.data(), T, tmp_.data(), pool);
+    if (ggml()) {
+      AttentionGgml(batch, l, kv, pool);
+    } else {
+      Attention(batch, l, kv, pool);
+    }
+    Dump("kqv_out", l, attn_.data(), T * qd);
+    matmul(*L.wo, attn_.data(), tmp_.data());
+    Dump("attn_out", l, tmp_.data(), T * H);
     kernels::AddInPlace(x, tmp_.data(), T * H);
+    Dump("ffn_inp", l, x, T * H);
 
     kernels::RmsNorm(x, L.ffn_norm, T, H, cfg_.rms_norm_eps, h);
+    Dump("ffn_norm", l, h, T * H);
     {
       const TensorView* ws[2] = {L.w_gate, L.w_up};
       float* ys[2] = {gate_.data(), up_.data()};
-      kernels::MatMulGroup(ws, ys, 2, h, T, pool);
+      matmul_group(ws, ys, 2, h);
     }
-    kernels::SiluMul(gate_.data(), up_.data(), T * cfg_.ffn_hidden, gate_.data());
-    kernels::MatMul(*L.w_down, gate_.data(), T, tmp_.data(), pool);
+    Dump("ffn_gate", l, gate_.data(), T * F);
+    Dump("ffn_up", l, up_.data(), T * F);
+    kernels::SwiGluGgml(gate_.data(), up_.data(), T * F, gate_.data());
+    Dump("ffn_swiglu", l, gate_.data(), T * F);
+    matmul(*L.w_down, gate_.data(), tmp_.data());
+    Dump("ffn_out", l, tmp_.data(), T * H);
     kernels::AddInPlace(x, tmp_.data(), T * H);
+    Dump("l_out", l, x, T * H);
   }
 
   // Only the rows that need logits go through the final norm and the (large) output matmul.
   int32_t num_rows = batch.num_logit_rows();
-  if (num_rows == 0) return;
+  if (num_rows == 0) {
+    ++forward_calls_;
+    return;
+  }
   if (static_cast<int64_t>(rows_.size()) < int64_t{num_rows} * H) rows_.resize(int64_t{num_rows} * H);
   int32_t r = 0;
   for (const auto& s : batch.seqs) {
@@ -224,7 +290,77 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
     }
   }
   kernels::RmsNorm(rows_.data(), output_norm_, num_rows, H, cfg_.rms_norm_eps, rows_.data());
-  kernels::MatMul(*output_, rows_.data(), num_rows, logits, pool);
+  Dump("result_norm", -1, rows_.data(), int64_t{num_rows} * H);
+  if (ggml()) {
+    kernels::MatMulGgml(*output_, rows_.data(), num_rows, logits, pool);  // num_rows, not T
+  } else {
+    kernels::MatMul(*output_, rows_.data(), num_rows, logits, pool);
+  }
+  Dump("result_output", -1, logits, int64_t{num_rows} * cfg_.vocab);
+  ++forward_calls_;
+}
+
+void LlamaLm::WriteDump(const char* name, int layer, const float* data, int64_t count) {
+  std::string path = dump_dir_ + "/";
+  char seq[16];
+  std::snprintf(seq, sizeof seq, "%03d_", dump_seq_++);
+  path += seq;
+  path += name;
+  if (layer >= 0) path += "-" + std::to_string(layer);
+  path += ".bin";
+  if (FILE* f = std::fopen(path.c_str(), "wb")) {
+    std::fwrite(data, sizeof(float), static_cast<size_t>(count), f);
+    std::fclose(f);
+  }
+}
+
+void LlamaLm::AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv,
+                            util::ThreadPool& pool) {
+  const int D = cfg_.head_dim, num_kv_heads = cfg_.num_kv_heads;
+  const int group = cfg_.num_heads / num_kv_heads;
+  const int64_t token_stride = int64_t{cfg_.num_heads} * D;
+  // ggml's kq_scale: 1.0f / sqrtf(float(n_embd_head)).
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const kernels::GqaKvLayout layout = KvLayout(kv);
+  const int B = kv.block_size;
+  const bool batched = batch.num_tokens >= 2;
+  const int64_t items = static_cast<int64_t>(batch.seqs.size()) * num_kv_heads;
+  pool.ParallelFor(items, [&](int64_t begin, int64_t end, int) {
+    // K rows [ctx, D] and V^T rows [D, ctx rounded up to 64] of one KV head, as ggml's cache
+    // holds them (its V cache is transposed when flash attention is off).
+    thread_local std::vector<float> k, vt, scratch;
+    for (int64_t it = begin; it < end; ++it) {
+      const SequenceSlice& s = batch.seqs[it / num_kv_heads];
+      const int g = static_cast<int>(it % num_kv_heads);
+      const int ctx = s.start_pos + s.num_tokens;
+      const int64_t pad = (int64_t{ctx} + 63) / 64 * 64;
+      if (static_cast<int64_t>(k.size()) < int64_t{ctx} * D) k.resize(int64_t{ctx} * D);
+      if (static_cast<int64_t>(vt.size()) < pad * D) vt.resize(pad * D);
+      if (static_cast<int64_t>(scratch.size()) < 2 * pad) scratch.resize(2 * pad);
+      for (int j = 0; j < ctx; ++j) {
+        const float* block =
+            kv.layers[layer] + int64_t{s.block_table[j / B]} * layout.block_floats();
+        const int slot = j % B;
+        const float* kt = block + int64_t{g} * D * B + slot;
+        const float* vr = block + layout.v_offset() + (int64_t{slot} * num_kv_heads + g) * D;
+        for (int d = 0; d < D; ++d) {
+          k[int64_t{j} * D + d] = kt[int64_t{d} * B];
+          vt[int64_t{d} * pad + j] = vr[d];
+        }
+      }
+      for (int d = 0; d < D; ++d) {
+        std::fill(vt.begin() + int64_t{d} * pad + ctx, vt.begin() + int64_t{d} * pad + pad, 0.0f);
+      }
+      for (int i = 0; i < s.num_tokens; ++i) {
+        const int64_t t = s.token_offset + i;
+        for (int hh = 0; hh < group; ++hh) {
+          const int64_t off = t * token_stride + (int64_t{g} * group + hh) * D;
+          kernels::AttendRowGgml(q_.data() + off, k.data(), vt.data(), pad, s.start_pos + i + 1,
+                                 D, scale, batched, scratch.data(), attn_.data() + off);
+        }
+      }
+    }
+  });
 }
 
 void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,

@@ -1,7 +1,10 @@
 // Parity with llama.cpp on the real SmolLM2-135M-Instruct Q4_1 GGUF. The golden comes from
 // tests/reference/make_llama_cpp_golden.py (llama-cpp-python, f32 KV cache, greedy).
 //
-// Two measurements per prompt:
+// Numerics::kGgml repeats llama.cpp's CPU arithmetic bit for bit (docs/parity.md): its
+// free-running greedy continuation must equal llama.cpp's on every prompt, all 64 tokens, with
+// exactly llama.cpp's logits. The default numerics (kFast) sum in other orders; for them two
+// measurements per prompt:
 // - teacher-forced: our logits at every position of llama.cpp's greedy sequence. The argmax must
 //   agree wherever llama.cpp itself is decisive. "Decisive" is measured against llama.cpp's own
 //   numerical spread, stored in the golden: the same sequence run by llama.cpp with its default
@@ -156,6 +159,57 @@ TEST_F(LlamaGgufParityTest, FreeRunningGreedyEqualsLlamaCppUpToTheFirstNearTie) 
                 c["text"].get<std::string>().c_str(), i, want.size());
   }
   std::printf("parity: free-running greedy identical for %d of %d tokens\n", identical, total);
+}
+
+// With Numerics::kGgml the forward pass repeats llama.cpp's CPU arithmetic bit for bit, so the
+// free-running greedy continuation must equal llama.cpp's on every prompt, all 64 tokens, and
+// the logits llama.cpp reported (its top 16 per step) must come out exactly.
+TEST_F(LlamaGgufParityTest, GgmlNumericsFreeRunningGreedyIsTokenIdentical) {
+  ASSERT_TRUE(lm_->SetNumerics(Numerics::kGgml));
+  const int vocab = model_->config.vocab;
+  int identical = 0, total = 0;
+  double worst = 0;
+  for (const auto& c : golden_["cases"]) {
+    auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    auto want = c["greedy_ids"].get<std::vector<int32_t>>();
+    const int n = static_cast<int>(prompt.size() + want.size());
+    KvCache kv;
+    ASSERT_TRUE(kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16,
+                            lm_->kv_floats_per_token()).ok());
+    std::vector<int32_t> table((n + 15) / 16);
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<float> logits(vocab);
+    std::vector<int32_t> step = prompt;
+    int pos = 0;
+    size_t i = 0;
+    double case_worst = 0;
+    for (; i < want.size(); ++i) {
+      ForwardBatch b;
+      b.tokens = step.data();
+      b.num_tokens = static_cast<int32_t>(step.size());
+      b.seqs.push_back({0, b.num_tokens, pos, 1, table.data(), static_cast<int32_t>(table.size())});
+      lm_->Forward(b, kv, logits.data(), pool_);
+      pos += b.num_tokens;
+      for (const auto& e : c["top_logits"][i]) {
+        // The golden stores float32 logits as JSON doubles: exact.
+        case_worst = std::max(case_worst,
+                              std::fabs(logits[e[0].get<int>()] - e[1].get<double>()));
+      }
+      int32_t next = engine::ArgMax(logits.data(), vocab);
+      if (next != want[i]) break;
+      step = {next};
+    }
+    EXPECT_EQ(i, want.size()) << "diverged from llama.cpp at step " << i << " of \""
+                              << c["text"].get<std::string>() << "\"";
+    identical += static_cast<int>(i);
+    total += static_cast<int>(want.size());
+    worst = std::max(worst, case_worst);
+    std::printf("parity[ggml]: %-40.40s identical greedy tokens: %zu/%zu, max|dlogit| %.6g\n",
+                c["text"].get<std::string>().c_str(), i, want.size(), case_worst);
+  }
+  std::printf("parity[ggml]: free-running greedy identical for %d of %d tokens, worst "
+              "max|dlogit| %.6g\n", identical, total, worst);
+  EXPECT_EQ(worst, 0.0);
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ struct GenerateFlags {
   bool json = false;
   std::string system;
   std::string chat_template;
+  std::string numerics = "fast";
 };
 
 // One conversation's state: the tokens already in the KV cache are reused when the next prompt
@@ -200,6 +201,11 @@ int Run(const GenerateFlags& f) {
   std::unique_ptr<tokenizer::Tokenizer>* tok = &text->tokenizer;
   auto lm = arch::CreateCausalLm(m);
   if (!lm.ok()) return fail(lm.status());
+  if (f.numerics == "ggml" && !(*lm)->SetNumerics(arch::Numerics::kGgml)) {
+    return fail(UnimplementedError("unsupported_numerics",
+                                   "--numerics ggml is implemented for Llama-architecture "
+                                   "models only."));
+  }
   int threads = f.threads > 0 ? f.threads : static_cast<int>(std::thread::hardware_concurrency());
   util::ThreadPool pool(threads);
   int capacity = m.config.max_context > 0 ? m.config.max_context : 4096;
@@ -286,6 +292,12 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--repetition-penalty", flags->repetition_penalty)->check(CLI::Range(0.01, 100.0));
   cmd->add_option("--seed", flags->seed, "sampling seed (same seed, same tokens)");
   cmd->add_option("--threads", flags->threads, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--numerics", flags->numerics,
+                  "fast (default), or ggml: float arithmetic bit-identical to llama.cpp's CPU "
+                  "backend, so greedy output is token-identical to it (Llama models; slower; "
+                  "see docs/parity.md)")
+      ->check(CLI::IsMember({"fast", "ggml"}))
+      ->capture_default_str();
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--json", flags->json, "print timings as one JSON line on stdout");
   cmd->callback([flags, exit_code, cmd] {

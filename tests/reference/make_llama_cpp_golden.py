@@ -4,6 +4,9 @@ default SmolLM2 GGUF: the reference for deepinfer's forward pass on quantized we
 
 llama.cpp runs with an f32 KV cache (type_k = type_v = GGML_TYPE_F32) so that both engines store
 K and V at full precision; the comparison then measures the matmul and attention math alone.
+deepinfer's Numerics::kGgml mode reproduces this exact configuration bit for bit (llama-cpp-python
+0.3.36 built on an AVX-512 machine, flash attention off as llama-cpp-python defaults); a different
+version or setting needs a new golden and a check with dump_llama_cpp_tensors.py (docs/parity.md).
 
 Usage: make_llama_cpp_golden.py MODEL.gguf OUT.json
 """

@@ -82,6 +82,18 @@ const KernelTable& Table(Isa isa) {
   return tables[static_cast<int>(isa)];
 }
 
+// The AVX-512 table with the ggml-order Q4_1 / Q8_0 kernels in place of the default ones.
+const KernelTable& GgmlOrderTable() {
+  static const KernelTable* table = [] {
+    static KernelTable t = Table(Isa::kAvx512);
+#if defined(DI_KERNELS_X86)
+    if (CpuHasAvx512()) internal::FillAvx512GgmlKernels(&t);
+#endif
+    return &t;
+  }();
+  return *table;
+}
+
 const internal::TypeKernels& KernelsFor(DType t, const KernelTable& k) {
   switch (t) {
     case DType::kF32: return k.f32;
@@ -111,14 +123,15 @@ struct Prepared {
 };
 
 // Validates shapes and fills everything but the row range and the activation pointer.
-Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens, float* y) {
+Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+                 const KernelTable& table) {
   DI_CHECK(w.shape.size() >= 2);
   const int64_t in = w.cols();
   const int64_t out = w.rows();
   const int64_t wb = KernelBlockSize(w.dtype);
   DI_CHECK(wb > 0 && in % wb == 0);
   Prepared p{};
-  p.kernels = &KernelsFor(w.dtype, Table(ActiveIsa()));
+  p.kernels = &KernelsFor(w.dtype, table);
   p.args.w = w.data;
   p.args.w_row_bytes = KernelBlockBytes(w.dtype) * static_cast<size_t>(in / wb);
   DI_CHECK(w.data != nullptr && p.args.w_row_bytes * static_cast<size_t>(out) <= w.size_bytes);
@@ -167,7 +180,7 @@ const char* IsaName(Isa isa) {
 void MatMulRows(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
                 int64_t row_begin, int64_t row_end) {
   if (num_tokens <= 0 || row_begin >= row_end) return;
-  Prepared p = Prepare(w, x, num_tokens, y);
+  Prepared p = Prepare(w, x, num_tokens, y, Table(ActiveIsa()));
   DI_CHECK(row_begin >= 0 && row_end <= p.args.row_end);
   if (p.kernels->quantize != nullptr) {
     uint8_t* a = Scratch(p.args.a_row_bytes * static_cast<size_t>(num_tokens));
@@ -180,10 +193,12 @@ void MatMulRows(const model::TensorView& w, const float* x, int64_t num_tokens, 
   p.kernels->gemm(p.args);
 }
 
-void MatMul(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
-            util::ThreadPool& pool) {
+namespace {
+
+void MatMulWith(const KernelTable& table, const model::TensorView& w, const float* x,
+                int64_t num_tokens, float* y, util::ThreadPool& pool) {
   if (num_tokens <= 0) return;
-  Prepared p = Prepare(w, x, num_tokens, y);
+  Prepared p = Prepare(w, x, num_tokens, y, table);
   const int64_t out = p.args.row_end;
   struct Job {
     Prepared* p;
@@ -223,12 +238,22 @@ void MatMul(const model::TensorView& w, const float* x, int64_t num_tokens, floa
       kRowGrain);
 }
 
+}  // namespace
+
+void MatMul(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+            util::ThreadPool& pool) {
+  MatMulWith(Table(ActiveIsa()), w, x, num_tokens, y, pool);
+}
+
 }  // namespace deepinfer::kernels
 
 namespace deepinfer::kernels {
 
-void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count, const float* x,
-                 int64_t num_tokens, util::ThreadPool& pool) {
+namespace {
+
+void MatMulGroupWith(const KernelTable& table, const model::TensorView* const* ws,
+                     float* const* ys, int count, const float* x, int64_t num_tokens,
+                     util::ThreadPool& pool) {
   if (num_tokens <= 0 || count <= 0) return;
   constexpr int kMaxGroup = 8;
   DI_CHECK(count <= kMaxGroup);
@@ -240,13 +265,13 @@ void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count
   job.count = count;
   bool shared = true;
   for (int i = 0; i < count; ++i) {
-    job.p[i] = Prepare(*ws[i], x, num_tokens, ys[i]);
+    job.p[i] = Prepare(*ws[i], x, num_tokens, ys[i], table);
     shared = shared && job.p[i].kernels->quantize == job.p[0].kernels->quantize &&
              job.p[i].args.a_row_bytes == job.p[0].args.a_row_bytes && job.p[i].args.k == job.p[0].args.k;
   }
   if (!shared) {
     // Different activation formats: no quantized input to share.
-    for (int i = 0; i < count; ++i) MatMul(*ws[i], x, num_tokens, ys[i], pool);
+    for (int i = 0; i < count; ++i) MatMulWith(table, *ws[i], x, num_tokens, ys[i], pool);
     return;
   }
   if (job.p[0].kernels->quantize != nullptr) {
@@ -274,4 +299,26 @@ void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count
   });
 }
 
+}  // namespace
+
+void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count, const float* x,
+                 int64_t num_tokens, util::ThreadPool& pool) {
+  MatMulGroupWith(Table(ActiveIsa()), ws, ys, count, x, num_tokens, pool);
+}
+
+namespace internal {
+
+void MatMulGgmlOrderAvx512(const model::TensorView& w, const float* x, int64_t num_tokens,
+                           float* y, util::ThreadPool& pool) {
+  DI_CHECK(ActiveIsa() == Isa::kAvx512 && (w.dtype == DType::kQ4_1 || w.dtype == DType::kQ8_0));
+  MatMulWith(GgmlOrderTable(), w, x, num_tokens, y, pool);
+}
+
+void MatMulGroupGgmlOrderAvx512(const model::TensorView* const* ws, float* const* ys, int count,
+                                const float* x, int64_t num_tokens, util::ThreadPool& pool) {
+  DI_CHECK(ActiveIsa() == Isa::kAvx512);
+  MatMulGroupWith(GgmlOrderTable(), ws, ys, count, x, num_tokens, pool);
+}
+
+}  // namespace internal
 }  // namespace deepinfer::kernels

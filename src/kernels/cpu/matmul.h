@@ -25,9 +25,10 @@ const char* IsaName(Isa isa);
 // For quantized weights the activations are first quantized per 32-element block the way
 // llama.cpp does (Q8_0 for Q4_0/Q8_0, Q8_1 for Q4_1, Q8_K for Q4_K/Q6_K; with the x86 CPU
 // backend's rounding, see QuantizeRowQ8_0Cpu), and the dot products are integer within a block,
-// so results track llama.cpp's CPU backend closely (they differ only in the order of the float
-// additions across blocks). F32/F16/BF16 weights multiply the f32 activations as they are
-// (llama.cpp rounds them to F16/BF16 first).
+// so results track llama.cpp's CPU backend closely: they differ only in the order of the float
+// additions across blocks (MatMulGgml in ggml_numerics.h keeps ggml's order too, slower).
+// F32/F16/BF16 weights multiply the f32 activations as they are (llama.cpp rounds them to
+// F16/BF16 first).
 // Shapes: w [out, in] (w.shape = {out, in}); x [num_tokens, in] f32 row-major;
 //   y [num_tokens, out] f32 row-major. `in` must be a multiple of the weight's block size.
 // Threads: activations are quantized once (in parallel over tokens when there are many), then

@@ -15,6 +15,19 @@
 // Prefill tiles 4 rows x 4 tokens: each weight pair is unpacked once and used for 4 tokens.
 // Integer sums within a block and the per-block float scaling follow ggml_vec_dot_*, so the
 // results differ from ggml only by the order of the float additions across blocks.
+//
+// FillAvx512GgmlKernels adds Q4_1 / Q8_0 variants that keep that order too (MatMulGgml,
+// ggml_numerics.h): ggml_vec_dot_q4_1_q8_1 / q8_0_q8_0 run one 8-lane chain
+// acc = fma(d_w * d_x, float(lane), acc) over the blocks in order, then hsum_float_8, and Q4_1
+// adds a separate chain summs = fma(m, s, summs). Lanes 0-7 of the accumulator run the 8-lane
+// chain, block 2p and then block 2p+1 (swapped down with one shuffle); for Q4_1, lanes 8-15 run
+// the summs chain alongside (m in the weight operand, s in the activation operand). That is about
+// twice the vector work per block pair (prefill ~23% and decode ~8% slower here), so the default
+// kernels keep their order. Their 256-byte records after qs:
+//   xa[16] = d0 x8 | 1.0 x8, xb[16] = d1 x8 | 1.0 x8 (f32), then
+//   Q4_1: s[16] = s1 x8 | s0 x8 (f32);
+//   Q8_0: bias[16] (int32) = -128 * (sum of the lane's 4 qs), undoing the unsigned weights lane
+//         by lane (ggml's lanes each sum 4 products, so the correction cannot sit in one lane).
 
 #include <immintrin.h>
 
@@ -31,12 +44,16 @@ using model::BlockQ8_0;
 using model::BlockQ8_1;
 
 constexpr int kPairBytes = 192;
+constexpr int kGgmlPairBytes = 256;
 constexpr int64_t kTokenChunk = 64;  // activations of a chunk stay in L2 while rows stream
 constexpr int64_t kPrefetchRows = 16;  // how far ahead decode prefetches weight rows
 
-enum class ActKind { kQ8_1, kBias8, kBias128 };
+enum class ActKind { kQ8_1, kBias8, kBias128, kQ8_1Ggml, kBias128Ggml };
 
 size_t PairRowBytes(int64_t k) { return static_cast<size_t>((k / 32 + 1) / 2) * kPairBytes; }
+size_t GgmlPairRowBytes(int64_t k) {
+  return static_cast<size_t>((k / 32 + 1) / 2) * kGgmlPairBytes;
+}
 
 // Quantizes 32 floats like ggml-cpu's quantize_row_q8_0 (127 / amax, round half to even).
 // Returns d (as the fp32 value of the stored fp16) and sum(q); writes 32 int8.
@@ -89,17 +106,54 @@ void QuantizePairs(const float* x, uint8_t* out, int64_t k) {
   }
 }
 
+// Records of the ggml-order kernels (see the file comment).
+template <ActKind kKind>
+void QuantizeGgmlPairs(const float* x, uint8_t* out, int64_t k) {
+  const int64_t nb = k / 32;
+  for (int64_t p = 0; p < (nb + 1) / 2; ++p, out += kGgmlPairBytes) {
+    auto* qs = reinterpret_cast<int8_t*>(out);
+    float* xab[2] = {reinterpret_cast<float*>(out + 64), reinterpret_cast<float*>(out + 128)};
+    auto* s = reinterpret_cast<float*>(out + 192);
+    auto* bias = reinterpret_cast<int32_t*>(out + 192);
+    std::memset(out + 64, 0, kGgmlPairBytes - 64);
+    for (int h = 0; h < 2; ++h) {
+      for (int l = 8; l < 16; ++l) xab[h][l] = 1.0f;
+      const int64_t b = 2 * p + h;
+      if (b >= nb) {
+        std::memset(qs + 32 * h, 0, 32);
+        continue;
+      }
+      int sum;
+      uint16_t d16;
+      const float d = QuantizeBlock(x + 32 * b, qs + 32 * h, &sum, &d16);
+      for (int l = 0; l < 8; ++l) xab[h][l] = HalfToFloat(d16);
+      if constexpr (kKind == ActKind::kQ8_1Ggml) {
+        const float sh = HalfToFloat(FloatToHalf(d * static_cast<float>(sum)));
+        for (int l = 0; l < 8; ++l) s[8 * (1 - h) + l] = sh;
+      } else {
+        for (int l = 0; l < 8; ++l) {
+          const int8_t* q = qs + 32 * h + 4 * l;
+          bias[8 * h + l] = -128 * (q[0] + q[1] + q[2] + q[3]);
+        }
+      }
+    }
+  }
+}
+
 // Unpacked weights of one row for one block pair.
 struct PairW {
   __m512i q;   // 64 unsigned values in activation order
   __m512 dw;   // d of block 0 in lanes 0-7, block 1 in lanes 8-15
   __m512 mw;   // Q4_1 only: m of block 0 / 1 in all lanes of their half
+  // ggml-order kernels: the operands of the two fmas (Q4_1: d0 x8 | m0 x8 and d1 x8 | m1 x8;
+  // Q8_0: dw as above and d1 x16).
+  __m512 wa, wb;
 };
 
 // Q4_0 and Q4_1 blocks are 18 / 20 bytes: one masked load covers a pair. A word permute then
 // places each block's 16 packed bytes twice (low and high nibbles), a per-word variable shift
 // brings the high nibbles down and a mask keeps 4 bits per byte.
-template <int kBlockBytes>
+template <int kBlockBytes, bool kGgmlOrder = false>
 static inline PairW LoadQ4Pair(const uint8_t* w, bool two) {
   constexpr int kQsWord = kBlockBytes == 20 ? 2 : 1;  // first word of qs in a block
   constexpr int kBlockWords = kBlockBytes / 2;
@@ -128,6 +182,13 @@ static inline PairW LoadQ4Pair(const uint8_t* w, bool two) {
     p.mw = _mm512_permutexvar_ps(_mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 1, 1, 1, 1, 1,
                                                   1, 1, 1),
                                  f);
+    if constexpr (kGgmlOrder) {
+      // Words of a pair: d0 = 0, m0 = 1, d1 = 10, m1 = 11.
+      p.wa = _mm512_permutexvar_ps(
+          _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0), f);
+      p.wb = _mm512_permutexvar_ps(
+          _mm512_set_epi32(11, 11, 11, 11, 11, 11, 11, 11, 10, 10, 10, 10, 10, 10, 10, 10), f);
+    }
   } else {
     p.mw = _mm512_setzero_ps();
   }
@@ -136,6 +197,7 @@ static inline PairW LoadQ4Pair(const uint8_t* w, bool two) {
 
 // Q8_0 blocks are 34 bytes: two 32-byte loads; the weights are made unsigned by flipping the
 // sign bit (q + 128), which the activation record's -128 * sum(qs) undoes.
+template <bool kGgmlOrder = false>
 static inline PairW LoadQ8Pair(const uint8_t* w, bool two) {
   const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2));
   uint16_t d0, d1 = 0;
@@ -152,17 +214,26 @@ static inline PairW LoadQ8Pair(const uint8_t* w, bool two) {
   p.dw = _mm512_permutexvar_ps(_mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
                                _mm512_castps128_ps512(f));
   p.mw = _mm512_setzero_ps();
+  if constexpr (kGgmlOrder) {
+    p.wa = p.dw;
+    p.wb = _mm512_permutexvar_ps(_mm512_set1_epi32(1), _mm512_castps128_ps512(f));
+  }
   return p;
 }
 
-enum class WKind { kQ4_0, kQ4_1, kQ8_0 };
+enum class WKind { kQ4_0, kQ4_1, kQ8_0, kQ4_1Ggml, kQ8_0Ggml };
 
 template <WKind kW>
 static inline PairW LoadPair(const uint8_t* row, int64_t p, bool two) {
   if constexpr (kW == WKind::kQ4_0) return LoadQ4Pair<18>(row + 36 * p, two);
   if constexpr (kW == WKind::kQ4_1) return LoadQ4Pair<20>(row + 40 * p, two);
   if constexpr (kW == WKind::kQ8_0) return LoadQ8Pair(row + 68 * p, two);
+  if constexpr (kW == WKind::kQ4_1Ggml) return LoadQ4Pair<20, true>(row + 40 * p, two);
+  if constexpr (kW == WKind::kQ8_0Ggml) return LoadQ8Pair<true>(row + 68 * p, two);
 }
+
+template <WKind kW>
+constexpr bool kGgmlKind = kW == WKind::kQ4_1Ggml || kW == WKind::kQ8_0Ggml;
 
 // acc[r][t] over all block pairs for R rows x T tokens; writes y.
 template <WKind kW, int R, int T>
@@ -181,10 +252,32 @@ static inline void PairTile(const GemmArgs& g, int64_t r0, int64_t t0) {
     PairW w[R];
     for (int r = 0; r < R; ++r) w[r] = LoadPair<kW>(rows[r], p, two);
     for (int t = 0; t < T; ++t) {
-      const uint8_t* a = acts[t] + p * kPairBytes;
+      const uint8_t* a = acts[t] + p * (kGgmlKind<kW> ? kGgmlPairBytes : kPairBytes);
       const __m512i aq = _mm512_loadu_si512(a);
       const __m512 dx = _mm512_loadu_ps(reinterpret_cast<const float*>(a + 64));
-      if constexpr (kW == WKind::kQ4_1) {
+      if constexpr (kW == WKind::kQ4_1Ggml) {
+        const __m512 xb = _mm512_loadu_ps(reinterpret_cast<const float*>(a + 128));
+        const __m512 s = _mm512_loadu_ps(reinterpret_cast<const float*>(a + 192));
+        for (int r = 0; r < R; ++r) {
+          const __m512 v =
+              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].q, aq));
+          // Lanes 0-7: d0 d_x0 * block 0 | lanes 8-15: m0 * s0; then block 1 likewise.
+          const __m512 v0 = _mm512_mask_blend_ps(0xff00, v, s);
+          const __m512 t1 = _mm512_mask_blend_ps(0x00ff, v, s);
+          const __m512 v1 = _mm512_shuffle_f32x4(t1, t1, 0x4e);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(w[r].wa, dx), v0, acc[r][t]);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(w[r].wb, xb), v1, acc[r][t]);
+        }
+      } else if constexpr (kW == WKind::kQ8_0Ggml) {
+        const __m512 xb = _mm512_loadu_ps(reinterpret_cast<const float*>(a + 128));
+        const __m512i bias = _mm512_loadu_si512(a + 192);
+        for (int r = 0; r < R; ++r) {
+          const __m512 v = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, w[r].q, aq));
+          const __m512 v1 = _mm512_shuffle_f32x4(v, v, 0x4e);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(w[r].wa, dx), v, acc[r][t]);
+          acc[r][t] = _mm512_fmadd_ps(_mm512_mul_ps(w[r].wb, xb), v1, acc[r][t]);
+        }
+      } else if constexpr (kW == WKind::kQ4_1) {
         const __m512 s = _mm512_loadu_ps(reinterpret_cast<const float*>(a + 128));
         for (int r = 0; r < R; ++r) {
           const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r].q, aq);
@@ -200,8 +293,22 @@ static inline void PairTile(const GemmArgs& g, int64_t r0, int64_t t0) {
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float y;
+      if constexpr (kGgmlKind<kW>) {
+        // hsum_float_8 of lanes 0-7; Q4_1 then adds the summs chain (lane 8).
+        __m128 h = _mm_add_ps(_mm512_extractf32x4_ps(acc[r][t], 1), _mm512_castps512_ps128(acc[r][t]));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        y = _mm_cvtss_f32(h);
+        if constexpr (kW == WKind::kQ4_1Ggml) y += _mm_cvtss_f32(_mm512_extractf32x4_ps(acc[r][t], 2));
+      } else {
+        y = _mm512_reduce_add_ps(acc[r][t]);
+      }
+      g.y[(t0 + t) * g.y_stride + r0 + r] = y;
+    }
+  }
 }
 
 // Rows are read as four short interleaved streams, which the hardware prefetchers do not pick
@@ -223,6 +330,8 @@ void PairGemm(const GemmArgs& g) {
       if constexpr (kW == WKind::kQ4_1) {
         // Q4_1 weights take three registers per row (values, d, m): a 4x4 tile would spill.
         for (; t + 3 <= te; t += 3) PairTile<kW, 4, 3>(g, r, t);
+        for (; t + 2 <= te; t += 2) PairTile<kW, 4, 2>(g, r, t);
+      } else if constexpr (kGgmlKind<kW>) {
         for (; t + 2 <= te; t += 2) PairTile<kW, 4, 2>(g, r, t);
       } else {
         for (; t + 4 <= te; t += 4) PairTile<kW, 4, 4>(g, r, t);
@@ -320,6 +429,11 @@ void FillAvx512Kernels(KernelTable* t) {
   t->q4_0 = {PairGemm<WKind::kQ4_0>, QuantizePairs<ActKind::kBias8>, PairRowBytes};
   t->q4_1 = {PairGemm<WKind::kQ4_1>, QuantizePairs<ActKind::kQ8_1>, PairRowBytes};
   t->q8_0 = {PairGemm<WKind::kQ8_0>, QuantizePairs<ActKind::kBias128>, PairRowBytes};
+}
+
+void FillAvx512GgmlKernels(KernelTable* t) {
+  t->q4_1 = {PairGemm<WKind::kQ4_1Ggml>, QuantizeGgmlPairs<ActKind::kQ8_1Ggml>, GgmlPairRowBytes};
+  t->q8_0 = {PairGemm<WKind::kQ8_0Ggml>, QuantizeGgmlPairs<ActKind::kBias128Ggml>, GgmlPairRowBytes};
 }
 
 }  // namespace deepinfer::kernels::internal

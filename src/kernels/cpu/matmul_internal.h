@@ -10,6 +10,13 @@
 
 #include "model/dtype.h"
 
+namespace deepinfer::model {
+struct TensorView;
+}
+namespace deepinfer::util {
+class ThreadPool;
+}
+
 namespace deepinfer::kernels::internal {
 
 // y[t * y_stride + r] = dot(weight row r, activation row t) for r in [row_begin, row_end) and
@@ -52,6 +59,15 @@ void FillScalarKernels(KernelTable* t);
 const KernelTable& KernelsForIsa(int isa_index);
 void FillAvx2Kernels(KernelTable* t);    // defined in matmul_avx2.cc
 void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
+// Q4_1 / Q8_0 kernels that keep ggml-cpu's float order (matmul_avx512.cc; used by MatMulGgml).
+void FillAvx512GgmlKernels(KernelTable* t);
+
+// MatMul / MatMulGroup (matmul.h) with the FillAvx512GgmlKernels kernels: bit-identical to
+// ggml's vec_dot. REQUIRES: ActiveIsa() == Isa::kAvx512; every weight Q4_1 or Q8_0.
+void MatMulGgmlOrderAvx512(const model::TensorView& w, const float* x, int64_t num_tokens,
+                           float* y, util::ThreadPool& pool);
+void MatMulGroupGgmlOrderAvx512(const model::TensorView* const* ws, float* const* ys, int count,
+                                const float* x, int64_t num_tokens, util::ThreadPool& pool);
 
 // Unpacks the 6-bit (scale, min) pair j of a Q4_K block's 12 scale bytes into 8 scales and 8 mins.
 // Source: ggml/src/ggml-quants.c get_scale_min_k4.

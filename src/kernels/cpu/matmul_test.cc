@@ -326,7 +326,8 @@ TEST(ActivationQuantizeTest, EveryIsaProducesTheCpuBackendQ8Values) {
 }
 
 // y from llama.cpp's CPU backend itself (tests/reference/make_dequant_golden.py runs ggml's
-// from_float + vec_dot through ctypes). Only the order of float additions across blocks differs.
+// from_float + vec_dot through ctypes). Only the order of float additions across blocks differs
+// (MatMulGgml, ggml_numerics_test.cc, has ggml's order too).
 TEST(MatMulGgmlParityTest, EveryIsaTracksLlamaCppCpuBackend) {
   const std::string path = std::string(DI_SOURCE_DIR) + "/tests/golden/dequant/ggml_matmul.json";
   auto text = util::ReadFile(path);

@@ -41,8 +41,10 @@ DI_VECTOR_CLONES void RmsNorm(const float* x, const float* weight, int64_t num_r
   for (int64_t r = 0; r < num_rows; ++r) {
     const float* xr = x + r * dim;
     float* orow = out + r * dim;
+    // Squares rounded to float, summed in double: ggml-cpu's rms_norm (ops.cpp), which this
+    // matches bit for bit, as the rest of the formula.
     double ss = 0;
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i] * xr[i]);
     float scale = 1.0f / std::sqrt(static_cast<float>(ss / dim) + eps);
     for (int64_t i = 0; i < dim; ++i) orow[i] = weight[i] * (xr[i] * scale);
   }

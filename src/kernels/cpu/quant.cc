@@ -16,8 +16,9 @@ using model::DType;
 using model::kQK_K;
 
 // Every product below is rounded on its own (no fused multiply-add) because the reference
-// (numpy in the gguf package) rounds each operation; GCC does not contract in ISO C++ mode, and
-// the explicit temporaries keep the order of operations that of ggml.
+// (numpy in the gguf package) rounds each operation; this file is built without FMA
+// instructions, so GCC cannot contract them, and the explicit temporaries keep the order of
+// operations that of ggml.
 
 void DequantizeQ4_0(const model::BlockQ4_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += 32) {
