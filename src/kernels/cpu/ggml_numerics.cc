@@ -28,20 +28,20 @@ namespace internal {
 // ggml_numerics_avx2.cc; y[t * y_stride + r] for rows [row_begin, row_end) of a Q4_1 / Q8_0
 // weight against pre-quantized Q8_1 / Q8_0 activation rows.
 void GgmlGemmQ4_1Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, size_t a_row_bytes,
-                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride,
-                      int64_t row_begin, int64_t row_end);
+                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride, int64_t row_begin,
+                      int64_t row_end);
 void GgmlGemmQ8_0Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, size_t a_row_bytes,
-                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride,
-                      int64_t row_begin, int64_t row_end);
+                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride, int64_t row_begin,
+                      int64_t row_end);
 }  // namespace internal
 
 namespace {
 
+using internal::HalfToFloat;
 using model::BlockQ4_1;
 using model::BlockQ8_0;
 using model::BlockQ8_1;
 using model::DType;
-using internal::HalfToFloat;
 
 // hsum_float_8 (ggml-cpu/arch/x86/quants.c) and llamafile's hsum(__m256): high half plus low
 // half, then lanes (0 + 2) + (1 + 3).
@@ -63,8 +63,8 @@ void MatMulGroupGgml(const model::TensorView* const* ws, float* const* ys, int c
                      const float* x, int64_t num_tokens, util::ThreadPool& pool) {
   bool all_exact_on_avx512 = ActiveIsa() == Isa::kAvx512;
   for (int i = 0; i < count; ++i) {
-    all_exact_on_avx512 = all_exact_on_avx512 &&
-                          (ws[i]->dtype == DType::kQ4_1 || ws[i]->dtype == DType::kQ8_0);
+    all_exact_on_avx512 =
+        all_exact_on_avx512 && (ws[i]->dtype == DType::kQ4_1 || ws[i]->dtype == DType::kQ8_0);
   }
   if (all_exact_on_avx512) {
     internal::MatMulGroupGgmlOrderAvx512(ws, ys, count, x, num_tokens, pool);
@@ -124,8 +124,10 @@ void MatMulGgml(const model::TensorView& w, const float* x, int64_t num_tokens, 
   DI_CHECK(in % 32 == 0);
   const int64_t nb = in / 32;
   const bool q41 = w.dtype == DType::kQ4_1;
-  const size_t w_row_bytes = static_cast<size_t>(nb) * (q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0));
-  const size_t a_row_bytes = static_cast<size_t>(nb) * (q41 ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0));
+  const size_t w_row_bytes =
+      static_cast<size_t>(nb) * (q41 ? sizeof(BlockQ4_1) : sizeof(BlockQ8_0));
+  const size_t a_row_bytes =
+      static_cast<size_t>(nb) * (q41 ? sizeof(BlockQ8_1) : sizeof(BlockQ8_0));
   DI_CHECK(w_row_bytes * static_cast<size_t>(out) <= w.size_bytes);
   thread_local std::vector<uint8_t> act;
   if (act.size() < a_row_bytes * num_tokens) act.resize(a_row_bytes * num_tokens);
@@ -156,11 +158,10 @@ void MatMulGgml(const model::TensorView& w, const float* x, int64_t num_tokens, 
           const uint8_t* wr = wd + r * w_row_bytes;
           for (int64_t t = 0; t < num_tokens; ++t) {
             const uint8_t* at = ad + t * a_row_bytes;
-            y[t * out + r] =
-                q41 ? DotQ4_1Q8_1Ggml(reinterpret_cast<const BlockQ4_1*>(wr),
-                                      reinterpret_cast<const BlockQ8_1*>(at), nb)
-                    : DotQ8_0Q8_0Ggml(reinterpret_cast<const BlockQ8_0*>(wr),
-                                      reinterpret_cast<const BlockQ8_0*>(at), nb);
+            y[t * out + r] = q41 ? DotQ4_1Q8_1Ggml(reinterpret_cast<const BlockQ4_1*>(wr),
+                                                   reinterpret_cast<const BlockQ8_1*>(at), nb)
+                                 : DotQ8_0Q8_0Ggml(reinterpret_cast<const BlockQ8_0*>(wr),
+                                                   reinterpret_cast<const BlockQ8_0*>(at), nb);
           }
         }
       },
@@ -190,8 +191,7 @@ __attribute__((always_inline)) inline float ExpGgmlInline(float x) {
   nc = nc > -192.0f ? nc : -192.0f;
   float n1 = nc < 127.0f ? nc : 127.0f;
   n1 = n1 > -126.0f ? n1 : -126.0f;
-  const float scaled =
-      (j * Pow2(static_cast<int>(nc - n1))) * Pow2(static_cast<int>(n1));
+  const float scaled = (j * Pow2(static_cast<int>(nc - n1))) * Pow2(static_cast<int>(n1));
   // |n| > 192: ggml returns 0 below and +inf above instead.
   const float saturated = n <= 0.0f ? 0.0f : INFINITY;
   return std::fabs(n) > 192.0f ? saturated : scaled;
@@ -268,8 +268,9 @@ DI_GGML_CLONES float DotF32TinyBlasGgml(const float* x, const float* y, int64_t 
   return Reduce16(acc);
 }
 
-DI_GGML_CLONES void AttendRowGgml(const float* q, const float* k, const float* vt, int64_t vt_stride, int ctx,
-                   int head_dim, float scale, bool batched, float* scratch, float* out) {
+DI_GGML_CLONES void AttendRowGgml(const float* q, const float* k, const float* vt,
+                                  int64_t vt_stride, int ctx, int head_dim, float scale,
+                                  bool batched, float* scratch, float* out) {
   const int64_t n16 = (int64_t{ctx} + 15) / 16 * 16;
   const int64_t n64 = (int64_t{ctx} + 63) / 64 * 64;
   float* p = scratch;  // [n64]

@@ -45,7 +45,8 @@ inline float DotQ4_1(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
     summs = std::fma(Fp16(w[b].m), Fp16(x[b].s), summs);
     const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
     const __m256i q = _mm256_and_si256(
-        _mm256_insertf128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1), low4);
+        _mm256_insertf128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1),
+        low4);
     const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
     acc = _mm256_fmadd_ps(d, LaneSums(q, a), acc);
   }
@@ -67,8 +68,8 @@ inline float DotQ8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
 }  // namespace
 
 void GgmlGemmQ4_1Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, size_t a_row_bytes,
-                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride,
-                      int64_t row_begin, int64_t row_end) {
+                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride, int64_t row_begin,
+                      int64_t row_end) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const auto* wr = reinterpret_cast<const BlockQ4_1*>(w + r * w_row_bytes);
     for (int64_t t = 0; t < num_tokens; ++t) {
@@ -79,8 +80,8 @@ void GgmlGemmQ4_1Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, si
 }
 
 void GgmlGemmQ8_0Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, size_t a_row_bytes,
-                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride,
-                      int64_t row_begin, int64_t row_end) {
+                      int64_t nb, int64_t num_tokens, float* y, int64_t y_stride, int64_t row_begin,
+                      int64_t row_end) {
   for (int64_t r = row_begin; r < row_end; ++r) {
     const auto* wr = reinterpret_cast<const BlockQ8_0*>(w + r * w_row_bytes);
     for (int64_t t = 0; t < num_tokens; ++t) {

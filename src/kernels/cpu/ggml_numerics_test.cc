@@ -76,7 +76,8 @@ TEST(GgmlNumericsTest, MatMulGivesTheSameBitsOnEveryIsa) {
     SetIsaForTest(DetectIsa());
     // And it is a matmul: close to the fast path, which differs only in summation order.
     MatMul(w.view, x.data(), tokens, got.data(), pool);
-    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(want[i], got[i], 1e-4f * (1 + std::fabs(got[i])));
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_NEAR(want[i], got[i], 1e-4f * (1 + std::fabs(got[i])));
   }
 }
 
@@ -118,7 +119,8 @@ TEST(GgmlNumericsTest, MatMulEqualsGgmlsVecDotExactly) {
   ASSERT_TRUE(golden.is_object());
   auto from_hex = [](const std::string& h) {
     std::vector<uint8_t> out(h.size() / 2);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = static_cast<uint8_t>(std::stoi(h.substr(2 * i, 2), nullptr, 16));
     return out;
   };
   util::ThreadPool pool(2);
@@ -140,7 +142,8 @@ TEST(GgmlNumericsTest, MatMulEqualsGgmlsVecDotExactly) {
       std::vector<float> y(static_cast<size_t>(n * rows));
       MatMulGgml(view, x.data(), n, y.data(), pool);
       for (size_t i = 0; i < y.size(); ++i) {
-        ASSERT_EQ(y[i], static_cast<float>(c["y"][i].get<double>())) << IsaName(ActiveIsa()) << " " << i;
+        ASSERT_EQ(y[i], static_cast<float>(c["y"][i].get<double>()))
+            << IsaName(ActiveIsa()) << " " << i;
       }
     }
     ++checked;
@@ -197,7 +200,8 @@ TEST(GgmlNumericsTest, AttendRowIsSoftmaxWeightedValues) {
   const int64_t stride = 64;  // ctx rounded up to 64
   const std::vector<float> q = RandomFloats(D, 1.0f, &rng), k = RandomFloats(ctx * D, 1.0f, &rng);
   std::vector<float> vt = RandomFloats(D * stride, 1.0f, &rng);
-  for (int d = 0; d < D; ++d) std::fill(vt.begin() + d * stride + ctx, vt.begin() + (d + 1) * stride, 0.0f);
+  for (int d = 0; d < D; ++d)
+    std::fill(vt.begin() + d * stride + ctx, vt.begin() + (d + 1) * stride, 0.0f);
   std::vector<double> p(ctx);
   double mx = -INFINITY, sum = 0;
   for (int j = 0; j < ctx; ++j) {
