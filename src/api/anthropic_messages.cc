@@ -217,19 +217,11 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
                                                            params.max_tokens, "messages"));
   MessagesContext ctx{backend, NewRequestId("msg_"), std::move(prompt)};
   ctx.tool_format = ToolFormatFor(backend, !chat.options.tools.empty(), request.tools_off);
-  ChoiceSpec spec;
-  spec.request = MakeEngineRequest(params, ctx.prompt.tokens, max_tokens, 0, ctx.id);
-  spec.stops = params.stop;
-  std::vector<ChoiceSpec> specs;
-  specs.push_back(std::move(spec));
-  DI_ASSIGN_OR_RETURN(auto generation,
-                      StartGeneration(backend, std::move(specs), ctx.id, params.stream, writer));
-  if (params.stream) {
-    Stream(ctx, *generation, writer);
-  } else {
-    Complete(ctx, *generation, writer);
-  }
-  return absl::OkStatus();
+  std::vector<ChoiceSpec> specs = SingleChoice(params, ctx.prompt.tokens, max_tokens, ctx.id);
+  return AnswerGeneration(
+      backend, std::move(specs), ctx.id, params.stream, writer,
+      [&](Generation& g) { Stream(ctx, g, writer); },
+      [&](Generation& g) { Complete(ctx, g, writer); });
 }
 
 }  // namespace

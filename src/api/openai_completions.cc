@@ -139,14 +139,10 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
       if (request.echo) ctx.echo.push_back(echo);
     }
   }
-  DI_ASSIGN_OR_RETURN(auto generation, StartGeneration(backend, std::move(specs), ctx.id,
-                                                       request.params.stream, writer));
-  if (request.params.stream) {
-    Stream(ctx, *generation, writer);
-  } else {
-    Complete(ctx, *generation, writer);
-  }
-  return absl::OkStatus();
+  return AnswerGeneration(
+      backend, std::move(specs), ctx.id, request.params.stream, writer,
+      [&](Generation& g) { Stream(ctx, g, writer); },
+      [&](Generation& g) { Complete(ctx, g, writer); });
 }
 
 }  // namespace

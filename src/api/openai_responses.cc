@@ -288,19 +288,12 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
                                                            request.params.max_tokens, "input"));
   ResponsesContext ctx{backend, request, NewRequestId("resp_"), UnixNow(), std::move(prompt)};
   ctx.tool_format = ToolFormatFor(backend, !request.tools.empty(), request.tools_off);
-  ChoiceSpec spec;
-  spec.request = MakeEngineRequest(request.params, ctx.prompt.tokens, max_tokens, 0, ctx.id);
-  spec.stops = request.params.stop;
-  std::vector<ChoiceSpec> specs;
-  specs.push_back(std::move(spec));
-  DI_ASSIGN_OR_RETURN(auto generation, StartGeneration(backend, std::move(specs), ctx.id,
-                                                       request.params.stream, writer));
-  if (request.params.stream) {
-    Stream(ctx, *generation, writer);
-  } else {
-    Complete(ctx, *generation, writer);
-  }
-  return absl::OkStatus();
+  std::vector<ChoiceSpec> specs =
+      SingleChoice(request.params, ctx.prompt.tokens, max_tokens, ctx.id);
+  return AnswerGeneration(
+      backend, std::move(specs), ctx.id, request.params.stream, writer,
+      [&](Generation& g) { Stream(ctx, g, writer); },
+      [&](Generation& g) { Complete(ctx, g, writer); });
 }
 
 }  // namespace

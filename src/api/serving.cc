@@ -374,15 +374,25 @@ bool DriveToCompletion(Generation& generation, ResponseWriter& writer,
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<Generation>> StartGeneration(const Backend& backend,
-                                                            std::vector<ChoiceSpec> specs,
-                                                            const std::string& id, bool stream,
-                                                            ResponseWriter& writer) {
+absl::Status AnswerGeneration(const Backend& backend, std::vector<ChoiceSpec> specs,
+                              const std::string& id, bool stream, ResponseWriter& writer,
+                              const std::function<void(Generation&)>& stream_answer,
+                              const std::function<void(Generation&)>& whole_answer) {
   DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,
                                                          std::move(specs), backend.metrics));
   writer.log().id = id;
   writer.log().stream = stream;
-  return generation;
+  (stream ? stream_answer : whole_answer)(*generation);
+  return absl::OkStatus();
+}
+
+std::vector<ChoiceSpec> SingleChoice(const GenerationParams& params,
+                                     const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                     const std::string& id) {
+  std::vector<ChoiceSpec> specs(1);
+  specs[0].request = MakeEngineRequest(params, prompt, max_tokens, 0, id);
+  specs[0].stops = params.stop;
+  return specs;
 }
 
 }  // namespace deepinfer::api

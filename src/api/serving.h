@@ -166,12 +166,17 @@ bool DriveToCompletion(Generation& generation, ResponseWriter& writer,
                        const std::function<bool(const ChoiceDelta&)>& on_delta,
                        void (*respond_error)(ResponseWriter&, const absl::Status&));
 
-// Submits the choices of one request (Generation::Start) and records its response id and
-// streaming mode in the request log.
-// Errors: those of Generation::Start.
-absl::StatusOr<std::unique_ptr<Generation>> StartGeneration(const Backend& backend,
-                                                            std::vector<ChoiceSpec> specs,
-                                                            const std::string& id, bool stream,
-                                                            ResponseWriter& writer);
+// Submits the choices of one request (Generation::Start), records its response id and
+// streaming mode in the request log, and answers through `stream_answer` or `whole_answer`.
+// Errors: those of Generation::Start (nothing was sent then).
+absl::Status AnswerGeneration(const Backend& backend, std::vector<ChoiceSpec> specs,
+                              const std::string& id, bool stream, ResponseWriter& writer,
+                              const std::function<void(Generation&)>& stream_answer,
+                              const std::function<void(Generation&)>& whole_answer);
+
+// The one choice of a route without `n` (Anthropic messages, Responses).
+std::vector<ChoiceSpec> SingleChoice(const GenerationParams& params,
+                                     const std::vector<int32_t>& prompt, int32_t max_tokens,
+                                     const std::string& id);
 
 }  // namespace deepinfer::api
