@@ -78,6 +78,45 @@ class LlamaGgufParityTest : public ::testing::Test {
     return logits;
   }
 
+  struct FreeRunResult {
+    size_t identical = 0;   // steps whose greedy token equals llama.cpp's
+    double max_dlogit = 0;  // over llama.cpp's top logits of the steps run
+  };
+  // Greedy decoding from the case's prompt, one Forward per step as llama.cpp evaluates it (the
+  // prompt in one batch, then one token at a time), until it leaves llama.cpp's sequence.
+  FreeRunResult FreeRun(const nlohmann::json& c) {
+    const int vocab = model_->config.vocab;
+    auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    auto want = c["greedy_ids"].get<std::vector<int32_t>>();
+    const int n = static_cast<int>(prompt.size() + want.size());
+    KvCache kv;
+    EXPECT_TRUE(kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16,
+                            lm_->kv_floats_per_token()).ok());
+    std::vector<int32_t> table((n + 15) / 16);
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<float> logits(vocab);
+    std::vector<int32_t> step = prompt;
+    int pos = 0;
+    FreeRunResult r;
+    for (; r.identical < want.size(); ++r.identical) {
+      ForwardBatch b;
+      b.tokens = step.data();
+      b.num_tokens = static_cast<int32_t>(step.size());
+      b.seqs.push_back({0, b.num_tokens, pos, 1, table.data(), static_cast<int32_t>(table.size())});
+      lm_->Forward(b, kv, logits.data(), pool_);
+      pos += b.num_tokens;
+      for (const auto& e : c["top_logits"][r.identical]) {
+        // The golden stores float32 logits as JSON doubles: exact.
+        r.max_dlogit =
+            std::max(r.max_dlogit, std::fabs(logits[e[0].get<int>()] - e[1].get<double>()));
+      }
+      const int32_t next = engine::ArgMax(logits.data(), vocab);
+      if (next != want[r.identical]) break;
+      step = {next};
+    }
+    return r;
+  }
+
   nlohmann::json golden_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<CausalLm> lm_;
@@ -123,40 +162,19 @@ TEST_F(LlamaGgufParityTest, TeacherForcedTop1AgreesWhereverLlamaCppIsDecisive) {
 }
 
 TEST_F(LlamaGgufParityTest, FreeRunningGreedyEqualsLlamaCppUpToTheFirstNearTie) {
-  const int vocab = model_->config.vocab;
   int identical = 0, total = 0;
   for (const auto& c : golden_["cases"]) {
-    auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    auto want = c["greedy_ids"].get<std::vector<int32_t>>();
-    const int n = static_cast<int>(prompt.size() + want.size());
-    KvCache kv;
-    ASSERT_TRUE(kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16,
-                            lm_->kv_floats_per_token()).ok());
-    std::vector<int32_t> table((n + 15) / 16);
-    std::iota(table.begin(), table.end(), 0);
-    std::vector<float> logits(vocab);
-    std::vector<int32_t> step = prompt;
-    int pos = 0;
-    size_t i = 0;
-    for (; i < want.size(); ++i) {
-      ForwardBatch b;
-      b.tokens = step.data();
-      b.num_tokens = static_cast<int32_t>(step.size());
-      b.seqs.push_back({0, b.num_tokens, pos, 1, table.data(), static_cast<int32_t>(table.size())});
-      lm_->Forward(b, kv, logits.data(), pool_);
-      pos += b.num_tokens;
-      int32_t next = engine::ArgMax(logits.data(), vocab);
-      if (next != want[i]) {
-        EXPECT_LT(Margin(c["top_logits"][i]), TieMargin(c))
-            << "diverged at a decisive step " << i << " of \"" << c["text"].get<std::string>() << "\"";
-        break;
-      }
-      step = {next};
+    const size_t steps = c["greedy_ids"].size();
+    FreeRunResult r = FreeRun(c);
+    if (r.identical < steps) {
+      EXPECT_LT(Margin(c["top_logits"][r.identical]), TieMargin(c))
+          << "diverged at a decisive step " << r.identical << " of \""
+          << c["text"].get<std::string>() << "\"";
     }
-    identical += static_cast<int>(i);
-    total += static_cast<int>(want.size());
+    identical += static_cast<int>(r.identical);
+    total += static_cast<int>(steps);
     std::printf("parity: %-40.40s identical greedy tokens: %zu/%zu\n",
-                c["text"].get<std::string>().c_str(), i, want.size());
+                c["text"].get<std::string>().c_str(), r.identical, steps);
   }
   std::printf("parity: free-running greedy identical for %d of %d tokens\n", identical, total);
 }
@@ -166,46 +184,18 @@ TEST_F(LlamaGgufParityTest, FreeRunningGreedyEqualsLlamaCppUpToTheFirstNearTie) 
 // the logits llama.cpp reported (its top 16 per step) must come out exactly.
 TEST_F(LlamaGgufParityTest, GgmlNumericsFreeRunningGreedyIsTokenIdentical) {
   ASSERT_TRUE(lm_->SetNumerics(Numerics::kGgml));
-  const int vocab = model_->config.vocab;
   int identical = 0, total = 0;
   double worst = 0;
   for (const auto& c : golden_["cases"]) {
-    auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
-    auto want = c["greedy_ids"].get<std::vector<int32_t>>();
-    const int n = static_cast<int>(prompt.size() + want.size());
-    KvCache kv;
-    ASSERT_TRUE(kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16,
-                            lm_->kv_floats_per_token()).ok());
-    std::vector<int32_t> table((n + 15) / 16);
-    std::iota(table.begin(), table.end(), 0);
-    std::vector<float> logits(vocab);
-    std::vector<int32_t> step = prompt;
-    int pos = 0;
-    size_t i = 0;
-    double case_worst = 0;
-    for (; i < want.size(); ++i) {
-      ForwardBatch b;
-      b.tokens = step.data();
-      b.num_tokens = static_cast<int32_t>(step.size());
-      b.seqs.push_back({0, b.num_tokens, pos, 1, table.data(), static_cast<int32_t>(table.size())});
-      lm_->Forward(b, kv, logits.data(), pool_);
-      pos += b.num_tokens;
-      for (const auto& e : c["top_logits"][i]) {
-        // The golden stores float32 logits as JSON doubles: exact.
-        case_worst = std::max(case_worst,
-                              std::fabs(logits[e[0].get<int>()] - e[1].get<double>()));
-      }
-      int32_t next = engine::ArgMax(logits.data(), vocab);
-      if (next != want[i]) break;
-      step = {next};
-    }
-    EXPECT_EQ(i, want.size()) << "diverged from llama.cpp at step " << i << " of \""
-                              << c["text"].get<std::string>() << "\"";
-    identical += static_cast<int>(i);
-    total += static_cast<int>(want.size());
-    worst = std::max(worst, case_worst);
+    const size_t steps = c["greedy_ids"].size();
+    FreeRunResult r = FreeRun(c);
+    EXPECT_EQ(r.identical, steps) << "diverged from llama.cpp at step " << r.identical << " of \""
+                                  << c["text"].get<std::string>() << "\"";
+    identical += static_cast<int>(r.identical);
+    total += static_cast<int>(steps);
+    worst = std::max(worst, r.max_dlogit);
     std::printf("parity[ggml]: %-40.40s identical greedy tokens: %zu/%zu, max|dlogit| %.6g\n",
-                c["text"].get<std::string>().c_str(), i, want.size(), case_worst);
+                c["text"].get<std::string>().c_str(), r.identical, steps, r.max_dlogit);
   }
   std::printf("parity[ggml]: free-running greedy identical for %d of %d tokens, worst "
               "max|dlogit| %.6g\n", identical, total, worst);
