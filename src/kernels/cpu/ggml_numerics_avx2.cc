@@ -67,28 +67,35 @@ inline float DotQ8_0(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
 
 }  // namespace
 
+namespace {
+
+// Every output of rows [row_begin, row_end) for every token, one dot product at a time.
+template <typename WBlock, typename XBlock, float (*kDot)(const WBlock*, const XBlock*, int64_t)>
+void GemmRows(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, size_t a_row_bytes,
+              int64_t nb, int64_t num_tokens, float* y, int64_t y_stride, int64_t row_begin,
+              int64_t row_end) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const auto* wr = reinterpret_cast<const WBlock*>(w + r * w_row_bytes);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      y[t * y_stride + r] = kDot(wr, reinterpret_cast<const XBlock*>(a + t * a_row_bytes), nb);
+    }
+  }
+}
+
+}  // namespace
+
 void GgmlGemmQ4_1Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, size_t a_row_bytes,
                       int64_t nb, int64_t num_tokens, float* y, int64_t y_stride, int64_t row_begin,
                       int64_t row_end) {
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* wr = reinterpret_cast<const BlockQ4_1*>(w + r * w_row_bytes);
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      y[t * y_stride + r] =
-          DotQ4_1(wr, reinterpret_cast<const BlockQ8_1*>(a + t * a_row_bytes), nb);
-    }
-  }
+  GemmRows<BlockQ4_1, BlockQ8_1, DotQ4_1>(w, w_row_bytes, a, a_row_bytes, nb, num_tokens, y,
+                                          y_stride, row_begin, row_end);
 }
 
 void GgmlGemmQ8_0Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, size_t a_row_bytes,
                       int64_t nb, int64_t num_tokens, float* y, int64_t y_stride, int64_t row_begin,
                       int64_t row_end) {
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const auto* wr = reinterpret_cast<const BlockQ8_0*>(w + r * w_row_bytes);
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      y[t * y_stride + r] =
-          DotQ8_0(wr, reinterpret_cast<const BlockQ8_0*>(a + t * a_row_bytes), nb);
-    }
-  }
+  GemmRows<BlockQ8_0, BlockQ8_0, DotQ8_0>(w, w_row_bytes, a, a_row_bytes, nb, num_tokens, y,
+                                          y_stride, row_begin, row_end);
 }
 
 }  // namespace deepinfer::kernels::internal
