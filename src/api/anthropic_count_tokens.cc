@@ -9,6 +9,7 @@ namespace deepinfer::api {
 
 void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status) {
   ApiError error = ApiErrorFromStatus(status);
+  writer.log().error = error.code;
   writer.Respond(error.http_status, "application/json", DumpJson(AnthropicErrorJson(error)));
 }
 

@@ -57,6 +57,8 @@ const char* AnthropicErrorType(int http_status) {
       return "permission_error";
     case 404:
       return "not_found_error";
+    case 405:
+      return "invalid_request_error";
     case 413:
       return "request_too_large";
     case 429:
@@ -66,6 +68,14 @@ const char* AnthropicErrorType(int http_status) {
     default:
       return "api_error";
   }
+}
+
+bool IsAnthropicPath(std::string_view path) {
+  return path == "/v1/messages" || path.rfind("/v1/messages/", 0) == 0;
+}
+
+std::string ErrorBodyForPath(const ApiError& error, std::string_view path) {
+  return IsAnthropicPath(path) ? DumpJson(AnthropicErrorJson(error)) : ErrorBody(error);
 }
 
 Json AnthropicErrorJson(const ApiError& error) {

@@ -5,6 +5,7 @@
 // Source: Anthropic API reference, "Messages", "Count message tokens" and "Errors".
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -49,6 +50,14 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body);
 const char* AnthropicErrorType(int http_status);
 // {"type": "error", "error": {"type", "message"}}.
 Json AnthropicErrorJson(const ApiError& error);
+// True for the Anthropic routes (/v1/messages and below), whose clients read Anthropic's error
+// shape.
+bool IsAnthropicPath(std::string_view path);
+
+// The body of an error answer on `path`: Anthropic's shape on the Anthropic routes, OpenAI's
+// (errors.h ErrorBody) everywhere else.
+std::string ErrorBodyForPath(const ApiError& error, std::string_view path);
+
 // A POST /v1/messages request.
 struct AnthropicMessagesRequest {
   // model, max_tokens (required), stream, temperature / top_p / top_k and the other sampling

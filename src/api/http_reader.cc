@@ -60,12 +60,14 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
     }
     http::read(m.stream, m.buffer, parser, ec);
   }
-  if (parser.is_header_done()) {
+  {
+    // Also when the head failed part way (a body over the limit is refused as soon as its
+    // Content-Length is read): what was parsed decides the shape of the error answer.
     const auto& header = parser.get();
     request->method = std::string(header.method_string());
     request->target = std::string(header.target());
     request->version = header.version();
-    request->keep_alive = header.keep_alive();
+    if (parser.is_header_done()) request->keep_alive = header.keep_alive();
   }
   request->path = request->target.substr(0, request->target.find('?'));
   if (ec) {

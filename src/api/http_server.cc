@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 
+#include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/http_reader.h"
 #include "api/socket_io.h"
@@ -175,7 +176,9 @@ void HttpServer::ServeConnection(int fd) {
         ConnectionWriter writer(stream, request, &stopping_);
         writer.log().received = start;
         ApiError error = ApiErrorFromStatus(read);
-        writer.Respond(error.http_status, "application/json", ErrorBody(error));
+        writer.log().error = error.code;
+        writer.Respond(error.http_status, "application/json",
+                       ErrorBodyForPath(error, request.path));
         if (observer_) {
           observer_(request, error.http_status,
                     std::chrono::duration<double>(Clock::now() - start).count(), writer.log());

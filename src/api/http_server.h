@@ -44,7 +44,8 @@ struct RequestLog {
   int64_t prompt_tokens = 0;
   int64_t cached_tokens = 0;
   int64_t completion_tokens = 0;
-  std::string end;  // "stop", "length", "client_gone", "error" (with generated)
+  std::string end;    // "stop", "length", "client_gone", "error" (with generated)
+  std::string error;  // the error code of an error answer ("invalid_value", ...), else empty
 };
 
 // How a handler answers: either Respond once, or BeginStream, WriteStream..., EndStream.

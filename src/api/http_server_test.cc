@@ -130,6 +130,12 @@ TEST_F(HttpServerTest, OversizedBodyIs413WithOpenAiError) {
                                   std::to_string(body.size()) + "\r\n\r\n" + body);
   EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply;
   EXPECT_NE(reply.find("\"code\":\"request_too_large\""), std::string::npos) << reply;
+  // On the Anthropic route the same error has Anthropic's shape.
+  std::string anthropic = RawExchange("POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                                      std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(anthropic.rfind("HTTP/1.1 413", 0), 0u) << anthropic;
+  EXPECT_NE(anthropic.find("\"type\":\"request_too_large\""), std::string::npos) << anthropic;
+  EXPECT_NE(anthropic.find("\"type\":\"error\""), std::string::npos) << anthropic;
   // The server is still fine.
   tcp::socket socket = Connect();
   EXPECT_EQ(Request(socket, http::verb::get, "/health", "").result_int(), 200);

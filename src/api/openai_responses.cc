@@ -158,13 +158,14 @@ class EventStream {
     output_.push_back(std::move(item));
     ++index_;
   }
-  // Closes the open item, if any.
-  void Close() {
+  // Closes the open item, if any, with `item_status` ("completed"; "incomplete" for the last
+  // item of a cut-off answer).
+  void Close(const char* item_status = "completed") {
     if (open_ == "reasoning") {
       Emit(
           "response.reasoning_text.done",
           {{"item_id", item_id_}, {"output_index", index_}, {"content_index", 0}, {"text", text_}});
-      Json item = ReasoningItem(item_id_, text_, "completed");
+      Json item = ReasoningItem(item_id_, text_, item_status);
       Emit("response.output_item.done", {{"output_index", index_}, {"item", item}});
       output_.push_back(std::move(item));
     } else if (open_ == "message") {
@@ -177,7 +178,7 @@ class EventStream {
                                           {"output_index", index_},
                                           {"content_index", 0},
                                           {"part", OutputTextPart(text_)}});
-      Json item = MessageItem(item_id_, Json::array({OutputTextPart(text_)}), "completed");
+      Json item = MessageItem(item_id_, Json::array({OutputTextPart(text_)}), item_status);
       Emit("response.output_item.done", {{"output_index", index_}, {"item", item}});
       output_.push_back(std::move(item));
     } else {
@@ -188,7 +189,7 @@ class EventStream {
     ++index_;
   }
   void Finish(const std::string& status, const UsageCounts& usage) {
-    Close();
+    Close(status == "incomplete" ? "incomplete" : "completed");
     Emit(status == "incomplete" ? "response.incomplete" : "response.completed",
          {{"response", ResponseObject(ctx_, status, output_, &usage)}});
   }
@@ -270,10 +271,14 @@ void Complete(const ResponsesContext& ctx, Generation& generation, ResponseWrite
   for (const auto& call : a.calls) {
     output.push_back(FunctionCallItem(NewRequestId("fc_"), call, call.arguments, "completed"));
   }
+  const bool cut = finish == "length";
+  // A cut-off answer's last text item is incomplete too (function calls are always whole).
+  if (cut && !output.empty() && output.back()["type"] != "function_call") {
+    output.back()["status"] = "incomplete";
+  }
   const UsageCounts usage = generation.usage();
   RespondJson(writer, 200,
-              ResponseObject(ctx, finish == "length" ? "incomplete" : "completed",
-                             std::move(output), &usage));
+              ResponseObject(ctx, cut ? "incomplete" : "completed", std::move(output), &usage));
 }
 
 absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {

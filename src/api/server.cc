@@ -80,6 +80,7 @@ std::string ApiServer::RequestLogLine(const HttpRequest& request, int status, do
   std::string line = fmt::format("{} {} {} {:.1f}ms", Printable(request.method),
                                  Printable(request.path), status, seconds * 1e3);
   if (!log.id.empty()) line += " id=" + log.id;
+  if (!log.error.empty()) line += " error=" + Printable(log.error);
   if (std::string_view rid = request.Header("x-request-id"); !rid.empty()) {
     line += " x_request_id=" + Printable(rid);
   }
@@ -127,15 +128,23 @@ void ApiServer::Handle(const HttpRequest& request, ResponseWriter& writer) {
 }
 
 void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
+  // Errors answered here take the shape of the API the path belongs to.
+  auto fail = [&](const absl::Status& status) {
+    if (IsAnthropicPath(request.path)) {
+      RespondAnthropicError(writer, status);
+    } else {
+      RespondError(writer, status);
+    }
+  };
   RouteInfo info = Match(request.path);
   if (info.route == Route::kUnknown) {
-    RespondError(writer, RouteNotFoundError(request.path));
+    fail(RouteNotFoundError(request.path));
     return;
   }
   bool method_ok = request.method == info.method ||
                    (request.method == "HEAD" && std::string(info.method) == "GET");
   if (!method_ok) {
-    RespondError(writer, MethodNotAllowedError(request.method, request.path));
+    fail(MethodNotAllowedError(request.method, request.path));
     return;
   }
   const Backend* backend = backend_.load(std::memory_order_acquire);
@@ -159,12 +168,7 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
     return;
   }
   if (!ready) {
-    absl::Status loading = UnavailableError("model_loading", "The model is loading; retry later.");
-    if (info.route == Route::kMessages || info.route == Route::kCountTokens) {
-      RespondAnthropicError(writer, loading);  // Anthropic clients read their own error shape
-    } else {
-      RespondError(writer, loading);
-    }
+    fail(UnavailableError("model_loading", "The model is loading; retry later."));
     return;
   }
   switch (info.route) {

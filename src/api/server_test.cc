@@ -156,10 +156,11 @@ class ApiServerTest : public ::testing::Test {
   }
 
   CaptureWriter Messages(const std::string& extra, int close_after_writes = -1) {
-    return Call("POST", "/v1/messages",
-                R"({"model":"byte-model","max_tokens":32,"messages":[{"role":"user","content":"Hi"}])" +
-                    extra + "}",
-                close_after_writes);
+    return Call(
+        "POST", "/v1/messages",
+        R"({"model":"byte-model","max_tokens":32,"messages":[{"role":"user","content":"Hi"}])" +
+            extra + "}",
+        close_after_writes);
   }
 
   // Waits until the fake engine saw `n` cancellations.
@@ -560,6 +561,7 @@ TEST_F(ApiServerTest, RequestLogHoldsIdTokensAndEnding) {
   CaptureWriter gone = Chat(R"(,"stream":true)", /*close_after_writes=*/1);
   EXPECT_EQ(gone.log().end, "client_gone");
   EXPECT_FALSE(Call("GET", "/v1/models", "").log().generated);
+  EXPECT_EQ(Call("POST", "/v1/chat/completions", R"({"messages":3})").log().error, "invalid_type");
 }
 
 TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
@@ -583,7 +585,10 @@ TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
   HttpRequest health;
   health.method = "GET";
   health.path = "/health";
-  EXPECT_EQ(ApiServer::RequestLogLine(health, 503, 0.0001, RequestLog{}), "GET /health 503 0.1ms");
+  RequestLog failed;
+  failed.error = "model_loading";
+  EXPECT_EQ(ApiServer::RequestLogLine(health, 503, 0.0001, failed),
+            "GET /health 503 0.1ms error=model_loading");
 }
 
 // OpenAI Responses API (POST /v1/responses).
@@ -609,6 +614,7 @@ TEST_F(ApiServerTest, ResponsesReturnsAMessageItemAndUsage) {
   Json cut = Call("POST", "/v1/responses", R"({"input":"Hi","max_output_tokens":3})").json();
   EXPECT_EQ(cut["status"], "incomplete");
   EXPECT_EQ(cut["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(cut["output"][0]["status"], "incomplete");
 }
 
 TEST_F(ApiServerTest, ResponsesStreamEventsAreNumberedAndComplete) {
@@ -638,7 +644,8 @@ TEST_F(ApiServerTest, ResponsesStreamEventsAreNumberedAndComplete) {
 
 TEST_F(ApiServerTest, ResponsesBadInputIs400) {
   for (const char* body :
-       {R"({"model":"byte-model"})", R"({"input":3})", R"({"input":"Hi","previous_response_id":"r"})",
+       {R"({"model":"byte-model"})", R"({"input":3})",
+        R"({"input":"Hi","previous_response_id":"r"})",
         R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})",
         R"({"input":"Hi","tools":[{"type":"web_search"}]})",
         R"({"input":"Hi","text":{"format":{"type":"json_schema"}}})",
@@ -733,8 +740,7 @@ TEST_F(ApiServerTest, AnthropicErrorsHaveAnthropicShape) {
            {R"({"max_tokens":0,"messages":[{"role":"user","content":"Hi"}]})", 400,
             "invalid_request_error"},
            {R"({"max_tokens":8,"messages":"Hi"})", 400, "invalid_request_error"},
-           {R"({"max_tokens":8,"stop_sequences":"x","messages":[]})", 400,
-            "invalid_request_error"},
+           {R"({"max_tokens":8,"stop_sequences":"x","messages":[]})", 400, "invalid_request_error"},
            {R"({"max_tokens":8,"tool_choice":{"type":"maybe"},"messages":[]})", 400,
             "invalid_request_error"},
            {R"({"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"Hi"}]})",
@@ -750,6 +756,11 @@ TEST_F(ApiServerTest, AnthropicErrorsHaveAnthropicShape) {
     EXPECT_EQ(j["error"]["type"], c.type) << c.body;
     EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
   }
+  // Errors the router answers itself have Anthropic's shape on these paths too.
+  CaptureWriter method = Call("GET", "/v1/messages", "");
+  EXPECT_EQ(method.status(), 405);
+  EXPECT_EQ(method.json()["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(Call("POST", "/v1/messages/batches", "{}").json()["error"]["type"], "not_found_error");
   // A context overflow is refused before any stream byte.
   CaptureWriter w = Call("POST", "/v1/messages",
                          R"({"max_tokens":100000,"stream":true,"messages":[{"role":"user",)"
@@ -907,10 +918,11 @@ TEST_F(ToolCallServerTest, AnthropicToolUseBlocksAndStopReason) {
 }
 
 TEST_F(ToolCallServerTest, ResponsesFunctionCallItems) {
-  const std::string tools = R"(,"tools":[{"type":"function","name":"get_weather","parameters":{}}])";
-  Json j = Call("POST", "/v1/responses",
-                R"({"input":"Weather?","max_output_tokens":400)" + tools + "}")
-               .json();
+  const std::string tools =
+      R"(,"tools":[{"type":"function","name":"get_weather","parameters":{}}])";
+  Json j =
+      Call("POST", "/v1/responses", R"({"input":"Weather?","max_output_tokens":400)" + tools + "}")
+          .json();
   ASSERT_EQ(j["output"].size(), 3u) << j.dump();
   EXPECT_EQ(j["output"][0]["type"], "message");
   EXPECT_EQ(j["output"][0]["content"][0]["text"], "Let me look.");
@@ -921,9 +933,9 @@ TEST_F(ToolCallServerTest, ResponsesFunctionCallItems) {
   EXPECT_EQ(j["output"][2]["name"], "get_time");
   EXPECT_EQ(j["tools"][0]["name"], "get_weather");
 
-  CaptureWriter w = Call("POST", "/v1/responses",
-                         R"({"input":"Weather?","max_output_tokens":400,"stream":true)" + tools +
-                             "}");
+  CaptureWriter w =
+      Call("POST", "/v1/responses",
+           R"({"input":"Weather?","max_output_tokens":400,"stream":true)" + tools + "}");
   std::vector<std::string> args;
   Json final_output;
   for (const auto& [name, data] : w.NamedEvents()) {

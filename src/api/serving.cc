@@ -215,6 +215,7 @@ void RespondJson(ResponseWriter& writer, int status, const Json& body) {
 
 void RespondError(ResponseWriter& writer, const absl::Status& status) {
   ApiError error = ApiErrorFromStatus(status);
+  writer.log().error = error.code;
   writer.Respond(error.http_status, "application/json", ErrorBody(error));
 }
 

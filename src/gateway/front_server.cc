@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 
+#include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/http_reader.h"
 #include "api/socket_io.h"
@@ -167,10 +168,11 @@ class Writer : public FrontWriter {
   std::string pending_;  // a held head
 };
 
-std::string ErrorJson(const absl::Status& status, int* http_status) {
+// The error answer's body, in the shape of the API `path` belongs to (OpenAI or Anthropic).
+std::string ErrorJson(const absl::Status& status, int* http_status, std::string_view path = {}) {
   api::ApiError error = api::ApiErrorFromStatus(status);
   *http_status = error.http_status;
-  return api::ErrorBody(error);
+  return api::ErrorBodyForPath(error, path);
 }
 
 }  // namespace
@@ -226,7 +228,7 @@ void FrontServer::ServeConnection(int fd) {
         if (read.code() == absl::StatusCode::kCancelled) return;  // nothing to answer
         Writer writer(stream, request, &stopping_);
         int http_status = 400;
-        std::string body = ErrorJson(read, &http_status);
+        std::string body = ErrorJson(read, &http_status, request.path);
         writer.Respond(http_status, {{"Content-Type", "application/json"}}, body);
         ::shutdown(fd, SHUT_WR);
         api::DrainInput(fd, 2 * options_.max_request_bytes + (1 << 20), 2000);
@@ -237,7 +239,8 @@ void FrontServer::ServeConnection(int fd) {
       writer.Flush();  // a head still held by a handler that ended without End
       if (!writer.started()) {
         int http_status = 500;
-        std::string body = ErrorJson(InternalError("no_response", "No response."), &http_status);
+        std::string body =
+            ErrorJson(InternalError("no_response", "No response."), &http_status, request.path);
         writer.Respond(http_status, {{"Content-Type", "application/json"}}, body);
       }
       if (!writer.keep_alive()) return;

@@ -103,10 +103,6 @@ void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status&
   writer.Respond(error.http_status, headers, GatewayErrorBody(error, writer.request_path()));
 }
 
-bool IsAnthropicPath(std::string_view path) {
-  return path == "/v1/messages" || path.rfind("/v1/messages/", 0) == 0;
-}
-
 // The end of the last complete SSE event in `data` (0 when none).
 size_t LastEventEnd(std::string_view data) {
   size_t lf = data.rfind("\n\n");
@@ -120,12 +116,11 @@ size_t LastEventEnd(std::string_view data) {
 }  // namespace
 
 std::string GatewayErrorBody(const api::ApiError& error, std::string_view path) {
-  return IsAnthropicPath(path) ? api::DumpJson(api::AnthropicErrorJson(error))
-                               : api::ErrorBody(error);
+  return api::ErrorBodyForPath(error, path);
 }
 
 std::string GatewayStreamError(const api::ApiError& error, std::string_view path) {
-  if (!IsAnthropicPath(path)) return api::SseErrorAndDone(error);
+  if (!api::IsAnthropicPath(path)) return api::SseErrorAndDone(error);
   return "event: error\n" + api::SseData(api::DumpJson(api::AnthropicErrorJson(error)));
 }
 
