@@ -83,7 +83,9 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
   request->body = std::move(message.body());
   for (const auto& field : message) {
     std::string name(field.name_string());
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char& c : name) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');  // ASCII, no locale
+    }
     request->headers.emplace_back(std::move(name), std::string(field.value()));
   }
   return absl::OkStatus();

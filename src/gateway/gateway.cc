@@ -1,5 +1,7 @@
 #include "gateway/gateway.h"
 
+#include <openssl/crypto.h>
+
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -21,7 +23,11 @@ constexpr int kPoolIdleMs = 4000;
 
 std::string NewRequestId() {
   thread_local std::mt19937_64 rng{std::random_device{}()};
-  return fmt::format("gw-{:016x}", rng());
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "gw-0000000000000000";
+  uint64_t v = rng();
+  for (int i = 18; i >= 3; --i, v >>= 4) id[i] = kHex[v & 15];
+  return id;
 }
 
 bool UsableRequestId(std::string_view id) {
@@ -225,8 +231,28 @@ bool Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer, con
                            KeyRecord* key) {
   std::string_view presented =
       PresentedKey(request.Header("authorization"), request.Header("x-api-key"));
-  AuthOutcome outcome = keys()->Authenticate(presented, UnixSeconds());
+  // A keep-alive connection (one thread each) presents the same key with every request: the key
+  // this thread verified last is accepted again without a SHA-256 while the key store is the
+  // same object (a weak pointer: a reload makes a new one), compared in constant time, with its
+  // expiry checked again.
+  struct VerifiedKey {
+    std::weak_ptr<const KeyStore> store;
+    std::string presented;
+    KeyRecord key;
+  };
+  thread_local VerifiedKey last;
+  const std::shared_ptr<const KeyStore> store = keys();
+  const int64_t now = UnixSeconds();
+  if (!presented.empty() && presented.size() == last.presented.size() &&
+      last.store.lock() == store &&
+      CRYPTO_memcmp(presented.data(), last.presented.data(), presented.size()) == 0 &&
+      (last.key.expires_unix == 0 || now < last.key.expires_unix)) {
+    *key = last.key;
+    return true;
+  }
+  AuthOutcome outcome = store->Authenticate(presented, now);
   if (outcome.result == AuthResult::kOk) {
+    last = VerifiedKey{store, std::string(presented), outcome.key};
     *key = outcome.key;
     return true;
   }
@@ -315,12 +341,13 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   auto finish = [&](int status) {
     metrics_.RecordRequest(status, served_by);
     if (!options_.log_requests) return;
-    spdlog::info("request {} {} {} {:.1f}ms key={} backend={} affinity={} queue_ms={:.1f} "
-                 "x_request_id={}",
-                 util::PrintableForLog(request.method), util::PrintableForLog(request.path), status,
-                 SecondsSince(start) * 1e3, key.id.empty() ? "-" : key.id,
-                 served_by.empty() ? "-" : served_by, affinity, waited_s * 1e3,
-                 util::PrintableForLog(extra.front().second));
+    spdlog::info(
+        "request {} {} {} {:.1f}ms key={} backend={} affinity={} queue_ms={:.1f} "
+        "x_request_id={}",
+        util::PrintableForLog(request.method), util::PrintableForLog(request.path), status,
+        SecondsSince(start) * 1e3, key.id.empty() ? "-" : key.id,
+        served_by.empty() ? "-" : served_by, affinity, waited_s * 1e3,
+        util::PrintableForLog(extra.front().second));
   };
   if (!Authenticate(request, writer, extra, &key)) return finish(writer.status());
   metrics_.RecordKeyRequest(key.id);

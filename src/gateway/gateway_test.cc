@@ -558,6 +558,29 @@ TEST_F(GatewayTest, KeyStoreReloadsAndAnInvalidFileKeepsTheLastGoodOne) {
   EXPECT_GE(std::stod(m.substr(at + series.size())), 1.0);
 }
 
+// A keep-alive connection reuses its last verified key without hashing it again, but only while
+// the key store is the same: a key removed by a reload is refused on the very next request.
+TEST_F(GatewayTest, KeyRemovedByAReloadIsRefusedOnAKeepAliveConnection) {
+  StartGateway();
+  Client c(gateway_->port());
+  for (int i = 0; i < 2; ++i) {
+    c.Send("POST", "/v1/echo", "{}", {{"Authorization", "Bearer " + key_}});
+    EXPECT_EQ(c.Read().status, 200);
+  }
+  std::string carol = *AddKeyToFile(dir_ + "/other.json", {"carol", 0, 0, false});
+  ASSERT_TRUE(
+      util::WriteFileAtomically(dir_ + "/keys.json", *util::ReadFile(dir_ + "/other.json")).ok());
+  auto deadline = Clock::now() + 2s;
+  while (Clock::now() < deadline &&
+         Request("POST", "/v1/echo", "{}", {{"Authorization", "Bearer " + carol}}, false).status !=
+             200) {
+  }
+  c.Send("POST", "/v1/echo", "{}", {{"Authorization", "Bearer " + key_}});
+  EXPECT_EQ(c.Read().status, 401);
+  c.Send("POST", "/v1/echo", "{}", {{"Authorization", "Bearer " + carol}});
+  EXPECT_EQ(c.Read().status, 200);
+}
+
 TEST_F(GatewayTest, StatusNeedsAnAdminKey) {
   StartGateway();
   EXPECT_EQ(Request("GET", "/gateway/status", "").status, 403);
