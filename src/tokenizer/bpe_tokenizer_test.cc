@@ -7,6 +7,7 @@
 
 #include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
+#include "util/mapped_file.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/test_util.h"
 #include "tokenizer/unicode.h"
@@ -30,7 +31,7 @@ struct GoldenDoc {
 const std::vector<GoldenDoc>* Corpus() {
   static const std::vector<GoldenDoc>* docs = []() -> std::vector<GoldenDoc>* {
     auto raw =
-        testing::ReadGzip(testing::SourcePath("tests/golden/tokenizer/smollm2_corpus.json.gz"));
+        util::ReadGzipFile(testing::SourcePath("tests/golden/tokenizer/smollm2_corpus.json.gz"));
     if (!raw.ok()) return nullptr;
     auto json = nlohmann::json::parse(*raw);
     auto* out = new std::vector<GoldenDoc>();

@@ -108,7 +108,7 @@ std::string Sha256OfFile(const std::string& path) {
 nlohmann::json ReadJsonGolden(const std::string& relative_path) {
   const std::string path = SourcePath(relative_path);
   const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  auto text = gz ? ReadGzip(path) : util::ReadFile(path);
+  auto text = gz ? util::ReadGzipFile(path) : util::ReadFile(path);
   if (!text.ok()) {
     std::fprintf(stderr, "reading %s: %s\n", path.c_str(), OneLineError(text.status()).c_str());
     std::abort();

@@ -1,6 +1,5 @@
 #include "tokenizer/test_util.h"
 
-#include <zlib.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -83,20 +82,6 @@ const Tokenizer* Stories260kTokenizer() {
     return t->release();
   }();
   return tokenizer;
-}
-
-absl::StatusOr<std::string> ReadGzip(const std::string& path) {
-  if (!std::filesystem::exists(path)) return NotFoundError("file_not_found", path);
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) return DataLossError("bad_gzip", "cannot open " + path);
-  std::string out;
-  char buf[1 << 16];
-  int n;
-  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  const bool failed = n < 0;
-  gzclose(f);
-  if (failed) return DataLossError("bad_gzip", "cannot decompress " + path);
-  return out;
 }
 
 }  // namespace deepinfer::tokenizer::testing

@@ -1,7 +1,7 @@
 #pragma once
 
 // Test-only helpers shared by the tokenizer tests: model paths, cached tokenizers and gzip
-// reading. Not part of the library.
+// reading (util::ReadGzipFile). Not part of the library.
 
 #include <string>
 
@@ -25,8 +25,5 @@ const Tokenizer* SmolLm2Tokenizer();
 // The stories260K model (loaded once), or nullptr when the files are absent.
 const model::Model* Stories260kModel();
 const Tokenizer* Stories260kTokenizer();
-
-// Reads a whole gzip file. Errors: NotFound "file_not_found", DataLoss "bad_gzip".
-absl::StatusOr<std::string> ReadGzip(const std::string& path);
 
 }  // namespace deepinfer::tokenizer::testing

@@ -4,9 +4,11 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -18,8 +20,10 @@ namespace deepinfer::util {
 absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError("file_not_found", absl::StrCat("no such file: ", path));
-    return InternalError("io_error", absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+    if (errno == ENOENT)
+      return NotFoundError("file_not_found", absl::StrCat("no such file: ", path));
+    return InternalError("io_error",
+                         absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -36,7 +40,8 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       ::close(fd);
-      return InternalError("io_error", absl::StrCat("cannot mmap ", path, ": ", std::strerror(errno)));
+      return InternalError("io_error",
+                           absl::StrCat("cannot mmap ", path, ": ", std::strerror(errno)));
     }
     data = static_cast<const uint8_t*>(p);
   }
@@ -56,7 +61,9 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   }
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InternalError("io_error", absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return InternalError("io_error",
+                         absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
   size_t off = 0;
   while (off < contents.size()) {
     ssize_t n = ::write(fd, contents.data() + off, contents.size() - off);
@@ -88,7 +95,8 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
     ::unlink(tmp.c_str());
     return InternalError("io_error", absl::StrCat("rename failed: ", path));
   }
-  std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+  std::string dir =
+      path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
   if (dir.empty()) dir = ".";
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
@@ -101,12 +109,27 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (::access(path.c_str(), F_OK) != 0) return NotFoundError("file_not_found", absl::StrCat("no such file: ", path));
+    if (::access(path.c_str(), F_OK) != 0)
+      return NotFoundError("file_not_found", absl::StrCat("no such file: ", path));
     return InternalError("io_error", absl::StrCat("cannot read ", path));
   }
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+absl::StatusOr<std::string> ReadGzipFile(const std::string& path) {
+  if (!std::filesystem::exists(path)) return NotFoundError("file_not_found", path);
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) return DataLossError("bad_gzip", "cannot open " + path);
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  const bool failed = n < 0;
+  gzclose(f);
+  if (failed) return DataLossError("bad_gzip", "cannot decompress " + path);
+  return out;
 }
 
 }  // namespace deepinfer::util

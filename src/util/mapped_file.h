@@ -43,4 +43,8 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
 // Reads a whole file. Errors: NotFound "file_not_found", Internal "io_error".
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// Reads and decompresses a whole gzip file (test goldens).
+// Errors: NotFound "file_not_found", DataLoss "bad_gzip".
+absl::StatusOr<std::string> ReadGzipFile(const std::string& path);
+
 }  // namespace deepinfer::util
