@@ -1,16 +1,15 @@
 // Parity of the DeepSeek-V3/V2 forward pass with transformers on tiny random checkpoints whose
 // recipes and goldens come from tests/reference/make_deepseek_v3_golden.py (BF16 and FP8 weights
-// generated at test time, logits of transformers in float32 as .npy), plus self-consistency: absorbed decode vs expanded prefill, chunked
-// vs one-shot prefill, batched vs single sequences, and the MTP module.
+// generated at test time, transformers' float32 logits as gzipped JSON), plus self-consistency:
+// absorbed decode vs expanded prefill, chunked vs one-shot prefill, batched vs single sequences,
+// and the MTP module.
 
 #include "arch/deepseek_v3.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -22,6 +21,7 @@
 #include "model/model.h"
 #include "model/synthetic_checkpoint_testing.h"
 #include "nlohmann/json.hpp"
+#include "util/mapped_file.h"
 
 namespace deepinfer::arch {
 namespace {
@@ -34,71 +34,28 @@ std::string CheckpointDir(const std::string& name) {
   return dir.ok() ? *dir : "";
 }
 
-// A little-endian float32 .npy array (format version 1-3, C order) with its shape.
-struct NpyArray {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-};
-
-bool ReadNpy(const std::string& path, NpyArray& out) {
-  std::ifstream in(path, std::ios::binary);
-  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (file.size() < 10 || file.compare(0, 6, "\x93NUMPY") != 0) return false;
-  const int major = static_cast<uint8_t>(file[6]);
-  size_t header_len = static_cast<uint8_t>(file[8]) | static_cast<uint8_t>(file[9]) << 8;
-  size_t start = 10;
-  if (major >= 2) {
-    if (file.size() < 12) return false;
-    header_len |= static_cast<size_t>(static_cast<uint8_t>(file[10])) << 16 |
-                  static_cast<size_t>(static_cast<uint8_t>(file[11])) << 24;
-    start = 12;
-  }
-  if (file.size() < start + header_len) return false;
-  const std::string header = file.substr(start, header_len);
-  if (header.find("'descr': '<f4'") == std::string::npos ||
-      header.find("'fortran_order': False") == std::string::npos) {
-    return false;
-  }
-  const size_t open = header.find('(', header.find("'shape'"));
-  const size_t close = header.find(')', open);
-  out.shape.clear();
-  int64_t count = 1;
-  for (size_t p = open + 1; p < close;) {
-    size_t used = 0;
-    const int64_t d = std::stoll(header.substr(p), &used);
-    out.shape.push_back(d);
-    count *= d;
-    p = header.find_first_of("0123456789)", p + used);
-    if (p == std::string::npos) break;
-  }
-  const size_t data = start + header_len;
-  if (file.size() != data + count * sizeof(float)) return false;
-  out.data.resize(count);
-  std::memcpy(out.data.data(), file.data() + data, count * sizeof(float));
-  return true;
-}
-
 struct Golden {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<DeepseekV3Lm> lm;
   nlohmann::json json;
-  std::string golden_dir;
-  std::map<std::string, NpyArray> logits;
+  nlohmann::json logits;  // logits.json.gz: {"logits_<n>": {"shape", "data"}, "mtp_logits": ...}
+  std::map<std::string, std::vector<float>> tables;
   int vocab = 0;
 
   // transformers' logits `name` (logits_<n> or mtp_logits): [rows, vocab] f32.
   const float* Ref(const std::string& name, int64_t rows) {
-    auto it = logits.find(name);
-    if (it == logits.end()) {
-      NpyArray a;
-      if (!ReadNpy(golden_dir + "/" + name + ".npy", a)) {
-        ADD_FAILURE() << "no golden " << golden_dir << "/" << name << ".npy";
+    auto it = tables.find(name);
+    if (it == tables.end()) {
+      if (!logits.contains(name)) {
+        ADD_FAILURE() << "no golden logits " << name;
         return nullptr;
       }
-      it = logits.emplace(name, std::move(a)).first;
+      const nlohmann::json& entry = logits[name];
+      EXPECT_EQ(entry["shape"].get<std::vector<int64_t>>(), (std::vector<int64_t>{rows, vocab}));
+      it = tables.emplace(name, entry["data"].get<std::vector<float>>()).first;
     }
-    EXPECT_EQ(it->second.shape, (std::vector<int64_t>{rows, vocab}));
-    return it->second.data.data();
+    EXPECT_EQ(static_cast<int64_t>(it->second.size()), rows * vocab);
+    return it->second.data();
   }
   std::vector<std::vector<int32_t>> Prompts() const {
     return json["prompts"].get<std::vector<std::vector<int32_t>>>();
@@ -107,8 +64,8 @@ struct Golden {
 
 Golden Load(const std::string& name) {
   Golden g;
-  g.golden_dir = model::DeepseekGoldenDir(name);
-  std::ifstream in(g.golden_dir + "/golden.json");
+  const std::string golden_dir = model::DeepseekGoldenDir(name);
+  std::ifstream in(golden_dir + "/golden.json");
   EXPECT_TRUE(in) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
   if (!in) return g;
   g.json = nlohmann::json::parse(in);
@@ -116,6 +73,9 @@ Golden Load(const std::string& name) {
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return g;
   g.model = std::move(*m);
+  auto logits = util::ReadGzipFile(golden_dir + "/logits.json.gz");
+  EXPECT_TRUE(logits.ok()) << logits.status();
+  if (logits.ok()) g.logits = nlohmann::json::parse(*logits);
   auto lm = CreateDeepseekV3(*g.model);
   EXPECT_TRUE(lm.ok()) << lm.status();
   if (!lm.ok()) return g;

@@ -214,7 +214,7 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
 
 namespace {
 
-// The case's inputs: config, recipe, tokenizer files; not its goldens (golden.json, *.npy).
+// The case's inputs: config, recipe, tokenizer files; not its goldens (golden.json, logits.json.gz).
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CaseInputs(
     const fs::path& case_dir) {
   std::vector<std::pair<std::string, std::string>> inputs;

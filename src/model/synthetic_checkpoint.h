@@ -56,7 +56,7 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
 
 // Writes a loadable checkpoint for the recipe case folder `case_dir` (config.json, weights.json,
 // optional tokenizer files) into `out_dir`: copies of the case's JSON files (not its goldens:
-// golden.json, *.npy) and the generated weights. `out_dir` may be `case_dir` itself.
+// golden.json, logits.json.gz) and the generated weights. `out_dir` may be `case_dir` itself.
 absl::Status WriteSyntheticCheckpoint(const std::string& case_dir, const std::string& out_dir);
 
 // The same as a cached folder `cache_dir`/<case name>, for tests. Made once and reused while

@@ -15,7 +15,7 @@ inline absl::StatusOr<std::string> DeepseekTestCheckpoint(const std::string& nam
                              std::string(DI_TESTDATA_DIR) + "/deepseek_v3");
 }
 
-// The golden folder of `name` (golden.json, logits_*.npy).
+// The golden folder of `name` (golden.json, logits.json.gz).
 inline std::string DeepseekGoldenDir(const std::string& name) {
   return std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name;
 }

@@ -13,8 +13,10 @@ ships them):
                               (src/model/synthetic_checkpoint.h, bit-identical to this script).
   <case>/golden.json          prompts (token ids), sha256 of the generated weights, fp8
                               dequantization sha256s, MTP info
-  <case>/logits_<n>.npy       F32 logits of transformers (float32 compute) for every position of
-                              the n-token prompt [n, vocab]; mtp_logits.npy for the MTP module
+  <case>/logits.json.gz       F32 logits of transformers (float32 compute): "logits_<n>" for
+                              every position of the n-token prompt, "mtp_logits" for the MTP
+                              module; each {"shape": [rows, vocab], "data": [...]} with each
+                              float32 written as its shortest round-trip decimal
   v3_direct_q/tokenizer.json  a toy byte-level BPE (320 ids) so `deepinfer generate` can run
   fp8_e4m3.json               float value of all 256 E4M3 codes according to torch.float8_e4m3fn
 
@@ -29,6 +31,7 @@ identical files.
 """
 
 import copy
+import gzip
 import hashlib
 import json
 import math
@@ -321,8 +324,7 @@ def make_case(case):
         with open(os.path.join(d, "weights.json"), "w") as f:
             json.dump(rec, f, indent=0)
             f.write("\n")
-        for k, t in out.items():
-            np.save(os.path.join(d, k + ".npy"), t.numpy().astype("<f4"))
+        write_logits(os.path.join(d, "logits.json.gz"), out)
         with open(os.path.join(d, "golden.json"), "w") as f:
             json.dump(golden, f, indent=1, sort_keys=True)
             f.write("\n")
@@ -330,6 +332,19 @@ def make_case(case):
         summary.append(f"{vname}: {len(wts)} tensors, top-1 distinct over 300 positions: "
                        f"{len(set(top1.tolist()))}")
     return summary
+
+
+def write_logits(path, tensors):
+    """Text goldens (gzip, fixed mtime so reruns rewrite identical bytes): each float32 as the
+    shortest decimal that reads back to the same float32."""
+    parts = []
+    for name, t in tensors.items():
+        a = t.numpy().astype(np.float32)
+        data = ",".join(np.format_float_positional(x, unique=True, trim="-") for x in a.ravel())
+        parts.append(f'"{name}":{{"shape":{json.dumps(list(a.shape))},"data":[{data}]}}')
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                                filename="") as f:
+        f.write(("{" + ",".join(parts) + "}\n").encode())
 
 
 def fp8_table():
