@@ -103,16 +103,20 @@ std::string ApiServer::RequestLogLine(const HttpRequest& request, int status, do
   return line;
 }
 
+bool ApiServer::IsLoggedRequest(const HttpRequest& request, int status, const RequestLog& log) {
+  // Probes are frequent and, while the model loads, failing by design: logging them would bury
+  // the requests. A probe failing for any other reason is logged.
+  bool probe = request.method == "GET" && (request.path == "/health" || request.path == "/metrics");
+  return !(probe && (status < 400 || log.error == "model_loading"));
+}
+
 void ApiServer::Observe(const HttpRequest& request, int status, double seconds,
                         const RequestLog& log) {
   const std::string& m = request.method;
   bool known_method = m == "GET" || m == "POST" || m == "HEAD" || m == "PUT" || m == "DELETE" ||
                       m == "OPTIONS" || m == "PATCH";
   metrics_.Record(RouteLabel(request.path), known_method ? m : "other", status, seconds);
-  if (!log_requests_) return;
-  if (m == "GET" && status < 400 && (request.path == "/health" || request.path == "/metrics")) {
-    return;
-  }
+  if (!log_requests_ || !IsLoggedRequest(request, status, log)) return;
   spdlog::info("request {}", RequestLogLine(request, status, seconds, log));
 }
 

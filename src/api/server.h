@@ -28,9 +28,13 @@ class ApiServer {
   void Observe(const HttpRequest& request, int status, double seconds,
                const RequestLog& log = {});
 
-  // One line per answered request (never the prompt or the answer); off by default. Successful
-  // GET /health and GET /metrics (probes and scrapes) are left out.
+  // One line per answered request (never the prompt or the answer); off by default. Probes and
+  // scrapes are left out, see IsLoggedRequest.
   void set_log_requests(bool on) { log_requests_ = on; }
+
+  // False for GET /health and GET /metrics when they succeed or answer 503 model_loading (load
+  // balancers poll them; failing while the model loads is by design); true for everything else.
+  static bool IsLoggedRequest(const HttpRequest& request, int status, const RequestLog& log);
 
   // The request log line of one answer (without timestamp and level), e.g.
   // `POST /v1/chat/completions 200 812.4ms id=chatcmpl-… stream=false prompt_tokens=34

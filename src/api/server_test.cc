@@ -589,6 +589,10 @@ TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
   failed.error = "model_loading";
   EXPECT_EQ(ApiServer::RequestLogLine(health, 503, 0.0001, failed),
             "GET /health 503 0.1ms error=model_loading");
+  EXPECT_FALSE(ApiServer::IsLoggedRequest(health, 503, failed));
+  EXPECT_FALSE(ApiServer::IsLoggedRequest(health, 200, {}));
+  EXPECT_TRUE(ApiServer::IsLoggedRequest(health, 500, {}));
+  EXPECT_TRUE(ApiServer::IsLoggedRequest(request, 200, log));
 }
 
 // OpenAI Responses API (POST /v1/responses).
