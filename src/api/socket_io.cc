@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "boost/asio/error.hpp"
 #include "boost/beast/http/error.hpp"
@@ -25,10 +26,23 @@ using boost::system::error_code;
 bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code& ec) {
   const bool bounded = timeout_ms > 0;
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
-  const bool watch = use_cancel && watch_fd_ >= 0;
+  bool watch = use_cancel && watch_fd_ >= 0;
   // With a watched peer, a hang-up already ends the first poll at once, so the first cancel
   // check (a poll of its own in the proxy) is skipped: one syscall less per proxied request.
   bool check = !watch;
+  int unwatched_ms = std::exchange(unwatched_first_ms_, 0);
+  if (watch && unwatched_ms > 0) {
+    // The peer was there a moment ago (its request was just read), so no check first either.
+    watch = false;
+    pollfd p{fd_, events, 0};
+    int r = ::poll(&p, 1, bounded ? std::min(unwatched_ms, timeout_ms) : unwatched_ms);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) {
+      ec = error_code(errno, boost::system::system_category());
+      return false;
+    }
+    watch = true;
+  }
   while (true) {
     if (check && use_cancel && cancel_ && cancel_()) {
       ec = net::error::operation_aborted;

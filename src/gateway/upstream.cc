@@ -34,6 +34,11 @@ constexpr size_t kReadChunkBytes = 16 * 1024;
 // What the response buffer holds before it grows: a small answer in one recv, yet few pages
 // per open stream (every stream keeps its buffer; see the memory row in docs/gateway.md).
 constexpr size_t kReadBufferBytes = 4 * 1024;
+// A pooled connection idle for less than this is reused without a liveness poll.
+constexpr int kRecheckAfterIdleMs = 2;
+// How long the wait for an answer's head polls the backend alone before it also watches the
+// client: most small answers come sooner; cancellation in this phase waits at most this longer.
+constexpr int kUnwatchedAnswerWaitMs = 2;
 // A partial SSE event larger than this is passed on without waiting for its end.
 constexpr size_t kMaxHeldEventBytes = 64 * 1024;
 
@@ -150,6 +155,7 @@ int UpstreamPool::Take(const std::string& backend_url) {
   const auto now = std::chrono::steady_clock::now();
   std::vector<int> stale;
   int fd = -1;
+  std::chrono::steady_clock::time_point since;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = idle_.find(backend_url);
@@ -162,13 +168,16 @@ int UpstreamPool::Take(const std::string& backend_url) {
         stale.push_back(idle.fd);
       } else {
         fd = idle.fd;
+        since = idle.since;
       }
     }
   }
   for (int s : stale) CloseNow(s);
   // A backend that closed an idle connection (restart, its own timeout) is seen here, before
   // a request is written to it. Anything readable on an idle connection means it is unusable.
-  if (fd >= 0) {
+  // A connection put back moments ago skips the poll (one syscall per request under load): a
+  // close within that window is as likely as one just after the poll, which no check can see.
+  if (fd >= 0 && now - since >= std::chrono::milliseconds(kRecheckAfterIdleMs)) {
     pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
     if (::poll(&p, 1, 0) != 0) {
       CloseNow(fd);
@@ -280,6 +289,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     error_code ec;
     stream.set_read_timeout_ms(options.header_timeout_ms);
     stream.WaitBeforeNextRead();  // the backend cannot have answered a request just sent
+    stream.WatchAfterMs(kUnwatchedAnswerWaitMs);
     http::read_header(stream, buffer, parser, ec);
     if (ec) {
       if (ec == net::error::operation_aborted) {
