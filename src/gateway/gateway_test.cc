@@ -449,7 +449,13 @@ TEST_F(GatewayTest, IdleConnectionClosedByTheBackendIsNotReused) {
   backends_.push_back(std::make_unique<FakeBackend>("short-idle", /*idle_timeout_ms=*/50));
   StartGateway();
   ASSERT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
-  std::this_thread::sleep_for(300ms);  // the backend closes the idle connection
+  // The backend closes the idle connection after 50 ms. A health probe (every 100 ms) has a
+  // connection of its own open for a moment, so wait for a count of 0 rather than sample it.
+  std::this_thread::sleep_for(100ms);
+  auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (backends_[0]->open_connections() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
   EXPECT_EQ(backends_[0]->open_connections(), 0);
   EXPECT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
   EXPECT_TRUE(gateway_->StatusJson().find("\"healthy\":true") != std::string::npos);

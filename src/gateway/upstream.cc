@@ -349,6 +349,17 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     stream.set_before_read_wait([&writer] { return writer.Flush(); });
 
     stream.set_read_timeout_ms(options.idle_timeout_ms);
+    // A complete answer's connection goes back to the pool before its last bytes go to the
+    // client, so that the client's next request finds it there.
+    bool returned = false;
+    auto return_to_pool = [&] {
+      if (returned || pool == nullptr || !parser.is_done() || !parser.keep_alive() ||
+          buffer.size() != 0) {
+        return;
+      }
+      returned = true;
+      pool->Put(backend.url, socket.Release());
+    };
     std::string held;  // SSE bytes after the last complete event
     char chunk[kReadChunkBytes];
     while (!parser.is_done()) {
@@ -357,6 +368,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
       http::read_some(stream, buffer, parser, ec);
       if (ec == http::error::need_buffer) ec = {};
       size_t n = sizeof(chunk) - parser.get().body().size;
+      if (!ec) return_to_pool();
       if (n > 0) {
         bool ok;
         if (sse) {
@@ -396,14 +408,12 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
       result.end = ProxyEnd::kClientGone;
       return result;
     }
+    return_to_pool();
     if (!writer.End()) {
       result.end = ProxyEnd::kClientGone;
       return result;
     }
     result.end = ProxyEnd::kDone;
-    if (pool != nullptr && parser.keep_alive() && buffer.size() == 0) {
-      pool->Put(backend.url, socket.Release());
-    }
     return result;
   } catch (const std::exception& e) {
     result.end = ProxyEnd::kBackendFailed;
