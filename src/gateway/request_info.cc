@@ -14,6 +14,8 @@
 #include "gateway/key_store.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include "xxhash.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -336,15 +338,23 @@ void FinishDigest(const Inspector& inspector, BodyInfo* info) {
   if (parts.size() > 1 || (!parts.empty() && !parts[0].text.empty())) {
     size_t last =
         inspector.first_user > 0 ? static_cast<size_t>(inspector.first_user) : parts.size() - 1;
-    std::string opening;
+    // XXH3-128, not SHA-256: system prompts run to tens of KiB and this runs per request (0.55
+    // us per KiB for SHA-256 here, about 0.03 for XXH3). Engineered collisions only merge the
+    // routing of the same key's conversations: the session key mixes in the key id with
+    // SHA-256 (ExtractSession).
+    XXH3_state_t state;
+    XXH3_128bits_reset(&state);
+    static constexpr char kRoleEnd = '\x1e';
+    static constexpr char kPartEnd = '\x1c';
     for (size_t i = 0; i <= last && i < parts.size(); ++i) {
-      opening += parts[i].role;
-      opening += '\x1e';
-      opening += parts[i].text;
-      opening += '\x1c';
+      XXH3_128bits_update(&state, parts[i].role.data(), parts[i].role.size());
+      XXH3_128bits_update(&state, &kRoleEnd, 1);
+      XXH3_128bits_update(&state, parts[i].text.data(), parts[i].text.size());
+      XXH3_128bits_update(&state, &kPartEnd, 1);
     }
-    Digest d = Sha256(opening);
-    info->conversation_digest = ToHex(d.data(), d.size());
+    XXH128_canonical_t digest;
+    XXH128_canonicalFromHash(&digest, XXH3_128bits_digest(&state));
+    info->conversation_digest = ToHex(digest.digest, sizeof(digest.digest));
   }
 }
 

@@ -31,7 +31,7 @@ struct BodyInfo {
   int64_t prompt_text_bytes = 0;
   // Integers in a token-id "prompt" (each is one token). Units: tokens.
   int64_t prompt_token_ids = 0;
-  // SHA-256 (hex) of the conversation's opening: system text plus the messages up to and
+  // XXH3-128 (hex) of the conversation's opening: system text plus the messages up to and
   // including the first "user" message. Later turns of one conversation repeat that opening, so
   // they share this digest. "" when the body has no messages.
   std::string conversation_digest;
