@@ -1,6 +1,7 @@
 #include "gateway/request_info.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -58,9 +59,12 @@ struct Frame {
   int64_t index = -1;
 };
 
+// One part of the conversation's opening. Its text goes straight into a hash state: no copy of
+// a long system prompt, no allocation.
 struct Part {
   std::string role;
-  std::string text;
+  XXH3_state_t text;      // reset when the part is first touched
+  size_t text_bytes = 0;  // fed so far, at most kOpeningBytesPerPart
 };
 
 // What the body's JSON events mean for routing. Driven by Walk over a simdjson document (the
@@ -111,8 +115,10 @@ class Inspector {
   bool StartArray() { return Open(false); }
   void EndArray() { Close(); }
 
-  std::vector<Part> parts;  // [0] is the system text; then one per opening message
-  int first_user = -1;      // index into parts
+  // [0] is the system text; then one per opening message. [0, num_parts) are in use.
+  std::array<Part, kOpeningMessages + 1> parts;
+  size_t num_parts = 0;
+  int first_user = -1;  // index into parts
 
  private:
   bool Open(bool object) {
@@ -156,7 +162,7 @@ class Inspector {
                stack_[1].index >= 0 && stack_[1].index < static_cast<int64_t>(kOpeningMessages)) {
       part = static_cast<size_t>(stack_[1].index) + 1;
       if (!is_key && depth_ == 3 && stack_[2].object && stack_[2].key == "role") {
-        if (parts.size() <= part) parts.resize(part + 1);
+        Touch(part);
         parts[part].role.assign(text);
         if (text == "user" && (first_user < 0 || static_cast<int>(part) < first_user)) {
           first_user = static_cast<int>(part);
@@ -166,11 +172,19 @@ class Inspector {
     } else {
       return;
     }
-    if (parts.size() <= part) parts.resize(part + 1);
-    std::string& out = parts[part].text;
-    if (out.size() >= kOpeningBytesPerPart) return;
-    out.append(text.substr(0, std::min(text.size(), kOpeningBytesPerPart - out.size())));
-    out += is_key ? '\x1d' : '\x1f';
+    Touch(part);
+    Part& out = parts[part];
+    if (out.text_bytes >= kOpeningBytesPerPart) return;
+    size_t n = std::min(text.size(), kOpeningBytesPerPart - out.text_bytes);
+    const char end = is_key ? '\x1d' : '\x1f';
+    XXH3_128bits_update(&out.text, text.data(), n);
+    XXH3_128bits_update(&out.text, &end, 1);
+    out.text_bytes += n + 1;
+  }
+
+  // Parts [num_parts, part] come into use.
+  void Touch(size_t part) {
+    for (; num_parts <= part; ++num_parts) XXH3_128bits_reset(&parts[num_parts].text);
   }
 
   // Frames [0, depth_) are live; closed frames stay in stack_ for reuse. Every event arrives
@@ -335,21 +349,24 @@ class NlohmannAdapter : public nlohmann::json_sax<SaxJson> {
 // Fills in the conversation digest from what the inspector kept.
 void FinishDigest(const Inspector& inspector, BodyInfo* info) {
   const auto& parts = inspector.parts;
-  if (parts.size() > 1 || (!parts.empty() && !parts[0].text.empty())) {
+  const size_t num_parts = inspector.num_parts;
+  if (num_parts > 1 || (num_parts == 1 && parts[0].text_bytes > 0)) {
     size_t last =
-        inspector.first_user > 0 ? static_cast<size_t>(inspector.first_user) : parts.size() - 1;
-    // XXH3-128, not SHA-256: system prompts run to tens of KiB and this runs per request (0.55
-    // us per KiB for SHA-256 here, about 0.03 for XXH3). Engineered collisions only merge the
-    // routing of the same key's conversations: the session key mixes in the key id with
-    // SHA-256 (ExtractSession).
+        inspector.first_user > 0 ? static_cast<size_t>(inspector.first_user) : num_parts - 1;
+    // XXH3-128 over each part's role and text hash, in order. Not SHA-256: system prompts run
+    // to tens of KiB and this runs per request (0.55 us per KiB for SHA-256 here, about 0.03
+    // for XXH3). Engineered collisions only merge the routing of one key's own conversations:
+    // the session key mixes in the key id with SHA-256 (ExtractSession).
     XXH3_state_t state;
     XXH3_128bits_reset(&state);
     static constexpr char kRoleEnd = '\x1e';
     static constexpr char kPartEnd = '\x1c';
-    for (size_t i = 0; i <= last && i < parts.size(); ++i) {
+    for (size_t i = 0; i <= last && i < num_parts; ++i) {
+      XXH128_canonical_t text;
+      XXH128_canonicalFromHash(&text, XXH3_128bits_digest(&parts[i].text));
       XXH3_128bits_update(&state, parts[i].role.data(), parts[i].role.size());
       XXH3_128bits_update(&state, &kRoleEnd, 1);
-      XXH3_128bits_update(&state, parts[i].text.data(), parts[i].text.size());
+      XXH3_128bits_update(&state, text.digest, sizeof(text.digest));
       XXH3_128bits_update(&state, &kPartEnd, 1);
     }
     XXH128_canonical_t digest;
