@@ -25,7 +25,13 @@ using boost::system::error_code;
 
 bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code& ec) {
   const bool bounded = timeout_ms > 0;
-  const auto deadline = Clock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
+  // The clock is read only once a wait outlasts its first slice (most waits end sooner; a clock
+  // read costs tens of ns here and a request has several waits). The first slice is counted as
+  // spent in full when it timed out and not at all when it was interrupted, so a limit holds to
+  // within one slice.
+  Clock::time_point deadline{};
+  bool deadline_known = false;
+  int first_slice_ms = -1;  // the first slice's length, until the deadline is known
   bool watch = use_cancel && watch_fd_ >= 0;
   // With a watched peer, a hang-up already ends the first poll at once, so the first cancel
   // check (a poll of its own in the proxy) is skipped: one syscall less per proxied request.
@@ -50,7 +56,14 @@ bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code
     }
     check = true;
     int slice = slice_ms_;
-    if (bounded) {
+    if (bounded && !deadline_known && first_slice_ms < 0) {
+      slice = std::min(timeout_ms, slice_ms_);
+      first_slice_ms = slice;
+    } else if (bounded) {
+      if (!deadline_known) {
+        deadline = Clock::now() + std::chrono::milliseconds(timeout_ms - first_slice_ms);
+        deadline_known = true;
+      }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) {
         ec = net::error::timed_out;
@@ -60,6 +73,8 @@ bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code
     }
     pollfd p[2] = {{fd_, events, 0}, {watch_fd_, POLLRDHUP, 0}};
     int r = ::poll(p, watch ? 2 : 1, std::max(slice, 1));
+    // An interrupted first slice counts as not spent.
+    if (r != 0 && !deadline_known && first_slice_ms > 0) first_slice_ms = 0;
     if (r > 0 && p[0].revents != 0) return true;
     if (r > 0 && watch && p[1].revents != 0) {
       // The watched peer hung up: cancel now if the check agrees, else wait out the slice so a

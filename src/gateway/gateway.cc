@@ -275,21 +275,6 @@ bool Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer, con
   return false;
 }
 
-Headers Gateway::ForwardHeaders(const FrontRequest& request, const std::string& request_id) const {
-  Headers out;
-  out.reserve(request.headers.size() + 1);
-  for (const auto& [name, value] : request.headers) {
-    // The client's key is the gateway's business only: never forwarded, logged or counted.
-    if (IsHopByHopHeader(name) || name == "authorization" || name == "x-api-key" ||
-        name == "x-request-id") {
-      continue;
-    }
-    out.emplace_back(name, value);
-  }
-  out.emplace_back("x-request-id", request_id);
-  return out;
-}
-
 void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
   const auto start = Clock::now();
   std::string_view sent_id = request.Header("x-request-id");
@@ -444,10 +429,9 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   };
   record_binding(slot.backend(), admit.spilled);
 
-  const std::string request_id = extra.front().second;
-  const Headers forward = ForwardHeaders(request, request_id);
+  const std::string& request_id = extra.front().second;
   metrics_.ObserveOverhead(std::max(0.0, SecondsSince(start) - admit.waited_seconds));
-  ProxyResult result = ProxyRequest(backends_->address(slot.backend()), request, forward, extra,
+  ProxyResult result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra,
                                     writer, options_.upstream, pool_.get());
   if (result.end == ProxyEnd::kConnectFailed) {
     // Nothing was sent anywhere: eject the backend and try once more elsewhere.
@@ -479,7 +463,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
       preferred = failed;
     }
     record_binding(slot.backend(), /*spilled=*/!home_failed);
-    result = ProxyRequest(backends_->address(slot.backend()), request, forward, extra, writer,
+    result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra, writer,
                           options_.upstream, pool_.get());
     if (result.end == ProxyEnd::kConnectFailed) {
       const int second = slot.backend();

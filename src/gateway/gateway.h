@@ -102,7 +102,6 @@ class Gateway {
   // The 401 answers; false when the key is not accepted (the answer is sent).
   bool Authenticate(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
                     KeyRecord* key);
-  Headers ForwardHeaders(const FrontRequest& request, const std::string& request_id) const;
 
   // Background work (gateway_admin.cc).
   void ProbeLoop(size_t backend);

@@ -138,9 +138,7 @@ class Inspector {
   bool AtTop(std::string_view key) const {
     return depth_ == 1 && stack_[0].object && stack_[0].key == key;
   }
-  bool InPrompt() const {
-    return depth_ > 0 && stack_[0].object && IsPromptField(stack_[0].key);
-  }
+  bool InPrompt() const { return depth_ > 0 && stack_[0].object && IsPromptField(stack_[0].key); }
   std::string_view CurrentKey() const {
     return depth_ == 0 || !back().object ? std::string_view() : back().key;
   }

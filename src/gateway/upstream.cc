@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <exception>
 
 #include "api/anthropic_types.h"
@@ -76,27 +77,43 @@ bool IEquals(std::string_view a, std::string_view b) {
   return true;
 }
 
-std::string HostHeader(const BackendAddress& backend) {
-  bool v6 = backend.host.find(':') != std::string::npos;
-  return fmt::format("{}{}{}:{}", v6 ? "[" : "", backend.host, v6 ? "]" : "", backend.port);
+// "host:port" ("[v6]:port"): the normalized URL without its scheme.
+std::string_view HostHeader(const BackendAddress& backend) {
+  return std::string_view(backend.url).substr(std::string_view("http://").size());
 }
 
-std::string RequestHead(const BackendAddress& backend, const std::string& method,
-                        const std::string& target, const Headers& headers, size_t body_size,
-                        bool keep_alive) {
-  std::string out =
-      fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\n", method, target, HostHeader(backend));
-  for (const auto& [name, value] : headers) {
-    out += name;
-    out += ": ";
-    out += value;
-    out += "\r\n";
+// The client's key is the gateway's business only: never forwarded, logged or counted.
+bool IsForwarded(std::string_view name) {
+  return !IsHopByHopHeader(name) && name != "authorization" && name != "x-api-key" &&
+         name != "x-request-id";
+}
+
+// Built by appending (no format strings, one allocation): it runs once per proxied request.
+std::string RequestHead(const BackendAddress& backend, const FrontRequest& request,
+                        std::string_view request_id, bool keep_alive) {
+  const std::string_view host = HostHeader(backend);
+  size_t size =
+      request.method.size() + request.target.size() + host.size() + request_id.size() + 128;
+  for (const auto& [name, value] : request.headers) size += name.size() + value.size() + 4;
+  std::string out;
+  out.reserve(size);
+  out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\nHost: ");
+  out.append(host).append("\r\n");
+  for (const auto& [name, value] : request.headers) {
+    if (!IsForwarded(name)) continue;
+    out.append(name).append(": ").append(value).append("\r\n");
   }
-  bool has_body = body_size > 0 || method == "POST" || method == "PUT" || method == "PATCH";
-  if (has_body) out += fmt::format("Content-Length: {}\r\n", body_size);
+  out.append("x-request-id: ").append(request_id).append("\r\n");
+  const std::string& method = request.method;
+  const size_t body_size = request.body.size();
+  if (body_size > 0 || method == "POST" || method == "PUT" || method == "PATCH") {
+    char digits[24];
+    auto end = std::to_chars(digits, digits + sizeof(digits), body_size).ptr;
+    out.append("Content-Length: ").append(digits, end).append("\r\n");
+  }
   // Without a pool, one connection per request. Either way the end of the connection is the
   // cancel signal while a request is on it.
-  out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+  out.append(keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
   return out;
 }
 
@@ -213,7 +230,7 @@ void UpstreamPool::Drop(const std::string& backend_url) {
 }
 
 ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
-                         const Headers& forward_headers, const Headers& extra_headers,
+                         std::string_view request_id, const Headers& extra_headers,
                          FrontWriter& writer, const UpstreamOptions& options, UpstreamPool* pool) {
   ProxyResult result;
   const auto start = Clock::now();
@@ -236,8 +253,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
   stream.set_watch_fd(writer.client_fd());
   result.phase = "waiting_headers";
 
-  std::string head = RequestHead(backend, request.method, request.target, forward_headers,
-                                 request.body.size(), pool != nullptr);
+  std::string head = RequestHead(backend, request, request_id, pool != nullptr);
   // Head and body in one send: a backend that reads the head alone would wait for the body.
   auto send_request = [&] {
     iovec iov[2] = {{head.data(), head.size()},

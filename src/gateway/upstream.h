@@ -77,15 +77,17 @@ struct ProxyResult {
   double connect_seconds = 0;  // connect + request written. Units: seconds.
 };
 
-// Forwards `request` (method, target, `forward_headers` already filtered by the caller, body
-// byte-exact) to `backend` and relays status, end-to-end headers plus `extra_headers`, and the
+// Forwards `request` (method, target, end-to-end headers, body byte-exact) to `backend` and
+// relays status, end-to-end headers plus `extra_headers`, and the
 // body to `writer`. With a `pool`, the backend connection is kept alive and reused. SSE bodies are
 // relayed whole event by whole event as they arrive (a partial event is held until it completes),
 // so that a backend dying mid-stream leaves the client one clean in-band error event followed by
 // `data: [DONE]`. Nothing reaches the client before the backend's headers, so a kConnectFailed
-// result can be retried on another backend. Threads: runs on the caller's (connection) thread.
+// result can be retried on another backend. The client's key (Authorization, x-api-key) is never
+// forwarded, and its x-request-id is replaced by `request_id`.
+// Threads: runs on the caller's (connection) thread.
 ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
-                         const Headers& forward_headers, const Headers& extra_headers,
+                         std::string_view request_id, const Headers& extra_headers,
                          FrontWriter& writer, const UpstreamOptions& options,
                          UpstreamPool* pool = nullptr);
 
