@@ -58,38 +58,42 @@ bool FlowControl::AnyEligibleLocked(int exclude) const {
   return false;
 }
 
-std::vector<int> FlowControl::CandidatesLocked(const Waiter& w, Clock::time_point now) const {
+void FlowControl::CandidatesLocked(const Waiter& w, Clock::time_point now,
+                                   std::vector<int>* out) const {
+  out->clear();
   if (w.preferred >= 0 && w.preferred != w.exclude && eligible_[w.preferred] &&
       now < w.patience_until) {
-    return {w.preferred};
+    out->push_back(w.preferred);
+    return;
   }
-  std::vector<int> out;
   const size_t n = eligible_.size();
   // Rotating the start spreads new sessions over equally loaded backends.
   for (size_t k = 0; k < n; ++k) {
     size_t i = (k + rotation_) % n;
-    if (eligible_[i] && static_cast<int>(i) != w.exclude) out.push_back(static_cast<int>(i));
+    if (eligible_[i] && static_cast<int>(i) != w.exclude) out->push_back(static_cast<int>(i));
   }
   // The preferred backend (if still eligible) wins ties after the patience ran out.
-  auto it = std::find(out.begin(), out.end(), w.preferred);
-  if (it != out.end()) std::rotate(out.begin(), it, it + 1);
-  return out;
+  auto it = std::find(out->begin(), out->end(), w.preferred);
+  if (it != out->end()) std::rotate(out->begin(), it, it + 1);
 }
 
 void FlowControl::DispatchLocked(Clock::time_point now) {
   last_dispatch_ = now;
   if (queue_.empty()) return;  // every release dispatches; most find no one waiting
-  std::vector<bool> full(names_.size(), false);
+  std::vector<bool>& full = full_;
+  full.assign(names_.size(), false);
+  std::vector<int>& candidates = candidates_;
+  std::vector<std::string>& names = candidate_names_;
   for (Waiter* w : queue_) {
     if (w->assigned || w->failure != AdmitResult::kOk) continue;
-    std::vector<int> candidates = CandidatesLocked(*w, now);
+    CandidatesLocked(*w, now, &candidates);
     candidates.erase(
         std::remove_if(candidates.begin(), candidates.end(), [&](int b) { return full[b]; }),
         candidates.end());
     if (candidates.empty()) continue;
-    std::vector<std::string> names;
-    names.reserve(candidates.size());
-    for (int b : candidates) names.push_back(names_[b]);
+    // Assigned in place, the strings keep their capacity between dispatches.
+    names.resize(candidates.size());
+    for (size_t i = 0; i < candidates.size(); ++i) names[i] = names_[candidates[i]];
     absl::StatusOr<int> chosen = store_->TryAcquire(names, options_.max_active_per_backend);
     if (!chosen.ok()) {
       w->failure = AdmitResult::kStateError;
@@ -125,10 +129,12 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
   w.patience_until = start + std::chrono::milliseconds(options_.affinity_patience_ms);
   queue_.push_back(&w);
   DispatchLocked(start);
+  bool waited = false;
   auto finish = [&](AdmitResult result) {
     queue_.remove(&w);
     out.result = result;
-    out.waited_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    out.waited_seconds =
+        waited ? std::chrono::duration<double>(Clock::now() - start).count() : 0.0;
     if (w.assigned) {
       out.slot = Slot(this, w.backend);
       out.spilled = w.preferred >= 0 && w.backend != w.preferred && eligible_[w.preferred];
@@ -142,6 +148,7 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
     return finish(AdmitResult::kQueueFull);
   }
   out.queued = true;
+  waited = true;
   const auto deadline = start + std::chrono::milliseconds(options_.queue_timeout_ms);
   bool patient = w.preferred >= 0;
   while (true) {

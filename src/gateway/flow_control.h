@@ -124,7 +124,8 @@ class FlowControl {
   void Release(int backend, double held_seconds);
   // Hands free slots to waiters in FIFO order.
   void DispatchLocked(Clock::time_point now);
-  std::vector<int> CandidatesLocked(const Waiter& w, Clock::time_point now) const;
+  // Fills `out` with the backends `w` may take, in preference order.
+  void CandidatesLocked(const Waiter& w, Clock::time_point now, std::vector<int>* out) const;
   bool AnyEligibleLocked(int exclude) const;
   // Waiters not yet served or failed.
   int WaitingLocked() const;
@@ -136,6 +137,10 @@ class FlowControl {
   std::vector<bool> eligible_;
   bool admission_open_ = false;
   std::list<Waiter*> queue_;
+  // DispatchLocked's working space, kept so that dispatching allocates nothing once warm.
+  std::vector<bool> full_;
+  std::vector<int> candidates_;
+  std::vector<std::string> candidate_names_;
   std::vector<int> active_;
   uint64_t acquired_total_ = 0;
   uint64_t released_total_ = 0;
