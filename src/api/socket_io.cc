@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <utility>
 
 #include "boost/asio/error.hpp"
 #include "boost/beast/http/error.hpp"
@@ -32,23 +31,10 @@ bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code
   Clock::time_point deadline{};
   bool deadline_known = false;
   int first_slice_ms = -1;  // the first slice's length, until the deadline is known
-  bool watch = use_cancel && watch_fd_ >= 0;
+  const bool watch = use_cancel && watch_fd_ >= 0;
   // With a watched peer, a hang-up already ends the first poll at once, so the first cancel
   // check (a poll of its own in the proxy) is skipped: one syscall less per proxied request.
   bool check = !watch;
-  int unwatched_ms = std::exchange(unwatched_first_ms_, 0);
-  if (watch && unwatched_ms > 0) {
-    // The peer was there a moment ago (its request was just read), so no check first either.
-    watch = false;
-    pollfd p{fd_, events, 0};
-    int r = ::poll(&p, 1, bounded ? std::min(unwatched_ms, timeout_ms) : unwatched_ms);
-    if (r > 0) return true;
-    if (r < 0 && errno != EINTR) {
-      ec = error_code(errno, boost::system::system_category());
-      return false;
-    }
-    watch = true;
-  }
   while (true) {
     if (check && use_cancel && cancel_ && cancel_()) {
       ec = net::error::operation_aborted;

@@ -45,11 +45,6 @@ class FdStream {
   // `cancel` is consulted the moment that peer leaves rather than at the next slice. The
   // proxy watches the client's socket while it waits on the backend's.
   void set_watch_fd(int fd) { watch_fd_ = fd; }
-  // The next wait polls only this stream's socket for its first `ms` (then watches too): a
-  // backend that answers within it costs no poll registration on the client's socket (measured:
-  // about 1.5 us of CPU per proxied request). A client leaving in those `ms` is still seen at
-  // the next slice. One-shot. Units: ms.
-  void WatchAfterMs(int ms) { unwatched_first_ms_ = ms; }
   // The next read polls before its first recv: for reads that cannot find bytes yet (the next
   // request on an idle keep-alive connection, an answer to a request just sent), the recv that
   // would fail with EAGAIN is a wasted syscall.
@@ -121,7 +116,6 @@ class FdStream {
   int write_timeout_ms_ = 60000;
   int slice_ms_ = 20;
   int watch_fd_ = -1;
-  int unwatched_first_ms_ = 0;
   bool cancel_writes_ = true;
   bool wait_first_ = false;
   std::function<bool()> cancel_;

@@ -37,9 +37,6 @@ constexpr size_t kReadChunkBytes = 16 * 1024;
 constexpr size_t kReadBufferBytes = 4 * 1024;
 // A pooled connection idle for less than this is reused without a liveness poll.
 constexpr int kRecheckAfterIdleMs = 2;
-// How long the wait for an answer's head polls the backend alone before it also watches the
-// client: most small answers come sooner; cancellation in this phase waits at most this longer.
-constexpr int kUnwatchedAnswerWaitMs = 2;
 // A partial SSE event larger than this is passed on without waiting for its end.
 constexpr size_t kMaxHeldEventBytes = 64 * 1024;
 
@@ -305,7 +302,6 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     error_code ec;
     stream.set_read_timeout_ms(options.header_timeout_ms);
     stream.WaitBeforeNextRead();  // the backend cannot have answered a request just sent
-    stream.WatchAfterMs(kUnwatchedAnswerWaitMs);
     http::read_header(stream, buffer, parser, ec);
     if (ec) {
       if (ec == net::error::operation_aborted) {
