@@ -103,13 +103,12 @@ class Inspector {
     }
     if (InPrompt() && !IsDataKey(CurrentKey())) {
       info_->prompt_text_bytes += static_cast<int64_t>(v.size());
-      Append(v, /*is_key=*/false);
+      Append(v);
     }
   }
   bool StartObject() { return Open(true); }
   void Key(std::string_view k) {
     stack_[depth_ - 1].key.assign(k);
-    if (InPrompt() && depth_ > 1) Append(k, /*is_key=*/true);
   }
   void EndObject() { Close(); }
   bool StartArray() { return Open(false); }
@@ -150,16 +149,26 @@ class Inspector {
   }
 
   // Text for the conversation digest: system/instructions go to part 0, message i of
-  // messages/input to part i + 1; roles are remembered to find the first user message.
-  void Append(std::string_view text, bool is_key) {
+  // messages/input to part i + 1 (a string input is message 0, from the user); roles are
+  // remembered to find the first user message. Only text counts (plain strings, "content" and
+  // "text" values), not keys or block types, so that a message hashes alike in each API's shape:
+  // a string, text blocks, or Responses items sent back for the next turn.
+  void Append(std::string_view text) {
     const std::string& top = stack_[0].key;
+    const std::string_view key = CurrentKey();
     size_t part;
     if (top == "system" || top == "instructions") {
+      if (depth_ > 1 && key != "text") return;
       part = 0;
+    } else if (top == "input" && depth_ == 1) {
+      part = 1;
+      Touch(part);
+      if (parts[part].role.empty()) parts[part].role = "user";
+      first_user = 1;
     } else if ((top == "messages" || top == "input") && depth_ >= 3 && !stack_[1].object &&
                stack_[1].index >= 0 && stack_[1].index < static_cast<int64_t>(kOpeningMessages)) {
       part = static_cast<size_t>(stack_[1].index) + 1;
-      if (!is_key && depth_ == 3 && stack_[2].object && stack_[2].key == "role") {
+      if (depth_ == 3 && stack_[2].object && key == "role") {
         Touch(part);
         parts[part].role.assign(text);
         if (text == "user" && (first_user < 0 || static_cast<int>(part) < first_user)) {
@@ -167,6 +176,7 @@ class Inspector {
         }
         return;
       }
+      if (key != "content" && key != "text") return;
     } else {
       return;
     }
@@ -174,9 +184,9 @@ class Inspector {
     Part& out = parts[part];
     if (out.text_bytes >= kOpeningBytesPerPart) return;
     size_t n = std::min(text.size(), kOpeningBytesPerPart - out.text_bytes);
-    const char end = is_key ? '\x1d' : '\x1f';
+    static constexpr char kEnd = '\x1f';
     XXH3_128bits_update(&out.text, text.data(), n);
-    XXH3_128bits_update(&out.text, &end, 1);
+    XXH3_128bits_update(&out.text, &kEnd, 1);
     out.text_bytes += n + 1;
   }
 

@@ -73,6 +73,33 @@ TEST(InspectBodyTest, AnthropicSystemIsPartOfTheOpening) {
   EXPECT_FALSE(c.conversation_digest.empty());
 }
 
+TEST(InspectBodyTest, ResponsesStringInputIsTheFirstUserMessage) {
+  // Without it, every request with the same instructions would be one session on one backend.
+  BodyInfo a = InspectBody(R"({"instructions":"be brief","input":"tell me a story"})");
+  BodyInfo b = InspectBody(R"({"instructions":"be brief","input":"tell me a poem"})");
+  BodyInfo c = InspectBody(R"({"input":"tell me a story","instructions":"be brief"})");
+  // The same conversation sent back as items (stateless multi-turn) keeps its session.
+  BodyInfo items = InspectBody(R"({"instructions":"be brief","input":[
+    {"role":"user","content":"tell me a story"},{"role":"assistant","content":"once"},
+    {"role":"user","content":"go on"}]})");
+  BodyInfo typed = InspectBody(R"({"instructions":"be brief","input":[{"type":"message",
+    "role":"user","content":[{"type":"input_text","text":"tell me a story"}]}]})");
+  EXPECT_FALSE(a.conversation_digest.empty());
+  EXPECT_NE(a.conversation_digest, b.conversation_digest);
+  EXPECT_EQ(a.conversation_digest, c.conversation_digest);
+  EXPECT_EQ(a.conversation_digest, items.conversation_digest);
+  EXPECT_EQ(a.conversation_digest, typed.conversation_digest);
+}
+
+TEST(InspectBodyTest, TextBlocksAndPlainContentHashAlike) {
+  BodyInfo plain = InspectBody(R"({"messages":[{"role":"user","content":"hi"}]})");
+  BodyInfo blocks =
+      InspectBody(R"({"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}]})");
+  BodyInfo other = InspectBody(R"({"messages":[{"role":"user","content":"hello"}]})");
+  EXPECT_EQ(plain.conversation_digest, blocks.conversation_digest);
+  EXPECT_NE(plain.conversation_digest, other.conversation_digest);
+}
+
 TEST(InspectBodyTest, ImageDataIsNotCountedAsText) {
   BodyInfo b = InspectBody(R"({"messages":[{"role":"user","content":[
     {"type":"text","text":"abc"},
