@@ -46,7 +46,10 @@ absl::Status ContentText(const Json& content, const std::string& param, std::str
 
 absl::Status ParseInput(const Json& input, std::vector<ChatMessage>* out) {
   if (input.is_string()) {
-    out->push_back(ChatMessage{"user", input.get<std::string>()});
+    ChatMessage m;
+    m.role = "user";
+    m.content = input.get<std::string>();
+    out->push_back(std::move(m));
     return absl::OkStatus();
   }
   if (!input.is_array()) {
@@ -174,7 +177,10 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
     if (!it->is_string()) {
       return RequestError("instructions", "invalid_type", "'instructions' must be a string.");
     }
-    r.messages.push_back(ChatMessage{"system", it->get<std::string>()});
+    ChatMessage m;
+    m.role = "system";
+    m.content = it->get<std::string>();
+    r.messages.push_back(std::move(m));
     r.echo["instructions"] = *it;
   }
   auto input = json.find("input");

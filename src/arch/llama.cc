@@ -306,7 +306,10 @@ void LlamaLm::WriteDump(const char* name, int layer, const float* data, int64_t 
   std::snprintf(seq, sizeof seq, "%03d_", dump_seq_++);
   path += seq;
   path += name;
-  if (layer >= 0) path += "-" + std::to_string(layer);
+  if (layer >= 0) {
+    path += '-';
+    path += std::to_string(layer);
+  }
   path += ".bin";
   if (FILE* f = std::fopen(path.c_str(), "wb")) {
     std::fwrite(data, sizeof(float), static_cast<size_t>(count), f);

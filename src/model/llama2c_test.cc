@@ -45,7 +45,9 @@ std::string Checkpoint(int dim, int hidden, int layers, int heads, int kv_heads,
 std::string Tokenizer(int vocab) {
   std::string s = U32(8);
   for (int i = 0; i < vocab; ++i) {
-    const std::string piece = i == 0 ? "<unk>" : i == 3 ? "<0x41>" : "t" + std::to_string(i);
+    const std::string piece = i == 0   ? "<unk>"
+                              : i == 3 ? "<0x41>"
+                                       : std::string(1, 't').append(std::to_string(i));
     s += F32(-static_cast<float>(i)) + U32(static_cast<uint32_t>(piece.size())) + piece;
   }
   return s;

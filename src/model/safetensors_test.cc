@@ -1,8 +1,10 @@
 #include "model/safetensors.h"
 
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 
 #include <cmath>
+#include <memory>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -183,11 +185,12 @@ TEST(SyntheticCheckpointTest, WeightsEqualThePythonGeneratorsBitForBit) {
     ASSERT_TRUE(g && r) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
     auto tensors = DrawSyntheticTensors(nlohmann::json::parse(r));
     ASSERT_TRUE(tensors.ok()) << tensors.status();
-    SHA256_CTX ctx;
-    SHA256_Init(&ctx);
-    for (const auto& t : *tensors) SHA256_Update(&ctx, t.bytes.data(), t.bytes.size());
+    std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+    ASSERT_EQ(EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr), 1);
+    for (const auto& t : *tensors) EVP_DigestUpdate(ctx.get(), t.bytes.data(), t.bytes.size());
     unsigned char md[SHA256_DIGEST_LENGTH];
-    SHA256_Final(md, &ctx);
+    unsigned int md_size = 0;
+    ASSERT_EQ(EVP_DigestFinal_ex(ctx.get(), md, &md_size), 1);
     std::string hex;
     for (unsigned char c : md) hex += fmt::format("{:02x}", c);
     EXPECT_EQ(hex, nlohmann::json::parse(g)["weights_sha256"].get<std::string>()) << name;

@@ -97,7 +97,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   }
   std::string dir =
       path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
-  if (dir.empty()) dir = ".";
+  if (dir.empty()) dir.assign(1, '.');  // not = ".": GCC 12 -Wrestrict false positive
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);

@@ -25,13 +25,15 @@ namespace {
 std::atomic<int64_t> g_allocations{0};
 }  // namespace
 
-void* operator new(size_t size) {
+// Kept out of line: inlined, GCC sees free() on a pointer from operator new at every delete and
+// warns -Wmismatched-new-delete.
+__attribute__((noinline)) void* operator new(size_t size) {
   g_allocations.fetch_add(1, std::memory_order_relaxed);
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p) noexcept { std::free(p); }
+__attribute__((noinline)) void operator delete(void* p, size_t) noexcept { std::free(p); }
 
 namespace deepinfer::kernels {
 namespace {
@@ -186,7 +188,7 @@ std::vector<uint8_t> FromHex(const std::string& hex) {
 
 model::TensorView View(DType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
   model::TensorView v;
-  v.name = "w";
+  v.name.assign(1, 'w');  // not = "w": GCC 12 -Wrestrict false positive
   v.dtype = t;
   v.shape = {rows, cols};
   v.data = bytes.data();
