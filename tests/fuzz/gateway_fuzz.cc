@@ -40,7 +40,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (info.prompt_token_ids < 0 || info.prompt_token_ids > static_cast<int64_t>(body.size())) {
     __builtin_trap();
   }
-  if (!info.conversation_digest.empty() && info.conversation_digest.size() != 64) __builtin_trap();
+  if (!info.conversation_digest.empty() && info.conversation_digest.size() != 32) __builtin_trap();  // XXH3-128 hex
   // Whatever the request path (simdjson) accepts, nlohmann's parser accepts and reads the same.
   gw::BodyInfo ref = info.json_object ? gw::InspectBodyWithNlohmann(body) : info;
   if (info.json_object != ref.json_object || info.max_tokens != ref.max_tokens ||
