@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "boost/asio/error.hpp"
 #include "boost/beast/http/error.hpp"
@@ -28,8 +29,7 @@ bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code
   // read costs tens of ns here and a request has several waits). The first slice is counted as
   // spent in full when it timed out and not at all when it was interrupted, so a limit holds to
   // within one slice.
-  Clock::time_point deadline{};
-  bool deadline_known = false;
+  std::optional<Clock::time_point> deadline;
   int first_slice_ms = -1;  // the first slice's length, until the deadline is known
   const bool watch = use_cancel && watch_fd_ >= 0;
   // With a watched peer, a hang-up already ends the first poll at once, so the first cancel
@@ -42,15 +42,14 @@ bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code
     }
     check = true;
     int slice = slice_ms_;
-    if (bounded && !deadline_known && first_slice_ms < 0) {
+    if (bounded && first_slice_ms < 0) {
       slice = std::min(timeout_ms, slice_ms_);
       first_slice_ms = slice;
     } else if (bounded) {
-      if (!deadline_known) {
+      if (!deadline) {
         deadline = Clock::now() + std::chrono::milliseconds(timeout_ms - first_slice_ms);
-        deadline_known = true;
       }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
       if (left.count() <= 0) {
         ec = net::error::timed_out;
         return false;
@@ -60,7 +59,7 @@ bool FdStream::WaitFor(short events, int timeout_ms, bool use_cancel, error_code
     pollfd p[2] = {{fd_, events, 0}, {watch_fd_, POLLRDHUP, 0}};
     int r = ::poll(p, watch ? 2 : 1, std::max(slice, 1));
     // An interrupted first slice counts as not spent.
-    if (r != 0 && !deadline_known && first_slice_ms > 0) first_slice_ms = 0;
+    if (r != 0 && !deadline && first_slice_ms > 0) first_slice_ms = 0;
     if (r > 0 && p[0].revents != 0) return true;
     if (r > 0 && watch && p[1].revents != 0) {
       // The watched peer hung up: cancel now if the check agrees, else wait out the slice so a

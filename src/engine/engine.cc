@@ -603,7 +603,8 @@ void EngineImpl::Draft(const std::vector<int32_t>& verified_from) {
     }
   }
   for (size_t d = 0; d < drafting_.size(); ++d) {
-    drafting_[d]->drafts.push_back(ArgMax(mtp_logits_.data() + static_cast<int64_t>(d) * vocab_, vocab_));
+    drafting_[d]->drafts.push_back(
+        ArgMax(mtp_logits_.data() + static_cast<int64_t>(d) * vocab_, vocab_));
   }
   // Chained drafts: the module continues from its own hidden state, one position further.
   for (int32_t k = 1; k < spec_tokens_ && !drafting_.empty(); ++k) {
@@ -639,7 +640,8 @@ void EngineImpl::Draft(const std::vector<int32_t>& verified_from) {
                     mtp_hidden_out_.data(), *pool_);
     last.assign(mtp_hidden_out_.begin(), mtp_hidden_out_.begin() + next.size() * H);
     for (size_t d = 0; d < next.size(); ++d) {
-      next[d]->drafts.push_back(ArgMax(mtp_logits_.data() + static_cast<int64_t>(d) * vocab_, vocab_));
+      next[d]->drafts.push_back(
+          ArgMax(mtp_logits_.data() + static_cast<int64_t>(d) * vocab_, vocab_));
     }
     drafting_ = std::move(next);
   }

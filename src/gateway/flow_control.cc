@@ -129,12 +129,11 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
   w.patience_until = start + std::chrono::milliseconds(options_.affinity_patience_ms);
   queue_.push_back(&w);
   DispatchLocked(start);
-  bool waited = false;
   auto finish = [&](AdmitResult result) {
     queue_.remove(&w);
     out.result = result;
     out.waited_seconds =
-        waited ? std::chrono::duration<double>(Clock::now() - start).count() : 0.0;
+        out.queued ? std::chrono::duration<double>(Clock::now() - start).count() : 0.0;
     if (w.assigned) {
       out.slot = Slot(this, w.backend);
       out.spilled = w.preferred >= 0 && w.backend != w.preferred && eligible_[w.preferred];
@@ -148,7 +147,6 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
     return finish(AdmitResult::kQueueFull);
   }
   out.queued = true;
-  waited = true;
   const auto deadline = start + std::chrono::milliseconds(options_.queue_timeout_ms);
   bool patient = w.preferred >= 0;
   while (true) {
