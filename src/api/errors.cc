@@ -111,13 +111,16 @@ absl::Status WithParam(absl::Status status, std::string_view param) {
 }
 
 absl::Status ContextLengthError(std::string_view param, int64_t prompt_tokens,
-                                int64_t requested_output_tokens, int64_t max_model_len) {
+                                int64_t requested_output_tokens, int64_t max_model_len,
+                                bool prompt_is_lower_bound) {
+  const std::string_view prompt_name =
+      param == "prompt" || param == "input" ? param : std::string_view("messages");
+  const std::string_view at_least = prompt_is_lower_bound ? "at least " : "";
   std::string message = fmt::format(
-      "This model's maximum context length is {} tokens. However, you requested {} tokens ({} in "
-      "the {}, {} in the completion). Please reduce the length of the {} or completion.",
-      max_model_len, prompt_tokens + requested_output_tokens, prompt_tokens,
-      param == "prompt" ? "prompt" : "messages", requested_output_tokens,
-      param == "prompt" ? "prompt" : "messages");
+      "This model's maximum context length is {} tokens. However, you requested {}{} tokens ({}{} "
+      "in the {}, {} in the completion). Please reduce the length of the {} or completion.",
+      max_model_len, at_least, prompt_tokens + requested_output_tokens, at_least, prompt_tokens,
+      prompt_name, requested_output_tokens, prompt_name);
   absl::Status status = RequestError(param, "context_length_exceeded", message);
   status.SetPayload(kPromptTokensUrl, absl::Cord(std::to_string(prompt_tokens)));
   status.SetPayload(kContextUrl, absl::Cord(std::to_string(max_model_len)));

@@ -40,10 +40,15 @@ absl::Status RequestError(std::string_view param, std::string_view code, std::st
 // Attaches `param` to an existing status (no-op for OK).
 absl::Status WithParam(absl::Status status, std::string_view param);
 
-// InvalidArgument "context_length_exceeded" carrying the token counts.
+// InvalidArgument "context_length_exceeded" carrying the token counts. `param` names the field
+// to shorten ("prompt", "messages", "input", "max_tokens", ...); the message calls the prompt
+// "prompt" or "input" after such a param, else "messages". `prompt_is_lower_bound`: the
+// prompt was not tokenized and `prompt_tokens` is only a lower bound (the gateway's estimate),
+// which the message says.
 // Units: tokens.
 absl::Status ContextLengthError(std::string_view param, int64_t prompt_tokens,
-                                int64_t requested_output_tokens, int64_t max_model_len);
+                                int64_t requested_output_tokens, int64_t max_model_len,
+                                bool prompt_is_lower_bound = false);
 
 // Shorthands for the non-400 errors of the HTTP layer.
 absl::Status ModelNotFoundError(std::string_view model);

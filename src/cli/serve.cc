@@ -343,10 +343,14 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-prefix-caching", flags->no_prefix_caching, "disable the prefix cache");
   cmd->add_flag("--enable-prompt-tokens-details", flags->enable_prompt_tokens_details,
                 "accepted for vLLM compatibility; cached_tokens is always reported");
-  cmd->add_flag("--log-requests,!--no-log-requests", flags->log_requests,
+  // Two flags rather than CLI11's "!--no-..." alias, whose help shows the alias default {false}
+  // for a switch that is on by default.
+  cmd->add_flag("--log-requests", flags->log_requests,
                 "one stderr line per answered request: route, status, duration, token counts, "
                 "TTFT and TPOT, never the text (default: on; probes of /health and /metrics are "
                 "left out)");
+  cmd->add_flag_callback(
+      "--no-log-requests", [flags] { flags->log_requests = false; }, "turn --log-requests off");
   cmd->add_option("--log-stats-interval", flags->log_stats_interval_s,
                   "seconds between engine stats lines (throughput, queue, KV cache, prefix-cache "
                   "hits) while busy; 0: off")

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 
+#include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/json.h"
 #include "fmt/format.h"
@@ -152,9 +153,11 @@ absl::Status Gateway::Init() {
 
   // Keys: the first load must succeed (there is no last good store to keep).
   {
+    keys_signature_ = FileSignature::Of(options_.key_store_path);
     DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(options_.key_store_path));
     DI_ASSIGN_OR_RETURN(keys_, KeyStore::Parse(text));
     keys_loaded_unix_ = UnixSeconds();
+    metrics_.RecordReload("keys", true);
   }
 
   if (!options_.state_url.empty()) {
@@ -177,6 +180,7 @@ absl::Status Gateway::Init() {
         static_cast<size_t>(std::max(options_.flow.max_active_per_backend, 1)), kPoolIdleMs);
   }
 
+  control_signature_ = FileSignature::Of(options_.control_path);
   ReloadAdmission();
   // One probe of every backend before listening, in parallel, so that a dead backend is out
   // of rotation from the first request.
@@ -260,8 +264,12 @@ bool Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer, con
   absl::Status status;
   switch (outcome.result) {
     case AuthResult::kMissing:
+      // Anthropic clients send their key as x-api-key; both headers are accepted.
       status = MakeError(absl::StatusCode::kUnauthenticated, "missing_api_key",
-                         "Missing API key: send it as 'Authorization: Bearer <key>'.");
+                         api::IsAnthropicPath(writer.request_path())
+                             ? "Missing API key: send it as 'x-api-key: <key>' (or "
+                               "'Authorization: Bearer <key>')."
+                             : "Missing API key: send it as 'Authorization: Bearer <key>'.");
       break;
     case AuthResult::kExpired:
       status = MakeError(absl::StatusCode::kUnauthenticated, "expired_api_key",
@@ -295,17 +303,20 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
     return;
   }
   if (path == "/gateway/status") {
+    // Counted like API requests (401 and 403 included), so that rejections_total never
+    // exceeds requests_total.
     KeyRecord key;
-    if (!Authenticate(request, writer, extra, &key)) return;
-    if (!key.admin) {
+    if (!Authenticate(request, writer, extra, &key)) {
+    } else if (!key.admin) {
       RespondError(writer, extra,
                    MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
                              "This endpoint needs a key with admin rights."));
-      return;
+    } else {
+      Headers headers = extra;
+      headers.emplace_back("Content-Type", "application/json");
+      writer.Respond(200, headers, StatusJson());
     }
-    Headers headers = extra;
-    headers.emplace_back("Content-Type", "application/json");
-    writer.Respond(200, headers, StatusJson());
+    metrics_.RecordRequest(writer.status(), "");
     return;
   }
   if (path.rfind("/v1/", 0) != 0) {

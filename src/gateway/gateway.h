@@ -10,6 +10,8 @@
 // -> slot (maybe queued) -> proxy (one retry on another backend when the connect fails) ->
 // release. Every step that can end a request ends it through one RAII slot.
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -33,6 +35,22 @@
 namespace deepinfer::gateway {
 
 class RedisClient;
+
+// What identifies one version of a file without reading it: a change of any field (a rewrite,
+// a rename over it, a chmod) means the file may have changed.
+struct FileSignature {
+  bool exists = false;
+  ino_t inode = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  int64_t ctime_ns = 0;
+  bool operator==(const FileSignature& o) const {
+    return exists == o.exists && inode == o.inode && size == o.size && mtime_ns == o.mtime_ns &&
+           ctime_ns == o.ctime_ns;
+  }
+  // stat() of `path`; a missing file has exists false.
+  static FileSignature Of(const std::string& path);
+};
 
 struct GatewayOptions {
   std::vector<std::string> backend_urls;
@@ -107,7 +125,7 @@ class Gateway {
   void ProbeLoop(size_t backend);
   void ProbeOnce(size_t backend);
   void WatchLoop();
-  void ReloadKeys(bool initial);
+  void ReloadKeys();
   void ReloadAdmission();
   void UpdateEligibility();
   void OnHealthChange(size_t backend);
@@ -132,6 +150,9 @@ class Gateway {
   int64_t keys_loaded_unix_ = 0;
   Admission admission_;
   int64_t admission_loaded_unix_ = 0;
+  // The files as Start found them just before loading them; WatchLoop takes over from these.
+  FileSignature keys_signature_;
+  FileSignature control_signature_;
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> reload_requested_{false};

@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <random>
+#include <utility>
 
 #include "api/json.h"
 #include "fmt/format.h"
@@ -19,20 +20,15 @@
 namespace deepinfer::gateway {
 namespace {
 
-// What identifies one version of a file without reading it.
-struct FileSignature {
-  bool exists = false;
-  ino_t inode = 0;
-  off_t size = 0;
-  int64_t mtime_ns = 0;
-  int64_t ctime_ns = 0;
-  bool operator==(const FileSignature& o) const {
-    return exists == o.exists && inode == o.inode && size == o.size && mtime_ns == o.mtime_ns &&
-           ctime_ns == o.ctime_ns;
-  }
-};
+std::string DirOf(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
 
-FileSignature Signature(const std::string& path) {
+}  // namespace
+
+FileSignature FileSignature::Of(const std::string& path) {
   FileSignature sig;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return sig;
@@ -43,14 +39,6 @@ FileSignature Signature(const std::string& path) {
   sig.ctime_ns = int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
   return sig;
 }
-
-std::string DirOf(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
-}  // namespace
 
 std::shared_ptr<const KeyStore> Gateway::keys() const {
   std::lock_guard<std::mutex> lock(files_mu_);
@@ -64,7 +52,7 @@ Admission Gateway::admission() const {
 
 void Gateway::ReloadNow() { reload_requested_ = true; }
 
-void Gateway::ReloadKeys(bool initial) {
+void Gateway::ReloadKeys() {
   auto text = util::ReadFile(options_.key_store_path);
   absl::StatusOr<std::shared_ptr<const KeyStore>> store =
       text.ok() ? KeyStore::Parse(*text)
@@ -86,10 +74,8 @@ void Gateway::ReloadKeys(bool initial) {
   keys_error_.clear();
   keys_loaded_unix_ = UnixSeconds();
   metrics_.RecordReload("keys", true);
-  if (!initial) {
-    std::fprintf(stderr, "deepinfer gateway: key store reloaded (%zu keys)\n",
-                 keys_->records().size());
-  }
+  std::fprintf(stderr, "deepinfer gateway: key store reloaded (%zu keys)\n",
+               keys_->records().size());
 }
 
 void Gateway::ReloadAdmission() {
@@ -185,15 +171,16 @@ void Gateway::WatchLoop() {
     ::inotify_add_watch(inotify_fd, DirOf(options_.key_store_path).c_str(), kMask);
     ::inotify_add_watch(inotify_fd, DirOf(options_.control_path).c_str(), kMask);
   }
-  FileSignature keys_sig = Signature(options_.key_store_path);
-  FileSignature control_sig = Signature(options_.control_path);
-  // A change between the start-up load and the signatures above would otherwise go unseen.
-  ReloadKeys(/*initial=*/true);
-  ReloadAdmission();
+  // Start took these before its loads: a change since then is reloaded on the first pass.
+  FileSignature keys_sig = keys_signature_;
+  FileSignature control_sig = control_signature_;
+  bool first = true;
   while (!stopping_) {
     // inotify wakes this at once after a change; the poll timeout is the fallback (files on
     // filesystems without inotify, or watches that could not be set).
-    if (inotify_fd >= 0) {
+    if (std::exchange(first, false)) {
+      // The watches are set: look at once, then wait for changes.
+    } else if (inotify_fd >= 0) {
       pollfd p{inotify_fd, POLLIN, 0};
       if (::poll(&p, 1, options_.reload_poll_ms) > 0) {
         char buf[4096];
@@ -205,12 +192,12 @@ void Gateway::WatchLoop() {
     }
     if (stopping_) break;
     bool forced = reload_requested_.exchange(false);
-    FileSignature k = Signature(options_.key_store_path);
+    FileSignature k = FileSignature::Of(options_.key_store_path);
     if (forced || !(k == keys_sig)) {
       keys_sig = k;
-      ReloadKeys(false);
+      ReloadKeys();
     }
-    FileSignature c = Signature(options_.control_path);
+    FileSignature c = FileSignature::Of(options_.control_path);
     if (forced || !(c == control_sig)) {
       control_sig = c;
       ReloadAdmission();

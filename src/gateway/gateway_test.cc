@@ -292,6 +292,13 @@ TEST_F(GatewayTest, MissingOrWrongKeyGets401AndNeverReachesABackend) {
   ASSERT_TRUE(body.ok());
   EXPECT_EQ((*body)["error"]["code"], "missing_api_key");
   EXPECT_EQ((*body)["error"]["type"], "authentication_error");
+  EXPECT_EQ((*body)["error"]["message"].get<std::string>().find("x-api-key"), std::string::npos);
+  // Anthropic clients send x-api-key, so that is what the Anthropic route asks for.
+  Reply messages = Request("POST", "/v1/messages", "{}", {}, /*auth=*/false);
+  EXPECT_EQ(messages.status, 401);
+  auto anthropic = *api::ParseJson(messages.body);
+  EXPECT_EQ(anthropic["type"], "error");
+  EXPECT_NE(anthropic["error"]["message"].get<std::string>().find("x-api-key"), std::string::npos);
   Reply wrong = Request("POST", "/v1/echo", "{}", {{"Authorization", "Bearer sk-di-nope"}}, false);
   EXPECT_EQ(wrong.status, 401);
   EXPECT_EQ((*api::ParseJson(wrong.body))["error"]["code"], "invalid_api_key");
@@ -597,6 +604,15 @@ TEST_F(GatewayTest, StatusNeedsAnAdminKey) {
   EXPECT_EQ(j["backends"].size(), 2u);
   EXPECT_TRUE(j["admission"]["open"].get<bool>());
   EXPECT_EQ(r.body.find(key_), std::string::npos);
+  EXPECT_EQ(Request("GET", "/gateway/status", "", {}, /*auth=*/false).status, 401);
+  // Every answer of the endpoint is counted, so rejections never outnumber requests.
+  std::string m = gateway_->MetricsText();
+  for (const char* code : {"200", "401", "403"}) {
+    EXPECT_NE(m.find("deepinfer_gateway_requests_total{code=\"" + std::string(code)),
+              std::string::npos)
+        << code << "\n"
+        << m;
+  }
 }
 
 TEST_F(GatewayTest, ModelsIsTheUnionOfAdmittedHealthyBackends) {

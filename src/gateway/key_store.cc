@@ -274,14 +274,12 @@ absl::StatusOr<std::string> AddKeyToFile(const std::string& path, const NewKeyOp
   // An existing store keeps its owner, group and mode (the gateway's service user may read it
   // through its group); a new one is private to its creator.
   struct stat before {};
-  bool existed = ::stat(path.c_str(), &before) == 0;
-  DI_RETURN_IF_ERROR(util::WriteFileAtomically(path, serialized, /*overwrite=*/true));
-  if (existed) {
-    (void)::chown(path.c_str(), before.st_uid, before.st_gid);
-    ::chmod(path.c_str(), before.st_mode & 07777);
-  } else {
-    ::chmod(path.c_str(), 0600);
+  util::FileMode mode{0600};
+  if (::stat(path.c_str(), &before) == 0) {
+    mode = {static_cast<int>(before.st_mode & 07777), static_cast<int>(before.st_uid),
+            static_cast<int>(before.st_gid)};
   }
+  DI_RETURN_IF_ERROR(util::WriteFileAtomically(path, serialized, /*overwrite=*/true, mode));
   return key;
 }
 

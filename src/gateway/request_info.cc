@@ -46,6 +46,22 @@ bool IsPromptField(std::string_view key) {
          key == "instructions";
 }
 
+// The static name of a max-tokens field, or "".
+std::string_view MaxTokensField(std::string_view key) {
+  for (std::string_view f : {"max_tokens", "max_completion_tokens", "max_output_tokens"}) {
+    if (key == f) return f;
+  }
+  return {};
+}
+
+// The static name of the prompt field a prompt text belongs to ("system" and "instructions"
+// belong to the messages or input beside them, which an error asks to shorten).
+std::string_view MessagesField(std::string_view key) {
+  if (key == "prompt") return "prompt";
+  if (key == "input" || key == "instructions") return "input";
+  return "messages";
+}
+
 // Keys whose string values are not prompt text (image and file payloads, URLs).
 bool IsDataKey(std::string_view key) {
   return key == "url" || key == "data" || key == "image_url" || key == "b64_json" ||
@@ -83,13 +99,16 @@ class Inspector {
     ArrayElement();
     if (depth_ == 1 && stack_[0].object) {
       const std::string& k = stack_[0].key;
-      if (k == "max_tokens" || k == "max_completion_tokens" || k == "max_output_tokens") {
-        info_->max_tokens = std::max(info_->max_tokens.value_or(v), v);
+      if (std::string_view field = MaxTokensField(k);
+          !field.empty() && (!info_->max_tokens || v > *info_->max_tokens)) {
+        info_->max_tokens = v;
+        info_->max_tokens_field = field;
       }
     }
     // A token-id prompt: [1, 2, 3] or [[1, 2], [3]].
     if (depth_ >= 2 && stack_[0].key == "prompt" && !back().object) {
       info_->prompt_token_ids++;
+      if (info_->prompt_field.empty()) info_->prompt_field = "prompt";
     }
   }
   void Float() { ArrayElement(); }
@@ -103,6 +122,7 @@ class Inspector {
     }
     if (InPrompt() && !IsDataKey(CurrentKey())) {
       info_->prompt_text_bytes += static_cast<int64_t>(v.size());
+      if (info_->prompt_field.empty()) info_->prompt_field = MessagesField(stack_[0].key);
       Append(v);
     }
   }
@@ -471,10 +491,13 @@ absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits) {
   const int64_t limit = limits.model_context_limit;
   const int64_t prompt = PromptTokensLowerBound(body, limits);
   const int64_t output = std::max<int64_t>(body.max_tokens.value_or(0), 0);
-  if (output > limit) return api::ContextLengthError("max_tokens", prompt, output, limit);
+  if (output > limit) {
+    std::string_view field = body.max_tokens_field.empty() ? "max_tokens" : body.max_tokens_field;
+    return api::ContextLengthError(field, prompt, output, limit, /*prompt_is_lower_bound=*/true);
+  }
   if (prompt + output > limit) {
-    bool completion = body.prompt_token_ids > 0 || body.conversation_digest.empty();
-    return api::ContextLengthError(completion ? "prompt" : "messages", prompt, output, limit);
+    std::string_view field = body.prompt_field.empty() ? "messages" : body.prompt_field;
+    return api::ContextLengthError(field, prompt, output, limit, /*prompt_is_lower_bound=*/true);
   }
   return absl::OkStatus();
 }

@@ -22,6 +22,12 @@ struct BodyInfo {
   bool json_object = false;  // the body is one JSON object (parsed to its end)
   // The largest of max_tokens, max_completion_tokens and max_output_tokens. Units: tokens.
   std::optional<int64_t> max_tokens;
+  // The field max_tokens came from ("max_tokens", "max_completion_tokens" or
+  // "max_output_tokens"), for the `param` of an error; "" without one. Static storage.
+  std::string_view max_tokens_field;
+  // The first top-level prompt field with text or token ids ("messages", "prompt" or "input"),
+  // for the `param` of an error; "" without one. Static storage.
+  std::string_view prompt_field;
   bool stream = false;
   std::string model;
   std::string user;              // top-level "user" (OpenAI)
@@ -71,8 +77,10 @@ int64_t PromptTokensLowerBound(const BodyInfo& body, const PreCheckLimits& limit
 
 // Rejects requests that cannot fit before they are queued: max_tokens alone, or the prompt's
 // lower bound plus max_tokens, above the limit.
-// Errors: InvalidArgument "context_length_exceeded" (param max_tokens or messages), carrying
-//   n_prompt_tokens (the lower bound) and n_ctx for api::ApiErrorFromStatus.
+// Errors: InvalidArgument "context_length_exceeded" with the field the client sent as param
+//   (max_tokens / max_completion_tokens / max_output_tokens, or messages / prompt / input),
+//   carrying n_prompt_tokens (the lower bound, which the message calls "at least") and n_ctx
+//   for api::ApiErrorFromStatus.
 absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits);
 
 }  // namespace deepinfer::gateway

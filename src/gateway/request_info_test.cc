@@ -223,6 +223,22 @@ TEST(PreCheckTest, RejectsMaxTokensAboveTheLimit) {
   EXPECT_TRUE(PreCheck(InspectBody(R"({"max_tokens":1000})"), limits).ok());
 }
 
+TEST(PreCheckTest, NamesTheFieldTheClientSent) {
+  PreCheckLimits limits{1000, 32};
+  for (std::string field : {"max_completion_tokens", "max_output_tokens"}) {
+    absl::Status s = PreCheck(InspectBody(R"({")" + field + R"(":5000,"max_tokens":3})"), limits);
+    EXPECT_EQ(api::ApiErrorFromStatus(s).param, field);
+  }
+  std::string text(40000, 'a');  // at least 1,250 tokens
+  absl::Status s = PreCheck(InspectBody(R"({"input":")" + text + "\"}"), limits);
+  api::ApiError e = api::ApiErrorFromStatus(s);
+  EXPECT_EQ(e.param, "input");
+  // The gateway never tokenizes: its count is a lower bound, and the message says so.
+  EXPECT_NE(e.message.find("at least 1250 in the input"), std::string::npos) << e.message;
+  s = PreCheck(InspectBody(R"({"prompt":")" + text + "\"}"), limits);
+  EXPECT_EQ(api::ApiErrorFromStatus(s).param, "prompt");
+}
+
 TEST(PreCheckTest, RejectsPromptsWhoseLowerBoundCannotFit) {
   PreCheckLimits limits{100, 4};
   std::string text(360, 'a');  // at least 90 tokens

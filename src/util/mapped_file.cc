@@ -54,16 +54,26 @@ MappedFile::~MappedFile() {
 }
 
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
-                                 bool overwrite) {
+                                 bool overwrite, const FileMode& mode) {
   if (!overwrite && ::access(path.c_str(), F_OK) == 0) {
     return MakeError(absl::StatusCode::kAlreadyExists, "file_exists",
                      absl::StrCat("refusing to overwrite ", path));
   }
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // With an explicit mode, created private and then given the exact bits (umask aside).
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                  mode.mode >= 0 ? 0600 : 0644);
   if (fd < 0)
     return InternalError("io_error",
                          absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
+  if (mode.uid >= 0 || mode.gid >= 0) {
+    (void)::fchown(fd, static_cast<uid_t>(mode.uid), static_cast<gid_t>(mode.gid));
+  }
+  if (mode.mode >= 0 && ::fchmod(fd, static_cast<mode_t>(mode.mode & 07777)) != 0) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return InternalError("io_error", absl::StrCat("chmod failed: ", tmp));
+  }
   size_t off = 0;
   while (off < contents.size()) {
     ssize_t n = ::write(fd, contents.data() + off, contents.size() - off);

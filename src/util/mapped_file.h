@@ -34,11 +34,19 @@ class MappedFile {
   size_t size_bytes_;
 };
 
+// Owner and permission bits a file gets before it appears under its name.
+struct FileMode {
+  int mode = -1;  // permission bits (07777 mask); -1: 0644 less the process umask
+  int uid = -1;          // -1: the writer's; a chown that is not permitted is ignored
+  int gid = -1;
+};
+
 // Writes `contents` to `path` atomically: a temp file in the same folder, fsync, rename, fsync of
 // the folder. When `overwrite` is false and `path` exists, fails with AlreadyExists
-// "file_exists" and leaves it untouched.
+// "file_exists" and leaves it untouched. The temp file gets `mode` before the rename, so the
+// file is never visible with other permissions and watchers see one change.
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
-                                 bool overwrite = true);
+                                 bool overwrite = true, const FileMode& mode = {});
 
 // Reads a whole file. Errors: NotFound "file_not_found", Internal "io_error".
 absl::StatusOr<std::string> ReadFile(const std::string& path);
