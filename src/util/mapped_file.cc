@@ -53,16 +53,16 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_bytes_);
 }
 
-absl::Status WriteFileAtomically(const std::string& path, std::string_view contents,
-                                 bool overwrite, const FileMode& mode) {
+absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, bool overwrite,
+                                 const FileMode& mode) {
   if (!overwrite && ::access(path.c_str(), F_OK) == 0) {
     return MakeError(absl::StatusCode::kAlreadyExists, "file_exists",
                      absl::StrCat("refusing to overwrite ", path));
   }
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   // With an explicit mode, created private and then given the exact bits (umask aside).
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                  mode.mode >= 0 ? 0600 : 0644);
+  int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode.mode >= 0 ? 0600 : 0644);
   if (fd < 0)
     return InternalError("io_error",
                          absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));

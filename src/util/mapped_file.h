@@ -37,7 +37,7 @@ class MappedFile {
 // Owner and permission bits a file gets before it appears under its name.
 struct FileMode {
   int mode = -1;  // permission bits (07777 mask); -1: 0644 less the process umask
-  int uid = -1;          // -1: the writer's; a chown that is not permitted is ignored
+  int uid = -1;   // -1: the writer's; a chown that is not permitted is ignored
   int gid = -1;
 };
 
