@@ -35,6 +35,8 @@ HttpRequestReader::HttpRequestReader(FdStream& stream, const HttpReadOptions& op
 
 HttpRequestReader::~HttpRequestReader() = default;
 
+bool HttpRequestReader::HasBufferedInput() const { return impl_->buffer.size() > 0; }
+
 absl::Status HttpRequestReader::Next(HttpRequest* request) {
   Impl& m = *impl_;
   *request = HttpRequest();
@@ -47,7 +49,7 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
   // After an answer the client has not sent its next request yet (unless it pipelines: then the
   // buffer holds it, or the first poll returns at once), so a recv before polling would be
   // wasted.
-  if (idle && !m.first) m.stream.WaitBeforeNextRead();
+  if (idle && !m.first && !m.options.called_when_readable) m.stream.WaitBeforeNextRead();
   m.first = false;
   boost::system::error_code ec;
   http::read_header(m.stream, m.buffer, parser, ec);

@@ -16,6 +16,9 @@ struct HttpReadOptions {
   int64_t max_body_bytes = int64_t{32} << 20;
   int idle_timeout_ms = 75000;  // wait for the next request's head on an idle connection
   int io_timeout_ms = 60000;    // stalled read inside a request
+  // The caller calls Next only once the socket is readable (it waited in epoll) or
+  // HasBufferedInput() is true, so Next never polls before its first recv.
+  bool called_when_readable = false;
 };
 
 // Threads: one connection thread. Lifetime: borrows the stream.
@@ -33,6 +36,10 @@ class HttpRequestReader {
   // or Cancelled "connection_closed" when the connection ends with nothing to answer (the
   // client closed an idle connection or left mid-request, a timeout, the server stopping).
   absl::Status Next(HttpRequest* request);
+
+  // True when bytes of a next (pipelined) request were read with the last one: the socket
+  // may never become readable for them, so the caller must call Next without waiting.
+  bool HasBufferedInput() const;
 
  private:
   struct Impl;

@@ -30,24 +30,22 @@ struct ConnectionArg {
 TcpServer::TcpServer(const TcpServerOptions& options, ConnectionFn serve)
     : options_(options), serve_(std::move(serve)) {}
 
-absl::StatusOr<std::unique_ptr<TcpServer>> TcpServer::Start(const TcpServerOptions& options,
-                                                            ConnectionFn serve) {
-  if (options.port < 0 || options.port > 65535) {
-    return InvalidArgumentError("bad_address", fmt::format("Bad port {}.", options.port));
+absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port) {
+  if (port < 0 || port > 65535) {
+    return InvalidArgumentError("bad_address", fmt::format("Bad port {}.", port));
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* result = nullptr;
-  std::string port = std::to_string(options.port);
-  int rc = ::getaddrinfo(options.host.empty() ? nullptr : options.host.c_str(), port.c_str(),
-                         &hints, &result);
+  std::string port_text = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
   if (rc != 0) {
     return InvalidArgumentError(
-        "bad_address", fmt::format("Cannot resolve host '{}': {}", options.host, gai_strerror(rc)));
+        "bad_address", fmt::format("Cannot resolve host '{}': {}", host, gai_strerror(rc)));
   }
-  std::unique_ptr<TcpServer> server(new TcpServer(options, std::move(serve)));
+  int listen_fd = -1;
   std::string last_error = "no address";
   for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -55,23 +53,33 @@ absl::StatusOr<std::unique_ptr<TcpServer>> TcpServer::Start(const TcpServerOptio
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
-      server->listen_fd_ = fd;
+      listen_fd = fd;
       break;
     }
     last_error = std::strerror(errno);
     ::close(fd);
   }
   ::freeaddrinfo(result);
-  if (server->listen_fd_ < 0) {
-    return UnavailableError("bind_failed", fmt::format("Cannot listen on {}:{}: {}", options.host,
-                                                       options.port, last_error));
+  if (listen_fd < 0) {
+    return UnavailableError("bind_failed",
+                            fmt::format("Cannot listen on {}:{}: {}", host, port, last_error));
   }
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
-  ::getsockname(server->listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  server->port_ = addr.ss_family == AF_INET6
-                      ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
-                      : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *bound_port = addr.ss_family == AF_INET6
+                    ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                    : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return listen_fd;
+}
+
+absl::StatusOr<std::unique_ptr<TcpServer>> TcpServer::Start(const TcpServerOptions& options,
+                                                            ConnectionFn serve) {
+  int port = 0;
+  DI_ASSIGN_OR_RETURN(int fd, ListenTcp(options.host, options.port, &port));
+  std::unique_ptr<TcpServer> server(new TcpServer(options, std::move(serve)));
+  server->listen_fd_ = fd;
+  server->port_ = port;
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }

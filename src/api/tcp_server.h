@@ -27,6 +27,12 @@ struct TcpServerOptions {
   std::string overload_response;
 };
 
+// Binds a listening TCP socket (SO_REUSEADDR, close-on-exec, backlog 1024) to host:port; port 0
+// picks a free port, which *bound_port receives. Returns the socket.
+// Errors: InvalidArgument "bad_address" (bad port, unresolvable host); Unavailable
+//   "bind_failed".
+absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port);
+
 // Threads: Start/Stop from one controlling thread; `serve` runs on connection threads.
 // Lifetime: the destructor stops accepting and waits for every connection thread.
 class TcpServer {

@@ -1,13 +1,17 @@
 #include "gateway/front_server.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -19,6 +23,7 @@
 #include "api/errors.h"
 #include "api/http_reader.h"
 #include "api/socket_io.h"
+#include "api/tcp_server.h"
 #include "boost/asio/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
@@ -33,6 +38,17 @@ namespace net = boost::asio;
 using boost::system::error_code;
 
 constexpr int kPollSliceMs = 200;
+constexpr uint64_t kWakeId = 0;    // epoll data of the stop eventfd
+constexpr uint64_t kListenId = 1;  // epoll data of the listening socket
+constexpr int kStartWorkers = 2;
+constexpr int kSweepMs = 1000;  // how often idle keep-alive connections are checked for expiry
+constexpr int kAcceptBatch = 64;
+
+int64_t SteadyMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 constexpr size_t kHeaderLimitBytes = 64 * 1024;
 constexpr size_t kReadBufferBytes = 4 * 1024;
 
@@ -177,64 +193,236 @@ std::string ErrorJson(const absl::Status& status, int* http_status, std::string_
 
 }  // namespace
 
+struct FrontServer::Connection {
+  Connection(int fd_in, const FrontServerOptions& options, const std::atomic<bool>* stopping)
+      : fd(fd_in),
+        stream(fd_in),
+        reader(stream, {options.max_request_bytes, options.idle_timeout_ms, options.io_timeout_ms,
+                        /*called_when_readable=*/true}) {
+    stream.set_slice_ms(kPollSliceMs);
+    stream.set_write_timeout_ms(options.io_timeout_ms);
+    stream.set_cancel([stopping] { return stopping->load(std::memory_order_acquire); });
+    stream.set_cancel_writes(false);
+  }
+  ~Connection() { ::close(fd); }
+
+  const int fd;
+  api::FdStream stream;
+  api::HttpRequestReader reader;
+  bool busy = false;  // a worker serves it (its epoll entry is disarmed)
+  int64_t idle_since_ms = 0;
+};
+
 FrontServer::FrontServer(const FrontServerOptions& options, FrontHandler handler)
     : options_(options), handler_(std::move(handler)) {}
 
 absl::StatusOr<std::unique_ptr<FrontServer>> FrontServer::Start(const FrontServerOptions& options,
                                                                 FrontHandler handler) {
   std::unique_ptr<FrontServer> server(new FrontServer(options, std::move(handler)));
-  api::TcpServerOptions tcp;
-  tcp.host = options.host;
-  tcp.port = options.port;
-  tcp.max_connections = options.max_connections;
-  tcp.thread_stack_bytes = options.thread_stack_bytes;
   int status = 503;
   std::string body = ErrorJson(
       UnavailableError("too_many_connections", "The gateway has too many open connections."),
       &status);
-  tcp.overload_response = fmt::format(
+  server->overload_response_ = fmt::format(
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
       "Retry-After: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
       body.size(), body);
-  DI_ASSIGN_OR_RETURN(server->tcp_, api::TcpServer::Start(tcp, [s = server.get()](int fd) {
-                        s->ServeConnection(fd);
-                      }));
+  DI_ASSIGN_OR_RETURN(server->listen_fd_,
+                      api::ListenTcp(options.host, options.port, &server->port_));
+  ::fcntl(server->listen_fd_, F_SETFL, ::fcntl(server->listen_fd_, F_GETFL) | O_NONBLOCK);
+  server->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  server->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event wake{EPOLLIN, {.u64 = kWakeId}};
+  epoll_event listen{EPOLLIN | EPOLLONESHOT, {.u64 = kListenId}};
+  if (server->epoll_fd_ < 0 || server->wake_fd_ < 0 ||
+      ::epoll_ctl(server->epoll_fd_, EPOLL_CTL_ADD, server->wake_fd_, &wake) != 0 ||
+      ::epoll_ctl(server->epoll_fd_, EPOLL_CTL_ADD, server->listen_fd_, &listen) != 0) {
+    return InternalError("epoll_failed", std::strerror(errno));
+  }
+  {
+    std::lock_guard<std::mutex> lock(server->mu_);
+    for (int i = 0; i < kStartWorkers; ++i) server->StartWorker();
+    if (server->workers_ == 0) return InternalError("thread_failed", "No worker thread started.");
+  }
   return server;
 }
 
 FrontServer::~FrontServer() {
-  Stop();
-  tcp_.reset();  // waits for the connection threads
+  Stop(0);
+  // Workers and the connections they serve use this object; busy ones end within their I/O
+  // timeouts once stopping.
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return workers_ == 0 && connections_.empty(); });
+  lock.unlock();
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+}
+
+int FrontServer::num_connections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(connections_.size());
 }
 
 bool FrontServer::Stop(int timeout_ms) {
-  stopping_.store(true, std::memory_order_release);
-  return tcp_ == nullptr || tcp_->Stop(timeout_ms);  // null: Start failed to listen
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!stopping_.exchange(true, std::memory_order_acq_rel)) {
+    if (listen_fd_ >= 0) {
+      // Under mu_, which AcceptAll holds while it uses the socket.
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, listen_fd_, nullptr);
+      ::close(listen_fd_);
+      listen_fd_ = -1;
+    }
+    CloseIdle(/*expired_only=*/false);
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));  // level-triggered: every worker sees it
+  }
+  return changed_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
+                           [&] { return connections_.empty(); });
 }
 
-void FrontServer::ServeConnection(int fd) {
-  api::FdStream stream(fd);
-  stream.set_slice_ms(kPollSliceMs);
-  stream.set_write_timeout_ms(options_.io_timeout_ms);
-  stream.set_cancel([this] { return stopping_.load(std::memory_order_acquire); });
-  stream.set_cancel_writes(false);
-  api::HttpRequestReader reader(
-      stream, {options_.max_request_bytes, options_.idle_timeout_ms, options_.io_timeout_ms});
+void FrontServer::StartWorker() {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, options_.thread_stack_bytes);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_t thread;
+  if (pthread_create(&thread, &attr, &FrontServer::WorkerMain, this) == 0) ++workers_;
+  pthread_attr_destroy(&attr);
+}
+
+void* FrontServer::WorkerMain(void* arg) {
+  auto* server = static_cast<FrontServer*>(arg);
+  server->WorkerLoop();
+  // Notify under the lock: once the count reads 0 the destructor may free the server.
+  std::lock_guard<std::mutex> lock(server->mu_);
+  --server->workers_;
+  server->changed_.notify_all();
+  return nullptr;
+}
+
+void FrontServer::WorkerLoop() {
+  for (;;) {
+    epoll_event event{};
+    waiting_workers_.fetch_add(1, std::memory_order_acq_rel);
+    int n = ::epoll_wait(epoll_fd_, &event, 1, kSweepMs);
+    const int still_waiting = waiting_workers_.fetch_sub(1, std::memory_order_acq_rel) - 1;
+    if (stopping_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      CloseIdle(/*expired_only=*/false);  // ones handed back since Stop
+      return;
+    }
+    const int64_t now = SteadyMillis();
+    if (now - last_sweep_ms_.load(std::memory_order_relaxed) >= kSweepMs) {
+      last_sweep_ms_.store(now, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(mu_);
+      CloseIdle(/*expired_only=*/true);
+    }
+    // Only a worker that waited a whole sweep period for nothing leaves, so that a busy server
+    // never churns threads.
+    if (n == 0 && still_waiting >= options_.max_idle_threads) return;
+    if (n <= 0 || event.data.u64 == kWakeId) continue;
+    if (event.data.u64 == kListenId) {
+      AcceptAll();
+      continue;
+    }
+    if (still_waiting == 0) {
+      // This request may take long (a stream): leave a thread waiting for the next event.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (workers_ < options_.max_connections + kStartWorkers) StartWorker();
+    }
+    Serve(event.data.u64);
+  }
+}
+
+void FrontServer::AcceptAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (listen_fd_ < 0) return;
+  for (int i = 0; i < kAcceptBatch; ++i) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      break;  // EAGAIN: none left; EMFILE / ENFILE: retried at the next event
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+      ::send(fd, overload_response_.data(), overload_response_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      ::close(fd);
+      continue;
+    }
+    const uint64_t id = next_id_++;
+    auto connection = std::make_unique<Connection>(fd, options_, &stopping_);
+    connection->idle_since_ms = SteadyMillis();
+    epoll_event ready{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = id}};
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ready) != 0) continue;  // closes fd
+    connections_.emplace(id, std::move(connection));
+  }
+  epoll_event listen{EPOLLIN | EPOLLONESHOT, {.u64 = kListenId}};
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &listen);
+}
+
+void FrontServer::Serve(uint64_t id) {
+  Connection* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = connections_.find(id);
+    // Gone: the sweep or Stop closed it after epoll reported it.
+    if (it == connections_.end() || it->second->busy) return;
+    c = it->second.get();
+    c->busy = true;
+  }
+  const bool keep = ServeRequests(*c);
+  std::lock_guard<std::mutex> lock(mu_);
+  c->busy = false;
+  if (!keep || stopping_.load(std::memory_order_acquire)) {
+    Close(id);
+    return;
+  }
+  c->idle_since_ms = SteadyMillis();
+  // Re-armed under mu_, so that the sweep never closes a connection a worker is taking.
+  epoll_event ready{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = id}};
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ready) != 0) Close(id);
+}
+
+void FrontServer::CloseIdle(bool expired_only) {
+  const int64_t now = SteadyMillis();
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    Connection& c = *it->second;
+    if (c.busy || (expired_only && now - c.idle_since_ms < options_.idle_timeout_ms)) {
+      ++it;
+      continue;
+    }
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+    it = connections_.erase(it);
+  }
+  changed_.notify_all();
+}
+
+void FrontServer::Close(uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second->fd, nullptr);
+  connections_.erase(it);
+  changed_.notify_all();
+}
+
+bool FrontServer::ServeRequests(Connection& c) {
+  const int fd = c.fd;
   try {
-    while (!stopping_.load(std::memory_order_acquire)) {
+    do {
       FrontRequest request;
-      absl::Status read = reader.Next(&request);
+      absl::Status read = c.reader.Next(&request);
       if (!read.ok()) {
-        if (read.code() == absl::StatusCode::kCancelled) return;  // nothing to answer
-        Writer writer(stream, request, &stopping_);
+        if (read.code() == absl::StatusCode::kCancelled) return false;  // nothing to answer
+        Writer writer(c.stream, request, &stopping_);
         int http_status = 400;
         std::string body = ErrorJson(read, &http_status, request.path);
         writer.Respond(http_status, {{"Content-Type", "application/json"}}, body);
         ::shutdown(fd, SHUT_WR);
         api::DrainInput(fd, 2 * options_.max_request_bytes + (1 << 20), 2000);
-        return;
+        return false;
       }
-      Writer writer(stream, request, &stopping_);
+      Writer writer(c.stream, request, &stopping_);
       handler_(request, writer);
       writer.Flush();  // a head still held by a handler that ended without End
       if (!writer.started()) {
@@ -243,11 +431,13 @@ void FrontServer::ServeConnection(int fd) {
             ErrorJson(InternalError("no_response", "No response."), &http_status, request.path);
         writer.Respond(http_status, {{"Content-Type", "application/json"}}, body);
       }
-      if (!writer.keep_alive()) return;
-    }
+      if (!writer.keep_alive()) return false;
+      // A pipelined next request may already be buffered: epoll would never report it.
+    } while (c.reader.HasBufferedInput() && !stopping_.load(std::memory_order_acquire));
+    return true;
   } catch (const std::exception& e) {
     // Beast and the standard library may throw (allocation); the connection simply ends.
-    return;
+    return false;
   }
 }
 

@@ -1,24 +1,33 @@
 #pragma once
 
-// The gateway's client-facing HTTP/1.1 server: api::TcpServer (one listening socket, one thread
-// with a small stack per connection), keep-alive, Boost.Beast parsing. It differs from
+// The gateway's client-facing HTTP/1.1 server: keep-alive, Boost.Beast parsing. It differs from
 // api::HttpServer in what a proxy needs: any status with any headers, bodies of known or unknown
 // length passed through as they arrive, and the client socket exposed so that a gone client is seen
 // within one wait slice.
+//
+// Threads: idle keep-alive connections wait in one epoll set (one-shot), and a pool of worker
+// threads waits on it; the worker that takes a ready connection serves its request to the end
+// with blocking I/O (the proxy's waits stay simple), then hands the connection back. So threads
+// follow requests in flight, not open connections: at low load one hot thread serves every
+// connection, as an event loop would (the kernel wakes the most recent waiter first), and a
+// long SSE stream holds one thread. One thread is always left waiting: the worker that takes
+// the last waiting seat starts another first.
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "api/http_server.h"
-#include "api/tcp_server.h"
 
 namespace deepinfer::gateway {
 
@@ -76,38 +85,63 @@ struct FrontServerOptions {
   int idle_timeout_ms = 75000;  // keep-alive wait for the next request
   int io_timeout_ms = 60000;    // stalled read of a started request, or stalled write
   size_t thread_stack_bytes = size_t{256} << 10;
+  // Worker threads kept waiting for events when the load falls; more exit after a second
+  // without work.
+  int max_idle_threads = 4;
 };
 
-// Threads: Start/Stop from one controlling thread; handlers run on connection threads.
-// Lifetime: the destructor stops the server and waits for every connection thread.
+// Threads: Start/Stop from one controlling thread; handlers run on worker threads, one request
+// at a time per connection. Lifetime: the destructor stops the server and waits for every
+// worker thread.
 class FrontServer {
  public:
-  // Binds and listens, then starts the accept thread.
-  // Errors: InvalidArgument "bad_address"; Unavailable "bind_failed".
+  // Binds and listens, then starts the worker threads.
+  // Errors: InvalidArgument "bad_address"; Unavailable "bind_failed"; Internal "epoll_failed".
   static absl::StatusOr<std::unique_ptr<FrontServer>> Start(const FrontServerOptions& options,
                                                             FrontHandler handler);
   ~FrontServer();
   FrontServer(const FrontServer&) = delete;
   FrontServer& operator=(const FrontServer&) = delete;
 
-  int port() const { return tcp_->port(); }
-  int num_connections() const { return tcp_->num_connections(); }
+  int port() const { return port_; }
+  // Open client connections (idle and busy). Thread-safe.
+  int num_connections() const;
   // True once Stop began; handlers may use it to end long waits.
   bool stopping() const { return stopping_.load(std::memory_order_acquire); }
 
   // Stops accepting and waits up to `timeout_ms` for connections to end at their next idle
-  // point. Returns whether all ended.
+  // point (idle ones close at once). Returns whether all ended.
   bool Stop(int timeout_ms = 5000);
 
  private:
+  struct Connection;
   FrontServer(const FrontServerOptions& options, FrontHandler handler);
-  void ServeConnection(int fd);
+  void StartWorker();  // needs mu_
+  static void* WorkerMain(void* arg);
+  void WorkerLoop();
+  void AcceptAll();
+  void Serve(uint64_t id);
+  // Serves requests until the connection has no more input ready; false: close it.
+  bool ServeRequests(Connection& c);
+  void CloseIdle(bool expired_only);  // needs mu_
+  void Close(uint64_t id);            // needs mu_
 
   const FrontServerOptions options_;
   const FrontHandler handler_;
   std::atomic<bool> stopping_{false};
-  // Last, so that it is destroyed first: its destructor waits for the connection threads.
-  std::unique_ptr<api::TcpServer> tcp_;
+  std::string overload_response_;  // a whole 503 answer, for connections over the limit
+  int port_ = 0;
+  int listen_fd_ = -1;  // under mu_ once workers run (-1 after Stop)
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // an eventfd, readable once stopping: wakes every waiting worker
+  std::atomic<int> waiting_workers_{0};
+  std::atomic<int64_t> last_sweep_ms_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;  // a connection or a worker ended
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  uint64_t next_id_ = 2;  // 0 and 1 are the wake and listen sockets in epoll data
+  int workers_ = 0;
 };
 
 }  // namespace deepinfer::gateway

@@ -605,8 +605,14 @@ TEST_F(GatewayTest, StatusNeedsAnAdminKey) {
   EXPECT_TRUE(j["admission"]["open"].get<bool>());
   EXPECT_EQ(r.body.find(key_), std::string::npos);
   EXPECT_EQ(Request("GET", "/gateway/status", "", {}, /*auth=*/false).status, 401);
-  // Every answer of the endpoint is counted, so rejections never outnumber requests.
-  std::string m = gateway_->MetricsText();
+  // Every answer of the endpoint is counted, so rejections never outnumber requests. The count
+  // follows the answer, so the last one may land a moment after the client has read it.
+  std::string m;
+  for (auto deadline = Clock::now() + 2s; Clock::now() < deadline;) {
+    m = gateway_->MetricsText();
+    if (m.find("deepinfer_gateway_requests_total{code=\"401") != std::string::npos) break;
+    std::this_thread::sleep_for(5ms);
+  }
   for (const char* code : {"200", "401", "403"}) {
     EXPECT_NE(m.find("deepinfer_gateway_requests_total{code=\"" + std::string(code)),
               std::string::npos)
