@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/errors.h"
+#include "boost/beast/core/string.hpp"
 #include "gateway/key_store.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
@@ -26,14 +27,6 @@ using SaxJson = nlohmann::json;
 constexpr size_t kMaxDepth = 128;
 constexpr size_t kOpeningMessages = 8;             // messages looked at for the digest
 constexpr size_t kOpeningBytesPerPart = 64 << 10;  // text of each kept for hashing
-
-bool IEqualsPrefix(std::string_view text, std::string_view prefix) {
-  if (text.size() < prefix.size()) return false;
-  for (size_t i = 0; i < prefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) return false;
-  }
-  return true;
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -413,7 +406,9 @@ bool StartsWithObject(std::string_view body) {
 std::string_view PresentedKey(std::string_view authorization, std::string_view x_api_key) {
   authorization = Trim(authorization);
   if (!authorization.empty()) {
-    if (!IEqualsPrefix(authorization, "bearer ")) return {};
+    if (!(authorization.size() >= 7 &&
+          boost::beast::iequals(authorization.substr(0, 7), "bearer ")))
+      return {};
     return Trim(authorization.substr(7));
   }
   return Trim(x_api_key);

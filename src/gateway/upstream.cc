@@ -63,17 +63,6 @@ class UpstreamSocket {
   int fd_;
 };
 
-bool IEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // "host:port" ("[v6]:port"): the normalized URL without its scheme.
 std::string_view HostHeader(const BackendAddress& backend) {
   return std::string_view(backend.url).substr(std::string_view("http://").size());
@@ -327,17 +316,18 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     bool have_request_id = false;
     for (const auto& field : header) {
       std::string name(field.name_string());
-      for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
       if (IsHopByHopHeader(name)) continue;
       if (name == "content-type" &&
-          IEquals(std::string_view(field.value()).substr(0, 17), "text/event-stream")) {
+          boost::beast::iequals(std::string_view(field.value()).substr(0, 17),
+                                "text/event-stream")) {
         sse = true;
       }
       if (name == "x-request-id") have_request_id = true;
       headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
     }
     for (const auto& [name, value] : extra_headers) {
-      if (have_request_id && IEquals(name, "x-request-id")) continue;
+      if (have_request_id && boost::beast::iequals(name, "x-request-id")) continue;
       headers.emplace_back(name, value);
     }
     if (sse) {
