@@ -209,7 +209,8 @@ struct FrontServer::Connection {
   const int fd;
   api::FdStream stream;
   api::HttpRequestReader reader;
-  bool busy = false;  // a worker serves it (its epoll entry is disarmed)
+  bool busy = false;     // a worker owns it (serves it or re-arms it); under mu_
+  bool pending = false;  // an event arrived while busy; its owner serves it; under mu_
   int64_t idle_since_ms = 0;
 };
 
@@ -367,21 +368,33 @@ void FrontServer::Serve(uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = connections_.find(id);
     // Gone: the sweep or Stop closed it after epoll reported it.
-    if (it == connections_.end() || it->second->busy) return;
+    if (it == connections_.end()) return;
     c = it->second.get();
+    if (c->busy) {
+      // Its owner re-armed it and is about to let go: it serves this event itself.
+      c->pending = true;
+      return;
+    }
     c->busy = true;
   }
-  const bool keep = ServeRequests(*c);
-  std::lock_guard<std::mutex> lock(mu_);
-  c->busy = false;
-  if (!keep || stopping_.load(std::memory_order_acquire)) {
-    Close(id);
-    return;
+  for (;;) {
+    const bool keep = ServeRequests(*c) && !stopping_.load(std::memory_order_acquire);
+    c->idle_since_ms = SteadyMillis();
+    // Re-armed outside mu_ (a syscall under the lock made the next worker wait on it). The
+    // connection stays busy meanwhile, so that the sweep cannot close its fd under the call.
+    epoll_event ready{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = id}};
+    const bool armed = keep && ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ready) == 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!armed) {
+      Close(id);
+      return;
+    }
+    if (!c->pending) {
+      c->busy = false;
+      return;
+    }
+    c->pending = false;  // another worker took its event while it was busy: serve it here
   }
-  c->idle_since_ms = SteadyMillis();
-  // Re-armed under mu_, so that the sweep never closes a connection a worker is taking.
-  epoll_event ready{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = id}};
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ready) != 0) Close(id);
 }
 
 void FrontServer::CloseIdle(bool expired_only) {
