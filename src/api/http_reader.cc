@@ -1,9 +1,13 @@
 #include "api/http_reader.h"
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <optional>
 #include <string>
 
 #include "api/errors.h"
+#include "boost/asio/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
@@ -46,13 +50,22 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
   // The idle wait applies until the next request's head is in.
   const bool idle = m.buffer.size() == 0;
   m.stream.set_read_timeout_ms(idle ? m.options.idle_timeout_ms : m.options.io_timeout_ms);
+  boost::system::error_code ec;
   // After an answer the client has not sent its next request yet (unless it pipelines: then the
   // buffer holds it, or the first poll returns at once), so a recv before polling would be
-  // wasted.
-  if (idle && !m.first && !m.options.called_when_readable) m.stream.WaitBeforeNextRead();
+  // wasted. The wait is done here rather than inside the read, so that the deadline for the
+  // whole head starts at its first byte.
+  const bool wait = idle && !m.first && !m.options.called_when_readable;
+  if (wait) m.stream.WaitReadable(ec);
+  // Once bytes are there, each further read of the head waits at most the I/O timeout.
+  if (wait || m.options.called_when_readable) m.stream.set_read_timeout_ms(m.options.io_timeout_ms);
   m.first = false;
-  boost::system::error_code ec;
-  http::read_header(m.stream, m.buffer, parser, ec);
+  if (!ec) {
+    m.stream.set_read_deadline(Clock::now() +
+                               std::chrono::milliseconds(m.options.header_timeout_ms));
+    http::read_header(m.stream, m.buffer, parser, ec);
+    m.stream.set_read_deadline(std::nullopt);
+  }
   m.stream.set_read_timeout_ms(m.options.io_timeout_ms);
   if (!ec) {
     auto expect = parser.get()[http::field::expect];

@@ -16,6 +16,9 @@ struct HttpReadOptions {
   int64_t max_body_bytes = int64_t{32} << 20;
   int idle_timeout_ms = 75000;  // wait for the next request's head on an idle connection
   int io_timeout_ms = 60000;    // stalled read inside a request
+  // The whole head, from its first byte: a client that dribbles its head a byte at a time
+  // (slowloris) cannot hold the connection longer.
+  int header_timeout_ms = 60000;
   // The caller calls Next only once the socket is readable (it waited in epoll) or
   // HasBufferedInput() is true, so Next never polls before its first recv.
   bool called_when_readable = false;

@@ -83,12 +83,23 @@ size_t FdStream::Read(char* data, size_t size, error_code& ec) {
   bool wait = wait_first_;
   wait_first_ = false;
   while (true) {
+    int timeout_ms = read_timeout_ms_;
+    if (read_deadline_) {
+      const int64_t left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*read_deadline_ - Clock::now())
+              .count();
+      if (left <= 0) {
+        ec = net::error::timed_out;
+        return 0;
+      }
+      timeout_ms = static_cast<int>(timeout_ms > 0 ? std::min<int64_t>(timeout_ms, left) : left);
+    }
     if (wait) {
       if (before_read_wait_ && !before_read_wait_()) {
         ec = net::error::operation_aborted;
         return 0;
       }
-      if (!WaitFor(POLLIN, read_timeout_ms_, true, ec)) return 0;
+      if (!WaitFor(POLLIN, timeout_ms, true, ec)) return 0;
     }
     wait = true;
     ssize_t n = ::recv(fd_, data, size, MSG_DONTWAIT);

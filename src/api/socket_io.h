@@ -5,12 +5,14 @@
 // both sides of the gateway (clients and backends) do, so one loop decides how fast a gone
 // client closes its backend connection.
 
+#include <poll.h>
 #include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,6 +51,14 @@ class FdStream {
   // request on an idle keep-alive connection, an answer to a request just sent), the recv that
   // would fail with EAGAIN is a wasted syscall.
   void WaitBeforeNextRead() { wait_first_ = true; }
+  // Waits (read timeout, cancel) until the socket is readable. False with ec on timeout
+  // (timed_out), cancel (operation_aborted) or error.
+  bool WaitReadable(boost::system::error_code& ec) {
+    return WaitFor(POLLIN, read_timeout_ms_, true, ec);
+  }
+  // A time after which reads fail with timed_out, however recently bytes arrived (nullopt:
+  // none). Bounds a whole message that a peer dribbles a byte at a time.
+  void set_read_deadline(std::optional<Clock::time_point> deadline) { read_deadline_ = deadline; }
   // Called when a read is about to wait for bytes that are not there yet; false aborts the read
   // with operation_aborted. The proxy flushes a held response head here, so that a head and the
   // body bytes that arrive with it leave in one send, yet a head never waits on a slow body.
@@ -113,6 +123,7 @@ class FdStream {
 
   int fd_;
   int read_timeout_ms_ = 60000;
+  std::optional<Clock::time_point> read_deadline_;
   int write_timeout_ms_ = 60000;
   int slice_ms_ = 20;
   int watch_fd_ = -1;

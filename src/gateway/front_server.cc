@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include "api/anthropic_types.h"
 #include "api/errors.h"
@@ -43,6 +45,21 @@ constexpr uint64_t kListenId = 1;  // epoll data of the listening socket
 constexpr int kStartWorkers = 2;
 constexpr int kSweepMs = 1000;  // how often idle keep-alive connections are checked for expiry
 constexpr int kAcceptBatch = 64;
+constexpr int kOutOfFdsPauseMs = 50;
+
+// Raises the soft limit on open descriptors toward the hard one, so that `max_connections`
+// clients (each a descriptor, plus its backend connection) fit: the usual soft limit, 1024, would
+// otherwise run out first.
+void RaiseFileLimit(int max_connections) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(max_connections) * 2 + 256;
+  rlim_t target = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < target) {
+    limit.rlim_cur = target;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
 
 int64_t SteadyMillis() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -193,12 +210,19 @@ std::string ErrorJson(const absl::Status& status, int* http_status, std::string_
 
 }  // namespace
 
+static api::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
+  api::HttpReadOptions read;
+  read.max_body_bytes = options.max_request_bytes;
+  read.idle_timeout_ms = options.idle_timeout_ms;
+  read.io_timeout_ms = options.io_timeout_ms;
+  read.header_timeout_ms = options.io_timeout_ms;
+  read.called_when_readable = true;  // workers call Next once epoll reported the socket
+  return read;
+}
+
 struct FrontServer::Connection {
   Connection(int fd_in, const FrontServerOptions& options, const std::atomic<bool>* stopping)
-      : fd(fd_in),
-        stream(fd_in),
-        reader(stream, {options.max_request_bytes, options.idle_timeout_ms, options.io_timeout_ms,
-                        /*called_when_readable=*/true}) {
+      : fd(fd_in), stream(fd_in), reader(stream, ReadOptions(options)) {
     stream.set_slice_ms(kPollSliceMs);
     stream.set_write_timeout_ms(options.io_timeout_ms);
     stream.set_cancel([stopping] { return stopping->load(std::memory_order_acquire); });
@@ -228,6 +252,8 @@ absl::StatusOr<std::unique_ptr<FrontServer>> FrontServer::Start(const FrontServe
       "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
       "Retry-After: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
       body.size(), body);
+  RaiseFileLimit(options.max_connections);
+  server->spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   DI_ASSIGN_OR_RETURN(server->listen_fd_,
                       api::ListenTcp(options.host, options.port, &server->port_));
   ::fcntl(server->listen_fd_, F_SETFL, ::fcntl(server->listen_fd_, F_GETFL) | O_NONBLOCK);
@@ -257,6 +283,7 @@ FrontServer::~FrontServer() {
   lock.unlock();
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
+  if (spare_fd_ >= 0) ::close(spare_fd_);
 }
 
 int FrontServer::num_connections() const {
@@ -336,13 +363,28 @@ void FrontServer::WorkerLoop() {
 }
 
 void FrontServer::AcceptAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (listen_fd_ < 0) return;
+  bool out_of_fds = false;
   for (int i = 0; i < kAcceptBatch; ++i) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      break;  // EAGAIN: none left; EMFILE / ENFILE: retried at the next event
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+        // Out of descriptors: the pending connection would keep the socket ready and every
+        // worker spinning on it. The spare descriptor makes room to take it and answer 503.
+        ::close(spare_fd_);
+        fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) {
+          ::send(fd, overload_response_.data(), overload_response_.size(),
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+          ::close(fd);
+        }
+        spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) continue;
+      }
+      out_of_fds = errno == EMFILE || errno == ENFILE;
+      break;  // EAGAIN: none left
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -357,6 +399,14 @@ void FrontServer::AcceptAll() {
     epoll_event ready{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = id}};
     if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ready) != 0) continue;  // closes fd
     connections_.emplace(id, std::move(connection));
+  }
+  if (out_of_fds) {
+    // Without even a spare descriptor, wait for connections to close rather than spin (the
+    // listening socket stays disarmed meanwhile; other workers go on serving).
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(kOutOfFdsPauseMs));
+    lock.lock();
+    if (listen_fd_ < 0) return;  // Stop closed it meanwhile
   }
   epoll_event listen{EPOLLIN | EPOLLONESHOT, {.u64 = kListenId}};
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &listen);

@@ -143,6 +143,26 @@ TEST(FrontServerTest, IdleConnectionsExpire) {
   EXPECT_EQ(server->num_connections(), 0);
 }
 
+TEST(FrontServerTest, AHeadDribbledByteByByteIsCutOffAtTheHeaderDeadline) {
+  std::atomic<int> served{0};
+  FrontServerOptions o;
+  o.io_timeout_ms = 600;  // each read, and the whole head from its first byte
+  auto server = StartServer(o, &served);
+  int fd = Connect(server->port());
+  SendAll(fd, "GET /a HTTP/1.1\r\n");
+  // Every gap is shorter than the per-read timeout; only the deadline for the whole head ends it.
+  const auto start = Clock::now();
+  bool closed = false;
+  for (int i = 0; i < 40 && !closed; ++i) {
+    closed = ClosedWithin(fd, 100ms);
+    if (!closed) ::send(fd, "X", 1, MSG_NOSIGNAL);
+  }
+  EXPECT_TRUE(closed);
+  EXPECT_LT(Clock::now() - start, 2s);
+  EXPECT_EQ(served.load(), 0);
+  ::close(fd);
+}
+
 TEST(FrontServerTest, StopClosesIdleConnectionsAtOnce) {
   std::atomic<int> served{0};
   auto server = StartServer({}, &served);

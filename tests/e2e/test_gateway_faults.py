@@ -6,6 +6,7 @@ import concurrent.futures
 import hashlib
 import itertools
 import json
+import os
 import socket
 import threading
 import time
@@ -286,3 +287,36 @@ def test_per_key_concurrency_limit(harnesses, gateways):
     assert post(gw, key=limited).status_code == 200
     holder.close()
     assert_no_leaked_slots(gw)
+
+
+def _cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_out_of_descriptors_answers_503_and_does_not_spin(harnesses, gateways):
+    # 64 descriptors (soft and hard, so the gateway cannot raise it) hold about 40 clients. The
+    # others must get a clear 503 at once, not wait unanswered while the gateway spins on a
+    # listening socket it cannot accept from.
+    gw = gateways([harnesses[0].url], wrapper=["prlimit", "--nofile=64:64", "--"])
+    cpu_before = _cpu_seconds(gw.proc.pid)
+    socks = []
+    for _ in range(80):
+        s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: gw\r\n\r\n")
+        socks.append(s)
+    firsts = []
+    for s in socks:
+        try:
+            firsts.append(s.recv(4096).decode(errors="replace"))
+        except OSError as e:
+            firsts.append(f"error {e}")
+    ok = sum(1 for f in firsts if f.startswith("HTTP/1.1 200"))
+    refused = sum(1 for f in firsts if f.startswith("HTTP/1.1 503") and "too_many_connections" in f)
+    assert ok >= 10 and refused >= 1 and ok + refused == len(socks), firsts
+    time.sleep(1)
+    assert _cpu_seconds(gw.proc.pid) - cpu_before < 2.0, "the gateway spun while out of descriptors"
+    for s in socks:
+        s.close()
+    wait_for(lambda: httpx.get(gw.url + "/health", timeout=2).status_code == 200, 5,
+             "gateway serving again")
