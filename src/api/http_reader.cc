@@ -67,7 +67,10 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
     m.stream.set_read_deadline(std::nullopt);
   }
   m.stream.set_read_timeout_ms(m.options.io_timeout_ms);
-  if (!ec) {
+  // RFC 9112 section 3.2: an HTTP/1.1 request without exactly one Host field is answered 400.
+  const bool bad_host =
+      !ec && parser.get().version() == 11 && parser.get().count(http::field::host) != 1;
+  if (!ec && !bad_host) {
     auto expect = parser.get()[http::field::expect];
     if (boost::beast::iequals(expect, "100-continue") &&
         !m.stream.WriteAll("HTTP/1.1 100 Continue\r\n\r\n")) {
@@ -85,6 +88,11 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
     if (parser.is_header_done()) request->keep_alive = header.keep_alive();
   }
   request->path = request->target.substr(0, request->target.find('?'));
+  if (bad_host) {
+    request->keep_alive = false;
+    return InvalidArgumentError("bad_http_request",
+                                "An HTTP/1.1 request needs exactly one Host header.");
+  }
   if (ec) {
     request->keep_alive = false;
     if (IsQuietHttpClose(ec)) {

@@ -35,7 +35,8 @@ class HttpRequestReader {
   // "Expect: 100-continue" itself. Heads are limited to 64 KiB.
   // Returns OK; or the error to answer before closing the connection, with *request holding
   // what its head said (keep_alive false): ResourceExhausted "request_too_large" (413) for a
-  // body over max_body_bytes, InvalidArgument "bad_http_request" (400) for a malformed request;
+  // body over max_body_bytes, InvalidArgument "bad_http_request" (400) for a malformed request
+  // (an HTTP/1.1 one without exactly one Host header included);
   // or Cancelled "connection_closed" when the connection ends with nothing to answer (the
   // client closed an idle connection or left mid-request, a timeout, the server stopping).
   absl::Status Next(HttpRequest* request);

@@ -149,6 +149,14 @@ TEST_F(HttpServerTest, MalformedRequestIs400) {
   std::string binary("\x00\xff\x01\r\n\r\n", 7);
   reply = RawExchange(binary);
   EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  // HTTP/1.1 needs exactly one Host header (RFC 9112 section 3.2); HTTP/1.0 needs none.
+  reply = RawExchange("GET /health HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  EXPECT_NE(reply.find("Host"), std::string::npos) << reply;
+  reply = RawExchange("GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply;
+  reply = RawExchange("GET /health HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.0 200", 0), 0u) << reply;
 }
 
 TEST_F(HttpServerTest, ClientCloseMidStreamCancelsTheEngineRequest) {
