@@ -1,11 +1,11 @@
 #include "api/http_reader.h"
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <optional>
 #include <string>
 
+#include "absl/strings/ascii.h"
 #include "api/errors.h"
 #include "boost/asio/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
@@ -106,9 +106,7 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
   request->body = std::move(message.body());
   for (const auto& field : message) {
     std::string name(field.name_string());
-    for (char& c : name) {
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');  // ASCII, no locale
-    }
+    absl::AsciiStrToLower(&name);  // ASCII, no locale
     request->headers.emplace_back(std::move(name), std::string(field.value()));
   }
   return absl::OkStatus();

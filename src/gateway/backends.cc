@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "absl/strings/ascii.h"
 #include "api/json.h"
 #include "fmt/format.h"
 #include "util/status.h"
@@ -19,7 +20,7 @@ absl::Status BadUrl(std::string_view url, std::string_view why) {
 
 absl::StatusOr<BackendAddress> ParseBackendUrl(std::string_view url) {
   std::string lower(url);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  absl::AsciiStrToLower(&lower);
   constexpr std::string_view kScheme = "http://";
   if (lower.rfind(kScheme, 0) != 0) return BadUrl(url, "only http:// is supported");
   std::string rest = lower.substr(kScheme.size());

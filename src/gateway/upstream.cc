@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <exception>
 
+#include "absl/strings/ascii.h"
 #include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/socket_io.h"
@@ -316,7 +316,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     bool have_request_id = false;
     for (const auto& field : header) {
       std::string name(field.name_string());
-      for (char& c : name) c = (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c;
+      absl::AsciiStrToLower(&name);
       if (IsHopByHopHeader(name)) continue;
       if (name == "content-type" &&
           boost::beast::iequals(std::string_view(field.value()).substr(0, 17),
