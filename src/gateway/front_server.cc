@@ -1,10 +1,7 @@
 #include "gateway/front_server.h"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -13,7 +10,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -26,8 +22,6 @@
 #include "api/http_reader.h"
 #include "api/socket_io.h"
 #include "api/tcp_server.h"
-#include "boost/asio/error.hpp"
-#include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
 #include "util/status.h"
@@ -36,8 +30,6 @@ namespace deepinfer::gateway {
 namespace {
 
 namespace http = boost::beast::http;
-namespace net = boost::asio;
-using boost::system::error_code;
 
 constexpr int kPollSliceMs = 200;
 constexpr uint64_t kWakeId = 0;    // epoll data of the stop eventfd
@@ -66,8 +58,6 @@ int64_t SteadyMillis() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-constexpr size_t kHeaderLimitBytes = 64 * 1024;
-constexpr size_t kReadBufferBytes = 4 * 1024;
 
 std::string_view ReasonPhrase(int status) {
   auto reason = http::obsolete_reason(static_cast<http::status>(status));
@@ -208,9 +198,7 @@ std::string ErrorJson(const absl::Status& status, int* http_status, std::string_
   return api::ErrorBodyForPath(error, path);
 }
 
-}  // namespace
-
-static api::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
+api::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
   api::HttpReadOptions read;
   read.max_body_bytes = options.max_request_bytes;
   read.idle_timeout_ms = options.idle_timeout_ms;
@@ -219,6 +207,8 @@ static api::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
   read.called_when_readable = true;  // workers call Next once epoll reported the socket
   return read;
 }
+
+}  // namespace
 
 struct FrontServer::Connection {
   Connection(int fd_in, const FrontServerOptions& options, const std::atomic<bool>* stopping)
@@ -375,11 +365,7 @@ void FrontServer::AcceptAll() {
         // worker spinning on it. The spare descriptor makes room to take it and answer 503.
         ::close(spare_fd_);
         fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) {
-          ::send(fd, overload_response_.data(), overload_response_.size(),
-                 MSG_NOSIGNAL | MSG_DONTWAIT);
-          ::close(fd);
-        }
+        if (fd >= 0) Refuse(fd);
         spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (fd >= 0) continue;
       }
@@ -389,8 +375,7 @@ void FrontServer::AcceptAll() {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (static_cast<int>(connections_.size()) >= options_.max_connections) {
-      ::send(fd, overload_response_.data(), overload_response_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      ::close(fd);
+      Refuse(fd);
       continue;
     }
     const uint64_t id = next_id_++;
@@ -410,6 +395,11 @@ void FrontServer::AcceptAll() {
   }
   epoll_event listen{EPOLLIN | EPOLLONESHOT, {.u64 = kListenId}};
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &listen);
+}
+
+void FrontServer::Refuse(int fd) const {
+  ::send(fd, overload_response_.data(), overload_response_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::close(fd);
 }
 
 void FrontServer::Serve(uint64_t id) {

@@ -120,6 +120,8 @@ class FrontServer {
   static void* WorkerMain(void* arg);
   void WorkerLoop();
   void AcceptAll();
+  // Sends the 503 overload answer without waiting, and closes `fd`.
+  void Refuse(int fd) const;
   void Serve(uint64_t id);
   // Serves requests until the connection has no more input ready; false: close it.
   bool ServeRequests(Connection& c);

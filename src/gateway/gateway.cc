@@ -306,15 +306,16 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
     // Counted like API requests (401 and 403 included), so that rejections_total never
     // exceeds requests_total.
     KeyRecord key;
-    if (!Authenticate(request, writer, extra, &key)) {
-    } else if (!key.admin) {
-      RespondError(writer, extra,
-                   MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
-                             "This endpoint needs a key with admin rights."));
-    } else {
-      Headers headers = extra;
-      headers.emplace_back("Content-Type", "application/json");
-      writer.Respond(200, headers, StatusJson());
+    if (Authenticate(request, writer, extra, &key)) {  // else it answered 401
+      if (!key.admin) {
+        RespondError(writer, extra,
+                     MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
+                               "This endpoint needs a key with admin rights."));
+      } else {
+        Headers headers = extra;
+        headers.emplace_back("Content-Type", "application/json");
+        writer.Respond(200, headers, StatusJson());
+      }
     }
     metrics_.RecordRequest(writer.status(), "");
     return;
