@@ -155,7 +155,9 @@ absl::Status Gateway::Init() {
   {
     keys_signature_ = FileSignature::Of(options_.key_store_path);
     DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(options_.key_store_path));
-    DI_ASSIGN_OR_RETURN(keys_, KeyStore::Parse(text));
+    DI_ASSIGN_OR_RETURN(std::shared_ptr<const KeyStore> store, KeyStore::Parse(text));
+    std::lock_guard<std::mutex> lock(files_mu_);
+    InstallKeys(std::move(store));
     keys_loaded_unix_ = UnixSeconds();
     metrics_.RecordReload("keys", true);
   }
@@ -231,34 +233,32 @@ void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl
   writer.Respond(error.http_status, headers, GatewayErrorBody(error, writer.request_path()));
 }
 
-bool Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
-                           KeyRecord* key) {
+const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer,
+                                       const Headers& extra) {
   std::string_view presented =
       PresentedKey(request.Header("authorization"), request.Header("x-api-key"));
-  // A keep-alive connection (one thread each) presents the same key with every request: the key
-  // this thread verified last is accepted again without a SHA-256 while the key store is the
-  // same object (a weak pointer: a reload makes a new one), compared in constant time, with its
-  // expiry checked again.
+  // Clients present the same key with every request: the key this thread verified last is
+  // accepted again without a SHA-256 while the key store is the one it was verified against
+  // (its generation, unique in the process, so two gateways in one process never share an
+  // entry), compared in constant time, with its expiry checked again. One atomic load instead
+  // of the store's lock and reference count, which every request would otherwise write.
   struct VerifiedKey {
-    std::weak_ptr<const KeyStore> store;
+    uint64_t generation = 0;  // 0: none
     std::string presented;
     KeyRecord key;
   };
   thread_local VerifiedKey last;
-  const std::shared_ptr<const KeyStore> store = keys();
-  const int64_t now = UnixSeconds();
   if (!presented.empty() && presented.size() == last.presented.size() &&
-      last.store.lock() == store &&
+      keys_generation_.load(std::memory_order_acquire) == last.generation &&
       CRYPTO_memcmp(presented.data(), last.presented.data(), presented.size()) == 0 &&
-      (last.key.expires_unix == 0 || now < last.key.expires_unix)) {
-    *key = last.key;
-    return true;
+      (last.key.expires_unix == 0 || UnixSeconds() < last.key.expires_unix)) {
+    return &last.key;
   }
-  AuthOutcome outcome = store->Authenticate(presented, now);
+  auto [store, generation] = KeysAndGeneration();
+  AuthOutcome outcome = store->Authenticate(presented, UnixSeconds());
   if (outcome.result == AuthResult::kOk) {
-    last = VerifiedKey{store, std::string(presented), outcome.key};
-    *key = outcome.key;
-    return true;
+    last = VerifiedKey{generation, std::string(presented), std::move(outcome.key)};
+    return &last.key;
   }
   metrics_.RecordRejection("unauthorized");
   absl::Status status;
@@ -280,7 +280,7 @@ bool Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer, con
                          "Incorrect API key provided.");
   }
   RespondError(writer, extra, status);
-  return false;
+  return nullptr;
 }
 
 void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
@@ -305,9 +305,8 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
   if (path == "/gateway/status") {
     // Counted like API requests (401 and 403 included), so that rejections_total never
     // exceeds requests_total.
-    KeyRecord key;
-    if (Authenticate(request, writer, extra, &key)) {  // else it answered 401
-      if (!key.admin) {
+    if (const KeyRecord* key = Authenticate(request, writer, extra)) {  // else it answered 401
+      if (!key->admin) {
         RespondError(writer, extra,
                      MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
                                "This endpoint needs a key with admin rights."));
@@ -326,28 +325,31 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
     return;
   }
   HandleProxy(request, writer, extra, start);
-  metrics_.ObserveDuration(SecondsSince(start));
 }
 
 void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
                           Clock::time_point start) {
+  // What the metrics get, recorded once when the request ends: everything off the path to the
+  // backend is deferred to after the send or after the answer.
+  ProxiedRequest record;
   std::string served_by;
-  KeyRecord key;
-  std::string affinity = "none";
-  double waited_s = 0;
   auto finish = [&](int status) {
-    metrics_.RecordRequest(status, served_by);
+    record.status = status;
+    record.backend = served_by;
+    record.duration_seconds = SecondsSince(start);
+    metrics_.RecordProxied(record);
     if (!options_.log_requests) return;
     spdlog::info(
         "request {} {} {} {:.1f}ms key={} backend={} affinity={} queue_ms={:.1f} "
         "x_request_id={}",
         util::PrintableForLog(request.method), util::PrintableForLog(request.path), status,
-        SecondsSince(start) * 1e3, key.id.empty() ? "-" : key.id,
-        served_by.empty() ? "-" : served_by, affinity, waited_s * 1e3,
-        util::PrintableForLog(extra.front().second));
+        record.duration_seconds * 1e3, record.key_id.empty() ? "-" : record.key_id,
+        served_by.empty() ? "-" : served_by, record.affinity.empty() ? "none" : record.affinity,
+        record.queue_wait_seconds.value_or(0) * 1e3, util::PrintableForLog(extra.front().second));
   };
-  if (!Authenticate(request, writer, extra, &key)) return finish(writer.status());
-  metrics_.RecordKeyRequest(key.id);
+  const KeyRecord* const key = Authenticate(request, writer, extra);
+  if (key == nullptr) return finish(writer.status());
+  record.key_id = key->id;
   if (request.path == "/v1/models" && (request.method == "GET" || request.method == "HEAD")) {
     HandleModels(writer, extra);
     return finish(writer.status());
@@ -362,9 +364,9 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   }
 
   std::unique_ptr<KeyLease> lease;
-  if (key.max_concurrent > 0) {
-    std::string name = "key:" + key.id;
-    absl::StatusOr<int> got = counters_->TryAcquire({name}, key.max_concurrent);
+  if (key->max_concurrent > 0) {
+    std::string name = "key:" + key->id;
+    absl::StatusOr<int> got = counters_->TryAcquire({name}, key->max_concurrent);
     if (!got.ok() || *got < 0) {
       bool state_error = !got.ok();
       metrics_.RecordRejection(state_error ? "shared_state_unavailable"
@@ -374,14 +376,14 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
                                : ResourceExhaustedError(
                                      "key_concurrency_exceeded",
                                      fmt::format("Key '{}' already has {} requests in flight.",
-                                                 key.id, key.max_concurrent)),
+                                                 key->id, key->max_concurrent)),
                    1);
       return finish(writer.status());
     }
     lease = std::make_unique<KeyLease>(counters_.get(), name);
   }
 
-  SessionId session = ExtractSession(key.id, request.Header(options_.session_header), body);
+  SessionId session = ExtractSession(key->id, request.Header(options_.session_header), body);
   int preferred = -1;
   bool bound = false;
   if (!session.key.empty()) {
@@ -394,8 +396,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
 
   const std::function<bool()> client_gone = [&writer] { return writer.PeerClosed(); };
   AcquireResult admit = flow_->Acquire({preferred, -1}, client_gone);
-  metrics_.ObserveQueueWait(admit.waited_seconds);
-  waited_s = admit.waited_seconds;
+  record.queue_wait_seconds = admit.waited_seconds;
   if (admit.result == AdmitResult::kCancelled) {
     metrics_.RecordCancellation("queued");
     writer.Abort();
@@ -409,44 +410,35 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   }
 
   Slot slot = std::move(admit.slot);
-  int home = -1;  // the backend the session's binding points at after this request
-  auto record_binding = [&](int backend, bool spilled) {
+  // The session's binding is written once the request is with its backend (ProxyRequest's
+  // on_sent), while the backend works: a bound session's lookup above is all the routing needs,
+  // and a binding store write (a Redis round trip with --state) then adds nothing to latency.
+  // `spilled`: the bound backend was only busy, so the session stays home.
+  bool spilled = admit.spilled;
+  auto record_binding = [&] {
+    const int backend = slot.backend();
     if (session.key.empty()) {
-      affinity = "none";
-      metrics_.RecordAffinity(affinity);
-      return;
-    }
-    const std::string& url = backends_->address(backend).url;
-    int64_t now_ms = UnixMillis();
-    if (!bound) {
-      affinity = "new";
-      metrics_.RecordAffinity(affinity);
-      auto kept = bindings_->BindIfAbsent(session.key, url, now_ms);
-      home = kept.ok() ? backends_->IndexOf(*kept) : backend;
+      record.affinity = "none";
+    } else if (!bound) {
+      record.affinity = "new";
+      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).url, UnixMillis());
     } else if (backend == preferred) {
-      affinity = "hit";
-      metrics_.RecordAffinity(affinity);
-      home = backend;
+      record.affinity = "hit";
     } else if (spilled) {
-      // The bound backend is only busy: this request goes elsewhere, the session stays home.
-      affinity = "spill";
-      metrics_.RecordAffinity(affinity);
-      home = preferred;
+      record.affinity = "spill";
     } else {
-      affinity = "rebind";
-      metrics_.RecordAffinity(affinity);
-      (void)bindings_->Rebind(session.key, url, now_ms);
-      home = backend;
+      record.affinity = "rebind";
+      (void)bindings_->Rebind(session.key, backends_->address(backend).url, UnixMillis());
     }
   };
-  record_binding(slot.backend(), admit.spilled);
 
   const std::string& request_id = extra.front().second;
-  metrics_.ObserveOverhead(std::max(0.0, SecondsSince(start) - admit.waited_seconds));
+  record.overhead_seconds = std::max(0.0, SecondsSince(start) - admit.waited_seconds);
   ProxyResult result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra,
-                                    writer, options_.upstream, pool_.get());
+                                    writer, options_.upstream, pool_.get(), record_binding);
   if (result.end == ProxyEnd::kConnectFailed) {
-    // Nothing was sent anywhere: eject the backend and try once more elsewhere.
+    // Nothing was sent anywhere (so no binding was written): eject the backend and try once
+    // more elsewhere.
     const int failed = slot.backend();
     const std::string& failed_url = backends_->address(failed).url;
     std::fprintf(stderr, "deepinfer gateway: %s: connect failed (%s); ejected, retrying\n",
@@ -468,15 +460,11 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
       return finish(writer.status());
     }
     slot = std::move(again.slot);
-    // A binding that points at the failed backend moves; one that points elsewhere stays.
-    bool home_failed = home == failed;
-    if (home_failed) {
-      bound = true;
-      preferred = failed;
-    }
-    record_binding(slot.backend(), /*spilled=*/!home_failed);
+    // A session bound to the failed backend moves to this one; one that had spilled away from
+    // its busy home stays bound there.
+    spilled = bound && preferred != failed && admit.spilled;
     result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra, writer,
-                          options_.upstream, pool_.get());
+                          options_.upstream, pool_.get(), record_binding);
     if (result.end == ProxyEnd::kConnectFailed) {
       const int second = slot.backend();
       metrics_.RecordBackendError(backends_->address(second).url, "connect");

@@ -117,9 +117,11 @@ class Gateway {
   void HandleModels(FrontWriter& writer, const Headers& extra);
   void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status,
                     int retry_after_s = 0);
-  // The 401 answers; false when the key is not accepted (the answer is sent).
-  bool Authenticate(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
-                    KeyRecord* key);
+  // The accepted key, or nullptr when it is not accepted (the 401 answer is sent). The record
+  // is this thread's and stays valid until the thread's next Authenticate (a thread serves one
+  // request at a time).
+  const KeyRecord* Authenticate(const FrontRequest& request, FrontWriter& writer,
+                                const Headers& extra);
 
   // Background work (gateway_admin.cc).
   void ProbeLoop(size_t backend);
@@ -131,6 +133,9 @@ class Gateway {
   void OnHealthChange(size_t backend);
   void WriteBackendState();
   std::shared_ptr<const KeyStore> keys() const;
+  // The key store and the generation it was installed under, read together.
+  std::pair<std::shared_ptr<const KeyStore>, uint64_t> KeysAndGeneration() const;
+  void InstallKeys(std::shared_ptr<const KeyStore> store);  // needs files_mu_
   Admission admission() const;
   GatewayGauges Gauges() const;
 
@@ -146,6 +151,9 @@ class Gateway {
 
   mutable std::mutex files_mu_;
   std::shared_ptr<const KeyStore> keys_;
+  // Unique in the process, never 0, new with every installed key store; read without the lock
+  // by Authenticate's per-thread cache of the last verified key.
+  std::atomic<uint64_t> keys_generation_{0};
   std::string keys_error_;  // why the last reload was rejected ("" when it loaded)
   int64_t keys_loaded_unix_ = 0;
   Admission admission_;

@@ -45,6 +45,17 @@ std::shared_ptr<const KeyStore> Gateway::keys() const {
   return keys_;
 }
 
+std::pair<std::shared_ptr<const KeyStore>, uint64_t> Gateway::KeysAndGeneration() const {
+  std::lock_guard<std::mutex> lock(files_mu_);
+  return {keys_, keys_generation_.load(std::memory_order_relaxed)};
+}
+
+void Gateway::InstallKeys(std::shared_ptr<const KeyStore> store) {
+  static std::atomic<uint64_t> next_generation{1};
+  keys_ = std::move(store);
+  keys_generation_.store(next_generation.fetch_add(1), std::memory_order_release);
+}
+
 Admission Gateway::admission() const {
   std::lock_guard<std::mutex> lock(files_mu_);
   return admission_;
@@ -70,7 +81,7 @@ void Gateway::ReloadKeys() {
     metrics_.RecordReload("keys", false);
     return;
   }
-  keys_ = *store;
+  InstallKeys(*std::move(store));
   keys_error_.clear();
   keys_loaded_unix_ = UnixSeconds();
   metrics_.RecordReload("keys", true);

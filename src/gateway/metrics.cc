@@ -91,6 +91,16 @@ void GatewayMetrics::RecordRequest(int status, std::string_view backend) {
   Bump(requests_[status], backend.empty() ? std::string_view("none") : backend);
 }
 
+void GatewayMetrics::RecordProxied(const ProxiedRequest& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Bump(requests_[r.status], r.backend.empty() ? std::string_view("none") : r.backend);
+  if (!r.key_id.empty()) Bump(key_requests_, r.key_id);
+  if (!r.affinity.empty()) Bump(affinity_, r.affinity);
+  if (r.queue_wait_seconds) queue_wait_.Observe(*r.queue_wait_seconds);
+  if (r.overhead_seconds) overhead_.Observe(*r.overhead_seconds);
+  duration_.Observe(r.duration_seconds);
+}
+
 void GatewayMetrics::RecordRejection(std::string_view reason) {
   std::lock_guard<std::mutex> lock(mu_);
   Bump(rejections_, reason);
@@ -99,11 +109,6 @@ void GatewayMetrics::RecordRejection(std::string_view reason) {
 void GatewayMetrics::RecordCancellation(std::string_view phase) {
   std::lock_guard<std::mutex> lock(mu_);
   Bump(cancellations_, phase);
-}
-
-void GatewayMetrics::RecordAffinity(std::string_view result) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Bump(affinity_, result);
 }
 
 void GatewayMetrics::RecordRetry() {
@@ -116,29 +121,9 @@ void GatewayMetrics::RecordBackendError(std::string_view backend, std::string_vi
   backend_errors_[{std::string(backend), std::string(kind)}]++;
 }
 
-void GatewayMetrics::RecordKeyRequest(std::string_view key_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Bump(key_requests_, key_id);
-}
-
 void GatewayMetrics::RecordReload(std::string_view file, bool ok) {
   std::lock_guard<std::mutex> lock(mu_);
   reloads_[{std::string(file), ok ? "ok" : "rejected"}]++;
-}
-
-void GatewayMetrics::ObserveQueueWait(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  queue_wait_.Observe(seconds);
-}
-
-void GatewayMetrics::ObserveOverhead(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  overhead_.Observe(seconds);
-}
-
-void GatewayMetrics::ObserveDuration(double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  duration_.Observe(seconds);
 }
 
 void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
@@ -166,10 +151,10 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   Header(out, "deepinfer_gateway_backend_errors_total", "counter",
          "Backend failures seen while proxying, by backend and kind.");
   for (const auto& [key, count] : backend_errors_) {
-    Sample(
-        out, "deepinfer_gateway_backend_errors_total",
-        fmt::format("backend=\"{}\",kind=\"{}\"", api::EscapeLabelValue(key.first), api::EscapeLabelValue(key.second)),
-        static_cast<double>(count));
+    Sample(out, "deepinfer_gateway_backend_errors_total",
+           fmt::format("backend=\"{}\",kind=\"{}\"", api::EscapeLabelValue(key.first),
+                       api::EscapeLabelValue(key.second)),
+           static_cast<double>(count));
   }
   Header(out, "deepinfer_gateway_reloads_total", "counter",
          "Reloads of the key store and admission file, by file and result.");
@@ -210,7 +195,8 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   for (const GaugeSpec& spec : specs) {
     Header(out, spec.name, "gauge", spec.help);
     for (const BackendGauges& b : g.backends) {
-      Sample(out, spec.name, fmt::format("backend=\"{}\"", api::EscapeLabelValue(b.url)), spec.value(b));
+      Sample(out, spec.name, fmt::format("backend=\"{}\"", api::EscapeLabelValue(b.url)),
+             spec.value(b));
     }
   }
   auto gauge = [&](const char* name, const char* help, double value) {

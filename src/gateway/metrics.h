@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,6 +55,18 @@ struct GatewayGauges {
   int64_t keys = 0;
 };
 
+// What one request to a /v1 route adds to the metrics, all recorded at once when it ends.
+// Empty views and unset optionals are the parts the request never reached.
+struct ProxiedRequest {
+  int status = 0;                            // the HTTP status answered (499: the client left)
+  std::string_view backend;                  // the backend that served it; "" for none
+  std::string_view key_id;                   // "" when the key was not accepted
+  std::string_view affinity;                 // see RecordAffinity; "" when no backend was chosen
+  std::optional<double> queue_wait_seconds;  // set once the request asked for a slot
+  std::optional<double> overhead_seconds;    // gateway time before the backend, waits excluded
+  double duration_seconds = 0;               // arrival -> answer sent
+};
+
 // Counters and histograms of the request path.
 // Threads: all methods are thread-safe.
 class GatewayMetrics {
@@ -62,23 +75,20 @@ class GatewayMetrics {
 
   // One answered request: its HTTP status and the backend that served it ("" for none).
   void RecordRequest(int status, std::string_view backend);
+  // One request to a /v1 route, under one lock (the request path takes it once per request).
+  void RecordProxied(const ProxiedRequest& r);
   // reason: queue_full, queue_timeout, no_healthy_backend, admission_closed,
   // context_length_exceeded, unauthorized, key_concurrency_exceeded, shared_state_unavailable.
   void RecordRejection(std::string_view reason);
   // phase: queued, waiting_headers, streaming, body.
   void RecordCancellation(std::string_view phase);
-  // result: hit (bound backend), new (first binding), rebind (bound backend left), spill (bound
-  // backend full past the patience window), none (no session id).
-  void RecordAffinity(std::string_view result);
+  // Affinity results (ProxiedRequest::affinity): hit (bound backend), new (first binding),
+  // rebind (bound backend left), spill (bound backend full past the patience window), none (no
+  // session id).
   void RecordRetry();
   void RecordBackendError(std::string_view backend, std::string_view kind);
-  void RecordKeyRequest(std::string_view key_id);
   // file: keys or admission; ok false when the file was rejected.
   void RecordReload(std::string_view file, bool ok);
-  // Units: seconds.
-  void ObserveQueueWait(double seconds);
-  void ObserveOverhead(double seconds);
-  void ObserveDuration(double seconds);
 
   // Appends every series.
   void Format(const GatewayGauges& gauges, std::string* out) const;

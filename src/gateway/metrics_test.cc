@@ -24,21 +24,29 @@ GatewayGauges Gauges() {
 
 TEST(GatewayMetricsTest, FormatsCountersGaugesAndHistograms) {
   GatewayMetrics m;
-  m.RecordRequest(200, "http://127.0.0.1:1");
+  m.RecordProxied({.status = 200,
+                   .backend = "http://127.0.0.1:1",
+                   .key_id = "alice",
+                   .affinity = "hit",
+                   .queue_wait_seconds = 0.003,
+                   .overhead_seconds = 0.00002,
+                   .duration_seconds = 0.01});
   m.RecordRequest(200, "http://127.0.0.1:1");
   m.RecordRequest(429, "");
+  // Rejected in the queue: no backend, no affinity, no overhead.
+  ProxiedRequest rejected;
+  rejected.status = 429;
+  rejected.key_id = "bob";
+  rejected.queue_wait_seconds = 7;
+  m.RecordProxied(rejected);
   m.RecordRejection("queue_full");
   m.RecordCancellation("streaming");
-  m.RecordAffinity("hit");
-  m.RecordKeyRequest("alice");
-  m.ObserveQueueWait(0.003);
-  m.ObserveQueueWait(7);
   std::string out;
   m.Format(Gauges(), &out);
   EXPECT_NE(
       out.find("deepinfer_gateway_requests_total{code=\"200\",backend=\"http://127.0.0.1:1\"} 2\n"),
       std::string::npos);
-  EXPECT_NE(out.find("deepinfer_gateway_requests_total{code=\"429\",backend=\"none\"} 1\n"),
+  EXPECT_NE(out.find("deepinfer_gateway_requests_total{code=\"429\",backend=\"none\"} 2\n"),
             std::string::npos);
   EXPECT_NE(out.find("deepinfer_gateway_rejections_total{reason=\"queue_full\"} 1\n"),
             std::string::npos);
@@ -58,6 +66,13 @@ TEST(GatewayMetricsTest, FormatsCountersGaugesAndHistograms) {
   EXPECT_NE(out.find("deepinfer_gateway_slots_acquired_total 10\n"), std::string::npos);
   EXPECT_NE(out.find("deepinfer_gateway_key_requests_total{key_id=\"alice\"} 1\n"),
             std::string::npos);
+  EXPECT_NE(out.find("deepinfer_gateway_key_requests_total{key_id=\"bob\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("deepinfer_gateway_affinity_total{result=\"hit\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_gateway_affinity_total{result=\"new\"} 0\n"), std::string::npos);
+  // Only the request that reached a backend has an overhead sample; both have a duration.
+  EXPECT_NE(out.find("_overhead_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(out.find("_duration_seconds_count 2\n"), std::string::npos);
   size_t pos = 0;
   while (pos < out.size()) {
     size_t end = out.find('\n', pos);
@@ -80,8 +95,13 @@ TEST(GatewayMetricsTest, PassesPromtoolWhenInstalled) {
   m.RecordRequest(200, "http://127.0.0.1:1");
   m.RecordBackendError("http://127.0.0.1:2", "connect");
   m.RecordReload("keys", true);
-  m.ObserveOverhead(0.0002);
-  m.ObserveDuration(1.5);
+  m.RecordProxied({.status = 200,
+                   .backend = "http://127.0.0.1:1",
+                   .key_id = "alice",
+                   .affinity = "new",
+                   .queue_wait_seconds = 0,
+                   .overhead_seconds = 0.0002,
+                   .duration_seconds = 1.5});
   std::string out;
   m.Format(Gauges(), &out);
   std::string path = ::testing::TempDir() + "/gw-metrics-" + std::to_string(::getpid()) + ".txt";

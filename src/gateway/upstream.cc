@@ -217,7 +217,8 @@ void UpstreamPool::Drop(const std::string& backend_url) {
 
 ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
                          std::string_view request_id, const Headers& extra_headers,
-                         FrontWriter& writer, const UpstreamOptions& options, UpstreamPool* pool) {
+                         FrontWriter& writer, const UpstreamOptions& options, UpstreamPool* pool,
+                         absl::FunctionRef<void()> on_sent) {
   ProxyResult result;
   const auto start = Clock::now();
   int pooled = pool != nullptr ? pool->Take(backend.url) : -1;
@@ -278,6 +279,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     result.status = writer.status();
     return result;
   }
+  on_sent();
 
   try {
     boost::beast::flat_buffer buffer;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "api/errors.h"
 #include "gateway/backends.h"
@@ -85,11 +86,15 @@ struct ProxyResult {
 // `data: [DONE]`. Nothing reaches the client before the backend's headers, so a kConnectFailed
 // result can be retried on another backend. The client's key (Authorization, x-api-key) is never
 // forwarded, and its x-request-id is replaced by `request_id`.
-// Threads: runs on the caller's (connection) thread.
-ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
-                         std::string_view request_id, const Headers& extra_headers,
-                         FrontWriter& writer, const UpstreamOptions& options,
-                         UpstreamPool* pool = nullptr);
+// `on_sent` runs once the whole request is with the backend and before the first wait
+// for its answer, so that bookkeeping the request does not need in order to be routed (binding
+// writes) overlaps the backend's work instead of adding to the client's latency. It does not run
+// when nothing was sent (kConnectFailed, or a send that failed).
+// Threads: runs on the caller's (connection) thread; so does `on_sent`.
+ProxyResult ProxyRequest(
+    const BackendAddress& backend, const FrontRequest& request, std::string_view request_id,
+    const Headers& extra_headers, FrontWriter& writer, const UpstreamOptions& options,
+    UpstreamPool* pool = nullptr, absl::FunctionRef<void()> on_sent = [] {});
 
 struct SimpleResponse {
   int status = 0;
