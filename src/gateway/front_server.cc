@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -36,6 +37,11 @@ constexpr uint64_t kWakeId = 0;    // epoll data of the stop eventfd
 constexpr uint64_t kListenId = 1;  // epoll data of the listening socket
 constexpr int kStartWorkers = 2;
 constexpr int kSweepMs = 1000;  // how often idle keep-alive connections are checked for expiry
+// A spare worker leaves after this many sweep periods in a row without an event. Waiters are
+// woken most recent first, so the spares at the bottom only ever serve bursts: with one second
+// (the first version), a steady 5,000 req/s over 16 connections started and ended 11 threads a
+// second, each start a clone, a stack mapping and a cold cache in the path of a request.
+constexpr int kIdleExitSweeps = 10;
 constexpr int kAcceptBatch = 64;
 constexpr int kOutOfFdsPauseMs = 50;
 
@@ -109,8 +115,10 @@ class Writer : public FrontWriter {
     }
     if (!chunked_) return Send(data);
     char size_line[24];
-    int len = std::snprintf(size_line, sizeof(size_line), "%zx\r\n", data.size());
-    return Send(std::string_view(size_line, static_cast<size_t>(len)), data, "\r\n");
+    char* end = std::to_chars(size_line, size_line + 20, data.size(), 16).ptr;
+    *end++ = '\r';
+    *end++ = '\n';
+    return Send(std::string_view(size_line, static_cast<size_t>(end - size_line)), data, "\r\n");
   }
 
   bool End() override {
@@ -145,9 +153,10 @@ class Writer : public FrontWriter {
     std::string& out = pending_;
     out.clear();
     out += request_.version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    // to_chars, not snprintf: this runs once per answer (snprintf was 1 % of the CPU).
     char number[24];
-    int len = std::snprintf(number, sizeof(number), "%d ", status);
-    out.append(number, static_cast<size_t>(len));
+    out.append(number, std::to_chars(number, number + sizeof(number), status).ptr);
+    out += ' ';
     out += ReasonPhrase(status);
     out += "\r\n";
     for (const auto& [name, value] : headers) {
@@ -157,9 +166,8 @@ class Writer : public FrontWriter {
       out += "\r\n";
     }
     if (length) {
-      len = std::snprintf(number, sizeof(number), "%llu", static_cast<unsigned long long>(*length));
       out += "Content-Length: ";
-      out.append(number, static_cast<size_t>(len));
+      out.append(number, std::to_chars(number, number + sizeof(number), *length).ptr);
       out += "\r\n";
     } else if (chunked_) {
       out += "Transfer-Encoding: chunked\r\n";
@@ -319,6 +327,7 @@ void* FrontServer::WorkerMain(void* arg) {
 }
 
 void FrontServer::WorkerLoop() {
+  int idle_sweeps = 0;  // sweep periods in a row without an event
   for (;;) {
     epoll_event event{};
     waiting_workers_.fetch_add(1, std::memory_order_acq_rel);
@@ -335,9 +344,10 @@ void FrontServer::WorkerLoop() {
       std::lock_guard<std::mutex> lock(mu_);
       CloseIdle(/*expired_only=*/true);
     }
-    // Only a worker that waited a whole sweep period for nothing leaves, so that a busy server
-    // never churns threads.
-    if (n == 0 && still_waiting >= options_.max_idle_threads) return;
+    // Only a worker that waited kIdleExitSweeps whole sweep periods for nothing leaves, so that
+    // a busy server never churns threads.
+    idle_sweeps = n == 0 ? idle_sweeps + 1 : 0;
+    if (idle_sweeps >= kIdleExitSweeps && still_waiting >= options_.max_idle_threads) return;
     if (n <= 0 || event.data.u64 == kWakeId) continue;
     if (event.data.u64 == kListenId) {
       AcceptAll();

@@ -85,7 +85,7 @@ struct FrontServerOptions {
   int idle_timeout_ms = 75000;  // keep-alive wait for the next request
   int io_timeout_ms = 60000;    // stalled read of a started request, or stalled write
   size_t thread_stack_bytes = size_t{256} << 10;
-  // Worker threads kept waiting for events when the load falls; more exit after a second
+  // Worker threads kept waiting for events when the load falls; more exit after ten seconds
   // without work.
   int max_idle_threads = 4;
 };
