@@ -88,7 +88,8 @@ def rss_kib(pid):
 class Pool:
     """The mock backend plus every proxy in front of it."""
 
-    def __init__(self, loadgen, workdir, gateway_args=()):
+    def __init__(self, loadgen, workdir, gateway_args=(), proxies=("nginx", "caddy"),
+                 compare=()):
         self.loadgen = loadgen
         self.work = pathlib.Path(workdir)
         self.mock_port = free_port()
@@ -96,7 +97,7 @@ class Pool:
         wait_port(self.mock_port)
         mock = f"http://127.0.0.1:{self.mock_port}"
         self.targets = [("direct", mock, [], self.procs[0].pid)]
-        if shutil.which("nginx"):
+        if "nginx" in proxies and shutil.which("nginx"):
             port = free_port()
             conf = self.work / "nginx.conf"
             conf.write_text(f"""
@@ -131,7 +132,7 @@ http {{
             self.procs.append(p)
             wait_port(port)
             self.targets.append(("nginx", f"http://127.0.0.1:{port}", [], p.pid))
-        if shutil.which("caddy"):
+        if "caddy" in proxies and shutil.which("caddy"):
             port = free_port()
             caddyfile = self.work / "Caddyfile"
             caddyfile.write_text(f"""{{
@@ -153,11 +154,18 @@ http://127.0.0.1:{port} {{
             self.procs.append(p)
             wait_port(port)
             self.targets.append(("caddy", f"http://127.0.0.1:{port}", [], p.pid))
-        self.gw = Gateway([mock], extra_args=["--max-active-per-backend", "4096",
-                                              "--max-waiting", "1024",
-                                              "--health-interval-ms", "1000", *gateway_args])
+        gw_args = ["--max-active-per-backend", "4096", "--max-waiting", "1024",
+                   "--health-interval-ms", "1000", *gateway_args]
+        self.gw = Gateway([mock], extra_args=gw_args)
         self.targets.append(("deepinfer gateway", self.gw.url,
                              ["-H", f"Authorization: Bearer {self.gw.key}"], self.gw.proc.pid))
+        # A/B rows: the same gateway flags on other deepinfer binaries, in the same rounds.
+        self.others = []
+        for exe in compare:
+            gw = Gateway([mock], extra_args=gw_args, exe=exe)
+            self.others.append(gw)
+            self.targets.append((f"gateway {exe}", gw.url,
+                                 ["-H", f"Authorization: Bearer {gw.key}"], gw.proc.pid))
 
     def check_no_leaks(self):
         text = self.gw.wait_idle(30)
@@ -165,7 +173,8 @@ http://127.0.0.1:{port} {{
             metric(text, "deepinfer_gateway_slots_released_total"), "slot leak"
 
     def stop(self):
-        self.gw.stop()
+        for gw in [self.gw, *self.others]:
+            gw.stop()
         for p in self.procs:
             p.terminate()
             try:
@@ -191,20 +200,37 @@ def median(values):
     return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
 
 
+def cpu_seconds(pid):
+    """CPU time of every live thread of `pid` (schedstat: nanoseconds, unlike the 10 ms ticks
+    of /proc/PID/stat), plus what its exited threads used (from its stat). Units: seconds."""
+    total = 0
+    for task in pathlib.Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # the thread just exited
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # cutime/cstime are children; threads that exited are in utime/stime only, so take the
+    # schedstat sum unless the ticks say more ran (threads that left between two reads).
+    ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return max(total / 1e9, ticks)
+
+
 def rounds_table(pool, label, rounds, measure, keys):
-    """Runs `measure(url, headers)` for every target, `rounds` times interleaved (so that a load
+    """Runs `measure(url, headers, pid)` for every target, `rounds` times interleaved (so that a load
     change on the shared machine hits every proxy alike), and prints one row per target: the
     median over rounds of each key, the median added p50 / p99 (proxy minus direct in the same
     round) and the range of the added p50 over the rounds."""
     results = {name: [] for name, *_ in pool.targets}
     for _ in range(rounds):
-        for name, url, headers, _ in pool.targets:
-            results[name].append(measure(url, headers))
+        for name, url, headers, pid in pool.targets:
+            results[name].append(measure(url, headers, pid))
     direct = results[pool.targets[0][0]]
     for name, *_ in pool.targets:
         rs = results[name]
-        cells = [f"{median([r[k] for r in rs]):.3f}" if k != "rps" else
-                 f"{median([r[k] for r in rs]):.0f}" for k in keys]
+        cells = [f"{median([r[k] for r in rs]):.3f}" if k not in ("rps", "cpu_us") else
+                 f"{median([r[k] for r in rs]):.0f}" if k == "rps" else
+                 f"{median([r[k] for r in rs]):.1f}" for k in keys]
         if rs is direct:
             extra = ["-", "-", "-"]
         else:
@@ -219,18 +245,22 @@ def part_rate(pool, rates, seconds, rounds):
     print(f"\n### Added latency at fixed request rates, 1 KB JSON request and answer "
           f"(open loop, 16 connections, {rounds} interleaved rounds of {seconds} s per cell, "
           f"medians over rounds, {os.cpu_count()} cores shared by all processes)\n")
-    print("| proxy | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | added p50 ms | added p99 ms | "
-          "added p50 range ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("CPU us/req: CPU time of the proxy's process (for direct: the mock backend's) per "
+          "request, all threads, user and system.\n")
+    print("| proxy | req/s | p50 ms | p90 ms | p99 ms | p99.9 ms | CPU us/req | added p50 ms | "
+          "added p99 ms | added p50 range ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for rate in rates:
-        def measure(url, headers):
+        def measure(url, headers, pid):
             common = [url + PATH, "--connections", "16", *headers]
             run_loadgen(pool.loadgen, ["rate", *common, "--rate", str(rate), "--seconds", "1"])
+            cpu = cpu_seconds(pid)
             r = run_loadgen(pool.loadgen, ["rate", *common, "--rate", str(rate), "--seconds",
                                            str(seconds)])
+            cpu = cpu_seconds(pid) - cpu
             assert r["errors"] == 0, r
-            return r["latency"]
-        rounds_table(pool, str(rate), rounds, measure, ["p50", "p90", "p99", "p999"])
+            return dict(r["latency"], cpu_us=cpu * 1e6 / max(r["latency"]["n"], 1))
+        rounds_table(pool, str(rate), rounds, measure, ["p50", "p90", "p99", "p999", "cpu_us"])
 
 
 def part_sse(pool, streams, events, gap_ms, connections):
@@ -289,7 +319,7 @@ def part_wrk(pool, seconds, concurrencies, rounds):
           "added p99 ms | added p50 range ms |")
     print("|---|---|---|---|---|---|---|---|---|")
     for c in concurrencies:
-        def measure(url, headers):
+        def measure(url, headers, _pid):
             script = tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False)
             script.write('wrk.method = "POST"\n')
             script.write(f"wrk.body = {json.dumps(body)}\n")
@@ -422,6 +452,11 @@ def main():
     parser.add_argument("--cancel-samples", type=int, default=200)
     parser.add_argument("--requests", type=int, default=100000, help="leaks: total requests")
     parser.add_argument("--parts", default="rate,sse,wrk,memory,cancel,leaks")
+    parser.add_argument("--proxies", default="nginx,caddy",
+                        help="peer proxies in the rate, sse, wrk and memory parts")
+    parser.add_argument("--compare-bin", action="append", default=[], metavar="PATH",
+                        help="another deepinfer binary whose gateway gets its own rows in the "
+                             "same rounds (an A/B); repeatable")
     args = parser.parse_args()
     parts = args.parts.split(",")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -433,7 +468,8 @@ def main():
     try:
         loadgen = build_loadgen(work)
         if any(p in parts for p in ("rate", "sse", "wrk", "memory")):
-            pool = Pool(loadgen, work)
+            pool = Pool(loadgen, work, proxies=args.proxies.split(","),
+                        compare=args.compare_bin)
             try:
                 if "rate" in parts:
                     part_rate(pool, [int(r) for r in args.rates.split(",")], args.seconds,

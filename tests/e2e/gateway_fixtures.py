@@ -317,7 +317,7 @@ class Gateway:
     """A `deepinfer gateway` process with its own key store, admission file and state files."""
 
     def __init__(self, backends, *, extra_args=(), admit=None, keys_dir=None, state=None,
-                 bindings_file=None, wrapper=()):
+                 bindings_file=None, wrapper=(), exe=None):
         self.dir = pathlib.Path(tempfile.mkdtemp(prefix="gw-e2e-"))
         self.keys_dir = pathlib.Path(keys_dir) if keys_dir else self.dir
         self.key_store = self.keys_dir / "keys.json"
@@ -333,8 +333,9 @@ class Gateway:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = open(self.dir / "gateway.log", "w+b")
-        # wrapper: a command the gateway runs under (e.g. prlimit for a descriptor limit).
-        args = [*wrapper, str(binary()), "gateway", "--listen", "127.0.0.1", "--port", str(self.port),
+        # wrapper: a command the gateway runs under (e.g. prlimit for a descriptor limit);
+        # exe: another deepinfer binary (the benchmark's A/B rows).
+        args = [*wrapper, str(exe or binary()), "gateway", "--listen", "127.0.0.1", "--port", str(self.port),
                 "--key-store", str(self.key_store), "--control-file", str(self.control),
                 "--bindings-file", str(bindings_file or self.dir / "bindings.json"),
                 "--backend-state", str(self.dir / "backend-state.json")]
