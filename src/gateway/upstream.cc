@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <exception>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +17,7 @@
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
+#include "gateway/response_parser.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
@@ -139,13 +141,6 @@ api::ApiError GatewayError(const absl::Status& status) {
     error.type = "server_error";
   }
   return error;
-}
-
-bool IsHopByHopHeader(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "te" || name == "trailer" || name == "transfer-encoding" || name == "upgrade" ||
-         name == "content-length" || name == "host" || name == "expect" ||
-         name == "proxy-authorization" || name == "proxy-authenticate";
 }
 
 UpstreamPool::~UpstreamPool() {
@@ -286,7 +281,9 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     // Room for a whole small answer per recv (Beast reads at most max(512, free capacity)), so
     // that it also reaches the client in one send.
     buffer.reserve(kReadBufferBytes);
-    http::response_parser<http::buffer_body> parser;
+    Headers headers;  // what the client gets
+    headers.reserve(12);
+    ResponseParser parser(&headers);
     parser.header_limit(kHeaderLimitBytes);
     parser.body_limit(boost::none);
     if (request.method == "HEAD") parser.skip(true);
@@ -312,38 +309,22 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
       return result;
     }
 
-    const auto& header = parser.get();
-    Headers headers;
-    bool sse = false;
-    bool have_request_id = false;
-    for (const auto& field : header) {
-      std::string name(field.name_string());
-      absl::AsciiStrToLower(&name);
-      if (IsHopByHopHeader(name)) continue;
-      if (name == "content-type" &&
-          boost::beast::iequals(std::string_view(field.value()).substr(0, 17),
-                                "text/event-stream")) {
-        sse = true;
-      }
-      if (name == "x-request-id") have_request_id = true;
-      headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
-    }
+    const bool sse = parser.sse();
     for (const auto& [name, value] : extra_headers) {
-      if (have_request_id && boost::beast::iequals(name, "x-request-id")) continue;
+      if (parser.has_request_id() && boost::beast::iequals(name, "x-request-id")) continue;
       headers.emplace_back(name, value);
     }
     if (sse) {
       // Tell intermediaries (nginx, Caddy) not to buffer the stream.
-      if (!header.count("X-Accel-Buffering")) headers.emplace_back("X-Accel-Buffering", "no");
-      if (!header.count(http::field::cache_control))
-        headers.emplace_back("Cache-Control", "no-cache");
+      if (!parser.has_accel_buffering()) headers.emplace_back("X-Accel-Buffering", "no");
+      if (!parser.has_cache_control()) headers.emplace_back("Cache-Control", "no-cache");
     }
     std::optional<uint64_t> length;
     if (auto cl = parser.content_length()) length = *cl;
     if (parser.is_done() && !length) length = 0;
     result.phase = sse ? "streaming" : "body";
-    result.status = header.result_int();
-    if (!writer.BeginBodyHeld(header.result_int(), headers, length)) {
+    result.status = parser.status();
+    if (!writer.BeginBodyHeld(parser.status(), headers, length)) {
       result.end = ProxyEnd::kClientGone;
       return result;
     }
@@ -367,11 +348,10 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     std::string held;  // SSE bytes after the last complete event
     char chunk[kReadChunkBytes];
     while (!parser.is_done()) {
-      parser.get().body().data = chunk;
-      parser.get().body().size = sizeof(chunk);
+      parser.set_body_buffer(chunk, sizeof(chunk));
       http::read_some(stream, buffer, parser, ec);
       if (ec == http::error::need_buffer) ec = {};
-      size_t n = sizeof(chunk) - parser.get().body().size;
+      const size_t n = parser.body_bytes();
       if (!ec) return_to_pool();
       if (n > 0) {
         bool ok;

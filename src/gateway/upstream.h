@@ -120,7 +120,4 @@ std::string GatewayErrorBody(const api::ApiError& error, std::string_view path);
 // `data: [DONE]`, or on the Anthropic routes an `event: error` frame.
 std::string GatewayStreamError(const api::ApiError& error, std::string_view path);
 
-// Whether a header (lower-case name) is hop-by-hop or framing, and so never forwarded.
-bool IsHopByHopHeader(std::string_view name);
-
 }  // namespace deepinfer::gateway
