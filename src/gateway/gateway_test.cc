@@ -390,9 +390,11 @@ TEST_F(GatewayTest, StreamHeadIsNotHeldBackUntilTheFirstEvent) {
   c.Send("POST", "/v1/late-first-event", "{\"stream\":true}",
          {{"Authorization", "Bearer " + key_}});
   Clock::time_point head_at{}, event_at{};
-  Reply r = c.Read([&](std::string_view) {
-    if (event_at == Clock::time_point{}) event_at = Clock::now();
-  }, false, &head_at);
+  Reply r = c.Read(
+      [&](std::string_view) {
+        if (event_at == Clock::time_point{}) event_at = Clock::now();
+      },
+      false, &head_at);
   ASSERT_EQ(r.status, 200);
   EXPECT_LT(head_at - start, 200ms);
   EXPECT_GE(event_at - start, 250ms);
@@ -506,6 +508,46 @@ TEST_F(GatewayTest, BackendKilledBetweenProbesIsRetriedBeforeAnyByte) {
   int ok = 0;
   for (int i = 0; i < 6; ++i) ok += Request("POST", "/v1/echo", "{}").status == 200 ? 1 : 0;
   EXPECT_EQ(ok, 6);
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, SessionOfAFailedBackendIsBoundWhereItWasServed) {
+  // Bindings are written once a request is with its backend (after the send), so a connect
+  // failure binds nothing: a bound session moves to the backend that served the retry, and a
+  // new one is bound there at once (one "new", no "rebind").
+  StartGateway({}, [] {
+    FlowOptions f;
+    f.max_active_per_backend = 8;
+    return f;
+  }());
+  auto served_by = [](const Reply& r) {
+    return (*api::ParseJson(r.body))["backend"].get<std::string>();
+  };
+  Reply first = Request("POST", "/v1/echo", "{}", {{"X-Session-Id", "moving"}});
+  ASSERT_EQ(first.status, 200);
+  const std::string home = served_by(first);
+  const int dead = home == "m0" ? 0 : 1;  // the fake backends answer with their names
+  backends_[dead]->Stop();
+  // Past the pool's no-recheck window (2 ms), so that the gateway sees the pooled connection
+  // closed and its fresh connect refused: the connect-failure retry.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Reply moved = Request("POST", "/v1/echo", "{}", {{"X-Session-Id", "moving"}});
+  ASSERT_EQ(moved.status, 200);
+  const std::string other = served_by(moved);
+  EXPECT_NE(other, home);
+  for (int i = 0; i < 3; ++i) {
+    Reply again = Request("POST", "/v1/echo", "{}", {{"X-Session-Id", "moving"}});
+    ASSERT_EQ(again.status, 200);
+    EXPECT_EQ(served_by(again), other);
+  }
+  std::string metrics = gateway_->MetricsText();
+  EXPECT_NE(metrics.find("deepinfer_gateway_affinity_total{result=\"new\"} 1\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("deepinfer_gateway_affinity_total{result=\"rebind\"} 1\n"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("deepinfer_gateway_affinity_total{result=\"hit\"} 3\n"), std::string::npos)
+      << metrics;
   ExpectNoLeakedSlots();
 }
 
