@@ -329,8 +329,8 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
 
 void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
                           Clock::time_point start) {
-  // What the metrics get, recorded once when the request ends: everything off the path to the
-  // backend is deferred to after the send or after the answer.
+  // What the metrics get: the routing part once the request is with its backend (on_sent), the
+  // rest when it ends; nothing on the way to the backend.
   ProxiedRequest record;
   std::string served_by;
   auto finish = [&](int status) {
@@ -415,7 +415,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   // and a binding store write (a Redis round trip with --state) then adds nothing to latency.
   // `spilled`: the bound backend was only busy, so the session stays home.
   bool spilled = admit.spilled;
-  auto record_binding = [&] {
+  auto on_sent = [&] {
     const int backend = slot.backend();
     if (session.key.empty()) {
       record.affinity = "none";
@@ -430,12 +430,14 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
       record.affinity = "rebind";
       (void)bindings_->Rebind(session.key, backends_->address(backend).url, UnixMillis());
     }
+    metrics_.RecordRouted(record);
+    record.routing_recorded = true;
   };
 
   const std::string& request_id = extra.front().second;
   record.overhead_seconds = std::max(0.0, SecondsSince(start) - admit.waited_seconds);
   ProxyResult result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra,
-                                    writer, options_.upstream, pool_.get(), record_binding);
+                                    writer, options_.upstream, pool_.get(), on_sent);
   if (result.end == ProxyEnd::kConnectFailed) {
     // Nothing was sent anywhere (so no binding was written): eject the backend and try once
     // more elsewhere.
@@ -464,7 +466,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
     // its busy home stays bound there.
     spilled = bound && preferred != failed && admit.spilled;
     result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra, writer,
-                          options_.upstream, pool_.get(), record_binding);
+                          options_.upstream, pool_.get(), on_sent);
     if (result.end == ProxyEnd::kConnectFailed) {
       const int second = slot.backend();
       metrics_.RecordBackendError(backends_->address(second).url, "connect");

@@ -94,11 +94,20 @@ void GatewayMetrics::RecordRequest(int status, std::string_view backend) {
 void GatewayMetrics::RecordProxied(const ProxiedRequest& r) {
   std::lock_guard<std::mutex> lock(mu_);
   Bump(requests_[r.status], r.backend.empty() ? std::string_view("none") : r.backend);
+  if (!r.routing_recorded) RecordRoutedLocked(r);
+  duration_.Observe(r.duration_seconds);
+}
+
+void GatewayMetrics::RecordRouted(const ProxiedRequest& r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecordRoutedLocked(r);
+}
+
+void GatewayMetrics::RecordRoutedLocked(const ProxiedRequest& r) {
   if (!r.key_id.empty()) Bump(key_requests_, r.key_id);
   if (!r.affinity.empty()) Bump(affinity_, r.affinity);
   if (r.queue_wait_seconds) queue_wait_.Observe(*r.queue_wait_seconds);
   if (r.overhead_seconds) overhead_.Observe(*r.overhead_seconds);
-  duration_.Observe(r.duration_seconds);
 }
 
 void GatewayMetrics::RecordRejection(std::string_view reason) {

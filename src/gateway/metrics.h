@@ -65,6 +65,9 @@ struct ProxiedRequest {
   std::optional<double> queue_wait_seconds;  // set once the request asked for a slot
   std::optional<double> overhead_seconds;    // gateway time before the backend, waits excluded
   double duration_seconds = 0;               // arrival -> answer sent
+  // The routing part (key, affinity, queue wait, overhead) was recorded already (RecordRouted),
+  // so that it is visible before the answer reaches the client.
+  bool routing_recorded = false;
 };
 
 // Counters and histograms of the request path.
@@ -75,8 +78,12 @@ class GatewayMetrics {
 
   // One answered request: its HTTP status and the backend that served it ("" for none).
   void RecordRequest(int status, std::string_view backend);
-  // One request to a /v1 route, under one lock (the request path takes it once per request).
+  // One request to a /v1 route as it ends, under one lock: status, backend and duration, and
+  // the routing part unless r.routing_recorded.
   void RecordProxied(const ProxiedRequest& r);
+  // The routing part of `r` (key, affinity, queue wait, overhead), once its request is with the
+  // backend: off the path to it, yet visible before the answer.
+  void RecordRouted(const ProxiedRequest& r);
   // reason: queue_full, queue_timeout, no_healthy_backend, admission_closed,
   // context_length_exceeded, unauthorized, key_concurrency_exceeded, shared_state_unavailable.
   void RecordRejection(std::string_view reason);
@@ -97,6 +104,8 @@ class GatewayMetrics {
   // Transparent comparators: a counter that exists is found by string_view, without building
   // a std::string on every request.
   using CounterMap = std::map<std::string, uint64_t, std::less<>>;
+
+  void RecordRoutedLocked(const ProxiedRequest& r);  // needs mu_
 
   mutable std::mutex mu_;
   std::map<int, CounterMap> requests_;  // code -> backend -> count

@@ -85,6 +85,34 @@ TEST(GatewayMetricsTest, FormatsCountersGaugesAndHistograms) {
   }
 }
 
+TEST(GatewayMetricsTest, RoutingRecordedEarlyCountsOnce) {
+  GatewayMetrics m;
+  ProxiedRequest r;
+  r.key_id = "carol";
+  r.affinity = "new";
+  r.queue_wait_seconds = 0;
+  r.overhead_seconds = 0.00003;
+  m.RecordRouted(r);
+  std::string early;
+  m.Format(Gauges(), &early);
+  // Visible before the request ends; the request itself is not counted yet.
+  EXPECT_NE(early.find("deepinfer_gateway_key_requests_total{key_id=\"carol\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(early.find("_request_duration_seconds_count 0\n"), std::string::npos);
+  r.routing_recorded = true;
+  r.status = 200;
+  r.backend = "http://127.0.0.1:1";
+  r.duration_seconds = 0.002;
+  m.RecordProxied(r);
+  std::string out;
+  m.Format(Gauges(), &out);
+  EXPECT_NE(out.find("deepinfer_gateway_key_requests_total{key_id=\"carol\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(out.find("deepinfer_gateway_affinity_total{result=\"new\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("_overhead_seconds_count 1\n"), std::string::npos);
+  EXPECT_NE(out.find("_request_duration_seconds_count 1\n"), std::string::npos);
+}
+
 TEST(GatewayMetricsTest, EscapesLabelValues) {
   EXPECT_EQ(api::EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }
