@@ -77,6 +77,15 @@ class RequestParser final : public http::basic_parser<true> {
   std::string expect_;
 };
 
+// RFC 9112 section 2.2: a server SHOULD ignore empty lines received before a request line (some
+// clients end a body with an extra CRLF). Drops CR and LF bytes at the start of `buffer`.
+void DropLeadingEmptyLines(boost::beast::flat_buffer& buffer) {
+  const auto* data = static_cast<const char*>(buffer.data().data());
+  size_t n = 0;
+  while (n < buffer.size() && (data[n] == '\r' || data[n] == '\n')) ++n;
+  buffer.consume(n);
+}
+
 }  // namespace
 
 struct HttpRequestReader::Impl {
@@ -117,7 +126,17 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
   if (!ec) {
     m.stream.set_read_deadline(Clock::now() +
                                std::chrono::milliseconds(m.options.header_timeout_ms));
-    http::read_header(m.stream, m.buffer, parser, ec);
+    // Empty lines that arrived alone: read on until a request line starts (within the head's
+    // deadline and limit).
+    size_t skipped = 0;
+    for (DropLeadingEmptyLines(m.buffer); !ec && m.buffer.size() == 0;) {
+      const size_t n = m.stream.read_some(m.buffer.prepare(kReadBufferBytes), ec);
+      m.buffer.commit(n);
+      skipped += n;
+      DropLeadingEmptyLines(m.buffer);
+      if (!ec && skipped > kHeaderLimitBytes) ec = http::error::header_limit;
+    }
+    if (!ec) http::read_header(m.stream, m.buffer, parser, ec);
     m.stream.set_read_deadline(std::nullopt);
   }
   m.stream.set_read_timeout_ms(m.options.io_timeout_ms);
@@ -148,6 +167,8 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
     return InvalidArgumentError("bad_http_request",
                                 fmt::format("Malformed HTTP request: {}", ec.message()));
   }
+  // Empty lines after the body are not a next request: the connection can wait idle.
+  DropLeadingEmptyLines(m.buffer);
   return absl::OkStatus();
 }
 

@@ -127,6 +127,27 @@ TEST(FrontServerTest, PipelinedRequestsAreAllAnswered) {
   ::close(fd);
 }
 
+TEST(FrontServerTest, EmptyLinesBeforeARequestAreIgnored) {
+  // RFC 9112 section 2.2: some clients end a body with an extra CRLF; it must not be read as
+  // a malformed next request (which would answer 400 and close the connection).
+  std::atomic<int> served{0};
+  auto server = StartServer({}, &served);
+  int fd = Connect(server->port());
+  SendAll(fd, "\r\n" + Get("/1") + "\r\n\r\n" + Get("/2") + "\r\n");
+  std::string got = ReadAnswers(fd, 2);
+  EXPECT_NE(got.find("ok /1"), std::string::npos) << got;
+  EXPECT_NE(got.find("ok /2"), std::string::npos) << got;
+  // Empty lines arriving alone, then the request.
+  SendAll(fd, "\r\n");
+  std::this_thread::sleep_for(50ms);
+  SendAll(fd, "\n" + Get("/3"));
+  got = ReadAnswers(fd, 1);
+  EXPECT_NE(got.find("ok /3"), std::string::npos) << got;
+  EXPECT_EQ(got.find("400"), std::string::npos) << got;
+  EXPECT_EQ(served.load(), 3);
+  ::close(fd);
+}
+
 TEST(FrontServerTest, IdleConnectionsExpire) {
   std::atomic<int> served{0};
   FrontServerOptions o;
