@@ -48,14 +48,26 @@ class RequestParser final : public http::basic_parser<true> {
   void on_response_impl(int, string_view, int, error_code& ec) override {
     ec = http::error::bad_version;  // never called for requests
   }
-  void on_field_impl(http::field field, string_view name, string_view value, error_code&) override {
+  void on_field_impl(http::field field, string_view name, string_view value,
+                     error_code& ec) override {
+    // RFC 9110 section 6.5.1: trailer fields are not merged into the header (a key or session
+    // id sent as a trailer would slip past what checks the head).
+    if (header_done_) return;
+    // The parser trimmed the value.
+    if (field == http::field::transfer_encoding && !boost::beast::iequals(value, "chunked")) {
+      // RFC 9112 section 6.3: with chunked not the final coding the body's length is unknown
+      // (Beast would read none, and the body as the next request: smuggling); and no other
+      // coding is understood.
+      ec = http::error::bad_transfer_encoding;
+      return;
+    }
     if (field == http::field::host) ++host_fields_;
     if (field == http::field::expect && expect_.empty()) expect_.assign(value.data(), value.size());
     auto& [lower, text] = request_->headers.emplace_back(std::string(name.data(), name.size()),
                                                          std::string(value.data(), value.size()));
     absl::AsciiStrToLower(&lower);  // ASCII, no locale
   }
-  void on_header_impl(error_code&) override {}
+  void on_header_impl(error_code&) override { header_done_ = true; }
   void on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
                          error_code&) override {
     // Within the body limit, which the parser checked against Content-Length already.
@@ -73,6 +85,7 @@ class RequestParser final : public http::basic_parser<true> {
   void on_finish_impl(error_code&) override {}
 
   HttpRequest* request_;
+  bool header_done_ = false;
   int host_fields_ = 0;
   std::string expect_;
 };
@@ -91,12 +104,15 @@ void DropLeadingEmptyLines(boost::beast::flat_buffer& buffer) {
 struct HttpRequestReader::Impl {
   FdStream& stream;
   HttpReadOptions options;
-  boost::beast::flat_buffer buffer;
+  // Holds only what the parser has not consumed yet (body bytes move to the request as they
+  // arrive): at most a head, a chunk-size line with its extensions, or trailers. Bounded, so
+  // that an endless chunk extension or trailer is a 400 (buffer_overflow), not unbounded memory.
+  boost::beast::flat_buffer buffer{kHeaderLimitBytes + kReadBufferBytes};
   bool first = true;
 };
 
 HttpRequestReader::HttpRequestReader(FdStream& stream, const HttpReadOptions& options)
-    : impl_(new Impl{stream, options, {}, true}) {
+    : impl_(new Impl{stream, options}) {
   impl_->buffer.reserve(kReadBufferBytes);
 }
 
@@ -143,7 +159,8 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
   // RFC 9112 section 3.2: an HTTP/1.1 request without exactly one Host field is answered 400.
   const bool bad_host = !ec && request->version == 11 && parser.host_fields() != 1;
   if (!ec && !bad_host) {
-    if (boost::beast::iequals(parser.expect(), "100-continue") &&
+    // RFC 9110 section 10.1.1: an HTTP/1.0 client's expectation is ignored.
+    if (request->version >= 11 && boost::beast::iequals(parser.expect(), "100-continue") &&
         !m.stream.WriteAll("HTTP/1.1 100 Continue\r\n\r\n")) {
       return MakeError(absl::StatusCode::kCancelled, "connection_closed", "Client gone.");
     }

@@ -91,12 +91,14 @@ class Writer : public FrontWriter {
   bool BeginBodyHeld(int status, const Headers& headers,
                      std::optional<uint64_t> content_length) override {
     if (started_) return false;
-    chunked_ = !content_length && request_.version >= 11 && request_.method != "HEAD";
+    // RFC 9110 sections 6.4.1, 15.3.5 and 15.4.5: answers to HEAD, and 204 and 304 answers,
+    // carry no body (a 304's Content-Length is that of the representation it stands for).
+    bodiless_ = request_.method == "HEAD" || status == 204 || status == 304;
+    chunked_ = !content_length && request_.version >= 11 && !bodiless_;
     // Without a length or chunked coding, the end of the body is the end of the connection.
-    bool keep = request_.keep_alive && (content_length || chunked_);
-    // A HEAD answer announces the length of a body it never carries.
-    remaining_ = request_.method == "HEAD" ? std::nullopt : content_length;
-    Head(status, headers, content_length, keep);
+    bool keep = request_.keep_alive && (content_length || chunked_ || bodiless_);
+    remaining_ = bodiless_ ? std::nullopt : content_length;
+    Head(status, headers, status == 204 ? std::nullopt : content_length, keep);
     return !failed_;
   }
 
@@ -104,7 +106,7 @@ class Writer : public FrontWriter {
 
   bool Write(std::string_view data) override {
     if (!started_ || failed_) return false;
-    if (data.empty() || request_.method == "HEAD") return true;
+    if (data.empty() || bodiless_) return true;
     if (remaining_) {
       // Never send more than announced: a backend that over-delivers must not desync keep-alive.
       if (data.size() > *remaining_) {
@@ -192,6 +194,7 @@ class Writer : public FrontWriter {
   const std::atomic<bool>* stopping_;
   bool started_ = false;
   bool chunked_ = false;
+  bool bodiless_ = false;  // HEAD, 204, 304: whatever is written is dropped
   bool keep_alive_ = false;
   bool failed_ = false;
   int status_ = 0;

@@ -16,6 +16,7 @@
 
 #include "api/json.h"
 #include "api/socket_io.h"
+#include "api/tcp_server.h"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
@@ -199,6 +200,74 @@ class Client {
  private:
   int fd_ = -1;
   boost::beast::flat_buffer buffer_;
+};
+
+// A backend that answers every request but /health with fixed bytes, however wrong: for the
+// gateway's handling of answers a real server would not send.
+class RawBackend {
+ public:
+  explicit RawBackend(std::string reply) : reply_(std::move(reply)) {
+    fd_ = *api::ListenTcp("127.0.0.1", 0, &port_);
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~RawBackend() {
+    stopping_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    for (std::thread& t : connections_) t.join();
+    ::close(fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void Loop() {
+    for (;;) {
+      int c = ::accept(fd_, nullptr, nullptr);
+      if (c < 0 || stopping_) {
+        if (c >= 0) ::close(c);
+        return;
+      }
+      connections_.emplace_back([this, c] { Serve(c); });
+    }
+  }
+  void Serve(int c) {
+    std::string in;
+    char buf[4096];
+    while (!stopping_) {
+      size_t end = in.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        pollfd p{c, POLLIN, 0};
+        if (::poll(&p, 1, 100) == 0) continue;
+        ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      std::string head = in.substr(0, end);
+      size_t length = 0;
+      size_t cl = head.find("Content-Length: ");
+      if (cl != std::string::npos) length = std::stoul(head.substr(cl + 16));
+      if (in.size() < end + 4 + length) {
+        ssize_t n = ::recv(c, buf, sizeof(buf), 0);
+        if (n <= 0) break;
+        in.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      in.erase(0, end + 4 + length);
+      const std::string& out = head.rfind("GET /health", 0) == 0
+                                   ? std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                                   : reply_;
+      if (::send(c, out.data(), out.size(), MSG_NOSIGNAL) < 0) break;
+    }
+    ::close(c);
+  }
+
+  const std::string reply_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  std::vector<std::thread> connections_;
 };
 
 class GatewayTest : public ::testing::Test {
@@ -550,6 +619,50 @@ TEST_F(GatewayTest, SessionOfAFailedBackendIsBoundWhereItWasServed) {
       << metrics;
   EXPECT_NE(metrics.find("deepinfer_gateway_affinity_total{result=\"hit\"} 3\n"), std::string::npos)
       << metrics;
+}
+
+TEST_F(GatewayTest, InterimAnswersAreSkippedAndNeverLeftForTheNextRequest) {
+  // 100 and 103 before the final answer: the client gets the final one, and the reused
+  // backend connection holds nothing left over for the next request.
+  RawBackend raw(
+      "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\n{\"n\":42}");
+  WriteAdmission("{\"admit\":[\"" + raw.url() + "\"]}");
+  StartGateway({raw.url()});
+  for (int i = 0; i < 4; ++i) {
+    Reply r = Request("POST", "/v1/echo", "{}");
+    EXPECT_EQ(r.status, 200) << i;
+    EXPECT_EQ(r.body, "{\"n\":42}") << i;
+  }
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, BodilessAnswersWithAContentLengthReachTheClient) {
+  // A 204 or 304 carries no body whatever its Content-Length says (RFC 9110 15.3.5, 15.4.5).
+  RawBackend no_content("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n");
+  WriteAdmission("{\"admit\":[\"" + no_content.url() + "\"]}");
+  StartGateway({no_content.url()});
+  for (int i = 0; i < 2; ++i) {
+    Reply r = Request("POST", "/v1/echo", "{}");
+    EXPECT_EQ(r.status, 204) << i;
+    EXPECT_EQ(r.headers.count("content-length"), 0u) << i;
+    EXPECT_EQ(r.body, "") << i;
+  }
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, UpgradeOrAnInvalidStatusFromTheBackendIs502) {
+  for (const char* reply : {"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+                            "HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n",
+                            "HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\n"}) {
+    RawBackend raw(reply);
+    WriteAdmission("{\"admit\":[\"" + raw.url() + "\"]}");
+    StartGateway({raw.url()});
+    Reply r = Request("POST", "/v1/echo", "{}");
+    EXPECT_EQ(r.status, 502) << reply;
+    ExpectNoLeakedSlots();
+    gateway_.reset();
+  }
 }
 
 TEST_F(GatewayTest, AdmissionFileClosesAndReopensWithinASecond) {

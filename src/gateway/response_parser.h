@@ -63,6 +63,9 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
   }
   void on_field_impl(boost::beast::http::field field, string_view name, string_view value,
                      boost::system::error_code&) override {
+    // Trailer fields (after a chunked body) are dropped: the head has left already, and
+    // RFC 9110 section 6.5.1 does not let them stand in for header fields.
+    if (header_done_) return;
     const std::string_view text(value.data(), value.size());
     switch (field) {
       case boost::beast::http::field::content_type:
@@ -81,7 +84,7 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
     }
     headers_->emplace_back(std::string(name.data(), name.size()), std::string(text));
   }
-  void on_header_impl(boost::system::error_code&) override {}
+  void on_header_impl(boost::system::error_code&) override { header_done_ = true; }
   void on_body_init_impl(const boost::optional<std::uint64_t>&,
                          boost::system::error_code&) override {}
   size_t on_body_impl(string_view body, boost::system::error_code& ec) override {
@@ -110,6 +113,7 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
   }
 
   Headers* headers_;
+  bool header_done_ = false;
   int status_ = 0;
   bool sse_ = false;
   bool has_request_id_ = false;

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cstring>
 #include <exception>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "api/anthropic_types.h"
@@ -41,6 +42,8 @@ constexpr size_t kReadBufferBytes = 4 * 1024;
 constexpr int kRecheckAfterIdleMs = 2;
 // A partial SSE event larger than this is passed on without waiting for its end.
 constexpr size_t kMaxHeldEventBytes = 64 * 1024;
+// 1xx answers skipped before the final one; more is a broken backend.
+constexpr int kMaxInterimAnswers = 8;
 
 // Owns the backend socket; closing it is how the backend learns the client is gone.
 class UpstreamSocket {
@@ -277,20 +280,38 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
   on_sent();
 
   try {
-    boost::beast::flat_buffer buffer;
+    // Holds only what the parser has not consumed (body bytes move to `chunk`): bounded, so
+    // that an endless chunk extension or trailer from a backend fails the answer instead of
+    // growing without limit.
+    boost::beast::flat_buffer buffer(kHeaderLimitBytes + kReadChunkBytes);
     // Room for a whole small answer per recv (Beast reads at most max(512, free capacity)), so
     // that it also reaches the client in one send.
     buffer.reserve(kReadBufferBytes);
     Headers headers;  // what the client gets
     headers.reserve(12);
-    ResponseParser parser(&headers);
-    parser.header_limit(kHeaderLimitBytes);
-    parser.body_limit(boost::none);
-    if (request.method == "HEAD") parser.skip(true);
+    std::optional<ResponseParser> parsed;
     error_code ec;
     stream.set_read_timeout_ms(options.header_timeout_ms);
     stream.WaitBeforeNextRead();  // the backend cannot have answered a request just sent
-    http::read_header(stream, buffer, parser, ec);
+    // RFC 9110 section 15.2: 1xx answers are interim (100 Continue, 103 Early Hints); the final
+    // answer follows on the same connection. Passed on as the answer, the final one would be
+    // left on the connection for the next request to read as its own.
+    for (int interim = 0; !ec; ++interim) {
+      headers.clear();
+      parsed.emplace(&headers);
+      parsed->header_limit(kHeaderLimitBytes);
+      parsed->body_limit(boost::none);
+      if (request.method == "HEAD") parsed->skip(true);
+      http::read_header(stream, buffer, *parsed, ec);
+      const int code = parsed->status();
+      if (ec || code < 100 || code >= 200 || code == 101) break;
+      if (interim == kMaxInterimAnswers) ec = http::error::bad_status;
+    }
+    ResponseParser& parser = *parsed;
+    // Upgrades (101) are not proxied; a status outside 100-599 is no HTTP status.
+    if (!ec && (parser.status() == 101 || parser.status() < 100 || parser.status() > 599)) {
+      ec = http::error::bad_status;
+    }
     if (ec) {
       if (ec == net::error::operation_aborted) {
         result.end = ProxyEnd::kClientGone;
@@ -302,9 +323,13 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
       RespondError(writer, extra_headers,
                    timeout ? MakeError(absl::StatusCode::kDeadlineExceeded, "backend_timeout",
                                        "The backend did not answer in time.")
-                           : UnavailableError("backend_error",
-                                              "The backend closed the connection without an "
-                                              "answer."));
+                   : ec == http::error::bad_status
+                       ? UnavailableError("backend_error",
+                                          "The backend answered with a status the gateway does "
+                                          "not pass on.")
+                       : UnavailableError("backend_error",
+                                          "The backend closed the connection without an "
+                                          "answer."));
       result.status = writer.status();
       return result;
     }
