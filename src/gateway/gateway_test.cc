@@ -20,6 +20,7 @@
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
+#include "gateway/response_parser.h"
 #include "gtest/gtest.h"
 #include "util/mapped_file.h"
 
@@ -635,6 +636,40 @@ TEST_F(GatewayTest, InterimAnswersAreSkippedAndNeverLeftForTheNextRequest) {
     EXPECT_EQ(r.body, "{\"n\":42}") << i;
   }
   ExpectNoLeakedSlots();
+}
+
+TEST(ListsTokenTest, FindsElementsOfAConnectionHeader) {
+  EXPECT_TRUE(ListsToken("keep-alive, X-Secret", "x-secret"));
+  EXPECT_TRUE(ListsToken(" close ,\tUpgrade", "upgrade"));
+  EXPECT_FALSE(ListsToken("keep-alive, X-Secret-2", "x-secret"));
+  EXPECT_FALSE(ListsToken("", "x"));
+  EXPECT_FALSE(ListsToken(",,", "x"));
+}
+
+TEST_F(GatewayTest, FieldsTheBackendsConnectionHeaderNamesDoNotReachTheClient) {
+  RawBackend raw(
+      "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nX-Secret: leak\r\n"
+      "X-Kept: yes\r\nContent-Length: 2\r\n\r\nok");
+  WriteAdmission("{\"admit\":[\"" + raw.url() + "\"]}");
+  StartGateway({raw.url()});
+  Reply r = Request("POST", "/v1/echo", "{}");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers.count("x-secret"), 0u);
+  EXPECT_EQ(r.headers["x-kept"], "yes");
+  ExpectNoLeakedSlots();
+}
+
+TEST_F(GatewayTest, FieldsTheClientsConnectionHeaderNamesDoNotReachTheBackend) {
+  StartGateway();
+  Reply r = Request("POST", "/v1/echo", "{}",
+                    {{"Connection", "keep-alive, X-Drop-Me"}, {"X-Drop-Me", "1"}, {"X-Keep", "2"}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  for (auto& b : backends_) {
+    if (b->requests() == 0) continue;
+    auto h = b->last_headers();
+    EXPECT_EQ(h.count("x-drop-me"), 0u);
+    EXPECT_EQ(h["x-keep"], "2");
+  }
 }
 
 TEST_F(GatewayTest, BodilessAnswersWithAContentLengthReachTheClient) {

@@ -25,6 +25,21 @@ inline bool IsHopByHopHeader(std::string_view name) {
          name == "proxy-authorization" || name == "proxy-authenticate";
 }
 
+// Whether the comma-separated `list` (a Connection header's value) names `token`, ignoring
+// ASCII case and the whitespace around each element.
+inline bool ListsToken(std::string_view list, std::string_view token) {
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view item = list.substr(0, comma);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty() && boost::beast::iequals(item, token)) return true;
+    if (comma == std::string_view::npos) break;
+    list.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
 // Beast's HTTP/1.1 response parser (boost::beast::http::basic_parser) collecting a backend's
 // answer straight into what the client is sent: the status, the end-to-end headers (hop-by-hop
 // ones dropped, names as received, in arrival order) appended to `headers`, and the body into
@@ -68,6 +83,12 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
     if (header_done_) return;
     const std::string_view text(value.data(), value.size());
     switch (field) {
+      case boost::beast::http::field::connection:
+        // RFC 9110 section 7.6.1: the fields it names are hop-by-hop too (removed at the end of
+        // the head).
+        if (!connection_.empty()) connection_ += ',';
+        connection_.append(text);
+        return;
       case boost::beast::http::field::content_type:
         sse_ = sse_ || boost::beast::iequals(text.substr(0, 17), "text/event-stream");
         break;
@@ -84,7 +105,11 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
     }
     headers_->emplace_back(std::string(name.data(), name.size()), std::string(text));
   }
-  void on_header_impl(boost::system::error_code&) override { header_done_ = true; }
+  void on_header_impl(boost::system::error_code&) override {
+    header_done_ = true;
+    if (connection_.empty()) return;
+    std::erase_if(*headers_, [&](const auto& h) { return ListsToken(connection_, h.first); });
+  }
   void on_body_init_impl(const boost::optional<std::uint64_t>&,
                          boost::system::error_code&) override {}
   size_t on_body_impl(string_view body, boost::system::error_code& ec) override {
@@ -113,6 +138,7 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
   }
 
   Headers* headers_;
+  std::string connection_;  // the Connection header's elements
   bool header_done_ = false;
   int status_ = 0;
   bool sse_ = false;

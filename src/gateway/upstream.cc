@@ -90,8 +90,10 @@ std::string RequestHead(const BackendAddress& backend, const FrontRequest& reque
   out.reserve(size);
   out.append(request.method).append(" ").append(request.target).append(" HTTP/1.1\r\nHost: ");
   out.append(host).append("\r\n");
+  // RFC 9110 section 7.6.1: the fields the client's Connection header names are hop-by-hop.
+  const std::string_view connection = request.Header("connection");
   for (const auto& [name, value] : request.headers) {
-    if (!IsForwarded(name)) continue;
+    if (!IsForwarded(name) || (!connection.empty() && ListsToken(connection, name))) continue;
     out.append(name).append(": ").append(value).append("\r\n");
   }
   out.append("x-request-id: ").append(request_id).append("\r\n");
