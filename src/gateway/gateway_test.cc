@@ -296,6 +296,11 @@ class GatewayTest : public ::testing::Test {
       out += (i ? ",\"" : "\"") + backends_[i]->url() + "\"";
     return out + "]}";
   }
+  // A gateway whose only admitted backend is `raw`.
+  void StartGatewayBehind(const RawBackend& raw) {
+    WriteAdmission("{\"admit\":[\"" + raw.url() + "\"]}");
+    StartGateway({raw.url()});
+  }
   void StartGateway(std::vector<std::string> extra_urls = {}, FlowOptions flow = {}) {
     if (!util::ReadFile(dir_ + "/admission.json").ok()) WriteAdmission(AdmitAll());
     GatewayOptions o;
@@ -628,8 +633,7 @@ TEST_F(GatewayTest, InterimAnswersAreSkippedAndNeverLeftForTheNextRequest) {
   RawBackend raw(
       "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
       "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\n{\"n\":42}");
-  WriteAdmission("{\"admit\":[\"" + raw.url() + "\"]}");
-  StartGateway({raw.url()});
+  StartGatewayBehind(raw);
   for (int i = 0; i < 4; ++i) {
     Reply r = Request("POST", "/v1/echo", "{}");
     EXPECT_EQ(r.status, 200) << i;
@@ -650,8 +654,7 @@ TEST_F(GatewayTest, FieldsTheBackendsConnectionHeaderNamesDoNotReachTheClient) {
   RawBackend raw(
       "HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nX-Secret: leak\r\n"
       "X-Kept: yes\r\nContent-Length: 2\r\n\r\nok");
-  WriteAdmission("{\"admit\":[\"" + raw.url() + "\"]}");
-  StartGateway({raw.url()});
+  StartGatewayBehind(raw);
   Reply r = Request("POST", "/v1/echo", "{}");
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.headers.count("x-secret"), 0u);
@@ -675,8 +678,7 @@ TEST_F(GatewayTest, FieldsTheClientsConnectionHeaderNamesDoNotReachTheBackend) {
 TEST_F(GatewayTest, BodilessAnswersWithAContentLengthReachTheClient) {
   // A 204 or 304 carries no body whatever its Content-Length says (RFC 9110 15.3.5, 15.4.5).
   RawBackend no_content("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n");
-  WriteAdmission("{\"admit\":[\"" + no_content.url() + "\"]}");
-  StartGateway({no_content.url()});
+  StartGatewayBehind(no_content);
   for (int i = 0; i < 2; ++i) {
     Reply r = Request("POST", "/v1/echo", "{}");
     EXPECT_EQ(r.status, 204) << i;
@@ -691,8 +693,7 @@ TEST_F(GatewayTest, UpgradeOrAnInvalidStatusFromTheBackendIs502) {
                             "HTTP/1.1 999 Odd\r\nContent-Length: 0\r\n\r\n",
                             "HTTP/1.1 099 Odd\r\nContent-Length: 0\r\n\r\n"}) {
     RawBackend raw(reply);
-    WriteAdmission("{\"admit\":[\"" + raw.url() + "\"]}");
-    StartGateway({raw.url()});
+    StartGatewayBehind(raw);
     Reply r = Request("POST", "/v1/echo", "{}");
     EXPECT_EQ(r.status, 502) << reply;
     ExpectNoLeakedSlots();
