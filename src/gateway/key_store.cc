@@ -116,11 +116,11 @@ bool IsValidKeyId(std::string_view id) {
 }
 
 Digest Sha256(std::string_view data) {
-  // OpenSSL's one-shot SHA-256, not EVP: in OpenSSL 3.0 every EVP_DigestInit_ex frees and
+  // OpenSSL's SHA256_* functions, not EVP: in OpenSSL 3.0 every EVP_DigestInit_ex frees and
   // allocates (and cleanses) the provider's context, even with the algorithm fetched once and
   // the EVP context reused. This runs once per request (the session key); measured here: 90 ns
-  // hot through EVP, 50 ns this way, and in the gateway's profile at 5,000 req/s libcrypto
-  // fell from 2.6 % of its CPU to (see docs/gateway.md). Deprecated in OpenSSL 3, not removed.
+  // hot through EVP, 50 ns this way, and EVP was 1.6-2.6 % of the gateway's CPU at 5,000 req/s
+  // (docs/gateway.md). Deprecated in OpenSSL 3, not removed.
   Digest out{};
   SHA256_CTX ctx;
   SHA256_Init(&ctx);
