@@ -120,7 +120,9 @@ class Inspector {
     }
   }
   bool StartObject() { return Open(true); }
-  void Key(std::string_view k) { stack_[depth_ - 1].key.assign(k); }
+  void Key(std::string_view k) {
+    stack_[depth_ - 1].key.assign(k);
+  }
   void EndObject() { Close(); }
   bool StartArray() { return Open(false); }
   void EndArray() { Close(); }

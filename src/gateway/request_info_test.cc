@@ -186,8 +186,7 @@ TEST(InspectBodyTest, AgreesWithNlohmannOnEveryPrefixAndMutation) {
       R"("max_completion_tokens":-9223372036854775808,"x":[null,false,true,0,-0,1E5,2.0]} )",
       R"({"max_tokens":18446744073709551616,"max_output_tokens":-9223372036854775809,"n":01})",
       "{\"system\":[{\"type\":\"text\",\"text\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}],"
-      "\"messages\":[{\"content\":\"q\",\"role\":\"user\"}],\"metadata\":{\"user_id\":\"\\u00ff\"}"
-      "}",
+      "\"messages\":[{\"content\":\"q\",\"role\":\"user\"}],\"metadata\":{\"user_id\":\"\\u00ff\"}}",
       R"({"input":[{"role":"user","content":"a"}],"instructions":"i","a":{"b":{"c":[[[]]]}}})",
       R"({"messages":[{"role":"user","content":"\ud800"}]})",
       R"({"messages":[{"role":"user","content":"\udc00x"}],"user":"u"})",
@@ -197,8 +196,8 @@ TEST(InspectBodyTest, AgreesWithNlohmannOnEveryPrefixAndMutation) {
       "{\"a\":\"\xc0\x80\",\"b\":\"\xed\xa0\x80\",\"c\":\"\xf4\x90\x80\x80\"}",
       R"({"a":1}{"b":2})",
   };
-  const char kReplacements[] = {'"', '\\', '{', '}', '[', ']', ',',  ':',    '0',
-                                '-', 'e',  '.', ' ', 'u', 'x', '\0', '\x80', '\xff'};
+  const char kReplacements[] = {'"', '\\', '{', '}', '[', ']', ',', ':', '0', '-', 'e', '.',
+                                ' ', 'u', 'x', '\0', '\x80', '\xff'};
   for (const std::string& body : corpus) {
     for (size_t n = 0; n <= body.size(); ++n) ExpectSameAsNlohmann(body.substr(0, n));
     for (size_t i = 0; i < body.size(); ++i) {
