@@ -135,7 +135,7 @@ class FrontServer {
   int port_ = 0;
   int listen_fd_ = -1;  // under mu_ once workers run (-1 after Stop)
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;   // an eventfd, readable once stopping: wakes every waiting worker
+  int wake_fd_ = -1;  // an eventfd, readable once stopping: wakes every waiting worker
   int spare_fd_ = -1;  // held open so that a connection can still be taken (and refused) at EMFILE
   std::atomic<int> waiting_workers_{0};
   std::atomic<int64_t> last_sweep_ms_{0};

@@ -55,13 +55,16 @@ struct GatewayGauges {
   int64_t keys = 0;
 };
 
-// What one request to a /v1 route adds to the metrics, all recorded at once when it ends.
-// Empty views and unset optionals are the parts the request never reached.
+// What one request to a /v1 route adds to the metrics: its routing part (RecordRouted) once the
+// backend has it, the rest (RecordProxied) when it ends. Empty views and unset optionals are the
+// parts the request never reached.
 struct ProxiedRequest {
-  int status = 0;                            // the HTTP status answered (499: the client left)
-  std::string_view backend;                  // the backend that served it; "" for none
-  std::string_view key_id;                   // "" when the key was not accepted
-  std::string_view affinity;                 // see RecordAffinity; "" when no backend was chosen
+  int status = 0;            // the HTTP status answered (499: the client left)
+  std::string_view backend;  // the backend that served it; "" for none
+  std::string_view key_id;   // "" when the key was not accepted
+  // hit (bound backend), new (first binding), rebind (bound backend left), spill (bound backend
+  // full past the patience window), none (no session id); "" when nothing was sent.
+  std::string_view affinity;
   std::optional<double> queue_wait_seconds;  // set once the request asked for a slot
   std::optional<double> overhead_seconds;    // gateway time before the backend, waits excluded
   double duration_seconds = 0;               // arrival -> answer sent
@@ -89,9 +92,6 @@ class GatewayMetrics {
   void RecordRejection(std::string_view reason);
   // phase: queued, waiting_headers, streaming, body.
   void RecordCancellation(std::string_view phase);
-  // Affinity results (ProxiedRequest::affinity): hit (bound backend), new (first binding),
-  // rebind (bound backend left), spill (bound backend full past the patience window), none (no
-  // session id).
   void RecordRetry();
   void RecordBackendError(std::string_view backend, std::string_view kind);
   // file: keys or admission; ok false when the file was rejected.

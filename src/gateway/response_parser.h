@@ -13,6 +13,7 @@
 #include "boost/beast/http/basic_parser.hpp"
 #include "boost/beast/http/error.hpp"
 #include "boost/beast/http/field.hpp"
+#include "boost/beast/http/rfc7230.hpp"
 #include "gateway/front_server.h"  // Headers
 
 namespace deepinfer::gateway {
@@ -26,18 +27,12 @@ inline bool IsHopByHopHeader(std::string_view name) {
 }
 
 // Whether the comma-separated `list` (a Connection header's value) names `token`, ignoring
-// ASCII case and the whitespace around each element.
+// ASCII case and optional whitespace (Beast's token_list, RFC 9110 section 5.6.1).
 inline bool ListsToken(std::string_view list, std::string_view token) {
-  while (!list.empty()) {
-    size_t comma = list.find(',');
-    std::string_view item = list.substr(0, comma);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
-    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
-    if (!item.empty() && boost::beast::iequals(item, token)) return true;
-    if (comma == std::string_view::npos) break;
-    list.remove_prefix(comma + 1);
-  }
-  return false;
+  // token_list takes no whitespace before the first element; a value from the parser has none.
+  const size_t first = list.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return false;
+  return boost::beast::http::token_list(list.substr(first)).exists(token);
 }
 
 // Beast's HTTP/1.1 response parser (boost::beast::http::basic_parser) collecting a backend's

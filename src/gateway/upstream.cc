@@ -311,9 +311,8 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     }
     ResponseParser& parser = *parsed;
     // Upgrades (101) are not proxied; a status outside 100-599 is no HTTP status.
-    if (!ec && (parser.status() == 101 || parser.status() < 100 || parser.status() > 599)) {
-      ec = http::error::bad_status;
-    }
+    const int code = parser.status();
+    if (!ec && (code == 101 || code < 100 || code > 599)) ec = http::error::bad_status;
     if (ec) {
       if (ec == net::error::operation_aborted) {
         result.end = ProxyEnd::kClientGone;
