@@ -104,11 +104,20 @@ class WatchTest : public ::testing::Test {
     return *s;
   }
 
+  // The instance's pid while it runs, else 0. An exited server stays a zombie until the launch
+  // script reaps it and removes serve.pid; kill(pid, 0) still succeeds on a zombie, so it is
+  // told apart by its state in /proc, as WatchStop tells it (an exited process has no argv).
   pid_t InstancePid() {
     auto text = util::ReadFile(dir_ + "/artifacts/serve.pid");
     if (!text.ok()) return 0;
     pid_t pid = std::atoi(text->c_str());
-    return pid > 0 && ::kill(pid, 0) == 0 ? pid : 0;
+    if (pid <= 0 || ::kill(pid, 0) != 0) return 0;
+    auto stat = util::ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    if (!stat.ok()) return 0;
+    size_t paren = stat->rfind(')');  // the state follows the command name in parentheses
+    if (paren == std::string::npos || paren + 2 >= stat->size()) return 0;
+    const char state = (*stat)[paren + 2];
+    return state == 'Z' || state == 'X' ? 0 : pid;
   }
 
   bool InstanceRunsUnderItsName() {

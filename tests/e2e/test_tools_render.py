@@ -325,7 +325,13 @@ def test_preflight_refuses_every_failed_check(deployment, tmp_path):
     # An instance name in use by a running process.
     holder = subprocess.Popen(["bash", "-c", f"exec -a deepinfer-serve@{deployment.name} sleep 30"])
     try:
-        time.sleep(0.2)
+        # Wait for the exec to rename the process (a fixed sleep lost that race on a loaded
+        # machine).
+        cmdline = pathlib.Path(f"/proc/{holder.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while not cmdline.read_bytes().startswith(f"deepinfer-serve@{deployment.name}\0".encode()):
+            assert time.monotonic() < deadline, "the holder did not exec"
+            time.sleep(0.02)
         used = preflight(script)
         assert used.returncode == 1 and "instance" in failed_checks(used), used.stdout
     finally:
