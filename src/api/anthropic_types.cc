@@ -87,6 +87,13 @@ Json AnthropicErrorJson(const ApiError& error) {
 absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body) {
   AnthropicChat chat;
   DI_ASSIGN_OR_RETURN(chat.messages, AnthropicToChatMessages(body, &chat.num_images));
+  // A final assistant turn is a prefill: the answer continues its text rather than starting a
+  // new turn. One that calls tools is a finished turn and stays closed.
+  if (!chat.messages.empty() && chat.messages.back().role == "assistant" &&
+      chat.messages.back().tool_calls_json.empty()) {
+    chat.options.continue_final_message = true;
+    chat.options.add_generation_prompt = false;
+  }
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
     if (!tools->is_array())
       return RequestError("tools", "invalid_type", "'tools' must be an array.");

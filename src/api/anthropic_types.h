@@ -35,7 +35,8 @@ struct AnthropicChat {
   std::vector<ChatMessage> messages;
   // tools[i] {name, description, input_schema} as OpenAI function tools; thinking on for
   // {"thinking": {"type": "enabled" | "adaptive" | "between_tools"}}; reasoning effort from
-  // output_config.effort.
+  // output_config.effort; continue_final_message for a final assistant message without
+  // tool_use (a prefill, continued by the answer).
   tokenizer::ChatOptions options;
   int32_t num_images = 0;
 };

@@ -364,6 +364,14 @@ absl::Status ParseChatExtras(const Json& json, ChatExtras* out) {
   }
   DI_RETURN_IF_ERROR(f.GetString("reasoning_effort", &out->reasoning_effort));
   if (!out->reasoning_effort.empty() && out->reasoning_effort != "none") out->thinking = true;
+  DI_RETURN_IF_ERROR(f.GetBool("add_generation_prompt", &out->add_generation_prompt));
+  DI_RETURN_IF_ERROR(f.GetBool("continue_final_message", &out->continue_final_message));
+  if (out->continue_final_message && out->add_generation_prompt) {
+    // vLLM's answer to the same request; clients send add_generation_prompt: false with it.
+    return f.ValueError("continue_final_message",
+                        "cannot be true together with 'add_generation_prompt' (set "
+                        "'add_generation_prompt' to false)");
+  }
   return absl::OkStatus();
 }
 
@@ -491,7 +499,6 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
     req.has_messages = true;
     DI_RETURN_IF_ERROR(ParseMessages(json, &req.messages));
     DI_RETURN_IF_ERROR(ParseChatExtras(json, &req.extras));
-    DI_RETURN_IF_ERROR(f.GetBool("add_generation_prompt", &req.add_generation_prompt));
   } else if (f.Find("prompt")) {
     DI_RETURN_IF_ERROR(f.GetString("prompt", &req.prompt));
   } else {

@@ -55,6 +55,11 @@ struct ChatExtras {
   // reasoning_effort (OpenAI) other than "none".
   bool thinking = false;
   std::string reasoning_effort;
+  // vLLM's add_generation_prompt (default true) and continue_final_message (default false): the
+  // latter continues the final message instead of starting a new turn (an assistant prefill),
+  // and cannot be combined with the former.
+  bool add_generation_prompt = true;
+  bool continue_final_message = false;
 };
 
 struct ChatRequest : ChatExtras {
@@ -86,8 +91,9 @@ struct TokenizeRequest {
   bool has_messages = false;
   std::string prompt;
   std::vector<ChatMessage> messages;
-  ChatExtras extras;  // with messages: tools and thinking, rendered as the chat route does
-  bool add_generation_prompt = true;
+  // With messages: tools, thinking, add_generation_prompt and continue_final_message, rendered
+  // as the chat route does.
+  ChatExtras extras;
   std::optional<bool> add_special_tokens;  // default: true for prompt, false for messages
   bool return_token_strs = false;
 };

@@ -225,8 +225,23 @@ TEST(ParseTokenizeRequestTest, ReadsPromptOrMessages) {
       R"({"messages":[{"role":"user","content":"x"}],"add_generation_prompt":false})", Limits());
   ASSERT_TRUE(m.ok());
   EXPECT_TRUE(m->has_messages);
-  EXPECT_FALSE(m->add_generation_prompt);
+  EXPECT_FALSE(m->extras.add_generation_prompt);
   EXPECT_FALSE(ParseTokenizeRequest("{}", Limits()).ok());
+}
+
+TEST(ChatRequestTest, ContinueFinalMessageNeedsTheGenerationPromptOff) {
+  auto r = ParseChatRequest(
+      R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":"The"}],)"
+      R"("continue_final_message":true,"add_generation_prompt":false})",
+      Limits());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->continue_final_message);
+  EXPECT_FALSE(r->add_generation_prompt);
+  // vLLM refuses both at once; the default add_generation_prompt is true.
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user","content":"x"}],)"
+                       R"("continue_final_message":true})",
+                       "continue_final_message"),
+            "invalid_value");
 }
 
 TEST(ParseDetokenizeRequestTest, ReadsTokens) {
@@ -274,6 +289,42 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   ASSERT_EQ(r->tools.size(), 1u);
   EXPECT_EQ(Json::parse(r->tools[0])["function"]["parameters"]["type"], "object");
   EXPECT_EQ(r->echo["instructions"], "Be terse.");
+}
+
+TEST(ResponsesRequestTest, FieldsThatAskForWhatIsNotDoneAreRefusedByName) {
+  const std::string input = R"("input": "hi")";
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"previous_response_id", R"("resp_1")"},
+           {"conversation", R"("conv_1")"},
+           {"conversation", R"({"id": "conv_1"})"},
+           {"background", "true"},
+           {"store", "true"},
+           {"prompt", R"({"id": "pmpt_1"})"},
+           {"include", R"(["reasoning.encrypted_content"])"},
+           {"max_tool_calls", "3"},
+           {"top_logprobs", "2"},
+           {"truncation", R"("auto")"},
+           {"service_tier", R"("flex")"},
+           {"prompt_cache_retention", R"("24h")"},
+           {"n", "2"}}) {
+    auto r = ParseResponsesRequest("{" + input + ", \"" + field + "\": " + value + "}", {});
+    ASSERT_FALSE(r.ok()) << field << " " << value;
+    ApiError e = ApiErrorFromStatus(r.status());
+    EXPECT_EQ(e.http_status, 400) << field;
+    EXPECT_EQ(e.code, "unsupported_value") << field;
+    EXPECT_EQ(e.param, field) << value;
+  }
+  auto verbose = ParseResponsesRequest(R"({"input": "hi", "text": {"verbosity": "low"}})", {});
+  ASSERT_FALSE(verbose.ok());
+  EXPECT_EQ(ApiErrorFromStatus(verbose.status()).param, "text.verbosity");
+  // Values that ask for nothing pass: the defaults, null, an empty include.
+  auto fine = ParseResponsesRequest(R"({"input": "hi", "background": false, "store": false,
+      "conversation": null, "include": [], "truncation": "disabled", "service_tier": "auto",
+      "prompt_cache_key": "k", "prompt_cache_retention": "in_memory", "top_logprobs": 0,
+      "text": {"verbosity": "medium"}, "parallel_tool_calls": false, "safety_identifier": "u"})",
+                                    {});
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_FALSE(fine->parallel_tool_calls);
 }
 
 }  // namespace

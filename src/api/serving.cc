@@ -87,9 +87,10 @@ std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessag
 
 }  // namespace
 
-tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras, bool add_generation_prompt) {
+tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras) {
   tokenizer::ChatOptions options;
-  options.add_generation_prompt = add_generation_prompt;
+  options.add_generation_prompt = extras.add_generation_prompt;
+  options.continue_final_message = extras.continue_final_message;
   options.tools = extras.tools;
   options.thinking = extras.thinking;
   options.reasoning_effort = extras.reasoning_effort == "none" ? "" : extras.reasoning_effort;
@@ -99,8 +100,8 @@ tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras, bool add_generat
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const Backend& backend,
                                             const std::vector<ChatMessage>& messages,
                                             const tokenizer::ChatOptions& options) {
-  DI_ASSIGN_OR_RETURN(std::string text,
-                      backend.chat_template->Render(EncoderMessages(messages), options));
+  DI_ASSIGN_OR_RETURN(std::string text, tokenizer::RenderChat(*backend.chat_template,
+                                                              EncoderMessages(messages), options));
   ChatPrompt prompt;
   // Templates that write the BOS text themselves (DeepSeek) must not get a second BOS.
   const bool add_bos = backend.tokenizer->add_bos() && !backend.chat_template->writes_bos();

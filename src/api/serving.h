@@ -61,12 +61,14 @@ struct ChatPrompt {
   bool starts_in_reasoning = false;
 };
 
-// The encoder options a chat request renders with: its tool definitions, thinking mode and
-// reasoning effort ("none" means the default effort). Chat, /tokenize and count-tokens share it.
-tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras, bool add_generation_prompt = true);
+// The encoder options a chat request renders with: its tool definitions, thinking mode,
+// reasoning effort ("none" means the default effort), add_generation_prompt and
+// continue_final_message. Chat, /tokenize and count-tokens share it.
+tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras);
 
-// Renders `messages` (with tool definitions and thinking mode) through the model's encoder and
-// tokenizes the result, exactly as generation sees it.
+// Renders `messages` (with tool definitions, thinking mode and a continued final message:
+// tokenizer::RenderChat) through the model's encoder and tokenizes the result, exactly as
+// generation sees it.
 // Errors: InvalidArgument "bad_chat_request" from the encoder (e.g. a malformed tool call).
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const Backend& backend,
                                             const std::vector<ChatMessage>& messages,

@@ -23,15 +23,18 @@ absl::Status RunTokenize(const Backend& backend, const HttpRequest& http, Respon
       for (const ChatMessage& m : request.messages) {
         turns.push_back({m.role == "developer" ? "system" : m.role, m.content});
       }
-      std::string text = backend.chat_template->Render(turns, request.add_generation_prompt);
+      tokenizer::ChatOptions options;
+      options.add_generation_prompt = request.extras.add_generation_prompt;
+      options.continue_final_message = request.extras.continue_final_message;
+      DI_ASSIGN_OR_RETURN(std::string text,
+                          tokenizer::RenderChat(*backend.chat_template, turns, options));
       tokens = backend.tokenizer->Encode(
           text, true, *request.add_special_tokens && backend.tokenizer->add_bos());
     } else {
       // The same tokens a chat request with these messages, tools and options is charged for.
       DI_ASSIGN_OR_RETURN(ChatPrompt chat,
                           RenderChatPrompt(backend, request.messages,
-                                           ChatOptionsFor(request.extras,
-                                                          request.add_generation_prompt)));
+                                           ChatOptionsFor(request.extras)));
       tokens = std::move(chat.tokens);
     }
   } else {

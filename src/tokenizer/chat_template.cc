@@ -1,5 +1,7 @@
 #include "tokenizer/chat_template.h"
 
+#include <cctype>
+
 #include "fmt/format.h"
 #include "tokenizer/deepseek_chat.h"
 #include "util/status.h"
@@ -104,6 +106,42 @@ std::string PlainTemplate::Render(const std::vector<ChatMessage>& messages,
   std::string out;
   for (const ChatMessage& m : messages) out += m.content;
   return out;
+}
+
+absl::StatusOr<std::string> RenderChat(const ChatTemplate& chat_template,
+                                       const std::vector<ChatMessage>& messages,
+                                       const ChatOptions& options) {
+  if (!options.continue_final_message) return chat_template.Render(messages, options);
+  if (messages.empty()) {
+    return InvalidArgumentError("bad_chat_request", "there is no final message to continue");
+  }
+  // transformers marks the end of the final message with a tag, renders, and cuts at the tag:
+  // whatever the template writes after the message (the end of its turn) is dropped, and
+  // spacing is kept where the template keeps it.
+  constexpr std::string_view kTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+  constexpr std::string_view kTagText = kTag.substr(0, kTag.size() - 1);
+  std::vector<ChatMessage> tagged = messages;
+  tagged.back().content += kTag;
+  tagged.back().has_content = true;
+  ChatOptions closed = options;
+  closed.continue_final_message = false;
+  closed.add_generation_prompt = false;
+  DI_ASSIGN_OR_RETURN(std::string prompt, chat_template.Render(tagged, closed));
+  const size_t at = prompt.rfind(kTagText);
+  if (at == std::string::npos) {
+    return InvalidArgumentError(
+        "bad_chat_request",
+        "the final message cannot be continued: the chat template does not reproduce its text");
+  }
+  const bool spacing_kept = prompt.compare(at, kTag.size(), kTag) == 0;
+  prompt.resize(at);
+  if (!spacing_kept) {
+    // The template trimmed the message: trim what is left of it the same way.
+    while (!prompt.empty() && std::isspace(static_cast<unsigned char>(prompt.back()))) {
+      prompt.pop_back();
+    }
+  }
+  return prompt;
 }
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplate(

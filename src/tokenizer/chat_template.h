@@ -38,6 +38,10 @@ struct ChatOptions {
   // End with the opening of the assistant's turn. The DeepSeek V3.2 / V4 / V4.1 encodings
   // always end where the model continues and ignore it.
   bool add_generation_prompt = true;
+  // Leave the final message open so that the model continues it (an assistant prefill): the
+  // prompt ends right after that message's text, without the end of its turn. Used with
+  // add_generation_prompt false (RenderChat).
+  bool continue_final_message = false;
   // Open the assistant's turn in thinking mode (DeepSeek V3.1 and later).
   bool thinking = false;
   // Tool definitions, each the JSON text of an OpenAI tools[i] object
@@ -75,6 +79,19 @@ class ChatTemplate {
   // A short name for logs and /v1/models ("chatml", "plain").
   virtual std::string_view name() const = 0;
 };
+
+// Renders through `chat_template` as ChatTemplate::Render(messages, options) does; with
+// options.continue_final_message, the prompt ends where the final message's text ends in the
+// rendering (the end of its turn and any generation prompt left out), so that the model
+// continues that message. Trailing spaces of the message are kept where the template keeps
+// them.
+// Errors: those of Render; InvalidArgument "bad_chat_request" when continue_final_message has no
+//   message to continue or the template drops the final message's text.
+// Source: transformers 5.24 render_jinja_template(continue_final_message=True), which vLLM's
+//   chat `continue_final_message` calls.
+absl::StatusOr<std::string> RenderChat(const ChatTemplate& chat_template,
+                                       const std::vector<ChatMessage>& messages,
+                                       const ChatOptions& options);
 
 // ChatML: each message is "<|im_start|>{role}\n{content}<|im_end|>\n"; the generation prompt is
 // "<|im_start|>assistant\n". With a default system prompt (SmolLM2), a conversation whose first

@@ -110,3 +110,41 @@ def test_errors_are_anthropic_shaped(smollm):
     assert "max_tokens" in body["error"]["message"]
     # The server still answers afterwards.
     assert text_of(c.messages.create(model=MODEL, max_tokens=4, messages=MESSAGES))
+
+
+def test_a_final_assistant_message_is_continued_as_a_prefill(smollm):
+    # As the Anthropic API does: the answer continues the assistant's text, not a new turn.
+    c = client(smollm)
+    messages = [{"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", "content": "The capital of France is"}]
+    msg = c.messages.create(model=MODEL, max_tokens=12, extra_body=GREEDY, messages=messages)
+    assert text_of(msg) == " Paris."
+    with c.messages.stream(model=MODEL, max_tokens=12, extra_body=GREEDY,
+                           messages=messages) as stream:
+        assert "".join(stream.text_stream) == " Paris."
+    # count_tokens counts the same open prompt, which is shorter than the closed one.
+    count = c.messages.count_tokens(model=MODEL, messages=messages)
+    assert msg.usage.input_tokens + msg.usage.cache_read_input_tokens == count.input_tokens
+    o = openai.OpenAI(base_url=smollm.base_url + "/v1", api_key="unused", max_retries=0)
+    r = o.chat.completions.create(model=MODEL, max_tokens=12, temperature=0, messages=messages,
+                                  extra_body={"continue_final_message": True,
+                                              "add_generation_prompt": False})
+    assert r.choices[0].message.content == " Paris."
+    assert r.usage.prompt_tokens == count.input_tokens
+    closed = o.chat.completions.create(model=MODEL, max_tokens=1, messages=messages)
+    assert closed.usage.prompt_tokens > count.input_tokens  # the end of turn + a new turn
+    # An assistant turn that calls a tool is finished: it is not continued.
+    tool_turn = [{"role": "user", "content": "Weather?"},
+                 {"role": "assistant", "content": [
+                     {"type": "tool_use", "id": "t1", "name": "w", "input": {}}]}]
+    tools = [{"name": "w", "input_schema": {"type": "object"}}]
+    assert c.messages.count_tokens(model=MODEL, messages=tool_turn, tools=tools).input_tokens > 0
+
+
+def test_continue_final_message_with_the_generation_prompt_is_a_400(smollm):
+    o = openai.OpenAI(base_url=smollm.base_url + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as e:
+        o.chat.completions.create(model=MODEL, max_tokens=4, messages=MESSAGES,
+                                  extra_body={"continue_final_message": True})
+    assert e.value.body["param"] == "continue_final_message"
+    assert e.value.body["code"] == "invalid_value"
