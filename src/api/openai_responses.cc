@@ -230,11 +230,14 @@ void Stream(const ResponsesContext& ctx, Generation& generation, ResponseWriter&
   }
   AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
   std::string finish;
+  int num_calls = 0;
   auto on_delta = [&](const ChoiceDelta& d) {
     AnswerSplitter::Delta a = splitter.Push(d.text, !d.finish_reason.empty());
     events.Reasoning(a.reasoning);
     events.Text(a.content);
-    for (const auto& call : a.calls) events.FunctionCall(call);
+    for (const auto& call : a.calls) {
+      if (ctx.request.parallel_tool_calls || num_calls++ == 0) events.FunctionCall(call);
+    }
     if (!d.finish_reason.empty()) finish = d.finish_reason;
     std::string out = events.Take();
     return out.empty() || writer.WriteStream(out);
@@ -270,6 +273,7 @@ void Complete(const ResponsesContext& ctx, Generation& generation, ResponseWrite
   }
   for (const auto& call : a.calls) {
     output.push_back(FunctionCallItem(NewRequestId("fc_"), call, call.arguments, "completed"));
+    if (!ctx.request.parallel_tool_calls) break;  // the first call only
   }
   const bool cut = finish == "length";
   // A cut-off answer's last text item is incomplete too (function calls are always whole).

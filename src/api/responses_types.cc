@@ -147,6 +147,68 @@ absl::Status ParseTools(const Json& json, ResponsesRequest* r) {
   return absl::OkStatus();
 }
 
+// Fields of OpenAI's Responses request that this server does not implement, each refused with
+// "unsupported_value" when it asks for something (null and the default values pass), rather
+// than answered as if it had been honoured. `accepts` is true for a value that asks for
+// nothing.
+struct UnsupportedField {
+  const char* name;
+  bool (*accepts)(const Json& value);
+  const char* message;
+};
+
+bool IsFalse(const Json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool IsEmptyArray(const Json& v) { return v.is_array() && v.empty(); }
+bool IsOne(const Json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
+bool IsZero(const Json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }
+bool IsDisabled(const Json& v) { return v.is_string() && v.get<std::string>() == "disabled"; }
+bool IsDefaultTier(const Json& v) {
+  return v.is_string() && (v.get<std::string>() == "auto" || v.get<std::string>() == "default");
+}
+bool IsInMemory(const Json& v) {
+  return v.is_string() && (v.get<std::string>() == "in_memory" || v.get<std::string>() == "in-memory");
+}
+bool Never(const Json&) { return false; }
+
+constexpr UnsupportedField kUnsupportedFields[] = {
+    {"previous_response_id", Never,
+     "This server keeps no responses; send the whole conversation in 'input'."},
+    {"conversation", Never,
+     "This server keeps no conversations; send the whole conversation in 'input'."},
+    {"background", IsFalse,
+     "Background responses are not supported: this server keeps no responses to poll; send "
+     "the request without 'background' (and with 'stream' to get output as it is made)."},
+    {"store", IsFalse,
+     "This server keeps no responses ('store' must be false or absent): nothing could be "
+     "retrieved later."},
+    {"prompt", Never, "Stored prompt templates are not supported; send the text in 'input'."},
+    {"include", IsEmptyArray, "No extra output data ('include') is supported."},
+    {"max_tool_calls", Never, "'max_tool_calls' is not supported."},
+    {"top_logprobs", IsZero, "Log probabilities are not supported on this route."},
+    {"truncation", IsDisabled,
+     "Only 'truncation': 'disabled' is supported: a conversation over the context window is "
+     "refused, not cut."},
+    {"service_tier", IsDefaultTier, "Only the 'auto' / 'default' service tier exists here."},
+    {"prompt_cache_retention", IsInMemory,
+     "Only 'in_memory' prefix caching exists here."},
+    {"n", IsOne, "The Responses API makes one response per request."},
+};
+
+absl::Status CheckUnsupportedFields(const Json& json) {
+  for (const UnsupportedField& field : kUnsupportedFields) {
+    auto it = json.find(field.name);
+    if (it == json.end() || it->is_null() || field.accepts(*it)) continue;
+    return RequestError(field.name, "unsupported_value", field.message);
+  }
+  if (auto it = json.find("text"); it != json.end() && it->is_object()) {
+    if (auto v = it->find("verbosity"); v != it->end() && !v->is_null() && *v != "medium") {
+      return RequestError("text.verbosity", "unsupported_value",
+                          "Only the default verbosity ('medium') is supported.");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
@@ -156,6 +218,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
     return RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
   ResponsesRequest r;
+  DI_RETURN_IF_ERROR(CheckUnsupportedFields(json));
   DI_RETURN_IF_ERROR(ParseGenerationParams(json, limits, &r.params));
   r.params.n = 1;
   r.params.include_usage = false;
@@ -167,11 +230,6 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
     }
     r.params.max_tokens = static_cast<int32_t>(it->get<int64_t>());
     r.echo["max_output_tokens"] = *it;
-  }
-  if (auto it = json.find("previous_response_id"); it != json.end() && !it->is_null()) {
-    return RequestError("previous_response_id", "unsupported_value",
-                        "This server keeps no responses; send the whole conversation in "
-                        "'input'.");
   }
   if (auto it = json.find("instructions"); it != json.end() && !it->is_null()) {
     if (!it->is_string()) {
@@ -215,7 +273,15 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
     }
     r.echo["text"] = *it;
   }
-  for (const char* key : {"temperature", "top_p", "metadata", "parallel_tool_calls", "user"}) {
+  if (auto it = json.find("parallel_tool_calls"); it != json.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return RequestError("parallel_tool_calls", "invalid_type",
+                          "'parallel_tool_calls' must be a boolean.");
+    }
+    r.parallel_tool_calls = it->get<bool>();
+  }
+  for (const char* key : {"temperature", "top_p", "metadata", "parallel_tool_calls", "user",
+                          "safety_identifier", "prompt_cache_key"}) {
     if (auto it = json.find(key); it != json.end()) r.echo[key] = *it;
   }
   return r;

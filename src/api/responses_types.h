@@ -26,15 +26,20 @@ struct ResponsesRequest : ChatExtras {
   // function_call_output items as tool messages; reasoning items are dropped.
   std::vector<ChatMessage> messages;
   bool tools_off = false;  // tool_choice "none"
+  // parallel_tool_calls: false keeps only the first function call of the answer.
+  bool parallel_tool_calls = true;
   // Request fields the response object repeats: instructions, max_output_tokens, temperature,
   // top_p, tools, tool_choice, parallel_tool_calls, metadata, reasoning, text, user.
   Json echo = Json::object();
 };
 
 // Errors: InvalidArgument with a `param`: "invalid_json", "invalid_type", "invalid_value",
-//   "missing_field" (input), "unsupported_value" (previous_response_id, images and files,
-//   built-in tools such as web_search, text formats other than plain text); and those of
-//   ParseGenerationParams.
+//   "missing_field" (input), "unsupported_value" for every field that asks for what this
+//   server does not do (previous_response_id, conversation, background: true, store: true,
+//   prompt, include, max_tool_calls, top_logprobs, truncation: "auto", service tiers other than
+//   auto/default, prompt_cache_retention "24h", n other than 1, text.verbosity other than
+//   medium, images and files, built-in tools such as web_search, text formats other than plain
+//   text); and those of ParseGenerationParams.
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
                                                        const ParseLimits& limits);
