@@ -16,6 +16,10 @@ Admission Closed(size_t n, std::string reason) {
   return a;
 }
 
+bool IsLoopbackHost(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host == "[::1]";
+}
+
 }  // namespace
 
 Admission ParseAdmission(std::optional<std::string_view> text,
@@ -29,13 +33,37 @@ Admission ParseAdmission(std::optional<std::string_view> text,
   auto json = api::ParseJson(*text);
   if (!json.ok()) return Closed(n, "invalid: not valid JSON");
   if (!json->is_object()) return Closed(n, "invalid: expected an object {\"admit\": [...]}");
-  if (json->size() != 1 || !json->contains("admit")) {
-    return Closed(n, "invalid: expected exactly one field, \"admit\"");
+  const bool by_port = json->contains("enabled_ports");
+  if (json->size() != 1 || !(by_port || json->contains("admit"))) {
+    return Closed(n, "invalid: expected exactly one field, \"admit\" or \"enabled_ports\"");
   }
-  const auto& list = (*json)["admit"];
-  if (!list.is_array()) return Closed(n, "invalid: \"admit\" must be an array");
+  const char* field = by_port ? "enabled_ports" : "admit";
+  const auto& list = (*json)[field];
+  if (!list.is_array()) return Closed(n, fmt::format("invalid: \"{}\" must be an array", field));
   Admission a = Closed(n, "ok");
   for (size_t i = 0; i < list.size(); ++i) {
+    if (by_port) {
+      if (!list[i].is_number_integer() || list[i].get<int64_t>() < 1 ||
+          list[i].get<int64_t>() > 65535) {
+        return Closed(n, fmt::format("invalid: enabled_ports[{}] is not a port number", i));
+      }
+      // A port names the configured backend on this machine's loopback at that port (the
+      // operator documents' tunnel ports).
+      const int port = static_cast<int>(list[i].get<int64_t>());
+      bool found = false;
+      for (size_t b = 0; b < n; ++b) {
+        if (backends[b].port == port && IsLoopbackHost(backends[b].host)) {
+          a.admitted[b] = true;
+          found = true;
+        }
+      }
+      if (!found) {
+        return Closed(n, fmt::format("invalid: enabled_ports[{}] ({}) is not the port of a "
+                                     "configured loopback backend",
+                                     i, port));
+      }
+      continue;
+    }
     if (!list[i].is_string())
       return Closed(n, fmt::format("invalid: admit[{}] is not a string", i));
     auto address = ParseBackendUrl(list[i].get<std::string>());

@@ -4,10 +4,13 @@
 // invalid file admits nothing, while requests already in flight finish (draining). Format:
 //
 //   {"admit": ["http://127.0.0.1:19001", "http://127.0.0.1:19002"]}
+//   {"enabled_ports": [19001, 19002, 19008]}   (the operator documents' shape)
 //
-// Each entry is a backend URL as given to --backend (compared after normalization). An entry
-// that names no configured backend makes the whole file invalid: a file written for another
-// pool must not half-open this one.
+// An "admit" entry is a backend URL as given to --backend (compared after normalization); an
+// "enabled_ports" entry is a port and names the configured backend on a loopback host
+// (127.0.0.1, localhost, ::1) at that port (the SSH tunnel ports). An entry that names no
+// configured backend makes the whole file invalid: a file written for another pool must not
+// half-open this one. A file holds exactly one of the two fields.
 
 #include <optional>
 #include <string>

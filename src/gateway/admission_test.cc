@@ -19,6 +19,27 @@ TEST(AdmissionTest, ListedBackendsAreAdmitted) {
   EXPECT_EQ(a.admitted, (std::vector<bool>{true, false, true}));
 }
 
+TEST(AdmissionTest, EnabledPortsNameTheLoopbackBackendsAtThosePorts) {
+  Admission a = ParseAdmission(std::string_view(R"({"enabled_ports": [9001, 9003]})"), Pool());
+  EXPECT_TRUE(a.open);
+  EXPECT_EQ(a.reason, "ok");
+  EXPECT_EQ(a.admitted, (std::vector<bool>{true, false, true}));
+  // The same fail-closed rules as "admit".
+  for (const char* text : {R"({"enabled_ports": [9001, 9999]})", R"({"enabled_ports": ["9001"]})",
+                           R"({"enabled_ports": [0]})", R"({"enabled_ports": [65536]})",
+                           R"({"enabled_ports": [9001.5]})", R"({"enabled_ports": 9001})",
+                           R"({"enabled_ports": [9001], "admit": []})"}) {
+    Admission closed = ParseAdmission(std::string_view(text), Pool());
+    EXPECT_FALSE(closed.open) << text;
+    EXPECT_EQ(closed.reason.rfind("invalid", 0), 0u) << text << ": " << closed.reason;
+  }
+  EXPECT_EQ(ParseAdmission(std::string_view(R"({"enabled_ports": []})"), Pool()).reason,
+            "no_backend_listed");
+  // A port of a backend that is not on loopback names nothing.
+  std::vector<BackendAddress> remote = {*ParseBackendUrl("http://10.0.0.9:9001")};
+  EXPECT_FALSE(ParseAdmission(std::string_view(R"({"enabled_ports": [9001]})"), remote).open);
+}
+
 TEST(AdmissionTest, MissingEmptyOrInvalidFileClosesAdmission) {
   struct Case {
     std::optional<std::string_view> text;

@@ -140,6 +140,23 @@ def test_invalid_admission_file_closes_admission(harnesses, gateways, content):
     assert post(gw).status_code == 503
 
 
+def test_admission_file_by_ports_admits_the_loopback_backends_at_those_ports(harnesses, gateways):
+    # The operator documents' shape: {"enabled_ports": [...]} of the loopback tunnel ports.
+    gw = gateways([h.url for h in harnesses[:2]])
+    gw.write_admission(raw=json.dumps({"enabled_ports": [harnesses[1].port]}))
+    wait_for(lambda: [b["admitted"] for b in gw.status()["backends"]] == [False, True], 1.0,
+             "the port file to apply")
+    before = harnesses[0].stats()["requests"]
+    assert all(post(gw).status_code == 200 for _ in range(4))
+    assert harnesses[0].stats()["requests"] == before  # nothing went to the backend left out
+    assert gw.status()["admission"]["reason"] == "ok"
+    # A port of no configured backend closes admission, as an unknown URL does.
+    gw.write_admission(raw=json.dumps({"enabled_ports": [harnesses[1].port, 1]}))
+    wait_for(lambda: post(gw).status_code == 503, 1.0, "admission to close")
+    assert code_of(post(gw)) == "admission_closed"
+    assert gw.status()["admission"]["reason"].startswith("invalid")
+
+
 def test_backend_killed_mid_stream_gives_a_clean_error_and_frees_the_slot(harnesses, gateways):
     victim, survivor = harnesses[0], harnesses[1]
     gw = gateways([victim.url, survivor.url], admit=[victim.url])
