@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -13,6 +14,7 @@
 
 #include "api/errors.h"
 #include "boost/beast/core/string.hpp"
+#include "fmt/format.h"
 #include "gateway/key_store.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
@@ -88,7 +90,9 @@ class Inspector {
     ArrayElement();
     if (AtTop("stream")) info_->stream = v;
   }
-  void Integer(int64_t v) {
+  // `not_an_integer`: the number was beyond int64, or a float serve reads as no integer;
+  // passed as INT64_MAX.
+  void Integer(int64_t v, bool not_an_integer = false) {
     ArrayElement();
     if (depth_ == 1 && stack_[0].object) {
       const std::string& k = stack_[0].key;
@@ -96,6 +100,7 @@ class Inspector {
           !field.empty() && (!info_->max_tokens || v > *info_->max_tokens)) {
         info_->max_tokens = v;
         info_->max_tokens_field = field;
+        info_->max_tokens_not_an_integer = not_an_integer;
       }
     }
     // A token-id prompt: [1, 2, 3] or [[1, 2], [3]].
@@ -104,7 +109,19 @@ class Inspector {
       if (info_->prompt_field.empty()) info_->prompt_field = "prompt";
     }
   }
-  void Float() { ArrayElement(); }
+  // serve reads an integral float up to 9e15 as that integer and refuses any other float in a
+  // max-tokens field as no integer.
+  void Float(double v) {
+    if (depth_ == 1 && stack_[0].object && !MaxTokensField(stack_[0].key).empty()) {
+      if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) <= 9.0e15) {
+        Integer(static_cast<int64_t>(v));
+      } else {
+        Integer(INT64_MAX, /*not_an_integer=*/true);
+      }
+      return;
+    }
+    ArrayElement();
+  }
   void String(std::string_view v) {
     ArrayElement();
     if (AtTop("user")) info_->user.assign(v);
@@ -294,11 +311,12 @@ bool Walk(simdjson::dom::element e, Inspector* h) {
       return true;
     case simdjson::dom::element_type::UINT64: {
       const uint64_t v = e.get_uint64().value_unsafe();
-      h->Integer(v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v));
+      const bool overflows = v > static_cast<uint64_t>(INT64_MAX);
+      h->Integer(overflows ? INT64_MAX : static_cast<int64_t>(v), overflows);
       return true;
     }
     case simdjson::dom::element_type::DOUBLE:
-      h->Float();
+      h->Float(e.get_double().value_unsafe());
       return true;
     case simdjson::dom::element_type::STRING:
       h->String(e.get_string().value_unsafe());
@@ -330,11 +348,12 @@ class NlohmannAdapter : public nlohmann::json_sax<SaxJson> {
     return true;
   }
   bool number_unsigned(number_unsigned_t v) override {
-    h_->Integer(v > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(v));
+    const bool overflows = v > static_cast<uint64_t>(INT64_MAX);
+    h_->Integer(overflows ? INT64_MAX : static_cast<int64_t>(v), overflows);
     return true;
   }
-  bool number_float(number_float_t, const string_t&) override {
-    h_->Float();
+  bool number_float(number_float_t v, const string_t&) override {
+    h_->Float(v);
     return true;
   }
   bool binary(binary_t&) override {
@@ -486,6 +505,19 @@ absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits) {
   const int64_t limit = limits.model_context_limit;
   const int64_t prompt = PromptTokensLowerBound(body, limits);
   const int64_t output = std::max<int64_t>(body.max_tokens.value_or(0), 0);
+  if (output > std::numeric_limits<int32_t>::max()) {
+    // Not a count serve could take: its parser's answer, not a context verdict.
+    const std::string_view field = body.max_tokens_field;
+    if (field == "max_output_tokens") {
+      return api::RequestError(field, "invalid_value",
+                               "'max_output_tokens' must be a positive integer.");
+    }
+    if (body.max_tokens_not_an_integer) {
+      return api::RequestError(field, "invalid_type",
+                               fmt::format("'{}' must be an integer.", field));
+    }
+    return api::RequestError(field, "invalid_value", fmt::format("'{}' is too large.", field));
+  }
   if (output > limit) {
     std::string_view field = body.max_tokens_field.empty() ? "max_tokens" : body.max_tokens_field;
     return api::ContextLengthError(field, prompt, output, limit, /*prompt_is_lower_bound=*/true);

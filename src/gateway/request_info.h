@@ -25,6 +25,9 @@ struct BodyInfo {
   // The field max_tokens came from ("max_tokens", "max_completion_tokens" or
   // "max_output_tokens"), for the `param` of an error; "" without one. Static storage.
   std::string_view max_tokens_field;
+  // That field's value is beyond int64 or a float that is no integer (max_tokens then holds
+  // INT64_MAX): `serve` reads it as no integer at all.
+  bool max_tokens_not_an_integer = false;
   // The first top-level prompt field with text or token ids ("messages", "prompt" or "input"),
   // for the `param` of an error; "" without one. Static storage.
   std::string_view prompt_field;
@@ -76,8 +79,12 @@ struct PreCheckLimits {
 int64_t PromptTokensLowerBound(const BodyInfo& body, const PreCheckLimits& limits);
 
 // Rejects requests that cannot fit before they are queued: max_tokens alone, or the prompt's
-// lower bound plus max_tokens, above the limit.
-// Errors: InvalidArgument "context_length_exceeded" with the field the client sent as param
+// lower bound plus max_tokens, above the limit. A max_tokens that `serve` refuses as a number
+// (beyond int64, or beyond int32) gets serve's own answer instead.
+// Errors: InvalidArgument "invalid_type" ("'max_tokens' must be an integer.", beyond int64) or
+//   "invalid_value" ("'max_tokens' is too large.", beyond int32; for max_output_tokens "must be
+//   a positive integer"), as serve words them; "context_length_exceeded" with the field the
+//   client sent as param
 //   (max_tokens / max_completion_tokens / max_output_tokens, or messages / prompt / input),
 //   carrying n_prompt_tokens (the lower bound, which the message calls "at least") and n_ctx
 //   for api::ApiErrorFromStatus.

@@ -252,6 +252,47 @@ TEST(PreCheckTest, RejectsPromptsWhoseLowerBoundCannotFit) {
             "context_length_exceeded");
 }
 
+// The backend refuses these as numbers (api::ParseGenerationParams); the gateway answers as it
+// would, not with a context verdict about 9223372036854775807 tokens.
+TEST(PreCheckTest, AMaxTokensNoBackendCouldReadGetsTheBackendsAnswer) {
+  PreCheckLimits limits{1000, 32};
+  struct Case {
+    const char* body;
+    const char* code;
+    const char* param;
+    const char* message;
+  };
+  const Case cases[] = {
+      {R"({"max_tokens":10000000000000000000,"messages":[]})", "invalid_type", "max_tokens",
+       "'max_tokens' must be an integer."},
+      {R"({"max_completion_tokens":10000000000000000000,"messages":[]})", "invalid_type",
+       "max_completion_tokens", "'max_completion_tokens' must be an integer."},
+      {R"({"max_tokens":4294967296,"messages":[]})", "invalid_value", "max_tokens",
+       "'max_tokens' is too large."},
+      {R"({"max_tokens":1e300,"messages":[]})", "invalid_type", "max_tokens",
+       "'max_tokens' must be an integer."},
+      {R"({"max_tokens":5000000000.0,"messages":[]})", "invalid_value", "max_tokens",
+       "'max_tokens' is too large."},
+      {R"({"max_output_tokens":10000000000000000000,"input":"x"})", "invalid_value",
+       "max_output_tokens", "'max_output_tokens' must be a positive integer."},
+  };
+  for (const Case& c : cases) {
+    api::ApiError e = api::ApiErrorFromStatus(PreCheck(InspectBody(c.body), limits));
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.code, c.code) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.message, c.message) << c.body;
+  }
+  // An integer beyond uint64 is no JSON simdjson reads: the body goes to the backend, which
+  // answers for itself.
+  EXPECT_TRUE(
+      PreCheck(InspectBody(R"({"max_tokens":99999999999999999999999,"messages":[]})"), limits)
+          .ok());
+  // Within int32, a count above the window is still the context verdict.
+  EXPECT_EQ(ErrorCodeOf(PreCheck(InspectBody(R"({"max_tokens":2147483647})"), limits)),
+            "context_length_exceeded");
+}
+
 TEST(PreCheckTest, UnparsableBodiesPassToTheBackend) {
   EXPECT_TRUE(PreCheck(InspectBody("not json"), PreCheckLimits{1, 1}).ok());
 }

@@ -161,6 +161,23 @@ def test_context_limit_precheck_is_400_before_any_backend(serve_pool, gateways):
             metric(b, "deepinfer_http_requests_total", route)
 
 
+def test_an_unreadable_max_tokens_gets_the_backends_own_answer(serve_pool, gateways):
+    # 10^19 does not fit in int64: serve says invalid_type, and so must the gateway (it used to
+    # answer context_length_exceeded for 9223372036854775807 tokens).
+    gw = gateways([s.base_url for s in serve_pool], extra_args=["--model-context-limit", "512"])
+    for field, value in [("max_tokens", 10000000000000000000), ("max_tokens", 4294967296),
+                         ("max_completion_tokens", 10000000000000000000)]:
+        body = ('{"model": "stories260K", "messages": [{"role": "user", "content": "hi"}], '
+                f'"{field}": {value}}}')
+        answers = [httpx.post(base + "/v1/chat/completions", content=body, headers=headers,
+                              timeout=30)
+                   for base, headers in [(gw.url, {**gw.headers(), "Content-Type": "application/json"}),
+                                         (serve_pool[0].base_url, {"Content-Type": "application/json"})]]
+        assert [a.status_code for a in answers] == [400, 400], [a.text for a in answers]
+        via_gateway, direct = (error_of(a) for a in answers)
+        assert via_gateway == direct, (field, value)
+
+
 def test_models_lists_the_pool(gw):
     r = httpx.get(gw.url + "/v1/models", headers=gw.headers(), timeout=10)
     assert r.status_code == 200
