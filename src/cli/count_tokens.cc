@@ -21,7 +21,8 @@ struct CountFlags {
   std::string chat_template;
   std::string request;
   std::string format = "auto";
-  tools::TokenBudget budget;
+  std::string profile = "model";
+  tools::BudgetFlags budget;
   bool plan = false;
   bool json = false;
 };
@@ -31,13 +32,9 @@ int Fail(const absl::Status& status) {
   return 2;
 }
 
-int Run(const CountFlags& f) {
-  if (f.budget.limit() <= 0) {
-    std::fprintf(stderr,
-                 "deepinfer count-tokens: bad_flags: the output reservation and headroom leave "
-                 "no room in the window\n");
-    return 2;
-  }
+int Run(CountFlags f) {
+  f.budget.profile =
+      f.profile == "operator" ? tools::BudgetProfile::kOperator : tools::BudgetProfile::kModel;
   std::string body;
   if (f.request == "-") {
     body.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
@@ -56,13 +53,13 @@ int Run(const CountFlags& f) {
   tools::CompactionPlan plan;
   if (f.plan) {
     plan = tools::PlanCompaction(count->messages);
-    absl::Status counted = (*counter)->CountPlan(*count, f.budget, &plan);
+    absl::Status counted = (*counter)->CountPlan(*count, &plan);
     if (!counted.ok()) return Fail(counted);
   }
   const tools::CompactionPlan* plan_ptr = f.plan ? &plan : nullptr;
   std::string out =
-      f.json ? tools::TokenCountJson(*count, f.budget, plan_ptr, (*counter)->model_window())
-             : tools::FormatTokenCount(*count, f.budget, plan_ptr);
+      f.json ? tools::TokenCountJson(*count, plan_ptr, (*counter)->model_window())
+             : tools::FormatTokenCount(*count, plan_ptr);
   std::fputs(out.c_str(), stdout);
   return count->needs_compaction ? 1 : 0;
 }
@@ -88,15 +85,22 @@ void RegisterCountTokens(CLI::App& app, int* exit_code) {
                   "openai (chat completions), anthropic (messages) or auto")
       ->check(CLI::IsMember({"auto", "openai", "anthropic"}))
       ->capture_default_str();
-  cmd->add_option("--window", flags->budget.window, "context window, tokens")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+  cmd->add_option("--profile", flags->profile,
+                  "model: judge as the server does (the model's window, the request's "
+                  "max_tokens, no headroom); operator: the operator documents' budget (window "
+                  "1,048,576, output 32,768, headroom 16,384)")
+      ->check(CLI::IsMember({"model", "operator"}))
       ->capture_default_str();
-  cmd->add_option("--output-tokens", flags->budget.output_tokens, "tokens reserved for the answer")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
-      ->capture_default_str();
-  cmd->add_option("--headroom", flags->budget.headroom_tokens, "tokens kept free")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
-      ->capture_default_str();
+  cmd->add_option("--window", flags->budget.window,
+                  "context window, tokens (model profile: caps the model's window)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--output-tokens", flags->budget.output_tokens,
+                  "tokens reserved for the answer (default: the request's max_tokens, 1 without "
+                  "one; operator profile: 32,768)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--headroom", flags->budget.headroom_tokens,
+                  "tokens kept free (default 0; operator profile: 16,384)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--image-tokens", flags->budget.image_tokens, "tokens reserved per image")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();

@@ -170,8 +170,25 @@ absl::StatusOr<int64_t> RequestCounter::CountMessages(const std::vector<api::Cha
   return static_cast<int64_t>(prompt.tokens.size());
 }
 
+TokenBudget ResolveBudget(const BudgetFlags& flags, int64_t model_window,
+                          std::optional<int64_t> request_max_tokens) {
+  TokenBudget budget;
+  budget.image_tokens = flags.image_tokens;
+  if (flags.profile == BudgetProfile::kModel) {
+    budget.window = flags.window ? std::min(*flags.window, model_window) : model_window;
+    budget.output_tokens = std::max<int64_t>(request_max_tokens.value_or(1), 1);
+    budget.headroom_tokens = 0;
+    budget.answer_fills_window = true;
+  } else if (flags.window) {
+    budget.window = *flags.window;
+  }
+  if (flags.output_tokens) budget.output_tokens = *flags.output_tokens;
+  if (flags.headroom_tokens) budget.headroom_tokens = *flags.headroom_tokens;
+  return budget;
+}
+
 absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestFormat format,
-                                                 const TokenBudget& budget) const {
+                                                 const BudgetFlags& flags) const {
   TokenCount count;
   if (format == RequestFormat::kAuto) {
     auto json = api::ParseJson(body);
@@ -185,6 +202,9 @@ absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestF
       return InvalidArgumentError("invalid_type", "The request body must be a JSON object.");
     }
     DI_ASSIGN_OR_RETURN(api::AnthropicChat chat, api::ParseAnthropicChat(json));
+    if (auto it = json.find("max_tokens"); it != json.end() && it->is_number_integer()) {
+      count.max_tokens = it->get<int64_t>();
+    }
     count.messages = std::move(chat.messages);
     count.options = std::move(chat.options);
     count.num_images = chat.num_images;
@@ -196,15 +216,24 @@ absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestF
                                       &count.num_images));
     count.options = api::ChatOptionsFor(request);
     count.messages = std::move(request.messages);
+    count.max_tokens = request.params.max_tokens;
+  }
+  count.budget = ResolveBudget(flags, model_window(), count.max_tokens);
+  if (count.budget.limit() <= 0) {
+    return InvalidArgumentError(
+        "bad_flags", fmt::format("the output reservation ({}) and headroom ({}) leave no room in "
+                                 "the window of {} tokens",
+                                 count.budget.output_tokens, count.budget.headroom_tokens,
+                                 count.budget.window));
   }
   DI_ASSIGN_OR_RETURN(count.text_tokens, CountMessages(count.messages, count.options));
-  count.input_tokens = count.text_tokens + int64_t{count.num_images} * budget.image_tokens;
-  count.needs_compaction = count.input_tokens >= budget.limit();
+  count.input_tokens = count.text_tokens + int64_t{count.num_images} * count.budget.image_tokens;
+  count.needs_compaction = count.input_tokens >= count.budget.limit();
   return count;
 }
 
-absl::Status RequestCounter::CountPlan(const TokenCount& count, const TokenBudget& budget,
-                                       CompactionPlan* plan) const {
+absl::Status RequestCounter::CountPlan(const TokenCount& count, CompactionPlan* plan) const {
+  const TokenBudget& budget = count.budget;
   if (!plan->possible) return absl::OkStatus();
   std::vector<api::ChatMessage> kept;
   for (int32_t i = 0; i < static_cast<int32_t>(count.messages.size()); ++i) {
@@ -215,8 +244,8 @@ absl::Status RequestCounter::CountPlan(const TokenCount& count, const TokenBudge
   return absl::OkStatus();
 }
 
-std::string FormatTokenCount(const TokenCount& count, const TokenBudget& budget,
-                             const CompactionPlan* plan) {
+std::string FormatTokenCount(const TokenCount& count, const CompactionPlan* plan) {
+  const TokenBudget& budget = count.budget;
   std::string out;
   std::string images =
       count.num_images > 0
@@ -247,8 +276,9 @@ std::string FormatTokenCount(const TokenCount& count, const TokenBudget& budget,
   return out;
 }
 
-std::string TokenCountJson(const TokenCount& count, const TokenBudget& budget,
-                           const CompactionPlan* plan, int32_t model_window) {
+std::string TokenCountJson(const TokenCount& count, const CompactionPlan* plan,
+                           int32_t model_window) {
+  const TokenBudget& budget = count.budget;
   Json out = Json::object();
   out["format"] = count.format;
   out["input_tokens"] = count.input_tokens;
@@ -259,6 +289,7 @@ std::string TokenCountJson(const TokenCount& count, const TokenBudget& budget,
   out["headroom_tokens"] = budget.headroom_tokens;
   out["window"] = budget.window;
   out["limit"] = budget.limit();
+  out["profile"] = budget.answer_fills_window ? "model" : "operator";
   out["model_window"] = model_window;
   out["verdict"] = count.needs_compaction ? "compact" : "fits";
   out["num_messages"] = count.messages.size();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,18 +18,46 @@
 
 namespace deepinfer::tools {
 
-// The budget of one request. Defaults follow the seed deployment profile: compaction is needed
-// from window - output - headroom = 999,424 input tokens.
+// The budget of one request. The defaults are the operator documents' profile: compaction is
+// needed from window - output - headroom = 999,424 input tokens.
 // Units: tokens.
 struct TokenBudget {
   int64_t window = 1048576;
   int64_t output_tokens = 32768;    // reserved for the answer
   int64_t headroom_tokens = 16384;  // kept free for what the client adds next
   int64_t image_tokens = 1024;      // reserved per image
+  // The server's own rule, prompt + max_tokens <= window: the answer may take the window's last
+  // token. The operator profile keeps that token free.
+  bool answer_fills_window = false;
 
   // Input tokens from which compaction is needed.
-  int64_t limit() const { return window - output_tokens - headroom_tokens; }
+  int64_t limit() const {
+    return window - output_tokens - headroom_tokens + (answer_fills_window ? 1 : 0);
+  }
 };
+
+// Which budget a verdict is judged against.
+enum class BudgetProfile {
+  // What the server accepts: the model's window, the request's max_tokens (1 without one: the
+  // server needs room for one token), no headroom.
+  kModel,
+  // The operator documents' 1,048,576 / 32,768 / 16,384 budget (TokenBudget's defaults).
+  kOperator,
+};
+
+// The command line's budget: a value left unset is the profile's.
+struct BudgetFlags {
+  BudgetProfile profile = BudgetProfile::kModel;
+  std::optional<int64_t> window;  // kModel: caps the model's window
+  std::optional<int64_t> output_tokens;
+  std::optional<int64_t> headroom_tokens;
+  int64_t image_tokens = 1024;
+};
+
+// The budget `flags` ask for, for a model whose window is `model_window` and a request whose
+// max_tokens (max_completion_tokens; Anthropic's max_tokens) is `request_max_tokens`.
+TokenBudget ResolveBudget(const BudgetFlags& flags, int64_t model_window,
+                          std::optional<int64_t> request_max_tokens);
 
 enum class RequestFormat { kAuto, kOpenAi, kAnthropic };
 
@@ -37,6 +66,8 @@ struct TokenCount {
   int64_t text_tokens = 0;
   int32_t num_images = 0;
   int64_t input_tokens = 0;  // text + images at the budget's reservation
+  std::optional<int64_t> max_tokens;  // the request's output budget, when it sets one
+  TokenBudget budget;                 // resolved from the flags, the model and the request
   bool needs_compaction = false;
   std::vector<api::ChatMessage> messages;  // as the chat route sees them
   tokenizer::ChatOptions options;          // tools, thinking, as the chat route renders them
@@ -72,11 +103,12 @@ class RequestCounter {
   ~RequestCounter();
 
   // Counts a request body (OpenAI chat or Anthropic messages; kAuto tells them apart by a
-  // top-level "system" or Anthropic-only content block types).
+  // top-level "system" or Anthropic-only content block types) and judges it against the budget
+  // that `flags` resolve to (ResolveBudget).
   // Errors: InvalidArgument with the parsers' codes, or the encoder's "bad_chat_request" (the
-  //   request cannot be counted).
+  //   request cannot be counted); InvalidArgument "bad_flags" when the budget leaves no room.
   absl::StatusOr<TokenCount> Count(std::string_view body, RequestFormat format,
-                                   const TokenBudget& budget) const;
+                                   const BudgetFlags& flags) const;
 
   // The text tokens of `messages` rendered with `options`, as the chat route counts them.
   // Errors: the encoder's.
@@ -85,8 +117,7 @@ class RequestCounter {
 
   // Fills input_tokens_after of a possible plan.
   // Errors: the encoder's (the shortened conversation cannot be rendered).
-  absl::Status CountPlan(const TokenCount& count, const TokenBudget& budget,
-                         CompactionPlan* plan) const;
+  absl::Status CountPlan(const TokenCount& count, CompactionPlan* plan) const;
 
   int32_t model_window() const;
   const std::string& template_name() const;
@@ -97,9 +128,8 @@ class RequestCounter {
   std::unique_ptr<Impl> impl_;
 };
 
-std::string FormatTokenCount(const TokenCount& count, const TokenBudget& budget,
-                             const CompactionPlan* plan);
-std::string TokenCountJson(const TokenCount& count, const TokenBudget& budget,
-                           const CompactionPlan* plan, int32_t model_window);
+std::string FormatTokenCount(const TokenCount& count, const CompactionPlan* plan);
+std::string TokenCountJson(const TokenCount& count, const CompactionPlan* plan,
+                           int32_t model_window);
 
 }  // namespace deepinfer::tools

@@ -32,6 +32,27 @@ std::string Calls(std::initializer_list<const char*> ids) {
 TEST(TokenBudgetTest, SeedProfileNeedsCompactionFrom999424Tokens) {
   TokenBudget budget;
   EXPECT_EQ(budget.limit(), 999424);
+  BudgetFlags operator_profile;
+  operator_profile.profile = BudgetProfile::kOperator;
+  EXPECT_EQ(ResolveBudget(operator_profile, 8192, 100).limit(), 999424);
+}
+
+// The default verdict is the server's: it refuses prompt + max_tokens > window, and a prompt
+// that fills the window without max_tokens (api::ResolveMaxTokens).
+TEST(TokenBudgetTest, TheModelProfileJudgesAsTheServerDoes) {
+  BudgetFlags flags;
+  TokenBudget b = ResolveBudget(flags, 8192, std::nullopt);
+  EXPECT_EQ(b.window, 8192);
+  EXPECT_EQ(b.limit(), 8192);  // 8,191 prompt tokens fit, 8,192 do not
+  b = ResolveBudget(flags, 8192, 100);
+  EXPECT_EQ(b.limit(), 8093);  // 8,092 + 100 = 8,192 fits
+  flags.window = 4096;         // --window caps the model's window, never raises it
+  EXPECT_EQ(ResolveBudget(flags, 8192, std::nullopt).window, 4096);
+  flags.window = 1 << 20;
+  EXPECT_EQ(ResolveBudget(flags, 8192, std::nullopt).window, 8192);
+  flags.headroom_tokens = 92;
+  flags.output_tokens = 0;
+  EXPECT_EQ(ResolveBudget(flags, 8192, 100).limit(), 8101);
 }
 
 TEST(PlanCompactionTest, TakesTheFirstHalfOfTheHistoryAfterTheSystemPrompt) {
@@ -139,7 +160,7 @@ class CounterTest : public ::testing::Test {
 };
 
 TEST_F(CounterTest, OpenAiAndAnthropicShapesOfOneConversationCountAlike) {
-  TokenBudget budget;
+  BudgetFlags budget;
   auto openai = counter_->Count(
       R"({"messages":[{"role":"system","content":"Be brief."},
                       {"role":"user","content":[{"type":"text","text":"Once upon "},
@@ -165,14 +186,15 @@ TEST_F(CounterTest, OpenAiAndAnthropicShapesOfOneConversationCountAlike) {
 
 TEST_F(CounterTest, VerdictFlipsExactlyAtTheLimit) {
   const char* body = R"({"messages":[{"role":"user","content":"Once upon a time there was"}]})";
-  auto count = counter_->Count(body, RequestFormat::kOpenAi, TokenBudget{});
+  auto count = counter_->Count(body, RequestFormat::kOpenAi, BudgetFlags{});
   ASSERT_TRUE(count.ok());
-  TokenBudget budget;
+  BudgetFlags budget;
+  budget.profile = BudgetProfile::kOperator;
   budget.output_tokens = 10;
   budget.headroom_tokens = 5;
   budget.window = count->input_tokens + 15;  // limit == input: compaction needed
   EXPECT_TRUE(counter_->Count(body, RequestFormat::kOpenAi, budget)->needs_compaction);
-  budget.window += 1;
+  budget.window = *budget.window + 1;
   EXPECT_FALSE(counter_->Count(body, RequestFormat::kOpenAi, budget)->needs_compaction);
 }
 
@@ -180,7 +202,7 @@ TEST_F(CounterTest, RequestsThatCannotBeCountedAreErrorsNotEstimates) {
   for (const char* body : {"not json", "{}", R"({"messages":[{"role":"wizard","content":"x"}]})",
                            R"({"system":"x","messages":[{"role":"user","content":[
                                {"type":"document","source":{}}]}]})"}) {
-    EXPECT_FALSE(counter_->Count(body, RequestFormat::kAuto, TokenBudget{}).ok()) << body;
+    EXPECT_FALSE(counter_->Count(body, RequestFormat::kAuto, BudgetFlags{}).ok()) << body;
   }
 }
 
@@ -188,11 +210,11 @@ TEST_F(CounterTest, PlanReportsTheCountWithoutTheRange) {
   const char* body = R"({"messages":[{"role":"user","content":"one two three"},
       {"role":"assistant","content":"four five"},{"role":"user","content":"six"},
       {"role":"assistant","content":"seven"},{"role":"user","content":"eight"}]})";
-  auto count = counter_->Count(body, RequestFormat::kOpenAi, TokenBudget{});
+  auto count = counter_->Count(body, RequestFormat::kOpenAi, BudgetFlags{});
   ASSERT_TRUE(count.ok());
   CompactionPlan plan = PlanCompaction(count->messages);
   ASSERT_TRUE(plan.possible);
-  ASSERT_TRUE(counter_->CountPlan(*count, TokenBudget{}, &plan).ok());
+  ASSERT_TRUE(counter_->CountPlan(*count, &plan).ok());
   EXPECT_GT(plan.input_tokens_after, 0);
   EXPECT_LT(plan.input_tokens_after, count->input_tokens);
 }

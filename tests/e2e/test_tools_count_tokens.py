@@ -63,14 +63,18 @@ def make_requests(n: int, seed: int) -> list:
     return out
 
 
-def served_prompt_tokens(server, body: dict) -> int:
-    """usage.prompt_tokens of a real chat completion, or n_prompt_tokens when the prompt does not
-    fit the window (the server counted it all the same)."""
+def served_answer(server, body: dict) -> tuple:
+    """(usage.prompt_tokens of a real chat completion, True), or (n_prompt_tokens, False) when
+    the prompt does not fit the window (the server counted it all the same)."""
     chat = httpx.post(server.base_url + "/v1/chat/completions", json=body, timeout=120)
     if chat.status_code == 400 and chat.json()["error"]["code"] == "context_length_exceeded":
-        return chat.json()["error"]["n_prompt_tokens"]
+        return chat.json()["error"]["n_prompt_tokens"], False
     assert chat.status_code == 200, chat.text
-    return chat.json()["usage"]["prompt_tokens"]
+    return chat.json()["usage"]["prompt_tokens"], True
+
+
+def served_prompt_tokens(server, body: dict) -> int:
+    return served_answer(server, body)[0]
 
 
 def count_cli(model, body: dict, *extra):
@@ -117,8 +121,10 @@ def test_tool_definitions_count_the_same_on_a_deepseek_encoder(deepseek, checkpo
     assert with_tools
     for body in requests:
         cli = count_cli(checkpoint, body, "--chat-template", "deepseek-v4.1")
-        assert cli.returncode == 0, cli.stderr
-        assert json.loads(cli.stdout)["input_tokens"] == served_prompt_tokens(deepseek, body), body
+        tokens, accepted = served_answer(deepseek, body)
+        # The tiny model's window is 256 tokens: the verdict is the server's.
+        assert cli.returncode == (0 if accepted else 1), (cli.stdout, cli.stderr)
+        assert json.loads(cli.stdout)["input_tokens"] == tokens, body
     # The encoder renders the definitions: they cost tokens.
     bare = {k: v for k, v in with_tools[0].items() if k not in ("tools", "tool_choice")}
     counts = [json.loads(count_cli(checkpoint, b, "--chat-template", "deepseek-v4.1").stdout)
@@ -176,11 +182,11 @@ def test_anthropic_shape_counts_the_same_on_server_and_cli(smollm):
 
 def test_budget_verdict_and_compaction_plan(smollm):
     body = make_requests(8, seed=3)[3]  # has tool calls
-    fits = count_cli(smollm_path(), body)
+    fits = count_cli(smollm_path(), body, "--profile", "operator")
     n = json.loads(fits.stdout)["input_tokens"]
     assert json.loads(fits.stdout)["limit"] == 999424
     over = count_cli(smollm_path(), body, "--window", str(n + 100), "--output-tokens", "64",
-                     "--headroom", "36", "--plan-compaction")
+                     "--headroom", "37", "--plan-compaction")
     assert over.returncode == 1, over.stderr
     result = json.loads(over.stdout)
     assert result["verdict"] == "compact" and result["limit"] == n
@@ -191,10 +197,10 @@ def test_budget_verdict_and_compaction_plan(smollm):
     assert kept_roles[plan["end"]] != "tool"
     assert plan["input_tokens_after"] < n
     text = count_cli(smollm_path(), body, "--window", str(n + 100), "--output-tokens", "64",
-                     "--headroom", "36", "--plan-compaction")
+                     "--headroom", "37", "--plan-compaction")
     table = subprocess.run([str(binary()), "count-tokens", "--model", str(smollm_path()),
                             "--request", "-", "--window", str(n + 100), "--output-tokens", "64",
-                            "--headroom", "36"], input=json.dumps(body), capture_output=True,
+                            "--headroom", "37"], input=json.dumps(body), capture_output=True,
                            text=True, timeout=120)
     assert table.returncode == 1 and "COMPACT" in table.stdout and "headroom" in table.stdout
     assert text.returncode == 1
@@ -208,3 +214,28 @@ def test_uncountable_requests_exit_2_with_the_reason(smollm):
                                 timeout=120)
         assert result.returncode == 2 and reason in result.stderr, result.stderr
         assert result.stdout == ""
+
+
+def test_default_verdict_is_the_servers_at_the_edge_of_the_window(smollm):
+    # The server runs with --max-model-len 2048; count-tokens --window 2048 judges against that
+    # window (capping the model's 8,192), with the request's own max_tokens as the reservation.
+    body = {"messages": [{"role": "user", "content": "tokens " * 300}], "temperature": 0}
+    first = count_cli(smollm_path(), body)
+    assert first.returncode == 0, first.stderr
+    result = json.loads(first.stdout)
+    assert result["window"] == result["model_window"] == 8192 and result["profile"] == "model"
+    n = result["input_tokens"]
+    for max_tokens in (2048 - n, 2048 - n + 1):
+        request = {**body, "max_tokens": max_tokens}
+        verdict = count_cli(smollm_path(), request, "--window", "2048")
+        served = httpx.post(smollm.base_url + "/v1/chat/completions", timeout=120,
+                            json={**request, "max_tokens": max_tokens})
+        fits = served.status_code == 200
+        assert verdict.returncode == (0 if fits else 1), (max_tokens, verdict.stdout, served.text)
+        assert json.loads(verdict.stdout)["verdict"] == ("fits" if fits else "compact")
+        if not fits:
+            assert served.json()["error"]["code"] == "context_length_exceeded"
+    # No max_tokens: the prompt alone must leave one token.
+    window = str(n + 1)
+    assert count_cli(smollm_path(), body, "--window", window).returncode == 0
+    assert count_cli(smollm_path(), body, "--window", str(n)).returncode == 1
