@@ -91,6 +91,50 @@ TEST(ChatTemplateTest, Llama2cModelsConcatenateContents) {
             "Once upon a time");
 }
 
+TEST(ChatTemplateTest, ContinuedFinalMessageMatchesTransformers) {
+  std::ifstream in(testing::SourcePath("tests/golden/chat/smollm2_continue.json"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto golden = nlohmann::json::parse(ss.str());
+  model::TokenizerData data;
+  data.chat_template = golden["template"].get<std::string>();
+  auto tmpl = CreateChatTemplate(data);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  ChatOptions options;
+  options.add_generation_prompt = false;
+  options.continue_final_message = true;
+  ASSERT_GE(golden["cases"].size(), 9u);
+  for (const auto& c : golden["cases"]) {
+    auto text = RenderChat(**tmpl, Messages(c["messages"]), options);
+    ASSERT_TRUE(text.ok()) << c["name"] << ": " << text.status();
+    EXPECT_EQ(*text, c["text"].get<std::string>()) << c["name"];
+  }
+  EXPECT_EQ(ErrorCodeOf(RenderChat(**tmpl, {}, options).status()), "bad_chat_request");
+}
+
+// The DeepSeek encoders have no Jinja reference for a continued message: the prompt must be the
+// closed conversation's rendering cut right after the final text.
+TEST(ChatTemplateTest, DeepseekEncodersContinueTheFinalMessage) {
+  for (const char* name : {"deepseek-v3", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4",
+                           "deepseek-v4.1"}) {
+    auto tmpl = CreateChatTemplateByName(name);
+    ASSERT_TRUE(tmpl.ok()) << name;
+    const std::vector<ChatMessage> messages = {{"user", "What is the capital of France?"},
+                                               {"assistant", "The capital of France is"}};
+    ChatOptions closed;
+    closed.add_generation_prompt = false;
+    auto full = (*tmpl)->Render(messages, closed);
+    ASSERT_TRUE(full.ok()) << name << ": " << full.status();
+    ChatOptions open = closed;
+    open.continue_final_message = true;
+    auto text = RenderChat(**tmpl, messages, open);
+    ASSERT_TRUE(text.ok()) << name << ": " << text.status();
+    EXPECT_TRUE(text->ends_with("The capital of France is")) << name << ": " << *text;
+    EXPECT_EQ(full->substr(0, text->size()), *text) << name;
+    EXPECT_LT(text->size(), full->size()) << name << ": the end of the turn is still there";
+  }
+}
+
 TEST(ChatTemplateTest, UnknownTemplatesAreRejected) {
   model::TokenizerData data;
   data.chat_template = "{% for m in messages %}[{{ m.role }}] {{ m.content }}{% endfor %}";
