@@ -166,7 +166,8 @@ bool IsDefaultTier(const Json& v) {
   return v.is_string() && (v.get<std::string>() == "auto" || v.get<std::string>() == "default");
 }
 bool IsInMemory(const Json& v) {
-  return v.is_string() && (v.get<std::string>() == "in_memory" || v.get<std::string>() == "in-memory");
+  return v.is_string() &&
+         (v.get<std::string>() == "in_memory" || v.get<std::string>() == "in-memory");
 }
 bool Never(const Json&) { return false; }
 
@@ -189,8 +190,7 @@ constexpr UnsupportedField kUnsupportedFields[] = {
      "Only 'truncation': 'disabled' is supported: a conversation over the context window is "
      "refused, not cut."},
     {"service_tier", IsDefaultTier, "Only the 'auto' / 'default' service tier exists here."},
-    {"prompt_cache_retention", IsInMemory,
-     "Only 'in_memory' prefix caching exists here."},
+    {"prompt_cache_retention", IsInMemory, "Only 'in_memory' prefix caching exists here."},
     {"n", IsOne, "The Responses API makes one response per request."},
 };
 

@@ -32,9 +32,8 @@ absl::Status RunTokenize(const Backend& backend, const HttpRequest& http, Respon
           text, true, *request.add_special_tokens && backend.tokenizer->add_bos());
     } else {
       // The same tokens a chat request with these messages, tools and options is charged for.
-      DI_ASSIGN_OR_RETURN(ChatPrompt chat,
-                          RenderChatPrompt(backend, request.messages,
-                                           ChatOptionsFor(request.extras)));
+      DI_ASSIGN_OR_RETURN(ChatPrompt chat, RenderChatPrompt(backend, request.messages,
+                                                            ChatOptionsFor(request.extras)));
       tokens = std::move(chat.tokens);
     }
   } else {

@@ -57,9 +57,8 @@ int Run(CountFlags f) {
     if (!counted.ok()) return Fail(counted);
   }
   const tools::CompactionPlan* plan_ptr = f.plan ? &plan : nullptr;
-  std::string out =
-      f.json ? tools::TokenCountJson(*count, plan_ptr, (*counter)->model_window())
-             : tools::FormatTokenCount(*count, plan_ptr);
+  std::string out = f.json ? tools::TokenCountJson(*count, plan_ptr, (*counter)->model_window())
+                           : tools::FormatTokenCount(*count, plan_ptr);
   std::fputs(out.c_str(), stdout);
   return count->needs_compaction ? 1 : 0;
 }

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <vector>

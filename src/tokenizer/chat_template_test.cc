@@ -115,8 +115,8 @@ TEST(ChatTemplateTest, ContinuedFinalMessageMatchesTransformers) {
 // The DeepSeek encoders have no Jinja reference for a continued message: the prompt must be the
 // closed conversation's rendering cut right after the final text.
 TEST(ChatTemplateTest, DeepseekEncodersContinueTheFinalMessage) {
-  for (const char* name : {"deepseek-v3", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4",
-                           "deepseek-v4.1"}) {
+  for (const char* name :
+       {"deepseek-v3", "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1"}) {
     auto tmpl = CreateChatTemplateByName(name);
     ASSERT_TRUE(tmpl.ok()) << name;
     const std::vector<ChatMessage> messages = {{"user", "What is the capital of France?"},

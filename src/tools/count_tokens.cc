@@ -219,12 +219,17 @@ absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestF
     count.max_tokens = request.params.max_tokens;
   }
   count.budget = ResolveBudget(flags, model_window(), count.max_tokens);
-  if (count.budget.limit() <= 0) {
+  // The request's own max_tokens may leave no room (the server refuses it: COMPACT); flags that
+  // do are a mistake of the command line.
+  const bool flags_set_reservation = flags.profile == BudgetProfile::kOperator ||
+                                     flags.output_tokens.has_value() ||
+                                     flags.headroom_tokens.has_value();
+  if (count.budget.limit() <= 0 && flags_set_reservation) {
     return InvalidArgumentError(
-        "bad_flags", fmt::format("the output reservation ({}) and headroom ({}) leave no room in "
-                                 "the window of {} tokens",
-                                 count.budget.output_tokens, count.budget.headroom_tokens,
-                                 count.budget.window));
+        "bad_flags",
+        fmt::format("the output reservation ({}) and headroom ({}) leave no room in "
+                    "the window of {} tokens",
+                    count.budget.output_tokens, count.budget.headroom_tokens, count.budget.window));
   }
   DI_ASSIGN_OR_RETURN(count.text_tokens, CountMessages(count.messages, count.options));
   count.input_tokens = count.text_tokens + int64_t{count.num_images} * count.budget.image_tokens;
