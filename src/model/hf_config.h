@@ -2,9 +2,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 
 namespace deepinfer::model {
 
@@ -42,6 +44,16 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
 //   DataLoss "nan_in_weights". Messages are one line and name the file or tensor.
 // Cost: maps the shards (no copy of BF16/F32 data); FP8 weights cost 2 bytes/weight of RAM.
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path);
+
+// LoadHfModel without the files: assembles a checkpoint from config.json's text and its shards,
+// already parsed (SafetensorsFile::Open or ::Parse). The model takes the shards' mappings; the
+// views of a shard from Parse point into the caller's bytes, which must then outlive the model.
+// `label` names config.json in errors and becomes config.name.
+// Errors: LoadHfModel's, less "file_not_found" and "missing_shard".
+// Cost: as LoadHfModel (FP8 dequantization runs on one thread per core).
+absl::StatusOr<std::unique_ptr<Model>> HfModelFromParts(
+    const std::string& config_json, std::vector<std::unique_ptr<SafetensorsFile>> shards,
+    const std::string& label = "config.json");
 
 // True when `path` names something LoadHfModel handles (a directory, a file named config.json,
 // or a .safetensors file).
