@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
+// The largest size or count a key may hold. Far above any real model (DeepSeek-V3's largest is
+// vocab_size 129280), and small enough that the sums and products the config implies
+// (qk_nope + qk_rope, heads x head dim, ...) never overflow.
+constexpr int kMaxSize = 1 << 24;
+
 // Reads config keys with HF's defaults and turns every type or range problem into one
 // "bad_config" line naming the key.
 class ConfigReader {
@@ -46,7 +50,7 @@ class ConfigReader {
 
   // An integer in [lo, hi]; `fallback` when absent or null (nullopt fallback: required).
   absl::StatusOr<int> Int(const char* key, std::optional<int> fallback, int lo = 1,
-                          int hi = INT_MAX) const {
+                          int hi = kMaxSize) const {
     if (!Has(key)) {
       if (fallback) return *fallback;
       return Error(fmt::format("'{}' is required", key));

@@ -17,9 +17,10 @@ namespace deepinfer::model {
 // `rope_parameters` {"rope_type": "yarn", "rope_theta", ...}; `q_lora_rank: null` selects the
 // direct q_proj. Training-only keys (aux_loss_alpha, seq_aux, ep_size, ...) are ignored.
 // Errors: InvalidArgument "bad_config" (not JSON, a required key missing, wrong type or out of
-//   range); Unimplemented "unsupported_config" (other model_type, scoring_func other than
-//   sigmoid/softmax, unknown topk_method or rope scaling type, hidden_act other than silu,
-//   attention_bias / mlp_bias true, n_routed_experts not divisible by n_group, ...).
+//   range: every size and count lies in [1, 2^24], some may be 0); Unimplemented
+//   "unsupported_config" (other model_type, scoring_func other than sigmoid/softmax, unknown
+//   topk_method or rope scaling type, hidden_act other than silu, attention_bias / mlp_bias true,
+//   n_routed_experts not divisible by n_group, ...).
 // Source: transformers DeepseekV3Config / DeepseekV2Config; deepseek-ai/DeepSeek-V3 config.json.
 absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
                                           const std::string& label = "config.json");
