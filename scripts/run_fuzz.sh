@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang and runs each for a bounded time on its seed corpus.
+# Builds the libFuzzer targets with clang, replays every committed seed (ctest -L fuzz), then
+# fuzzes each target for a bounded time on a scratch copy of its seed corpus, FUZZ_JOBS targets
+# at a time (default 2). Each target's log is build-fuzz/<name>.log; a failing target's tail is
+# printed once all have finished.
 # Usage: scripts/run_fuzz.sh SECONDS_PER_TARGET
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-30}
+JOBS=${FUZZ_JOBS:-2}
 BUILD=build-fuzz
 if [ ! -f "$BUILD/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -14,17 +18,50 @@ targets=$(ninja -C "$BUILD" -t targets all | sed -n 's/^\([a-z0-9_]*_fuzz\): .*/
 [ -n "$targets" ] || { echo "fuzz: no fuzz targets defined"; exit 1; }
 # shellcheck disable=SC2086
 ninja -C "$BUILD" -j "$(nproc)" $targets > "$BUILD/build.log" 2>&1 || { cat "$BUILD/build.log"; exit 1; }
-found=0
-for fuzzer in "$BUILD"/tests/fuzz/*_fuzz; do
-  [ -x "$fuzzer" ] || continue
-  found=1
+
+echo "fuzz: replaying the seed corpora"
+ctest --test-dir "$BUILD/tests/fuzz" -L fuzz -j "$JOBS" --output-on-failure > "$BUILD/seeds.log" 2>&1 ||
+  { cat "$BUILD/seeds.log"; exit 1; }
+grep -E 'tests passed' "$BUILD/seeds.log" || true
+
+# Fuzzes one target; prints one line when it is done.
+fuzz_one() {
+  local fuzzer=$1 name corpus rc=0
   name=$(basename "$fuzzer" _fuzz)
   corpus=$(mktemp -d)
   [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$corpus/"
-  echo "fuzz: $name for ${SECONDS_PER_TARGET}s"
   "$fuzzer" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -print_final_stats=0 \
-    "$corpus" > "$BUILD/$name.log" 2>&1 || { tail -50 "$BUILD/$name.log"; rm -rf "$corpus"; exit 1; }
-  grep -E '^(#[0-9]+\s+DONE|Done)' "$BUILD/$name.log" | tail -1 || true
+    -artifact_prefix="$BUILD/$name-" "$corpus" > "$BUILD/$name.log" 2>&1 || rc=$?
   rm -rf "$corpus"
+  if [ $rc -eq 0 ]; then
+    echo "fuzz: $name ok: $(grep -E '^#[0-9]+\s+DONE' "$BUILD/$name.log" | tail -1 | tr -s ' ')"
+  else
+    echo "fuzz: $name FAILED (exit $rc, log $BUILD/$name.log)"
+  fi
+  return $rc
+}
+
+echo "fuzz: ${SECONDS_PER_TARGET}s per target, $JOBS at a time"
+failed=()
+running=0
+declare -A job_name
+for fuzzer in "$BUILD"/tests/fuzz/*_fuzz; do
+  [ -x "$fuzzer" ] || continue
+  if [ $running -ge "$JOBS" ]; then
+    wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
+    running=$((running - 1))
+  fi
+  fuzz_one "$fuzzer" &
+  job_name[$!]=$(basename "$fuzzer" _fuzz)
+  running=$((running + 1))
 done
-[ $found -eq 1 ] || echo "fuzz: no fuzz targets built"
+[ ${#job_name[@]} -gt 0 ] || { echo "fuzz: no fuzz targets built"; exit 1; }
+while [ $running -gt 0 ]; do
+  wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
+  running=$((running - 1))
+done
+for name in "${failed[@]}"; do
+  echo "== fuzz: $name failed; the end of $BUILD/$name.log:"
+  tail -50 "$BUILD/$name.log"
+done
+[ ${#failed[@]} -eq 0 ]

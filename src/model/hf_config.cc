@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
+// The largest size or count a key may hold. Far above any real model (DeepSeek-V3's largest is
+// vocab_size 129280), and small enough that the sums and products the config implies
+// (qk_nope + qk_rope, heads x head dim, ...) never overflow.
+constexpr int kMaxSize = 1 << 24;
+
 // Reads config keys with HF's defaults and turns every type or range problem into one
 // "bad_config" line naming the key.
 class ConfigReader {
@@ -46,7 +50,7 @@ class ConfigReader {
 
   // An integer in [lo, hi]; `fallback` when absent or null (nullopt fallback: required).
   absl::StatusOr<int> Int(const char* key, std::optional<int> fallback, int lo = 1,
-                          int hi = INT_MAX) const {
+                          int hi = kMaxSize) const {
     if (!Has(key)) {
       if (fallback) return *fallback;
       return Error(fmt::format("'{}' is required", key));
@@ -330,7 +334,8 @@ void ReleasePages(const uint8_t* data, size_t bytes) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-absl::Status DequantizeFp8Weights(Model& m, const QuantInfo& q) {
+// `release_pages`: the FP8 bytes are a file mapping (not memory the caller owns).
+absl::Status DequantizeFp8Weights(Model& m, const QuantInfo& q, bool release_pages) {
   std::vector<std::string> fp8;
   for (const auto& [name, t] : m.tensors) {
     if (t.dtype == DType::kF8E4M3) fp8.push_back(name);
@@ -383,7 +388,7 @@ absl::Status DequantizeFp8Weights(Model& m, const QuantInfo& q) {
     pool.ParallelFor(rows, [&](int64_t begin, int64_t end, int) {
       DequantizeFp8BlockToBf16(w, rows, cols, scale.data(), br, bc, begin, end, out);
     });
-    ReleasePages(w, static_cast<size_t>(rows * cols));
+    if (release_pages) ReleasePages(w, static_cast<size_t>(rows * cols));
     t.dtype = DType::kBF16;
     t.data = buf.data();
     t.size_bytes = buf.size();
@@ -545,6 +550,59 @@ absl::StatusOr<std::vector<std::string>> ShardList(const fs::path& dir) {
   return std::vector<std::string>(files.begin(), files.end());
 }
 
+// What config.json says: the model config, FP8 block sizes and the special ids.
+struct ConfigParts {
+  ModelConfig config;
+  QuantInfo quant;
+  std::optional<int32_t> bos_id, eos_id;
+};
+
+absl::StatusOr<ConfigParts> ParseConfigParts(const std::string& text, const std::string& label) {
+  ConfigParts parts;
+  DI_ASSIGN_OR_RETURN(parts.config, ParseHfConfig(text, label));
+  DI_ASSIGN_OR_RETURN(parts.quant, ParseQuant(text, label));
+  // The tokenizer (tokenizer.json) is read by the tokenizer layer; only special ids come from
+  // config.json.
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  for (auto [key, out] :
+       {std::pair{"bos_token_id", &parts.bos_id}, std::pair{"eos_token_id", &parts.eos_id}}) {
+    auto it = j.find(key);
+    if (it != j.end() && it->is_number_integer()) *out = it->get<int32_t>();
+  }
+  return parts;
+}
+
+// Everything after the files are read: collects the shards' tensors, dequantizes FP8 weights,
+// aligns and validates them against the config.
+absl::StatusOr<std::unique_ptr<Model>> Assemble(
+    ConfigParts parts, std::string name, std::vector<std::unique_ptr<SafetensorsFile>> shards) {
+  auto model = std::make_unique<Model>();
+  model->config = std::move(parts.config);
+  model->config.name = std::move(name);
+  bool mapped = true;
+  for (auto& st : shards) {
+    for (const TensorView& t : st->tensors()) {
+      if (!model->tensors.emplace(t.name, t).second) {
+        return DataLossError("bad_header",
+                             fmt::format("tensor '{}' appears in more than one shard", t.name));
+      }
+    }
+    auto file = st->TakeFile();
+    if (file == nullptr) {
+      mapped = false;
+    } else {
+      model->files.push_back(std::move(file));
+    }
+  }
+  DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.quant, /*release_pages=*/mapped));
+  AlignTensors(*model);
+  DI_RETURN_IF_ERROR(ValidateDeepseekTensors(*model));
+  if (parts.bos_id) model->tokenizer.bos_id = *parts.bos_id;
+  if (parts.eos_id) model->tokenizer.eos_id = *parts.eos_id;
+  if (model->tokenizer.eos_id >= 0) model->tokenizer.eog_ids = {model->tokenizer.eos_id};
+  return model;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path) {
@@ -553,38 +611,24 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path) {
   if (dir.empty()) dir = ".";
   const fs::path config_path = dir / "config.json";
   DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(config_path.string()));
-  DI_ASSIGN_OR_RETURN(ModelConfig config, ParseHfConfig(text, config_path.string()));
-  DI_ASSIGN_OR_RETURN(QuantInfo quant, ParseQuant(text, config_path.string()));
-  auto model = std::make_unique<Model>();
-  model->config = std::move(config);
-  model->config.name = fs::absolute(dir, ec).lexically_normal().filename().string();
-  if (model->config.name.empty()) model->config.name = dir.string();
+  DI_ASSIGN_OR_RETURN(ConfigParts parts, ParseConfigParts(text, config_path.string()));
+  std::string name = fs::absolute(dir, ec).lexically_normal().filename().string();
+  if (name.empty()) name = dir.string();
 
-  DI_ASSIGN_OR_RETURN(std::vector<std::string> shards, ShardList(dir));
-  for (const std::string& shard : shards) {
+  DI_ASSIGN_OR_RETURN(std::vector<std::string> shard_names, ShardList(dir));
+  std::vector<std::unique_ptr<SafetensorsFile>> shards;
+  for (const std::string& shard : shard_names) {
     DI_ASSIGN_OR_RETURN(auto st, SafetensorsFile::Open((dir / shard).string()));
-    for (const TensorView& t : st->tensors()) {
-      if (!model->tensors.emplace(t.name, t).second) {
-        return DataLossError("bad_header",
-                             fmt::format("tensor '{}' appears in more than one shard", t.name));
-      }
-    }
-    model->files.push_back(st->TakeFile());
+    shards.push_back(std::move(st));
   }
-  DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, quant));
-  AlignTensors(*model);
-  DI_RETURN_IF_ERROR(ValidateDeepseekTensors(*model));
+  return Assemble(std::move(parts), std::move(name), std::move(shards));
+}
 
-  // The tokenizer (tokenizer.json) is read by the tokenizer layer; only special ids come from
-  // config.json.
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  for (auto [key, out] : {std::pair{"bos_token_id", &model->tokenizer.bos_id},
-                          std::pair{"eos_token_id", &model->tokenizer.eos_id}}) {
-    auto it = j.find(key);
-    if (it != j.end() && it->is_number_integer()) *out = it->get<int32_t>();
-  }
-  if (model->tokenizer.eos_id >= 0) model->tokenizer.eog_ids = {model->tokenizer.eos_id};
-  return model;
+absl::StatusOr<std::unique_ptr<Model>> HfModelFromParts(
+    const std::string& config_json, std::vector<std::unique_ptr<SafetensorsFile>> shards,
+    const std::string& label) {
+  DI_ASSIGN_OR_RETURN(ConfigParts parts, ParseConfigParts(config_json, label));
+  return Assemble(std::move(parts), label, std::move(shards));
 }
 
 bool IsHfCheckpointPath(const std::string& path) {

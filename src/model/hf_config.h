@@ -2,9 +2,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 
 namespace deepinfer::model {
 
@@ -15,9 +17,10 @@ namespace deepinfer::model {
 // `rope_parameters` {"rope_type": "yarn", "rope_theta", ...}; `q_lora_rank: null` selects the
 // direct q_proj. Training-only keys (aux_loss_alpha, seq_aux, ep_size, ...) are ignored.
 // Errors: InvalidArgument "bad_config" (not JSON, a required key missing, wrong type or out of
-//   range); Unimplemented "unsupported_config" (other model_type, scoring_func other than
-//   sigmoid/softmax, unknown topk_method or rope scaling type, hidden_act other than silu,
-//   attention_bias / mlp_bias true, n_routed_experts not divisible by n_group, ...).
+//   range: every size and count lies in [1, 2^24], some may be 0); Unimplemented
+//   "unsupported_config" (other model_type, scoring_func other than sigmoid/softmax, unknown
+//   topk_method or rope scaling type, hidden_act other than silu, attention_bias / mlp_bias true,
+//   n_routed_experts not divisible by n_group, ...).
 // Source: transformers DeepseekV3Config / DeepseekV2Config; deepseek-ai/DeepSeek-V3 config.json.
 absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
                                           const std::string& label = "config.json");
@@ -42,6 +45,16 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
 //   DataLoss "nan_in_weights". Messages are one line and name the file or tensor.
 // Cost: maps the shards (no copy of BF16/F32 data); FP8 weights cost 2 bytes/weight of RAM.
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path);
+
+// LoadHfModel without the files: assembles a checkpoint from config.json's text and its shards,
+// already parsed (SafetensorsFile::Open or ::Parse). The model takes the shards' mappings; the
+// views of a shard from Parse point into the caller's bytes, which must then outlive the model.
+// `label` names config.json in errors and becomes config.name.
+// Errors: LoadHfModel's, less "file_not_found" and "missing_shard".
+// Cost: as LoadHfModel (FP8 dequantization runs on one thread per core).
+absl::StatusOr<std::unique_ptr<Model>> HfModelFromParts(
+    const std::string& config_json, std::vector<std::unique_ptr<SafetensorsFile>> shards,
+    const std::string& label = "config.json");
 
 // True when `path` names something LoadHfModel handles (a directory, a file named config.json,
 // or a .safetensors file).

@@ -142,6 +142,18 @@ TEST(HfConfigTest, RejectsMalformedConfigAsBadConfig) {
   }
 }
 
+// Found by safetensors_fuzz: qk_nope_head_dim 2^31-1 overflowed the int sum head_dim =
+// qk_nope + qk_rope (undefined behavior; the shape checks add more such sums).
+TEST(HfConfigTest, RejectsSizesWhoseSumsWouldOverflow) {
+  for (const char* key : {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "kv_lora_rank",
+                          "num_attention_heads", "num_hidden_layers", "hidden_size"}) {
+    auto c = ParseHfConfig(WithKey(kDeepseekV3Config, key, 2147483646));
+    EXPECT_EQ(ErrorCodeOf(c.status()), "bad_config") << key;
+  }
+  auto c = ParseHfConfig(WithKey(kDeepseekV3Config, "qk_nope_head_dim", 1 << 24));
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
 // A scratch copy of a golden checkpoint folder that tests may damage.
 class CheckpointCopy {
  public:

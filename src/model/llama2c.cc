@@ -167,10 +167,9 @@ absl::StatusOr<TokenizerData> ParseLlama2cTokenizer(const uint8_t* data, size_t 
   return tok;
 }
 
-absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(const std::string& checkpoint_path,
-                                                   const std::string& tokenizer_path) {
-  DI_ASSIGN_OR_RETURN(auto file, util::MappedFile::Open(checkpoint_path));
-  DI_ASSIGN_OR_RETURN(Llama2cHeader h, ParseLlama2cHeader(file->data(), file->size()));
+absl::StatusOr<std::unique_ptr<Model>> ModelFromLlama2c(const uint8_t* data, size_t size,
+                                                        const std::string& label) {
+  DI_ASSIGN_OR_RETURN(Llama2cHeader h, ParseLlama2cHeader(data, size));
 
   const bool shared_weights = h.vocab_size > 0;
   const uint64_t vocab = static_cast<uint64_t>(shared_weights ? h.vocab_size : -h.vocab_size);
@@ -195,31 +194,18 @@ absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(const std::string& checkpoint
   const uint64_t rms_final = layout.Add(dim, 1);
   layout.Add(static_cast<uint64_t>(h.seq_len), head_size);  // freq_cis_real + imag (unused)
   const uint64_t wcls = shared_weights ? tok_embd : layout.Add(vocab, dim);
-  if (layout.overflow() || kHeaderBytes + layout.elements() * 4 > file->size()) {
+  if (layout.overflow() || kHeaderBytes + layout.elements() * 4 > size) {
     return DataLossError(
         "truncated_file",
-        fmt::format("llama2.c checkpoint {} has {} bytes; its header implies {}", checkpoint_path,
-                    file->size(),
+        fmt::format("llama2.c checkpoint {} has {} bytes; its header implies {}", label, size,
                     layout.overflow() ? std::string("more than 2^64")
                                       : std::to_string(kHeaderBytes + layout.elements() * 4)));
-  }
-
-  std::string tok_path = tokenizer_path;
-  if (tok_path.empty()) {
-    DI_ASSIGN_OR_RETURN(tok_path, FindTokenizer(checkpoint_path, static_cast<int>(vocab)));
-  }
-  DI_ASSIGN_OR_RETURN(auto tok_file, util::MappedFile::Open(tok_path));
-  auto tokenizer =
-      ParseLlama2cTokenizer(tok_file->data(), tok_file->size(), static_cast<int>(vocab));
-  if (!tokenizer.ok()) {
-    return MakeError(tokenizer.status().code(), ErrorCodeOf(tokenizer.status()),
-                     fmt::format("{}: {}", tok_path, std::string(tokenizer.status().message())));
   }
 
   auto model = std::make_unique<Model>();
   ModelConfig& c = model->config;
   c.architecture = "llama";
-  c.name = std::filesystem::path(checkpoint_path).stem().string();
+  c.name = std::filesystem::path(label).stem().string();
   c.num_layers = h.num_layers;
   c.hidden = h.dim;
   c.num_heads = h.num_heads;
@@ -233,9 +219,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(const std::string& checkpoint
   c.rope_dim = static_cast<int>(head_size);
   c.rope_style = RopeStyle::kAdjacentPairs;
   c.tied_embeddings = shared_weights;
-  model->tokenizer = *std::move(tokenizer);
 
-  const uint8_t* base = file->data() + kHeaderBytes;
+  const uint8_t* base = data + kHeaderBytes;
   auto add = [&](std::string name, uint64_t offset, std::vector<int64_t> shape) {
     TensorView v;
     v.name = std::move(name);
@@ -261,6 +246,26 @@ absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(const std::string& checkpoint
   }
   add("output_norm.weight", rms_final, {d});
   if (!shared_weights) add("output.weight", wcls, {static_cast<int64_t>(vocab), d});
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(const std::string& checkpoint_path,
+                                                   const std::string& tokenizer_path) {
+  DI_ASSIGN_OR_RETURN(auto file, util::MappedFile::Open(checkpoint_path));
+  DI_ASSIGN_OR_RETURN(auto model, ModelFromLlama2c(file->data(), file->size(), checkpoint_path));
+  const int vocab = model->config.vocab;
+
+  std::string tok_path = tokenizer_path;
+  if (tok_path.empty()) {
+    DI_ASSIGN_OR_RETURN(tok_path, FindTokenizer(checkpoint_path, vocab));
+  }
+  DI_ASSIGN_OR_RETURN(auto tok_file, util::MappedFile::Open(tok_path));
+  auto tokenizer = ParseLlama2cTokenizer(tok_file->data(), tok_file->size(), vocab);
+  if (!tokenizer.ok()) {
+    return MakeError(tokenizer.status().code(), ErrorCodeOf(tokenizer.status()),
+                     fmt::format("{}: {}", tok_path, std::string(tokenizer.status().message())));
+  }
+  model->tokenizer = *std::move(tokenizer);
   model->files.push_back(std::move(file));
   return model;
 }

@@ -40,6 +40,17 @@ absl::StatusOr<Llama2cHeader> ParseLlama2cHeader(const uint8_t* data, size_t siz
 absl::StatusOr<TokenizerData> ParseLlama2cTokenizer(const uint8_t* data, size_t size,
                                                     int vocab_size);
 
+// Builds the Model of a llama2.c checkpoint held in `size` bytes at `data`: the header, the
+// weight layout it implies and a TensorView per layer slice, named as LoadLlama2c names them.
+// The tokenizer is left empty and `files` holds nothing: the views point into `data`, which the
+// caller keeps alive as long as the model. `label` names the bytes in errors; its stem becomes
+// config.name.
+// Errors: the header errors above; DataLoss "truncated_file" (fewer bytes than the header
+//   implies, or a layout past 2^64 bytes).
+// Threads: pure.
+absl::StatusOr<std::unique_ptr<Model>> ModelFromLlama2c(const uint8_t* data, size_t size,
+                                                        const std::string& label);
+
 // Loads a llama2.c checkpoint and its tokenizer. Weights stay in the mapping: every layer's
 // slice of the stacked wq/wk/... arrays is contiguous, so each becomes a TensorView with the
 // GGUF name ("blk.N.attn_q.weight" [dim, dim], "blk.N.ffn_gate.weight" (w1) [hidden, dim], ...).

@@ -65,8 +65,12 @@ absl::StatusOr<std::unique_ptr<ScoreBpeTokenizer>> ScoreBpeTokenizer::Create(
   t->eos_id_ = data.eos_id;
   t->add_bos_ = data.add_bos && data.bos_id >= 0;
   t->byte_value_.resize(data.tokens.size());
-  for (size_t i = 0; i < data.tokens.size(); ++i) {
-    t->byte_value_[i] = static_cast<int16_t>(BytePieceValue(data.tokens[i]));
+  const int32_t unk = t->vocab_.Contains(data.unk_id) ? data.unk_id : -1;
+  t->byte_id_.fill(unk);
+  for (size_t i = data.tokens.size(); i-- > 0;) {  // downwards: the lowest id wins
+    const int b = BytePieceValue(data.tokens[i]);
+    t->byte_value_[i] = static_cast<int16_t>(b);
+    if (b >= 0) t->byte_id_[b] = static_cast<int32_t>(i);
   }
   return t;
 }
@@ -93,7 +97,11 @@ void ScoreBpeTokenizer::EncodeAppend(std::string_view text, bool /*parse_special
     if (id >= 0) {
       ids.push_back(id);
     } else {
-      for (size_t j = start; j < start + len; ++j) ids.push_back(static_cast<int32_t>(s[j]) + 3);
+      // run.c writes b + 3, which is where every llama2.c vocabulary keeps "<0xXX>"; looking
+      // the piece up gives the same ids there and stays inside a vocabulary that lacks them.
+      for (size_t j = start; j < start + len; ++j) {
+        if (byte_id_[s[j]] >= 0) ids.push_back(byte_id_[s[j]]);
+      }
     }
     len = 0;
   }

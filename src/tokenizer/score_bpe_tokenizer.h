@@ -1,5 +1,6 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,7 +19,9 @@ namespace deepinfer::tokenizer {
 //
 // Encode: for a non-empty text, the piece " " first (the dummy prefix); then each UTF-8 code
 // point (at most 4 bytes; a stray continuation byte stands alone) becomes its piece, or, when
-// it has none, each of its bytes b becomes id b + 3; then the merges. parse_special is ignored:
+// it has none, each of its bytes b becomes the piece "<0xXX>" (id b + 3 in llama2.c's
+// vocabularies, which run.c assumes), or the unknown token where the vocabulary lacks that
+// piece (nothing without one), so every id is in range; then the merges. parse_special is ignored:
 // llama2.c never matches special tokens in text. Pairs whose piece scores -1e10 or less never
 // merge, as in run.c.
 // Decode: a piece that follows BOS loses its leading space; "<0xXX>" pieces are the byte 0xXX.
@@ -50,7 +53,8 @@ class ScoreBpeTokenizer final : public Tokenizer {
 
   Vocab vocab_;
   std::vector<float> scores_;
-  std::vector<int16_t> byte_value_;  // id -> byte of a "<0xXX>" piece, or -1
+  std::vector<int16_t> byte_value_;   // id -> byte of a "<0xXX>" piece, or -1
+  std::array<int32_t, 256> byte_id_;  // byte -> its "<0xXX>" piece, else unk, else -1
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
   bool add_bos_ = false;

@@ -135,6 +135,30 @@ TEST(ScoreBpeTokenizerTest, DropsTheLeadingSpaceOnlyAfterBos) {
   EXPECT_EQ((*tok)->Decode({261, 261}, true), " x x");
 }
 
+// Found by llama2c_fuzz: a vocabulary without the 256 byte pieces made the fallback emit
+// b + 3 past its end, and those ids would have indexed the embedding table.
+TEST(ScoreBpeTokenizerTest, ByteFallbackStaysInsideAVocabularyWithoutBytePieces) {
+  TokenizerData d;
+  d.kind = TokenizerData::Kind::kScoreBpe;
+  d.tokens = {"<unk>", "\n<s>\n", "\n</s>\n", " ", "a", "<0x7A>"};
+  d.scores = {0, 0, 0, 0, 0, 0};
+  d.token_types = {TokenType::kUnknown, TokenType::kControl, TokenType::kControl,
+                   TokenType::kNormal,  TokenType::kNormal,  TokenType::kByte};
+  d.unk_id = 0;
+  d.bos_id = 1;
+  d.eos_id = 2;
+  auto tok = ScoreBpeTokenizer::Create(d);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  // "z" has its byte piece (id 5); "q" and the bytes of U+00E9 have none and become <unk>.
+  EXPECT_EQ((*tok)->Encode("az", false, false), (std::vector<int32_t>{3, 4, 5}));
+  EXPECT_EQ((*tok)->Encode("q\xC3\xA9", false, false), (std::vector<int32_t>{3, 0, 0, 0}));
+  // Without an unknown token, such bytes are dropped.
+  d.unk_id = -1;
+  tok = ScoreBpeTokenizer::Create(d);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->Encode("qa", false, false), (std::vector<int32_t>{3, 4}));
+}
+
 TEST(ScoreBpeTokenizerTest, CreateRejectsMissingScores) {
   TokenizerData d = TinyVocab({});
   d.scores.pop_back();

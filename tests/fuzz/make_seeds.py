@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets safetensors, llama2c, tokenizer_json and
+chat_template into tests/fuzz/corpus/<target>/ (tiny synthetic files, no model weights; the input
+layouts are described at the top of each tests/fuzz/<target>_fuzz.cc). Standard library only;
+deterministic, so rerunning it rewrites the same bytes:
+    python3 tests/fuzz/make_seeds.py
+"""
+
+import json
+import os
+import struct
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
+
+
+def write(target, name, data):
+    folder = os.path.join(CORPUS, target)
+    os.makedirs(folder, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with open(os.path.join(folder, name), "wb") as f:
+        f.write(data)
+
+
+def compact(obj):
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+# ---------------------------------------------------------------- safetensors + config.json
+
+def values(n, k):
+    """n small finite floats, different per tensor index k."""
+    return [((i * 7 + k * 3) % 11 - 5) / 16.0 for i in range(n)]
+
+
+def encode(dtype, vals):
+    if dtype == "F32":
+        return struct.pack("<%df" % len(vals), *vals)
+    if dtype == "BF16":
+        return b"".join(struct.pack("<f", v)[2:] for v in vals)
+    if dtype == "F16":
+        return struct.pack("<%de" % len(vals), *vals)
+    if dtype == "F8_E4M3":
+        return bytes((0x30 + i) & 0x7E for i in range(len(vals)))  # finite codes only
+    raise ValueError(dtype)
+
+
+def safetensors(tensors, metadata=None):
+    """tensors: [(name, dtype, shape)]; returns the file bytes."""
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for k, (name, dtype, shape) in enumerate(tensors):
+        n = 1
+        for d in shape:
+            n *= d
+        blob = encode(dtype, values(n, k))
+        header[name] = {"dtype": dtype, "shape": shape,
+                        "data_offsets": [len(data), len(data) + len(blob)]}
+        data += blob
+    h = compact(header).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def deepseek_tensors(cfg, dtype="F32", fp8=()):
+    H, V, nh = cfg["hidden_size"], cfg["vocab_size"], cfg["num_attention_heads"]
+    nope, rope, vh = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
+    kvr, qr = cfg["kv_lora_rank"], cfg["q_lora_rank"]
+    E, moe = cfg.get("n_routed_experts", 0), cfg.get("moe_intermediate_size", 0)
+    out = [("model.embed_tokens.weight", dtype, [V, H]), ("model.norm.weight", "F32", [H]),
+           ("lm_head.weight", dtype, [V, H])]
+    for l in range(cfg["num_hidden_layers"]):
+        p = "model.layers.%d." % l
+        a = p + "self_attn."
+        out += [(p + "input_layernorm.weight", "F32", [H]),
+                (p + "post_attention_layernorm.weight", "F32", [H])]
+        if qr:
+            out += [(a + "q_a_proj.weight", dtype, [qr, H]), (a + "q_a_layernorm.weight", "F32", [qr]),
+                    (a + "q_b_proj.weight", dtype, [nh * (nope + rope), qr])]
+        else:
+            out += [(a + "q_proj.weight", dtype, [nh * (nope + rope), H])]
+        out += [(a + "kv_a_proj_with_mqa.weight", dtype, [kvr + rope, H]),
+                (a + "kv_a_layernorm.weight", "F32", [kvr]),
+                (a + "kv_b_proj.weight", dtype, [nh * (nope + vh), kvr]),
+                (a + "o_proj.weight", dtype, [H, nh * vh])]
+
+        def swiglu(q, inner):
+            return [(q + "gate_proj.weight", dtype, [inner, H]), (q + "up_proj.weight", dtype, [inner, H]),
+                    (q + "down_proj.weight", dtype, [H, inner])]
+        f = p + "mlp."
+        if E and l >= cfg.get("first_k_dense_replace", 0):
+            out += [(f + "gate.weight", dtype, [E, H]), (f + "gate.e_score_correction_bias", "F32", [E])]
+            for e in range(E):
+                out += swiglu(f + "experts.%d." % e, moe)
+            if cfg.get("n_shared_experts", 0):
+                out += swiglu(f + "shared_experts.", cfg["n_shared_experts"] * moe)
+        else:
+            out += swiglu(f, cfg["intermediate_size"])
+    result = []
+    for name, dt, shape in out:
+        if name in fp8:
+            result.append((name, "F8_E4M3", shape))
+            block = cfg["quantization_config"]["weight_block_size"]
+            result.append((name + "_scale_inv", "F32",
+                           [-(-shape[0] // block[0]), -(-shape[1] // block[1])]))
+        else:
+            result.append((name, dt, shape))
+    return result
+
+
+TINY_V3 = {
+    "model_type": "deepseek_v3", "vocab_size": 8, "hidden_size": 8, "intermediate_size": 8,
+    "num_hidden_layers": 2, "num_attention_heads": 2, "q_lora_rank": None, "kv_lora_rank": 4,
+    "qk_nope_head_dim": 2, "qk_rope_head_dim": 2, "v_head_dim": 2, "n_routed_experts": 2,
+    "n_shared_experts": 1, "moe_intermediate_size": 4, "first_k_dense_replace": 1, "n_group": 1,
+    "topk_group": 1, "num_experts_per_tok": 1, "bos_token_id": 0, "eos_token_id": 1,
+    "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 16,
+                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+    "max_position_embeddings": 64, "tie_word_embeddings": False,
+}
+
+
+def model_seed(cfg, **kw):
+    return compact(cfg).encode() + b"\0" + safetensors(deepseek_tensors(cfg, **kw), {"format": "pt"})
+
+
+def make_safetensors():
+    write("safetensors", "tiny_v3_moe", model_seed(TINY_V3))
+    v2 = dict(TINY_V3, model_type="deepseek_v2", q_lora_rank=4, topk_method="greedy",
+              scoring_func="softmax", n_routed_experts=0, num_hidden_layers=1)
+    del v2["rope_scaling"]
+    write("safetensors", "tiny_v2_qlora_bf16", model_seed(v2, dtype="BF16"))
+    fp8 = dict(TINY_V3, num_hidden_layers=1, n_routed_experts=0,
+               quantization_config={"quant_method": "fp8", "fmt": "e4m3",
+                                    "weight_block_size": [4, 4]},
+               rope_parameters={"rope_type": "yarn", "rope_theta": 50000.0, "factor": 2})
+    del fp8["rope_scaling"]
+    write("safetensors", "tiny_v3_fp8",
+          model_seed(fp8, fp8=("model.layers.0.self_attn.q_proj.weight",
+                               "model.layers.0.mlp.up_proj.weight")))
+    # Only a config (no shard) and a header-only shard: the parsers on their own.
+    write("safetensors", "config_only.json", compact(dict(TINY_V3, num_nextn_predict_layers=1)))
+    write("safetensors", "plain_file",
+          safetensors([("a", "F16", [2, 3]), ("scalar", "F32", []), ("b", "BF16", [1, 0, 4])],
+                      {"format": "pt", "note": "x"}))
+
+
+# ---------------------------------------------------------------- llama2.c
+
+def llama2c_seed(vocab_sign=1):
+    dim, hidden, layers, heads, kv_heads, vocab, seq = 4, 8, 1, 2, 1, 8, 4
+    head, kv_dim = dim // heads, dim * kv_heads // heads
+    n = (vocab * dim + layers * dim + layers * dim * dim + 2 * layers * kv_dim * dim +
+         layers * dim * dim + layers * dim + 3 * layers * hidden * dim + dim + seq * head)
+    if vocab_sign < 0:
+        n += vocab * dim
+    ckpt = struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab_sign * vocab, seq)
+    ckpt += struct.pack("<%df" % n, *values(n, 1))
+    pieces = [b"<unk>", b"\n<s>\n", b"\n</s>\n", b"<0x41>", b" a", b"b", b" ab", b"\xe2\x96\x81"]
+    tok = struct.pack("<I", 8)
+    for i, p in enumerate(pieces):
+        tok += struct.pack("<fi", -float(i), len(p)) + p
+    return struct.pack("<I", len(ckpt)) + ckpt + tok
+
+
+def make_llama2c():
+    write("llama2c", "tiny_tied", llama2c_seed(1))
+    write("llama2c", "tiny_untied", llama2c_seed(-1))
+
+
+# ---------------------------------------------------------------- tokenizer.json
+
+def byte_level_alphabet():
+    """GPT-2's byte -> character map, as tokenizers' ByteLevel uses."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(bs, cs))]
+
+
+def small_tokenizer(pre_tokenizer, added, merges_as_pairs=False, post=None):
+    vocab = {c: i for i, c in enumerate(byte_level_alphabet())}
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("1", "2")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tokens = []
+    for i, (content, flags) in enumerate(added):
+        tok = {"id": len(vocab) + i, "content": content, "single_word": False, "lstrip": False,
+               "rstrip": False, "normalized": False, "special": True}
+        tok.update(flags)
+        tokens.append(tok)
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": tokens,
+        "normalizer": None, "pre_tokenizer": pre_tokenizer, "post_processor": post,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "vocab": vocab,
+                  "merges": [[a, b] for a, b in merges] if merges_as_pairs else
+                            ["%s %s" % m for m in merges]},
+    }
+
+
+def make_tokenizer_json():
+    text = "The theme 123\n<|im_start|>user\n<tool> the <｜User｜>\xe2\x96\x81 caf\u00e9"
+    gpt2 = small_tokenizer(
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        [("<|im_start|>", {}), ("<|im_end|>", {}),
+         ("<tool>", {"special": False, "lstrip": True, "rstrip": True, "single_word": True,
+                     "normalized": True})],
+        post={"type": "TemplateProcessing",
+              "single": [{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}},
+                         {"Sequence": {"id": "A", "type_id": 0}}],
+              "pair": [], "special_tokens": {"<|im_start|>": {"id": "<|im_start|>",
+                                                               "ids": [260], "tokens": ["<|im_start|>"]}}})
+    config = {"add_bos_token": False, "bos_token": {"content": "<|im_start|>"},
+              "eos_token": "<|im_end|>", "chat_template": "{{ messages }}"}
+    write("tokenizer_json", "bytelevel_added",
+          compact(gpt2) + "\0" + compact(config) + "\0" + text)
+    seq = small_tokenizer(
+        {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated",
+             "invert": False},
+            {"type": "Split", "pattern": {"String": "\n"}, "behavior": "MergedWithNext",
+             "invert": False},
+            {"type": "Split", "pattern": {"Regex": "[\\r\\n]+|\\s+(?!\\S)|[^\\s\\p{L}]+"},
+             "behavior": "Removed", "invert": True},
+            {"type": "Digits", "individual_digits": True},
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+             "use_regex": False}]},
+        [("<｜begin▁of▁sentence｜>", {}), ("<｜User｜>", {"special": False})], merges_as_pairs=True)
+    seq["model"]["ignore_merges"] = True
+    write("tokenizer_json", "sequence_split_digits",
+          compact(seq) + "\0" + compact({"add_bos_token": True,
+                                          "bos_token": "<｜begin▁of▁sentence｜>",
+                                          "chat_template": [{"name": "default",
+                                                             "template": "x"}]}) + "\0" + text)
+    # The DeepSeek-V3 test tokenizer committed beside the goldens (made by tests/reference/).
+    golden = os.path.join(ROOT, "tests", "golden", "deepseek_v3", "v3_direct_q")
+    with open(os.path.join(golden, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    with open(os.path.join(golden, "tokenizer_config.json"), encoding="utf-8") as f:
+        tc = json.load(f)
+    write("tokenizer_json", "deepseek_v3_test",
+          compact(tj) + "\0" + compact(tc) + "\0" + "Hello <｜end▁of▁sentence｜> 42")
+
+
+# ---------------------------------------------------------------- chat templates
+
+EFFORTS = ["", "low", "high", "xhigh", "max", "minimal", "medium", "ultra", "1", "100"]
+
+
+def chat_seed(case):
+    flags = (1 if case["add_generation_prompt"] else 0) | (2 if case["thinking"] else 0)
+    effort = case.get("reasoning_effort") or ""
+    flags |= (EFFORTS.index(effort) if effort in EFFORTS else 0) << 4
+    records = ["\x1d".join(compact(t) for t in case["tools"])]
+    for m in case["messages"]:
+        content = m.get("content")
+        fields = [m["role"], "\0" if content is None else content,
+                  m.get("reasoning_content") or "", m.get("tool_call_id") or "", m.get("name") or ""]
+        for c in m.get("tool_calls") or []:
+            fields += [c["id"], c["function"]["name"], c["function"]["arguments"]]
+        while len(fields) > 2 and fields[-1] == "" and len(fields) <= 5:
+            fields.pop()
+        records.append("\x1f".join(fields))
+    return bytes([flags]) + "\x1e".join(records).encode("utf-8")
+
+
+def make_chat_template():
+    wanted = {
+        "chat_v3.json": ["special-strings-in-content", "tool-call-then-answer", "two-tool-rounds"],
+        "chat_v3.1.json": ["reasoning-history-thinking", "tool-call-then-answer-thinking"],
+        "chat_v3.2.json": ["agentic-long-thinking", "bad-arguments-chat", "developer-message-chat"],
+        "chat_v4.json": ["latest-reminder-chat", "results-out-of-order-thinking"],
+        "chat_v4.1.json": ["tool-result-special-strings-thinking", "unicode-chat",
+                           "consecutive-users-chat", "think-tags-in-content-thinking"],
+    }
+    written = 0
+    for file, names in wanted.items():
+        with open(os.path.join(ROOT, "tests", "golden", "deepseek", file), encoding="utf-8") as f:
+            cases = {c["name"]: c for c in json.load(f)["cases"]}
+        for name in names:
+            case = cases.get(name)
+            if case is None:
+                continue
+            write("chat_template", "%s_%s" % (file[len("chat_"):-len(".json")], name), chat_seed(case))
+            written += 1
+    # Hostile by hand: invalid UTF-8, DSML-looking text, an unknown role, null content with calls.
+    write("chat_template", "hostile",
+          b"\x13{\"type\":\"function\",\"function\":{\"name\":\"f\"}}\x1dnot json\x1e"
+          b"system\x1f\xff\xfe<\xef\xbd\x9cDSML\xef\xbd\x9cinvoke name=\"x\">\x1e"
+          b"wizard\x1fhi\x1e"
+          b"assistant\x1f\x00\x1f</think>\x1f\x1f\x1fcall_1\x1ff\x1f[1,2]\x1fcall_2\x1fg\x1f{\"a\":\x1e"
+          b"tool\x1f<tool_result>\x1f\x1fcall_9\x1ff")
+    return written
+
+
+def main():
+    make_safetensors()
+    make_llama2c()
+    make_tokenizer_json()
+    n = make_chat_template()
+    print("seeds written under", CORPUS, "(%d chat cases)" % n)
+
+
+if __name__ == "__main__":
+    main()
