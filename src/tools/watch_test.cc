@@ -66,7 +66,12 @@ class WatchTest : public ::testing::Test {
   void TearDown() override {
     watcher_.reset();
     KillInstance(SIGKILL);
-    fs::remove_all(dir_);
+    // The launch script removes serve.pid and writes last-exit after its server dies: let it
+    // finish before the folder goes (removing both at once threw "No such file or directory").
+    WaitFor([&] { return !fs::exists(dir_ + "/artifacts/serve.pid"); });
+    std::error_code ec;
+    for (int i = 0; i < 3 && fs::remove_all(dir_, ec) == static_cast<std::uintmax_t>(-1); ++i) {
+    }
   }
 
   void Write(const std::string& rel, const std::string& text) {
@@ -104,20 +109,17 @@ class WatchTest : public ::testing::Test {
     return *s;
   }
 
-  // The instance's pid while it runs, else 0. An exited server stays a zombie until the launch
-  // script reaps it and removes serve.pid; kill(pid, 0) still succeeds on a zombie, so it is
-  // told apart by its state in /proc, as WatchStop tells it (an exited process has no argv).
+  // The instance's pid while it runs, else 0. A server that has exited (or is exiting: its
+  // memory, argv included, goes before it becomes a zombie) may still have a pid that kill(pid,
+  // 0) accepts until the launch script reaps it and removes serve.pid; it counts as exited once
+  // its argv is gone, the rule WatchStop itself applies.
   pid_t InstancePid() {
     auto text = util::ReadFile(dir_ + "/artifacts/serve.pid");
     if (!text.ok()) return 0;
     pid_t pid = std::atoi(text->c_str());
     if (pid <= 0 || ::kill(pid, 0) != 0) return 0;
-    auto stat = util::ReadFile("/proc/" + std::to_string(pid) + "/stat");
-    if (!stat.ok()) return 0;
-    size_t paren = stat->rfind(')');  // the state follows the command name in parentheses
-    if (paren == std::string::npos || paren + 2 >= stat->size()) return 0;
-    const char state = (*stat)[paren + 2];
-    return state == 'Z' || state == 'X' ? 0 : pid;
+    auto argv = util::ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
+    return argv.ok() && !argv->empty() ? pid : 0;
   }
 
   bool InstanceRunsUnderItsName() {
@@ -237,7 +239,7 @@ TEST_F(WatchTest, WatchStopRecordsTheStopAndStopsTheInstance) {
   auto clock = FileWatchClock(dir_ + "/clock");
   auto stopped = WatchStop(dir_ + "/instance.json", "", 10, *clock);
   ASSERT_TRUE(stopped.ok()) << stopped.status();
-  EXPECT_EQ(InstancePid(), 0);
+  EXPECT_EQ(InstancePid(), 0) << *stopped;
   // Even a crash record would not bring it back now.
   ASSERT_TRUE(WaitFor([&] { return util::ReadFile(dir_ + "/artifacts/last-exit").ok(); }));
   RecordExit(139, "SEGV");

@@ -1,7 +1,8 @@
 // libFuzzer target for chat rendering: hostile conversations (any role, tool calls and results,
 // reasoning, text that looks like special tokens or DSML, invalid UTF-8, tool definitions that
 // are not JSON) rendered by every encoder in tokenizer/ (ChatML with and without a default
-// system prompt, plain, DeepSeek V3, V3.1, V3.2, V4 and V4.1), through both Render overloads.
+// system prompt, plain, DeepSeek V3, V3.1, V3.2, V4 and V4.1), through both Render overloads
+// and RenderChat with a continued final message.
 // An encoder must return a prompt or an error status, never crash or hang.
 //
 // Input layout (byte-oriented, so mutations stay meaningful): byte 0 holds the options (bit 0
@@ -99,6 +100,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!plain.empty() && plain.compare(0, kBos.size(), kBos) != 0) __builtin_trap();
       if (rendered.ok() && rendered->compare(0, kBos.size(), kBos) != 0) __builtin_trap();
     }
+    // A continued final message (assistant prefill): an error or a prompt, and never a prompt
+    // for a conversation without a final message.
+    dt::ChatOptions open = options;
+    open.add_generation_prompt = false;
+    open.continue_final_message = true;
+    auto continued = dt::RenderChat(*t, messages, open);
+    if (continued.ok() && messages.empty()) __builtin_trap();
   }
   return 0;
 }
