@@ -122,7 +122,6 @@ class TerminalInput : public ChatInput {
   static int ReadChar(EditLine* el, wchar_t* out) {
     TerminalInput* self = nullptr;
     el_get(el, EL_CLIENTDATA, &self);
-    std::mbstate_t state{};
     char bytes[MB_LEN_MAX];
     size_t num_bytes = 0;
     while (true) {
@@ -137,6 +136,7 @@ class TerminalInput : public ChatInput {
       // With ISIG cleared (an ~/.editrc may do that) Ctrl-C arrives as a character.
       if (byte == '\x03' && num_bytes == 0) return self->Interrupted(el);
       bytes[num_bytes++] = byte;
+      std::mbstate_t state{};  // fresh each time: the whole sequence so far is decoded again
       size_t used = std::mbrtowc(out, bytes, num_bytes, &state);
       if (used == static_cast<size_t>(-2) && num_bytes < sizeof(bytes)) continue;
       if (used == static_cast<size_t>(-1) || used == static_cast<size_t>(-2)) {

@@ -8,6 +8,7 @@ import re
 import select
 import signal
 import subprocess
+import termios
 import time
 
 import pytest
@@ -18,8 +19,7 @@ UP = b"\x1b[A"
 CTRL_C = b"\x03"
 CTRL_D = b"\x04"
 PROMPT = re.compile(rb"(^|\n)> ")
-# 300 bytes past the echoed prompt: well into a reply (the terminal may echo a line twice when it
-# is typed before libedit has the terminal, so a few words are not enough).
+# 300 bytes past the echoed prompt: well into a reply, and far from its end at 4000 tokens.
 REPLY_UNDER_WAY = re.compile(rb"(?s).{300}")
 STATS = re.compile(rb"\[prefill \d+ tokens .*? decode (\d+) tokens .*?finish: (\w+)\]")
 
@@ -61,6 +61,16 @@ class Terminal:
                                          f"{self.seen[-3000:].decode(errors='replace')}")
                 self.seen += chunk
 
+    def prompt(self, timeout_s=60):
+        """Waits for the prompt and for libedit to have the terminal: typed before that, keys go
+        through the terminal's line discipline (echoed twice, and Ctrl-D taken as end of input)."""
+        self.expect(PROMPT, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        # On Linux the leader side reports the follower's modes; libedit clears ICANON.
+        while termios.tcgetattr(self.fd)[3] & termios.ICANON:
+            assert time.monotonic() < deadline, "libedit did not take the terminal"
+            time.sleep(0.01)
+
     def send(self, data: bytes):
         os.write(self.fd, data)
 
@@ -100,7 +110,7 @@ def chat(tmp_path):
                       "--temperature", "0", "--threads", "2", *flags], tmp_path)
         terminals.append(t)
         t.expect(rb"Ctrl-C stops a reply; Ctrl-C on an empty line or Ctrl-D exits\.")
-        t.expect(PROMPT)
+        t.prompt()
         return t
 
     yield start
@@ -114,21 +124,22 @@ def test_terminal_chat_answers_recalls_history_and_ctrl_d_exits_0(chat):
     t.send(question + b"\r")
     first = t.expect(STATS)
     assert int(first.group(1)) > 0
-    t.expect(PROMPT)
+    t.prompt()
 
     # Up brings the question back onto the line (nothing typed but the key), Enter sends it.
     t.send(UP)
     t.expect(re.escape(question))
     t.send(b"\r")
     t.expect(STATS)
-    t.expect(PROMPT)
+    t.prompt()
 
-    # Line editing: Ctrl-A goes to the start of the line, so "Say " lands before "hi".
-    t.send(b"hi\x01Say \r")
+    # Line editing: Ctrl-A goes to the start of the line, so "Say " lands before "café" (whose
+    # two-byte UTF-8 character must come back whole).
+    t.send("café\x01Say \r".encode())
     t.expect(STATS)
-    t.expect(PROMPT)
+    t.prompt()
     t.send(UP)
-    t.expect(rb"Say hi")
+    t.expect("Say café".encode())
     t.send(b"\x15")  # Ctrl-U: clear the recalled line
     t.expect(rb"\x1b\[K")  # (the line's display is erased)
 
@@ -138,7 +149,7 @@ def test_terminal_chat_answers_recalls_history_and_ctrl_d_exits_0(chat):
     t.expect(rb"never sent")
     t.send(CTRL_C)
     t.expect(rb"\^C")
-    t.expect(PROMPT)
+    t.prompt()
     t.send(CTRL_D)
     assert t.wait_exit() == 0
     assert t.seen.count(b"[prefill ") == 3  # "never sent" was not answered
@@ -153,7 +164,7 @@ def test_ctrl_c_stops_a_long_reply_and_ctrl_c_again_exits_130(chat):
     stats = t.expect(STATS, timeout_s=20)
     assert stats.group(2) == b"interrupted"
     assert 0 < int(stats.group(1)) < 4000
-    t.expect(PROMPT, timeout_s=10)
+    t.prompt(timeout_s=10)
 
     # The chat goes on after a stopped reply.
     t.send(b"Thanks.\r")
@@ -161,7 +172,7 @@ def test_ctrl_c_stops_a_long_reply_and_ctrl_c_again_exits_130(chat):
     t.expect(REPLY_UNDER_WAY, timeout_s=60)
     t.send(CTRL_C)
     assert t.expect(STATS, timeout_s=20).group(2) == b"interrupted"
-    t.expect(PROMPT, timeout_s=10)
+    t.prompt(timeout_s=10)
 
     # Ctrl-C on the empty prompt right after one that stopped a reply: the chat ends.
     t.send(CTRL_C)
