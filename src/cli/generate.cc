@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "arch/causal_lm.h"
+#include "cli/chat_input.h"
 #include "cli/commands.h"
 #include "engine/sampler.h"
 #include "fmt/format.h"
@@ -64,8 +65,9 @@ class Session {
   int capacity() const { return static_cast<int>(table_.size()) * kv_.block_size; }
 
   // Makes the cache hold exactly `tokens` and leaves the logits of the last one in logits().
-  // Returns the number of tokens computed.
-  int Prefill(const std::vector<int32_t>& tokens) {
+  // Returns the number of tokens computed. When `stop` answers true between chunks the cache
+  // holds only a prefix of `tokens` (which the next call reuses) and logits() is not valid.
+  int Prefill(const std::vector<int32_t>& tokens, bool (*stop)() = nullptr) {
     size_t common = 0;
     while (common < cached_.size() && common < tokens.size() && cached_[common] == tokens[common]) {
       ++common;
@@ -73,8 +75,9 @@ class Session {
     if (common == tokens.size()) --common;  // the last token's logits must be recomputed
     cached_.assign(tokens.begin(), tokens.begin() + common);
     std::vector<int32_t> rest(tokens.begin() + common, tokens.end());
-    Run(rest);
-    return static_cast<int>(rest.size());
+    size_t before = cached_.size();
+    Run(rest, stop);
+    return static_cast<int>(cached_.size() - before);
   }
 
   void Decode(int32_t token) { Run({token}); }
@@ -82,9 +85,10 @@ class Session {
   const std::vector<int32_t>& cached() const { return cached_; }
 
  private:
-  void Run(const std::vector<int32_t>& tokens) {
+  void Run(const std::vector<int32_t>& tokens, bool (*stop)() = nullptr) {
     // Chunks of 512 keep scratch memory bounded for long prompts.
     for (size_t off = 0; off < tokens.size(); off += 512) {
+      if (stop != nullptr && stop()) return;
       int n = static_cast<int>(std::min<size_t>(512, tokens.size() - off));
       arch::ForwardBatch b;
       b.tokens = tokens.data() + off;
@@ -116,9 +120,11 @@ struct TurnStats {
   std::string finish = "length";
 };
 
+// Generates one reply to `prompt`. `stop` (may be null) is polled between prefill chunks and
+// between tokens; when it answers true the reply ends there with finish "interrupted".
 TurnStats Generate(const GenerateFlags& f, const model::Model& m, const tokenizer::Tokenizer& tok,
                    Session& session, const std::vector<int32_t>& prompt, std::string* text_out,
-                   bool echo) {
+                   bool echo, bool (*stop)() = nullptr) {
   TurnStats st;
   st.prompt_tokens = static_cast<int>(prompt.size());
   engine::SamplingParams sp;
@@ -133,13 +139,17 @@ TurnStats Generate(const GenerateFlags& f, const model::Model& m, const tokenize
   tokenizer::IncrementalDetokenizer detok(tok);
 
   auto t0 = Clock::now();
-  st.computed_prompt_tokens = session.Prefill(prompt);
+  st.computed_prompt_tokens = session.Prefill(prompt, stop);
   auto t1 = Clock::now();
   st.prefill_s = std::chrono::duration<double>(t1 - t0).count();
 
   int max_new = std::min(f.max_tokens, session.capacity() - static_cast<int>(prompt.size()));
   std::string piece;
   for (int i = 0; i < max_new; ++i) {
+    if (stop != nullptr && stop()) {
+      st.finish = "interrupted";
+      break;
+    }
     int32_t next = sampler.Sample(session.logits(), m.config.vocab).token;
     if (!f.ignore_eos && tok.IsEog(next)) {
       st.finish = "stop";
@@ -247,12 +257,28 @@ int Run(const GenerateFlags& f) {
   std::unique_ptr<tokenizer::ChatTemplate>* tmpl = &text->chat_template;
   std::vector<tokenizer::ChatMessage> messages;
   if (!f.system.empty()) messages.push_back({"system", f.system});
-  std::fprintf(stderr, "deepinfer chat with %s (%s template). Empty line or Ctrl-D ends.\n",
-               m.config.name.c_str(), std::string((*tmpl)->name()).c_str());
+  std::unique_ptr<ChatInput> input = ChatInput::Create("> ");
+  std::fprintf(stderr, "deepinfer chat with %s (%s template). %s\n", m.config.name.c_str(),
+               std::string((*tmpl)->name()).c_str(),
+               input->interactive()
+                   ? "Ctrl-C stops a reply; Ctrl-C on an empty line or Ctrl-D exits."
+                   : "Empty line or end of input ends.");
   std::string line;
   while (true) {
-    std::fprintf(stderr, "> ");
-    if (!std::getline(std::cin, line) || line.empty()) break;
+    ChatInput::Result got = input->Read(&line);
+    if (got == ChatInput::Result::kEof) break;
+    if (got == ChatInput::Result::kInterrupted) {
+      // As in a shell: Ctrl-C drops what was typed; on an empty line (so also a second Ctrl-C
+      // right after one that stopped a reply) it ends the chat, with a shell's status for it.
+      if (line.empty()) return 130;
+      continue;
+    }
+    if (line.empty()) {
+      // On a terminal a stray Enter is not a wish to leave; piped input keeps its old meaning.
+      if (input->interactive()) continue;
+      break;
+    }
+    input->AddHistory(line);
     messages.push_back({"user", line});
     std::string rendered = (*tmpl)->Render(messages, /*add_generation_prompt=*/true);
     std::vector<int32_t> prompt = (*tok)->Encode(rendered, /*parse_special=*/true);
@@ -261,8 +287,15 @@ int Run(const GenerateFlags& f) {
       return 2;
     }
     std::string reply;
-    TurnStats st = Generate(f, m, **tok, session, prompt, &reply, true);
+    TurnStats st = Generate(f, m, **tok, session, prompt, &reply, true, &StopRequested);
+    ClearStopRequest();
     PrintStats(st, false);
+    if (st.finish == "interrupted" && st.generated == 0) {
+      // Stopped before the first token: the question goes too, so it can be asked again.
+      messages.pop_back();
+      continue;
+    }
+    // A stopped reply stays in the conversation as far as the user saw it.
     messages.push_back({"assistant", reply});
   }
   return 0;
@@ -276,7 +309,11 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--model", flags->model, "GGUF file, llama2.c checkpoint (.bin) or Hugging Face checkpoint folder")->required();
   cmd->add_option("--tokenizer", flags->tokenizer, "llama2.c tokenizer (default: tok*.bin beside the model)");
   auto* prompt = cmd->add_option("--prompt", flags->prompt, "prompt text (plain continuation)");
-  auto* chat = cmd->add_flag("--chat", flags->chat, "interactive chat using the model's chat template");
+  auto* chat = cmd->add_flag("--chat", flags->chat,
+                             "interactive chat using the model's chat template; on a terminal: "
+                             "line editing, Up/Down recall this session's prompts, Ctrl-C stops "
+                             "a reply, Ctrl-C on an empty line (exit status 130) or Ctrl-D "
+                             "(status 0) exits");
   auto* random = cmd->add_option("--random-prompt-tokens", flags->random_prompt_tokens,
                                  "benchmark: a random prompt of N tokens");
   prompt->excludes(chat);

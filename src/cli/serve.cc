@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -137,7 +138,34 @@ std::string DefaultServedName(const std::string& path) {
 }
 
 void PrintError(const char* what, const absl::Status& status) {
-  std::fprintf(stderr, "deepinfer serve: %s: %s\n", what, OneLineError(status).c_str());
+  spdlog::error("{}: {}", what, OneLineError(status));
+}
+
+// The model `make serve` runs when no --model is given: the file scripts/fetch_model.sh puts in
+// $DEEPINFER_CACHE/models, or ~/.cache/deepinfer/models. A missing file is not fetched here
+// (serve does no downloads); the error says how to get it.
+absl::StatusOr<std::string> DefaultModelPath() {
+  constexpr const char* kName = "SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::string cache;
+  if (const char* dir = std::getenv("DEEPINFER_CACHE"); dir != nullptr && *dir != '\0') {
+    cache = dir;
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    cache = std::string(home) + "/.cache/deepinfer";
+  } else {
+    return NotFoundError("no_model",
+                         "no --model given, and neither DEEPINFER_CACHE nor HOME is set to find "
+                         "the default model; pass --model PATH");
+  }
+  std::string path = cache + "/models/" + kName;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return NotFoundError(
+        "no_model", fmt::format("no --model given and the default model ({}) is not in {}/models; "
+                                "run `make serve` or scripts/fetch_model.sh to fetch it, or pass "
+                                "--model PATH",
+                                kName, cache));
+  }
+  return path;
 }
 
 // Exit status for a start-up failure: bad input (missing or malformed files) is 2.
@@ -161,20 +189,28 @@ int WaitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
   return sig > 0 ? sig : 0;
 }
 
-int Run(const ServeFlags& f) {
+int Run(ServeFlags f) {
+  // Every line from here on, start-up errors included, has the request log's timestamp format.
+  util::InitLogging();
   auto max_request_bytes = ParseBytes(f.max_request_bytes);
   auto kv_cache_memory = ParseBytes(f.kv_cache_memory);
   if (!max_request_bytes || *max_request_bytes < 1024) {
-    std::fprintf(stderr,
-                 "deepinfer serve: bad_flags: --max-request-bytes '%s' is not a size of "
-                 "at least 1KiB\n",
-                 f.max_request_bytes.c_str());
+    spdlog::error("bad_flags: --max-request-bytes '{}' is not a size of at least 1KiB",
+                  f.max_request_bytes);
     return 2;
   }
   if (!kv_cache_memory) {
-    std::fprintf(stderr, "deepinfer serve: bad_flags: --kv-cache-memory '%s' is not a size\n",
-                 f.kv_cache_memory.c_str());
+    spdlog::error("bad_flags: --kv-cache-memory '{}' is not a size", f.kv_cache_memory);
     return 2;
+  }
+  if (f.model.empty()) {
+    absl::StatusOr<std::string> path = DefaultModelPath();
+    if (!path.ok()) {
+      PrintError("cannot start", path.status());
+      return ExitCodeFor(path.status());
+    }
+    f.model = *path;
+    spdlog::info("no --model given: serving the default model {}", f.model);
   }
   const std::string served_name =
       f.served_model_name.empty() ? DefaultServedName(f.model) : f.served_model_name;
@@ -187,7 +223,6 @@ int Run(const ServeFlags& f) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  util::InitLogging();
   api::ApiServer routes;
   routes.set_log_requests(f.log_requests);
   api::HttpServerOptions http;
@@ -204,8 +239,7 @@ int Run(const ServeFlags& f) {
     PrintError("cannot listen", server.status());
     return 1;
   }
-  std::fprintf(stderr, "deepinfer: listening on http://%s:%d, loading %s\n", f.host.c_str(),
-               (*server)->port(), f.model.c_str());
+  spdlog::info("listening on http://{}:{}, loading {}", f.host, (*server)->port(), f.model);
 
   auto model = model::LoadModel(f.model, f.tokenizer);
   if (!model.ok()) {
@@ -253,14 +287,13 @@ int Run(const ServeFlags& f) {
   }
   if (sig == 0) {
     std::string url = fmt::format("http://{}:{}", f.host, (*server)->port());
-    std::fprintf(
-        stderr,
-        "deepinfer: serving %s on %s (ready)\n"
-        "  context %d tokens, %s chat template\n"
-        "  try: curl %s/v1/chat/completions -H 'Content-Type: application/json' "
-        "-d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}]}'\n",
-        served_name.c_str(), url.c_str(), backend.max_model_len,
-        std::string((*chat_template)->name()).c_str(), url.c_str(), served_name.c_str());
+    spdlog::info("serving {} on {} (ready)", served_name, url);
+    spdlog::info("context {} tokens, {} chat template", backend.max_model_len,
+                 (*chat_template)->name());
+    spdlog::info(
+        "try: curl {}/v1/chat/completions -H 'Content-Type: application/json' "
+        "-d '{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'",
+        url, served_name);
   }
   StatsSnapshot last{std::chrono::steady_clock::now(), (*engine)->Stats()};
   while (sig == 0) {
@@ -273,12 +306,11 @@ int Run(const ServeFlags& f) {
     last = std::move(current);
   }
 
-  std::fprintf(stderr, "deepinfer: signal %d, shutting down\n", sig);
+  spdlog::info("signal {}, shutting down", sig);
   if (!(*server)->Stop(5000)) {
     // A connection is stuck in a write to a client that does not read; do not wait for it.
-    std::fprintf(stderr, "deepinfer: %d connection(s) still open; exiting anyway\n",
-                 (*server)->num_connections());
-    std::fflush(stderr);
+    spdlog::warn("{} connection(s) still open; exiting anyway", (*server)->num_connections());
+    spdlog::default_logger()->flush();
     std::_Exit(0);
   }
   server->reset();
@@ -292,8 +324,9 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server over the engine");
   cmd->add_option("--model", flags->model,
-                  "GGUF file, llama2.c checkpoint (.bin) or Hugging Face checkpoint folder")
-      ->required();
+                  "GGUF file, llama2.c checkpoint (.bin) or Hugging Face checkpoint folder "
+                  "(default: models/SmolLM2-135M-Instruct.Q4_1.gguf in $DEEPINFER_CACHE or "
+                  "~/.cache/deepinfer, which `make serve` fetches)");
   cmd->add_option("--tokenizer", flags->tokenizer,
                   "llama2.c tokenizer (default: tok*.bin beside the model)");
   cmd->add_option("--chat-template", flags->chat_template,
