@@ -25,6 +25,7 @@ $PY tests/reference/make_dequant_golden.py
 echo "reference: tokenizer and chat template (llama.cpp)"
 $PY tests/reference/make_tokenizer_golden.py --model "$MODEL"
 $PY tests/reference/make_chat_template_golden.py --model "$MODEL"
+$PY tests/reference/make_chat_continue_golden.py --model "$MODEL"
 echo "reference: greedy continuations and logits (llama.cpp)"
 $PY tests/reference/make_llama_cpp_golden.py "$MODEL" tests/golden/llama_cpp/smollm2_greedy.json
 echo "reference: DeepSeek tokenizers (Hugging Face tokenizers)"

@@ -14,13 +14,14 @@ call), writing tests/golden/chat/smollm2_continue.json:
 """
 
 import argparse
-import json
 import os
 import pathlib
 
 import gguf
 import transformers
 from transformers.utils.chat_template_utils import render_jinja_template
+
+from golden_json import write_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "golden" / "chat" / "smollm2_continue.json"
@@ -66,20 +67,8 @@ def main():
             conversations=[[dict(x) for x in messages]], chat_template=template,
             continue_final_message=True, add_generation_prompt=False)
         cases.append({"name": name, "messages": messages, "text": rendered[0]})
-    lines = [
-        "{",
-        f' "model": {json.dumps(os.path.basename(args.model))},',
-        f' "transformers": {json.dumps(transformers.__version__)},',
-        f' "template": {json.dumps(template, ensure_ascii=False)},',
-        ' "cases": [',
-        ",\n".join("  " + json.dumps(c, ensure_ascii=False) for c in cases),
-        " ]",
-        "}",
-    ]
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    json.loads(out.read_text(encoding="utf-8"))
+    out = write_cases(args.out, {"model": os.path.basename(args.model), "transformers": transformers.__version__,
+                             "template": template}, cases)
     print(f"{out}: {len(cases)} conversations")
 
 

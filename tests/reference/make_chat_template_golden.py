@@ -15,7 +15,6 @@ llama.cpp (special=True, add_bos=False) and writes tests/golden/chat/smollm2.jso
 """
 
 import argparse
-import json
 import os
 import pathlib
 
@@ -23,6 +22,8 @@ import gguf
 import jinja2
 import jinja2.sandbox
 import llama_cpp
+
+from golden_json import write_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "golden" / "chat" / "smollm2.json"
@@ -99,20 +100,7 @@ def main():
         ids = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True) if text else []
         cases.append({"name": name, "messages": messages,
                       "add_generation_prompt": add_generation_prompt, "text": text, "ids": ids})
-    # One case per line keeps the file small and its diffs readable.
-    lines = [
-        "{",
-        f' "model": {json.dumps(os.path.basename(args.model))},',
-        f' "template": {json.dumps(template, ensure_ascii=False)},',
-        ' "cases": [',
-        ",\n".join("  " + json.dumps(c, ensure_ascii=False) for c in cases),
-        " ]",
-        "}",
-    ]
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    json.loads(out.read_text(encoding="utf-8"))
+    out = write_cases(args.out, {"model": os.path.basename(args.model), "template": template}, cases)
     print(f"{out}: {len(cases)} conversations")
 
 
