@@ -17,7 +17,10 @@ fi
 targets=$(ninja -C "$BUILD" -t targets all | sed -n 's/^\([a-z0-9_]*_fuzz\): .*/\1/p' | grep -v '^cmake_' | sort -u)
 [ -n "$targets" ] || { echo "fuzz: no fuzz targets defined"; exit 1; }
 # shellcheck disable=SC2086
-ninja -C "$BUILD" -j "$(nproc)" $targets > "$BUILD/build.log" 2>&1 || { cat "$BUILD/build.log"; exit 1; }
+ninja -C "$BUILD" -j "$(nproc)" $targets make_gguf_seeds > "$BUILD/build.log" 2>&1 ||
+  { cat "$BUILD/build.log"; exit 1; }
+# The GGUF seeds are generated, not committed (they are model files in form).
+mkdir -p "$BUILD/corpus/gguf" && "$BUILD/tests/fuzz/make_gguf_seeds" "$BUILD/corpus/gguf" > /dev/null
 
 echo "fuzz: replaying the seed corpora"
 ctest --test-dir "$BUILD/tests/fuzz" -L fuzz -j "$JOBS" --output-on-failure > "$BUILD/seeds.log" 2>&1 ||
@@ -30,6 +33,7 @@ fuzz_one() {
   name=$(basename "$fuzzer" _fuzz)
   corpus=$(mktemp -d)
   [ -d "tests/fuzz/corpus/$name" ] && cp -r "tests/fuzz/corpus/$name/." "$corpus/"
+  [ -d "$BUILD/corpus/$name" ] && cp -r "$BUILD/corpus/$name/." "$corpus/"
   "$fuzzer" -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -print_final_stats=0 \
     -artifact_prefix="$BUILD/$name-" "$corpus" > "$BUILD/$name.log" 2>&1 || rc=$?
   rm -rf "$corpus"
