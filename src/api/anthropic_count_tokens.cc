@@ -10,14 +10,14 @@ namespace deepinfer::api {
 void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status) {
   ApiError error = ApiErrorFromStatus(status);
   writer.log().error = error.code;
-  writer.Respond(error.http_status, "application/json", DumpJson(AnthropicErrorJson(error)));
+  writer.Respond(error.http_status, "application/json", util::DumpJson(AnthropicErrorJson(error)));
 }
 
 namespace {
 
 absl::Status RunCountTokens(const Backend& backend, const HttpRequest& http,
                             ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(Json body, ParseJson(http.body));
+  DI_ASSIGN_OR_RETURN(util::Json body, util::ParseJson(http.body));
   if (!body.is_object()) {
     return RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
@@ -31,7 +31,7 @@ absl::Status RunCountTokens(const Backend& backend, const HttpRequest& http,
   DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(backend, chat.messages, chat.options));
   int64_t total = static_cast<int64_t>(prompt.tokens.size()) +
                   static_cast<int64_t>(chat.num_images) * kDefaultImageTokens;
-  RespondJson(writer, 200, Json{{"input_tokens", total}});
+  RespondJson(writer, 200, util::Json{{"input_tokens", total}});
   return absl::OkStatus();
 }
 
@@ -41,16 +41,16 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
                                                      const ParseLimits& limits,
                                                      int32_t* num_images) {
   *num_images = 0;
-  DI_ASSIGN_OR_RETURN(Json json, ParseJson(body));
+  DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (json.is_object()) {
     auto messages = json.find("messages");
     if (messages != json.end() && messages->is_array()) {
-      for (Json& m : *messages) {
+      for (util::Json& m : *messages) {
         if (!m.is_object()) continue;
         auto content = m.find("content");
         if (content == m.end() || !content->is_array()) continue;
-        Json kept = Json::array();
-        for (Json& part : *content) {
+        util::Json kept = util::Json::array();
+        for (util::Json& part : *content) {
           if (IsImagePart(part)) {
             ++*num_images;
           } else {
@@ -58,11 +58,11 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
           }
         }
         // A content of images only renders as an empty text.
-        *content = kept.empty() ? Json("") : std::move(kept);
+        *content = kept.empty() ? util::Json("") : std::move(kept);
       }
     }
   }
-  return ParseChatRequest(DumpJson(json), limits);
+  return ParseChatRequest(util::DumpJson(json), limits);
 }
 
 void HandleAnthropicCountTokens(const Backend& backend, const HttpRequest& request,

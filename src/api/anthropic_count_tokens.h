@@ -16,10 +16,10 @@
 #include "api/anthropic_types.h"
 #include "api/errors.h"
 #include "api/http_server.h"
-#include "api/json.h"
 #include "api/openai_types.h"
 #include "api/serving.h"
 #include "tokenizer/chat_template.h"
+#include "util/json.h"
 
 namespace deepinfer::api {
 

@@ -26,11 +26,11 @@ struct MessagesContext {
 
 // Anthropic counts input tokens read from the prompt cache apart from the rest:
 // input_tokens + cache_read_input_tokens is the whole prompt.
-Json AnthropicUsage(const UsageCounts& u) {
-  return Json{{"input_tokens", u.prompt_tokens - u.cached_tokens},
-              {"output_tokens", u.completion_tokens},
-              {"cache_creation_input_tokens", 0},
-              {"cache_read_input_tokens", u.cached_tokens}};
+util::Json AnthropicUsage(const UsageCounts& u) {
+  return util::Json{{"input_tokens", u.prompt_tokens - u.cached_tokens},
+                    {"output_tokens", u.completion_tokens},
+                    {"cache_creation_input_tokens", 0},
+                    {"cache_read_input_tokens", u.cached_tokens}};
 }
 
 // How one answer ended, in Anthropic's words.
@@ -44,26 +44,28 @@ struct Ending {
     if (called_tools) return "tool_use";
     return stop_string.empty() ? "end_turn" : "stop_sequence";
   }
-  Json StopSequence() const { return stop_string.empty() ? Json(nullptr) : Json(stop_string); }
+  util::Json StopSequence() const {
+    return stop_string.empty() ? util::Json(nullptr) : util::Json(stop_string);
+  }
 };
 
 // A tool_use block's input must be an object; arguments the model wrote that are not a JSON
 // object are passed on whole as {"_arguments": "<text>"} rather than dropped.
-Json ToolInput(const tokenizer::ParsedToolCall& call) {
-  Json input = Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
-  if (input.is_discarded() || !input.is_object()) return Json{{"_arguments", call.arguments}};
+util::Json ToolInput(const tokenizer::ParsedToolCall& call) {
+  util::Json input = util::Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
+  if (input.is_discarded() || !input.is_object()) return util::Json{{"_arguments", call.arguments}};
   return input;
 }
 
-Json ToolUseBlock(const tokenizer::ParsedToolCall& call) {
-  return Json{{"type", "tool_use"},
-              {"id", NewRequestId("toolu_")},
-              {"name", call.name},
-              {"input", ToolInput(call)}};
+util::Json ToolUseBlock(const tokenizer::ParsedToolCall& call) {
+  return util::Json{{"type", "tool_use"},
+                    {"id", NewRequestId("toolu_")},
+                    {"name", call.name},
+                    {"input", ToolInput(call)}};
 }
 
-std::string Event(std::string_view name, const Json& data) {
-  return fmt::format("event: {}\n{}", name, SseData(DumpJson(data)));
+std::string Event(std::string_view name, const util::Json& data) {
+  return fmt::format("event: {}\n{}", name, SseData(util::DumpJson(data)));
 }
 
 // The content blocks of a streamed answer: opens a block when the kind of output changes and
@@ -85,9 +87,9 @@ class BlockStream {
   // A whole tool call: its block opens with an empty input, the arguments follow as one
   // input_json_delta, and the block closes.
   void ToolUse(const tokenizer::ParsedToolCall& call) {
-    Json block = ToolUseBlock(call);
-    const std::string arguments = DumpJson(block["input"]);
-    block["input"] = Json::object();
+    util::Json block = ToolUseBlock(call);
+    const std::string arguments = util::DumpJson(block["input"]);
+    block["input"] = util::Json::object();
     Open("tool_use", std::move(block));
     Delta({{"type", "input_json_delta"}, {"partial_json", arguments}});
     Close();
@@ -101,14 +103,14 @@ class BlockStream {
   std::string Take() { return std::exchange(out_, {}); }
 
  private:
-  void Open(const char* kind, Json block) {
+  void Open(const char* kind, util::Json block) {
     Close();
     ++index_;
     open_ = kind;
     out_ += Event("content_block_start",
                   {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
   }
-  void Delta(Json delta) {
+  void Delta(util::Json delta) {
     out_ += Event("content_block_delta",
                   {{"type", "content_block_delta"}, {"index", index_}, {"delta", delta}});
   }
@@ -123,16 +125,17 @@ void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& 
     generation.Cancel();
     return;
   }
-  Json message = Json{{"id", ctx.id},
-                      {"type", "message"},
-                      {"role", "assistant"},
-                      {"model", ctx.backend.served_model_name},
-                      {"content", Json::array()},
-                      {"stop_reason", nullptr},
-                      {"stop_sequence", nullptr},
-                      // Cached tokens are known once the engine scheduled the prompt; the final
-                      // counts come with message_delta.
-                      {"usage", AnthropicUsage({static_cast<int64_t>(ctx.prompt.tokens.size())})}};
+  util::Json message =
+      util::Json{{"id", ctx.id},
+                 {"type", "message"},
+                 {"role", "assistant"},
+                 {"model", ctx.backend.served_model_name},
+                 {"content", util::Json::array()},
+                 {"stop_reason", nullptr},
+                 {"stop_sequence", nullptr},
+                 // Cached tokens are known once the engine scheduled the prompt; the final
+                 // counts come with message_delta.
+                 {"usage", AnthropicUsage({static_cast<int64_t>(ctx.prompt.tokens.size())})}};
   if (!writer.WriteStream(
           Event("message_start", {{"type", "message_start"}, {"message", message}}) +
           Event("ping", {{"type", "ping"}}))) {
@@ -185,21 +188,21 @@ void Complete(const MessagesContext& ctx, Generation& generation, ResponseWriter
   AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
   AnswerSplitter::Delta a = splitter.Push(text, /*last=*/true);
   ending.called_tools = !a.calls.empty();
-  Json content = Json::array();
+  util::Json content = util::Json::array();
   if (!a.reasoning.empty()) {
     content.push_back({{"type", "thinking"}, {"thinking", a.reasoning}, {"signature", ""}});
   }
   if (!a.content.empty()) content.push_back({{"type", "text"}, {"text", a.content}});
   for (const auto& call : a.calls) content.push_back(ToolUseBlock(call));
   RespondJson(writer, 200,
-              Json{{"id", ctx.id},
-                   {"type", "message"},
-                   {"role", "assistant"},
-                   {"model", ctx.backend.served_model_name},
-                   {"content", std::move(content)},
-                   {"stop_reason", ending.StopReason()},
-                   {"stop_sequence", ending.StopSequence()},
-                   {"usage", AnthropicUsage(generation.usage())}});
+              util::Json{{"id", ctx.id},
+                         {"type", "message"},
+                         {"role", "assistant"},
+                         {"model", ctx.backend.served_model_name},
+                         {"content", std::move(content)},
+                         {"stop_reason", ending.StopReason()},
+                         {"stop_sequence", ending.StopSequence()},
+                         {"usage", AnthropicUsage(generation.usage())}});
 }
 
 absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {

@@ -9,7 +9,7 @@
 
 namespace deepinfer::api {
 
-bool IsImagePart(const Json& part) {
+bool IsImagePart(const util::Json& part) {
   if (!part.is_object()) return false;
   auto type = part.find("type");
   return type != part.end() && type->is_string() &&
@@ -19,7 +19,7 @@ bool IsImagePart(const Json& part) {
 namespace {
 
 // Text of a tool_result's content: a string or an array of text (and image) blocks.
-absl::Status ToolResultText(const Json& content, const std::string& param, std::string* text,
+absl::Status ToolResultText(const util::Json& content, const std::string& param, std::string* text,
                             int32_t* num_images) {
   if (content.is_null()) return absl::OkStatus();
   if (content.is_string()) {
@@ -30,7 +30,7 @@ absl::Status ToolResultText(const Json& content, const std::string& param, std::
     return RequestError(param, "invalid_type", "tool_result content must be a string or blocks.");
   }
   for (size_t k = 0; k < content.size(); ++k) {
-    const Json& block = content[k];
+    const util::Json& block = content[k];
     std::string p = fmt::format("{}[{}]", param, k);
     if (IsImagePart(block)) {
       ++*num_images;
@@ -75,16 +75,16 @@ bool IsAnthropicPath(std::string_view path) {
 }
 
 std::string ErrorBodyForPath(const ApiError& error, std::string_view path) {
-  return IsAnthropicPath(path) ? DumpJson(AnthropicErrorJson(error)) : ErrorBody(error);
+  return IsAnthropicPath(path) ? util::DumpJson(AnthropicErrorJson(error)) : ErrorBody(error);
 }
 
-Json AnthropicErrorJson(const ApiError& error) {
-  return Json{
-      {"type", "error"},
-      {"error", Json{{"type", AnthropicErrorType(error.http_status)}, {"message", error.message}}}};
+util::Json AnthropicErrorJson(const ApiError& error) {
+  return util::Json{{"type", "error"},
+                    {"error", util::Json{{"type", AnthropicErrorType(error.http_status)},
+                                         {"message", error.message}}}};
 }
 
-absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body) {
+absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body) {
   AnthropicChat chat;
   DI_ASSIGN_OR_RETURN(chat.messages, AnthropicToChatMessages(body, &chat.num_images));
   // A final assistant turn is a prefill: the answer continues its text rather than starting a
@@ -98,7 +98,7 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body) {
     if (!tools->is_array())
       return RequestError("tools", "invalid_type", "'tools' must be an array.");
     for (size_t i = 0; i < tools->size(); ++i) {
-      const Json& t = (*tools)[i];
+      const util::Json& t = (*tools)[i];
       std::string param = fmt::format("tools[{}]", i);
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
         return RequestError(param, "invalid_type", "Tools must be objects with a string 'name'.");
@@ -108,11 +108,12 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body) {
                             "Server tools are not supported; only custom tools with an "
                             "input_schema are.");
       }
-      Json function = Json{{"name", t["name"]}};
+      util::Json function = util::Json{{"name", t["name"]}};
       if (t.contains("description")) function["description"] = t["description"];
-      function["parameters"] = t.contains("input_schema") ? t["input_schema"] : Json::object();
+      function["parameters"] =
+          t.contains("input_schema") ? t["input_schema"] : util::Json::object();
       chat.options.tools.push_back(
-          DumpJson(Json{{"type", "function"}, {"function", std::move(function)}}));
+          util::DumpJson(util::Json{{"type", "function"}, {"function", std::move(function)}}));
     }
   }
   // Thinking on for "enabled", "adaptive" and "between_tools" (a DeepSeek model cannot decide on
@@ -130,7 +131,7 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body) {
   return chat;
 }
 
-absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& body,
+absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Json& body,
                                                                  int32_t* num_images) {
   *num_images = 0;
   std::vector<ChatMessage> out;
@@ -141,7 +142,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& bod
       m.content = system->get<std::string>();
     } else if (system->is_array()) {
       for (size_t i = 0; i < system->size(); ++i) {
-        const Json& block = (*system)[i];
+        const util::Json& block = (*system)[i];
         if (!block.is_object() || !block.contains("text") || !block["text"].is_string()) {
           return RequestError(fmt::format("system[{}]", i), "invalid_type",
                               "System blocks must be text blocks.");
@@ -161,7 +162,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& bod
     return RequestError("messages", "invalid_type", "'messages' must be an array.");
   }
   for (size_t i = 0; i < messages->size(); ++i) {
-    const Json& msg = (*messages)[i];
+    const util::Json& msg = (*messages)[i];
     std::string prefix = fmt::format("messages[{}]", i);
     if (!msg.is_object()) return RequestError(prefix, "invalid_type", "Messages must be objects.");
     auto role = msg.find("role");
@@ -184,9 +185,9 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& bod
       return RequestError(prefix + ".content", "invalid_type",
                           "'content' must be a string or an array of blocks.");
     }
-    Json calls = Json::array();
+    util::Json calls = util::Json::array();
     for (size_t k = 0; k < content->size(); ++k) {
-      const Json& block = (*content)[k];
+      const util::Json& block = (*content)[k];
       std::string param = fmt::format("{}.content[{}]", prefix, k);
       if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
         return RequestError(param, "missing_field", "Content blocks need a string 'type'.");
@@ -206,11 +207,11 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& bod
             !block["name"].is_string()) {
           return RequestError(param, "missing_field", "tool_use needs a string id and name.");
         }
-        Json input = block.contains("input") ? block["input"] : Json::object();
-        calls.push_back(
-            Json{{"id", block["id"]},
-                 {"type", "function"},
-                 {"function", Json{{"name", block["name"]}, {"arguments", DumpJson(input)}}}});
+        util::Json input = block.contains("input") ? block["input"] : util::Json::object();
+        calls.push_back(util::Json{{"id", block["id"]},
+                                   {"type", "function"},
+                                   {"function", util::Json{{"name", block["name"]},
+                                                           {"arguments", util::DumpJson(input)}}}});
       } else if (type == "tool_result") {
         if (!block.contains("tool_use_id") || !block["tool_use_id"].is_string()) {
           return RequestError(param, "missing_field", "tool_result needs a string tool_use_id.");
@@ -229,12 +230,12 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& bod
       }
     }
     if (!calls.empty()) {
-      turn.tool_calls_json = DumpJson(calls);
+      turn.tool_calls_json = util::DumpJson(calls);
       turn.has_content = !turn.content.empty();
     }
     // A user turn made only of tool results adds no user message of its own.
     if (turn.role == "assistant" || !turn.content.empty() || !calls.empty() || content->empty() ||
-        std::none_of(content->begin(), content->end(), [](const Json& b) {
+        std::none_of(content->begin(), content->end(), [](const util::Json& b) {
           return b.is_object() && b.value("type", "") == "tool_result";
         })) {
       out.push_back(std::move(turn));
@@ -246,7 +247,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& bod
 namespace {
 
 // Anthropic's tool_choice: {"type": "auto" | "any" | "tool" | "none", ...}.
-absl::StatusOr<bool> ToolsOff(const Json& body) {
+absl::StatusOr<bool> ToolsOff(const util::Json& body) {
   auto it = body.find("tool_choice");
   if (it == body.end() || it->is_null()) return false;
   if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
@@ -261,7 +262,7 @@ absl::StatusOr<bool> ToolsOff(const Json& body) {
   return type == "none";
 }
 
-absl::Status ParseStopSequences(const Json& body, GenerationParams* params) {
+absl::Status ParseStopSequences(const util::Json& body, GenerationParams* params) {
   auto it = body.find("stop_sequences");
   if (it == body.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_array() || it->size() > static_cast<size_t>(kMaxStopStrings)) {
@@ -269,7 +270,7 @@ absl::Status ParseStopSequences(const Json& body, GenerationParams* params) {
         "stop_sequences", "invalid_type",
         fmt::format("'stop_sequences' must be an array of at most {} strings.", kMaxStopStrings));
   }
-  for (const Json& s : *it) {
+  for (const util::Json& s : *it) {
     if (!s.is_string() ||
         s.get_ref<const std::string&>().size() > static_cast<size_t>(kMaxStopStringBytes)) {
       return RequestError("stop_sequences", "invalid_value",
@@ -285,7 +286,7 @@ absl::Status ParseStopSequences(const Json& body, GenerationParams* params) {
 
 absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::string_view body,
                                                                        const ParseLimits& limits) {
-  DI_ASSIGN_OR_RETURN(Json json, ParseJson(body));
+  DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
     return RequestError("", "invalid_type", "The request body must be a JSON object.");
   }

@@ -11,14 +11,14 @@
 
 #include "absl/status/statusor.h"
 #include "api/errors.h"
-#include "api/json.h"
 #include "api/openai_types.h"
 #include "tokenizer/chat_template.h"
+#include "util/json.h"
 
 namespace deepinfer::api {
 
 // True for an image content part or block ("image_url", "input_image", "image").
-bool IsImagePart(const Json& part);
+bool IsImagePart(const util::Json& part);
 
 // Converts the `system` and `messages` of an Anthropic Messages request into chat messages:
 // text blocks are joined, tool_use blocks become assistant tool_calls, tool_result blocks become
@@ -27,7 +27,7 @@ bool IsImagePart(const Json& part);
 // Errors: InvalidArgument "missing_field", "invalid_type", "invalid_value", "unsupported_value"
 //   (documents and other block types no model here reads), each with its `param`.
 // Source: Anthropic API reference, Messages and "Count message tokens".
-absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const Json& body,
+absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Json& body,
                                                                  int32_t* num_images);
 
 // An Anthropic Messages request as the chat encoder sees it.
@@ -43,14 +43,14 @@ struct AnthropicChat {
 
 // Errors: those of AnthropicToChatMessages; "unsupported_value" for server tools (a tool with a
 //   type other than "custom"), which no encoder here renders.
-absl::StatusOr<AnthropicChat> ParseAnthropicChat(const Json& body);
+absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body);
 
 // Anthropic's error type for an HTTP status ("invalid_request_error", "not_found_error",
 // "overloaded_error", ...; "api_error" for the rest).
 // Source: Anthropic API reference, "Errors".
 const char* AnthropicErrorType(int http_status);
 // {"type": "error", "error": {"type", "message"}}.
-Json AnthropicErrorJson(const ApiError& error);
+util::Json AnthropicErrorJson(const ApiError& error);
 // True for the Anthropic routes (/v1/messages and below), whose clients read Anthropic's error
 // shape.
 bool IsAnthropicPath(std::string_view path);

@@ -4,8 +4,8 @@
 #include <string>
 
 #include "absl/strings/cord.h"
-#include "api/json.h"
 #include "fmt/format.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -89,16 +89,16 @@ ApiError ApiErrorFromStatus(const absl::Status& status) {
 }
 
 std::string ErrorBody(const ApiError& error) {
-  Json inner = Json::object();
+  util::Json inner = util::Json::object();
   inner["message"] = error.message;
   inner["type"] = error.type;
-  inner["param"] = error.param.empty() ? Json(nullptr) : Json(error.param);
+  inner["param"] = error.param.empty() ? util::Json(nullptr) : util::Json(error.param);
   inner["code"] = error.code;
   if (error.n_prompt_tokens) inner["n_prompt_tokens"] = *error.n_prompt_tokens;
   if (error.n_ctx) inner["n_ctx"] = *error.n_ctx;
-  Json body = Json::object();
+  util::Json body = util::Json::object();
   body["error"] = std::move(inner);
-  return DumpJson(body);
+  return util::DumpJson(body);
 }
 
 absl::Status RequestError(std::string_view param, std::string_view code, std::string_view message) {

@@ -1,14 +1,14 @@
 #include "api/errors.h"
 
-#include "api/json.h"
 #include "gtest/gtest.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
 namespace {
 
-Json BodyOf(const ApiError& error) {
-  auto json = ParseJson(ErrorBody(error));
+util::Json BodyOf(const ApiError& error) {
+  auto json = util::ParseJson(ErrorBody(error));
   EXPECT_TRUE(json.ok());
   return *json;
 }
@@ -16,7 +16,7 @@ Json BodyOf(const ApiError& error) {
 TEST(ApiErrorTest, InvalidArgumentIsBadRequestWithParam) {
   ApiError e = ApiErrorFromStatus(RequestError("temperature", "invalid_value", "too hot"));
   EXPECT_EQ(e.http_status, 400);
-  Json body = BodyOf(e);
+  util::Json body = BodyOf(e);
   EXPECT_EQ(body["error"]["type"], "invalid_request_error");
   EXPECT_EQ(body["error"]["param"], "temperature");
   EXPECT_EQ(body["error"]["code"], "invalid_value");
@@ -24,7 +24,7 @@ TEST(ApiErrorTest, InvalidArgumentIsBadRequestWithParam) {
 }
 
 TEST(ApiErrorTest, MissingParamIsNull) {
-  Json body = BodyOf(ApiErrorFromStatus(InvalidArgumentError("invalid_json", "bad")));
+  util::Json body = BodyOf(ApiErrorFromStatus(InvalidArgumentError("invalid_json", "bad")));
   EXPECT_TRUE(body["error"]["param"].is_null());
   EXPECT_FALSE(body["error"].contains("n_ctx"));
 }
@@ -32,7 +32,7 @@ TEST(ApiErrorTest, MissingParamIsNull) {
 TEST(ApiErrorTest, ContextLengthCarriesTokenCounts) {
   ApiError e = ApiErrorFromStatus(ContextLengthError("messages", 300, 16, 256));
   EXPECT_EQ(e.http_status, 400);
-  Json body = BodyOf(e);
+  util::Json body = BodyOf(e);
   EXPECT_EQ(body["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(body["error"]["type"], "invalid_request_error");
   EXPECT_EQ(body["error"]["param"], "messages");
@@ -62,7 +62,7 @@ TEST(ApiErrorTest, MapsEveryHttpClass) {
 
 TEST(ApiErrorTest, BodyStaysValidJsonWithInvalidUtf8InMessage) {
   ApiError e = ApiErrorFromStatus(InvalidArgumentError("x", std::string("bad \xff byte")));
-  EXPECT_TRUE(ParseJson(ErrorBody(e)).ok());
+  EXPECT_TRUE(util::ParseJson(ErrorBody(e)).ok());
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <thread>
 
-#include "api/json.h"
 #include "api/server.h"
 #include "api/testing/fake_engine.h"
 #include "boost/asio/connect.hpp"
@@ -12,6 +11,7 @@
 #include "boost/beast/http.hpp"
 #include "gtest/gtest.h"
 #include "tokenizer/chat_template.h"
+#include "util/json.h"
 
 namespace deepinfer::api {
 namespace {
@@ -112,7 +112,7 @@ TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   auto chat = Request(socket, http::verb::post, "/v1/chat/completions",
                       R"({"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(chat.result_int(), 200);
-  EXPECT_EQ((*ParseJson(chat.body()))["choices"][0]["message"]["content"], "Hello world");
+  EXPECT_EQ((*util::ParseJson(chat.body()))["choices"][0]["message"]["content"], "Hello world");
   // A streamed answer is chunked, so the connection stays usable after it.
   auto stream = Request(socket, http::verb::post, "/v1/chat/completions",
                         R"({"stream":true,"messages":[{"role":"user","content":"x"}]})");

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "fmt/format.h"
+#include "util/prometheus_text.h"
 
 namespace deepinfer::api {
 namespace {
@@ -15,61 +16,7 @@ const std::vector<double>& DurationBounds() {
   return kBounds;
 }
 
-std::string Number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  return fmt::format("{}", v);
-}
-
-void Header(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
-  fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-}
-
-void Sample(std::string* out, std::string_view name, std::string_view labels, double value) {
-  fmt::format_to(std::back_inserter(*out), "{}{{{}}} {}\n", name, labels, Number(value));
-}
-
-void HistogramSamples(std::string* out, std::string_view name, std::string_view labels,
-                      const engine::Histogram& h) {
-  uint64_t cumulative = 0;
-  std::string sep = labels.empty() ? "" : ",";
-  for (size_t i = 0; i < h.bounds.size(); ++i) {
-    if (i < h.counts.size()) cumulative += h.counts[i];
-    fmt::format_to(std::back_inserter(*out), "{}_bucket{{{}{}le=\"{}\"}} {}\n", name, labels, sep,
-                   Number(h.bounds[i]), cumulative);
-  }
-  // The +Inf bucket equals the count by definition, whatever the per-bucket array holds.
-  fmt::format_to(std::back_inserter(*out), "{}_bucket{{{}{}le=\"+Inf\"}} {}\n", name, labels, sep,
-                 h.count);
-  fmt::format_to(std::back_inserter(*out), "{}_sum{{{}}} {}\n", name, labels, Number(h.sum));
-  fmt::format_to(std::back_inserter(*out), "{}_count{{{}}} {}\n", name, labels, h.count);
-}
-
-void AddToHistogram(engine::Histogram& h, double v) {
-  size_t i = std::lower_bound(h.bounds.begin(), h.bounds.end(), v) - h.bounds.begin();
-  h.counts[i]++;
-  h.sum += v;
-  h.count++;
-}
-
 }  // namespace
-
-std::string EscapeLabelValue(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 HttpMetrics::HttpMetrics() = default;
 
@@ -77,50 +24,51 @@ void HttpMetrics::Record(std::string_view route, std::string_view method, int st
                          double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   requests_[{std::string(route), std::string(method), status}]++;
-  auto [it, inserted] = durations_.try_emplace(std::string(route));
-  if (inserted) {
-    it->second.bounds = DurationBounds();
-    it->second.counts.assign(it->second.bounds.size() + 1, 0);
+  auto it = durations_.find(route);
+  if (it == durations_.end()) {
+    it = durations_.emplace(std::string(route), util::Histogram(DurationBounds())).first;
   }
-  AddToHistogram(it->second, std::max(0.0, seconds));
+  it->second.Observe(std::max(0.0, seconds));
 }
 
 void HttpMetrics::Format(std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
-  Header(out, "deepinfer_http_requests_total", "counter",
-         "HTTP requests answered, by route, method and status code.");
+  util::AppendMetricHeader(out, "deepinfer_http_requests_total", "counter",
+                           "HTTP requests answered, by route, method and status code.");
   for (const auto& [key, count] : requests_) {
     const auto& [route, method, status] = key;
-    Sample(out, "deepinfer_http_requests_total",
-           fmt::format("route=\"{}\",method=\"{}\",status=\"{}\"", EscapeLabelValue(route),
-                       EscapeLabelValue(method), status),
-           static_cast<double>(count));
+    util::AppendSample(
+        out, "deepinfer_http_requests_total",
+        fmt::format("route=\"{}\",method=\"{}\",status=\"{}\"", util::EscapeLabelValue(route),
+                    util::EscapeLabelValue(method), status),
+        static_cast<double>(count));
   }
-  Header(out, "deepinfer_http_request_duration_seconds", "histogram",
-         "Time from a complete request to the end of its response, by route.");
+  util::AppendMetricHeader(out, "deepinfer_http_request_duration_seconds", "histogram",
+                           "Time from a complete request to the end of its response, by route.");
   for (const auto& [route, h] : durations_) {
-    HistogramSamples(out, "deepinfer_http_request_duration_seconds",
-                     fmt::format("route=\"{}\"", EscapeLabelValue(route)), h);
+    util::AppendHistogram(out, "deepinfer_http_request_duration_seconds",
+                          fmt::format("route=\"{}\"", util::EscapeLabelValue(route)), h);
   }
-  Header(out, "deepinfer_http_open_connections", "gauge", "Open client connections.");
+  util::AppendMetricHeader(out, "deepinfer_http_open_connections", "gauge",
+                           "Open client connections.");
   fmt::format_to(std::back_inserter(*out), "deepinfer_http_open_connections {}\n",
                  open_connections_.load(std::memory_order_relaxed));
 }
 
 void FormatEngineMetrics(const engine::EngineStats& s, std::string_view model_name,
                          int64_t stop_string_finishes, std::string* out) {
-  const std::string labels = fmt::format("model_name=\"{}\"", EscapeLabelValue(model_name));
+  const std::string labels = fmt::format("model_name=\"{}\"", util::EscapeLabelValue(model_name));
   auto gauge = [&](std::string_view name, std::string_view help, double v) {
-    Header(out, name, "gauge", help);
-    Sample(out, name, labels, v);
+    util::AppendMetricHeader(out, name, "gauge", help);
+    util::AppendSample(out, name, labels, v);
   };
   auto counter = [&](std::string_view name, std::string_view help, double v) {
-    Header(out, name, "counter", help);
-    Sample(out, name, labels, v);
+    util::AppendMetricHeader(out, name, "counter", help);
+    util::AppendSample(out, name, labels, v);
   };
-  auto histogram = [&](std::string_view name, std::string_view help, const engine::Histogram& h) {
-    Header(out, name, "histogram", help);
-    HistogramSamples(out, name, labels, h);
+  auto histogram = [&](std::string_view name, std::string_view help, const util::Histogram& h) {
+    util::AppendMetricHeader(out, name, "histogram", help);
+    util::AppendHistogram(out, name, labels, h);
   };
 
   gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
@@ -159,11 +107,13 @@ void FormatEngineMetrics(const engine::EngineStats& s, std::string_view model_na
   const int64_t* f = s.num_requests_finished;
   int64_t moved = std::clamp<int64_t>(stop_string_finishes, 0, f[3]);
   const char* name = "vllm:request_success_total";
-  Header(out, name, "counter", "Count of finished requests, by finished reason.");
-  Sample(out, name, labels + ",finished_reason=\"stop\"", static_cast<double>(f[1] + moved));
-  Sample(out, name, labels + ",finished_reason=\"length\"", static_cast<double>(f[2]));
-  Sample(out, name, labels + ",finished_reason=\"abort\"", static_cast<double>(f[3] - moved));
-  Sample(out, name, labels + ",finished_reason=\"error\"", static_cast<double>(f[4]));
+  util::AppendMetricHeader(out, name, "counter", "Count of finished requests, by finished reason.");
+  util::AppendSample(out, name, labels + ",finished_reason=\"stop\"",
+                     static_cast<double>(f[1] + moved));
+  util::AppendSample(out, name, labels + ",finished_reason=\"length\"", static_cast<double>(f[2]));
+  util::AppendSample(out, name, labels + ",finished_reason=\"abort\"",
+                     static_cast<double>(f[3] - moved));
+  util::AppendSample(out, name, labels + ",finished_reason=\"error\"", static_cast<double>(f[4]));
 
   histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
             s.ttft);

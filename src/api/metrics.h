@@ -14,8 +14,8 @@
 #include <string_view>
 #include <tuple>
 
-#include "api/prometheus_text.h"
 #include "engine/engine.h"
+#include "util/histogram.h"
 
 namespace deepinfer::api {
 
@@ -43,7 +43,7 @@ class HttpMetrics {
  private:
   mutable std::mutex mu_;
   std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;
-  std::map<std::string, engine::Histogram> durations_;  // by route
+  std::map<std::string, util::Histogram, std::less<>> durations_;  // by route
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> stop_string_finishes_{0};
 };

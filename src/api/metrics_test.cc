@@ -1,12 +1,13 @@
 #include "api/metrics.h"
 
 #include "gtest/gtest.h"
+#include "util/prometheus_text.h"
 
 namespace deepinfer::api {
 namespace {
 
-engine::Histogram SmallHistogram() {
-  engine::Histogram h;
+util::Histogram SmallHistogram() {
+  util::Histogram h;
   h.bounds = {0.1, 1.0};
   h.counts = {2, 1, 1};
   h.sum = 3.5;
@@ -74,7 +75,7 @@ TEST(MetricsTest, HttpCountersByRouteMethodAndStatus) {
 }
 
 TEST(MetricsTest, EscapesLabelValues) {
-  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+  EXPECT_EQ(util::EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
 }
 
 }  // namespace

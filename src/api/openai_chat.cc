@@ -26,10 +26,10 @@ struct ChatContext {
 };
 
 // OpenAI's tool_calls[i] for a parsed call, with a fresh id.
-Json ToolCallJson(const tokenizer::ParsedToolCall& call) {
-  return Json{{"id", NewRequestId("call_")},
-              {"type", "function"},
-              {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+util::Json ToolCallJson(const tokenizer::ParsedToolCall& call) {
+  return util::Json{{"id", NewRequestId("call_")},
+                    {"type", "function"},
+                    {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
 // A choice that called tools and stopped on its own finishes with "tool_calls" (as vLLM's).
@@ -41,12 +41,12 @@ std::vector<AnswerSplitter> MakeSplitters(const ChatContext& ctx, int32_t n) {
   return std::vector<AnswerSplitter>(n, AnswerSplitter(ctx.prompt, ctx.tool_format));
 }
 
-Json ChunkBase(const ChatContext& ctx) {
+util::Json ChunkBase(const ChatContext& ctx) {
   return OpenAiEnvelope(ctx.id, "chat.completion.chunk", ctx.created,
                         ctx.backend.served_model_name);
 }
 
-std::string ChoiceChunk(const ChatContext& ctx, Json choice) {
+std::string ChoiceChunk(const ChatContext& ctx, util::Json choice) {
   return OpenAiChoiceChunk(ChunkBase(ctx), std::move(choice), ctx.request.params.include_usage);
 }
 
@@ -58,10 +58,10 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
   }
   std::string head;
   for (int32_t i = 0; i < generation.num_choices(); ++i) {
-    head += ChoiceChunk(ctx, Json{{"index", i},
-                                  {"delta", {{"role", "assistant"}, {"content", ""}}},
-                                  {"logprobs", nullptr},
-                                  {"finish_reason", nullptr}});
+    head += ChoiceChunk(ctx, util::Json{{"index", i},
+                                        {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", nullptr}});
   }
   if (!writer.WriteStream(head)) {
     generation.Cancel();
@@ -76,9 +76,9 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
     AnswerSplitter::Delta split = splitters[d.index].Push(d.text, !d.finish_reason.empty());
     std::vector<tokenizer::ParsedToolCall>& calls = split.calls;
     if (!split.reasoning.empty() || !split.content.empty() || with_logprobs) {
-      Json choice = Json::object();
+      util::Json choice = util::Json::object();
       choice["index"] = d.index;
-      Json delta = Json::object();
+      util::Json delta = util::Json::object();
       if (!split.reasoning.empty()) {
         delta["reasoning_content"] = split.reasoning;
         delta["reasoning"] = split.reasoning;
@@ -87,33 +87,34 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
       choice["delta"] = std::move(delta);
       choice["logprobs"] = with_logprobs
                                ? ChatLogprobsJson(*ctx.backend.tokenizer, d.tokens, num_top)
-                               : Json(nullptr);
+                               : util::Json(nullptr);
       choice["finish_reason"] = nullptr;
       out += ChoiceChunk(ctx, std::move(choice));
     }
     if (!calls.empty()) {
       const int first = splitters[d.index].num_calls() - static_cast<int>(calls.size());
       for (size_t c = 0; c < calls.size(); ++c) {
-        Json call = ToolCallJson(calls[c]);
+        util::Json call = ToolCallJson(calls[c]);
         call["index"] = first + static_cast<int>(c);
-        out += ChoiceChunk(ctx, Json{{"index", d.index},
-                                     {"delta", {{"tool_calls", Json::array({std::move(call)})}}},
-                                     {"logprobs", nullptr},
-                                     {"finish_reason", nullptr}});
+        out += ChoiceChunk(
+            ctx, util::Json{{"index", d.index},
+                            {"delta", {{"tool_calls", util::Json::array({std::move(call)})}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}});
       }
     }
     if (!d.finish_reason.empty()) {
       const bool called = splitters[d.index].num_calls() > 0;
-      out += ChoiceChunk(ctx, Json{{"index", d.index},
-                                   {"delta", Json::object()},
-                                   {"logprobs", nullptr},
-                                   {"finish_reason", FinishReason(d.finish_reason, called)}});
+      out += ChoiceChunk(ctx, util::Json{{"index", d.index},
+                                         {"delta", util::Json::object()},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", FinishReason(d.finish_reason, called)}});
     }
     return out.empty() || writer.WriteStream(out);
   };
   FinishOpenAiStream(
       generation, writer, on_delta,
-      ctx.request.params.include_usage ? std::optional<Json>(ChunkBase(ctx)) : std::nullopt);
+      ctx.request.params.include_usage ? std::optional<util::Json>(ChunkBase(ctx)) : std::nullopt);
 }
 
 void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& writer) {
@@ -130,20 +131,21 @@ void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& wr
   };
   if (!DriveToCompletion(generation, writer, on_delta, RespondError)) return;
   std::vector<AnswerSplitter> splitters = MakeSplitters(ctx, n);
-  Json choices = Json::array();
+  util::Json choices = util::Json::array();
   for (int32_t i = 0; i < n; ++i) {
-    Json choice = Json::object();
+    util::Json choice = util::Json::object();
     choice["index"] = i;
     AnswerSplitter::Delta a = splitters[i].Push(texts[i], /*last=*/true);
-    Json message = Json{{"role", "assistant"}, {"content", a.content}};
+    util::Json message = util::Json{{"role", "assistant"}, {"content", a.content}};
     if (ctx.prompt.parse_reasoning) {
-      message["reasoning_content"] = a.reasoning.empty() ? Json(nullptr) : Json(a.reasoning);
+      message["reasoning_content"] =
+          a.reasoning.empty() ? util::Json(nullptr) : util::Json(a.reasoning);
       message["reasoning"] = message["reasoning_content"];
     }
     const bool called = !a.calls.empty();
     if (called) {
-      message["content"] = a.content.empty() ? Json(nullptr) : Json(a.content);
-      Json calls = Json::array();
+      message["content"] = a.content.empty() ? util::Json(nullptr) : util::Json(a.content);
+      util::Json calls = util::Json::array();
       for (const auto& c : a.calls) calls.push_back(ToolCallJson(c));
       message["tool_calls"] = std::move(calls);
     }
@@ -151,11 +153,12 @@ void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& wr
     choice["logprobs"] = ctx.request.logprobs
                              ? ChatLogprobsJson(*ctx.backend.tokenizer, tokens[i],
                                                 ctx.request.params.sampling.num_top_logprobs)
-                             : Json(nullptr);
+                             : util::Json(nullptr);
     choice["finish_reason"] = FinishReason(finish[i], called);
     choices.push_back(std::move(choice));
   }
-  Json body = OpenAiEnvelope(ctx.id, "chat.completion", ctx.created, ctx.backend.served_model_name);
+  util::Json body =
+      OpenAiEnvelope(ctx.id, "chat.completion", ctx.created, ctx.backend.served_model_name);
   body["choices"] = std::move(choices);
   body["usage"] = UsageJson(generation.usage());
   RespondJson(writer, 200, body);

@@ -22,11 +22,11 @@ struct CompletionContext {
   std::vector<std::string> echo;  // per choice: the prompt text to put in front (echo)
 };
 
-Json Envelope(const CompletionContext& ctx) {
+util::Json Envelope(const CompletionContext& ctx) {
   return OpenAiEnvelope(ctx.id, "text_completion", ctx.created, ctx.backend.served_model_name);
 }
 
-std::string ChoiceChunk(const CompletionContext& ctx, Json choice) {
+std::string ChoiceChunk(const CompletionContext& ctx, util::Json choice) {
   return OpenAiChoiceChunk(Envelope(ctx), std::move(choice), ctx.request.params.include_usage);
 }
 
@@ -41,10 +41,10 @@ void Stream(const CompletionContext& ctx, Generation& generation, ResponseWriter
   std::string head;
   for (int32_t i = 0; i < generation.num_choices(); ++i) {
     if (ctx.echo.empty() || ctx.echo[i].empty()) continue;
-    head += ChoiceChunk(ctx, Json{{"index", i},
-                                  {"text", ctx.echo[i]},
-                                  {"logprobs", nullptr},
-                                  {"finish_reason", nullptr}});
+    head += ChoiceChunk(ctx, util::Json{{"index", i},
+                                        {"text", ctx.echo[i]},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", nullptr}});
   }
   if (!head.empty() && !writer.WriteStream(head)) {
     generation.Cancel();
@@ -54,26 +54,26 @@ void Stream(const CompletionContext& ctx, Generation& generation, ResponseWriter
     std::string out;
     bool with_logprobs = logprobs && !d.tokens.empty();
     if (!d.text.empty() || with_logprobs) {
-      Json choice = Json::object();
+      util::Json choice = util::Json::object();
       choice["index"] = d.index;
       choice["text"] = d.text;
       choice["logprobs"] = with_logprobs ? CompletionLogprobsJson(*ctx.backend.tokenizer, d.tokens,
                                                                   num_top, &offsets[d.index])
-                                         : Json(nullptr);
+                                         : util::Json(nullptr);
       choice["finish_reason"] = nullptr;
       out += ChoiceChunk(ctx, std::move(choice));
     }
     if (!d.finish_reason.empty()) {
-      out += ChoiceChunk(ctx, Json{{"index", d.index},
-                                   {"text", ""},
-                                   {"logprobs", nullptr},
-                                   {"finish_reason", d.finish_reason}});
+      out += ChoiceChunk(ctx, util::Json{{"index", d.index},
+                                         {"text", ""},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", d.finish_reason}});
     }
     return out.empty() || writer.WriteStream(out);
   };
   FinishOpenAiStream(
       generation, writer, on_delta,
-      ctx.request.params.include_usage ? std::optional<Json>(Envelope(ctx)) : std::nullopt);
+      ctx.request.params.include_usage ? std::optional<util::Json>(Envelope(ctx)) : std::nullopt);
 }
 
 void Complete(const CompletionContext& ctx, Generation& generation, ResponseWriter& writer) {
@@ -91,19 +91,19 @@ void Complete(const CompletionContext& ctx, Generation& generation, ResponseWrit
     return true;
   };
   if (!DriveToCompletion(generation, writer, on_delta, RespondError)) return;
-  Json choices = Json::array();
+  util::Json choices = util::Json::array();
   for (int32_t i = 0; i < n; ++i) {
-    Json choice = Json::object();
+    util::Json choice = util::Json::object();
     choice["index"] = i;
     choice["text"] = (ctx.echo.empty() ? std::string() : ctx.echo[i]) + texts[i];
     int64_t offset = 0;
     choice["logprobs"] =
         num_top >= 0 ? CompletionLogprobsJson(*ctx.backend.tokenizer, tokens[i], num_top, &offset)
-                     : Json(nullptr);
+                     : util::Json(nullptr);
     choice["finish_reason"] = finish[i];
     choices.push_back(std::move(choice));
   }
-  Json body = Envelope(ctx);
+  util::Json body = Envelope(ctx);
   body["choices"] = std::move(choices);
   body["usage"] = UsageJson(generation.usage());
   RespondJson(writer, 200, body);

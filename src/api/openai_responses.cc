@@ -28,74 +28,75 @@ struct ResponsesContext {
   tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
 };
 
-Json UsageObject(const UsageCounts& u) {
-  return Json{{"input_tokens", u.prompt_tokens},
-              {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
-              {"output_tokens", u.completion_tokens},
-              // Reasoning is split from the answer as text, not per token.
-              {"output_tokens_details", {{"reasoning_tokens", 0}}},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+util::Json UsageObject(const UsageCounts& u) {
+  return util::Json{{"input_tokens", u.prompt_tokens},
+                    {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
+                    {"output_tokens", u.completion_tokens},
+                    // Reasoning is split from the answer as text, not per token.
+                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
 // The response object; `status` is "in_progress", "completed", "incomplete" or "failed".
-Json ResponseObject(const ResponsesContext& ctx, const std::string& status, Json output,
-                    const UsageCounts* usage, const ApiError* error = nullptr) {
-  const Json& echo = ctx.request.echo;
-  auto get = [&](const char* key, Json fallback) {
+util::Json ResponseObject(const ResponsesContext& ctx, const std::string& status, util::Json output,
+                          const UsageCounts* usage, const ApiError* error = nullptr) {
+  const util::Json& echo = ctx.request.echo;
+  auto get = [&](const char* key, util::Json fallback) {
     auto it = echo.find(key);
     return it == echo.end() ? fallback : *it;
   };
-  Json r = {
+  util::Json r = {
       {"id", ctx.id},
       {"object", "response"},
       {"created_at", ctx.created},
       {"status", status},
       {"model", ctx.backend.served_model_name},
       {"output", std::move(output)},
-      {"error", error ? Json{{"code", error->code}, {"message", error->message}} : Json(nullptr)},
+      {"error", error ? util::Json{{"code", error->code}, {"message", error->message}}
+                      : util::Json(nullptr)},
       {"incomplete_details",
-       status == "incomplete" ? Json{{"reason", "max_output_tokens"}} : Json(nullptr)},
+       status == "incomplete" ? util::Json{{"reason", "max_output_tokens"}} : util::Json(nullptr)},
       {"instructions", get("instructions", nullptr)},
       {"max_output_tokens", get("max_output_tokens", nullptr)},
       {"temperature", get("temperature", nullptr)},
       {"top_p", get("top_p", nullptr)},
-      {"tools", get("tools", Json::array())},
+      {"tools", get("tools", util::Json::array())},
       {"tool_choice", get("tool_choice", "auto")},
       {"parallel_tool_calls", get("parallel_tool_calls", true)},
-      {"metadata", get("metadata", Json::object())},
+      {"metadata", get("metadata", util::Json::object())},
       {"reasoning", get("reasoning", nullptr)},
-      {"text", get("text", Json{{"format", {{"type", "text"}}}})},
+      {"text", get("text", util::Json{{"format", {{"type", "text"}}}})},
       {"user", get("user", nullptr)},
       {"store", false},
-      {"usage", usage ? UsageObject(*usage) : Json(nullptr)}};
+      {"usage", usage ? UsageObject(*usage) : util::Json(nullptr)}};
   return r;
 }
 
-Json ReasoningItem(const std::string& id, const std::string& text, const char* status) {
-  return Json{{"type", "reasoning"},
-              {"id", id},
-              {"summary", Json::array()},
-              {"content", Json::array({{{"type", "reasoning_text"}, {"text", text}}})},
-              {"status", status}};
+util::Json ReasoningItem(const std::string& id, const std::string& text, const char* status) {
+  return util::Json{{"type", "reasoning"},
+                    {"id", id},
+                    {"summary", util::Json::array()},
+                    {"content", util::Json::array({{{"type", "reasoning_text"}, {"text", text}}})},
+                    {"status", status}};
 }
 
-Json OutputTextPart(const std::string& text) {
-  return Json{{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
+util::Json OutputTextPart(const std::string& text) {
+  return util::Json{{"type", "output_text"}, {"text", text}, {"annotations", util::Json::array()}};
 }
 
-Json MessageItem(const std::string& id, Json content, const char* status) {
-  return Json{{"type", "message"},
-              {"id", id},
-              {"status", status},
-              {"role", "assistant"},
-              {"content", std::move(content)}};
+util::Json MessageItem(const std::string& id, util::Json content, const char* status) {
+  return util::Json{{"type", "message"},
+                    {"id", id},
+                    {"status", status},
+                    {"role", "assistant"},
+                    {"content", std::move(content)}};
 }
 
-Json FunctionCallItem(const std::string& id, const tokenizer::ParsedToolCall& call,
-                      const std::string& arguments, const char* status) {
-  return Json{{"type", "function_call"},          {"id", id},
-              {"call_id", NewRequestId("call_")}, {"name", call.name},
-              {"arguments", arguments},           {"status", status}};
+util::Json FunctionCallItem(const std::string& id, const tokenizer::ParsedToolCall& call,
+                            const std::string& arguments, const char* status) {
+  return util::Json{{"type", "function_call"},          {"id", id},
+                    {"call_id", NewRequestId("call_")}, {"name", call.name},
+                    {"arguments", arguments},           {"status", status}};
 }
 
 // The events of a streamed response, each with its sequence number; output items open and close
@@ -105,7 +106,7 @@ class EventStream {
   explicit EventStream(const ResponsesContext& ctx) : ctx_(ctx) {}
 
   void Start() {
-    Json r = ResponseObject(ctx_, "in_progress", Json::array(), nullptr);
+    util::Json r = ResponseObject(ctx_, "in_progress", util::Json::array(), nullptr);
     Emit("response.created", {{"response", r}});
     Emit("response.in_progress", {{"response", r}});
   }
@@ -130,7 +131,7 @@ class EventStream {
       item_id_ = NewRequestId("msg_");
       Emit("response.output_item.added",
            {{"output_index", index_},
-            {"item", MessageItem(item_id_, Json::array(), "in_progress")}});
+            {"item", MessageItem(item_id_, util::Json::array(), "in_progress")}});
       Emit("response.content_part.added", {{"item_id", item_id_},
                                            {"output_index", index_},
                                            {"content_index", 0},
@@ -141,12 +142,12 @@ class EventStream {
                                         {"output_index", index_},
                                         {"content_index", 0},
                                         {"delta", text},
-                                        {"logprobs", Json::array()}});
+                                        {"logprobs", util::Json::array()}});
   }
   void FunctionCall(const tokenizer::ParsedToolCall& call) {
     Close();
     const std::string id = NewRequestId("fc_");
-    Json item = FunctionCallItem(id, call, "", "in_progress");
+    util::Json item = FunctionCallItem(id, call, "", "in_progress");
     Emit("response.output_item.added", {{"output_index", index_}, {"item", item}});
     Emit("response.function_call_arguments.delta",
          {{"item_id", id}, {"output_index", index_}, {"delta", call.arguments}});
@@ -165,7 +166,7 @@ class EventStream {
       Emit(
           "response.reasoning_text.done",
           {{"item_id", item_id_}, {"output_index", index_}, {"content_index", 0}, {"text", text_}});
-      Json item = ReasoningItem(item_id_, text_, item_status);
+      util::Json item = ReasoningItem(item_id_, text_, item_status);
       Emit("response.output_item.done", {{"output_index", index_}, {"item", item}});
       output_.push_back(std::move(item));
     } else if (open_ == "message") {
@@ -173,12 +174,13 @@ class EventStream {
                                          {"output_index", index_},
                                          {"content_index", 0},
                                          {"text", text_},
-                                         {"logprobs", Json::array()}});
+                                         {"logprobs", util::Json::array()}});
       Emit("response.content_part.done", {{"item_id", item_id_},
                                           {"output_index", index_},
                                           {"content_index", 0},
                                           {"part", OutputTextPart(text_)}});
-      Json item = MessageItem(item_id_, Json::array({OutputTextPart(text_)}), item_status);
+      util::Json item =
+          MessageItem(item_id_, util::Json::array({OutputTextPart(text_)}), item_status);
       Emit("response.output_item.done", {{"output_index", index_}, {"item", item}});
       output_.push_back(std::move(item));
     } else {
@@ -201,10 +203,10 @@ class EventStream {
   std::string Take() { return std::exchange(out_, {}); }
 
  private:
-  void Emit(const char* type, Json data) {
+  void Emit(const char* type, util::Json data) {
     data["type"] = type;
     data["sequence_number"] = sequence_++;
-    out_ += fmt::format("event: {}\n{}", type, SseData(DumpJson(data)));
+    out_ += fmt::format("event: {}\n{}", type, SseData(util::DumpJson(data)));
   }
 
   const ResponsesContext& ctx_;
@@ -213,7 +215,7 @@ class EventStream {
   std::string open_;  // "reasoning", "message" or "" (none open)
   std::string item_id_;
   std::string text_;  // the open item's text so far
-  Json output_ = Json::array();
+  util::Json output_ = util::Json::array();
   std::string out_;
 };
 
@@ -263,13 +265,13 @@ void Complete(const ResponsesContext& ctx, Generation& generation, ResponseWrite
   if (!DriveToCompletion(generation, writer, on_delta, RespondError)) return;
   AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
   AnswerSplitter::Delta a = splitter.Push(text, /*last=*/true);
-  Json output = Json::array();
+  util::Json output = util::Json::array();
   if (!a.reasoning.empty()) {
     output.push_back(ReasoningItem(NewRequestId("rs_"), a.reasoning, "completed"));
   }
   if (!a.content.empty()) {
-    output.push_back(
-        MessageItem(NewRequestId("msg_"), Json::array({OutputTextPart(a.content)}), "completed"));
+    output.push_back(MessageItem(NewRequestId("msg_"),
+                                 util::Json::array({OutputTextPart(a.content)}), "completed"));
   }
   for (const auto& call : a.calls) {
     output.push_back(FunctionCallItem(NewRequestId("fc_"), call, call.arguments, "completed"));

@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "api/errors.h"
-#include "api/json.h"
 #include "fmt/format.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -17,10 +17,10 @@ namespace {
 // wrong type is an "invalid_type" error naming the field.
 class Fields {
  public:
-  explicit Fields(const Json& object, std::string prefix = "")
+  explicit Fields(const util::Json& object, std::string prefix = "")
       : object_(object), prefix_(std::move(prefix)) {}
 
-  const Json* Find(const char* key) const {
+  const util::Json* Find(const char* key) const {
     auto it = object_.find(key);
     if (it == object_.end() || it->is_null()) return nullptr;
     return &*it;
@@ -37,7 +37,7 @@ class Fields {
   }
 
   absl::Status GetBool(const char* key, bool* out) const {
-    const Json* v = Find(key);
+    const util::Json* v = Find(key);
     if (!v) return absl::OkStatus();
     if (!v->is_boolean()) return TypeError(key, "a boolean");
     *out = v->get<bool>();
@@ -45,7 +45,7 @@ class Fields {
   }
 
   absl::Status GetString(const char* key, std::string* out) const {
-    const Json* v = Find(key);
+    const util::Json* v = Find(key);
     if (!v) return absl::OkStatus();
     if (!v->is_string()) return TypeError(key, "a string");
     *out = v->get<std::string>();
@@ -54,7 +54,7 @@ class Fields {
 
   // Any finite number (integers included).
   absl::Status GetNumber(const char* key, std::optional<double>* out) const {
-    const Json* v = Find(key);
+    const util::Json* v = Find(key);
     if (!v) return absl::OkStatus();
     if (!v->is_number()) return TypeError(key, "a number");
     double d = v->get<double>();
@@ -65,7 +65,7 @@ class Fields {
 
   // An integer; a float with an integral value is accepted (1.0).
   absl::Status GetInt(const char* key, std::optional<int64_t>* out) const {
-    const Json* v = Find(key);
+    const util::Json* v = Find(key);
     if (!v) return absl::OkStatus();
     auto value = AsInt(*v);
     if (!value) return TypeError(key, "an integer");
@@ -73,7 +73,7 @@ class Fields {
     return absl::OkStatus();
   }
 
-  static std::optional<int64_t> AsInt(const Json& v) {
+  static std::optional<int64_t> AsInt(const util::Json& v) {
     if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
     if (v.is_number_unsigned()) {
       uint64_t u = v.get<uint64_t>();
@@ -89,12 +89,12 @@ class Fields {
   }
 
  private:
-  const Json& object_;
+  const util::Json& object_;
   std::string prefix_;
 };
 
-absl::StatusOr<Json> ParseObject(std::string_view body) {
-  DI_ASSIGN_OR_RETURN(Json json, ParseJson(body));
+absl::StatusOr<util::Json> ParseObject(std::string_view body) {
+  DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
     return RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
@@ -112,14 +112,14 @@ absl::Status CheckTokenId(int64_t id, const ParseLimits& limits, const std::stri
 }
 
 // A JSON array of token ids.
-absl::Status ParseTokenArray(const Json& v, const ParseLimits& limits, const std::string& param,
-                             std::vector<int32_t>* out) {
+absl::Status ParseTokenArray(const util::Json& v, const ParseLimits& limits,
+                             const std::string& param, std::vector<int32_t>* out) {
   if (!v.is_array()) {
     return RequestError(param, "invalid_type", fmt::format("'{}' must be an array.", param));
   }
   out->clear();
   out->reserve(v.size());
-  for (const Json& item : v) {
+  for (const util::Json& item : v) {
     auto id = Fields::AsInt(item);
     if (!id) {
       return RequestError(param, "invalid_type",
@@ -132,7 +132,7 @@ absl::Status ParseTokenArray(const Json& v, const ParseLimits& limits, const std
 }
 
 // Fields of GenerationParams common to both routes, except logprobs (their shapes differ).
-absl::Status ParseCommon(const Json& json, const ParseLimits& limits, GenerationParams* p) {
+absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, GenerationParams* p) {
   Fields f(json);
   DI_RETURN_IF_ERROR(f.GetString("model", &p->model));
 
@@ -156,14 +156,14 @@ absl::Status ParseCommon(const Json& json, const ParseLimits& limits, Generation
     p->max_tokens = static_cast<int32_t>(*max_tokens);  // the second key wins
   }
 
-  if (const Json* stop = f.Find("stop")) {
+  if (const util::Json* stop = f.Find("stop")) {
     if (stop->is_string()) {
       if (!stop->get_ref<const std::string&>().empty()) p->stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
       if (stop->size() > static_cast<size_t>(kMaxStopStrings)) {
         return f.ValueError("stop", fmt::format("may hold at most {} strings", kMaxStopStrings));
       }
-      for (const Json& s : *stop) {
+      for (const util::Json& s : *stop) {
         if (!s.is_string()) return f.TypeError("stop", "a string or an array of strings");
         if (!s.get_ref<const std::string&>().empty()) p->stop.push_back(s.get<std::string>());
       }
@@ -178,7 +178,7 @@ absl::Status ParseCommon(const Json& json, const ParseLimits& limits, Generation
     }
   }
 
-  if (const Json* ids = f.Find("stop_token_ids")) {
+  if (const util::Json* ids = f.Find("stop_token_ids")) {
     DI_RETURN_IF_ERROR(ParseTokenArray(*ids, limits, "stop_token_ids", &p->stop_token_ids));
   }
 
@@ -222,7 +222,7 @@ absl::Status ParseCommon(const Json& json, const ParseLimits& limits, Generation
     if (*d < -2 || *d > 2) return f.ValueError(key, "must be between -2 and 2");
     (key[0] == 'p' ? s.presence_penalty : s.frequency_penalty) = static_cast<float>(*d);
   }
-  if (const Json* seed = f.Find("seed")) {
+  if (const util::Json* seed = f.Find("seed")) {
     auto value = Fields::AsInt(*seed);
     if (value) {
       s.seed = static_cast<uint64_t>(*value);
@@ -233,7 +233,7 @@ absl::Status ParseCommon(const Json& json, const ParseLimits& limits, Generation
     }
     s.has_seed = true;
   }
-  if (const Json* bias = f.Find("logit_bias")) {
+  if (const util::Json* bias = f.Find("logit_bias")) {
     if (!bias->is_object()) return f.TypeError("logit_bias", "an object");
     for (auto it = bias->begin(); it != bias->end(); ++it) {
       const std::string& key = it.key();
@@ -252,7 +252,7 @@ absl::Status ParseCommon(const Json& json, const ParseLimits& limits, Generation
   }
 
   DI_RETURN_IF_ERROR(f.GetBool("stream", &p->stream));
-  if (const Json* options = f.Find("stream_options")) {
+  if (const util::Json* options = f.Find("stream_options")) {
     if (!options->is_object()) return f.TypeError("stream_options", "an object");
     DI_RETURN_IF_ERROR(
         Fields(*options, "stream_options.").GetBool("include_usage", &p->include_usage));
@@ -269,7 +269,7 @@ bool KnownRole(const std::string& role) {
          role == "tool";
 }
 
-absl::Status ParseMessages(const Json& json, std::vector<ChatMessage>* out) {
+absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out) {
   auto it = json.find("messages");
   if (it == json.end() || it->is_null()) {
     return RequestError("messages", "missing_field", "'messages' is a required property.");
@@ -282,7 +282,7 @@ absl::Status ParseMessages(const Json& json, std::vector<ChatMessage>* out) {
   }
   out->reserve(it->size());
   for (size_t i = 0; i < it->size(); ++i) {
-    const Json& m = (*it)[i];
+    const util::Json& m = (*it)[i];
     std::string prefix = fmt::format("messages[{}].", i);
     if (!m.is_object()) {
       return RequestError(fmt::format("messages[{}]", i), "invalid_type",
@@ -298,14 +298,14 @@ absl::Status ParseMessages(const Json& json, std::vector<ChatMessage>* out) {
                                               "assistant, tool",
                                               msg.role));
     }
-    const Json* content = f.Find("content");
+    const util::Json* content = f.Find("content");
     if (!content) {
       msg.has_content = false;
     } else if (content->is_string()) {
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {
       for (size_t j = 0; j < content->size(); ++j) {
-        const Json& part = (*content)[j];
+        const util::Json& part = (*content)[j];
         std::string param = fmt::format("{}content[{}]", prefix, j);
         if (!part.is_object()) {
           return RequestError(param, "invalid_type", "Content parts must be objects.");
@@ -335,9 +335,9 @@ absl::Status ParseMessages(const Json& json, std::vector<ChatMessage>* out) {
     }
     DI_RETURN_IF_ERROR(f.GetString("name", &msg.name));
     DI_RETURN_IF_ERROR(f.GetString("tool_call_id", &msg.tool_call_id));
-    if (const Json* calls = f.Find("tool_calls")) {
+    if (const util::Json* calls = f.Find("tool_calls")) {
       if (!calls->is_array()) return f.TypeError("tool_calls", "an array");
-      msg.tool_calls_json = DumpJson(*calls);
+      msg.tool_calls_json = util::DumpJson(*calls);
     }
     out->push_back(std::move(msg));
   }
@@ -345,16 +345,16 @@ absl::Status ParseMessages(const Json& json, std::vector<ChatMessage>* out) {
 }
 
 // tools, chat_template_kwargs.thinking / enable_thinking and reasoning_effort.
-absl::Status ParseChatExtras(const Json& json, ChatExtras* out) {
+absl::Status ParseChatExtras(const util::Json& json, ChatExtras* out) {
   Fields f(json);
-  if (const Json* tools = f.Find("tools")) {
+  if (const util::Json* tools = f.Find("tools")) {
     if (!tools->is_array()) return f.TypeError("tools", "an array");
-    for (const Json& t : *tools) {
+    for (const util::Json& t : *tools) {
       if (!t.is_object()) return f.TypeError("tools", "an array of objects");
-      out->tools.push_back(DumpJson(t));
+      out->tools.push_back(util::DumpJson(t));
     }
   }
-  if (const Json* kwargs = f.Find("chat_template_kwargs")) {
+  if (const util::Json* kwargs = f.Find("chat_template_kwargs")) {
     if (!kwargs->is_object()) return f.TypeError("chat_template_kwargs", "an object");
     Fields k(*kwargs);
     DI_RETURN_IF_ERROR(k.GetBool("thinking", &out->thinking));
@@ -375,7 +375,7 @@ absl::Status ParseChatExtras(const Json& json, ChatExtras* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limits) {
+absl::StatusOr<ChatRequest> ParseChat(const util::Json& json, const ParseLimits& limits) {
   ChatRequest req;
   DI_RETURN_IF_ERROR(ParseMessages(json, &req.messages));
   DI_RETURN_IF_ERROR(ParseCommon(json, limits, &req.params));
@@ -394,7 +394,7 @@ absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limit
   }
   req.params.sampling.num_top_logprobs = req.logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
   DI_RETURN_IF_ERROR(ParseChatExtras(json, &req));
-  if (const Json* choice = f.Find("tool_choice")) {
+  if (const util::Json* choice = f.Find("tool_choice")) {
     if (choice->is_string()) {
       req.tool_choice = choice->get<std::string>();
     } else if (choice->is_object()) {
@@ -406,13 +406,13 @@ absl::StatusOr<ChatRequest> ParseChat(const Json& json, const ParseLimits& limit
   return req;
 }
 
-absl::Status ParsePrompt(const Json& json, const ParseLimits& limits,
+absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
                          std::vector<CompletionPrompt>* out) {
   auto it = json.find("prompt");
   if (it == json.end() || it->is_null()) {
     return RequestError("prompt", "missing_field", "'prompt' is a required property.");
   }
-  const Json& p = *it;
+  const util::Json& p = *it;
   const char* kShape =
       "'prompt' must be a string, an array of strings, an array of token ids or "
       "an array of token-id arrays.";
@@ -432,7 +432,7 @@ absl::Status ParsePrompt(const Json& json, const ParseLimits& limits,
     return RequestError("prompt", "invalid_value",
                         fmt::format("At most {} prompts per request.", kMaxPrompts));
   }
-  for (const Json& item : p) {
+  for (const util::Json& item : p) {
     if (item.is_string()) {
       out->push_back({false, item.get<std::string>(), {}});
     } else if (item.is_array()) {
@@ -446,7 +446,8 @@ absl::Status ParsePrompt(const Json& json, const ParseLimits& limits,
   return absl::OkStatus();
 }
 
-absl::StatusOr<CompletionRequest> ParseCompletion(const Json& json, const ParseLimits& limits) {
+absl::StatusOr<CompletionRequest> ParseCompletion(const util::Json& json,
+                                                  const ParseLimits& limits) {
   CompletionRequest req;
   DI_RETURN_IF_ERROR(ParsePrompt(json, limits, &req.prompts));
   DI_RETURN_IF_ERROR(ParseCommon(json, limits, &req.params));
@@ -473,25 +474,25 @@ absl::StatusOr<CompletionRequest> ParseCompletion(const Json& json, const ParseL
 
 }  // namespace
 
-absl::Status ParseGenerationParams(const Json& json, const ParseLimits& limits,
+absl::Status ParseGenerationParams(const util::Json& json, const ParseLimits& limits,
                                    GenerationParams* params) {
   return ParseCommon(json, limits, params);
 }
 
 absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseLimits& limits) {
-  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  DI_ASSIGN_OR_RETURN(util::Json json, ParseObject(body));
   return ParseChat(json, limits);
 }
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                          const ParseLimits& limits) {
-  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  DI_ASSIGN_OR_RETURN(util::Json json, ParseObject(body));
   return ParseCompletion(json, limits);
 }
 
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
                                                      const ParseLimits& limits) {
-  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  DI_ASSIGN_OR_RETURN(util::Json json, ParseObject(body));
   TokenizeRequest req;
   Fields f(json);
   DI_RETURN_IF_ERROR(f.GetString("model", &req.model));
@@ -515,11 +516,11 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
 
 absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body,
                                                          const ParseLimits& limits) {
-  DI_ASSIGN_OR_RETURN(Json json, ParseObject(body));
+  DI_ASSIGN_OR_RETURN(util::Json json, ParseObject(body));
   DetokenizeRequest req;
   Fields f(json);
   DI_RETURN_IF_ERROR(f.GetString("model", &req.model));
-  const Json* tokens = f.Find("tokens");
+  const util::Json* tokens = f.Find("tokens");
   if (!tokens) return RequestError("tokens", "missing_field", "'tokens' is a required property.");
   DI_RETURN_IF_ERROR(ParseTokenArray(*tokens, limits, "tokens", &req.tokens));
   return req;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/json.h"
 #include "engine/sampler.h"
+#include "util/json.h"
 
 namespace deepinfer::api {
 
@@ -120,7 +120,7 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseL
 // repetition / presence / frequency penalties, seed, logit_bias, stream, stream_options,
 // ignore_eos, user. Absent fields keep their defaults; other fields are ignored.
 // Errors: InvalidArgument "invalid_type" / "invalid_value" / "invalid_token" with the `param`.
-absl::Status ParseGenerationParams(const Json& json, const ParseLimits& limits,
+absl::Status ParseGenerationParams(const util::Json& json, const ParseLimits& limits,
                                    GenerationParams* params);
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                          const ParseLimits& limits);

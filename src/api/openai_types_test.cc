@@ -275,7 +275,7 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   EXPECT_EQ(r->messages[2].content, "ab");
   EXPECT_EQ(r->messages[3].role, "assistant");
   EXPECT_FALSE(r->messages[3].has_content);
-  Json calls = Json::parse(r->messages[3].tool_calls_json);
+  util::Json calls = util::Json::parse(r->messages[3].tool_calls_json);
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[1]["id"], "c2");
   EXPECT_EQ(calls[1]["function"]["arguments"], "{\"x\":1}");
@@ -287,7 +287,7 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   EXPECT_TRUE(r->thinking);
   EXPECT_EQ(r->reasoning_effort, "high");
   ASSERT_EQ(r->tools.size(), 1u);
-  EXPECT_EQ(Json::parse(r->tools[0])["function"]["parameters"]["type"], "object");
+  EXPECT_EQ(util::Json::parse(r->tools[0])["function"]["parameters"]["type"], "object");
   EXPECT_EQ(r->echo["instructions"], "Be terse.");
 }
 

@@ -11,14 +11,14 @@
 namespace deepinfer::api {
 namespace {
 
-std::optional<std::string> StringField(const Json& object, const char* key) {
+std::optional<std::string> StringField(const util::Json& object, const char* key) {
   auto it = object.find(key);
   if (it == object.end() || !it->is_string()) return std::nullopt;
   return it->get<std::string>();
 }
 
 // Text of a message's content: a string, or input_text / output_text / text parts.
-absl::Status ContentText(const Json& content, const std::string& param, std::string* out) {
+absl::Status ContentText(const util::Json& content, const std::string& param, std::string* out) {
   if (content.is_string()) {
     *out = content.get<std::string>();
     return absl::OkStatus();
@@ -27,7 +27,7 @@ absl::Status ContentText(const Json& content, const std::string& param, std::str
     return RequestError(param, "invalid_type", "'content' must be a string or an array of parts.");
   }
   for (size_t k = 0; k < content.size(); ++k) {
-    const Json& part = content[k];
+    const util::Json& part = content[k];
     const std::string p = fmt::format("{}[{}]", param, k);
     if (!part.is_object()) return RequestError(p, "invalid_type", "Content parts must be objects.");
     const std::string type = StringField(part, "type").value_or("");
@@ -44,7 +44,7 @@ absl::Status ContentText(const Json& content, const std::string& param, std::str
   return absl::OkStatus();
 }
 
-absl::Status ParseInput(const Json& input, std::vector<ChatMessage>* out) {
+absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) {
   if (input.is_string()) {
     ChatMessage m;
     m.role = "user";
@@ -56,7 +56,7 @@ absl::Status ParseInput(const Json& input, std::vector<ChatMessage>* out) {
     return RequestError("input", "invalid_type", "'input' must be a string or an array of items.");
   }
   for (size_t i = 0; i < input.size(); ++i) {
-    const Json& item = input[i];
+    const util::Json& item = input[i];
     const std::string param = fmt::format("input[{}]", i);
     if (!item.is_object()) return RequestError(param, "invalid_type", "Input items are objects.");
     const std::string type = StringField(item, "type").value_or("message");
@@ -83,9 +83,9 @@ absl::Status ParseInput(const Json& input, std::vector<ChatMessage>* out) {
         return RequestError(param, "missing_field",
                             "A function_call item needs string call_id, name and arguments.");
       }
-      Json call = {{"id", *call_id},
-                   {"type", "function"},
-                   {"function", {{"name", *name}, {"arguments", *arguments}}}};
+      util::Json call = {{"id", *call_id},
+                         {"type", "function"},
+                         {"function", {{"name", *name}, {"arguments", *arguments}}}};
       // Calls that follow each other are one assistant turn.
       if (out->empty() || out->back().role != "assistant" || out->back().has_content) {
         ChatMessage m;
@@ -94,10 +94,10 @@ absl::Status ParseInput(const Json& input, std::vector<ChatMessage>* out) {
         m.tool_calls_json = "[]";
         out->push_back(std::move(m));
       }
-      Json calls =
-          Json::parse(out->back().tool_calls_json.empty() ? "[]" : out->back().tool_calls_json);
+      util::Json calls = util::Json::parse(
+          out->back().tool_calls_json.empty() ? "[]" : out->back().tool_calls_json);
       calls.push_back(std::move(call));
-      out->back().tool_calls_json = DumpJson(calls);
+      out->back().tool_calls_json = util::DumpJson(calls);
     } else if (type == "function_call_output") {
       auto call_id = StringField(item, "call_id");
       auto output = item.find("output");
@@ -120,12 +120,12 @@ absl::Status ParseInput(const Json& input, std::vector<ChatMessage>* out) {
   return absl::OkStatus();
 }
 
-absl::Status ParseTools(const Json& json, ResponsesRequest* r) {
+absl::Status ParseTools(const util::Json& json, ResponsesRequest* r) {
   auto tools = json.find("tools");
   if (tools == json.end() || tools->is_null()) return absl::OkStatus();
   if (!tools->is_array()) return RequestError("tools", "invalid_type", "'tools' must be an array.");
   for (size_t i = 0; i < tools->size(); ++i) {
-    const Json& t = (*tools)[i];
+    const util::Json& t = (*tools)[i];
     const std::string param = fmt::format("tools[{}]", i);
     if (!t.is_object()) return RequestError(param, "invalid_type", "Tools must be objects.");
     const std::string type = StringField(t, "type").value_or("");
@@ -137,11 +137,13 @@ absl::Status ParseTools(const Json& json, ResponsesRequest* r) {
     }
     auto name = StringField(t, "name");
     if (!name) return RequestError(param + ".name", "missing_field", "A tool needs a 'name'.");
-    Json function = {{"name", *name}};
+    util::Json function = {{"name", *name}};
     if (t.contains("description")) function["description"] = t["description"];
-    function["parameters"] =
-        t.contains("parameters") && !t["parameters"].is_null() ? t["parameters"] : Json::object();
-    r->tools.push_back(DumpJson(Json{{"type", "function"}, {"function", std::move(function)}}));
+    function["parameters"] = t.contains("parameters") && !t["parameters"].is_null()
+                                 ? t["parameters"]
+                                 : util::Json::object();
+    r->tools.push_back(
+        util::DumpJson(util::Json{{"type", "function"}, {"function", std::move(function)}}));
   }
   r->echo["tools"] = *tools;
   return absl::OkStatus();
@@ -153,23 +155,23 @@ absl::Status ParseTools(const Json& json, ResponsesRequest* r) {
 // nothing.
 struct UnsupportedField {
   const char* name;
-  bool (*accepts)(const Json& value);
+  bool (*accepts)(const util::Json& value);
   const char* message;
 };
 
-bool IsFalse(const Json& v) { return v.is_boolean() && !v.get<bool>(); }
-bool IsEmptyArray(const Json& v) { return v.is_array() && v.empty(); }
-bool IsOne(const Json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
-bool IsZero(const Json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }
-bool IsDisabled(const Json& v) { return v.is_string() && v.get<std::string>() == "disabled"; }
-bool IsDefaultTier(const Json& v) {
+bool IsFalse(const util::Json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool IsEmptyArray(const util::Json& v) { return v.is_array() && v.empty(); }
+bool IsOne(const util::Json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
+bool IsZero(const util::Json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }
+bool IsDisabled(const util::Json& v) { return v.is_string() && v.get<std::string>() == "disabled"; }
+bool IsDefaultTier(const util::Json& v) {
   return v.is_string() && (v.get<std::string>() == "auto" || v.get<std::string>() == "default");
 }
-bool IsInMemory(const Json& v) {
+bool IsInMemory(const util::Json& v) {
   return v.is_string() &&
          (v.get<std::string>() == "in_memory" || v.get<std::string>() == "in-memory");
 }
-bool Never(const Json&) { return false; }
+bool Never(const util::Json&) { return false; }
 
 constexpr UnsupportedField kUnsupportedFields[] = {
     {"previous_response_id", Never,
@@ -194,7 +196,7 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"n", IsOne, "The Responses API makes one response per request."},
 };
 
-absl::Status CheckUnsupportedFields(const Json& json) {
+absl::Status CheckUnsupportedFields(const util::Json& json) {
   for (const UnsupportedField& field : kUnsupportedFields) {
     auto it = json.find(field.name);
     if (it == json.end() || it->is_null() || field.accepts(*it)) continue;
@@ -213,7 +215,7 @@ absl::Status CheckUnsupportedFields(const Json& json) {
 
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
                                                        const ParseLimits& limits) {
-  DI_ASSIGN_OR_RETURN(Json json, ParseJson(body));
+  DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
     return RequestError("", "invalid_type", "The request body must be a JSON object.");
   }

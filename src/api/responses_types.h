@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/json.h"
 #include "api/openai_types.h"
+#include "util/json.h"
 
 namespace deepinfer::api {
 
@@ -30,7 +30,7 @@ struct ResponsesRequest : ChatExtras {
   bool parallel_tool_calls = true;
   // Request fields the response object repeats: instructions, max_output_tokens, temperature,
   // top_p, tools, tool_choice, parallel_tool_calls, metadata, reasoning, text, user.
-  Json echo = Json::object();
+  util::Json echo = util::Json::object();
 };
 
 // Errors: InvalidArgument with a `param`: "invalid_json", "invalid_type", "invalid_value",

@@ -49,11 +49,11 @@ RouteInfo Match(const std::string& path) {
   return {Route::kUnknown, ""};
 }
 
-Json ModelCard(const Backend& backend) {
-  return Json{{"id", backend.served_model_name},       {"object", "model"},
-              {"created", backend.created_unix},       {"owned_by", "deepinfer"},
-              {"root", backend.served_model_name},     {"parent", nullptr},
-              {"max_model_len", backend.max_model_len}};
+util::Json ModelCard(const Backend& backend) {
+  return util::Json{{"id", backend.served_model_name},       {"object", "model"},
+                    {"created", backend.created_unix},       {"owned_by", "deepinfer"},
+                    {"root", backend.served_model_name},     {"parent", nullptr},
+                    {"max_model_len", backend.max_model_len}};
 }
 
 }  // namespace
@@ -165,7 +165,7 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
   }
   if (info.route == Route::kHealth) {
     if (ready) {
-      RespondJson(writer, 200, Json{{"status", "ok"}});
+      RespondJson(writer, 200, util::Json{{"status", "ok"}});
     } else {
       RespondError(writer, UnavailableError("model_loading", "The model is loading."));
     }
@@ -177,8 +177,9 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
   }
   switch (info.route) {
     case Route::kModels:
-      RespondJson(writer, 200,
-                  Json{{"object", "list"}, {"data", Json::array({ModelCard(*backend)})}});
+      RespondJson(
+          writer, 200,
+          util::Json{{"object", "list"}, {"data", util::Json::array({ModelCard(*backend)})}});
       return;
     case Route::kModel: {
       std::string id = request.path.substr(std::string("/v1/models/").size());

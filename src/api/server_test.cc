@@ -4,11 +4,11 @@
 #include <map>
 #include <thread>
 
-#include "api/json.h"
 #include "api/testing/fake_engine.h"
 #include "gtest/gtest.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "util/json.h"
 
 namespace deepinfer::api {
 namespace {
@@ -57,10 +57,10 @@ class CaptureWriter : public ResponseWriter {
   bool ended() const { return ended_; }
   const std::string& body() const { return body_; }
   const std::string& content_type() const { return content_type_; }
-  Json json() const {
-    auto j = ParseJson(body_);
+  util::Json json() const {
+    auto j = util::ParseJson(body_);
     EXPECT_TRUE(j.ok()) << body_;
-    return j.ok() ? *j : Json();
+    return j.ok() ? *j : util::Json();
   }
   // The payloads of the SSE events, in order ("[DONE]" included).
   std::vector<std::string> Events() const {
@@ -79,8 +79,8 @@ class CaptureWriter : public ResponseWriter {
   }
 
   // Anthropic's named events: (event name, data JSON), in order.
-  std::vector<std::pair<std::string, Json>> NamedEvents() const {
-    std::vector<std::pair<std::string, Json>> out;
+  std::vector<std::pair<std::string, util::Json>> NamedEvents() const {
+    std::vector<std::pair<std::string, util::Json>> out;
     size_t pos = 0;
     while (true) {
       size_t end = body_.find("\n\n", pos);
@@ -91,11 +91,11 @@ class CaptureWriter : public ResponseWriter {
       EXPECT_NE(nl, std::string::npos) << event;
       if (nl == std::string::npos) break;
       EXPECT_EQ(event.compare(nl + 1, 6, "data: "), 0) << event;
-      auto data = ParseJson(event.substr(nl + 7));
+      auto data = util::ParseJson(event.substr(nl + 7));
       EXPECT_TRUE(data.ok()) << event;
       std::string name = event.substr(7, nl - 7);
       EXPECT_EQ(data.ok() ? (*data)["type"].get<std::string>() : "", name) << event;
-      out.emplace_back(name, data.ok() ? *data : Json());
+      out.emplace_back(name, data.ok() ? *data : util::Json());
       pos = end + 2;
     }
     EXPECT_EQ(pos, body_.size()) << "trailing bytes after the last event";
@@ -186,7 +186,7 @@ TEST_F(ApiServerTest, ChatCompletionReturnsTextFinishAndUsage) {
   CaptureWriter w = Chat("");
   ASSERT_EQ(w.status(), 200) << w.body();
   EXPECT_EQ(w.content_type(), "application/json");
-  Json j = w.json();
+  util::Json j = w.json();
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
   EXPECT_EQ(j["model"], "byte-model");
@@ -220,11 +220,11 @@ TEST_F(ApiServerTest, StreamingChatFramesRoleContentFinishAndDone) {
   std::string text;
   int finishes = 0;
   for (size_t i = 0; i + 1 < events.size(); ++i) {
-    Json c = *ParseJson(events[i]);
+    util::Json c = *util::ParseJson(events[i]);
     EXPECT_EQ(c["object"], "chat.completion.chunk");
     EXPECT_FALSE(c.contains("usage")) << events[i];
     ASSERT_EQ(c["choices"].size(), 1u);
-    const Json& choice = c["choices"][0];
+    const util::Json& choice = c["choices"][0];
     if (i == 0) {
       EXPECT_EQ(choice["delta"]["role"], "assistant");
       EXPECT_EQ(choice["delta"]["content"], "");
@@ -244,13 +244,13 @@ TEST_F(ApiServerTest, IncludeUsageAddsOneUsageChunkWithEmptyChoices) {
   std::vector<std::string> events = w.Events();
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
-  Json usage_chunk = *ParseJson(events[events.size() - 2]);
+  util::Json usage_chunk = *util::ParseJson(events[events.size() - 2]);
   EXPECT_TRUE(usage_chunk["choices"].is_array());
   EXPECT_TRUE(usage_chunk["choices"].empty());
   EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], 11);
   EXPECT_EQ(usage_chunk["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   for (size_t i = 0; i + 2 < events.size(); ++i) {
-    Json c = *ParseJson(events[i]);
+    util::Json c = *util::ParseJson(events[i]);
     EXPECT_TRUE(c["usage"].is_null()) << events[i];
     EXPECT_EQ(c["choices"].size(), 1u);
   }
@@ -259,7 +259,7 @@ TEST_F(ApiServerTest, IncludeUsageAddsOneUsageChunkWithEmptyChoices) {
 TEST_F(ApiServerTest, StopStringEndsTextBeforeItAndCancelsTheEngineRequest) {
   engine_->SetScript(ByteTokens("Hello world, and more text that never comes"));
   CaptureWriter w = Chat(R"(,"stop":["o w","zzz"])");
-  Json j = w.json();
+  util::Json j = w.json();
   EXPECT_EQ(j["choices"][0]["message"]["content"], "Hell");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 7);
@@ -272,8 +272,8 @@ TEST_F(ApiServerTest, StreamedStopStringNeverLeaksAPrefix) {
   std::string text, finish;
   for (const std::string& e : w.Events()) {
     if (e == "[DONE]") continue;
-    Json c = *ParseJson(e);
-    const Json& choice = c["choices"][0];
+    util::Json c = *util::ParseJson(e);
+    const util::Json& choice = c["choices"][0];
     if (choice["delta"].contains("content")) text += choice["delta"]["content"].get<std::string>();
     if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
   }
@@ -282,14 +282,14 @@ TEST_F(ApiServerTest, StreamedStopStringNeverLeaksAPrefix) {
 }
 
 TEST_F(ApiServerTest, MaxTokensEndsWithLength) {
-  Json j = Chat(R"(,"max_tokens":3)").json();
+  util::Json j = Chat(R"(,"max_tokens":3)").json();
   EXPECT_EQ(j["choices"][0]["message"]["content"], "Hel");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(j["usage"]["completion_tokens"], 3);
 }
 
 TEST_F(ApiServerTest, ChoicesAreIndexedAndSeededPerChoice) {
-  Json j = Chat(R"(,"n":2,"seed":5)").json();
+  util::Json j = Chat(R"(,"n":2,"seed":5)").json();
   ASSERT_EQ(j["choices"].size(), 2u);
   EXPECT_EQ(j["choices"][0]["index"], 0);
   EXPECT_EQ(j["choices"][1]["index"], 1);
@@ -320,7 +320,7 @@ TEST_F(ApiServerTest, ContextOverflowIsA400BeforeAnyStreamByte) {
            R"({"stream":true,"messages":[{"role":"user","content":")" + long_text + R"("}]})");
   EXPECT_EQ(w.status(), 400);
   EXPECT_FALSE(w.streaming());
-  Json e = w.json()["error"];
+  util::Json e = w.json()["error"];
   EXPECT_EQ(e["code"], "context_length_exceeded");
   EXPECT_EQ(e["type"], "invalid_request_error");
   EXPECT_EQ(e["param"], "messages");
@@ -378,7 +378,7 @@ TEST_F(ApiServerTest, EngineErrorAfterStreamStartIsAnInBandErrorThenDone) {
   std::vector<std::string> events = w.Events();
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.back(), "[DONE]");
-  Json error = *ParseJson(events[events.size() - 2]);
+  util::Json error = *util::ParseJson(events[events.size() - 2]);
   EXPECT_EQ(error["error"]["code"], "kv_cache_exhausted");
 }
 
@@ -394,7 +394,7 @@ TEST_F(ApiServerTest, ShutdownEndsRequestsWithShuttingDown) {
   std::vector<std::string> events = streaming.Events();
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events.back(), "[DONE]");
-  EXPECT_EQ((*ParseJson(events[events.size() - 2]))["error"]["code"], "shutting_down");
+  EXPECT_EQ((*util::ParseJson(events[events.size() - 2]))["error"]["code"], "shutting_down");
   request.body = R"({"messages":[{"role":"user","content":"x"}]})";
   CaptureWriter plain;
   plain.set_stopping(true);
@@ -411,12 +411,12 @@ TEST_F(ApiServerTest, EngineErrorWithoutStreamIsAnErrorResponse) {
 }
 
 TEST_F(ApiServerTest, ChatLogprobsHaveTokensBytesAndTopEntries) {
-  Json j = Chat(R"(,"logprobs":true,"top_logprobs":2,"max_tokens":2)").json();
-  const Json& content = j["choices"][0]["logprobs"]["content"];
+  util::Json j = Chat(R"(,"logprobs":true,"top_logprobs":2,"max_tokens":2)").json();
+  const util::Json& content = j["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 2u);
   EXPECT_EQ(content[0]["token"], "H");
   EXPECT_FLOAT_EQ(content[0]["logprob"].get<float>(), -0.5f);
-  EXPECT_EQ(content[0]["bytes"], Json::array({72}));
+  EXPECT_EQ(content[0]["bytes"], util::Json::array({72}));
   ASSERT_EQ(content[0]["top_logprobs"].size(), 2u);
   EXPECT_EQ(content[0]["top_logprobs"][1]["token"], "I");
 }
@@ -425,21 +425,21 @@ TEST_F(ApiServerTest, CompletionsReturnTextLogprobsAndEcho) {
   CaptureWriter w =
       Call("POST", "/v1/completions", R"({"prompt":"abc","max_tokens":4,"logprobs":1})");
   ASSERT_EQ(w.status(), 200) << w.body();
-  Json j = w.json();
+  util::Json j = w.json();
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
   EXPECT_EQ(j["choices"][0]["text"], "Hell");
   EXPECT_EQ(j["choices"][0]["logprobs"]["tokens"].size(), 4u);
-  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], Json::array({0, 1, 2, 3}));
+  EXPECT_EQ(j["choices"][0]["logprobs"]["text_offset"], util::Json::array({0, 1, 2, 3}));
   EXPECT_EQ(j["usage"]["prompt_tokens"], 3);
 
-  Json echo =
+  util::Json echo =
       Call("POST", "/v1/completions", R"({"prompt":"abc","max_tokens":2,"echo":true})").json();
   EXPECT_EQ(echo["choices"][0]["text"], "abcHe");
 }
 
 TEST_F(ApiServerTest, CompletionsWithSeveralPromptsIndexChoicesPromptMajor) {
-  Json j =
+  util::Json j =
       Call("POST", "/v1/completions", R"({"prompt":["ab","cde"],"n":2,"max_tokens":1})").json();
   ASSERT_EQ(j["choices"].size(), 4u);
   EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
@@ -453,12 +453,12 @@ TEST_F(ApiServerTest, StreamingCompletionsEndWithUsageAndDone) {
   std::vector<std::string> events = w.Events();
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.back(), "[DONE]");
-  Json usage = *ParseJson(events[events.size() - 2]);
+  util::Json usage = *util::ParseJson(events[events.size() - 2]);
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
   std::string text;
   for (size_t i = 0; i + 2 < events.size(); ++i) {
-    Json c = *ParseJson(events[i]);
+    util::Json c = *util::ParseJson(events[i]);
     EXPECT_EQ(c["object"], "text_completion");
     text += c["choices"][0]["text"].get<std::string>();
   }
@@ -468,30 +468,30 @@ TEST_F(ApiServerTest, StreamingCompletionsEndWithUsageAndDone) {
 TEST_F(ApiServerTest, RepeatedLongPrefixReportsCachedTokens) {
   std::string prompt(100, 'p');
   std::string body = R"({"prompt":")" + prompt + R"(","max_tokens":1})";
-  Json first = Call("POST", "/v1/completions", body).json();
+  util::Json first = Call("POST", "/v1/completions", body).json();
   EXPECT_EQ(first["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  Json second = Call("POST", "/v1/completions", body).json();
+  util::Json second = Call("POST", "/v1/completions", body).json();
   EXPECT_EQ(second["usage"]["prompt_tokens_details"]["cached_tokens"], 96);
 }
 
 TEST_F(ApiServerTest, TokenizeAndDetokenize) {
-  Json t = Call("POST", "/tokenize", R"({"prompt":"abc"})").json();
+  util::Json t = Call("POST", "/tokenize", R"({"prompt":"abc"})").json();
   EXPECT_EQ(t["count"], 3);
   EXPECT_EQ(t["max_model_len"], 512);
-  EXPECT_EQ(t["tokens"], Json::array({97, 98, 99}));
-  Json m = Call("POST", "/tokenize",
-                R"({"messages":[{"role":"user","content":"Hi"}],"return_token_strs":true})")
-               .json();
+  EXPECT_EQ(t["tokens"], util::Json::array({97, 98, 99}));
+  util::Json m = Call("POST", "/tokenize",
+                      R"({"messages":[{"role":"user","content":"Hi"}],"return_token_strs":true})")
+                     .json();
   EXPECT_EQ(m["count"].get<size_t>(), m["tokens"].size());
   Chat("");
   EXPECT_EQ(m["count"].get<size_t>(), engine_->submitted().at(0).prompt.size());
   EXPECT_EQ(m["token_strs"][0], "<|im_start|>");
-  Json d = Call("POST", "/detokenize", R"({"tokens":[104,105]})").json();
+  util::Json d = Call("POST", "/detokenize", R"({"tokens":[104,105]})").json();
   EXPECT_EQ(d["prompt"], "hi");
 }
 
 TEST_F(ApiServerTest, ModelsHealthAndRoutingErrors) {
-  Json models = Call("GET", "/v1/models", "").json();
+  util::Json models = Call("GET", "/v1/models", "").json();
   EXPECT_EQ(models["object"], "list");
   EXPECT_EQ(models["data"][0]["id"], "byte-model");
   EXPECT_EQ(models["data"][0]["object"], "model");
@@ -600,22 +600,22 @@ TEST_F(ApiServerTest, ResponsesReturnsAMessageItemAndUsage) {
   CaptureWriter w = Call("POST", "/v1/responses",
                          R"({"model":"byte-model","input":"Hi","max_output_tokens":32})");
   ASSERT_EQ(w.status(), 200) << w.body();
-  Json j = w.json();
+  util::Json j = w.json();
   EXPECT_EQ(j["id"].get<std::string>().rfind("resp_", 0), 0u);
   EXPECT_EQ(j["object"], "response");
   EXPECT_EQ(j["status"], "completed");
   EXPECT_TRUE(j["incomplete_details"].is_null());
   ASSERT_EQ(j["output"].size(), 1u);
-  const Json& item = j["output"][0];
+  const util::Json& item = j["output"][0];
   EXPECT_EQ(item["type"], "message");
   EXPECT_EQ(item["role"], "assistant");
   EXPECT_EQ(item["content"][0]["type"], "output_text");
   EXPECT_EQ(item["content"][0]["text"], "Hello world");
   EXPECT_EQ(j["usage"]["output_tokens"], 11);
   EXPECT_EQ(j["max_output_tokens"], 32);
-  Json chat = Chat(R"(,"max_tokens":32)").json();
+  util::Json chat = Chat(R"(,"max_tokens":32)").json();
   EXPECT_EQ(j["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
-  Json cut = Call("POST", "/v1/responses", R"({"input":"Hi","max_output_tokens":3})").json();
+  util::Json cut = Call("POST", "/v1/responses", R"({"input":"Hi","max_output_tokens":3})").json();
   EXPECT_EQ(cut["status"], "incomplete");
   EXPECT_EQ(cut["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(cut["output"][0]["status"], "incomplete");
@@ -639,7 +639,7 @@ TEST_F(ApiServerTest, ResponsesStreamEventsAreNumberedAndComplete) {
                        "response.output_text.done", "response.content_part.done",
                        "response.output_item.done", "response.completed"}));
   EXPECT_EQ(text, "Hello world");
-  const Json& done = events.back().second["response"];
+  const util::Json& done = events.back().second["response"];
   EXPECT_EQ(done["status"], "completed");
   EXPECT_EQ(done["output"][0]["content"][0]["text"], "Hello world");
   EXPECT_EQ(done["usage"]["output_tokens"], 11);
@@ -665,22 +665,22 @@ TEST_F(ApiServerTest, ResponsesBadInputIs400) {
 TEST_F(ApiServerTest, AnthropicMessageHasTextBlockStopReasonAndUsage) {
   CaptureWriter w = Messages("");
   ASSERT_EQ(w.status(), 200) << w.body();
-  Json j = w.json();
+  util::Json j = w.json();
   EXPECT_EQ(j["id"].get<std::string>().rfind("msg_", 0), 0u);
   EXPECT_EQ(j["type"], "message");
   EXPECT_EQ(j["role"], "assistant");
   EXPECT_EQ(j["model"], "byte-model");
   ASSERT_EQ(j["content"].size(), 1u) << j.dump();
-  EXPECT_EQ(j["content"][0], (Json{{"type", "text"}, {"text", "Hello world"}}));
+  EXPECT_EQ(j["content"][0], (util::Json{{"type", "text"}, {"text", "Hello world"}}));
   EXPECT_EQ(j["stop_reason"], "end_turn");
   EXPECT_TRUE(j["stop_sequence"].is_null());
-  const Json& u = j["usage"];
+  const util::Json& u = j["usage"];
   EXPECT_GT(u["input_tokens"].get<int>(), 0);
   EXPECT_EQ(u["output_tokens"], 11);  // the fake engine's "Hello world", one token per byte
   EXPECT_EQ(u["cache_read_input_tokens"], 0);
   EXPECT_EQ(u["cache_creation_input_tokens"], 0);
   // The prompt is the one the chat route renders for the same conversation.
-  Json chat = Chat(R"(,"max_tokens":32)").json();
+  util::Json chat = Chat(R"(,"max_tokens":32)").json();
   EXPECT_EQ(u["input_tokens"], chat["usage"]["prompt_tokens"]);
   EXPECT_EQ(u["output_tokens"], chat["usage"]["completion_tokens"]);
 }
@@ -706,29 +706,29 @@ TEST_F(ApiServerTest, AnthropicStreamSendsEventsInOrder) {
                                              "content_block_delta", "content_block_stop",
                                              "message_delta", "message_stop"}));
   EXPECT_EQ(text, "Hello world");
-  const Json& start = events[0].second["message"];
-  EXPECT_EQ(start["content"], Json::array());
+  const util::Json& start = events[0].second["message"];
+  EXPECT_EQ(start["content"], util::Json::array());
   EXPECT_TRUE(start["stop_reason"].is_null());
-  EXPECT_EQ(events[2].second["content_block"], (Json{{"type", "text"}, {"text", ""}}));
-  const Json& delta = events[events.size() - 2].second;
+  EXPECT_EQ(events[2].second["content_block"], (util::Json{{"type", "text"}, {"text", ""}}));
+  const util::Json& delta = events[events.size() - 2].second;
   EXPECT_EQ(delta["delta"]["stop_reason"], "end_turn");
   EXPECT_EQ(delta["usage"]["output_tokens"], 11);
   EXPECT_EQ(delta["usage"]["input_tokens"], start["usage"]["input_tokens"]);
 }
 
 TEST_F(ApiServerTest, AnthropicStopSequenceAndMaxTokensEndings) {
-  Json j = Messages(R"(,"stop_sequences":["o w", "zz"])").json();
+  util::Json j = Messages(R"(,"stop_sequences":["o w", "zz"])").json();
   EXPECT_EQ(j["content"][0]["text"], "Hell");
   EXPECT_EQ(j["stop_reason"], "stop_sequence");
   EXPECT_EQ(j["stop_sequence"], "o w");
   CaptureWriter w = Messages(R"(,"stop_sequences":["wor"],"stream":true)");
   auto events = w.NamedEvents();
-  const Json& delta = events[events.size() - 2].second["delta"];
+  const util::Json& delta = events[events.size() - 2].second["delta"];
   EXPECT_EQ(delta["stop_reason"], "stop_sequence");
   EXPECT_EQ(delta["stop_sequence"], "wor");
-  Json cut = Call("POST", "/v1/messages",
-                  R"({"max_tokens":3,"messages":[{"role":"user","content":"Hi"}]})")
-                 .json();
+  util::Json cut = Call("POST", "/v1/messages",
+                        R"({"max_tokens":3,"messages":[{"role":"user","content":"Hi"}]})")
+                       .json();
   EXPECT_EQ(cut["content"][0]["text"], "Hel");
   EXPECT_EQ(cut["stop_reason"], "max_tokens");
 }
@@ -755,7 +755,7 @@ TEST_F(ApiServerTest, AnthropicErrorsHaveAnthropicShape) {
        }) {
     CaptureWriter w = Call("POST", "/v1/messages", c.body);
     EXPECT_EQ(w.status(), c.status) << c.body;
-    Json j = w.json();
+    util::Json j = w.json();
     EXPECT_EQ(j["type"], "error") << c.body;
     EXPECT_EQ(j["error"]["type"], c.type) << c.body;
     EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
@@ -802,13 +802,13 @@ class ToolCallServerTest : public ApiServerTest {
 };
 
 TEST_F(ToolCallServerTest, CompletionReturnsToolCallsAndFinishReason) {
-  Json j = Chat(kTools).json();
-  const Json& choice = j["choices"][0];
+  util::Json j = Chat(kTools).json();
+  const util::Json& choice = j["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "tool_calls");
-  const Json& message = choice["message"];
+  const util::Json& message = choice["message"];
   EXPECT_EQ(message["content"], "Let me look.");
   ASSERT_EQ(message["tool_calls"].size(), 2u) << j.dump();
-  const Json& first = message["tool_calls"][0];
+  const util::Json& first = message["tool_calls"][0];
   EXPECT_EQ(first["id"].get<std::string>().rfind("call_", 0), 0u);
   EXPECT_EQ(first["type"], "function");
   EXPECT_EQ(first["function"]["name"], "get_weather");
@@ -821,16 +821,16 @@ TEST_F(ToolCallServerTest, CompletionReturnsToolCallsAndFinishReason) {
 TEST_F(ToolCallServerTest, StreamingSendsEachCallOnceWithItsIndex) {
   CaptureWriter w = Chat(std::string(kTools) + R"(,"stream":true)");
   std::string content, finish;
-  std::vector<Json> calls;
+  std::vector<util::Json> calls;
   for (const std::string& e : w.Events()) {
     if (e == "[DONE]") continue;
-    Json c = *ParseJson(e);
-    const Json& choice = c["choices"][0];
-    const Json& delta = choice["delta"];
+    util::Json c = *util::ParseJson(e);
+    const util::Json& choice = c["choices"][0];
+    const util::Json& delta = choice["delta"];
     if (delta.contains("content")) content += delta["content"].get<std::string>();
     if (delta.contains("tool_calls")) {
       EXPECT_FALSE(delta.contains("content")) << e;
-      for (const Json& call : delta["tool_calls"]) calls.push_back(call);
+      for (const util::Json& call : delta["tool_calls"]) calls.push_back(call);
     }
     if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
   }
@@ -851,8 +851,8 @@ TEST_F(ToolCallServerTest, StreamingSendsEachCallOnceWithItsIndex) {
 TEST_F(ToolCallServerTest, WithoutToolsOrWithToolChoiceNoneTheTextStays) {
   for (const std::string& extra :
        {std::string(""), std::string(kTools) + R"(,"tool_choice":"none")"}) {
-    Json j = Chat(extra).json();
-    const Json& choice = j["choices"][0];
+    util::Json j = Chat(extra).json();
+    const util::Json& choice = j["choices"][0];
     EXPECT_EQ(choice["finish_reason"], "stop");
     EXPECT_FALSE(choice["message"].contains("tool_calls"));
     EXPECT_NE(choice["message"]["content"].get<std::string>().find("<｜tool▁calls▁begin｜>"),
@@ -861,8 +861,8 @@ TEST_F(ToolCallServerTest, WithoutToolsOrWithToolChoiceNoneTheTextStays) {
 }
 
 TEST_F(ToolCallServerTest, CutByMaxTokensLeavesTheCallAsTextAndFinishesWithLength) {
-  Json j = Chat(std::string(kTools) + R"(,"max_tokens":60)").json();
-  const Json& choice = j["choices"][0];
+  util::Json j = Chat(std::string(kTools) + R"(,"max_tokens":60)").json();
+  const util::Json& choice = j["choices"][0];
   EXPECT_EQ(choice["finish_reason"], "length");
   EXPECT_FALSE(choice["message"].contains("tool_calls"));
   EXPECT_EQ(choice["message"]["content"].get<std::string>().rfind(
@@ -878,21 +878,21 @@ TEST_F(ToolCallServerTest, BadToolChoiceIs400) {
 TEST_F(ToolCallServerTest, AnthropicToolUseBlocksAndStopReason) {
   const std::string tools =
       R"(,"tools":[{"name":"get_weather","input_schema":{"type":"object"}},{"name":"get_time"}])";
-  Json j = Messages(tools + R"(,"max_tokens":400)").json();
+  util::Json j = Messages(tools + R"(,"max_tokens":400)").json();
   EXPECT_EQ(j["stop_reason"], "tool_use") << j.dump();
-  const Json& content = j["content"];
+  const util::Json& content = j["content"];
   ASSERT_EQ(content.size(), 3u) << j.dump();
-  EXPECT_EQ(content[0], (Json{{"type", "text"}, {"text", "Let me look."}}));
+  EXPECT_EQ(content[0], (util::Json{{"type", "text"}, {"text", "Let me look."}}));
   EXPECT_EQ(content[1]["type"], "tool_use");
   EXPECT_EQ(content[1]["id"].get<std::string>().rfind("toolu_", 0), 0u);
   EXPECT_EQ(content[1]["name"], "get_weather");
-  EXPECT_EQ(content[1]["input"], (Json{{"city", "東京"}}));
+  EXPECT_EQ(content[1]["input"], (util::Json{{"city", "東京"}}));
   EXPECT_EQ(content[2]["name"], "get_time");
-  EXPECT_EQ(content[2]["input"], Json::object());
+  EXPECT_EQ(content[2]["input"], util::Json::object());
 
   // Streamed: a text block, then one block per call whose input arrives as input_json_delta.
   CaptureWriter w = Messages(tools + R"(,"max_tokens":400,"stream":true)");
-  std::vector<Json> starts;
+  std::vector<util::Json> starts;
   std::map<int, std::string> partial_json;
   std::string stop_reason;
   for (const auto& [name, data] : w.NamedEvents()) {
@@ -909,13 +909,13 @@ TEST_F(ToolCallServerTest, AnthropicToolUseBlocksAndStopReason) {
   EXPECT_EQ(starts[0]["type"], "text");
   EXPECT_EQ(starts[1]["type"], "tool_use");
   EXPECT_EQ(starts[1]["name"], "get_weather");
-  EXPECT_EQ(starts[1]["input"], Json::object());
-  EXPECT_EQ(*ParseJson(partial_json[1]), (Json{{"city", "東京"}}));
-  EXPECT_EQ(*ParseJson(partial_json[2]), Json::object());
+  EXPECT_EQ(starts[1]["input"], util::Json::object());
+  EXPECT_EQ(*util::ParseJson(partial_json[1]), (util::Json{{"city", "東京"}}));
+  EXPECT_EQ(*util::ParseJson(partial_json[2]), util::Json::object());
   EXPECT_EQ(stop_reason, "tool_use");
 
   // tool_choice none: the call stays text.
-  Json none = Messages(tools + R"(,"max_tokens":400,"tool_choice":{"type":"none"})").json();
+  util::Json none = Messages(tools + R"(,"max_tokens":400,"tool_choice":{"type":"none"})").json();
   EXPECT_EQ(none["stop_reason"], "end_turn");
   ASSERT_EQ(none["content"].size(), 1u);
   EXPECT_NE(none["content"][0]["text"].get<std::string>().find("get_weather"), std::string::npos);
@@ -924,7 +924,7 @@ TEST_F(ToolCallServerTest, AnthropicToolUseBlocksAndStopReason) {
 TEST_F(ToolCallServerTest, ResponsesFunctionCallItems) {
   const std::string tools =
       R"(,"tools":[{"type":"function","name":"get_weather","parameters":{}}])";
-  Json j =
+  util::Json j =
       Call("POST", "/v1/responses", R"({"input":"Weather?","max_output_tokens":400)" + tools + "}")
           .json();
   ASSERT_EQ(j["output"].size(), 3u) << j.dump();
@@ -941,7 +941,7 @@ TEST_F(ToolCallServerTest, ResponsesFunctionCallItems) {
       Call("POST", "/v1/responses",
            R"({"input":"Weather?","max_output_tokens":400,"stream":true)" + tools + "}");
   std::vector<std::string> args;
-  Json final_output;
+  util::Json final_output;
   for (const auto& [name, data] : w.NamedEvents()) {
     if (name == "response.function_call_arguments.done") args.push_back(data["arguments"]);
     if (name == "response.completed") final_output = data["response"]["output"];

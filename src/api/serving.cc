@@ -21,8 +21,8 @@ double FiniteLogprob(float logprob) {
   return std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0;
 }
 
-Json BytesJson(const std::string& piece) {
-  Json bytes = Json::array();
+util::Json BytesJson(const std::string& piece) {
+  util::Json bytes = util::Json::array();
   for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
   return bytes;
 }
@@ -63,9 +63,9 @@ std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessag
     t.tool_call_id = m.tool_call_id;
     t.name = m.name;
     if (!m.tool_calls_json.empty()) {
-      Json calls = Json::parse(m.tool_calls_json, nullptr, /*allow_exceptions=*/false);
+      util::Json calls = util::Json::parse(m.tool_calls_json, nullptr, /*allow_exceptions=*/false);
       if (calls.is_array()) {
-        for (const Json& c : calls) {
+        for (const util::Json& c : calls) {
           if (!c.is_object()) continue;
           tokenizer::ToolCall call;
           call.id = c.value("id", std::string());
@@ -145,57 +145,57 @@ std::string NewRequestId(std::string_view prefix) {
 
 int64_t UnixNow() { return static_cast<int64_t>(std::time(nullptr)); }
 
-Json UsageJson(const UsageCounts& usage) {
-  Json u = Json::object();
+util::Json UsageJson(const UsageCounts& usage) {
+  util::Json u = util::Json::object();
   u["prompt_tokens"] = usage.prompt_tokens;
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
-  u["prompt_tokens_details"] = Json{{"cached_tokens", usage.cached_tokens}};
+  u["prompt_tokens_details"] = util::Json{{"cached_tokens", usage.cached_tokens}};
   if (usage.draft_tokens > 0) {
     // Speculative decoding (MTP): acceptance length = 1 + accepted / verification steps.
-    u["speculative"] = Json{{"draft_tokens", usage.draft_tokens},
-                            {"accepted_tokens", usage.accepted_tokens},
-                            {"acceptance_rate", static_cast<double>(usage.accepted_tokens) /
-                                                    static_cast<double>(usage.draft_tokens)}};
+    u["speculative"] = util::Json{{"draft_tokens", usage.draft_tokens},
+                                  {"accepted_tokens", usage.accepted_tokens},
+                                  {"acceptance_rate", static_cast<double>(usage.accepted_tokens) /
+                                                          static_cast<double>(usage.draft_tokens)}};
   }
   return u;
 }
 
-Json ChatLogprobsJson(const tokenizer::Tokenizer& tokenizer,
-                      const std::vector<engine::TokenEvent>& tokens, int32_t num_top) {
-  Json content = Json::array();
+util::Json ChatLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                            const std::vector<engine::TokenEvent>& tokens, int32_t num_top) {
+  util::Json content = util::Json::array();
   for (const engine::TokenEvent& t : tokens) {
     std::string piece = tokenizer.TokenPiece(t.token);
-    Json entry = Json::object();
+    util::Json entry = util::Json::object();
     entry["token"] = piece;
     entry["logprob"] = FiniteLogprob(t.logprob);
     entry["bytes"] = BytesJson(piece);
-    Json top = Json::array();
+    util::Json top = util::Json::array();
     for (size_t i = 0; i < t.top_logprobs.size() && static_cast<int32_t>(i) < num_top; ++i) {
       std::string top_piece = tokenizer.TokenPiece(t.top_logprobs[i].first);
-      top.push_back(Json{{"token", top_piece},
-                         {"logprob", FiniteLogprob(t.top_logprobs[i].second)},
-                         {"bytes", BytesJson(top_piece)}});
+      top.push_back(util::Json{{"token", top_piece},
+                               {"logprob", FiniteLogprob(t.top_logprobs[i].second)},
+                               {"bytes", BytesJson(top_piece)}});
     }
     entry["top_logprobs"] = std::move(top);
     content.push_back(std::move(entry));
   }
-  return Json{{"content", std::move(content)}};
+  return util::Json{{"content", std::move(content)}};
 }
 
-Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
-                            const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
-                            int64_t* text_offset) {
-  Json out = Json::object();
-  Json pieces = Json::array(), logprobs = Json::array(), tops = Json::array(),
-       offsets = Json::array();
+util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                                  const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
+                                  int64_t* text_offset) {
+  util::Json out = util::Json::object();
+  util::Json pieces = util::Json::array(), logprobs = util::Json::array(),
+             tops = util::Json::array(), offsets = util::Json::array();
   for (const engine::TokenEvent& t : tokens) {
     std::string piece = tokenizer.TokenPiece(t.token);
     pieces.push_back(piece);
     logprobs.push_back(FiniteLogprob(t.logprob));
     offsets.push_back(*text_offset);
     *text_offset += static_cast<int64_t>(piece.size());
-    Json top = Json::object();
+    util::Json top = util::Json::object();
     for (size_t i = 0; i < t.top_logprobs.size() && static_cast<int32_t>(i) < num_top; ++i) {
       top[tokenizer.TokenPiece(t.top_logprobs[i].first)] = FiniteLogprob(t.top_logprobs[i].second);
     }
@@ -210,8 +210,8 @@ Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
   return out;
 }
 
-void RespondJson(ResponseWriter& writer, int status, const Json& body) {
-  writer.Respond(status, "application/json", DumpJson(body));
+void RespondJson(ResponseWriter& writer, int status, const util::Json& body) {
+  writer.Respond(status, "application/json", util::DumpJson(body));
 }
 
 void RespondError(ResponseWriter& writer, const absl::Status& status) {
@@ -322,9 +322,9 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
   return logger.End(DriveEnd::kDone);
 }
 
-Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
-                    const std::string& model) {
-  Json body = Json::object();
+util::Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
+                          const std::string& model) {
+  util::Json body = util::Json::object();
   body["id"] = id;
   body["object"] = object;
   body["created"] = created;
@@ -332,15 +332,15 @@ Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
   return body;
 }
 
-std::string OpenAiChoiceChunk(Json envelope, Json choice, bool include_usage) {
-  envelope["choices"] = Json::array({std::move(choice)});
+std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice, bool include_usage) {
+  envelope["choices"] = util::Json::array({std::move(choice)});
   if (include_usage) envelope["usage"] = nullptr;
-  return SseData(DumpJson(envelope));
+  return SseData(util::DumpJson(envelope));
 }
 
 void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
                         const std::function<bool(const ChoiceDelta&)>& on_delta,
-                        std::optional<Json> usage_chunk) {
+                        std::optional<util::Json> usage_chunk) {
   absl::Status error;
   DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
   if (end == DriveEnd::kClientGone) return;
@@ -349,9 +349,9 @@ void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
     tail = SseErrorAndDone(ApiErrorFromStatus(error));
   } else {
     if (usage_chunk) {
-      (*usage_chunk)["choices"] = Json::array();
+      (*usage_chunk)["choices"] = util::Json::array();
       (*usage_chunk)["usage"] = UsageJson(generation.usage());
-      tail += SseData(DumpJson(*usage_chunk));
+      tail += SseData(util::DumpJson(*usage_chunk));
     }
     tail += SseDone();
   }

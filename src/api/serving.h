@@ -13,7 +13,6 @@
 #include "absl/status/statusor.h"
 #include "api/generation.h"
 #include "api/http_server.h"
-#include "api/json.h"
 #include "api/metrics.h"
 #include "api/openai_types.h"
 #include "engine/engine.h"
@@ -21,6 +20,7 @@
 #include "tokenizer/reasoning_parser.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tool_call_parser.h"
+#include "util/json.h"
 
 namespace deepinfer::api {
 
@@ -90,19 +90,19 @@ int64_t UnixNow();
 
 // {"prompt_tokens", "completion_tokens", "total_tokens",
 //  "prompt_tokens_details": {"cached_tokens"}}; cached_tokens is always a number.
-Json UsageJson(const UsageCounts& usage);
+util::Json UsageJson(const UsageCounts& usage);
 
 // Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.
-Json ChatLogprobsJson(const tokenizer::Tokenizer& tokenizer,
-                      const std::vector<engine::TokenEvent>& tokens, int32_t num_top);
+util::Json ChatLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                            const std::vector<engine::TokenEvent>& tokens, int32_t num_top);
 
 // Legacy completions logprobs; `text_offset` is the running offset of each token's text in the
 // choice's text and is advanced.
-Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
-                            const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
-                            int64_t* text_offset);
+util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                                  const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
+                                  int64_t* text_offset);
 
-void RespondJson(ResponseWriter& writer, int status, const Json& body);
+void RespondJson(ResponseWriter& writer, int status, const util::Json& body);
 void RespondError(ResponseWriter& writer, const absl::Status& status);
 
 // Tool calls are read out of an answer only when the request offers tools, does not turn them
@@ -146,12 +146,12 @@ DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
                          absl::Status* error);
 
 // The envelope of an OpenAI answer or chunk: {"id", "object", "created", "model"}.
-Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
-                    const std::string& model);
+util::Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
+                          const std::string& model);
 
 // One SSE chunk of `envelope` holding one choice; "usage": null when include_usage is set (the
 // usage then comes in a chunk of its own at the end).
-std::string OpenAiChoiceChunk(Json envelope, Json choice, bool include_usage);
+std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice, bool include_usage);
 
 // The rest of an OpenAI SSE answer after its first chunks: DriveGeneration with `on_delta`,
 // then (unless the client left) the usage chunk when `usage_chunk` is given (the envelope fields
@@ -159,7 +159,7 @@ std::string OpenAiChoiceChunk(Json envelope, Json choice, bool include_usage);
 // the in-band error frame and `data: [DONE]`; then the end of the body.
 void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
                         const std::function<bool(const ChoiceDelta&)>& on_delta,
-                        std::optional<Json> usage_chunk);
+                        std::optional<util::Json> usage_chunk);
 
 // For answers sent whole: DriveGeneration, and when it did not finish, the error answer through
 // `respond_error` (Cancelled "client_closed_request" for a gone client). Returns true when every

@@ -40,12 +40,12 @@ absl::Status RunTokenize(const Backend& backend, const HttpRequest& http, Respon
     bool add_bos = request.add_special_tokens.value_or(true) && backend.tokenizer->add_bos();
     tokens = backend.tokenizer->Encode(request.prompt, true, add_bos);
   }
-  Json body = Json::object();
+  util::Json body = util::Json::object();
   body["count"] = tokens.size();
   body["max_model_len"] = backend.max_model_len;
   body["tokens"] = tokens;
   if (request.return_token_strs) {
-    Json strs = Json::array();
+    util::Json strs = util::Json::array();
     for (int32_t id : tokens) strs.push_back(backend.tokenizer->TokenPiece(id));
     body["token_strs"] = std::move(strs);
   } else {
@@ -64,7 +64,7 @@ absl::Status RunDetokenize(const Backend& backend, const HttpRequest& http,
   // Special tokens (BOS, <|im_end|>) are left out, so the text reads like the prompt that was
   // tokenized.
   std::string text = backend.tokenizer->Decode(request.tokens, /*skip_special=*/true);
-  RespondJson(writer, 200, Json{{"prompt", text}});
+  RespondJson(writer, 200, util::Json{{"prompt", text}});
   return absl::OkStatus();
 }
 

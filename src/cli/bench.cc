@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "util/status.h"
 
 namespace deepinfer::cli {
@@ -25,10 +26,7 @@ struct BenchFlags {
   bool no_progress = false;
 };
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "deepinfer bench: %s\n", OneLineError(status).c_str());
-  return 2;
-}
+int Fail(const absl::Status& status) { return ReportFailure("bench", status); }
 
 }  // namespace
 

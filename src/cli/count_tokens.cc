@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -28,8 +29,7 @@ struct CountFlags {
 };
 
 int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "deepinfer count-tokens: cannot count: %s\n", OneLineError(status).c_str());
-  return 2;
+  return ReportFailure("count-tokens", status, "cannot count");
 }
 
 int Run(CountFlags f) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "fmt/format.h"
 #include "gateway/key_store.h"
 #include "util/log.h"
@@ -62,18 +63,6 @@ struct AddKeyFlags {
   bool admin = false;
 };
 
-int ExitCodeFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kUnimplemented:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 int RunGateway(const GatewayFlags& f) {
   gateway::GatewayOptions o;
   o.backend_urls = f.backends;
@@ -120,9 +109,7 @@ int RunGateway(const GatewayFlags& f) {
   util::InitLogging();
   auto gw = gateway::Gateway::Start(o);
   if (!gw.ok()) {
-    std::fprintf(stderr, "deepinfer gateway: cannot start: %s\n",
-                 OneLineError(gw.status()).c_str());
-    return ExitCodeFor(gw.status());
+    return ReportFailure("gateway", gw.status(), "cannot start");
   }
   std::fprintf(stderr, "deepinfer gateway: listening on http://%s:%d, %zu backend(s), state %s\n",
                f.listen.c_str(), (*gw)->port(), o.backend_urls.size(),
@@ -160,8 +147,7 @@ int RunAddKey(const AddKeyFlags& f) {
   }
   auto key = gateway::AddKeyToFile(f.key_store, options);
   if (!key.ok()) {
-    std::fprintf(stderr, "deepinfer gateway add-key: %s\n", OneLineError(key.status()).c_str());
-    return ExitCodeFor(key.status());
+    return ReportFailure("gateway add-key", key.status());
   }
   // The key goes to stdout alone (for scripts); it is stored nowhere and cannot be shown again.
   std::printf("%s\n", key->c_str());

@@ -8,10 +8,11 @@
 #include <memory>
 #include <string>
 
-#include "api/json.h"
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "fmt/format.h"
 #include "tools/verify_model.h"
+#include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -27,10 +28,7 @@ struct RenderFlags {
   bool json = false;
 };
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "deepinfer render: %s\n", OneLineError(status).c_str());
-  return status.code() == absl::StatusCode::kInternal ? 1 : 2;
-}
+int Fail(const absl::Status& status) { return ReportFailure("render", status); }
 
 std::string Absolute(const std::string& path) {
   if (!path.empty() && path[0] == '/') return path;
@@ -82,18 +80,18 @@ int Run(const RenderFlags& f) {
 
   std::vector<std::string> checks = tools::PreflightCheckNames(launcher);
   if (f.json) {
-    api::Json out =
-        api::Json{{"output", script_path},
-                  {"sha256", script_sha},
-                  {"instance", host->instance},
-                  {"instance_file", f.instance_file.empty() ? api::Json(nullptr)
-                                                            : api::Json(Absolute(f.instance_file))},
-                  {"launcher", f.launcher},
-                  {"port", host->port},
-                  {"model", recipe->model_id},
-                  {"revision", recipe->model_revision},
-                  {"preflight_checks", checks}};
-    std::printf("%s\n", api::DumpJson(out).c_str());
+    util::Json out = util::Json{
+        {"output", script_path},
+        {"sha256", script_sha},
+        {"instance", host->instance},
+        {"instance_file",
+         f.instance_file.empty() ? util::Json(nullptr) : util::Json(Absolute(f.instance_file))},
+        {"launcher", f.launcher},
+        {"port", host->port},
+        {"model", recipe->model_id},
+        {"revision", recipe->model_revision},
+        {"preflight_checks", checks}};
+    std::printf("%s\n", util::DumpJson(out).c_str());
     return 0;
   }
   std::string serve;

@@ -22,13 +22,14 @@
 #include "api/server.h"
 #include "api/serving.h"
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
 #include "model/model.h"
+#include "spdlog/spdlog.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
-#include "spdlog/spdlog.h"
 #include "util/log.h"
 #include "util/status.h"
 
@@ -166,19 +167,6 @@ absl::StatusOr<std::string> DefaultModelPath() {
                                 kName, cache));
   }
   return path;
-}
-
-// Exit status for a start-up failure: bad input (missing or malformed files) is 2.
-int ExitCodeFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kDataLoss:
-    case absl::StatusCode::kUnimplemented:
-      return 2;
-    default:
-      return 1;
-  }
 }
 
 // Waits up to `timeout` for SIGINT or SIGTERM (blocked in every thread). Returns the signal or 0.

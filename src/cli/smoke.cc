@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "util/status.h"
 
 namespace deepinfer::cli {
@@ -30,8 +31,7 @@ int Run(SmokeFlags& f) {
   }
   auto report = tools::RunSmoke(f.options);
   if (!report.ok()) {
-    std::fprintf(stderr, "deepinfer smoke: %s\n", OneLineError(report.status()).c_str());
-    return 2;
+    return ReportFailure("smoke", report.status());
   }
   std::string out = f.json ? tools::SmokeReportJson(*report) : tools::FormatSmokeReport(*report);
   std::fputs(out.c_str(), stdout);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "fmt/format.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
@@ -79,14 +80,12 @@ int Run(const VerifyFlags& f) {
     auto manifest = tools::BuildManifest(f.root, f.model_id, f.revision, options);
     bar.Finish();
     if (!manifest.ok()) {
-      std::fprintf(stderr, "deepinfer verify-model: %s\n", OneLineError(manifest.status()).c_str());
-      return manifest.status().code() == absl::StatusCode::kNotFound ? 2 : 1;
+      return ReportFailure("verify-model", manifest.status());
     }
     absl::Status written = util::WriteFileAtomically(
         f.write_manifest, tools::ManifestJson(*manifest), /*overwrite=*/false);
     if (!written.ok()) {
-      std::fprintf(stderr, "deepinfer verify-model: %s\n", OneLineError(written).c_str());
-      return 2;
+      return ReportFailure("verify-model", written);
     }
     uint64_t total = 0;
     for (const auto& file : manifest->files) total += file.size_bytes;
@@ -98,17 +97,15 @@ int Run(const VerifyFlags& f) {
   if (f.manifest.empty()) {
     std::fprintf(stderr,
                  "deepinfer verify-model: bad_flags: give --manifest or --write-manifest\n");
-    return 2;
+    return kExitBadInput;
   }
   auto text = util::ReadFile(f.manifest);
   if (!text.ok()) {
-    std::fprintf(stderr, "deepinfer verify-model: %s\n", OneLineError(text.status()).c_str());
-    return 2;
+    return ReportFailure("verify-model", text.status());
   }
   auto manifest = tools::ParseManifest(*text);
   if (!manifest.ok()) {
-    std::fprintf(stderr, "deepinfer verify-model: %s\n", OneLineError(manifest.status()).c_str());
-    return 2;
+    return ReportFailure("verify-model", manifest.status());
   }
   // A manifest kept inside the model folder is not an extra file.
   char* root_real = ::realpath(f.root.c_str(), nullptr);
@@ -123,8 +120,7 @@ int Run(const VerifyFlags& f) {
   auto report = tools::VerifyModel(f.root, *manifest, options);
   bar.Finish();
   if (!report.ok()) {
-    std::fprintf(stderr, "deepinfer verify-model: %s\n", OneLineError(report.status()).c_str());
-    return 2;
+    return ReportFailure("verify-model", report.status());
   }
   std::string out = f.json ? tools::VerifyReportJson(*report) : tools::FormatVerifyReport(*report);
   std::fputs(out.c_str(), stdout);

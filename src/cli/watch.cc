@@ -10,10 +10,13 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/exit_code.h"
 #include "util/status.h"
 
 namespace deepinfer::cli {
 namespace {
+
+int Fail(const absl::Status& status) { return ReportFailure("watch", status); }
 
 volatile bool g_stop = false;
 void OnSignal(int) { g_stop = true; }
@@ -31,23 +34,12 @@ std::unique_ptr<tools::WatchClock> MakeClock(const WatchFlags& f) {
   return f.clock_file.empty() ? tools::RealWatchClock() : tools::FileWatchClock(f.clock_file);
 }
 
-int ExitFor(const absl::Status& status) {
-  std::fprintf(stderr, "deepinfer watch: %s\n", OneLineError(status).c_str());
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-      return 2;
-    default:
-      return 1;
-  }
-}
-
 int RunWatch(const WatchFlags& f) {
   auto watcher = tools::Watcher::Create(f.instance, f.options, MakeClock(f));
-  if (!watcher.ok()) return ExitFor(watcher.status());
+  if (!watcher.ok()) return Fail(watcher.status());
   if (f.once) {
     auto sample = (*watcher)->SampleOnce();
-    if (!sample.ok()) return ExitFor(sample.status());
+    if (!sample.ok()) return Fail(sample.status());
     std::string out =
         f.json ? tools::WatchSampleJson(*sample) : tools::WatchSampleLine(*sample) + "\n";
     std::fputs(out.c_str(), stdout);
@@ -59,21 +51,21 @@ int RunWatch(const WatchFlags& f) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   absl::Status status = (*watcher)->Run(&g_stop, /*print=*/true);
-  if (!status.ok()) return ExitFor(status);
+  if (!status.ok()) return Fail(status);
   return 0;
 }
 
 int RunStop(const WatchFlags& f) {
   auto clock = MakeClock(f);
   auto result = tools::WatchStop(f.instance, f.options.state_path, f.stop_wait_s, *clock);
-  if (!result.ok()) return ExitFor(result.status());
+  if (!result.ok()) return Fail(result.status());
   std::printf("%s\n", result->c_str());
   return 0;
 }
 
 int RunResume(const WatchFlags& f) {
   auto result = tools::WatchResume(f.instance, f.options.state_path);
-  if (!result.ok()) return ExitFor(result.status());
+  if (!result.ok()) return Fail(result.status());
   std::printf("%s\n", result->c_str());
   return 0;
 }

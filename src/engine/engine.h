@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/request.h"
 #include "model/model.h"
+#include "util/histogram.h"
 
 namespace deepinfer::engine {
 
@@ -16,36 +17,33 @@ namespace deepinfer::engine {
 //
 // Units: token counts in tokens; memory in bytes; 0 means "derive".
 struct EngineOptions {
-  int32_t max_num_seqs = 64;            // running sequences at once
-  int32_t prefill_budget = 2048;        // tokens per step (prefill chunks + decodes)
-  int32_t block_size = 16;              // tokens per KV block
-  int64_t kv_cache_tokens = 0;          // capacity in tokens; 0: from kv_cache_memory_bytes
+  int32_t max_num_seqs = 64;      // running sequences at once
+  int32_t prefill_budget = 2048;  // tokens per step (prefill chunks + decodes)
+  int32_t block_size = 16;        // tokens per KV block
+  int64_t kv_cache_tokens = 0;    // capacity in tokens; 0: from kv_cache_memory_bytes
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;
-  int32_t max_model_len = 0;            // 0: the model's trained context
-  int32_t num_threads = 0;              // 0: hardware concurrency
+  int32_t max_model_len = 0;  // 0: the model's trained context
+  int32_t num_threads = 0;    // 0: hardware concurrency
   bool enable_prefix_caching = true;
-  uint64_t seed = 0;                    // fallback seed for requests without one
+  uint64_t seed = 0;  // fallback seed for requests without one
   // Draft tokens per step from the model's MTP modules (0: off). Greedy requests only; their
   // output is identical to non-speculative greedy decoding.
   int32_t speculative_tokens = 0;
 };
 
-// Counters and gauges for /metrics. Histograms are cumulative bucket counts.
-struct Histogram {
-  std::vector<double> bounds;        // upper bounds, seconds, increasing; +Inf implied
-  std::vector<uint64_t> counts;      // per bucket (bounds.size() + 1), not cumulative
-  double sum = 0;
-  uint64_t count = 0;
-};
+// Latency histograms (seconds) use the shared bucket shape.
+using Histogram = util::Histogram;
+
+// Counters and gauges for /metrics.
 struct EngineStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
-  double kv_cache_usage = 0;          // fraction of blocks in use, 0..1
+  double kv_cache_usage = 0;  // fraction of blocks in use, 0..1
   int64_t num_blocks_total = 0;
   int64_t num_preemptions = 0;
-  int64_t prefix_cache_queries = 0;   // tokens looked up
-  int64_t prefix_cache_hits = 0;      // tokens found
-  int64_t prompt_tokens = 0;          // total prompt tokens of finished + running requests
+  int64_t prefix_cache_queries = 0;  // tokens looked up
+  int64_t prefix_cache_hits = 0;     // tokens found
+  int64_t prompt_tokens = 0;         // total prompt tokens of finished + running requests
   int64_t generation_tokens = 0;
   int64_t num_requests_finished[5] = {0, 0, 0, 0, 0};  // by FinishReason
   // Speculative decoding: verification steps that carried drafts, drafted tokens, accepted ones.

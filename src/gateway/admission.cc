@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
-#include "api/json.h"
 #include "fmt/format.h"
+#include "util/json.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -30,7 +30,7 @@ Admission ParseAdmission(std::optional<std::string_view> text,
                   [](char c) { return std::isspace(static_cast<unsigned char>(c)); })) {
     return Closed(n, "file_empty");
   }
-  auto json = api::ParseJson(*text);
+  auto json = util::ParseJson(*text);
   if (!json.ok()) return Closed(n, "invalid: not valid JSON");
   if (!json->is_object()) return Closed(n, "invalid: expected an object {\"admit\": [...]}");
   const bool by_port = json->contains("enabled_ports");

@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
-#include "api/json.h"
 #include "fmt/format.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
@@ -134,7 +134,7 @@ std::vector<BackendHealth> BackendTable::Snapshot() const {
 }
 
 std::string BackendTable::SerializeState() const {
-  using api::Json;
+  using util::Json;
   std::vector<BackendHealth> health = Snapshot();
   Json list = Json::array();
   for (size_t i = 0; i < backends_.size(); ++i) {
@@ -145,11 +145,11 @@ std::string BackendTable::SerializeState() const {
                         {"changed_unix", health[i].changed_unix},
                         {"ejections", health[i].ejections}});
   }
-  return api::DumpJson(Json{{"version", 1}, {"backends", std::move(list)}}) + "\n";
+  return util::DumpJson(Json{{"version", 1}, {"backends", std::move(list)}}) + "\n";
 }
 
 absl::Status BackendTable::LoadState(std::string_view text) {
-  auto json = api::ParseJson(text);
+  auto json = util::ParseJson(text);
   if (!json.ok() || !json->is_object() || !json->contains("backends") ||
       !(*json)["backends"].is_array()) {
     return InvalidArgumentError("bad_backend_state", "backend-state file is not valid");

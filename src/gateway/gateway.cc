@@ -8,10 +8,10 @@
 
 #include "api/anthropic_types.h"
 #include "api/errors.h"
-#include "api/json.h"
 #include "fmt/format.h"
 #include "gateway/redis_state.h"
 #include "spdlog/spdlog.h"
+#include "util/json.h"
 #include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
@@ -500,7 +500,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
 void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
   Admission adm = admission();
   std::vector<bool> healthy = backends_->HealthyMask();
-  api::Json data = api::Json::array();
+  util::Json data = util::Json::array();
   std::vector<std::string> seen;
   bool any = false;
   for (size_t i = 0; i < backends_->size(); ++i) {
@@ -508,7 +508,7 @@ void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
     any = true;
     auto response = HttpGet(backends_->address(i), "/v1/models", options_.health_timeout_ms);
     if (!response.ok() || response->status != 200) continue;
-    auto json = api::ParseJson(response->body);
+    auto json = util::ParseJson(response->body);
     if (!json.ok() || !json->is_object() || !json->contains("data") ||
         !(*json)["data"].is_array()) {
       continue;
@@ -530,7 +530,7 @@ void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
   Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   writer.Respond(200, headers,
-                 api::DumpJson(api::Json{{"object", "list"}, {"data", std::move(data)}}));
+                 util::DumpJson(util::Json{{"object", "list"}, {"data", std::move(data)}}));
 }
 
 }  // namespace deepinfer::gateway

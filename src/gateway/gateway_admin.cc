@@ -10,10 +10,10 @@
 #include <random>
 #include <utility>
 
-#include "api/json.h"
 #include "fmt/format.h"
 #include "gateway/gateway.h"
 #include "gateway/redis_state.h"
+#include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -253,7 +253,7 @@ std::string Gateway::MetricsText() const {
 }
 
 std::string Gateway::StatusJson() const {
-  using api::Json;
+  using util::Json;
   GatewayGauges g = Gauges();
   std::vector<BackendHealth> health = backends_->Snapshot();
   Json backends = Json::array();
@@ -312,7 +312,7 @@ std::string Gateway::StatusJson() const {
   if (auto* redis = dynamic_cast<RedisCounterStore*>(counters_.get())) {
     status["instance_id"] = redis->instance_id();
   }
-  return api::DumpJson(status);
+  return util::DumpJson(status);
 }
 
 }  // namespace deepinfer::gateway

@@ -14,7 +14,6 @@
 #include <set>
 #include <thread>
 
-#include "api/json.h"
 #include "api/socket_io.h"
 #include "api/tcp_server.h"
 #include "boost/beast/core/flat_buffer.hpp"
@@ -22,6 +21,7 @@
 #include "fmt/format.h"
 #include "gateway/response_parser.h"
 #include "gtest/gtest.h"
+#include "util/json.h"
 #include "util/mapped_file.h"
 
 namespace deepinfer::gateway {
@@ -86,11 +86,11 @@ class FakeBackend {
     }
     if (r.path == "/v1/echo") {
       Digest d = Sha256(r.body);
-      api::Json j{{"backend", name_},
-                  {"target", r.target},
-                  {"body_sha256", ToHex(d.data(), d.size())},
-                  {"body_size", r.body.size()}};
-      w.Respond(200, {{"Content-Type", "application/json"}}, api::DumpJson(j));
+      util::Json j{{"backend", name_},
+                   {"target", r.target},
+                   {"body_sha256", ToHex(d.data(), d.size())},
+                   {"body_size", r.body.size()}};
+      w.Respond(200, {{"Content-Type", "application/json"}}, util::DumpJson(j));
     } else if (r.path == "/v1/stream") {
       int n = 5, gap = 50;
       std::sscanf(r.target.c_str(), "/v1/stream?n=%d&gap=%d", &n, &gap);
@@ -363,7 +363,7 @@ TEST_F(GatewayTest, MissingOrWrongKeyGets401AndNeverReachesABackend) {
   EXPECT_EQ(none.status, 401);
   EXPECT_EQ(none.headers["www-authenticate"], "Bearer");
   EXPECT_EQ(none.headers["x-should-retry"], "false");
-  auto body = api::ParseJson(none.body);
+  auto body = util::ParseJson(none.body);
   ASSERT_TRUE(body.ok());
   EXPECT_EQ((*body)["error"]["code"], "missing_api_key");
   EXPECT_EQ((*body)["error"]["type"], "authentication_error");
@@ -371,12 +371,12 @@ TEST_F(GatewayTest, MissingOrWrongKeyGets401AndNeverReachesABackend) {
   // Anthropic clients send x-api-key, so that is what the Anthropic route asks for.
   Reply messages = Request("POST", "/v1/messages", "{}", {}, /*auth=*/false);
   EXPECT_EQ(messages.status, 401);
-  auto anthropic = *api::ParseJson(messages.body);
+  auto anthropic = *util::ParseJson(messages.body);
   EXPECT_EQ(anthropic["type"], "error");
   EXPECT_NE(anthropic["error"]["message"].get<std::string>().find("x-api-key"), std::string::npos);
   Reply wrong = Request("POST", "/v1/echo", "{}", {{"Authorization", "Bearer sk-di-nope"}}, false);
   EXPECT_EQ(wrong.status, 401);
-  EXPECT_EQ((*api::ParseJson(wrong.body))["error"]["code"], "invalid_api_key");
+  EXPECT_EQ((*util::ParseJson(wrong.body))["error"]["code"], "invalid_api_key");
   EXPECT_EQ(backends_[0]->requests() + backends_[1]->requests(), 0);
 }
 
@@ -388,7 +388,7 @@ TEST_F(GatewayTest, ForwardsBodyByteExactWithoutTheClientKey) {
   Reply r = Request("POST", "/v1/echo?x=1", body,
                     {{"X-Request-Id", "req-123"}, {"x-api-key", "also-secret"}, {"X-Custom", "v"}});
   ASSERT_EQ(r.status, 200) << r.body;
-  auto j = *api::ParseJson(r.body);
+  auto j = *util::ParseJson(r.body);
   Digest d = Sha256(body);
   EXPECT_EQ(j["body_sha256"], ToHex(d.data(), d.size()));
   EXPECT_EQ(j["target"], "/v1/echo?x=1");
@@ -550,7 +550,7 @@ TEST_F(GatewayTest, BackendHangingUpBeforeAnsweringIs502) {
   StartGateway();
   Reply r = Request("POST", "/v1/close", "{}");
   EXPECT_EQ(r.status, 502);
-  EXPECT_EQ((*api::ParseJson(r.body))["error"]["code"], "backend_error");
+  EXPECT_EQ((*util::ParseJson(r.body))["error"]["code"], "backend_error");
   ExpectNoLeakedSlots();
 }
 
@@ -566,7 +566,7 @@ TEST_F(GatewayTest, RefusedConnectIsRetriedOnAnotherBackendAndEjected) {
   StartGateway({dead});
   // The start-up probe ejected it already; every request is served.
   for (int i = 0; i < 6; ++i) EXPECT_EQ(Request("POST", "/v1/echo", "{}").status, 200);
-  auto status = *api::ParseJson(gateway_->StatusJson());
+  auto status = *util::ParseJson(gateway_->StatusJson());
   EXPECT_FALSE(status["backends"][2]["healthy"].get<bool>());
   auto state = util::ReadFile(dir_ + "/backend-state.json");
   ASSERT_TRUE(state.ok());
@@ -596,7 +596,7 @@ TEST_F(GatewayTest, SessionOfAFailedBackendIsBoundWhereItWasServed) {
     return f;
   }());
   auto served_by = [](const Reply& r) {
-    return (*api::ParseJson(r.body))["backend"].get<std::string>();
+    return (*util::ParseJson(r.body))["backend"].get<std::string>();
   };
   Reply first = Request("POST", "/v1/echo", "{}", {{"X-Session-Id", "moving"}});
   ASSERT_EQ(first.status, 200);
@@ -712,7 +712,7 @@ TEST_F(GatewayTest, AdmissionFileClosesAndReopensWithinASecond) {
       r = Request("POST", "/v1/echo", "{}");
     } while (r.status == 200 && Clock::now() < deadline);
     EXPECT_EQ(r.status, 503) << closed;
-    EXPECT_EQ((*api::ParseJson(r.body))["error"]["code"], "admission_closed");
+    EXPECT_EQ((*util::ParseJson(r.body))["error"]["code"], "admission_closed");
     EXPECT_FALSE(r.headers["retry-after"].empty());
     WriteAdmission(AdmitAll());
     deadline = Clock::now() + 1s;
@@ -754,7 +754,7 @@ TEST_F(GatewayTest, KeyStoreReloadsAndAnInvalidFileKeepsTheLastGoodOne) {
   std::this_thread::sleep_for(300ms);
   EXPECT_EQ(Request("POST", "/v1/echo", "{}", {{"Authorization", "Bearer " + bob}}, false).status,
             200);
-  auto status = *api::ParseJson(gateway_->StatusJson());
+  auto status = *util::ParseJson(gateway_->StatusJson());
   EXPECT_TRUE(status["keys"]["last_error"].is_string());
   std::string m = gateway_->MetricsText();
   std::string series = "deepinfer_gateway_reloads_total{file=\"keys\",result=\"rejected\"} ";
@@ -792,7 +792,7 @@ TEST_F(GatewayTest, StatusNeedsAnAdminKey) {
   Reply r =
       Request("GET", "/gateway/status", "", {{"Authorization", "Bearer " + admin_key_}}, false);
   ASSERT_EQ(r.status, 200);
-  auto j = *api::ParseJson(r.body);
+  auto j = *util::ParseJson(r.body);
   EXPECT_EQ(j["backends"].size(), 2u);
   EXPECT_TRUE(j["admission"]["open"].get<bool>());
   EXPECT_EQ(r.body.find(key_), std::string::npos);
@@ -817,11 +817,11 @@ TEST_F(GatewayTest, ModelsIsTheUnionOfAdmittedHealthyBackends) {
   StartGateway();
   Reply r = Request("GET", "/v1/models", "");
   ASSERT_EQ(r.status, 200);
-  auto j = *api::ParseJson(r.body);
+  auto j = *util::ParseJson(r.body);
   ASSERT_EQ(j["data"].size(), 2u);
   WriteAdmission("{\"admit\":[\"" + backends_[1]->url() + "\"]}");
   std::this_thread::sleep_for(300ms);
-  j = *api::ParseJson(Request("GET", "/v1/models", "").body);
+  j = *util::ParseJson(Request("GET", "/v1/models", "").body);
   ASSERT_EQ(j["data"].size(), 1u);
   EXPECT_EQ(j["data"][0]["id"], "m1");
 }
@@ -830,7 +830,7 @@ TEST_F(GatewayTest, OversizedMaxTokensIs400BeforeQueueing) {
   StartGateway();
   Reply r = Request("POST", "/v1/echo", "{\"max_tokens\":5000,\"messages\":[]}");
   EXPECT_EQ(r.status, 400);
-  EXPECT_EQ((*api::ParseJson(r.body))["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ((*util::ParseJson(r.body))["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(r.headers["x-should-retry"], "false");
   EXPECT_EQ(backends_[0]->requests() + backends_[1]->requests(), 0);
 }
@@ -843,7 +843,7 @@ TEST_F(GatewayTest, SessionsStickToTheirBackend) {
       std::string session = fmt::format("s{}", s);
       Reply r = Request("POST", "/v1/echo", "{}", {{"X-Session-Id", session}});
       ASSERT_EQ(r.status, 200);
-      std::string backend = (*api::ParseJson(r.body))["backend"];
+      std::string backend = (*util::ParseJson(r.body))["backend"];
       if (turn == 0) first[session] = backend;
       EXPECT_EQ(backend, first[session]) << session;
     }
@@ -867,7 +867,7 @@ TEST_F(GatewayTest, OverloadSplitsIntoServedQueueFullAndQueueTimeout) {
       Reply r = Request("POST", "/v1/stream?n=3&gap=150", "{}");
       std::string what = std::to_string(r.status);
       if (r.status == 429) {
-        what = (*api::ParseJson(r.body))["error"]["code"];
+        what = (*util::ParseJson(r.body))["error"]["code"];
         EXPECT_FALSE(r.headers["retry-after"].empty());
       }
       std::lock_guard<std::mutex> lock(mu);

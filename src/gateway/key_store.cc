@@ -10,18 +10,18 @@
 #include <memory>
 #include <set>
 
-#include "api/json.h"
 #include "fmt/format.h"
 #include "openssl/crypto.h"
 #include "openssl/rand.h"
 #include "openssl/sha.h"
+#include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
 namespace {
 
-using api::Json;
+using util::Json;
 
 absl::Status BadStore(const std::string& message) {
   return InvalidArgumentError("bad_key_store", message);
@@ -141,7 +141,7 @@ std::string ToHex(const uint8_t* data, size_t size) {
 }
 
 absl::StatusOr<std::shared_ptr<const KeyStore>> KeyStore::Parse(std::string_view text) {
-  auto json = api::ParseJson(text);
+  auto json = util::ParseJson(text);
   if (!json.ok()) return BadStore("not valid JSON (syntax, encoding or nesting)");
   if (!json->is_object()) return BadStore("the key store must be a JSON object");
   auto store = std::make_shared<KeyStore>();
@@ -211,7 +211,7 @@ std::string KeyStore::Serialize() const {
     if (r.max_concurrent > 0) entry["max_concurrent"] = r.max_concurrent;
     if (r.expires_unix > 0) entry["expires_unix"] = r.expires_unix;
     if (r.admin) entry["admin"] = true;
-    out += "  " + api::DumpJson(entry) + (i + 1 < records_.size() ? ",\n" : "\n");
+    out += "  " + util::DumpJson(entry) + (i + 1 < records_.size() ? ",\n" : "\n");
   }
   out += "]}\n";
   return out;

@@ -2,23 +2,11 @@
 
 #include <algorithm>
 
-#include "api/prometheus_text.h"
 #include "fmt/format.h"
+#include "util/prometheus_text.h"
 
 namespace deepinfer::gateway {
 namespace {
-
-void Header(std::string* out, std::string_view name, std::string_view type, std::string_view help) {
-  *out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-}
-
-void Sample(std::string* out, std::string_view name, std::string_view labels, double value) {
-  if (labels.empty()) {
-    *out += fmt::format("{} {}\n", name, value);
-  } else {
-    *out += fmt::format("{}{{{}}} {}\n", name, labels, value);
-  }
-}
 
 using CounterMap = std::map<std::string, uint64_t, std::less<>>;
 
@@ -30,10 +18,10 @@ void Bump(CounterMap& map, std::string_view key) {
 
 void LabelledCounter(std::string* out, std::string_view name, std::string_view label,
                      std::string_view help, const CounterMap& values) {
-  Header(out, name, "counter", help);
+  util::AppendMetricHeader(out, name, "counter", help);
   for (const auto& [value, count] : values) {
-    Sample(out, name, fmt::format("{}=\"{}\"", label, api::EscapeLabelValue(value)),
-           static_cast<double>(count));
+    util::AppendSample(out, name, fmt::format("{}=\"{}\"", label, util::EscapeLabelValue(value)),
+                       static_cast<double>(count));
   }
 }
 
@@ -50,27 +38,6 @@ std::vector<double> Bounds() {
 }
 
 }  // namespace
-
-SecondsHistogram::SecondsHistogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
-
-void SecondsHistogram::Observe(double seconds) {
-  size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), seconds) - bounds_.begin();
-  counts_[i]++;
-  sum_ += seconds;
-  count_++;
-}
-
-void SecondsHistogram::Format(std::string_view name, std::string* out) const {
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    *out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
-  }
-  cumulative += counts_.back();
-  *out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
-  *out += fmt::format("{}_sum {}\n{}_count {}\n", name, sum_, name, count_);
-}
 
 GatewayMetrics::GatewayMetrics()
     : rejections_(ZeroSeries({"queue_full", "queue_timeout", "no_healthy_backend",
@@ -138,12 +105,14 @@ void GatewayMetrics::RecordReload(std::string_view file, bool ok) {
 void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   std::lock_guard<std::mutex> lock(mu_);
   constexpr std::string_view kRequests = "deepinfer_gateway_requests_total";
-  Header(out, kRequests, "counter", "Answered requests by HTTP status and serving backend.");
+  util::AppendMetricHeader(out, kRequests, "counter",
+                           "Answered requests by HTTP status and serving backend.");
   for (const auto& [code, backends] : requests_) {
     for (const auto& [backend, count] : backends) {
-      Sample(out, kRequests,
-             fmt::format("code=\"{}\",backend=\"{}\"", code, api::EscapeLabelValue(backend)),
-             static_cast<double>(count));
+      util::AppendSample(
+          out, kRequests,
+          fmt::format("code=\"{}\",backend=\"{}\"", code, util::EscapeLabelValue(backend)),
+          static_cast<double>(count));
     }
   }
   LabelledCounter(out, "deepinfer_gateway_rejections_total", "reason",
@@ -154,33 +123,34 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
                   "Session routing decisions by result.", affinity_);
   LabelledCounter(out, "deepinfer_gateway_key_requests_total", "key_id",
                   "Authenticated requests by API key id.", key_requests_);
-  Header(out, "deepinfer_gateway_retries_total", "counter",
-         "Requests retried on another backend after a failed connect.");
-  Sample(out, "deepinfer_gateway_retries_total", "", static_cast<double>(retries_));
-  Header(out, "deepinfer_gateway_backend_errors_total", "counter",
-         "Backend failures seen while proxying, by backend and kind.");
+  util::AppendMetricHeader(out, "deepinfer_gateway_retries_total", "counter",
+                           "Requests retried on another backend after a failed connect.");
+  util::AppendSample(out, "deepinfer_gateway_retries_total", "", static_cast<double>(retries_));
+  util::AppendMetricHeader(out, "deepinfer_gateway_backend_errors_total", "counter",
+                           "Backend failures seen while proxying, by backend and kind.");
   for (const auto& [key, count] : backend_errors_) {
-    Sample(out, "deepinfer_gateway_backend_errors_total",
-           fmt::format("backend=\"{}\",kind=\"{}\"", api::EscapeLabelValue(key.first),
-                       api::EscapeLabelValue(key.second)),
-           static_cast<double>(count));
+    util::AppendSample(out, "deepinfer_gateway_backend_errors_total",
+                       fmt::format("backend=\"{}\",kind=\"{}\"", util::EscapeLabelValue(key.first),
+                                   util::EscapeLabelValue(key.second)),
+                       static_cast<double>(count));
   }
-  Header(out, "deepinfer_gateway_reloads_total", "counter",
-         "Reloads of the key store and admission file, by file and result.");
+  util::AppendMetricHeader(out, "deepinfer_gateway_reloads_total", "counter",
+                           "Reloads of the key store and admission file, by file and result.");
   for (const auto& [key, count] : reloads_) {
-    Sample(out, "deepinfer_gateway_reloads_total",
-           fmt::format("file=\"{}\",result=\"{}\"", key.first, key.second),
-           static_cast<double>(count));
+    util::AppendSample(out, "deepinfer_gateway_reloads_total",
+                       fmt::format("file=\"{}\",result=\"{}\"", key.first, key.second),
+                       static_cast<double>(count));
   }
-  Header(out, "deepinfer_gateway_queue_wait_seconds", "histogram",
-         "Time requests spent in the wait queue (all outcomes).");
-  queue_wait_.Format("deepinfer_gateway_queue_wait_seconds", out);
-  Header(out, "deepinfer_gateway_overhead_seconds", "histogram",
-         "Time spent in the gateway before the backend got the request, queue wait excluded.");
-  overhead_.Format("deepinfer_gateway_overhead_seconds", out);
-  Header(out, "deepinfer_gateway_request_duration_seconds", "histogram",
-         "Time from a complete request to the end of its answer.");
-  duration_.Format("deepinfer_gateway_request_duration_seconds", out);
+  util::AppendMetricHeader(out, "deepinfer_gateway_queue_wait_seconds", "histogram",
+                           "Time requests spent in the wait queue (all outcomes).");
+  util::AppendHistogram(out, "deepinfer_gateway_queue_wait_seconds", "", queue_wait_);
+  util::AppendMetricHeader(
+      out, "deepinfer_gateway_overhead_seconds", "histogram",
+      "Time spent in the gateway before the backend got the request, queue wait excluded.");
+  util::AppendHistogram(out, "deepinfer_gateway_overhead_seconds", "", overhead_);
+  util::AppendMetricHeader(out, "deepinfer_gateway_request_duration_seconds", "histogram",
+                           "Time from a complete request to the end of its answer.");
+  util::AppendHistogram(out, "deepinfer_gateway_request_duration_seconds", "", duration_);
 
   struct GaugeSpec {
     const char* name;
@@ -202,15 +172,16 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
   int inflight = 0;
   for (const BackendGauges& b : g.backends) inflight += b.inflight;
   for (const GaugeSpec& spec : specs) {
-    Header(out, spec.name, "gauge", spec.help);
+    util::AppendMetricHeader(out, spec.name, "gauge", spec.help);
     for (const BackendGauges& b : g.backends) {
-      Sample(out, spec.name, fmt::format("backend=\"{}\"", api::EscapeLabelValue(b.url)),
-             spec.value(b));
+      util::AppendSample(out, spec.name,
+                         fmt::format("backend=\"{}\"", util::EscapeLabelValue(b.url)),
+                         spec.value(b));
     }
   }
   auto gauge = [&](const char* name, const char* help, double value) {
-    Header(out, name, "gauge", help);
-    Sample(out, name, "", value);
+    util::AppendMetricHeader(out, name, "gauge", help);
+    util::AppendSample(out, name, "", value);
   };
   gauge("deepinfer_gateway_inflight", "Requests holding a backend slot (this instance).", inflight);
   gauge("deepinfer_gateway_queue_depth", "Requests waiting in the queue.", g.queue_depth);
@@ -219,11 +190,14 @@ void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
         g.admission_open ? 1 : 0);
   gauge("deepinfer_gateway_open_connections", "Open client connections.", g.open_connections);
   gauge("deepinfer_gateway_keys", "API keys in the loaded key store.", static_cast<double>(g.keys));
-  Header(out, "deepinfer_gateway_slots_acquired_total", "counter",
-         "Backend slots taken; equals slots released when nothing is in flight.");
-  Sample(out, "deepinfer_gateway_slots_acquired_total", "", static_cast<double>(g.slots_acquired));
-  Header(out, "deepinfer_gateway_slots_released_total", "counter", "Backend slots given back.");
-  Sample(out, "deepinfer_gateway_slots_released_total", "", static_cast<double>(g.slots_released));
+  util::AppendMetricHeader(out, "deepinfer_gateway_slots_acquired_total", "counter",
+                           "Backend slots taken; equals slots released when nothing is in flight.");
+  util::AppendSample(out, "deepinfer_gateway_slots_acquired_total", "",
+                     static_cast<double>(g.slots_acquired));
+  util::AppendMetricHeader(out, "deepinfer_gateway_slots_released_total", "counter",
+                           "Backend slots given back.");
+  util::AppendSample(out, "deepinfer_gateway_slots_released_total", "",
+                     static_cast<double>(g.slots_released));
 }
 
 }  // namespace deepinfer::gateway

@@ -16,23 +16,9 @@
 #include <utility>
 #include <vector>
 
+#include "util/histogram.h"
+
 namespace deepinfer::gateway {
-
-// Cumulative histogram with fixed bucket bounds. Units: seconds.
-// Threads: not thread-safe (GatewayMetrics locks around it).
-class SecondsHistogram {
- public:
-  explicit SecondsHistogram(std::vector<double> bounds);
-  void Observe(double seconds);
-  // Appends the _bucket, _sum and _count samples of `name`.
-  void Format(std::string_view name, std::string* out) const;
-
- private:
-  std::vector<double> bounds_;
-  std::vector<uint64_t> counts_;  // per bucket, not cumulative; last is +Inf
-  double sum_ = 0;
-  uint64_t count_ = 0;
-};
 
 // What the gateway knows at scrape time (gauges).
 struct BackendGauges {
@@ -116,9 +102,9 @@ class GatewayMetrics {
   CounterMap key_requests_;
   std::map<std::pair<std::string, std::string>, uint64_t> reloads_;
   uint64_t retries_ = 0;
-  SecondsHistogram queue_wait_;
-  SecondsHistogram overhead_;
-  SecondsHistogram duration_;
+  util::Histogram queue_wait_;
+  util::Histogram overhead_;
+  util::Histogram duration_;
 };
 
 }  // namespace deepinfer::gateway

@@ -4,8 +4,8 @@
 
 #include <cstdio>
 
-#include "api/prometheus_text.h"
 #include "gtest/gtest.h"
+#include "util/prometheus_text.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -114,7 +114,7 @@ TEST(GatewayMetricsTest, RoutingRecordedEarlyCountsOnce) {
 }
 
 TEST(GatewayMetricsTest, EscapesLabelValues) {
-  EXPECT_EQ(api::EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(util::EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }
 
 TEST(GatewayMetricsTest, PassesPromtoolWhenInstalled) {

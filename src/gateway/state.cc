@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "api/json.h"
+#include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -53,7 +53,7 @@ absl::Status LocalBindingStore::Load(int64_t now_ms) {
     if (text.status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
     return text.status();
   }
-  auto json = api::ParseJson(*text);
+  auto json = util::ParseJson(*text);
   if (!json.ok() || !json->is_object() || !json->contains("bindings") ||
       !(*json)["bindings"].is_array()) {
     return InvalidArgumentError("bad_bindings_file", "bindings file " + path_ + " is not valid");
@@ -158,10 +158,10 @@ std::string LocalBindingStore::Serialize() {
             [](const auto& a, const auto& b) { return a.first < b.first; });
   std::string out = "{\"version\":1,\"bindings\":[";
   for (size_t i = 0; i < entries.size(); ++i) {
-    api::Json e{{"session", entries[i].first},
-                {"backend", entries[i].second.backend},
-                {"last_used_ms", entries[i].second.last_used_ms}};
-    out += (i ? ",\n" : "\n") + api::DumpJson(e);
+    util::Json e{{"session", entries[i].first},
+                 {"backend", entries[i].second.backend},
+                 {"last_used_ms", entries[i].second.last_used_ms}};
+    out += (i ? ",\n" : "\n") + util::DumpJson(e);
   }
   out += "\n]}\n";
   return out;

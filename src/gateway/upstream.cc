@@ -136,7 +136,7 @@ std::string GatewayErrorBody(const api::ApiError& error, std::string_view path) 
 
 std::string GatewayStreamError(const api::ApiError& error, std::string_view path) {
   if (!api::IsAnthropicPath(path)) return api::SseErrorAndDone(error);
-  return "event: error\n" + api::SseData(api::DumpJson(api::AnthropicErrorJson(error)));
+  return "event: error\n" + api::SseData(util::DumpJson(api::AnthropicErrorJson(error)));
 }
 
 api::ApiError GatewayError(const absl::Status& status) {

@@ -124,11 +124,11 @@ absl::StatusOr<std::vector<RequestRecord>> BuildAndRun(
   return records;
 }
 
-absl::StatusOr<Json> RunRandom(Context& ctx, bool* all_ok) {
+absl::StatusOr<util::Json> RunRandom(Context& ctx, bool* all_ok) {
   const BenchOptions& o = ctx.o;
   PromptMaker maker(ctx.server, ctx.bos_tokens, ctx.exact, ctx.rng);
   std::vector<RandomRun> runs;
-  Json json_runs = Json::array();
+  util::Json json_runs = util::Json::array();
   for (int c : o.concurrency) {
     int n = DefaultNumPrompts(o, c, false);
     double duration_s = 0;
@@ -142,9 +142,10 @@ absl::StatusOr<Json> RunRandom(Context& ctx, bool* all_ok) {
                             &duration_s));
     RandomRun run{c, o.request_rate, ComputeRunMetrics(records, duration_s, o.percentiles)};
     if (run.metrics.failed > 0) *all_ok = false;
-    Json j = Json::object();
+    util::Json j = util::Json::object();
     j["concurrency"] = c;
-    j["request_rate"] = std::isfinite(o.request_rate) ? Json(o.request_rate) : Json("inf");
+    j["request_rate"] =
+        std::isfinite(o.request_rate) ? util::Json(o.request_rate) : util::Json("inf");
     j["metrics"] = MetricsJson(run.metrics, o.percentiles);
     json_runs.push_back(std::move(j));
     runs.push_back(std::move(run));
@@ -154,11 +155,11 @@ absl::StatusOr<Json> RunRandom(Context& ctx, bool* all_ok) {
   return json_runs;
 }
 
-absl::StatusOr<Json> RunSharedPrefix(Context& ctx, bool* all_ok) {
+absl::StatusOr<util::Json> RunSharedPrefix(Context& ctx, bool* all_ok) {
   const BenchOptions& o = ctx.o;
   PromptMaker maker(ctx.server, ctx.bos_tokens, ctx.exact, ctx.rng);
   std::vector<PrefixRun> runs;
-  Json json_runs = Json::array();
+  util::Json json_runs = util::Json::array();
   for (int c : o.concurrency) {
     int pairs = DefaultNumPrompts(o, c, true);
     double duration_s = 0;
@@ -200,15 +201,17 @@ absl::StatusOr<Json> RunSharedPrefix(Context& ctx, bool* all_ok) {
           static_cast<double>(run.hot.total_cached_tokens) / static_cast<double>(run.hot.completed);
     }
     if (run.cold.failed + run.hot.failed > 0) *all_ok = false;
-    Json j = Json::object();
+    util::Json j = util::Json::object();
     j["concurrency"] = c;
     j["pairs"] = pairs;
-    j["request_rate"] = std::isfinite(o.request_rate) ? Json(o.request_rate) : Json("inf");
+    j["request_rate"] =
+        std::isfinite(o.request_rate) ? util::Json(o.request_rate) : util::Json("inf");
     j["ttft_p50_cold_ms"] = cold_p50;
     j["ttft_p50_hot_ms"] = hot_p50;
     j["ttft_speedup_p50"] = run.ttft_speedup_p50;
-    j["hot_cached_tokens_mean"] =
-        run.hot_cached_tokens_mean < 0 ? Json(nullptr) : Json(run.hot_cached_tokens_mean);
+    j["hot_cached_tokens_mean"] = run.hot_cached_tokens_mean < 0
+                                      ? util::Json(nullptr)
+                                      : util::Json(run.hot_cached_tokens_mean);
     j["cold"] = MetricsJson(run.cold, o.percentiles);
     j["hot"] = MetricsJson(run.hot, o.percentiles);
     json_runs.push_back(std::move(j));
@@ -219,7 +222,7 @@ absl::StatusOr<Json> RunSharedPrefix(Context& ctx, bool* all_ok) {
   return json_runs;
 }
 
-absl::StatusOr<Json> RunNeedle(Context& ctx, int64_t window, bool* all_ok) {
+absl::StatusOr<util::Json> RunNeedle(Context& ctx, int64_t window, bool* all_ok) {
   NeedleOptions n;
   n.window = window;
   n.fill = ctx.o.needle_fill;
@@ -241,7 +244,7 @@ absl::StatusOr<Json> RunNeedle(Context& ctx, int64_t window, bool* all_ok) {
   std::fputs(NeedleTable(cases).c_str(), stdout);
   std::fprintf(stdout, "needle: %d of %zu cases passed\n", passed, cases.size());
   std::fflush(stdout);
-  Json j = Json::object();
+  util::Json j = util::Json::object();
   j["window"] = window;
   j["fill"] = n.fill;
   j["depths"] = n.depths;
@@ -413,35 +416,37 @@ int RunBench(const BenchOptions& o) {
   }
 
   bool all_ok = true;
-  Json result = Json::object();
+  util::Json result = util::Json::object();
   result["tool"] = "deepinfer bench";
   result["version"] = o.tool_version;
   result["date"] = UtcNow();
   result["label"] = o.label;
   result["base_url"] = base->ToString();
-  result["server"] = Json{{"kind", info.kind},
-                          {"model", info.model},
-                          {"max_model_len", window > 0 ? Json(window) : Json(nullptr)},
-                          {"tokenizer", DialectName(info.tokenizer)}};
+  result["server"] =
+      util::Json{{"kind", info.kind},
+                 {"model", info.model},
+                 {"max_model_len", window > 0 ? util::Json(window) : util::Json(nullptr)},
+                 {"tokenizer", DialectName(info.tokenizer)}};
   std::string dataset = o.needle ? "needle" : o.dataset;
   result["config"] =
-      Json{{"dataset", dataset},
-           {"endpoint", endpoint},
-           {"input_len", o.input_len},
-           {"output_len", o.output_len},
-           {"prefix_len", o.prefix_len},
-           {"suffix_len", o.suffix_len},
-           {"concurrency", o.concurrency},
-           {"num_prompts", o.num_prompts},
-           {"request_rate", std::isfinite(o.request_rate) ? Json(o.request_rate) : Json("inf")},
-           {"ignore_eos", o.ignore_eos},
-           {"temperature", o.temperature},
-           {"percentiles", o.percentiles},
-           {"seed", o.seed},
-           {"timeout_s", o.timeout_s},
-           {"exact_input_lengths", ctx.exact},
-           {"bos_tokens", ctx.bos_tokens}};
-  absl::StatusOr<Json> section;
+      util::Json{{"dataset", dataset},
+                 {"endpoint", endpoint},
+                 {"input_len", o.input_len},
+                 {"output_len", o.output_len},
+                 {"prefix_len", o.prefix_len},
+                 {"suffix_len", o.suffix_len},
+                 {"concurrency", o.concurrency},
+                 {"num_prompts", o.num_prompts},
+                 {"request_rate",
+                  std::isfinite(o.request_rate) ? util::Json(o.request_rate) : util::Json("inf")},
+                 {"ignore_eos", o.ignore_eos},
+                 {"temperature", o.temperature},
+                 {"percentiles", o.percentiles},
+                 {"seed", o.seed},
+                 {"timeout_s", o.timeout_s},
+                 {"exact_input_lengths", ctx.exact},
+                 {"bos_tokens", ctx.bos_tokens}};
+  absl::StatusOr<util::Json> section;
   if (o.needle) {
     section = RunNeedle(ctx, window, &all_ok);
     if (section.ok()) result["needle"] = *section;
@@ -458,7 +463,7 @@ int RunBench(const BenchOptions& o) {
   for (const std::string& e : ctx.errors) std::fprintf(stderr, "error: %s\n", e.c_str());
 
   if (!o.json_path.empty()) {
-    absl::Status s = util::WriteFileAtomically(o.json_path, DumpJson(result, 2) + "\n");
+    absl::Status s = util::WriteFileAtomically(o.json_path, util::DumpJson(result, 2) + "\n");
     if (!s.ok()) {
       std::fprintf(stderr, "deepinfer bench: --json: %s\n", OneLineError(s).c_str());
       return 1;

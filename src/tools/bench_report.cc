@@ -7,8 +7,8 @@
 namespace deepinfer::tools {
 namespace {
 
-Json DistributionJson(const Distribution& d, const std::vector<double>& percentiles) {
-  Json j = Json::object();
+util::Json DistributionJson(const Distribution& d, const std::vector<double>& percentiles) {
+  util::Json j = util::Json::object();
   j["count"] = d.count;
   j["mean"] = d.mean;
   j["std"] = d.std;
@@ -52,8 +52,8 @@ std::string Num(double v, int decimals = 1) { return fmt::format("{:.{}f}", v, d
 
 std::string PercentileName(double p) { return fmt::format("p{:g}", p); }
 
-Json MetricsJson(const RunMetrics& m, const std::vector<double>& percentiles) {
-  Json j = Json::object();
+util::Json MetricsJson(const RunMetrics& m, const std::vector<double>& percentiles) {
+  util::Json j = util::Json::object();
   j["num_requests"] = m.num_requests;
   j["completed"] = m.completed;
   j["failed"] = m.failed;
@@ -61,7 +61,7 @@ Json MetricsJson(const RunMetrics& m, const std::vector<double>& percentiles) {
   j["total_input_tokens"] = m.total_input_tokens;
   j["total_output_tokens"] = m.total_output_tokens;
   j["total_cached_tokens"] =
-      m.total_cached_tokens < 0 ? Json(nullptr) : Json(m.total_cached_tokens);
+      m.total_cached_tokens < 0 ? util::Json(nullptr) : util::Json(m.total_cached_tokens);
   j["request_throughput"] = m.request_throughput;
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
@@ -75,23 +75,23 @@ Json MetricsJson(const RunMetrics& m, const std::vector<double>& percentiles) {
   return j;
 }
 
-Json NeedleJson(const std::vector<NeedleCase>& cases) {
-  Json list = Json::array();
+util::Json NeedleJson(const std::vector<NeedleCase>& cases) {
+  util::Json list = util::Json::array();
   for (const NeedleCase& c : cases) {
-    Json checks = Json::array();
+    util::Json checks = util::Json::array();
     for (const NeedleCheck& k : c.checks) {
-      checks.push_back(Json{{"needle", k.needle}, {"code", k.code}, {"found", k.found}});
+      checks.push_back(util::Json{{"needle", k.needle}, {"code", k.code}, {"found", k.found}});
     }
-    Json cached = Json::array();
-    for (int64_t t : c.cached_tokens) cached.push_back(t < 0 ? Json(nullptr) : Json(t));
-    list.push_back(Json{{"name", c.name},
-                        {"pass", c.pass},
-                        {"detail", c.detail},
-                        {"prompt_tokens", c.prompt_tokens},
-                        {"checks", checks},
-                        {"ttft_ms", c.ttft_ms},
-                        {"cached_tokens", cached},
-                        {"answers", c.answers}});
+    util::Json cached = util::Json::array();
+    for (int64_t t : c.cached_tokens) cached.push_back(t < 0 ? util::Json(nullptr) : util::Json(t));
+    list.push_back(util::Json{{"name", c.name},
+                              {"pass", c.pass},
+                              {"detail", c.detail},
+                              {"prompt_tokens", c.prompt_tokens},
+                              {"checks", checks},
+                              {"ttft_ms", c.ttft_ms},
+                              {"cached_tokens", cached},
+                              {"answers", c.answers}});
   }
   return list;
 }

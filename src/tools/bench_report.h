@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "tools/bench_json.h"
 #include "tools/bench_needle.h"
 #include "tools/bench_stats.h"
+#include "util/json.h"
 
 namespace deepinfer::tools {
 
@@ -27,8 +27,8 @@ struct PrefixRun {
   double hot_cached_tokens_mean = -1;  // -1 when the server did not report it
 };
 
-Json MetricsJson(const RunMetrics& m, const std::vector<double>& percentiles);
-Json NeedleJson(const std::vector<NeedleCase>& cases);
+util::Json MetricsJson(const RunMetrics& m, const std::vector<double>& percentiles);
+util::Json NeedleJson(const std::vector<NeedleCase>& cases);
 
 std::string RandomTable(const std::vector<RandomRun>& runs, const std::vector<double>& percentiles);
 std::string PrefixTable(const std::vector<PrefixRun>& runs, const std::vector<double>& percentiles);

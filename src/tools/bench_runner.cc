@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "fmt/format.h"
-#include "tools/bench_json.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
@@ -26,10 +26,11 @@ const char* PathOf(Endpoint endpoint) {
 
 // The message of an OpenAI-shaped error body, else the start of the body.
 std::string ErrorMessage(int status, const std::string& body) {
-  Json j = ParseJsonOrDiscarded(body);
+  util::Json j = util::ParseJsonOrDiscarded(body);
   std::string message;
-  if (const Json* e = Member(j, "error")) {
-    message = e->is_string() ? e->get<std::string>() : StringMember(*e, "message").value_or("");
+  if (const util::Json* e = util::Member(j, "error")) {
+    message =
+        e->is_string() ? e->get<std::string>() : util::StringMember(*e, "message").value_or("");
   }
   if (message.empty()) message = body.substr(0, 200);
   for (char& c : message) {
@@ -40,27 +41,27 @@ std::string ErrorMessage(int status, const std::string& body) {
 
 // Output text of a choice: completions carry "text", chat streams "delta", chat answers
 // "message"; reasoning text counts as output as vLLM's bench does.
-std::string ChoiceText(const Json& choice, Endpoint endpoint) {
-  if (endpoint == Endpoint::kCompletions) return StringMember(choice, "text").value_or("");
-  const Json* part = Member(choice, "delta");
-  if (part == nullptr) part = Member(choice, "message");
+std::string ChoiceText(const util::Json& choice, Endpoint endpoint) {
+  if (endpoint == Endpoint::kCompletions) return util::StringMember(choice, "text").value_or("");
+  const util::Json* part = util::Member(choice, "delta");
+  if (part == nullptr) part = util::Member(choice, "message");
   if (part == nullptr) return "";
-  std::string text = StringMember(*part, "reasoning_content").value_or("");
-  text += StringMember(*part, "reasoning").value_or("");
-  text += StringMember(*part, "content").value_or("");
+  std::string text = util::StringMember(*part, "reasoning_content").value_or("");
+  text += util::StringMember(*part, "reasoning").value_or("");
+  text += util::StringMember(*part, "content").value_or("");
   return text;
 }
 
 // Reads usage into `record`; returns whether it was there.
-bool ReadUsage(const Json& j, RequestRecord* record) {
-  const Json* usage = Member(j, "usage");
+bool ReadUsage(const util::Json& j, RequestRecord* record) {
+  const util::Json* usage = util::Member(j, "usage");
   if (usage == nullptr || !usage->is_object()) return false;
-  auto completion = IntMember(*usage, "completion_tokens");
+  auto completion = util::IntMember(*usage, "completion_tokens");
   if (!completion) return false;
   record->output_tokens = *completion;
-  record->prompt_tokens = IntMember(*usage, "prompt_tokens").value_or(record->prompt_tokens);
-  if (const Json* details = Member(*usage, "prompt_tokens_details")) {
-    record->cached_tokens = IntMember(*details, "cached_tokens").value_or(-1);
+  record->prompt_tokens = util::IntMember(*usage, "prompt_tokens").value_or(record->prompt_tokens);
+  if (const util::Json* details = util::Member(*usage, "prompt_tokens_details")) {
+    record->cached_tokens = util::IntMember(*details, "cached_tokens").value_or(-1);
   }
   record->usage_reported = true;
   return true;
@@ -69,14 +70,14 @@ bool ReadUsage(const Json& j, RequestRecord* record) {
 }  // namespace
 
 std::string RequestBody(const ClientConfig& config, const RequestSpec& spec) {
-  Json b = Json::object();
+  util::Json b = util::Json::object();
   b["model"] = config.model;
   if (config.endpoint == Endpoint::kCompletions) {
     b["prompt"] = spec.prompt;
   } else {
-    Json messages = Json::array();
+    util::Json messages = util::Json::array();
     for (const ChatTurn& t : spec.messages) {
-      messages.push_back(Json{{"role", t.role}, {"content", t.content}});
+      messages.push_back(util::Json{{"role", t.role}, {"content", t.content}});
     }
     b["messages"] = std::move(messages);
   }
@@ -84,13 +85,13 @@ std::string RequestBody(const ClientConfig& config, const RequestSpec& spec) {
   b["temperature"] = config.temperature;
   if (spec.stream) {
     b["stream"] = true;
-    b["stream_options"] = Json{{"include_usage", true}};
+    b["stream_options"] = util::Json{{"include_usage", true}};
   }
   if (spec.ignore_eos) {
     b["ignore_eos"] = true;
     b["min_tokens"] = spec.max_tokens;
   }
-  return DumpJson(b);
+  return util::DumpJson(b);
 }
 
 void ReduceStream(const std::vector<StreamEvent>& events, bool saw_done, Endpoint endpoint,
@@ -98,16 +99,16 @@ void ReduceStream(const std::vector<StreamEvent>& events, bool saw_done, Endpoin
   int64_t content_chunks = 0;
   double last_s = 0;
   for (const StreamEvent& e : events) {
-    Json j = ParseJsonOrDiscarded(e.data);
+    util::Json j = util::ParseJsonOrDiscarded(e.data);
     if (j.is_discarded()) {
       record->error = "a stream chunk is not JSON: " + e.data.substr(0, 100);
       return;
     }
-    if (Member(j, "error") != nullptr) {
+    if (util::Member(j, "error") != nullptr) {
       record->error = "error in stream: " + ErrorMessage(0, e.data);
       return;
     }
-    if (const Json* choice = FirstOf(j, "choices")) {
+    if (const util::Json* choice = util::FirstOf(j, "choices")) {
       std::string text = ChoiceText(*choice, endpoint);
       if (!text.empty()) {
         if (content_chunks == 0) {
@@ -119,7 +120,8 @@ void ReduceStream(const std::vector<StreamEvent>& events, bool saw_done, Endpoin
         ++content_chunks;
         record->text += text;
       }
-      if (auto finish = StringMember(*choice, "finish_reason")) record->finish_reason = *finish;
+      if (auto finish = util::StringMember(*choice, "finish_reason"))
+        record->finish_reason = *finish;
     }
     ReadUsage(j, record);
   }
@@ -147,13 +149,13 @@ RequestRecord SendRequest(const ClientConfig& config, const RequestSpec& spec,
     } else if (r->status != 200) {
       rec.error = ErrorMessage(r->status, r->body);
     } else {
-      Json j = ParseJsonOrDiscarded(r->body);
-      const Json* choice = FirstOf(j, "choices");
+      util::Json j = util::ParseJsonOrDiscarded(r->body);
+      const util::Json* choice = util::FirstOf(j, "choices");
       if (choice == nullptr) {
         rec.error = "the answer has no choices: " + r->body.substr(0, 200);
       } else {
         rec.text = ChoiceText(*choice, config.endpoint);
-        rec.finish_reason = StringMember(*choice, "finish_reason").value_or("");
+        rec.finish_reason = util::StringMember(*choice, "finish_reason").value_or("");
         if (!ReadUsage(j, &rec)) rec.output_tokens = rec.text.empty() ? 0 : 1;
         rec.ok = true;
       }

@@ -2,18 +2,18 @@
 
 #include "gtest/gtest.h"
 #include "tools/bench.h"
-#include "tools/bench_json.h"
 #include "tools/bench_report.h"
+#include "util/json.h"
 
 namespace deepinfer::tools {
 namespace {
 
 std::string Chunk(const std::string& text, const char* finish = nullptr) {
-  Json c = Json{{"id", "cmpl-1"}, {"object", "text_completion"}};
-  Json choice = Json{{"index", 0}, {"text", text}};
-  choice["finish_reason"] = finish ? Json(finish) : Json(nullptr);
-  c["choices"] = Json::array({choice});
-  return DumpJson(c);
+  util::Json c = util::Json{{"id", "cmpl-1"}, {"object", "text_completion"}};
+  util::Json choice = util::Json{{"index", 0}, {"text", text}};
+  choice["finish_reason"] = finish ? util::Json(finish) : util::Json(nullptr);
+  c["choices"] = util::Json::array({choice});
+  return util::DumpJson(c);
 }
 
 TEST(ReduceStreamTest, MeasuresTtftItlAndUsage) {
@@ -90,7 +90,7 @@ TEST(RequestBodyTest, AsksForUsageAndExactOutputLength) {
   spec.prompt = "hello";
   spec.max_tokens = 128;
   spec.ignore_eos = true;
-  Json body = ParseJsonOrDiscarded(RequestBody(config, spec));
+  util::Json body = util::ParseJsonOrDiscarded(RequestBody(config, spec));
   EXPECT_EQ(body["model"], "m");
   EXPECT_EQ(body["prompt"], "hello");
   EXPECT_EQ(body["max_tokens"], 128);
@@ -107,7 +107,7 @@ TEST(RequestBodyTest, ChatSendsMessages) {
   RequestSpec spec;
   spec.messages = {{"user", "hi"}, {"assistant", "hello"}, {"user", "again"}};
   spec.stream = false;
-  Json body = ParseJsonOrDiscarded(RequestBody(config, spec));
+  util::Json body = util::ParseJsonOrDiscarded(RequestBody(config, spec));
   EXPECT_FALSE(body.contains("prompt"));
   EXPECT_FALSE(body.contains("stream"));
   EXPECT_FALSE(body.contains("ignore_eos"));
@@ -154,7 +154,7 @@ TEST(BenchFlagsTest, ValidationRejectsOutOfRangeValues) {
 TEST(BenchReportTest, MetricsJsonNamesPercentiles) {
   RunMetrics m;
   m.ttft_ms.percentiles = {1, 2, 3};
-  Json j = MetricsJson(m, {50, 90, 99.9});
+  util::Json j = MetricsJson(m, {50, 90, 99.9});
   EXPECT_EQ(j["ttft_ms"]["p50"], 1.0);
   EXPECT_EQ(j["ttft_ms"]["p99.9"], 3.0);
   EXPECT_TRUE(j["total_cached_tokens"].is_null());

@@ -15,12 +15,12 @@ std::string Snippet(const std::string& body) {
 }
 
 // Reads a token id array; returns false when `j` is not an array of integers.
-bool ReadIds(const Json* j, std::vector<int32_t>* out) {
+bool ReadIds(const util::Json* j, std::vector<int32_t>* out) {
   if (j == nullptr || !j->is_array()) return false;
   out->clear();
-  for (const Json& v : *j) {
+  for (const util::Json& v : *j) {
     // llama.cpp's server answers {"id": 1, "piece": "x"} objects when asked for pieces.
-    const Json* id = v.is_object() ? Member(v, "id") : &v;
+    const util::Json* id = v.is_object() ? util::Member(v, "id") : &v;
     if (id == nullptr || !id->is_number_integer()) return false;
     out->push_back(id->get<int32_t>());
   }
@@ -43,13 +43,14 @@ const char* DialectName(TokenizerDialect dialect) {
   return "none";
 }
 
-absl::StatusOr<Json> ServerClient::PostJson(const std::string& path, const std::string& body) {
+absl::StatusOr<util::Json> ServerClient::PostJson(const std::string& path,
+                                                  const std::string& body) {
   DI_ASSIGN_OR_RETURN(HttpResponse r, HttpFetch(base_, "POST", path, body, options_));
   if (r.status != 200) {
     return UnavailableError("http_error",
                             fmt::format("POST {}: HTTP {}: {}", path, r.status, Snippet(r.body)));
   }
-  Json j = ParseJsonOrDiscarded(r.body);
+  util::Json j = util::ParseJsonOrDiscarded(r.body);
   if (j.is_discarded()) {
     return UnavailableError("bad_response",
                             fmt::format("POST {}: not JSON: {}", path, Snippet(r.body)));
@@ -63,15 +64,15 @@ absl::Status ServerClient::Probe(const std::string& model) {
     return UnavailableError("http_error",
                             fmt::format("GET /v1/models: HTTP {}: {}", r.status, Snippet(r.body)));
   }
-  Json models = ParseJsonOrDiscarded(r.body);
-  const Json* data = Member(models, "data");
+  util::Json models = util::ParseJsonOrDiscarded(r.body);
+  const util::Json* data = util::Member(models, "data");
   if (data == nullptr || !data->is_array() || data->empty()) {
     return UnavailableError("bad_response", "GET /v1/models: no models listed");
   }
-  const Json* chosen = nullptr;
+  const util::Json* chosen = nullptr;
   std::string ids;
-  for (const Json& m : *data) {
-    std::string id = StringMember(m, "id").value_or("");
+  for (const util::Json& m : *data) {
+    std::string id = util::StringMember(m, "id").value_or("");
     ids += (ids.empty() ? "" : ", ") + id;
     if ((model.empty() && chosen == nullptr) || id == model) chosen = &m;
   }
@@ -79,9 +80,9 @@ absl::Status ServerClient::Probe(const std::string& model) {
     return NotFoundError("model_not_found",
                          fmt::format("the server does not serve '{}' (it lists: {})", model, ids));
   }
-  info_.model = StringMember(*chosen, "id").value_or(model);
-  info_.max_model_len = IntMember(*chosen, "max_model_len").value_or(0);
-  std::string owner = StringMember(*chosen, "owned_by").value_or("");
+  info_.model = util::StringMember(*chosen, "id").value_or(model);
+  info_.max_model_len = util::IntMember(*chosen, "max_model_len").value_or(0);
+  std::string owner = util::StringMember(*chosen, "owned_by").value_or("");
   if (owner == "deepinfer" || owner == "vllm") {
     info_.kind = owner;
   } else if (owner == "llamacpp") {
@@ -104,9 +105,9 @@ absl::Status ServerClient::Probe(const std::string& model) {
     // llama.cpp's server states its context size in /props.
     auto props = HttpFetch(base_, "GET", "/props", "", options_);
     if (props.ok() && props->status == 200) {
-      Json p = ParseJsonOrDiscarded(props->body);
-      if (const Json* g = Member(p, "default_generation_settings")) {
-        info_.max_model_len = IntMember(*g, "n_ctx").value_or(0);
+      util::Json p = util::ParseJsonOrDiscarded(props->body);
+      if (const util::Json* g = util::Member(p, "default_generation_settings")) {
+        info_.max_model_len = util::IntMember(*g, "n_ctx").value_or(0);
       }
     }
   }
@@ -118,23 +119,26 @@ absl::StatusOr<std::vector<int32_t>> ServerClient::TokenizeWith(TokenizerDialect
   std::vector<int32_t> ids;
   switch (dialect) {
     case TokenizerDialect::kVllm: {
-      DI_ASSIGN_OR_RETURN(
-          Json j, PostJson("/tokenize", DumpJson(Json{{"model", info_.model}, {"prompt", text}})));
-      if (!ReadIds(Member(j, "tokens"), &ids)) break;
+      DI_ASSIGN_OR_RETURN(util::Json j,
+                          PostJson("/tokenize", util::DumpJson(util::Json{{"model", info_.model},
+                                                                          {"prompt", text}})));
+      if (!ReadIds(util::Member(j, "tokens"), &ids)) break;
       return ids;
     }
     case TokenizerDialect::kLlamaCpp: {
       // add_special: count BOS as a completion request would.
-      DI_ASSIGN_OR_RETURN(
-          Json j, PostJson("/tokenize", DumpJson(Json{{"content", text}, {"add_special", true}})));
-      if (!ReadIds(Member(j, "tokens"), &ids)) break;
+      DI_ASSIGN_OR_RETURN(util::Json j,
+                          PostJson("/tokenize", util::DumpJson(util::Json{{"content", text},
+                                                                          {"add_special", true}})));
+      if (!ReadIds(util::Member(j, "tokens"), &ids)) break;
       return ids;
     }
     case TokenizerDialect::kLlamaCppPython: {
       DI_ASSIGN_OR_RETURN(
-          Json j,
-          PostJson("/extras/tokenize", DumpJson(Json{{"model", info_.model}, {"input", text}})));
-      if (!ReadIds(Member(j, "tokens"), &ids)) break;
+          util::Json j,
+          PostJson("/extras/tokenize",
+                   util::DumpJson(util::Json{{"model", info_.model}, {"input", text}})));
+      if (!ReadIds(util::Member(j, "tokens"), &ids)) break;
       return ids;
     }
     case TokenizerDialect::kNone:
@@ -151,7 +155,7 @@ absl::StatusOr<std::vector<int32_t>> ServerClient::Tokenize(const std::string& t
 absl::StatusOr<std::string> ServerClient::Detokenize(const std::vector<int32_t>& tokens) {
   const char* path = "/detokenize";
   const char* field = "prompt";
-  Json body = Json{{"tokens", tokens}};
+  util::Json body = util::Json{{"tokens", tokens}};
   switch (info_.tokenizer) {
     case TokenizerDialect::kVllm:
       body["model"] = info_.model;
@@ -168,8 +172,8 @@ absl::StatusOr<std::string> ServerClient::Detokenize(const std::vector<int32_t>&
       return UnimplementedError("no_tokenizer_endpoint",
                                 "the server has no detokenize endpoint the bench knows");
   }
-  DI_ASSIGN_OR_RETURN(Json j, PostJson(path, DumpJson(body)));
-  auto text = StringMember(j, field);
+  DI_ASSIGN_OR_RETURN(util::Json j, PostJson(path, util::DumpJson(body)));
+  auto text = util::StringMember(j, field);
   if (!text) return UnavailableError("bad_response", "detokenize: no text in the answer");
   return *text;
 }

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/bench_http.h"
-#include "tools/bench_json.h"
+#include "util/json.h"
 
 namespace deepinfer::tools {
 
@@ -53,7 +53,7 @@ class ServerClient : public TokenizerApi {
   const HttpOptions& options() const { return options_; }
 
  private:
-  absl::StatusOr<Json> PostJson(const std::string& path, const std::string& body);
+  absl::StatusOr<util::Json> PostJson(const std::string& path, const std::string& body);
   absl::StatusOr<std::vector<int32_t>> TokenizeWith(TokenizerDialect dialect,
                                                     const std::string& text);
 

@@ -4,19 +4,19 @@
 #include <map>
 
 #include "api/anthropic_count_tokens.h"
-#include "api/json.h"
 #include "api/serving.h"
 #include "fmt/format.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
 namespace {
 
-using api::Json;
+using util::Json;
 
 // 1234567 -> "1,234,567".
 std::string Grouped(int64_t n) {
@@ -29,16 +29,16 @@ std::string Grouped(int64_t n) {
   return n < 0 ? "-" + out : out;
 }
 
-bool LooksAnthropic(const Json& body) {
+bool LooksAnthropic(const util::Json& body) {
   if (!body.is_object()) return false;
   if (body.contains("system")) return true;
   auto messages = body.find("messages");
   if (messages == body.end() || !messages->is_array()) return false;
-  for (const Json& m : *messages) {
+  for (const util::Json& m : *messages) {
     if (!m.is_object()) continue;
     auto content = m.find("content");
     if (content == m.end() || !content->is_array()) continue;
-    for (const Json& block : *content) {
+    for (const util::Json& block : *content) {
       if (!block.is_object()) continue;
       std::string type = block.value("type", "");
       if (type == "tool_use" || type == "tool_result" || type == "thinking" ||
@@ -53,9 +53,9 @@ bool LooksAnthropic(const Json& body) {
 std::vector<std::string> ToolCallIds(const std::string& tool_calls_json) {
   std::vector<std::string> ids;
   if (tool_calls_json.empty()) return ids;
-  auto calls = api::ParseJson(tool_calls_json);
+  auto calls = util::ParseJson(tool_calls_json);
   if (!calls.ok() || !calls->is_array()) return ids;
-  for (const Json& c : *calls) {
+  for (const util::Json& c : *calls) {
     if (c.is_object() && c.contains("id") && c["id"].is_string()) {
       ids.push_back(c["id"].get<std::string>());
     }
@@ -191,13 +191,13 @@ absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestF
                                                  const BudgetFlags& flags) const {
   TokenCount count;
   if (format == RequestFormat::kAuto) {
-    auto json = api::ParseJson(body);
+    auto json = util::ParseJson(body);
     if (!json.ok()) return json.status();
     format = LooksAnthropic(*json) ? RequestFormat::kAnthropic : RequestFormat::kOpenAi;
   }
   if (format == RequestFormat::kAnthropic) {
     count.format = "anthropic";
-    DI_ASSIGN_OR_RETURN(Json json, api::ParseJson(body));
+    DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
     if (!json.is_object()) {
       return InvalidArgumentError("invalid_type", "The request body must be a JSON object.");
     }
@@ -284,7 +284,7 @@ std::string FormatTokenCount(const TokenCount& count, const CompactionPlan* plan
 std::string TokenCountJson(const TokenCount& count, const CompactionPlan* plan,
                            int32_t model_window) {
   const TokenBudget& budget = count.budget;
-  Json out = Json::object();
+  util::Json out = util::Json::object();
   out["format"] = count.format;
   out["input_tokens"] = count.input_tokens;
   out["text_tokens"] = count.text_tokens;
@@ -299,7 +299,7 @@ std::string TokenCountJson(const TokenCount& count, const CompactionPlan* plan,
   out["verdict"] = count.needs_compaction ? "compact" : "fits";
   out["num_messages"] = count.messages.size();
   if (plan != nullptr) {
-    Json p = Json::object();
+    util::Json p = util::Json::object();
     p["possible"] = plan->possible;
     if (plan->possible) {
       p["begin"] = plan->begin;
@@ -310,7 +310,7 @@ std::string TokenCountJson(const TokenCount& count, const CompactionPlan* plan,
     p["reason"] = plan->reason;
     out["compaction_plan"] = std::move(p);
   }
-  return api::DumpJson(out) + "\n";
+  return util::DumpJson(out) + "\n";
 }
 
 }  // namespace deepinfer::tools

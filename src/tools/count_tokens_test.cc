@@ -103,7 +103,7 @@ TEST(PlanCompactionTest, SaysSoWhenNoSafeRangeExists) {
 }
 
 TEST(AnthropicToChatMessagesTest, ToolUseAndResultsBecomeCallsAndToolMessages) {
-  auto body = api::ParseJson(R"({"system": [{"type": "text", "text": "Be terse."}],
+  auto body = util::ParseJson(R"({"system": [{"type": "text", "text": "Be terse."}],
     "messages": [
       {"role": "user", "content": "Weather?"},
       {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm"},
@@ -140,7 +140,7 @@ TEST(AnthropicToChatMessagesTest, RejectsWhatItCannotCount) {
         R"({"system": 3, "messages": []})",
         R"({"messages": [{"role": "user", "content": [{"type": "document"}]}]})",
         R"({"messages": [{"role": "assistant", "content": [{"type": "tool_use"}]}]})"}) {
-    auto body = api::ParseJson(text);
+    auto body = util::ParseJson(text);
     ASSERT_TRUE(body.ok()) << text;
     int32_t num_images = 0;
     EXPECT_FALSE(api::AnthropicToChatMessages(*body, &num_images).ok()) << text;

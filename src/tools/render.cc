@@ -7,14 +7,15 @@
 #include <optional>
 #include <set>
 
-#include "api/json.h"
 #include "fmt/format.h"
+#include "util/json.h"
+#include "util/paths.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
 namespace {
 
-using api::Json;
+using util::Json;
 
 constexpr char kRecipeFormat[] = "deepinfer-recipe/1";
 constexpr char kHostFormat[] = "deepinfer-host/1";
@@ -54,7 +55,7 @@ constexpr ServeParam kServeParams[] = {
 // typo never silently drops a pinned setting.
 class Section {
  public:
-  Section(const Json& object, std::string where, const char* code)
+  Section(const util::Json& object, std::string where, const char* code)
       : object_(object), where_(std::move(where)), code_(code) {}
 
   absl::Status Error(const std::string& key, const std::string& what) const {
@@ -115,10 +116,10 @@ class Section {
     return Section(*it, where_ + key + ".", code_);
   }
 
-  const Json& json() const { return object_; }
+  const util::Json& json() const { return object_; }
 
  private:
-  const Json& object_;
+  const util::Json& object_;
   std::string where_;
   const char* code_;
 };
@@ -136,19 +137,6 @@ bool MatchesCharset(const std::string& s, const char* extra) {
   });
 }
 
-bool IsSafeRelative(const std::string& p) {
-  if (p.empty() || p[0] == '/') return false;
-  size_t start = 0;
-  while (start <= p.size()) {
-    size_t end = p.find('/', start);
-    if (end == std::string::npos) end = p.size();
-    std::string part = p.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = end + 1;
-  }
-  return true;
-}
-
 absl::Status CheckAbsolutePath(const Section& s, const char* key, const std::string& path) {
   if (path.empty() || path[0] != '/') return s.Error(key, "must be an absolute path");
   if (path != "/" && path.back() == '/') return s.Error(key, "must not end with '/'");
@@ -161,9 +149,9 @@ absl::Status CheckAbsolutePath(const Section& s, const char* key, const std::str
   return absl::OkStatus();
 }
 
-absl::StatusOr<Json> ParseConfigObject(std::string_view text, const char* code, const char* what,
-                                       const char* format) {
-  auto json = api::ParseJson(text);
+absl::StatusOr<util::Json> ParseConfigObject(std::string_view text, const char* code,
+                                             const char* what, const char* format) {
+  auto json = util::ParseJson(text);
   if (!json.ok()) return InvalidArgumentError(code, fmt::format("the {} is not valid JSON", what));
   if (!json->is_object()) {
     return InvalidArgumentError(code, fmt::format("the {} must be a JSON object", what));
@@ -193,7 +181,7 @@ std::string BinaryPath(const HostConfig& host) { return host.runtime_dir + "/bin
 
 absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
   constexpr const char* kCode = "bad_recipe";
-  DI_ASSIGN_OR_RETURN(Json json, ParseConfigObject(text, kCode, "recipe", kRecipeFormat));
+  DI_ASSIGN_OR_RETURN(util::Json json, ParseConfigObject(text, kCode, "recipe", kRecipeFormat));
   Section top(json, "", kCode);
   DI_RETURN_IF_ERROR(
       top.OnlyKeys({"format", "name", "architecture", "model", "deepinfer", "serve", "comment"}));
@@ -209,11 +197,11 @@ absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
   DI_RETURN_IF_ERROR(model.String("id", true, &r.model_id));
   DI_RETURN_IF_ERROR(model.String("revision", true, &r.model_revision));
   DI_RETURN_IF_ERROR(model.String("file", true, &r.model_file));
-  if (r.model_file != "." && !IsSafeRelative(r.model_file)) {
+  if (r.model_file != "." && !util::IsSafeRelativePath(r.model_file)) {
     return model.Error("file", "must be a relative path inside the model folder, or \".\"");
   }
   DI_RETURN_IF_ERROR(model.String("tokenizer", false, &r.tokenizer_file));
-  if (!r.tokenizer_file.empty() && !IsSafeRelative(r.tokenizer_file)) {
+  if (!r.tokenizer_file.empty() && !util::IsSafeRelativePath(r.tokenizer_file)) {
     return model.Error("tokenizer", "must be a relative path inside the model folder");
   }
 
@@ -256,7 +244,7 @@ absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
         break;
       }
       case ParamType::kUint: {
-        const Json& v = serve.json()[p.key];
+        const util::Json& v = serve.json()[p.key];
         if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
           return serve.Error(p.key, "must be a non-negative integer");
         }
@@ -284,7 +272,7 @@ absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
         break;
       }
       case ParamType::kEnableFlag: {
-        const Json& v = serve.json()[p.key];
+        const util::Json& v = serve.json()[p.key];
         if (!v.is_boolean()) return serve.Error(p.key, "must be true or false");
         if (!v.get<bool>()) r.serve_flags.push_back({p.flag, ""});
         break;
@@ -296,7 +284,7 @@ absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
 
 absl::StatusOr<HostConfig> ParseHost(std::string_view text) {
   constexpr const char* kCode = "bad_host";
-  DI_ASSIGN_OR_RETURN(Json json, ParseConfigObject(text, kCode, "host file", kHostFormat));
+  DI_ASSIGN_OR_RETURN(util::Json json, ParseConfigObject(text, kCode, "host file", kHostFormat));
   Section top(json, "", kCode);
   DI_RETURN_IF_ERROR(
       top.OnlyKeys({"format", "instance", "port", "paths", "devices", "warmup", "comment"}));
@@ -333,9 +321,9 @@ absl::StatusOr<HostConfig> ParseHost(std::string_view text) {
     return devices.Error("kind", "must be a plain word (cpu, nvidia)");
   }
   if (devices.Has("ids")) {
-    const Json& ids = devices.json()["ids"];
+    const util::Json& ids = devices.json()["ids"];
     if (!ids.is_array()) return devices.Error("ids", "must be an array of device indices");
-    for (const Json& id : ids) {
+    for (const util::Json& id : ids) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > 1023) {
         return devices.Error("ids", "must hold integers between 0 and 1023");
       }
@@ -346,7 +334,7 @@ absl::StatusOr<HostConfig> ParseHost(std::string_view text) {
     return devices.Error("ids", "required for nvidia devices");
   }
   if (devices.Has("max_load")) {
-    const Json& v = devices.json()["max_load"];
+    const util::Json& v = devices.json()["max_load"];
     if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
       return devices.Error("max_load", "must be a non-negative number");
     }
@@ -363,17 +351,17 @@ absl::StatusOr<HostConfig> ParseHost(std::string_view text) {
 
 std::string InstanceJson(const Recipe& recipe, const HostConfig& host, Launcher launcher,
                          const std::string& script_path, const std::string& script_sha256) {
-  Json out = Json{{"format", kInstanceFormat},
-                  {"name", host.instance},
-                  {"script", script_path},
-                  {"script_sha256", script_sha256},
-                  {"binary", BinaryPath(host)},
-                  {"binary_sha256", recipe.binary_sha256},
-                  {"port", host.port},
-                  {"artifacts", host.artifacts_dir},
-                  {"launcher", launcher == Launcher::kDocker ? "docker" : "plain"},
-                  {"device_kind", host.devices.kind}};
-  return api::DumpJson(out) + "\n";
+  util::Json out = util::Json{{"format", kInstanceFormat},
+                              {"name", host.instance},
+                              {"script", script_path},
+                              {"script_sha256", script_sha256},
+                              {"binary", BinaryPath(host)},
+                              {"binary_sha256", recipe.binary_sha256},
+                              {"port", host.port},
+                              {"artifacts", host.artifacts_dir},
+                              {"launcher", launcher == Launcher::kDocker ? "docker" : "plain"},
+                              {"device_kind", host.devices.kind}};
+  return util::DumpJson(out) + "\n";
 }
 
 std::vector<std::string> PreflightCheckNames(Launcher launcher) {

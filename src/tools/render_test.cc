@@ -89,6 +89,7 @@ TEST(RenderTest, RejectsUnknownAndUnsafeRecipeFields) {
            {"\"kv_cache_memory\": \"256MiB\"", "\"kv_cache_memory\": \"1G; rm -rf /\""},
            {"\"sha256\": \"0123", "\"sha256\": \"X123"},
            {"\"file\": \"SmolLM2", "\"file\": \"../SmolLM2"},
+           {"\"file\": \"SmolLM2", "\"file\": \"SmolLM2\\u0000"},  // NUL ends the path in C
            {"\"x86_64\"", "\"x86 64\""},
            {"\"served_model_name\": \"SmolLM2-135M-Instruct\",", ""},
        }) {

@@ -4,15 +4,15 @@
 #include <chrono>
 #include <random>
 
-#include "api/json.h"
 #include "fmt/format.h"
 #include "tools/smoke_http.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
 namespace {
 
-using api::Json;
+using util::Json;
 
 // Common short words: about one token each in every BPE vocabulary, also tiny ones.
 constexpr const char* kWords[] = {"the", "cat",  "sat",   "on", "a",   "red", "mat", "and",
@@ -66,8 +66,8 @@ class Smoke {
     return r;
   }
 
-  Json ChatBody(const Json& messages, int max_tokens, bool stream) const {
-    Json body = Json::object();
+  util::Json ChatBody(const util::Json& messages, int max_tokens, bool stream) const {
+    util::Json body = util::Json::object();
     if (!report_.model.empty()) body["model"] = report_.model;
     body["messages"] = messages;
     body["max_tokens"] = max_tokens;
@@ -75,21 +75,21 @@ class Smoke {
     body["ignore_eos"] = true;  // vLLM extension; keeps tiny models from answering nothing
     if (stream) {
       body["stream"] = true;
-      body["stream_options"] = Json{{"include_usage", true}};
+      body["stream_options"] = util::Json{{"include_usage", true}};
     }
     return body;
   }
 
-  static Json UserMessage(const std::string& text) {
-    return Json::array({Json{{"role", "user"}, {"content", text}}});
+  static util::Json UserMessage(const std::string& text) {
+    return util::Json::array({util::Json{{"role", "user"}, {"content", text}}});
   }
 
   // A short description of a failed answer: status plus the server's error message.
   static std::string Describe(const ProbeResponse& r) {
     std::string detail = fmt::format("HTTP {}", r.status);
-    auto json = api::ParseJson(r.body);
+    auto json = util::ParseJson(r.body);
     if (json.ok() && json->is_object() && json->contains("error")) {
-      const Json& e = (*json)["error"];
+      const util::Json& e = (*json)["error"];
       if (e.is_object()) {
         if (e.contains("code") && e["code"].is_string()) {
           detail += " " + e["code"].get<std::string>();
@@ -109,12 +109,12 @@ class Smoke {
   }
 
   // POSTs a chat request and returns the parsed 200 answer, or a failure line.
-  absl::StatusOr<Json> PostChat(const Json& body) const {
-    auto r =
-        ProbeFetch(server_, Request("POST", api_ + "/chat/completions", api::DumpJson(body), true));
+  absl::StatusOr<util::Json> PostChat(const util::Json& body) const {
+    auto r = ProbeFetch(server_,
+                        Request("POST", api_ + "/chat/completions", util::DumpJson(body), true));
     if (!r.ok()) return r.status();
     if (r->status != 200) return InternalError("bad_status", Describe(*r));
-    auto json = api::ParseJson(r->body);
+    auto json = util::ParseJson(r->body);
     if (!json.ok() || !json->is_object()) {
       return InternalError("bad_body", "the answer is not a JSON object");
     }
@@ -123,19 +123,19 @@ class Smoke {
 
   // The content delta of the first choice of one SSE chunk ("" when none).
   static std::string DeltaText(const std::string& event) {
-    auto chunk = api::ParseJson(event);
+    auto chunk = util::ParseJson(event);
     if (!chunk.ok() || !chunk->is_object()) return "";
-    Json& choices = (*chunk)["choices"];
+    util::Json& choices = (*chunk)["choices"];
     if (!choices.is_array() || choices.empty() || !choices[0].is_object()) return "";
-    Json& delta = choices[0]["delta"];
+    util::Json& delta = choices[0]["delta"];
     if (!delta.is_object() || !delta.contains("content") || !delta["content"].is_string()) {
       return "";
     }
     return delta["content"].get<std::string>();
   }
 
-  static int64_t IntAt(const Json& j, std::initializer_list<const char*> path) {
-    const Json* cur = &j;
+  static int64_t IntAt(const util::Json& j, std::initializer_list<const char*> path) {
+    const util::Json* cur = &j;
     for (const char* key : path) {
       if (!cur->is_object() || !cur->contains(key)) return -1;
       cur = &(*cur)[key];
@@ -154,14 +154,14 @@ class Smoke {
     auto r = ProbeFetch(server_, Request("GET", api_ + "/models", "", false));
     if (!r.ok()) return Add("models", false, OneLineError(r.status()));
     if (r->status != 200) return Add("models", false, Describe(*r));
-    auto json = api::ParseJson(r->body);
+    auto json = util::ParseJson(r->body);
     if (!json.ok() || !json->is_object() || !(*json)["data"].is_array() ||
         (*json)["data"].empty()) {
       return Add("models", false, "no model listed in {\"data\": [...]}");
     }
-    const Json* card = nullptr;
+    const util::Json* card = nullptr;
     std::vector<std::string> ids;
-    for (const Json& m : (*json)["data"]) {
+    for (const util::Json& m : (*json)["data"]) {
       if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
       ids.push_back(m["id"].get<std::string>());
       if (card == nullptr && (options_.model.empty() || ids.back() == options_.model)) card = &m;
@@ -196,11 +196,11 @@ class Smoke {
   void Chat() {
     auto json = PostChat(ChatBody(UserMessage("Say hello."), 8, false));
     if (!json.ok()) return Add("chat", false, std::string(json.status().message()));
-    Json& j = *json;
+    util::Json& j = *json;
     if (!j["choices"].is_array() || j["choices"].empty() || !j["choices"][0].is_object()) {
       return Add("chat", false, "the answer has no choices");
     }
-    Json& choice = j["choices"][0];
+    util::Json& choice = j["choices"][0];
     if (!choice["message"].is_object() || !choice["message"]["content"].is_string()) {
       return Add("chat", false, "choices[0].message.content is not a string");
     }
@@ -222,7 +222,7 @@ class Smoke {
   void Stream() {
     SseSplitter splitter;
     std::vector<std::string> events;
-    std::string body = api::DumpJson(ChatBody(UserMessage("Tell me a story."), 8, true));
+    std::string body = util::DumpJson(ChatBody(UserMessage("Tell me a story."), 8, true));
     auto r = ProbeFetch(server_, Request("POST", api_ + "/chat/completions", body, true),
                         [&](std::string_view piece) {
                           for (std::string& e : splitter.Feed(piece)) events.push_back(e);
@@ -244,16 +244,16 @@ class Smoke {
     bool usage = false;
     for (size_t i = 0; i + 1 < events.size(); ++i) {
       if (events[i] == "[DONE]") return Add("stream", false, "[DONE] before the last event");
-      auto chunk = api::ParseJson(events[i]);
+      auto chunk = util::ParseJson(events[i]);
       if (!chunk.ok() || !chunk->is_object()) {
         return Add("stream", false, fmt::format("event {} is not a JSON object", i));
       }
       if (chunk->contains("error")) {
         return Add("stream", false, "in-band error: " + events[i].substr(0, 160));
       }
-      Json& choices = (*chunk)["choices"];
+      util::Json& choices = (*chunk)["choices"];
       if (choices.is_array() && !choices.empty()) {
-        Json& c = choices[0];
+        util::Json& c = choices[0];
         if (c["delta"].is_object() && c["delta"]["content"].is_string()) {
           text += c["delta"]["content"].get<std::string>();
         }
@@ -279,9 +279,10 @@ class Smoke {
     int64_t cached[2] = {0, 0};
     int64_t prompt[2] = {0, 0};
     for (int i = 0; i < 2; ++i) {
-      Json messages = Json::array(
-          {Json{{"role", "system"}, {"content", prefix}},
-           Json{{"role", "user"}, {"content", i == 0 ? "First question?" : "Second question?"}}});
+      util::Json messages = util::Json::array(
+          {util::Json{{"role", "system"}, {"content", prefix}},
+           util::Json{{"role", "user"},
+                      {"content", i == 0 ? "First question?" : "Second question?"}}});
       auto json = PostChat(ChatBody(messages, 2, false));
       if (!json.ok()) {
         return Add("prefix_cache", false,
@@ -313,7 +314,7 @@ class Smoke {
     std::string text;
     text.reserve(static_cast<size_t>(report_.window + 64) * 2);
     for (int64_t i = 0; i < report_.window + 64; ++i) text += "x ";
-    std::string body = api::DumpJson(ChatBody(UserMessage(text), 1, true));
+    std::string body = util::DumpJson(ChatBody(UserMessage(text), 1, true));
     size_t streamed = 0;
     auto r = ProbeFetch(server_, Request("POST", api_ + "/chat/completions", body, true),
                         [&](std::string_view piece) {
@@ -335,7 +336,7 @@ class Smoke {
 
   void Cancel() {
     int64_t max_tokens = report_.window > 0 ? std::clamp<int64_t>(report_.window / 2, 16, 512) : 64;
-    std::string body = api::DumpJson(
+    std::string body = util::DumpJson(
         ChatBody(UserMessage("Write a very long story."), static_cast<int>(max_tokens), true));
     SseSplitter splitter;
     bool got_token = false;
@@ -392,16 +393,16 @@ std::string FormatSmokeReport(const SmokeReport& report) {
 }
 
 std::string SmokeReportJson(const SmokeReport& report) {
-  Json checks = Json::array();
+  util::Json checks = util::Json::array();
   for (const SmokeCheck& c : report.checks) {
-    checks.push_back(Json{{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
+    checks.push_back(util::Json{{"name", c.name}, {"ok", c.ok}, {"detail", c.detail}});
   }
-  Json out = Json{{"ok", report.ok()},
-                  {"base_url", report.base_url},
-                  {"model", report.model},
-                  {"window", report.window},
-                  {"checks", std::move(checks)}};
-  return api::DumpJson(out) + "\n";
+  util::Json out = util::Json{{"ok", report.ok()},
+                              {"base_url", report.base_url},
+                              {"model", report.model},
+                              {"window", report.window},
+                              {"checks", std::move(checks)}};
+  return util::DumpJson(out) + "\n";
 }
 
 }  // namespace deepinfer::tools

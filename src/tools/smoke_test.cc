@@ -6,14 +6,14 @@
 #include <thread>
 
 #include "api/http_server.h"
-#include "api/json.h"
 #include "gtest/gtest.h"
 #include "tools/smoke_http.h"
+#include "util/json.h"
 
 namespace deepinfer::tools {
 namespace {
 
-using api::Json;
+using util::Json;
 
 // What a fake OpenAI-compatible server gets right or wrong.
 struct FakeBehavior {
@@ -53,10 +53,11 @@ class FakeServer {
       return;
     }
     if (r.path == "/v1/models") {
-      Json body = {
+      util::Json body = {
           {"object", "list"},
-          {"data", Json::array({Json{{"id", "fake"}, {"max_model_len", behavior_.window}}})}};
-      w.Respond(200, "application/json", api::DumpJson(body));
+          {"data",
+           util::Json::array({util::Json{{"id", "fake"}, {"max_model_len", behavior_.window}}})}};
+      w.Respond(200, "application/json", util::DumpJson(body));
       return;
     }
     if (r.path != "/v1/chat/completions") {
@@ -64,10 +65,10 @@ class FakeServer {
       return;
     }
     if (!r.Header("x-data-parallel-rank").empty()) ++num_rank_headers_;
-    Json req = *api::ParseJson(r.body);
+    util::Json req = *util::ParseJson(r.body);
     int64_t prompt = 0;
     std::string system;
-    for (Json& m : req["messages"]) {
+    for (util::Json& m : req["messages"]) {
       prompt += Words(m["content"].get<std::string>()) + 4;
       if (m["role"] == "system") system = m["content"].get<std::string>();
     }
@@ -84,10 +85,10 @@ class FakeServer {
         cached = 16;
       }
     }
-    Json usage = {{"prompt_tokens", prompt},
-                  {"completion_tokens", 2},
-                  {"total_tokens", prompt + 2},
-                  {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+    util::Json usage = {{"prompt_tokens", prompt},
+                        {"completion_tokens", 2},
+                        {"total_tokens", prompt + 2},
+                        {"prompt_tokens_details", {{"cached_tokens", cached}}}};
     if (req.value("stream", false)) {
       w.BeginStream("text/event-stream");
       w.WriteStream(
@@ -103,19 +104,21 @@ class FakeServer {
       w.WriteStream(
           "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
           "\"length\"}]}\n\n");
-      w.WriteStream("data: " + api::DumpJson(Json{{"choices", Json::array()}, {"usage", usage}}) +
+      w.WriteStream("data: " +
+                    util::DumpJson(util::Json{{"choices", util::Json::array()}, {"usage", usage}}) +
                     "\n\n");
       if (behavior_.send_done) w.WriteStream("data: [DONE]\n\n");
       w.EndStream();
       return;
     }
-    Json body = {
+    util::Json body = {
         {"object", "chat.completion"},
-        {"choices", Json::array({Json{{"index", 0},
-                                      {"message", {{"role", "assistant"}, {"content", "hi there"}}},
-                                      {"finish_reason", "length"}}})},
+        {"choices", util::Json::array(
+                        {util::Json{{"index", 0},
+                                    {"message", {{"role", "assistant"}, {"content", "hi there"}}},
+                                    {"finish_reason", "length"}}})},
         {"usage", usage}};
-    w.Respond(200, "application/json", api::DumpJson(body));
+    w.Respond(200, "application/json", util::DumpJson(body));
   }
 
   FakeBehavior behavior_;
@@ -186,7 +189,7 @@ TEST(SmokeTest, GoodServerPassesEveryCheck) {
   EXPECT_EQ(report->model, "fake");
   EXPECT_GT(server.num_rank_headers(), 0);
   EXPECT_NE(FormatSmokeReport(*report).find("PASS"), std::string::npos);
-  auto json = api::ParseJson(SmokeReportJson(*report));
+  auto json = util::ParseJson(SmokeReportJson(*report));
   ASSERT_TRUE(json.ok());
   EXPECT_EQ((*json)["ok"], true);
 }

@@ -17,16 +17,17 @@
 #include <set>
 #include <thread>
 
-#include "api/json.h"
 #include "fmt/format.h"
 #include "openssl/evp.h"
+#include "util/json.h"
+#include "util/paths.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
 namespace {
 
 namespace fs = std::filesystem;
-using api::Json;
+using util::Json;
 using Clock = std::chrono::steady_clock;
 
 constexpr char kManifestFormat[] = "deepinfer-manifest/1";
@@ -37,25 +38,6 @@ bool IsHexDigest(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
          });
-}
-
-// A relative path that stays inside the root: no leading '/', no empty, "." or ".." parts.
-bool IsSafeRelativePath(const std::string& p) {
-  if (p.empty() || p[0] == '/' || p.find('\0') != std::string::npos) return false;
-  size_t start = 0;
-  while (start <= p.size()) {
-    size_t end = p.find('/', start);
-    if (end == std::string::npos) end = p.size();
-    std::string part = p.substr(start, end - start);
-    if (part.empty() || part == "." || part == "..") return false;
-    start = end + 1;
-  }
-  return true;
-}
-
-std::string JoinPath(const std::string& root, const std::string& rel) {
-  if (!root.empty() && root.back() == '/') return root + rel;
-  return root + "/" + rel;
 }
 
 bool Excluded(const std::string& rel, const std::vector<std::string>& excludes) {
@@ -136,9 +118,9 @@ std::string HumanBytes(double bytes) {
 
 absl::StatusOr<Manifest> ParseManifest(std::string_view text) {
   auto bad = [](const std::string& why) { return InvalidArgumentError("bad_manifest", why); };
-  auto parsed = api::ParseJson(text);
+  auto parsed = util::ParseJson(text);
   if (!parsed.ok()) return bad("the manifest is not valid JSON");
-  Json& json = *parsed;
+  util::Json& json = *parsed;
   if (!json.is_object()) return bad("the manifest must be a JSON object");
   if (!json.contains("format") || json["format"] != kManifestFormat) {
     return bad(fmt::format("\"format\" must be \"{}\"", kManifestFormat));
@@ -149,7 +131,7 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view text) {
   if (!json["files"].is_array()) return bad("\"files\" must be an array");
   std::set<std::string> seen;
   for (size_t i = 0; i < json["files"].size(); ++i) {
-    Json& f = json["files"][i];
+    util::Json& f = json["files"][i];
     if (!f.is_object() || !f["path"].is_string() || !f["size"].is_number_integer() ||
         !f["sha256"].is_string()) {
       return bad(
@@ -157,7 +139,7 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view text) {
     }
     ManifestFile file;
     file.path = f["path"].get<std::string>();
-    if (!IsSafeRelativePath(file.path)) {
+    if (!util::IsSafeRelativePath(file.path)) {
       return bad(fmt::format("files[{}]: path '{}' is not a plain relative path", i, file.path));
     }
     if (f["size"].is_number_unsigned()) {
@@ -182,20 +164,20 @@ absl::StatusOr<Manifest> ParseManifest(std::string_view text) {
 }
 
 std::string ManifestJson(const Manifest& manifest) {
-  Json files = Json::array();
+  util::Json files = util::Json::array();
   for (const ManifestFile& f : manifest.files) {
-    files.push_back(Json{{"path", f.path}, {"size", f.size_bytes}, {"sha256", f.sha256}});
+    files.push_back(util::Json{{"path", f.path}, {"size", f.size_bytes}, {"sha256", f.sha256}});
   }
-  Json out = Json{{"format", kManifestFormat},
-                  {"model", manifest.model},
-                  {"revision", manifest.revision},
-                  {"files", std::move(files)}};
+  util::Json out = util::Json{{"format", kManifestFormat},
+                              {"model", manifest.model},
+                              {"revision", manifest.revision},
+                              {"files", std::move(files)}};
   // One file per line keeps manifests reviewable in diffs.
-  std::string text = "{\"format\": " + api::DumpJson(out["format"]) +
-                     ", \"model\": " + api::DumpJson(out["model"]) +
-                     ", \"revision\": " + api::DumpJson(out["revision"]) + ",\n \"files\": [";
+  std::string text = "{\"format\": " + util::DumpJson(out["format"]) +
+                     ", \"model\": " + util::DumpJson(out["model"]) +
+                     ", \"revision\": " + util::DumpJson(out["revision"]) + ",\n \"files\": [";
   for (size_t i = 0; i < out["files"].size(); ++i) {
-    text += (i == 0 ? "\n  " : ",\n  ") + api::DumpJson(out["files"][i]);
+    text += (i == 0 ? "\n  " : ",\n  ") + util::DumpJson(out["files"][i]);
   }
   text += "\n ]}\n";
   return text;
@@ -285,7 +267,7 @@ absl::StatusOr<VerifyReport> VerifyModel(const std::string& root, const Manifest
     const ManifestFile& f = manifest.files[i];
     listed.insert(f.path);
     report.total_bytes += f.size_bytes;
-    std::string path = JoinPath(root, f.path);
+    std::string path = util::JoinPath(root, f.path);
     struct stat st;
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
       report.findings.push_back({FindingKind::kMissing, f.path, std::to_string(f.size_bytes), ""});
@@ -318,7 +300,7 @@ absl::StatusOr<VerifyReport> VerifyModel(const std::string& root, const Manifest
     ParallelRun(
         to_hash.size(), ResolveThreads(options.num_threads),
         [&](size_t k) {
-          digests[k] = Sha256File(JoinPath(root, manifest.files[to_hash[k]].path), &done);
+          digests[k] = Sha256File(util::JoinPath(root, manifest.files[to_hash[k]].path), &done);
         },
         [&] {
           if (options.progress) options.progress(done.load(), hash_total);
@@ -349,7 +331,7 @@ absl::StatusOr<Manifest> BuildManifest(const std::string& root, const std::strin
   uint64_t total = 0;
   for (const std::string& rel : files) {
     struct stat st;
-    if (::stat(JoinPath(root, rel).c_str(), &st) != 0) {
+    if (::stat(util::JoinPath(root, rel).c_str(), &st) != 0) {
       return InternalError("io_error", fmt::format("{}: {}", rel, std::strerror(errno)));
     }
     m.files.push_back({rel, static_cast<uint64_t>(st.st_size), ""});
@@ -365,7 +347,7 @@ absl::StatusOr<Manifest> BuildManifest(const std::string& root, const std::strin
       order.size(), ResolveThreads(options.num_threads),
       [&](size_t k) {
         size_t i = order[k];
-        auto digest = Sha256File(JoinPath(root, m.files[i].path), &done);
+        auto digest = Sha256File(util::JoinPath(root, m.files[i].path), &done);
         if (digest.ok()) {
           m.files[i].sha256 = *digest;
         } else {
@@ -379,7 +361,7 @@ absl::StatusOr<Manifest> BuildManifest(const std::string& root, const std::strin
   // A file that changed size while it was hashed cannot describe a trusted copy.
   for (const ManifestFile& f : m.files) {
     struct stat st;
-    if (::stat(JoinPath(root, f.path).c_str(), &st) != 0 ||
+    if (::stat(util::JoinPath(root, f.path).c_str(), &st) != 0 ||
         static_cast<uint64_t>(st.st_size) != f.size_bytes) {
       return InternalError("io_error", f.path + ": changed while it was hashed");
     }
@@ -432,21 +414,21 @@ std::string FormatVerifyReport(const VerifyReport& report) {
 }
 
 std::string VerifyReportJson(const VerifyReport& report) {
-  Json findings = Json::array();
+  util::Json findings = util::Json::array();
   for (const Finding& f : report.findings) {
-    findings.push_back(Json{{"kind", FindingKindName(f.kind)},
-                            {"path", f.path},
-                            {"expected", f.expected},
-                            {"actual", f.actual}});
+    findings.push_back(util::Json{{"kind", FindingKindName(f.kind)},
+                                  {"path", f.path},
+                                  {"expected", f.expected},
+                                  {"actual", f.actual}});
   }
-  Json out = Json{{"ok", report.ok()},
-                  {"full", report.full},
-                  {"num_files", report.num_files},
-                  {"total_bytes", report.total_bytes},
-                  {"hashed_bytes", report.hashed_bytes},
-                  {"seconds", report.seconds},
-                  {"findings", std::move(findings)}};
-  return api::DumpJson(out) + "\n";
+  util::Json out = util::Json{{"ok", report.ok()},
+                              {"full", report.full},
+                              {"num_files", report.num_files},
+                              {"total_bytes", report.total_bytes},
+                              {"hashed_bytes", report.hashed_bytes},
+                              {"seconds", report.seconds},
+                              {"findings", std::move(findings)}};
+  return util::DumpJson(out) + "\n";
 }
 
 }  // namespace deepinfer::tools

@@ -20,17 +20,17 @@
 #include <thread>
 #include <vector>
 
-#include "api/json.h"
 #include "fmt/format.h"
 #include "tools/smoke_http.h"
 #include "tools/verify_model.h"
+#include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
 namespace {
 
-using api::Json;
+using util::Json;
 
 constexpr char kInstanceFormat[] = "deepinfer-instance/1";
 constexpr char kStateFormat[] = "deepinfer-watch-state/1";
@@ -288,9 +288,9 @@ std::string DefaultWatchStatePath(const std::string& instance_path) {
 
 absl::StatusOr<WatchInstance> ParseWatchInstance(std::string_view text) {
   auto bad = [](const std::string& why) { return InvalidArgumentError("bad_instance", why); };
-  auto json = api::ParseJson(text);
+  auto json = util::ParseJson(text);
   if (!json.ok() || !json->is_object()) return bad("the instance file is not a JSON object");
-  Json& j = *json;
+  util::Json& j = *json;
   if (j["format"] != kInstanceFormat) {
     return bad(fmt::format("format: must be \"{}\"", kInstanceFormat));
   }
@@ -337,9 +337,9 @@ struct Watcher::Impl {
   void LoadState() {
     auto text = util::ReadFile(options.state_path);
     if (!text.ok()) return;
-    auto json = api::ParseJson(*text);
+    auto json = util::ParseJson(*text);
     if (!json.ok() || !json->is_object()) return;
-    Json& j = *json;
+    util::Json& j = *json;
     // A state written for another binding (a re-rendered script) starts over.
     if (j["format"] != kStateFormat || j["instance"] != instance.name ||
         j["script_sha256"] != instance.script_sha256 || j["port"] != instance.port) {
@@ -357,21 +357,22 @@ struct Watcher::Impl {
   }
 
   absl::Status SaveState(const WatchSample& sample) {
-    Json j = Json::object();
+    util::Json j = util::Json::object();
     j["format"] = kStateFormat;
     j["instance"] = instance.name;
     j["script_sha256"] = instance.script_sha256;
     j["binary_sha256"] = instance.binary_sha256;
     j["port"] = instance.port;
     j["last_sample"] = last_sample;
-    j["idle_since"] = idle_since ? Json(*idle_since) : Json(nullptr);
-    j["last_restart"] = last_restart ? Json(*last_restart) : Json(nullptr);
-    j["restarted_after_exit"] = restarted_after_exit ? Json(*restarted_after_exit) : Json(nullptr);
+    j["idle_since"] = idle_since ? util::Json(*idle_since) : util::Json(nullptr);
+    j["last_restart"] = last_restart ? util::Json(*last_restart) : util::Json(nullptr);
+    j["restarted_after_exit"] =
+        restarted_after_exit ? util::Json(*restarted_after_exit) : util::Json(nullptr);
     j["restarts"] = restarts;
     j["notified_key"] = notified_key;
     j["state"] = sample.state;
     j["message"] = sample.message;
-    return util::WriteFileAtomically(options.state_path, api::DumpJson(j) + "\n");
+    return util::WriteFileAtomically(options.state_path, util::DumpJson(j) + "\n");
   }
 
   // Runs the notification hook unless `key` was the last one sent. Returns whether it was sent.
@@ -605,8 +606,8 @@ absl::StatusOr<std::string> WatchStop(const std::string& instance_path,
   DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(instance_path));
   DI_ASSIGN_OR_RETURN(WatchInstance instance, ParseWatchInstance(text));
   std::string path = state_path.empty() ? DefaultWatchStatePath(instance_path) : state_path;
-  Json record = Json{{"stopped_at", clock.Now()}, {"instance", instance.name}};
-  DI_RETURN_IF_ERROR(util::WriteFileAtomically(path + ".stop", api::DumpJson(record) + "\n"));
+  util::Json record = util::Json{{"stopped_at", clock.Now()}, {"instance", instance.name}};
+  DI_RETURN_IF_ERROR(util::WriteFileAtomically(path + ".stop", util::DumpJson(record) + "\n"));
   pid_t pid = RunningPid(instance);
   if (pid == 0)
     return fmt::format("{}: stop recorded; the instance was not running", instance.name);
@@ -646,14 +647,15 @@ std::string WatchSampleLine(const WatchSample& s) {
 }
 
 std::string WatchSampleJson(const WatchSample& s) {
-  Json j = Json{{"time", s.time},
-                {"state", s.state},
-                {"message", s.message},
-                {"idle", s.idle},
-                {"idle_since", s.idle_since ? Json(*s.idle_since) : Json(nullptr)},
-                {"restarted", s.restarted},
-                {"notified", s.notified}};
-  return api::DumpJson(j) + "\n";
+  util::Json j =
+      util::Json{{"time", s.time},
+                 {"state", s.state},
+                 {"message", s.message},
+                 {"idle", s.idle},
+                 {"idle_since", s.idle_since ? util::Json(*s.idle_since) : util::Json(nullptr)},
+                 {"restarted", s.restarted},
+                 {"notified", s.notified}};
+  return util::DumpJson(j) + "\n";
 }
 
 }  // namespace deepinfer::tools

@@ -20,7 +20,8 @@ namespace deepinfer {
 // Returns a status with canonical `code`, the stable machine-readable `error_code` and `message`.
 //
 // Threads: pure function.
-absl::Status MakeError(absl::StatusCode code, std::string_view error_code, std::string_view message);
+absl::Status MakeError(absl::StatusCode code, std::string_view error_code,
+                       std::string_view message);
 
 // Shorthands for the common canonical codes.
 absl::Status InvalidArgumentError(std::string_view error_code, std::string_view message);
@@ -44,10 +45,10 @@ std::string OneLineError(const absl::Status& status);
 #define DI_STATUS_CONCAT_(a, b) DI_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define DI_RETURN_IF_ERROR(expr)                  \
-  do {                                            \
-    ::absl::Status di_status_ = (expr);           \
-    if (!di_status_.ok()) return di_status_;      \
+#define DI_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status di_status_ = (expr);      \
+    if (!di_status_.ok()) return di_status_; \
   } while (0)
 
 // DI_ASSIGN_OR_RETURN(lhs, expr): evaluates the absl::StatusOr `expr`; returns its status on error,

@@ -12,9 +12,12 @@ TEST(ThreadPoolTest, ParallelForCoversEveryIndexOnce) {
   ThreadPool pool(3);
   for (int64_t n : {1, 2, 7, 64, 1000}) {
     std::vector<std::atomic<int>> hits(n);
-    pool.ParallelFor(n, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) hits[i]++;
-    }, 4);
+    pool.ParallelFor(
+        n,
+        [&](int64_t b, int64_t e, int) {
+          for (int64_t i = b; i < e; ++i) hits[i]++;
+        },
+        4);
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[i].load(), 1) << "n=" << n << " i=" << i;
   }
 }

@@ -1,6 +1,6 @@
 // Feeds arbitrary bytes to the request parsers and validators of the HTTP API (chat,
-// completions, tokenize, detokenize, Anthropic messages, Responses) and to the error and SSE encoders their results reach.
-// They must never crash, whatever the bytes.
+// completions, tokenize, detokenize, Anthropic messages, Responses) and to the error and SSE
+// encoders their results reach. They must never crash, whatever the bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -60,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (responses.ok()) {
     if (responses->params.n != 1) __builtin_trap();
     if (responses->params.max_tokens && *responses->params.max_tokens < 1) __builtin_trap();
-    (void)deepinfer::api::DumpJson(responses->echo);
+    (void)deepinfer::util::DumpJson(responses->echo);
   }
   Check(deepinfer::api::ParseTokenizeRequest(body, limits));
   Check(deepinfer::api::ParseDetokenizeRequest(body, limits));

@@ -1,10 +1,10 @@
-#include "api/json.h"
+#include "util/json.h"
 
 #include <exception>
 
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::util {
 namespace {
 
 // Nesting depth of `text`, counting brackets outside strings. Runs before the parser so that a
@@ -54,12 +54,42 @@ absl::StatusOr<Json> ParseJson(std::string_view text) {
   return value;
 }
 
-std::string DumpJson(const Json& value) {
+Json ParseJsonOrDiscarded(std::string_view text) {
+  absl::StatusOr<Json> value = ParseJson(text);
+  if (!value.ok()) return Json(Json::value_t::discarded);
+  return *std::move(value);
+}
+
+std::string DumpJson(const Json& value, int indent) {
   try {
-    return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+    return value.dump(indent, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
   } catch (const std::exception& e) {
     return "null";
   }
 }
 
-}  // namespace deepinfer::api
+const Json* Member(const Json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() ? nullptr : &*it;
+}
+
+std::optional<int64_t> IntMember(const Json& j, const char* key) {
+  const Json* v = Member(j, key);
+  if (v == nullptr || !v->is_number()) return std::nullopt;
+  return v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
+}
+
+std::optional<std::string> StringMember(const Json& j, const char* key) {
+  const Json* v = Member(j, key);
+  if (v == nullptr || !v->is_string()) return std::nullopt;
+  return v->get<std::string>();
+}
+
+const Json* FirstOf(const Json& j, const char* key) {
+  const Json* v = Member(j, key);
+  if (v == nullptr || !v->is_array() || v->empty()) return nullptr;
+  return &(*v)[0];
+}
+
+}  // namespace deepinfer::util
