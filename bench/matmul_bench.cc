@@ -41,13 +41,13 @@ struct Weights {
 
 Weights MakeWeights(DType t, int64_t out, int64_t in, bool cold) {
   Weights w;
-  w.one_bytes = KernelBlockBytes(t) * static_cast<size_t>(out * in / KernelBlockSize(t));
+  w.one_bytes = model::BlockBytes(t) * static_cast<size_t>(out * in / model::BlockSize(t));
   w.copies = cold ? static_cast<int>(kColdBytes / w.one_bytes + 1) : 1;
   w.bytes.resize(w.one_bytes * w.copies);
   std::mt19937 rng(1);
   for (auto& b : w.bytes) b = static_cast<uint8_t>(rng());
   // Keep fp16 scales finite: overwrite them with 0.01 in every block.
-  const size_t bb = KernelBlockBytes(t);
+  const size_t bb = model::BlockBytes(t);
   const uint16_t d = internal::FloatToHalf(0.01f);
   for (size_t off = 0; off + bb <= w.bytes.size(); off += bb) {
     if (t == DType::kQ6_K) {

@@ -38,8 +38,7 @@ struct KvCache {
   // Errors: ResourceExhausted "out_of_memory" when the address space cannot be reserved.
   absl::Status Allocate(int layers_count, int block_size_tokens, int blocks, int64_t per_token);
   float* Slot(int layer, int32_t block, int32_t offset) {
-    return layers[layer] +
-           (static_cast<int64_t>(block) * block_size + offset) * floats_per_token;
+    return layers[layer] + (static_cast<int64_t>(block) * block_size + offset) * floats_per_token;
   }
   // Bytes held per token slot across all layers.
   int64_t bytes_per_token() const { return num_layers * floats_per_token * 4; }
@@ -52,7 +51,7 @@ struct KvCache {
 // start_pos .. start_pos + num_tokens - 1, stored in the blocks listed by `block_table`.
 // Logits are produced for the last `num_logits` of those tokens (0 for a non-final prefill chunk).
 struct SequenceSlice {
-  int32_t token_offset = 0;            // index of the first token in ForwardBatch::tokens
+  int32_t token_offset = 0;  // index of the first token in ForwardBatch::tokens
   int32_t num_tokens = 0;
   int32_t start_pos = 0;
   int32_t num_logits = 1;
@@ -123,8 +122,12 @@ class CausalLm {
                           util::ThreadPool& pool) {}
 };
 
-// Builds the forward pass for `model.config.architecture`.
-// Errors: Unimplemented "unsupported_architecture".
+// Builds the forward pass for `model.config.architecture`, after checking the model's tensors
+// against the architecture's schema (names, shapes, types the kernels read, NaN/Inf: every
+// element of norms and biases, 4 sampled rows of matrices; MTP layers only when present).
+// Errors: Unimplemented "unsupported_architecture"; NotFound "missing_tensor"; InvalidArgument
+//   "shape_mismatch" (against the config); Unimplemented "unsupported_dtype"; DataLoss
+//   "nan_in_weights"; InvalidArgument "bad_config" (inconsistent dimensions).
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model);
 
 }  // namespace deepinfer::arch

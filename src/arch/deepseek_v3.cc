@@ -16,6 +16,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
+#include "model/tensor_values.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
@@ -77,6 +78,8 @@ class DeepseekImpl final : public DeepseekV3Lm {
                   float* logits, float* hidden_out, util::ThreadPool& pool) override;
 
  private:
+  absl::StatusOr<const TensorView*> Checked(const std::string& name,
+                                            const std::vector<int64_t>& shape);
   absl::StatusOr<std::vector<float>> Vec(const std::string& name, int64_t n);
   absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols);
   absl::StatusOr<Mlp> LoadMlp(const std::string& prefix, int64_t inner);
@@ -133,12 +136,27 @@ class DeepseekImpl final : public DeepseekV3Lm {
   std::vector<float> mla_q_, mla_o_, mla_ml_, mla_lat_, mla_scratch_;
 };
 
-absl::StatusOr<std::vector<float>> DeepseekImpl::Vec(const std::string& name, int64_t n) {
+// The tensor `name` if it has `shape` and a type the kernels read, after a check of its values
+// (every element of vectors, sampled rows of matrices). Vec and Mat are the one statement of the
+// DeepSeek tensor schema: the loader (model/) only maps the files.
+absl::StatusOr<const TensorView*> DeepseekImpl::Checked(const std::string& name,
+                                                        const std::vector<int64_t>& shape) {
   DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-  if (t->num_elements() != n) {
-    return InvalidArgumentError("shape_mismatch", fmt::format("{} has {} elements, expected {}",
-                                                              name, t->num_elements(), n));
+  if (t->shape != shape) {
+    return InvalidArgumentError(
+        "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
+                                      model::ShapeString(t->shape), model::ShapeString(shape)));
   }
+  if (!kernels::HasCpuKernel(t->dtype)) {
+    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
+                                                               model::DTypeName(t->dtype)));
+  }
+  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/shape.size() == 1));
+  return t;
+}
+
+absl::StatusOr<std::vector<float>> DeepseekImpl::Vec(const std::string& name, int64_t n) {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, Checked(name, {n}));
   std::vector<float> v(static_cast<size_t>(n));
   kernels::DequantizeRow(t->dtype, t->data, v.data(), n);
   return v;
@@ -146,13 +164,7 @@ absl::StatusOr<std::vector<float>> DeepseekImpl::Vec(const std::string& name, in
 
 absl::StatusOr<const TensorView*> DeepseekImpl::Mat(const std::string& name, int64_t rows,
                                                     int64_t cols) {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-  if (t->shape.size() != 2 || t->rows() != rows || t->cols() != cols) {
-    return InvalidArgumentError(
-        "shape_mismatch",
-        fmt::format("{} has the wrong shape (expected [{}, {}])", name, rows, cols));
-  }
-  return t;
+  return Checked(name, {rows, cols});
 }
 
 absl::StatusOr<Mlp> DeepseekImpl::LoadMlp(const std::string& p, int64_t inner) {
@@ -544,8 +556,8 @@ void DeepseekImpl::AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSl
     for (int32_t c = 0; c < chunks; ++c) {
       mla_first_.push_back(num_partials);
       for (int32_t p = 0; p < parts; ++p) {
-        mla_items_.push_back({i, c, p * kPositionsPerPart, std::min(ctx, (p + 1) * kPositionsPerPart),
-                              num_partials, parts});
+        mla_items_.push_back({i, c, p * kPositionsPerPart,
+                              std::min(ctx, (p + 1) * kPositionsPerPart), num_partials, parts});
         ++num_partials;
       }
     }
@@ -560,22 +572,23 @@ void DeepseekImpl::AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSl
                                      mla_ml_.data() + int64_t{slot} * kLanes,
                                      mla_ml_.data() + (int64_t{num_partials} + slot) * kLanes};
   };
-  pool.ParallelFor(static_cast<int64_t>(mla_items_.size()), [&](int64_t begin, int64_t end, int thread) {
-    for (int64_t k = begin; k < end; ++k) {
-      const MlaItem& it = mla_items_[k];
-      const float* q_t = mla_q_.data() + (int64_t{it.token} * chunks + it.chunk) * lat * kLanes;
-      kernels::MlaAttendRange(mla_kv, q_t, it.pos_begin, it.pos_end,
-                              mla_scratch_.data() + thread * kernels::MlaScratchFloats(),
-                              partial(static_cast<int32_t>(k)));
-    }
-  });
+  pool.ParallelFor(
+      static_cast<int64_t>(mla_items_.size()), [&](int64_t begin, int64_t end, int thread) {
+        for (int64_t k = begin; k < end; ++k) {
+          const MlaItem& it = mla_items_[k];
+          const float* q_t = mla_q_.data() + (int64_t{it.token} * chunks + it.chunk) * lat * kLanes;
+          kernels::MlaAttendRange(mla_kv, q_t, it.pos_begin, it.pos_end,
+                                  mla_scratch_.data() + thread * kernels::MlaScratchFloats(),
+                                  partial(static_cast<int32_t>(k)));
+        }
+      });
   // 3. Merge the parts of every (token, chunk), then each head's latent through W_UV.
   grow(mla_lat_, n * chunks * rkv * kLanes);
   pool.ParallelFor(n * chunks, [&](int64_t begin, int64_t end, int) {
     for (int64_t tc = begin; tc < end; ++tc) {
       const int32_t first = mla_first_[tc];
-      kernels::MlaFinish(static_cast<int>(rkv), partial(first),
-                         mla_items_[first].num_parts, mla_lat_.data() + tc * rkv * kLanes);
+      kernels::MlaFinish(static_cast<int>(rkv), partial(first), mla_items_[first].num_parts,
+                         mla_lat_.data() + tc * rkv * kLanes);
     }
   });
   pool.ParallelFor(n * nh, [&](int64_t begin, int64_t end, int thread) {

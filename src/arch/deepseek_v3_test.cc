@@ -22,6 +22,7 @@
 #include "model/synthetic_checkpoint_testing.h"
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
+#include "util/status.h"
 
 namespace deepinfer::arch {
 namespace {
@@ -32,6 +33,40 @@ std::string CheckpointDir(const std::string& name) {
   auto dir = model::DeepseekTestCheckpoint(name);
   EXPECT_TRUE(dir.ok()) << dir.status();
   return dir.ok() ? *dir : "";
+}
+
+// Tensors that do not match the config, or hold NaN, are refused when the architecture is built
+// from the loaded files (arch/ validates against its schema; model/ only maps them).
+void ExpectCreateError(const std::string& dir, const std::string& code) {
+  auto m = model::LoadModel(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto lm = CreateCausalLm(**m);
+  ASSERT_FALSE(lm.ok());
+  EXPECT_EQ(ErrorCodeOf(lm.status()), code) << lm.status();
+  EXPECT_EQ(OneLineError(lm.status()).find('\n'), std::string::npos);
+}
+
+TEST(DeepseekSchemaTest, ShapeMismatchAgainstConfigIsReported) {
+  model::CheckpointCopy c("v3_qlora");
+  c.EditConfig("kv_lora_rank", 24);
+  ExpectCreateError(c.dir(), "shape_mismatch");
+  model::CheckpointCopy d("v3_qlora");
+  d.EditConfig("n_routed_experts", 16);
+  ExpectCreateError(d.dir(), "shape_mismatch");
+}
+
+TEST(DeepseekSchemaTest, NanInNormWeightIsReported) {
+  model::CheckpointCopy c("v3_qlora");
+  const size_t off = c.TensorOffset("model.safetensors", "model.layers.1.input_layernorm.weight");
+  const uint16_t nan_bf16 = 0x7fc0;
+  c.Patch("model.safetensors", off + 2 * 5, &nan_bf16, 2);
+  ExpectCreateError(c.dir(), "nan_in_weights");
+}
+
+TEST(DeepseekSchemaTest, MissingTensorIsReported) {
+  model::CheckpointCopy e("v3_qlora");
+  e.EditConfig("num_hidden_layers", 3);
+  ExpectCreateError(e.dir(), "missing_tensor");
 }
 
 struct Golden {

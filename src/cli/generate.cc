@@ -179,14 +179,11 @@ void PrintStats(const TurnStats& st, bool json, const std::string* text = nullpt
   int decode_steps = std::max(0, st.generated - 1);
   double decode_tps = decode_steps / std::max(st.decode_s, 1e-9);
   if (json) {
-    nlohmann::json j = {{"prompt_tokens", st.prompt_tokens},
-                        {"prefill_tokens", st.computed_prompt_tokens},
-                        {"generated_tokens", st.generated},
-                        {"prefill_s", st.prefill_s},
-                        {"decode_s", st.decode_s},
-                        {"prefill_tokens_per_s", prefill_tps},
-                        {"decode_tokens_per_s", decode_tps},
-                        {"finish_reason", st.finish}};
+    nlohmann::json j = {
+        {"prompt_tokens", st.prompt_tokens}, {"prefill_tokens", st.computed_prompt_tokens},
+        {"generated_tokens", st.generated},  {"prefill_s", st.prefill_s},
+        {"decode_s", st.decode_s},           {"prefill_tokens_per_s", prefill_tps},
+        {"decode_tokens_per_s", decode_tps}, {"finish_reason", st.finish}};
     if (text != nullptr) j["text"] = *text;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -206,7 +203,7 @@ int Run(const GenerateFlags& f) {
   auto model = model::LoadModel(f.model, f.tokenizer);
   if (!model.ok()) return fail(model.status());
   const model::Model& m = **model;
-  auto text = tokenizer::LoadModelText(m, f.model, f.chat_template);
+  auto text = tokenizer::LoadModelText(m, f.chat_template);
   if (!text.ok()) return fail(text.status());
   std::unique_ptr<tokenizer::Tokenizer>* tok = &text->tokenizer;
   auto lm = arch::CreateCausalLm(m);
@@ -305,9 +302,13 @@ int Run(const GenerateFlags& f) {
 
 void RegisterGenerate(CLI::App& app, int* exit_code) {
   auto flags = std::make_shared<GenerateFlags>();
-  CLI::App* cmd = app.add_subcommand("generate", "Generate text from one prompt, or chat, without a server");
-  cmd->add_option("--model", flags->model, "GGUF file, llama2.c checkpoint (.bin) or Hugging Face checkpoint folder")->required();
-  cmd->add_option("--tokenizer", flags->tokenizer, "llama2.c tokenizer (default: tok*.bin beside the model)");
+  CLI::App* cmd =
+      app.add_subcommand("generate", "Generate text from one prompt, or chat, without a server");
+  cmd->add_option("--model", flags->model,
+                  "GGUF file, llama2.c checkpoint (.bin) or Hugging Face checkpoint folder")
+      ->required();
+  cmd->add_option("--tokenizer", flags->tokenizer,
+                  "llama2.c tokenizer (default: tok*.bin beside the model)");
   auto* prompt = cmd->add_option("--prompt", flags->prompt, "prompt text (plain continuation)");
   auto* chat = cmd->add_flag("--chat", flags->chat,
                              "interactive chat using the model's chat template; on a terminal: "
@@ -320,15 +321,19 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   chat->excludes(random);
   cmd->add_flag("--raw", flags->raw, "parse special-token syntax in --prompt");
   cmd->add_option("--system", flags->system, "system prompt for --chat");
-  cmd->add_option("--chat-template", flags->chat_template, "chat encoder by name (see serve --help)");
-  cmd->add_option("--max-tokens", flags->max_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--chat-template", flags->chat_template,
+                  "chat encoder by name (see serve --help)");
+  cmd->add_option("--max-tokens", flags->max_tokens, "tokens to generate")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", flags->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--top-p", flags->top_p)->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--top-k", flags->top_k)->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--min-p", flags->min_p)->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--repetition-penalty", flags->repetition_penalty)->check(CLI::Range(0.01, 100.0));
+  cmd->add_option("--repetition-penalty", flags->repetition_penalty)
+      ->check(CLI::Range(0.01, 100.0));
   cmd->add_option("--seed", flags->seed, "sampling seed (same seed, same tokens)");
-  cmd->add_option("--threads", flags->threads, "worker threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", flags->threads, "worker threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--numerics", flags->numerics,
                   "fast (default), or ggml: float arithmetic bit-identical to llama.cpp's CPU "
                   "backend, so greedy output is token-identical to it (Llama models; slower; "
@@ -339,7 +344,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", flags->json, "print timings as one JSON line on stdout");
   cmd->callback([flags, exit_code, cmd] {
     if (flags->prompt.empty() && !flags->chat && flags->random_prompt_tokens == 0) {
-      std::fprintf(stderr, "deepinfer generate: bad_flags: give --prompt, --chat or --random-prompt-tokens\n");
+      std::fprintf(
+          stderr,
+          "deepinfer generate: bad_flags: give --prompt, --chat or --random-prompt-tokens\n");
       *exit_code = 2;
       return;
     }

@@ -234,7 +234,7 @@ int Run(ServeFlags f) {
     PrintError("cannot load model", model.status());
     return ExitCodeFor(model.status());
   }
-  auto text = tokenizer::LoadModelText(**model, f.model, f.chat_template);
+  auto text = tokenizer::LoadModelText(**model, f.chat_template);
   if (!text.ok()) {
     PrintError("cannot build tokenizer or chat template", text.status());
     return ExitCodeFor(text.status());

@@ -28,80 +28,42 @@ uint32_t ShiftRoundEven(uint32_t value, int shift) {
 
 }  // namespace
 
-int64_t BlockSize(DType t) {
-  switch (t) {
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ8_0:
-    case DType::kQ8_1:
-      return 32;
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-    case DType::kQ8_K:
-      return kQK_K;
-    default:
-      return 1;  // plain types; also kInvalid so that RowBytes never divides by zero
+// The one table of element types: block sizes and bytes per block here are what every layer uses
+// (the loaders to size tensors, the kernels to walk rows). Source: ggml/src/ggml-common.h.
+constexpr DTypeInfo kDTypes[] = {
+    {DType::kF32, "F32", 1, 4, false},
+    {DType::kF16, "F16", 1, 2, false},
+    {DType::kBF16, "BF16", 1, 2, false},
+    {DType::kF8E4M3, "F8_E4M3", 1, 1, false},
+    {DType::kQ4_0, "Q4_0", 32, sizeof(BlockQ4_0), true},
+    {DType::kQ4_1, "Q4_1", 32, sizeof(BlockQ4_1), true},
+    {DType::kQ8_0, "Q8_0", 32, sizeof(BlockQ8_0), true},
+    {DType::kQ8_1, "Q8_1", 32, sizeof(BlockQ8_1), true},
+    {DType::kQ4_K, "Q4_K", kQK_K, sizeof(BlockQ4_K), true},
+    {DType::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K), true},
+    {DType::kQ8_K, "Q8_K", kQK_K, sizeof(BlockQ8_K), true},
+};
+
+const DTypeInfo* FindDType(DType t) {
+  for (const DTypeInfo& info : kDTypes) {
+    if (info.type == t) return &info;
   }
+  return nullptr;
+}
+
+int64_t BlockSize(DType t) {
+  const DTypeInfo* info = FindDType(t);
+  return info == nullptr ? 0 : info->block_size;
 }
 
 size_t BlockBytes(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 4;
-    case DType::kF16:
-      return 2;
-    case DType::kBF16:
-      return 2;
-    case DType::kF8E4M3:
-      return 1;
-    case DType::kQ4_0:
-      return sizeof(BlockQ4_0);
-    case DType::kQ4_1:
-      return sizeof(BlockQ4_1);
-    case DType::kQ8_0:
-      return sizeof(BlockQ8_0);
-    case DType::kQ8_1:
-      return sizeof(BlockQ8_1);
-    case DType::kQ4_K:
-      return sizeof(BlockQ4_K);
-    case DType::kQ6_K:
-      return sizeof(BlockQ6_K);
-    case DType::kQ8_K:
-      return sizeof(BlockQ8_K);
-    case DType::kInvalid:
-      return 0;
-  }
-  return 0;
+  const DTypeInfo* info = FindDType(t);
+  return info == nullptr ? 0 : info->block_bytes;
 }
 
 std::string_view DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return "F32";
-    case DType::kF16:
-      return "F16";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF8E4M3:
-      return "F8_E4M3";
-    case DType::kQ4_0:
-      return "Q4_0";
-    case DType::kQ4_1:
-      return "Q4_1";
-    case DType::kQ8_0:
-      return "Q8_0";
-    case DType::kQ8_1:
-      return "Q8_1";
-    case DType::kQ4_K:
-      return "Q4_K";
-    case DType::kQ6_K:
-      return "Q6_K";
-    case DType::kQ8_K:
-      return "Q8_K";
-    case DType::kInvalid:
-      return "INVALID";
-  }
-  return "INVALID";
+  const DTypeInfo* info = FindDType(t);
+  return info == nullptr ? "INVALID" : info->name;
 }
 
 DType DTypeFromGgml(uint32_t ggml_type) {
@@ -131,7 +93,10 @@ DType DTypeFromGgml(uint32_t ggml_type) {
   }
 }
 
-bool IsQuantized(DType t) { return BlockSize(t) > 1; }
+bool IsQuantized(DType t) {
+  const DTypeInfo* info = FindDType(t);
+  return info != nullptr && info->quantized;
+}
 
 float Fp16ToFp32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;

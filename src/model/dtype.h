@@ -26,12 +26,28 @@ enum class DType : int32_t {
   kInvalid = -1,
 };
 
-// Number of elements in one quantization block (1 for plain types).
+// What the tree knows about one element type. Units: block_size in elements (1 for plain types),
+// block_bytes in bytes per block.
+struct DTypeInfo {
+  DType type;
+  std::string_view name;  // short upper-case name: "Q4_1", "F32", "F8_E4M3"
+  int64_t block_size;
+  size_t block_bytes;
+  bool quantized;  // one of the block formats with scales (Q4_0 ... Q8_K)
+};
+
+// The table entry of `t`; nullptr for kInvalid and values outside the table.
+const DTypeInfo* FindDType(DType t);
+// Elements per block; 0 for a type outside the table (callers check before dividing).
 int64_t BlockSize(DType t);
-// Bytes per block (bytes per element for plain types).
+// Bytes per block; 0 for a type outside the table.
 size_t BlockBytes(DType t);
-// Bytes needed for a row of `n` elements; `n` must be a multiple of BlockSize(t).
-inline size_t RowBytes(DType t, int64_t n) { return BlockBytes(t) * static_cast<size_t>(n / BlockSize(t)); }
+// Bytes needed for a row of `n` elements; `n` must be a multiple of BlockSize(t). 0 for a type
+// outside the table.
+inline size_t RowBytes(DType t, int64_t n) {
+  const int64_t block = BlockSize(t);
+  return block == 0 ? 0 : BlockBytes(t) * static_cast<size_t>(n / block);
+}
 // Short upper-case name ("Q4_1", "F32"); "INVALID" for unknown values.
 std::string_view DTypeName(DType t);
 // Maps a GGUF ggml_type id to DType; returns kInvalid for types deepinfer does not support.
@@ -42,12 +58,12 @@ bool IsQuantized(DType t);
 // Block layouts (little endian, packed as in ggml). Field names follow ggml so the code can be
 // checked against ggml-common.h line by line.
 struct BlockQ4_0 {
-  uint16_t d;       // fp16 scale
-  uint8_t qs[16];   // 32 x 4-bit: low nibbles are elements 0..15, high nibbles 16..31
+  uint16_t d;      // fp16 scale
+  uint8_t qs[16];  // 32 x 4-bit: low nibbles are elements 0..15, high nibbles 16..31
 };
 struct BlockQ4_1 {
-  uint16_t d;       // fp16 scale
-  uint16_t m;       // fp16 min
+  uint16_t d;  // fp16 scale
+  uint16_t m;  // fp16 min
   uint8_t qs[16];
 };
 struct BlockQ8_0 {
@@ -55,8 +71,8 @@ struct BlockQ8_0 {
   int8_t qs[32];
 };
 struct BlockQ8_1 {
-  uint16_t d;       // fp16 scale
-  uint16_t s;       // fp16 d * sum(qs)
+  uint16_t d;  // fp16 scale
+  uint16_t s;  // fp16 d * sum(qs)
   int8_t qs[32];
 };
 constexpr int kQK_K = 256;

@@ -38,6 +38,15 @@ TEST(DTypeTest, BlockSizesAndBytesMatchGgml) {
   EXPECT_EQ(RowBytes(DType::kInvalid, 10), 0u);
 }
 
+TEST(DTypeTest, TypesOutsideTheTableHaveNoBlocks) {
+  EXPECT_EQ(FindDType(DType::kInvalid), nullptr);
+  EXPECT_EQ(BlockSize(DType::kInvalid), 0);
+  EXPECT_EQ(BlockBytes(static_cast<DType>(7)), 0u);  // a ggml id deepinfer does not support
+  EXPECT_EQ(BlockSize(DType::kF8E4M3), 1);
+  EXPECT_EQ(BlockBytes(DType::kF8E4M3), 1u);
+  EXPECT_FALSE(IsQuantized(DType::kF8E4M3));
+}
+
 TEST(DTypeTest, GgmlIdsMapToDTypes) {
   EXPECT_EQ(DTypeFromGgml(0), DType::kF32);
   EXPECT_EQ(DTypeFromGgml(1), DType::kF16);

@@ -15,6 +15,7 @@
 
 #include "fmt/format.h"
 #include "model/safetensors.h"
+#include "model/tensor_values.h"
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
 #include "util/status.h"
@@ -268,60 +269,6 @@ absl::StatusOr<QuantInfo> ParseQuant(const std::string& json_text, const std::st
   return q;
 }
 
-bool IsNonFinite(DType t, const uint8_t* p, int64_t i) {
-  switch (t) {
-    case DType::kF32: {
-      uint32_t u;
-      std::memcpy(&u, p + 4 * i, 4);
-      return (u & 0x7f800000u) == 0x7f800000u;
-    }
-    case DType::kBF16: {
-      uint16_t u;
-      std::memcpy(&u, p + 2 * i, 2);
-      return (u & 0x7f80u) == 0x7f80u;
-    }
-    case DType::kF16: {
-      uint16_t u;
-      std::memcpy(&u, p + 2 * i, 2);
-      return (u & 0x7c00u) == 0x7c00u;
-    }
-    case DType::kF8E4M3:
-      return (p[i] & 0x7f) == 0x7f;
-    default:
-      return false;
-  }
-}
-
-// Checks every element of small tensors and 4 evenly spaced rows of large ones: enough to catch
-// a corrupt or diverged checkpoint without reading hundreds of gigabytes at load (DeepSeek-V3
-// has ~45k expert matrices; 4 rows each is ~1 GB of reads).
-absl::Status CheckFinite(const TensorView& t, bool full) {
-  const int64_t n = t.num_elements();
-  auto bad = [&](int64_t i) {
-    return DataLossError("nan_in_weights",
-                         fmt::format("tensor '{}' holds NaN or Inf (element {})", t.name, i));
-  };
-  if (full || n <= (int64_t{1} << 16)) {
-    for (int64_t i = 0; i < n; ++i) {
-      if (IsNonFinite(t.dtype, t.data, i)) return bad(i);
-    }
-    return absl::OkStatus();
-  }
-  const int64_t rows = t.rows(), cols = t.cols();
-  const int64_t samples = std::min<int64_t>(4, rows);
-  for (int64_t s = 0; s < samples; ++s) {
-    const int64_t r = samples == 1 ? 0 : s * (rows - 1) / (samples - 1);
-    for (int64_t c = 0; c < cols; ++c) {
-      if (IsNonFinite(t.dtype, t.data, r * cols + c)) return bad(r * cols + c);
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::string ShapeString(const std::vector<int64_t>& s) {
-  return fmt::format("[{}]", fmt::join(s, ", "));
-}
-
 // Replaces every F8_E4M3 weight by its BF16 dequantization (see LoadHfModel) and drops the
 // scale tensors.
 // Drops the resident pages of a mapped range that is no longer read (the FP8 bytes once their
@@ -417,99 +364,6 @@ void AlignTensors(Model& m) {
   }
 }
 
-class TensorChecker {
- public:
-  explicit TensorChecker(const Model& m) : m_(m) {}
-
-  // kind: 'n' norm or bias vector (checked fully), 'w' weight matrix (sampled).
-  absl::Status Check(const std::string& name, std::vector<int64_t> shape, char kind,
-                     bool optional = false) {
-    const TensorView* t = m_.Find(name);
-    if (t == nullptr) {
-      if (optional) return absl::OkStatus();
-      return NotFoundError("missing_tensor", fmt::format("no tensor '{}'", name));
-    }
-    if (t->shape != shape) {
-      return InvalidArgumentError(
-          "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                                        ShapeString(t->shape), ShapeString(shape)));
-    }
-    if (t->dtype != DType::kF32 && t->dtype != DType::kBF16 && t->dtype != DType::kF16) {
-      return UnimplementedError("unsupported_dtype",
-                                fmt::format("tensor '{}' has dtype {}", name, DTypeName(t->dtype)));
-    }
-    return CheckFinite(*t, kind == 'n');
-  }
-
- private:
-  const Model& m_;
-};
-
-absl::Status CheckLayer(TensorChecker& ck, const ModelConfig& c, int l) {
-  const DeepseekConfig& d = *c.deepseek;
-  const int64_t H = c.hidden, nh = c.num_heads;
-  const int64_t qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
-  const std::string p = fmt::format("model.layers.{}.", l);
-  DI_RETURN_IF_ERROR(ck.Check(p + "input_layernorm.weight", {H}, 'n'));
-  DI_RETURN_IF_ERROR(ck.Check(p + "post_attention_layernorm.weight", {H}, 'n'));
-  const std::string a = p + "self_attn.";
-  if (d.q_lora_rank > 0) {
-    DI_RETURN_IF_ERROR(ck.Check(a + "q_a_proj.weight", {d.q_lora_rank, H}, 'w'));
-    DI_RETURN_IF_ERROR(ck.Check(a + "q_a_layernorm.weight", {d.q_lora_rank}, 'n'));
-    DI_RETURN_IF_ERROR(ck.Check(a + "q_b_proj.weight", {nh * qk, d.q_lora_rank}, 'w'));
-  } else {
-    DI_RETURN_IF_ERROR(ck.Check(a + "q_proj.weight", {nh * qk, H}, 'w'));
-  }
-  DI_RETURN_IF_ERROR(
-      ck.Check(a + "kv_a_proj_with_mqa.weight", {d.kv_lora_rank + d.qk_rope_head_dim, H}, 'w'));
-  DI_RETURN_IF_ERROR(ck.Check(a + "kv_a_layernorm.weight", {d.kv_lora_rank}, 'n'));
-  DI_RETURN_IF_ERROR(ck.Check(a + "kv_b_proj.weight",
-                              {nh * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank}, 'w'));
-  DI_RETURN_IF_ERROR(ck.Check(a + "o_proj.weight", {H, nh * d.v_head_dim}, 'w'));
-  const std::string f = p + "mlp.";
-  auto swiglu = [&](const std::string& q, int64_t inner) -> absl::Status {
-    DI_RETURN_IF_ERROR(ck.Check(q + "gate_proj.weight", {inner, H}, 'w'));
-    DI_RETURN_IF_ERROR(ck.Check(q + "up_proj.weight", {inner, H}, 'w'));
-    return ck.Check(q + "down_proj.weight", {H, inner}, 'w');
-  };
-  if (!d.IsMoeLayer(l)) return swiglu(f, c.ffn_hidden);
-  const int64_t E = d.n_routed_experts;
-  DI_RETURN_IF_ERROR(ck.Check(f + "gate.weight", {E, H}, 'w'));
-  DI_RETURN_IF_ERROR(
-      ck.Check(f + "gate.e_score_correction_bias", {E}, 'n', d.topk_method != "noaux_tc"));
-  for (int e = 0; e < E; ++e) {
-    DI_RETURN_IF_ERROR(swiglu(fmt::format("{}experts.{}.", f, e), d.moe_intermediate_size));
-  }
-  if (d.n_shared_experts > 0) {
-    DI_RETURN_IF_ERROR(
-        swiglu(f + "shared_experts.", int64_t{d.n_shared_experts} * d.moe_intermediate_size));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateDeepseekTensors(const Model& m) {
-  const ModelConfig& c = m.config;
-  const int64_t H = c.hidden, V = c.vocab;
-  TensorChecker ck(m);
-  DI_RETURN_IF_ERROR(ck.Check("model.embed_tokens.weight", {V, H}, 'w'));
-  DI_RETURN_IF_ERROR(ck.Check("model.norm.weight", {H}, 'n'));
-  DI_RETURN_IF_ERROR(ck.Check("lm_head.weight", {V, H}, 'w', c.tied_embeddings));
-  for (int l = 0; l < c.num_layers; ++l) DI_RETURN_IF_ERROR(CheckLayer(ck, c, l));
-  for (int k = 0; k < c.deepseek->num_nextn_predict_layers; ++k) {
-    const int l = c.num_layers + k;
-    const std::string p = fmt::format("model.layers.{}.", l);
-    if (m.Find(p + "enorm.weight") == nullptr) break;  // converters often drop MTP layers
-    DI_RETURN_IF_ERROR(ck.Check(p + "enorm.weight", {H}, 'n'));
-    DI_RETURN_IF_ERROR(ck.Check(p + "hnorm.weight", {H}, 'n'));
-    DI_RETURN_IF_ERROR(ck.Check(p + "eh_proj.weight", {H, 2 * H}, 'w'));
-    DI_RETURN_IF_ERROR(ck.Check(p + "shared_head.norm.weight", {H}, 'n'));
-    DI_RETURN_IF_ERROR(ck.Check(p + "shared_head.head.weight", {V, H}, 'w', true));
-    DI_RETURN_IF_ERROR(ck.Check(p + "embed_tokens.weight", {V, H}, 'w', true));
-    DI_RETURN_IF_ERROR(CheckLayer(ck, c, l));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::vector<std::string>> ShardList(const fs::path& dir) {
   const fs::path index = dir / "model.safetensors.index.json";
   std::error_code ec;
@@ -596,7 +450,6 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
   }
   DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.quant, /*release_pages=*/mapped));
   AlignTensors(*model);
-  DI_RETURN_IF_ERROR(ValidateDeepseekTensors(*model));
   if (parts.bos_id) model->tokenizer.bos_id = *parts.bos_id;
   if (parts.eos_id) model->tokenizer.eos_id = *parts.eos_id;
   if (model->tokenizer.eos_id >= 0) model->tokenizer.eog_ids = {model->tokenizer.eos_id};
@@ -621,7 +474,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path) {
     DI_ASSIGN_OR_RETURN(auto st, SafetensorsFile::Open((dir / shard).string()));
     shards.push_back(std::move(st));
   }
-  return Assemble(std::move(parts), std::move(name), std::move(shards));
+  DI_ASSIGN_OR_RETURN(auto model, Assemble(std::move(parts), std::move(name), std::move(shards)));
+  model->source = {ModelFormat::kHuggingFace, path, dir.string()};
+  return model;
 }
 
 absl::StatusOr<std::unique_ptr<Model>> HfModelFromParts(

@@ -34,15 +34,15 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text,
 //   (bf16(fp8 * scale_inv), bit-identical to DeepSeek's fp8_cast_bf16), and the scale tensors
 //   are dropped. The matmul kernels have BF16 paths but no FP8 one, so this trades memory
 //   (2 bytes per weight instead of ~1) for using the existing kernels unchanged.
-// Validation: every tensor the forward pass reads must exist with the shape the config implies
-//   (MTP layers are checked only when their tensors are present); norms, biases and scales are
-//   checked fully for NaN/Inf, large weights on a sample of rows.
+// Validation: the loader checks the files (headers, shards, FP8 scales); which tensors exist and
+//   their shapes are the architecture's to check (arch::CreateCausalLm, against its schema), so
+//   that knowledge lives in one place. Records model->source (kHuggingFace, the folder).
 // Errors: NotFound "file_not_found" (no config.json); InvalidArgument "bad_config";
 //   Unimplemented "unsupported_config" / "unsupported_dtype"; NotFound "missing_shard" (no
 //   model.safetensors, or a shard named by the index is absent); DataLoss "bad_header" /
 //   "truncated_file" (a shard), "bad_header" also for a malformed index or a tensor present in
-//   two shards; NotFound "missing_tensor"; InvalidArgument "shape_mismatch" (against config);
-//   DataLoss "nan_in_weights". Messages are one line and name the file or tensor.
+//   two shards; DataLoss "nan_in_weights" (an FP8 weight or scale). Messages are one line and
+//   name the file or tensor.
 // Cost: maps the shards (no copy of BF16/F32 data); FP8 weights cost 2 bytes/weight of RAM.
 absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path);
 

@@ -352,16 +352,19 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGguf(std::unique_ptr<util::MappedFile
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
                                                  const std::string& tokenizer_path) {
-  if (IsHfCheckpointPath(path)) return LoadHfModel(path);
+  if (IsHfCheckpointPath(path)) return LoadHfModel(path);  // sets source, with the folder
   DI_ASSIGN_OR_RETURN(auto file, util::MappedFile::Open(path));
   if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) {
     auto model = LoadGguf(std::move(file));
     if (!model.ok()) return WithPath(model.status(), path);
+    (*model)->source = {ModelFormat::kGguf, path, ""};
     return model;
   }
   if (std::filesystem::path(path).extension() == ".bin") {
     file.reset();
-    return LoadLlama2c(path, tokenizer_path);
+    auto model = LoadLlama2c(path, tokenizer_path);
+    if (model.ok()) (*model)->source = {ModelFormat::kLlama2c, path, ""};
+    return model;
   }
   return InvalidArgumentError("bad_magic",
                               fmt::format("{}: neither a GGUF file nor a llama2.c checkpoint "

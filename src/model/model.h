@@ -97,45 +97,51 @@ struct ModelConfig {
   std::string architecture;  // "llama", "deepseek_v3", ...
   std::string name;          // human-readable, for /v1/models and logs
   int num_layers = 0;
-  int hidden = 0;            // model width (dim)
+  int hidden = 0;  // model width (dim)
   int num_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;          // per head; hidden / num_heads for llama
-  int ffn_hidden = 0;        // SwiGLU inner width
+  int head_dim = 0;    // per head; hidden / num_heads for llama
+  int ffn_hidden = 0;  // SwiGLU inner width
   int vocab = 0;
-  int max_context = 0;       // trained context length
+  int max_context = 0;  // trained context length
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
-  int rope_dim = 0;          // rotated dims per head (== head_dim for llama)
+  int rope_dim = 0;  // rotated dims per head (== head_dim for llama)
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
-  bool tied_embeddings = false;  // output projection reuses token_embd
+  bool tied_embeddings = false;            // output projection reuses token_embd
   std::optional<DeepseekConfig> deepseek;  // set for "deepseek_v3" / "deepseek_v2"
 };
 
 // Special-token kinds as stored in GGUF `tokenizer.ggml.token_type`.
 enum class TokenType : int32_t {
-  kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6,
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6,
 };
 
 // The tokenizer as described by a model file.
 struct TokenizerData {
   enum class Kind {
-    kByteLevelBpe,   // GPT-2 style, ranked merges (GGUF tokenizer.ggml.model == "gpt2")
-    kScoreBpe,       // llama2.c tok*.bin: merge the highest-scoring pair
+    kByteLevelBpe,  // GPT-2 style, ranked merges (GGUF tokenizer.ggml.model == "gpt2")
+    kScoreBpe,      // llama2.c tok*.bin: merge the highest-scoring pair
   };
   Kind kind = Kind::kByteLevelBpe;
-  std::string pre;                  // GGUF tokenizer.ggml.pre ("smollm", "llama-bpe", ...)
-  std::vector<std::string> tokens;  // id -> piece (byte-level pieces for kByteLevelBpe)
-  std::vector<float> scores;        // kScoreBpe only
+  std::string pre;                     // GGUF tokenizer.ggml.pre ("smollm", "llama-bpe", ...)
+  std::vector<std::string> tokens;     // id -> piece (byte-level pieces for kByteLevelBpe)
+  std::vector<float> scores;           // kScoreBpe only
   std::vector<TokenType> token_types;  // may be empty
-  std::vector<std::string> merges;  // "a b", rank order; kByteLevelBpe only
+  std::vector<std::string> merges;     // "a b", rank order; kByteLevelBpe only
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   int32_t unk_id = -1;
   int32_t pad_id = -1;
   bool add_bos = false;
-  std::string chat_template;        // Jinja source, when the file carries one
-  std::vector<int32_t> eog_ids;     // every token that ends generation (eos, <|im_end|>, ...)
+  std::string chat_template;     // Jinja source, when the file carries one
+  std::vector<int32_t> eog_ids;  // every token that ends generation (eos, <|im_end|>, ...)
 };
 
 // A loaded model: config, tokenizer and weight views over one or more mapped files.
@@ -144,8 +150,18 @@ struct TokenizerData {
 // "output.weight"); llama2.c files are mapped to these names when loaded. Hugging Face DeepSeek
 // checkpoints keep their HF names ("model.layers.3.self_attn.q_a_proj.weight", ...).
 // Threads: immutable after loading; safe to share across threads.
+// Where a model was loaded from. Loaders fill it; later layers (the tokenizer loader) read it
+// instead of classifying the path again by their own rules.
+enum class ModelFormat { kInMemory, kGguf, kLlama2c, kHuggingFace };
+struct ModelSource {
+  ModelFormat format = ModelFormat::kInMemory;
+  std::string path;    // as given to LoadModel; "" for models assembled in memory
+  std::string folder;  // the checkpoint folder of a Hugging Face model, else ""
+};
+
 struct Model {
   ModelConfig config;
+  ModelSource source;
   TokenizerData tokenizer;
   absl::flat_hash_map<std::string, TensorView> tensors;
   std::vector<std::unique_ptr<util::MappedFile>> files;

@@ -39,6 +39,9 @@ TEST(LoadModelTest, LoadsSmolLm2GgufConfig) {
   SKIP_IF_MISSING(path);
   auto model = LoadModel(path);
   ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->source.format, ModelFormat::kGguf);
+  EXPECT_EQ((*model)->source.path, path);
+  EXPECT_EQ((*model)->source.folder, "");
   const ModelConfig& c = (*model)->config;
   EXPECT_EQ(c.architecture, "llama");
   EXPECT_EQ(c.num_layers, 30);
@@ -118,6 +121,7 @@ TEST(LoadModelTest, LoadsStories260KCheckpoint) {
   auto model = LoadModel(path);
   ASSERT_TRUE(model.ok()) << model.status();
   const Model& m = **model;
+  EXPECT_EQ(m.source.format, ModelFormat::kLlama2c);
   const ModelConfig& c = m.config;
   EXPECT_EQ(c.hidden, 64);
   EXPECT_EQ(c.num_layers, 5);

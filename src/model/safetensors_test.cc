@@ -4,9 +4,9 @@
 #include <openssl/sha.h>
 
 #include <cmath>
-#include <memory>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -158,8 +158,10 @@ TEST(Fp8Test, LoadedFp8WeightsEqualReferenceDequantizationExactly) {
     const auto sha = nlohmann::json::parse(in)["dequant_bf16_sha256"];
     auto dir = DeepseekTestCheckpoint(name);
     ASSERT_TRUE(dir.ok()) << dir.status();
-    auto m = LoadHfModel(*dir);
+    auto m = LoadModel(*dir + "/config.json");
     ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ((*m)->source.format, ModelFormat::kHuggingFace);
+    EXPECT_EQ((*m)->source.folder, *dir);  // from the config.json path, not the path itself
     int checked = 0;
     for (auto it = sha.begin(); it != sha.end(); ++it) {
       const TensorView* t = (*m)->Find(it.key());
@@ -205,7 +207,7 @@ TEST(SyntheticCheckpointTest, Fp8EncodingRoundsToNearestEven) {
   // Halfway between 1.0 (0x38) and 1.125 (0x39) goes to the even code; just above goes up.
   EXPECT_EQ(Fp32ToFp8E4M3(1.0625f), 0x38);
   EXPECT_EQ(Fp32ToFp8E4M3(std::nextafter(1.0625f, 2.0f)), 0x39);
-  EXPECT_EQ(Fp32ToFp8E4M3(1.1875f), 0x3a);  // between 0x39 and 0x3a: even is 0x3a
+  EXPECT_EQ(Fp32ToFp8E4M3(1.1875f), 0x3a);                // between 0x39 and 0x3a: even is 0x3a
   EXPECT_EQ(Fp32ToFp8E4M3(std::ldexp(1.0f, -10)), 0x00);  // half the smallest subnormal
   EXPECT_EQ(Fp32ToFp8E4M3(std::ldexp(3.0f, -10)), 0x02);  // 1.5 subnormal steps -> 2
   EXPECT_EQ(Fp32ToFp8E4M3(-500.0f), 0xfe);                // clamps to -448
@@ -219,8 +221,7 @@ TEST(SyntheticCheckpointTest, BadRecipesAreReported) {
             "shape": [2], "dtype": "I8", "center": 0, "half_width": 1}]})",
         R"({"generator": "splitmix64-uniform/1", "seed": 1, "tensors": [{"name": "a",
             "shape": [0], "dtype": "F32", "center": 0, "half_width": 1}]})"}) {
-    EXPECT_EQ(ErrorCodeOf(DrawSyntheticTensors(nlohmann::json::parse(text)).status()),
-              "bad_recipe")
+    EXPECT_EQ(ErrorCodeOf(DrawSyntheticTensors(nlohmann::json::parse(text)).status()), "bad_recipe")
         << text;
   }
 }

@@ -2,9 +2,16 @@
 
 // For tests only (needs the DI_SOURCE_DIR and DI_TESTDATA_DIR definitions of di_cc_test).
 
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "gtest/gtest.h"
+#include "model/safetensors.h"
 #include "model/synthetic_checkpoint.h"
+#include "nlohmann/json.hpp"
 
 namespace deepinfer::model {
 
@@ -19,5 +26,50 @@ inline absl::StatusOr<std::string> DeepseekTestCheckpoint(const std::string& nam
 inline std::string DeepseekGoldenDir(const std::string& name) {
   return std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name;
 }
+
+// A private copy of the test checkpoint `name` in a temporary folder, for tests that break it
+// (edit config.json, patch bytes of a shard). Removed with the object.
+class CheckpointCopy {
+ public:
+  explicit CheckpointCopy(const std::string& name) {
+    char tmpl[] = "/tmp/di_hf_test_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    auto source = DeepseekTestCheckpoint(name);
+    EXPECT_TRUE(source.ok()) << source.status();
+    if (source.ok()) std::filesystem::copy(*source, dir_, std::filesystem::copy_options::recursive);
+  }
+  ~CheckpointCopy() { std::filesystem::remove_all(dir_); }
+  const std::string& dir() const { return dir_; }
+  std::string path(const std::string& f) const { return dir_ + "/" + f; }
+
+  void EditConfig(const std::string& key, const nlohmann::json& value) {
+    std::ifstream in(path("config.json"));
+    auto j = nlohmann::json::parse(in);
+    j[key] = value;
+    std::ofstream(path("config.json")) << j.dump(2);
+  }
+  // Overwrites bytes of `file` at `offset`.
+  void Patch(const std::string& file, size_t offset, const void* bytes, size_t n) {
+    std::fstream f(path(file), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+  }
+  // Byte offset of a tensor's data inside a shard.
+  size_t TensorOffset(const std::string& file, const std::string& tensor) {
+    auto st = SafetensorsFile::Open(path(file));
+    EXPECT_TRUE(st.ok()) << st.status();
+    for (const auto& t : (*st)->tensors()) {
+      if (t.name == tensor) {
+        auto mapped = (*st)->TakeFile();
+        return static_cast<size_t>(t.data - mapped->data());
+      }
+    }
+    ADD_FAILURE() << "no tensor " << tensor;
+    return 0;
+  }
+
+ private:
+  std::string dir_;
+};
 
 }  // namespace deepinfer::model

@@ -149,7 +149,7 @@ absl::StatusOr<std::unique_ptr<RequestCounter>> RequestCounter::Create(
   // The same steps as `deepinfer serve`, so the tokenizer and encoder are the server's.
   DI_ASSIGN_OR_RETURN(impl->model, model::LoadModel(model_path, tokenizer_path));
   DI_ASSIGN_OR_RETURN(tokenizer::ModelText text,
-                      tokenizer::LoadModelText(*impl->model, model_path, chat_template));
+                      tokenizer::LoadModelText(*impl->model, chat_template));
   impl->tokenizer = std::move(text.tokenizer);
   impl->chat_template = std::move(text.chat_template);
   impl->backend.tokenizer = impl->tokenizer.get();

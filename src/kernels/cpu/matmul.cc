@@ -96,14 +96,22 @@ const KernelTable& GgmlOrderTable() {
 
 const internal::TypeKernels& KernelsFor(DType t, const KernelTable& k) {
   switch (t) {
-    case DType::kF32: return k.f32;
-    case DType::kF16: return k.f16;
-    case DType::kBF16: return k.bf16;
-    case DType::kQ4_0: return k.q4_0;
-    case DType::kQ4_1: return k.q4_1;
-    case DType::kQ8_0: return k.q8_0;
-    case DType::kQ4_K: return k.q4_k;
-    case DType::kQ6_K: return k.q6_k;
+    case DType::kF32:
+      return k.f32;
+    case DType::kF16:
+      return k.f16;
+    case DType::kBF16:
+      return k.bf16;
+    case DType::kQ4_0:
+      return k.q4_0;
+    case DType::kQ4_1:
+      return k.q4_1;
+    case DType::kQ8_0:
+      return k.q8_0;
+    case DType::kQ4_K:
+      return k.q4_k;
+    case DType::kQ6_K:
+      return k.q6_k;
     default:
       DI_CHECK(false && "MatMul: unsupported weight dtype");
       return k.f32;
@@ -128,12 +136,13 @@ Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens,
   DI_CHECK(w.shape.size() >= 2);
   const int64_t in = w.cols();
   const int64_t out = w.rows();
-  const int64_t wb = KernelBlockSize(w.dtype);
-  DI_CHECK(wb > 0 && in % wb == 0);
+  DI_CHECK(HasCpuKernel(w.dtype));
+  const int64_t wb = model::BlockSize(w.dtype);
+  DI_CHECK(in % wb == 0);
   Prepared p{};
   p.kernels = &KernelsFor(w.dtype, table);
   p.args.w = w.data;
-  p.args.w_row_bytes = KernelBlockBytes(w.dtype) * static_cast<size_t>(in / wb);
+  p.args.w_row_bytes = model::BlockBytes(w.dtype) * static_cast<size_t>(in / wb);
   DI_CHECK(w.data != nullptr && p.args.w_row_bytes * static_cast<size_t>(out) <= w.size_bytes);
   p.args.a = reinterpret_cast<const uint8_t*>(x);
   p.args.a_row_bytes = p.kernels->act_row_bytes(in);
@@ -170,9 +179,12 @@ void SetIsaForTest(Isa isa) {
 
 const char* IsaName(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "unknown";
 }
@@ -251,9 +263,8 @@ namespace deepinfer::kernels {
 
 namespace {
 
-void MatMulGroupWith(const KernelTable& table, const model::TensorView* const* ws,
-                     float* const* ys, int count, const float* x, int64_t num_tokens,
-                     util::ThreadPool& pool) {
+void MatMulGroupWith(const KernelTable& table, const model::TensorView* const* ws, float* const* ys,
+                     int count, const float* x, int64_t num_tokens, util::ThreadPool& pool) {
   if (num_tokens <= 0 || count <= 0) return;
   constexpr int kMaxGroup = 8;
   DI_CHECK(count <= kMaxGroup);
@@ -267,7 +278,8 @@ void MatMulGroupWith(const KernelTable& table, const model::TensorView* const* w
   for (int i = 0; i < count; ++i) {
     job.p[i] = Prepare(*ws[i], x, num_tokens, ys[i], table);
     shared = shared && job.p[i].kernels->quantize == job.p[0].kernels->quantize &&
-             job.p[i].args.a_row_bytes == job.p[0].args.a_row_bytes && job.p[i].args.k == job.p[0].args.k;
+             job.p[i].args.a_row_bytes == job.p[0].args.a_row_bytes &&
+             job.p[i].args.k == job.p[0].args.k;
   }
   if (!shared) {
     // Different activation formats: no quantized input to share.
@@ -277,12 +289,14 @@ void MatMulGroupWith(const KernelTable& table, const model::TensorView* const* w
   if (job.p[0].kernels->quantize != nullptr) {
     const GemmArgs& g = job.p[0].args;
     uint8_t* a = Scratch(g.a_row_bytes * static_cast<size_t>(num_tokens));
-    for (int64_t t = 0; t < num_tokens; ++t) job.p[0].kernels->quantize(x + t * g.k, a + t * g.a_row_bytes, g.k);
+    for (int64_t t = 0; t < num_tokens; ++t)
+      job.p[0].kernels->quantize(x + t * g.k, a + t * g.a_row_bytes, g.k);
     for (int i = 0; i < count; ++i) job.p[i].args.a = a;
   }
   job.first_chunk[0] = 0;
   for (int i = 0; i < count; ++i) {
-    job.first_chunk[i + 1] = job.first_chunk[i] + (job.p[i].args.row_end + kRowGrain - 1) / kRowGrain;
+    job.first_chunk[i + 1] =
+        job.first_chunk[i] + (job.p[i].args.row_end + kRowGrain - 1) / kRowGrain;
   }
   // One parallel region over the row chunks of every matrix: small decode matmuls (q, k, v)
   // share one fork/join instead of paying for three.
@@ -308,8 +322,8 @@ void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count
 
 namespace internal {
 
-void MatMulGgmlOrderAvx512(const model::TensorView& w, const float* x, int64_t num_tokens,
-                           float* y, util::ThreadPool& pool) {
+void MatMulGgmlOrderAvx512(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+                           util::ThreadPool& pool) {
   DI_CHECK(ActiveIsa() == Isa::kAvx512 && (w.dtype == DType::kQ4_1 || w.dtype == DType::kQ8_0));
   MatMulWith(GgmlOrderTable(), w, x, num_tokens, y, pool);
 }

@@ -2,13 +2,13 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <new>
 #include <cstring>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,37 +44,48 @@ using model::DType;
 // Local names so the test does not need model/dtype.cc.
 const char* TypeName(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
-    case DType::kQ4_0: return "Q4_0";
-    case DType::kQ4_1: return "Q4_1";
-    case DType::kQ8_0: return "Q8_0";
-    case DType::kQ4_K: return "Q4_K";
-    case DType::kQ6_K: return "Q6_K";
-    default: return "other";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kQ4_0:
+      return "Q4_0";
+    case DType::kQ4_1:
+      return "Q4_1";
+    case DType::kQ8_0:
+      return "Q8_0";
+    case DType::kQ4_K:
+      return "Q4_K";
+    case DType::kQ6_K:
+      return "Q6_K";
+    default:
+      return "other";
   }
 }
 
 // Random but valid weight bytes: any bit pattern is a valid quantized value, so only the fp16
 // scale fields are chosen (small, positive or negative, never inf/NaN).
 std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt19937* rng) {
-  const int64_t nb = rows * cols / KernelBlockSize(t);
-  std::vector<uint8_t> bytes(static_cast<size_t>(nb) * KernelBlockBytes(t));
+  const int64_t nb = rows * cols / model::BlockSize(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(nb) * model::BlockBytes(t));
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : bytes) b = static_cast<uint8_t>(byte(*rng));
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   auto scale = [&](float mag) { return FloatToHalf(mag * (0.5f + 0.5f * std::fabs(unit(*rng)))); };
   auto set16 = [](uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); };
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* p = bytes.data() + b * KernelBlockBytes(t);
+    uint8_t* p = bytes.data() + b * model::BlockBytes(t);
     switch (t) {
       case DType::kF32: {
         const float v = unit(*rng);
         std::memcpy(p, &v, 4);
         break;
       }
-      case DType::kF16: set16(p, FloatToHalf(unit(*rng))); break;
+      case DType::kF16:
+        set16(p, FloatToHalf(unit(*rng)));
+        break;
       case DType::kBF16: {
         const float v = unit(*rng);
         uint32_t u;
@@ -83,7 +94,9 @@ std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt1
         break;
       }
       case DType::kQ4_0:
-      case DType::kQ8_0: set16(p, scale(unit(*rng) > 0 ? 0.01f : -0.01f)); break;
+      case DType::kQ8_0:
+        set16(p, scale(unit(*rng) > 0 ? 0.01f : -0.01f));
+        break;
       case DType::kQ4_1:
         set16(p, scale(0.01f));
         set16(p + 2, FloatToHalf(0.08f * unit(*rng)));
@@ -92,8 +105,11 @@ std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt1
         set16(p, scale(0.002f));
         set16(p + 2, scale(0.004f));
         break;
-      case DType::kQ6_K: set16(p + 208, scale(0.0005f)); break;
-      default: break;
+      case DType::kQ6_K:
+        set16(p + 208, scale(0.0005f));
+        break;
+      default:
+        break;
     }
   }
   return bytes;
@@ -107,7 +123,7 @@ void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t col
                std::vector<double>* mag) {
   std::vector<float> wd(static_cast<size_t>(cols)), xd(static_cast<size_t>(cols));
   std::vector<double> extra(static_cast<size_t>(rows * num_tokens), 0.0);
-  const size_t wrow = KernelBlockBytes(t) * static_cast<size_t>(cols / KernelBlockSize(t));
+  const size_t wrow = model::BlockBytes(t) * static_cast<size_t>(cols / model::BlockSize(t));
   std::vector<uint8_t> act;
   std::vector<std::vector<float>> xq(num_tokens);
   std::vector<std::vector<uint16_t>> sums(num_tokens);  // Q8_1 s fields
@@ -141,7 +157,8 @@ void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t col
         for (int64_t k = 0; k < cols; ++k) xq[i][k] = b[k / 256].d * b[k / 256].qs[k % 256];
         break;
       }
-      default: std::memcpy(xq[i].data(), xi, cols * 4);
+      default:
+        std::memcpy(xq[i].data(), xi, cols * 4);
     }
   }
   y->assign(static_cast<size_t>(rows * num_tokens), 0.0);
@@ -205,7 +222,7 @@ TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
   const DType t = GetParam();
   std::mt19937 rng(1234 + static_cast<int>(t));
   std::vector<int64_t> col_options = {512};
-  if (KernelBlockSize(t) <= 32) col_options.push_back(96);  // odd number of 32-blocks
+  if (model::BlockSize(t) <= 32) col_options.push_back(96);  // odd number of 32-blocks
   const int64_t rows = 37;
   util::ThreadPool pool1(1), pool2(2), pool3(3);
   util::ThreadPool* pools[] = {&pool1, &pool2, &pool3};
@@ -227,8 +244,8 @@ TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
           MatMul(view, x.data(), n, y.data(), *pool);
           for (size_t i = 0; i < y.size(); ++i) {
             ASSERT_NEAR(y[i], ref[i], 2e-6 * mag[i] + 1e-30)
-                << TypeName(t) << " isa=" << IsaName(isa) << " cols=" << cols
-                << " tokens=" << n << " threads=" << pool->num_threads() << " index=" << i;
+                << TypeName(t) << " isa=" << IsaName(isa) << " cols=" << cols << " tokens=" << n
+                << " threads=" << pool->num_threads() << " index=" << i;
           }
           if (pool == &pool1) {
             by_isa[static_cast<int>(isa)] = y;
@@ -313,13 +330,17 @@ TEST(ActivationQuantizeTest, EveryIsaProducesTheCpuBackendQ8Values) {
     q41.quantize(x.data(), got.data(), k);
     for (int64_t b = 0; b < k / 32; ++b) {
       // AVX2: 40-byte record per block; AVX-512: 192-byte record per pair of blocks.
-      const uint8_t* qs = isa == 1 ? got.data() + 40 * b : got.data() + 192 * (b / 2) + 32 * (b % 2);
-      const uint8_t* dp = isa == 1 ? got.data() + 40 * b + 32 : got.data() + 192 * (b / 2) + 64 + 32 * (b % 2);
-      const uint8_t* sp = isa == 1 ? got.data() + 40 * b + 36 : got.data() + 192 * (b / 2) + 128 + 32 * (b % 2);
+      const uint8_t* qs =
+          isa == 1 ? got.data() + 40 * b : got.data() + 192 * (b / 2) + 32 * (b % 2);
+      const uint8_t* dp =
+          isa == 1 ? got.data() + 40 * b + 32 : got.data() + 192 * (b / 2) + 64 + 32 * (b % 2);
+      const uint8_t* sp =
+          isa == 1 ? got.data() + 40 * b + 36 : got.data() + 192 * (b / 2) + 128 + 32 * (b % 2);
       float d, s;
       std::memcpy(&d, dp, 4);
       std::memcpy(&s, sp, 4);
-      EXPECT_EQ(std::memcmp(qs, want[b].qs, 32), 0) << IsaName(static_cast<Isa>(isa)) << " block " << b;
+      EXPECT_EQ(std::memcmp(qs, want[b].qs, 32), 0)
+          << IsaName(static_cast<Isa>(isa)) << " block " << b;
       EXPECT_EQ(d, internal::HalfToFloat(want[b].d)) << b;
       EXPECT_EQ(s, internal::HalfToFloat(want[b].s)) << b;
     }

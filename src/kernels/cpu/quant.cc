@@ -52,8 +52,6 @@ void DequantizeQ8_0(const model::BlockQ8_0* b, float* y, int64_t nb) {
   }
 }
 
-
-
 void DequantizeQ4_K(const model::BlockQ4_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = HalfToFloat(b[i].d);
@@ -113,45 +111,12 @@ float AbsMax32(const float* x) {
 
 }  // namespace
 
-int64_t KernelBlockSize(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-      return 1;
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ8_0:
-    case DType::kQ8_1:
-      return 32;
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-    case DType::kQ8_K:
-      return kQK_K;
-    default:
-      return 0;
-  }
-}
-
-size_t KernelBlockBytes(DType t) {
-  switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kQ4_0: return sizeof(model::BlockQ4_0);
-    case DType::kQ4_1: return sizeof(model::BlockQ4_1);
-    case DType::kQ8_0: return sizeof(model::BlockQ8_0);
-    case DType::kQ8_1: return sizeof(model::BlockQ8_1);
-    case DType::kQ4_K: return sizeof(model::BlockQ4_K);
-    case DType::kQ6_K: return sizeof(model::BlockQ6_K);
-    case DType::kQ8_K: return sizeof(model::BlockQ8_K);
-    default: return 0;
-  }
-}
+bool HasCpuKernel(DType t) { return model::BlockSize(t) > 0 && t != DType::kF8E4M3; }
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
-  const int64_t bs = KernelBlockSize(t);
-  DI_CHECK(bs > 0 && n % bs == 0);
+  DI_CHECK(HasCpuKernel(t));
+  const int64_t bs = model::BlockSize(t);
+  DI_CHECK(n % bs == 0);
   const int64_t nb = n / bs;
   switch (t) {
     case DType::kF32:
@@ -164,7 +129,8 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
     }
     case DType::kBF16: {
       const auto* h = static_cast<const uint16_t*>(src);
-      for (int64_t i = 0; i < n; ++i) dst[i] = internal::BitsToFloat(static_cast<uint32_t>(h[i]) << 16);
+      for (int64_t i = 0; i < n; ++i)
+        dst[i] = internal::BitsToFloat(static_cast<uint32_t>(h[i]) << 16);
       return;
     }
     case DType::kQ4_0:

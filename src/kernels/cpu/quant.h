@@ -34,9 +34,9 @@ void QuantizeRowQ8_K(const float* x, model::BlockQ8_K* y, int64_t n);
 void QuantizeRowQ8_0Cpu(const float* x, model::BlockQ8_0* y, int64_t n);
 void QuantizeRowQ8_1Cpu(const float* x, model::BlockQ8_1* y, int64_t n);
 
-// Number of elements per block and bytes per block of the types above, without needing
-// model/dtype.cc (0 for types the kernels do not support).
-int64_t KernelBlockSize(model::DType t);
-size_t KernelBlockBytes(model::DType t);
+// True when DequantizeRow and the matmul kernels handle `t`: every type of model/dtype.h's table
+// but F8_E4M3, which the safetensors loader dequantizes before any kernel sees it. Block sizes
+// and bytes come from that table (model::BlockSize, model::BlockBytes).
+bool HasCpuKernel(model::DType t);
 
 }  // namespace deepinfer::kernels

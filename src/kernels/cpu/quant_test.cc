@@ -33,7 +33,8 @@ std::string Sha256Hex(const void* data, size_t size) {
 
 std::vector<uint8_t> FromHex(const std::string& hex) {
   std::vector<uint8_t> out(hex.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
   return out;
 }
 
@@ -49,7 +50,10 @@ nlohmann::json LoadGolden(const std::string& name) {
 
 std::string ModelPath() {
   const char* cache = std::getenv("DEEPINFER_CACHE");
-  std::string root = cache != nullptr ? cache : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/deepinfer";
+  std::string root =
+      cache != nullptr
+          ? cache
+          : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/deepinfer";
   return root + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
@@ -86,7 +90,8 @@ TEST(DequantizeRowTest, SyntheticBlocksOfEveryTypeMatchTheGgufPackage) {
     const auto type = static_cast<DType>(c["ggml_type"].get<int>());
     const int64_t n = c["n"];
     const std::vector<uint8_t> blocks = FromHex(c["blocks_hex"]);
-    ASSERT_EQ(blocks.size(), KernelBlockBytes(type) * static_cast<size_t>(n / KernelBlockSize(type)));
+    ASSERT_EQ(blocks.size(),
+              model::BlockBytes(type) * static_cast<size_t>(n / model::BlockSize(type)));
     std::vector<float> out(static_cast<size_t>(n));
     DequantizeRow(type, blocks.data(), out.data(), n);
     const std::string name = c["type_name"];
@@ -106,7 +111,8 @@ TEST(DequantizeRowTest, EveryFiniteHalfConvertsExactly) {
   ASSERT_EQ(halves.size(), golden["all_finite_f16"]["count"].get<size_t>());
   std::vector<float> out(halves.size());
   DequantizeRow(DType::kF16, halves.data(), out.data(), static_cast<int64_t>(halves.size()));
-  EXPECT_EQ(Sha256Hex(out.data(), out.size() * 4), golden["all_finite_f16"]["sha256"].get<std::string>());
+  EXPECT_EQ(Sha256Hex(out.data(), out.size() * 4),
+            golden["all_finite_f16"]["sha256"].get<std::string>());
 }
 
 TEST(HalfTest, FloatToHalfRoundsToNearestEvenAndRoundTrips) {
@@ -118,10 +124,10 @@ TEST(HalfTest, FloatToHalfRoundsToNearestEvenAndRoundTrips) {
   }
   EXPECT_EQ(FloatToHalf(65519.0f), 0x7bffu);
   EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00u);
-  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3c00u);            // tie, even stays
-  EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02u);        // tie, odd rounds up
-  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000u);                   // subnormal tie to even (0)
-  EXPECT_EQ(FloatToHalf(3 * 0x1p-25f), 0x0002u);               // subnormal tie to even (2)
+  EXPECT_EQ(FloatToHalf(1.0f + 0x1p-11f), 0x3c00u);      // tie, even stays
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * 0x1p-11f), 0x3c02u);  // tie, odd rounds up
+  EXPECT_EQ(FloatToHalf(0x1p-25f), 0x0000u);             // subnormal tie to even (0)
+  EXPECT_EQ(FloatToHalf(3 * 0x1p-25f), 0x0002u);         // subnormal tie to even (2)
   EXPECT_EQ(FloatToHalf(-0.0f), 0x8000u);
 }
 
@@ -134,17 +140,22 @@ class QuantizeGoldenTest : public ::testing::Test {
     x_.resize(bytes.size() / 4);
     std::memcpy(x_.data(), bytes.data(), bytes.size());
   }
-  std::vector<uint8_t> Expected(const std::string& key) { return FromHex(golden_["expected_hex"][key]); }
+  std::vector<uint8_t> Expected(const std::string& key) {
+    return FromHex(golden_["expected_hex"][key]);
+  }
 
   nlohmann::json golden_;
   std::vector<float> x_;
 };
 
 // Compares block by block so a failure names the first differing block.
-void ExpectSameBlocks(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, size_t block_bytes) {
+void ExpectSameBlocks(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                      size_t block_bytes) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t b = 0; b * block_bytes < got.size(); ++b)
-    ASSERT_EQ(std::memcmp(got.data() + b * block_bytes, want.data() + b * block_bytes, block_bytes), 0) << "block " << b;
+    ASSERT_EQ(std::memcmp(got.data() + b * block_bytes, want.data() + b * block_bytes, block_bytes),
+              0)
+        << "block " << b;
 }
 
 TEST_F(QuantizeGoldenTest, Q8_0MatchesGgmlReference) {
