@@ -21,7 +21,7 @@ struct MessagesContext {
   const Backend& backend;
   std::string id;  // "msg_..."
   ChatPrompt prompt;
-  tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
 };
 
 // Anthropic counts input tokens read from the prompt cache apart from the rest:
@@ -51,13 +51,13 @@ struct Ending {
 
 // A tool_use block's input must be an object; arguments the model wrote that are not a JSON
 // object are passed on whole as {"_arguments": "<text>"} rather than dropped.
-util::Json ToolInput(const tokenizer::ParsedToolCall& call) {
+util::Json ToolInput(const ParsedToolCall& call) {
   util::Json input = util::Json::parse(call.arguments, nullptr, /*allow_exceptions=*/false);
   if (input.is_discarded() || !input.is_object()) return util::Json{{"_arguments", call.arguments}};
   return input;
 }
 
-util::Json ToolUseBlock(const tokenizer::ParsedToolCall& call) {
+util::Json ToolUseBlock(const ParsedToolCall& call) {
   return util::Json{{"type", "tool_use"},
                     {"id", NewRequestId("toolu_")},
                     {"name", call.name},
@@ -86,7 +86,7 @@ class BlockStream {
   }
   // A whole tool call: its block opens with an empty input, the arguments follow as one
   // input_json_delta, and the block closes.
-  void ToolUse(const tokenizer::ParsedToolCall& call) {
+  void ToolUse(const ParsedToolCall& call) {
     util::Json block = ToolUseBlock(call);
     const std::string arguments = util::DumpJson(block["input"]);
     block["input"] = util::Json::object();

@@ -7,9 +7,9 @@
 
 #include "api/errors.h"
 #include "api/handlers.h"
+#include "api/reasoning_parser.h"
 #include "api/sse.h"
-#include "tokenizer/reasoning_parser.h"
-#include "tokenizer/tool_call_parser.h"
+#include "api/tool_call_parser.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -22,11 +22,11 @@ struct ChatContext {
   int64_t created = 0;
   ChatPrompt prompt;
   // How to read tool calls out of the answer; kNone when they stay text.
-  tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
 };
 
 // OpenAI's tool_calls[i] for a parsed call, with a fresh id.
-util::Json ToolCallJson(const tokenizer::ParsedToolCall& call) {
+util::Json ToolCallJson(const ParsedToolCall& call) {
   return util::Json{{"id", NewRequestId("call_")},
                     {"type", "function"},
                     {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
@@ -74,7 +74,7 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
     // DeepSeek's reasoning goes to `reasoning_content` (and vLLM's newer name `reasoning`); tool
     // calls come out of the content, each whole in a chunk of its own.
     AnswerSplitter::Delta split = splitters[d.index].Push(d.text, !d.finish_reason.empty());
-    std::vector<tokenizer::ParsedToolCall>& calls = split.calls;
+    std::vector<ParsedToolCall>& calls = split.calls;
     if (!split.reasoning.empty() || !split.content.empty() || with_logprobs) {
       util::Json choice = util::Json::object();
       choice["index"] = d.index;

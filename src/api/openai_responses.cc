@@ -25,7 +25,7 @@ struct ResponsesContext {
   std::string id;  // "resp_..."
   int64_t created = 0;
   ChatPrompt prompt;
-  tokenizer::ToolCallFormat tool_format = tokenizer::ToolCallFormat::kNone;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
 };
 
 util::Json UsageObject(const UsageCounts& u) {
@@ -92,7 +92,7 @@ util::Json MessageItem(const std::string& id, util::Json content, const char* st
                     {"content", std::move(content)}};
 }
 
-util::Json FunctionCallItem(const std::string& id, const tokenizer::ParsedToolCall& call,
+util::Json FunctionCallItem(const std::string& id, const ParsedToolCall& call,
                             const std::string& arguments, const char* status) {
   return util::Json{{"type", "function_call"},          {"id", id},
                     {"call_id", NewRequestId("call_")}, {"name", call.name},
@@ -144,7 +144,7 @@ class EventStream {
                                         {"delta", text},
                                         {"logprobs", util::Json::array()}});
   }
-  void FunctionCall(const tokenizer::ParsedToolCall& call) {
+  void FunctionCall(const ParsedToolCall& call) {
     Close();
     const std::string id = NewRequestId("fc_");
     util::Json item = FunctionCallItem(id, call, "", "in_progress");

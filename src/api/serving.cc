@@ -7,8 +7,8 @@
 #include <random>
 
 #include "api/errors.h"
+#include "api/reasoning_parser.h"
 #include "api/sse.h"
-#include "tokenizer/reasoning_parser.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -107,7 +107,7 @@ absl::StatusOr<ChatPrompt> RenderChatPrompt(const Backend& backend,
   const bool add_bos = backend.tokenizer->add_bos() && !backend.chat_template->writes_bos();
   prompt.tokens = backend.tokenizer->Encode(text, /*parse_special=*/true, add_bos);
   prompt.parse_reasoning = backend.chat_template->name().starts_with("deepseek");
-  prompt.starts_in_reasoning = prompt.parse_reasoning && tokenizer::PromptOpensReasoning(text);
+  prompt.starts_in_reasoning = prompt.parse_reasoning && PromptOpensReasoning(text);
   return prompt;
 }
 
@@ -220,22 +220,22 @@ void RespondError(ResponseWriter& writer, const absl::Status& status) {
   writer.Respond(error.http_status, "application/json", ErrorBody(error));
 }
 
-tokenizer::ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off) {
-  if (!has_tools || tools_off) return tokenizer::ToolCallFormat::kNone;
-  return tokenizer::ToolCallFormatForTemplate(backend.chat_template->name());
+ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off) {
+  if (!has_tools || tools_off) return ToolCallFormat::kNone;
+  return ToolCallFormatForTemplate(backend.chat_template->name());
 }
 
-AnswerSplitter::AnswerSplitter(const ChatPrompt& prompt, tokenizer::ToolCallFormat tool_format) {
+AnswerSplitter::AnswerSplitter(const ChatPrompt& prompt, ToolCallFormat tool_format) {
   if (prompt.parse_reasoning) reasoning_.emplace(prompt.starts_in_reasoning);
-  if (tool_format != tokenizer::ToolCallFormat::kNone) tools_.emplace(tool_format);
+  if (tool_format != ToolCallFormat::kNone) tools_.emplace(tool_format);
 }
 
 AnswerSplitter::Delta AnswerSplitter::Push(std::string_view text, bool last) {
   Delta out;
   if (reasoning_) {
-    tokenizer::ReasoningParser::Delta split = reasoning_->Push(text);
+    ReasoningParser::Delta split = reasoning_->Push(text);
     if (last) {
-      tokenizer::ReasoningParser::Delta rest = reasoning_->Finish();
+      ReasoningParser::Delta rest = reasoning_->Finish();
       split.reasoning += rest.reasoning;
       split.content += rest.content;
     }
@@ -245,9 +245,9 @@ AnswerSplitter::Delta AnswerSplitter::Push(std::string_view text, bool last) {
     out.content = std::string(text);
   }
   if (tools_) {
-    tokenizer::ToolCallParser::Delta t = tools_->Push(out.content);
+    ToolCallParser::Delta t = tools_->Push(out.content);
     if (last) {
-      tokenizer::ToolCallParser::Delta rest = tools_->Finish();
+      ToolCallParser::Delta rest = tools_->Finish();
       t.content += rest.content;
       for (auto& c : rest.calls) t.calls.push_back(std::move(c));
     }

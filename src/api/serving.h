@@ -15,11 +15,11 @@
 #include "api/http_server.h"
 #include "api/metrics.h"
 #include "api/openai_types.h"
+#include "api/reasoning_parser.h"
+#include "api/tool_call_parser.h"
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/reasoning_parser.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/tool_call_parser.h"
 #include "util/json.h"
 
 namespace deepinfer::api {
@@ -108,7 +108,7 @@ void RespondError(ResponseWriter& writer, const absl::Status& status);
 // Tool calls are read out of an answer only when the request offers tools, does not turn them
 // off (`tools_off`: OpenAI tool_choice "none", Anthropic {"type": "none"}), and the model's
 // encoder has a tool-call syntax (DeepSeek); else kNone and calls stay text.
-tokenizer::ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off);
+ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off);
 
 // Splits one choice's answer, as it streams, into reasoning (DeepSeek <think>...</think>),
 // content and tool calls: the reasoning parser runs first, the tool-call parser on what it
@@ -119,17 +119,17 @@ class AnswerSplitter {
   struct Delta {
     std::string reasoning;
     std::string content;  // may hold text from before and after `calls`
-    std::vector<tokenizer::ParsedToolCall> calls;
+    std::vector<ParsedToolCall> calls;
   };
-  AnswerSplitter(const ChatPrompt& prompt, tokenizer::ToolCallFormat tool_format);
+  AnswerSplitter(const ChatPrompt& prompt, ToolCallFormat tool_format);
   // `last`: the choice finished; text held back (a partial tag) is released.
   Delta Push(std::string_view text, bool last);
   // Tool calls completed so far.
   int num_calls() const { return tools_ ? tools_->num_calls() : 0; }
 
  private:
-  std::optional<tokenizer::ReasoningParser> reasoning_;
-  std::optional<tokenizer::ToolCallParser> tools_;
+  std::optional<ReasoningParser> reasoning_;
+  std::optional<ToolCallParser> tools_;
 };
 
 // How a generation loop ended.

@@ -80,6 +80,9 @@ void ParallelRun(size_t n, int num_threads, const std::function<void(size_t)>& f
     }
   }
   for (std::thread& t : threads) t.join();
+  // The final state once more: when every worker ended before the first wait (a small or
+  // cached folder), the loop above never ran and the progress bar was never drawn.
+  if (tick) tick();
 }
 
 int ResolveThreads(int requested) {

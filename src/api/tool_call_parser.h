@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::api {
 
 // The tool-call syntax of one chat encoding.
 enum class ToolCallFormat {
@@ -115,4 +115,4 @@ struct ToolCallResult {
 // Runs a ToolCallParser over the whole `text`: the same result as any split into deltas.
 ToolCallResult ParseToolCalls(ToolCallFormat format, std::string_view text);
 
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::api

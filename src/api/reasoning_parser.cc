@@ -1,11 +1,11 @@
-#include "tokenizer/reasoning_parser.h"
+#include "api/reasoning_parser.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "tokenizer/partial_tag.h"
+#include "api/partial_tag.h"
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::api {
 
 ReasoningParser::ReasoningParser(bool starts_in_reasoning, std::string start_tag,
                                  std::string end_tag)
@@ -68,4 +68,4 @@ bool PromptOpensReasoning(std::string_view prompt, std::string_view start_tag) {
          prompt.substr(prompt.size() - start_tag.size()) == start_tag;
 }
 
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::api

@@ -1,12 +1,12 @@
-#include "tokenizer/tool_call_parser.h"
+#include "api/tool_call_parser.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "tokenizer/partial_tag.h"
+#include "api/partial_tag.h"
 #include "tokenizer/python_json.h"
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::api {
 namespace {
 
 // The markers of one format. DSML call_begin is the start of the invoke tag (its attributes
@@ -166,7 +166,7 @@ bool ParseDsmlCall(std::string_view body, const Syntax& syntax, ParsedToolCall* 
       args[k] = std::string(value);
       continue;
     }
-    auto parsed = ParseOrderedJson(value);
+    auto parsed = tokenizer::ParseOrderedJson(value);
     if (parsed.ok()) {
       args[k] = *std::move(parsed);
     } else {
@@ -174,7 +174,7 @@ bool ParseDsmlCall(std::string_view body, const Syntax& syntax, ParsedToolCall* 
     }
   }
   call->name = std::string(name);
-  call->arguments = DumpPythonJson(args);
+  call->arguments = tokenizer::DumpPythonJson(args);
   return true;
 }
 
@@ -335,4 +335,4 @@ ToolCallResult ParseToolCalls(ToolCallFormat format, std::string_view text) {
   return result;
 }
 
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::api

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string_view>
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::api {
 
 // The length (bytes) of the longest suffix of `text` that is a proper prefix of `tag`.
 // Thread-safe (pure).
@@ -25,4 +25,4 @@ inline bool IsProperPrefix(std::string_view text, std::string_view tag) {
   return text.size() < tag.size() && tag.substr(0, text.size()) == text;
 }
 
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::api

@@ -3,7 +3,7 @@
 #include <string>
 #include <string_view>
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::api {
 
 // Splits a model's generated text into reasoning (the "<think>...</think>" part) and content,
 // delta by delta, for APIs that return reasoning_content separately.
@@ -50,4 +50,4 @@ class ReasoningParser {
 // inside the thinking block.
 bool PromptOpensReasoning(std::string_view prompt, std::string_view start_tag = "<think>");
 
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::api

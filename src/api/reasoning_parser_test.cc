@@ -1,11 +1,11 @@
-#include "tokenizer/reasoning_parser.h"
+#include "api/reasoning_parser.h"
 
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::api {
 namespace {
 
 struct Split {
@@ -112,4 +112,4 @@ TEST(ReasoningParserTest, KnowsWhenThePromptOpenedTheBlock) {
 }
 
 }  // namespace
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::api

@@ -1,4 +1,4 @@
-#include "tokenizer/tool_call_parser.h"
+#include "api/tool_call_parser.h"
 
 #include <string>
 #include <vector>
@@ -8,8 +8,16 @@
 #include "tokenizer/deepseek_test_util.h"
 #include "tokenizer/detokenizer.h"
 
-namespace deepinfer::tokenizer {
+namespace deepinfer::api {
 namespace {
+
+// The encoders render the tool calls that the parser reads back.
+using tokenizer::ChatMessage;
+using tokenizer::ChatOptions;
+using tokenizer::ChatTemplate;
+using tokenizer::CreateDeepseekChatTemplate;
+using tokenizer::IncrementalDetokenizer;
+using tokenizer::Tokenizer;
 
 struct Want {
   std::string content;
@@ -253,7 +261,7 @@ TEST(ToolCallParserTest, CallsArriveWhenTheirEndMarkerDoes) {
 }
 
 TEST(ToolCallParserTest, V31AnswerDetokenizedTokenByTokenWithTheRealTokenizer) {
-  const Tokenizer* tok = testing::DeepseekV3Tokenizer();
+  const Tokenizer* tok = tokenizer::testing::DeepseekV3Tokenizer();
   if (tok == nullptr) GTEST_SKIP() << "DeepSeek-V3 tokenizer files absent";
   auto tmpl = CreateDeepseekChatTemplate("deepseek-v3.1");
   const std::string text = ModelOutput(*tmpl, TwoCalls("Sure — 好的.", true));
@@ -269,4 +277,4 @@ TEST(ToolCallParserTest, V31AnswerDetokenizedTokenByTokenWithTheRealTokenizer) {
 }
 
 }  // namespace
-}  // namespace deepinfer::tokenizer
+}  // namespace deepinfer::api
