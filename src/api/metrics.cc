@@ -22,7 +22,7 @@ HttpMetrics::HttpMetrics() = default;
 
 void HttpMetrics::Record(std::string_view route, std::string_view method, int status,
                          double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   requests_[{std::string(route), std::string(method), status}]++;
   auto it = durations_.find(route);
   if (it == durations_.end()) {
@@ -32,7 +32,7 @@ void HttpMetrics::Record(std::string_view route, std::string_view method, int st
 }
 
 void HttpMetrics::Format(std::string* out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   util::AppendMetricHeader(out, "deepinfer_http_requests_total", "counter",
                            "HTTP requests answered, by route, method and status code.");
   for (const auto& [key, count] : requests_) {

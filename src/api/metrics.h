@@ -9,11 +9,12 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <tuple>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "util/histogram.h"
 
@@ -41,9 +42,9 @@ class HttpMetrics {
   void Format(std::string* out) const;
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_;
-  std::map<std::string, util::Histogram, std::less<>> durations_;  // by route
+  mutable absl::Mutex mu_;
+  std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, util::Histogram, std::less<>> durations_ ABSL_GUARDED_BY(mu_);  // by route
   std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> stop_string_finishes_{0};
 };

@@ -54,19 +54,19 @@ GatewayMetrics::GatewayMetrics()
       duration_(Bounds()) {}
 
 void GatewayMetrics::RecordRequest(int status, std::string_view backend) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Bump(requests_[status], backend.empty() ? std::string_view("none") : backend);
 }
 
 void GatewayMetrics::RecordProxied(const ProxiedRequest& r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Bump(requests_[r.status], r.backend.empty() ? std::string_view("none") : r.backend);
   if (!r.routing_recorded) RecordRoutedLocked(r);
   duration_.Observe(r.duration_seconds);
 }
 
 void GatewayMetrics::RecordRouted(const ProxiedRequest& r) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   RecordRoutedLocked(r);
 }
 
@@ -78,32 +78,32 @@ void GatewayMetrics::RecordRoutedLocked(const ProxiedRequest& r) {
 }
 
 void GatewayMetrics::RecordRejection(std::string_view reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Bump(rejections_, reason);
 }
 
 void GatewayMetrics::RecordCancellation(std::string_view phase) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Bump(cancellations_, phase);
 }
 
 void GatewayMetrics::RecordRetry() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   retries_++;
 }
 
 void GatewayMetrics::RecordBackendError(std::string_view backend, std::string_view kind) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   backend_errors_[{std::string(backend), std::string(kind)}]++;
 }
 
 void GatewayMetrics::RecordReload(std::string_view file, bool ok) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   reloads_[{std::string(file), ok ? "ok" : "rejected"}]++;
 }
 
 void GatewayMetrics::Format(const GatewayGauges& g, std::string* out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   constexpr std::string_view kRequests = "deepinfer_gateway_requests_total";
   util::AppendMetricHeader(out, kRequests, "counter",
                            "Answered requests by HTTP status and serving backend.");

@@ -9,13 +9,14 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "util/histogram.h"
 
 namespace deepinfer::gateway {
@@ -91,20 +92,20 @@ class GatewayMetrics {
   // a std::string on every request.
   using CounterMap = std::map<std::string, uint64_t, std::less<>>;
 
-  void RecordRoutedLocked(const ProxiedRequest& r);  // needs mu_
+  void RecordRoutedLocked(const ProxiedRequest& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  mutable std::mutex mu_;
-  std::map<int, CounterMap> requests_;  // code -> backend -> count
-  CounterMap rejections_;
-  CounterMap cancellations_;
-  CounterMap affinity_;
-  std::map<std::pair<std::string, std::string>, uint64_t> backend_errors_;
-  CounterMap key_requests_;
-  std::map<std::pair<std::string, std::string>, uint64_t> reloads_;
-  uint64_t retries_ = 0;
-  util::Histogram queue_wait_;
-  util::Histogram overhead_;
-  util::Histogram duration_;
+  mutable absl::Mutex mu_;
+  std::map<int, CounterMap> requests_ ABSL_GUARDED_BY(mu_);  // code -> backend -> count
+  CounterMap rejections_ ABSL_GUARDED_BY(mu_);
+  CounterMap cancellations_ ABSL_GUARDED_BY(mu_);
+  CounterMap affinity_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, uint64_t> backend_errors_ ABSL_GUARDED_BY(mu_);
+  CounterMap key_requests_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, std::string>, uint64_t> reloads_ ABSL_GUARDED_BY(mu_);
+  uint64_t retries_ ABSL_GUARDED_BY(mu_) = 0;
+  util::Histogram queue_wait_ ABSL_GUARDED_BY(mu_);
+  util::Histogram overhead_ ABSL_GUARDED_BY(mu_);
+  util::Histogram duration_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace deepinfer::gateway

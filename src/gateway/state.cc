@@ -16,7 +16,7 @@ constexpr int64_t kWriteTouchedEveryMs = 30000;
 }  // namespace
 
 absl::StatusOr<int> LocalCounterStore::TryAcquire(const std::vector<std::string>& names, int cap) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int best = -1;
   int64_t best_count = 0;
   for (size_t i = 0; i < names.size(); ++i) {
@@ -32,13 +32,13 @@ absl::StatusOr<int> LocalCounterStore::TryAcquire(const std::vector<std::string>
 }
 
 void LocalCounterStore::Release(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = counts_.find(name);
   if (it != counts_.end() && it->second > 0) it->second--;
 }
 
 absl::StatusOr<int64_t> LocalCounterStore::Total(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = counts_.find(name);
   return it == counts_.end() ? 0 : it->second;
 }
@@ -58,7 +58,7 @@ absl::Status LocalBindingStore::Load(int64_t now_ms) {
       !(*json)["bindings"].is_array()) {
     return InvalidArgumentError("bad_bindings_file", "bindings file " + path_ + " is not valid");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& entry : (*json)["bindings"]) {
     if (!entry.is_object() || !entry.contains("session") || !entry["session"].is_string() ||
         !entry.contains("backend") || !entry["backend"].is_string() ||
@@ -75,7 +75,7 @@ absl::Status LocalBindingStore::Load(int64_t now_ms) {
 
 absl::StatusOr<std::optional<std::string>> LocalBindingStore::Lookup(const std::string& session,
                                                                      int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = table_.find(session);
   if (it == table_.end()) return std::optional<std::string>();
   if (now_ms - it->second.last_used_ms > ttl_ms_) {
@@ -91,7 +91,7 @@ absl::StatusOr<std::optional<std::string>> LocalBindingStore::Lookup(const std::
 absl::StatusOr<std::string> LocalBindingStore::BindIfAbsent(const std::string& session,
                                                             const std::string& backend_url,
                                                             int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto [it, inserted] = table_.try_emplace(session, Entry{backend_url, now_ms});
   if (!inserted && now_ms - it->second.last_used_ms > ttl_ms_) {
     it->second = Entry{backend_url, now_ms};
@@ -108,7 +108,7 @@ absl::StatusOr<std::string> LocalBindingStore::BindIfAbsent(const std::string& s
 
 absl::Status LocalBindingStore::Rebind(const std::string& session, const std::string& backend_url,
                                        int64_t now_ms) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   table_[session] = Entry{backend_url, now_ms};
   changed_ = true;
   if (table_.size() > max_entries_) EvictLocked(now_ms);
@@ -116,14 +116,14 @@ absl::Status LocalBindingStore::Rebind(const std::string& session, const std::st
 }
 
 std::map<std::string, int64_t> LocalBindingStore::CountByBackend() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::map<std::string, int64_t> counts;
   for (const auto& [session, entry] : table_) counts[entry.backend]++;
   return counts;
 }
 
 size_t LocalBindingStore::size() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return table_.size();
 }
 
@@ -151,7 +151,7 @@ void LocalBindingStore::EvictLocked(int64_t now_ms) {
 std::string LocalBindingStore::Serialize() {
   std::vector<std::pair<std::string, Entry>> entries;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     entries.assign(table_.begin(), table_.end());
   }
   std::sort(entries.begin(), entries.end(),
@@ -170,7 +170,7 @@ std::string LocalBindingStore::Serialize() {
 void LocalBindingStore::Maintain(int64_t now_ms) {
   bool write = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     EvictLocked(now_ms);
     int64_t since = now_ms - last_write_ms_;
     write = !path_.empty() && ((changed_ && since >= kWriteChangedEveryMs) ||
@@ -186,7 +186,7 @@ void LocalBindingStore::Maintain(int64_t now_ms) {
 
 void LocalBindingStore::Flush(int64_t now_ms) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     EvictLocked(now_ms);
     if (path_.empty() || (!changed_ && !touched_)) return;
     changed_ = false;
@@ -201,7 +201,7 @@ void LocalBindingStore::Write() {
   if (!status.ok()) {
     std::fprintf(stderr, "deepinfer gateway: cannot write bindings file: %s\n",
                  OneLineError(status).c_str());
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     changed_ = true;
   }
 }

@@ -7,13 +7,14 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace deepinfer::gateway {
 
@@ -43,8 +44,8 @@ class LocalCounterStore : public CounterStore {
   absl::StatusOr<int64_t> Total(const std::string& name) override;
 
  private:
-  std::mutex mu_;
-  std::unordered_map<std::string, int64_t> counts_;
+  absl::Mutex mu_;
+  std::unordered_map<std::string, int64_t> counts_ ABSL_GUARDED_BY(mu_);
 };
 
 // Session id -> backend URL, with an idle time-to-live.
@@ -105,17 +106,18 @@ class LocalBindingStore : public BindingStore {
     std::string backend;
     int64_t last_used_ms = 0;
   };
-  void EvictLocked(int64_t now_ms);
+  void EvictLocked(int64_t now_ms) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Write();
 
   const std::string path_;
   const int64_t ttl_ms_;
   const size_t max_entries_;
-  std::mutex mu_;
-  std::unordered_map<std::string, Entry> table_;
-  bool changed_ = false;  // a binding was added, moved or removed since the last write
-  bool touched_ = false;  // a binding was used since the last write
-  int64_t last_write_ms_ = 0;
+  absl::Mutex mu_;
+  std::unordered_map<std::string, Entry> table_ ABSL_GUARDED_BY(mu_);
+  // A binding was added, moved or removed since the last write.
+  bool changed_ ABSL_GUARDED_BY(mu_) = false;
+  bool touched_ ABSL_GUARDED_BY(mu_) = false;  // a binding was used since the last write
+  int64_t last_write_ms_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace deepinfer::gateway

@@ -4,11 +4,11 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <mutex>
 #include <random>
 #include <system_error>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "util/json.h"
 #include "util/status.h"
@@ -244,7 +244,7 @@ std::vector<RequestRecord> RunLoad(const ClientConfig& config,
   }
 
   ProgressBar progress(options.label, static_cast<int64_t>(records.size()), options.progress);
-  std::mutex progress_mu;
+  absl::Mutex progress_mu;  // serializes the progress bar's Tick across the workers
   std::atomic<size_t> next{0};
   const BenchClock::time_point run_start = BenchClock::now();
   auto worker = [&]() {
@@ -254,7 +254,7 @@ std::vector<RequestRecord> RunLoad(const ClientConfig& config,
       for (size_t k = 0; k < jobs[i].size(); ++k) {
         RequestRecord rec = SendRequest(config, jobs[i][k], run_start);
         {
-          std::lock_guard<std::mutex> lock(progress_mu);
+          absl::MutexLock lock(&progress_mu);
           progress.Tick(rec.ok);
         }
         records[offset[i] + k] = std::move(rec);

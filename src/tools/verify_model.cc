@@ -8,15 +8,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "fmt/format.h"
 #include "openssl/evp.h"
 #include "util/json.h"
@@ -55,33 +55,28 @@ bool Excluded(const std::string& rel, const std::vector<std::string>& excludes) 
 void ParallelRun(size_t n, int num_threads, const std::function<void(size_t)>& fn,
                  const std::function<void()>& tick) {
   std::atomic<size_t> next{0};
-  std::mutex mu;
-  std::condition_variable cv;
+  absl::Mutex mu;
   const int num_workers = std::max(1, std::min<int>(num_threads, static_cast<int>(n)));
-  int running = num_workers;  // guarded by mu; workers count it down as they finish
+  int running = num_workers;  // under mu; workers count it down as they finish
   std::vector<std::thread> threads;
   for (int t = 0; t < num_workers; ++t) {
     threads.emplace_back([&] {
       for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       --running;
-      cv.notify_all();
     });
   }
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    while (running > 0) {
-      cv.wait_for(lock, std::chrono::milliseconds(250), [&] { return running == 0; });
-      if (tick) {
-        lock.unlock();
-        tick();
-        lock.lock();
-      }
+  auto all_done = [&running] { return running == 0; };
+  for (bool done = false; !done;) {
+    {
+      absl::MutexLock lock(&mu);
+      done = mu.AwaitWithTimeout(absl::Condition(&all_done), absl::Milliseconds(250));
     }
+    if (tick && !done) tick();
   }
   for (std::thread& t : threads) t.join();
   // The final state once more: when every worker ended before the first wait (a small or
-  // cached folder), the loop above never ran and the progress bar was never drawn.
+  // cached folder), no tick ran in the loop and the progress bar was never drawn.
   if (tick) tick();
 }
 

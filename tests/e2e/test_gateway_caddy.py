@@ -55,7 +55,9 @@ def test_sse_through_caddy_arrives_event_by_event(caddy_gw):
     assert arrivals[-1][1] == "data: [DONE]"
     events = [t for t, line in arrivals if line != "data: [DONE]"]
     assert len(events) == 6
-    gaps = [b - a for a, b in zip(events, events[1:])]
-    # Each event arrived about when it was sent, not bunched at the end.
-    assert all(g > gap * 0.5 for g in gaps), gaps
-    assert events[-1] - events[0] > 4 * gap, gaps
+    # Each event arrived about when it was sent, not bunched at the end. Measured from the first
+    # event, so that one event delayed by a loaded machine (and the next one, which then follows
+    # it closely) does not read as buffering.
+    since_first = [t - events[0] for t in events]
+    assert all(s > k * gap * 0.5 for k, s in enumerate(since_first)), since_first
+    assert events[-1] - events[0] > 4 * gap, since_first
