@@ -83,7 +83,6 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const SchedulerCounters& counters() const { return counters_; }
-  const BlockManager& block_manager() const { return blocks_; }
 
  private:
   void DropCancelled();
