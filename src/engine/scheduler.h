@@ -75,8 +75,10 @@ class Scheduler {
   // Finishes every sequence it holds with `reason` (engine shutdown).
   void FinishAll(FinishReason reason);
 
-  // Finishes one sequence that the scheduler does not hold (a submission the engine refuses
-  // after all, e.g. at shutdown): stream, counters, and any blocks it has.
+  // Finishes `seq` with `reason`: frees its blocks, counts it, reports its usage, timings and
+  // speculative counts, and finishes its stream (with `error_code` for kError). The scheduler
+  // calls it for the sequences it holds; the engine calls it for submissions it never handed
+  // over (at shutdown).
   void Finish(Sequence& seq, FinishReason reason, const char* error_code = nullptr);
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }

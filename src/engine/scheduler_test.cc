@@ -72,11 +72,10 @@ class SchedulerTest : public ::testing::Test {
   uint64_t next_id_ = 1;
 };
 
-TEST(SchedulerPhaseTest, EmptySchedulerPlansNothing) {
-  BlockManager blocks(8, kBlockSize, true);
-  Scheduler s({}, blocks, std::vector<bool>(kVocab, false));
-  EXPECT_TRUE(s.Schedule(Clock::now()).empty());
-  EXPECT_FALSE(s.has_work());
+TEST_F(SchedulerTest, AnEmptySchedulerPlansNothing) {
+  Make(8);
+  EXPECT_TRUE(Schedule().empty());
+  EXPECT_FALSE(scheduler_->has_work());
 }
 
 TEST_F(SchedulerTest, PrefillChunksStayWithinTheBudget) {
