@@ -1,18 +1,19 @@
-// `deepinfer generate`: one prompt (or an interactive chat), no server. Drives the forward pass
-// directly over a private KV cache so prefill and decode speed can be measured exactly.
+// `deepinfer generate`: one prompt (or an interactive chat), no server. Requests go through
+// engine::Engine exactly as `serve` submits them (one sequence at a time), so parity checks run
+// the real engine; prefill and decode speed come from the request's own engine-side timings.
 
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "arch/causal_lm.h"
 #include "cli/chat_input.h"
 #include "cli/commands.h"
-#include "engine/sampler.h"
+#include "cli/exit_code.h"
+#include "engine/engine.h"
 #include "fmt/format.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
@@ -24,8 +25,6 @@
 
 namespace deepinfer::cli {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct GenerateFlags {
   std::string model;
@@ -49,68 +48,6 @@ struct GenerateFlags {
   std::string numerics = "fast";
 };
 
-// One conversation's state: the tokens already in the KV cache are reused when the next prompt
-// starts with them (multi-turn chat only recomputes the new turn).
-class Session {
- public:
-  Session(const model::Model& m, arch::CausalLm& lm, util::ThreadPool& pool, int capacity)
-      : model_(m), lm_(lm), pool_(pool) {
-    const int bs = 16;
-    int blocks = (capacity + bs - 1) / bs;
-    status_ = kv_.Allocate(m.config.num_layers, bs, blocks, lm.kv_floats_per_token());
-    for (int i = 0; i < blocks; ++i) table_.push_back(i);
-    logits_.resize(m.config.vocab);
-  }
-  const absl::Status& status() const { return status_; }
-  int capacity() const { return static_cast<int>(table_.size()) * kv_.block_size; }
-
-  // Makes the cache hold exactly `tokens` and leaves the logits of the last one in logits().
-  // Returns the number of tokens computed. When `stop` answers true between chunks the cache
-  // holds only a prefix of `tokens` (which the next call reuses) and logits() is not valid.
-  int Prefill(const std::vector<int32_t>& tokens, bool (*stop)() = nullptr) {
-    size_t common = 0;
-    while (common < cached_.size() && common < tokens.size() && cached_[common] == tokens[common]) {
-      ++common;
-    }
-    if (common == tokens.size()) --common;  // the last token's logits must be recomputed
-    cached_.assign(tokens.begin(), tokens.begin() + common);
-    std::vector<int32_t> rest(tokens.begin() + common, tokens.end());
-    size_t before = cached_.size();
-    Run(rest, stop);
-    return static_cast<int>(cached_.size() - before);
-  }
-
-  void Decode(int32_t token) { Run({token}); }
-  float* logits() { return logits_.data(); }
-  const std::vector<int32_t>& cached() const { return cached_; }
-
- private:
-  void Run(const std::vector<int32_t>& tokens, bool (*stop)() = nullptr) {
-    // Chunks of 512 keep scratch memory bounded for long prompts.
-    for (size_t off = 0; off < tokens.size(); off += 512) {
-      if (stop != nullptr && stop()) return;
-      int n = static_cast<int>(std::min<size_t>(512, tokens.size() - off));
-      arch::ForwardBatch b;
-      b.tokens = tokens.data() + off;
-      b.num_tokens = n;
-      bool last = off + n == tokens.size();
-      b.seqs.push_back({0, n, static_cast<int32_t>(cached_.size()), last ? 1 : 0, table_.data(),
-                        static_cast<int32_t>(table_.size())});
-      lm_.Forward(b, kv_, logits_.data(), pool_);
-      cached_.insert(cached_.end(), tokens.begin() + off, tokens.begin() + off + n);
-    }
-  }
-
-  const model::Model& model_;
-  arch::CausalLm& lm_;
-  util::ThreadPool& pool_;
-  arch::KvCache kv_;
-  std::vector<int32_t> table_;
-  std::vector<int32_t> cached_;
-  std::vector<float> logits_;
-  absl::Status status_;
-};
-
 struct TurnStats {
   int prompt_tokens = 0;
   int computed_prompt_tokens = 0;
@@ -120,56 +57,84 @@ struct TurnStats {
   std::string finish = "length";
 };
 
-// Generates one reply to `prompt`. `stop` (may be null) is polled between prefill chunks and
-// between tokens; when it answers true the reply ends there with finish "interrupted".
-TurnStats Generate(const GenerateFlags& f, const model::Model& m, const tokenizer::Tokenizer& tok,
-                   Session& session, const std::vector<int32_t>& prompt, std::string* text_out,
-                   bool echo, bool (*stop)() = nullptr) {
+// What every turn's request shares: sampling settings and the stop tokens.
+engine::GenerateRequest RequestTemplate(const GenerateFlags& f, const tokenizer::Tokenizer& tok) {
+  engine::GenerateRequest r;
+  r.sampling.temperature = f.temperature;
+  r.sampling.top_p = f.top_p;
+  r.sampling.top_k = f.top_k;
+  r.sampling.min_p = f.min_p;
+  r.sampling.repetition_penalty = f.repetition_penalty;
+  r.sampling.has_seed = f.seed >= 0;
+  r.sampling.seed = static_cast<uint64_t>(f.seed);
+  // Generation ends at the text tokenizer's end-of-generation tokens (what the user sees as the
+  // end of a reply), or, with --ignore-eos, only at max_tokens or the context window.
+  r.ignore_eos = true;
+  if (!f.ignore_eos) {
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+      if (tok.IsEog(id)) r.stop_token_ids.push_back(id);
+    }
+  }
+  return r;
+}
+
+const char* FinishName(engine::FinishReason reason) {
+  switch (reason) {
+    case engine::FinishReason::kStop: return "stop";
+    case engine::FinishReason::kCancelled: return "interrupted";
+    default: return "length";
+  }
+}
+
+// Submits one reply to `prompt` to the engine and streams it. `stop` (may be null) is polled
+// while waiting; when it answers true the request is cancelled, the reply ends with what was
+// shown so far, and finish is "interrupted".
+absl::StatusOr<TurnStats> Generate(engine::Engine& engine, const tokenizer::Tokenizer& tok,
+                                   const engine::GenerateRequest& base,
+                                   const std::vector<int32_t>& prompt, std::string* text_out,
+                                   bool echo, bool (*stop)() = nullptr) {
   TurnStats st;
   st.prompt_tokens = static_cast<int>(prompt.size());
-  engine::SamplingParams sp;
-  sp.temperature = f.temperature;
-  sp.top_p = f.top_p;
-  sp.top_k = f.top_k;
-  sp.min_p = f.min_p;
-  sp.repetition_penalty = f.repetition_penalty;
-  sp.has_seed = f.seed >= 0;
-  sp.seed = static_cast<uint64_t>(f.seed);
-  engine::Sampler sampler(sp, prompt, std::random_device{}());
+  engine::GenerateRequest req = base;
+  req.prompt = prompt;
+  req.max_tokens = std::min(base.max_tokens,
+                            engine.max_model_len() - static_cast<int32_t>(prompt.size()));
+  DI_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestStream> stream,
+                      engine.Submit(std::move(req)));
   tokenizer::IncrementalDetokenizer detok(tok);
-
-  auto t0 = Clock::now();
-  st.computed_prompt_tokens = session.Prefill(prompt, stop);
-  auto t1 = Clock::now();
-  st.prefill_s = std::chrono::duration<double>(t1 - t0).count();
-
-  int max_new = std::min(f.max_tokens, session.capacity() - static_cast<int>(prompt.size()));
   std::string piece;
-  for (int i = 0; i < max_new; ++i) {
-    if (stop != nullptr && stop()) {
-      st.finish = "interrupted";
-      break;
+  engine::StreamUpdate u;
+  bool cancelled = false;
+  while (true) {
+    if (!cancelled && stop != nullptr && stop()) {
+      stream->Cancel();
+      cancelled = true;  // tokens still on their way were never shown: drop them
     }
-    int32_t next = sampler.Sample(session.logits(), m.config.vocab).token;
-    if (!f.ignore_eos && tok.IsEog(next)) {
-      st.finish = "stop";
-      break;
+    if (!stream->Wait(u, std::chrono::milliseconds(20))) continue;
+    for (const engine::TokenEvent& t : u.tokens) {
+      if (cancelled) break;
+      ++st.generated;
+      piece.clear();
+      detok.Push(t.token, &piece);
+      if (echo && !piece.empty()) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (text_out) *text_out += piece;
     }
-    ++st.generated;
-    piece.clear();
-    detok.Push(next, &piece);
-    if (echo && !piece.empty()) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    if (text_out) *text_out += piece;
-    if (i + 1 < max_new) session.Decode(next);
+    if (u.finish != engine::FinishReason::kNone) break;
+  }
+  if (u.finish == engine::FinishReason::kError) {
+    return InternalError(u.error_code, u.error);
   }
   piece.clear();
   detok.Finish(&piece);
   if (echo) std::fwrite(piece.data(), 1, piece.size(), stdout);
   if (text_out) *text_out += piece;
-  st.decode_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  st.computed_prompt_tokens = u.prompt_tokens - u.cached_tokens;
+  st.prefill_s = u.timings.prefill_s;
+  st.decode_s = u.timings.decode_s;
+  st.finish = FinishName(u.finish);
   return st;
 }
 
@@ -195,68 +160,67 @@ void PrintStats(const TurnStats& st, bool json, const std::string* text = nullpt
   }
 }
 
-int Run(const GenerateFlags& f) {
-  auto fail = [](const absl::Status& s) {
-    std::fprintf(stderr, "deepinfer generate: %s\n", OneLineError(s).c_str());
-    return 2;
-  };
-  auto model = model::LoadModel(f.model, f.tokenizer);
-  if (!model.ok()) return fail(model.status());
-  const model::Model& m = **model;
-  auto text = tokenizer::LoadModelText(m, f.chat_template);
-  if (!text.ok()) return fail(text.status());
-  std::unique_ptr<tokenizer::Tokenizer>* tok = &text->tokenizer;
-  auto lm = arch::CreateCausalLm(m);
-  if (!lm.ok()) return fail(lm.status());
-  if (f.numerics == "ggml" && !(*lm)->SetNumerics(arch::Numerics::kGgml)) {
-    return fail(UnimplementedError("unsupported_numerics",
-                                   "--numerics ggml is implemented for Llama-architecture "
-                                   "models only."));
-  }
-  int threads = f.threads > 0 ? f.threads : static_cast<int>(std::thread::hardware_concurrency());
-  util::ThreadPool pool(threads);
-  int capacity = m.config.max_context > 0 ? m.config.max_context : 4096;
-  Session session(m, **lm, pool, capacity);
-  if (!session.status().ok()) return fail(session.status());
+int Fail(const absl::Status& s) { return ReportFailure("generate", s); }
 
-  if (f.random_prompt_tokens > 0) {
-    // Benchmark mode: a reproducible random prompt of ordinary (non-special) tokens.
-    std::mt19937 rng(f.seed >= 0 ? static_cast<uint32_t>(f.seed) : 0);
-    std::vector<int32_t> prompt;
-    while (static_cast<int>(prompt.size()) < f.random_prompt_tokens) {
-      int32_t t = static_cast<int32_t>(rng() % m.config.vocab);
-      if (!(*tok)->IsSpecial(t)) prompt.push_back(t);
-    }
-    TurnStats st = Generate(f, m, **tok, session, prompt, nullptr, false);
-    PrintStats(st, f.json);
-    return 0;
-  }
+// One sequence at a time, over a KV cache as long as the model's context. Prefill chunks of 512
+// tokens keep scratch memory bounded and, with --numerics ggml, are llama.cpp's batches.
+absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags& f,
+                                                            const model::Model& m) {
+  const int capacity = m.config.max_context > 0 ? m.config.max_context : 4096;
+  engine::EngineOptions o;
+  o.max_num_seqs = 1;
+  o.prefill_budget = 512;
+  o.max_model_len = capacity;
+  o.kv_cache_tokens = (int64_t{capacity} + o.block_size - 1) / o.block_size * o.block_size;
+  o.num_threads = f.threads;
+  o.seed = std::random_device{}();  // for unseeded sampling; --seed is the request's own
+  o.numerics = f.numerics == "ggml" ? arch::Numerics::kGgml : arch::Numerics::kFast;
+  return engine::Engine::Create(m, o);
+}
 
-  if (!f.chat) {
-    std::vector<int32_t> prompt;
-    if (f.raw) {
-      prompt = (*tok)->Encode(f.prompt, /*parse_special=*/true);
-    } else {
-      prompt = (*tok)->Encode(f.prompt, /*parse_special=*/false);
-    }
-    if (prompt.empty()) return fail(InvalidArgumentError("empty_prompt", "the prompt is empty"));
-    if (static_cast<int>(prompt.size()) >= capacity) {
-      return fail(InvalidArgumentError("context_length_exceeded", "the prompt fills the context"));
-    }
-    if (!f.json) std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
-    std::string text;
-    TurnStats st = Generate(f, m, **tok, session, prompt, &text, !f.json);
-    PrintStats(st, f.json, &text);
-    std::printf("\n");
-    return 0;
+int RunRandomPrompt(const GenerateFlags& f, engine::Engine& engine,
+                    const tokenizer::Tokenizer& tok, const engine::GenerateRequest& base) {
+  // Benchmark mode: a reproducible random prompt of ordinary (non-special) tokens.
+  std::mt19937 rng(f.seed >= 0 ? static_cast<uint32_t>(f.seed) : 0);
+  std::vector<int32_t> prompt;
+  while (static_cast<int>(prompt.size()) < f.random_prompt_tokens) {
+    int32_t t = static_cast<int32_t>(rng() % engine.model().config.vocab);
+    if (!tok.IsSpecial(t)) prompt.push_back(t);
   }
+  if (static_cast<int>(prompt.size()) >= engine.max_model_len()) {
+    return Fail(InvalidArgumentError("context_length_exceeded", "the prompt fills the context"));
+  }
+  auto st = Generate(engine, tok, base, prompt, nullptr, false);
+  if (!st.ok()) return Fail(st.status());
+  PrintStats(*st, f.json);
+  return 0;
+}
 
-  std::unique_ptr<tokenizer::ChatTemplate>* tmpl = &text->chat_template;
+int RunPrompt(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tokenizer& tok,
+              const engine::GenerateRequest& base) {
+  std::vector<int32_t> prompt = tok.Encode(f.prompt, /*parse_special=*/f.raw);
+  if (prompt.empty()) return Fail(InvalidArgumentError("empty_prompt", "the prompt is empty"));
+  if (static_cast<int>(prompt.size()) >= engine.max_model_len()) {
+    return Fail(InvalidArgumentError("context_length_exceeded", "the prompt fills the context"));
+  }
+  if (!f.json) std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
+  std::string text;
+  auto st = Generate(engine, tok, base, prompt, &text, !f.json);
+  if (!st.ok()) return Fail(st.status());
+  PrintStats(*st, f.json, &text);
+  std::printf("\n");
+  return 0;
+}
+
+// Each turn submits the whole conversation; the engine's prefix cache finds the earlier turns'
+// full KV blocks, so a turn computes little more than its own text.
+int RunChat(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tokenizer& tok,
+            const tokenizer::ChatTemplate& tmpl, const engine::GenerateRequest& base) {
   std::vector<tokenizer::ChatMessage> messages;
   if (!f.system.empty()) messages.push_back({"system", f.system});
   std::unique_ptr<ChatInput> input = ChatInput::Create("> ");
-  std::fprintf(stderr, "deepinfer chat with %s (%s template). %s\n", m.config.name.c_str(),
-               std::string((*tmpl)->name()).c_str(),
+  std::fprintf(stderr, "deepinfer chat with %s (%s template). %s\n",
+               engine.model().config.name.c_str(), std::string(tmpl.name()).c_str(),
                input->interactive()
                    ? "Ctrl-C stops a reply; Ctrl-C on an empty line or Ctrl-D exits."
                    : "Empty line or end of input ends.");
@@ -277,17 +241,18 @@ int Run(const GenerateFlags& f) {
     }
     input->AddHistory(line);
     messages.push_back({"user", line});
-    std::string rendered = (*tmpl)->Render(messages, /*add_generation_prompt=*/true);
-    std::vector<int32_t> prompt = (*tok)->Encode(rendered, /*parse_special=*/true);
-    if (static_cast<int>(prompt.size()) + 1 >= capacity) {
+    std::string rendered = tmpl.Render(messages, /*add_generation_prompt=*/true);
+    std::vector<int32_t> prompt = tok.Encode(rendered, /*parse_special=*/true);
+    if (static_cast<int>(prompt.size()) + 1 >= engine.max_model_len()) {
       std::fprintf(stderr, "deepinfer generate: context_length_exceeded: conversation too long\n");
       return 2;
     }
     std::string reply;
-    TurnStats st = Generate(f, m, **tok, session, prompt, &reply, true, &StopRequested);
+    auto st = Generate(engine, tok, base, prompt, &reply, true, &StopRequested);
     ClearStopRequest();
-    PrintStats(st, false);
-    if (st.finish == "interrupted" && st.generated == 0) {
+    if (!st.ok()) return Fail(st.status());
+    PrintStats(*st, false);
+    if (st->finish == "interrupted" && st->generated == 0) {
       // Stopped before the first token: the question goes too, so it can be asked again.
       messages.pop_back();
       continue;
@@ -296,6 +261,22 @@ int Run(const GenerateFlags& f) {
     messages.push_back({"assistant", reply});
   }
   return 0;
+}
+
+int Run(const GenerateFlags& f) {
+  auto model = model::LoadModel(f.model, f.tokenizer);
+  if (!model.ok()) return Fail(model.status());
+  const model::Model& m = **model;
+  auto text = tokenizer::LoadModelText(m, f.chat_template);
+  if (!text.ok()) return Fail(text.status());
+  const tokenizer::Tokenizer& tok = *text->tokenizer;
+  auto engine = StartEngine(f, m);
+  if (!engine.ok()) return Fail(engine.status());
+  engine::GenerateRequest base = RequestTemplate(f, tok);
+  base.max_tokens = f.max_tokens;
+  if (f.random_prompt_tokens > 0) return RunRandomPrompt(f, **engine, tok, base);
+  if (!f.chat) return RunPrompt(f, **engine, tok, base);
+  return RunChat(f, **engine, tok, *text->chat_template, base);
 }
 
 }  // namespace

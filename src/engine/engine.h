@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "arch/causal_lm.h"
 #include "engine/request.h"
 #include "model/model.h"
 #include "util/histogram.h"
@@ -29,6 +30,9 @@ struct EngineOptions {
   // Draft tokens per step from the model's MTP modules (0: off). Greedy requests only; their
   // output is identical to non-speculative greedy decoding.
   int32_t speculative_tokens = 0;
+  // Forward-pass arithmetic. kGgml (bit-identical to llama.cpp, Llama models only) is for one
+  // sequence at a time, as `generate` runs it: it is not batch invariant (docs/parity.md).
+  arch::Numerics numerics = arch::Numerics::kFast;
 };
 
 // Latency histograms (seconds) use the shared bucket shape.
@@ -80,7 +84,8 @@ class Engine {
   virtual const model::Model& model() const = 0;
 
   // Creates the engine and starts its thread (which runs a warm-up step).
-  // Errors: those of arch::CreateCausalLm; InvalidArgument "bad_option" for nonsensical options;
+  // Errors: those of arch::CreateCausalLm; Unimplemented "unsupported_numerics" when the
+  //   architecture lacks options.numerics; InvalidArgument "bad_option" for nonsensical options;
   //   InvalidArgument "speculative_unsupported" when speculative_tokens > 0 and the model has no
   //   MTP modules.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model,

@@ -32,6 +32,11 @@ void RequestStream::SetSpeculativeCounts(int32_t drafted, int32_t accepted) {
   final_.num_accepted_tokens = accepted;
 }
 
+void RequestStream::SetTimings(const RequestTimings& timings) {
+  std::lock_guard<std::mutex> lock(mu_);
+  final_.timings = timings;
+}
+
 bool RequestStream::Full() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pending_.size() >= capacity_;
@@ -61,6 +66,7 @@ bool RequestStream::Wait(StreamUpdate& out, std::chrono::milliseconds timeout) {
     out.completion_tokens = final_.completion_tokens;
     out.num_draft_tokens = final_.num_draft_tokens;
     out.num_accepted_tokens = final_.num_accepted_tokens;
+    out.timings = final_.timings;
   }
   return !out.tokens.empty() || out.finish != FinishReason::kNone;
 }

@@ -44,6 +44,17 @@ struct TokenEvent {
   std::vector<std::pair<int32_t, float>> top_logprobs;  // empty unless requested
 };
 
+// Where one request's time went, measured on the engine thread.
+//
+// Units: seconds. prefill_s runs from the step that first scheduled the request to its first
+//   token (0 when none came); decode_s from the first token to the last one, so it spans
+//   completion_tokens - 1 decode steps.
+struct RequestTimings {
+  double queue_s = 0;    // arrival to first scheduled
+  double prefill_s = 0;
+  double decode_s = 0;
+};
+
 // What a client takes from its stream in one read: zero or more new tokens and, at the end, the
 // finish reason with the usage counts.
 struct StreamUpdate {
@@ -56,6 +67,7 @@ struct StreamUpdate {
   int32_t completion_tokens = 0;
   int32_t num_draft_tokens = 0;     // speculative tokens drafted for this request
   int32_t num_accepted_tokens = 0;  // of which the model accepted
+  RequestTimings timings;           // set with the finish
 };
 
 // The channel between the engine thread (producer) and one client (consumer).
@@ -75,6 +87,8 @@ class RequestStream {
   bool Full() const;
   // Speculative-decoding counts reported with the finish (call before Finish).
   void SetSpeculativeCounts(int32_t drafted, int32_t accepted);
+  // Timings reported with the finish (call before Finish).
+  void SetTimings(const RequestTimings& timings);
 
   // Client side: waits up to `timeout` for news and moves everything pending into `out`
   // (replacing its contents). Returns true when `out` holds tokens or the finish.

@@ -1,0 +1,76 @@
+// The executor: a StepPlan in, sampled tokens out. All model math of a step happens here (the
+// drafter's MTP passes aside), so the scheduler stays testable without a model.
+
+#include "engine/executor.h"
+
+#include "engine/speculative.h"
+
+namespace deepinfer::engine {
+
+Executor::Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool,
+                   bool keep_hidden)
+    : lm_(lm), kv_(kv), pool_(pool), keep_hidden_(keep_hidden), vocab_(lm.config().vocab) {}
+
+void Executor::Warmup(int32_t token, int32_t block) {
+  arch::ForwardBatch b;
+  b.tokens = &token;
+  b.num_tokens = 1;
+  b.seqs.push_back({0, 1, 0, 1, &block, 1});
+  logits_.resize(vocab_);
+  lm_.Forward(b, kv_, logits_.data(), pool_);
+}
+
+StepOutputs& Executor::Run(const StepPlan& plan) {
+  BuildBatch(plan);
+  const int64_t rows = batch_.num_logit_rows();
+  if (static_cast<int64_t>(logits_.size()) < rows * vocab_) logits_.resize(rows * vocab_);
+  lm_.Forward(batch_, kv_, logits_.data(), pool_);
+  if (keep_hidden_) {
+    hidden_.resize(static_cast<size_t>(batch_.num_tokens) * lm_.config().hidden);
+    lm_.FinalHidden(hidden_.data());
+  }
+  Sample(plan);
+  return outputs_;
+}
+
+void Executor::BuildBatch(const StepPlan& plan) {
+  batch_tokens_.clear();
+  batch_.seqs.clear();
+  for (const ScheduledSeq& p : plan.seqs) {
+    const Sequence& seq = *p.seq;
+    arch::SequenceSlice s;
+    s.token_offset = p.token_offset;
+    s.num_tokens = p.num_tokens;
+    s.start_pos = p.start_pos;
+    s.num_logits = p.num_logits;
+    s.block_table = seq.blocks.data();
+    s.num_blocks = static_cast<int32_t>(seq.blocks.size());
+    const auto first = seq.tokens.begin() + p.start_pos;
+    batch_tokens_.insert(batch_tokens_.end(), first, first + p.num_real_tokens());
+    batch_tokens_.insert(batch_tokens_.end(), seq.drafts.begin(),
+                         seq.drafts.begin() + p.num_drafts);
+    batch_.seqs.push_back(s);
+  }
+  batch_.tokens = batch_tokens_.data();
+  batch_.num_tokens = static_cast<int32_t>(batch_tokens_.size());
+}
+
+void Executor::Sample(const StepPlan& plan) {
+  outputs_.seqs.resize(plan.seqs.size());
+  outputs_.tokens.clear();
+  int64_t row = 0;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq& p = plan.seqs[i];
+    SeqOutput& out = outputs_.seqs[i];
+    out.first = static_cast<int32_t>(outputs_.tokens.size());
+    out.num_tokens = 0;
+    out.num_accepted = 0;
+    if (p.num_logits == 0) continue;
+    out.num_accepted = VerifyDrafts(*p.seq->sampler, logits_.data() + row * vocab_, vocab_,
+                                    p.seq->drafts.data(), p.num_drafts, outputs_.tokens);
+    out.num_tokens = out.num_accepted + 1;
+    row += p.num_logits;
+  }
+}
+
+}  // namespace deepinfer::engine

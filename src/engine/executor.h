@@ -1,0 +1,51 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "arch/causal_lm.h"
+#include "engine/sequence.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer::engine {
+
+// Runs StepPlans on a CausalLm: builds the token batch and slice table, calls Forward once, and
+// samples every slice that produced logits (verifying its drafts, see speculative.h).
+//
+// Shapes: logits scratch [rows, vocab] f32; hidden() [plan.num_tokens, hidden] f32.
+// Threads: engine thread only (it drives the model and the pool).
+// Lifetime: borrows the model, KV cache and pool. Reuses its buffers: no allocation per step
+//   once they have grown to the largest step.
+class Executor {
+ public:
+  // `keep_hidden`: also fetch the final hidden states after each Forward (for MTP drafts).
+  Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool, bool keep_hidden);
+
+  // Runs `plan` and returns one SeqOutput per planned sequence (valid until the next Run).
+  // Each slice's sequence must have a sampler and KV blocks covering the slice.
+  StepOutputs& Run(const StepPlan& plan);
+
+  // One forward pass of `token` at position 0 in `block`: touches every weight page and sizes
+  // the scratch buffers before the first request.
+  void Warmup(int32_t token, int32_t block);
+
+  // Final hidden states of the last Run (only with keep_hidden).
+  const float* hidden() const { return hidden_.data(); }
+
+ private:
+  void BuildBatch(const StepPlan& plan);
+  void Sample(const StepPlan& plan);
+
+  arch::CausalLm& lm_;
+  arch::KvCache& kv_;
+  util::ThreadPool& pool_;
+  const bool keep_hidden_;
+  const int32_t vocab_;
+  arch::ForwardBatch batch_;
+  std::vector<int32_t> batch_tokens_;
+  std::vector<float> logits_;
+  std::vector<float> hidden_;
+  StepOutputs outputs_;
+};
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,299 @@
+// The scheduler: what runs in each step, and what a step's sampled tokens do to the sequences.
+//
+// Budget order: running sequences first (in admission order, so the oldest requests keep
+// decoding under load), then waiting ones in arrival order. A decode costs 1 + its drafts; a
+// prefill chunk costs its length. Preemption is by recompute: nothing is swapped out, the victim
+// keeps its tokens and its full blocks stay findable in the prefix cache, so a re-admission
+// usually recomputes only its unfinished tail.
+
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace deepinfer::engine {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks,
+                     std::vector<bool> is_eog)
+    : options_(options), blocks_(blocks), is_eog_(std::move(is_eog)) {
+  running_.reserve(options_.max_num_seqs);
+  retired_.reserve(options_.max_num_seqs);
+  plan_.seqs.reserve(options_.max_num_seqs);
+}
+
+void Scheduler::Add(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+
+const StepPlan& Scheduler::Schedule(Clock::time_point now) {
+  retired_.clear();
+  DropCancelled();
+  plan_.seqs.clear();
+  plan_.num_tokens = 0;
+  int32_t budget = options_.prefill_budget;
+  ScheduleRunning(budget);
+  ScheduleWaiting(budget, now);
+  return plan_;
+}
+
+void Scheduler::DropCancelled() {
+  // Before spending compute on them.
+  for (auto it = running_.begin(); it != running_.end();) {
+    if ((*it)->stream->cancelled()) {
+      Finish(**it, FinishReason::kCancelled);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if ((*it)->stream->cancelled()) {
+      Finish(**it, FinishReason::kCancelled);
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Scheduler::ScheduleRunning(int32_t& budget) {
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& seq = *running_[i];
+    if (seq.stream->Full()) continue;  // slow client: pause this sequence
+    int32_t num_drafts = 0;
+    const int32_t chunk = RunningSlice(seq, budget, num_drafts);
+    if (chunk == 0) break;  // it was preempted itself: nothing newer is left to run
+    AddToPlan(seq, chunk, num_drafts);
+    budget -= chunk;
+  }
+}
+
+int32_t Scheduler::RunningSlice(Sequence& seq, int32_t budget, int32_t& num_drafts) {
+  const int32_t remaining = seq.num_uncomputed();
+  int32_t chunk = std::min(remaining, budget);
+  num_drafts = 0;
+  if (remaining == 1 && !seq.drafts.empty()) {
+    // Verify drafts in this step, but never past max_tokens or the context window.
+    int32_t n = static_cast<int32_t>(seq.drafts.size());
+    n = std::min(n, seq.req.max_tokens - seq.num_generated - 1);
+    n = std::min(n, options_.max_model_len - static_cast<int32_t>(seq.tokens.size()));
+    n = std::min(n, budget - 1);
+    num_drafts = std::max(0, n);
+    chunk = 1 + num_drafts;
+  }
+  while (!EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) {
+    // Out of blocks: preempt the newest running sequence (never one already in the plan, which
+    // holds only older ones).
+    const bool self = running_.back().get() == &seq;
+    PreemptNewest();
+    if (self) return 0;
+    if (num_drafts > 0) {
+      // Under memory pressure, verify without drafts rather than preempt for them.
+      num_drafts = 0;
+      chunk = 1;
+    }
+  }
+  return chunk;
+}
+
+void Scheduler::PreemptNewest() {
+  std::unique_ptr<Sequence> victim = std::move(running_.back());
+  running_.pop_back();
+  blocks_.Free(victim->blocks);
+  victim->blocks.clear();
+  victim->block_hashes.clear();
+  victim->num_computed = 0;
+  victim->drafts.clear();
+  ++counters_.num_preemptions;
+  waiting_.push_front(std::move(victim));
+}
+
+void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
+  while (budget > 0 && !waiting_.empty() &&
+         static_cast<int32_t>(running_.size()) < options_.max_num_seqs) {
+    Sequence& seq = *waiting_.front();
+    if (seq.num_computed == 0 && seq.blocks.empty()) LookUpPrefix(seq);
+    int32_t chunk = std::min(seq.num_uncomputed(), budget);
+    const Fit fit = FitWaiting(seq, chunk);
+    if (fit == Fit::kWait) break;
+    if (fit == Fit::kNever) {
+      std::unique_ptr<Sequence> s = std::move(waiting_.front());
+      waiting_.pop_front();
+      Finish(*s, FinishReason::kError, "kv_cache_exhausted");
+      continue;
+    }
+    if (!seq.scheduled_once) {
+      seq.scheduled_once = true;
+      seq.first_scheduled = now;
+      counters_.queue_time.Add(Seconds(now - seq.arrival));
+      counters_.prompt_tokens += seq.prompt_len;
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    AddToPlan(seq, chunk, 0);
+    budget -= chunk;
+  }
+}
+
+void Scheduler::LookUpPrefix(Sequence& seq) {
+  // Never reuse the block holding the last token: its logits must be computed.
+  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / blocks_.block_size();
+  const int32_t matched = blocks_.MatchPrefix(seq.tokens.data(), max_blocks, seq.req.cache_salt,
+                                              seq.blocks, seq.block_hashes);
+  seq.num_computed = matched * blocks_.block_size();
+  if (seq.cached_tokens < 0) {  // first admission only; a preempted sequence is not a query
+    seq.cached_tokens = seq.num_computed;
+    counters_.prefix_cache_queries += seq.prompt_len;
+    counters_.prefix_cache_hits += seq.num_computed;
+  }
+}
+
+Scheduler::Fit Scheduler::FitWaiting(Sequence& seq, int32_t& chunk) {
+  if (EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) return Fit::kFits;
+  if (!running_.empty() || !plan_.seqs.empty()) return Fit::kWait;  // they will free blocks
+  // Nothing else holds blocks, so waiting cannot help; shrink the chunk to what fits.
+  const int32_t fit = (static_cast<int32_t>(seq.blocks.size()) + blocks_.num_available()) *
+                          blocks_.block_size() - seq.num_computed;
+  chunk = std::min(chunk, fit);
+  if (chunk <= 0 || !EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) return Fit::kNever;
+  return Fit::kFits;
+}
+
+void Scheduler::AddToPlan(Sequence& seq, int32_t num_tokens, int32_t num_drafts) {
+  ScheduledSeq s;
+  s.seq = &seq;
+  s.token_offset = plan_.num_tokens;
+  s.start_pos = seq.num_computed;
+  s.num_tokens = num_tokens;
+  s.num_drafts = num_drafts;
+  const int32_t real = num_tokens - num_drafts;
+  const bool reaches_end = seq.num_computed + real == static_cast<int32_t>(seq.tokens.size());
+  s.num_logits = reaches_end ? 1 + num_drafts : 0;
+  s.phase = real == 1 && reaches_end && seq.num_generated > 0 ? Phase::kDecode : Phase::kPrefill;
+  plan_.seqs.push_back(s);
+  plan_.num_tokens += num_tokens;
+}
+
+void Scheduler::Update(const StepPlan& plan, StepOutputs& outputs, Clock::time_point now) {
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    UpdateOne(plan.seqs[i], outputs.seqs[i], outputs.tokens.data(), now);
+  }
+  RetireFinished();
+}
+
+void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledToken* tokens,
+                          Clock::time_point now) {
+  Sequence& seq = *s.seq;
+  if (s.num_logits == 0) {
+    seq.num_computed += s.num_tokens;
+    CommitFullBlocks(seq);
+    return;
+  }
+  FinishReason finish = FinishReason::kNone;
+  int32_t emitted = 0;
+  while (emitted < out.num_tokens && finish == FinishReason::kNone) {
+    finish = Emit(seq, tokens[out.first + emitted], now);
+    ++emitted;
+  }
+  // KV is valid for the slice's real tokens and the accepted drafts (a draft that equals the
+  // finishing token counts). Commit full blocks before a finish releases them, so finished
+  // sequences still feed the prefix cache.
+  const int32_t accepted = std::min(emitted, out.num_accepted);
+  seq.num_computed += s.num_real_tokens() + accepted;
+  CommitFullBlocks(seq);
+  if (s.num_drafts > 0) {
+    seq.num_drafted += s.num_drafts;
+    seq.num_accepted += accepted;
+    ++counters_.spec_num_drafts;
+    counters_.spec_num_draft_tokens += s.num_drafts;
+    counters_.spec_num_accepted_tokens += accepted;
+  }
+  seq.drafts.clear();
+  if (finish != FinishReason::kNone) Finish(seq, finish);
+}
+
+FinishReason Scheduler::Emit(Sequence& seq, SampledToken& tok, Clock::time_point now) {
+  seq.tokens.push_back(tok.token);
+  seq.num_generated++;
+  counters_.generation_tokens++;
+  if (seq.num_generated == 1) {
+    seq.first_token = now;
+    counters_.ttft.Add(Seconds(now - seq.arrival));
+  }
+  seq.last_token = now;
+  bool stop_token = !seq.req.ignore_eos && is_eog_[tok.token];
+  for (int32_t s : seq.req.stop_token_ids) stop_token |= (s == tok.token);
+  if (stop_token) return FinishReason::kStop;
+  seq.stream->PushToken(TokenEvent{tok.token, tok.logprob, std::move(tok.top)});
+  if (seq.num_generated >= seq.req.max_tokens ||
+      static_cast<int32_t>(seq.tokens.size()) >= options_.max_model_len) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+void Scheduler::CommitFullBlocks(Sequence& seq) {
+  const int32_t bs = blocks_.block_size();
+  while (static_cast<int32_t>(seq.block_hashes.size()) < seq.num_computed / bs) {
+    const size_t i = seq.block_hashes.size();
+    const uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
+    seq.block_hashes.push_back(
+        blocks_.Commit(seq.blocks[i], parent, seq.tokens.data() + i * bs, seq.req.cache_salt));
+  }
+}
+
+void Scheduler::RetireFinished() {
+  // Keeps admission order; the finished stay alive in retired_ until the next Schedule().
+  size_t kept = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (running_[i]->finish != FinishReason::kNone) {
+      retired_.push_back(std::move(running_[i]));
+    } else {
+      if (kept != i) running_[kept] = std::move(running_[i]);
+      ++kept;
+    }
+  }
+  running_.resize(kept);
+}
+
+void Scheduler::Finish(Sequence& seq, FinishReason reason, const char* error_code) {
+  if (!seq.blocks.empty()) {
+    blocks_.Free(seq.blocks);
+    seq.blocks.clear();
+    seq.block_hashes.clear();
+  }
+  const Clock::time_point now = Clock::now();
+  if (reason != FinishReason::kError) {
+    counters_.e2e.Add(Seconds(now - seq.arrival));
+    if (seq.num_generated > 1) {
+      counters_.tpot.Add(Seconds(seq.last_token - seq.first_token) / (seq.num_generated - 1));
+    }
+  }
+  counters_.num_finished[static_cast<int>(reason)]++;
+  seq.finish = reason;
+  RequestTimings t;
+  t.queue_s = Seconds((seq.scheduled_once ? seq.first_scheduled : now) - seq.arrival);
+  if (seq.num_generated > 0) {
+    t.prefill_s = Seconds(seq.first_token - seq.first_scheduled);
+    t.decode_s = Seconds(seq.last_token - seq.first_token);
+  } else if (seq.scheduled_once) {
+    t.prefill_s = Seconds(now - seq.first_scheduled);
+  }
+  seq.stream->SetTimings(t);
+  if (seq.num_drafted > 0) seq.stream->SetSpeculativeCounts(seq.num_drafted, seq.num_accepted);
+  seq.stream->Finish(reason, seq.prompt_len, std::max(0, seq.cached_tokens), seq.num_generated,
+                     error_code ? std::string("request failed in the engine") : std::string(),
+                     error_code ? std::string(error_code) : std::string());
+}
+
+void Scheduler::FinishAll(FinishReason reason) {
+  for (auto& s : running_) Finish(*s, reason);
+  for (auto& s : waiting_) Finish(*s, reason);
+  running_.clear();
+  waiting_.clear();
+}
+
+}  // namespace deepinfer::engine

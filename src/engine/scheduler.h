@@ -1,0 +1,119 @@
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/metrics_histogram.h"
+#include "engine/sequence.h"
+
+namespace deepinfer::engine {
+
+// Scheduler limits.
+//
+// Units: token counts in tokens.
+struct SchedulerOptions {
+  int32_t max_num_seqs = 64;     // running sequences at once
+  int32_t prefill_budget = 2048;  // tokens per step: decodes, drafts and prefill chunks together
+  int32_t max_model_len = 4096;  // a sequence finishes with kLength when it reaches this
+};
+
+// What the scheduler has counted since it was made; the engine copies it into EngineStats.
+//
+// Units: tokens; histograms in seconds.
+struct SchedulerCounters {
+  int64_t num_preemptions = 0;
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up at first admission
+  int64_t prefix_cache_hits = 0;     // of which found in the cache
+  int64_t prompt_tokens = 0;         // of sequences scheduled at least once
+  int64_t generation_tokens = 0;
+  int64_t num_finished[5] = {0, 0, 0, 0, 0};  // by FinishReason
+  int64_t spec_num_drafts = 0;                // verification slices that carried drafts
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  HistogramAccumulator ttft, tpot, e2e, queue_time;
+};
+
+// Continuous batching over a paged KV cache, with no model in sight: decides what each step
+// runs, and applies what it produced.
+//
+// Schedule(): drops cancelled sequences; gives every running sequence (in admission order) its
+// next slice — one decode token plus the drafts it may verify, or a prefill chunk — then admits
+// waiting sequences first come first served, each after a prefix-cache lookup, while the
+// per-step token budget, max_num_seqs and free blocks allow. A sequence whose stream is Full()
+// is paused. When blocks run out, the newest running sequence not yet in the plan is preempted:
+// its blocks are freed (full ones stay in the prefix cache) and it goes back to the front of the
+// waiting queue, to be recomputed from its tokens. Update(): appends the sampled tokens,
+// streams them, finishes sequences (end-of-generation or stop token, max_tokens, the context
+// window), commits newly full blocks to the prefix cache and frees a finished sequence's blocks.
+//
+// Threads: engine thread only.
+// Lifetime: borrows the BlockManager. Finished sequences stay alive until the next Schedule()
+//   (so the drafter can skip them).
+// Source: vLLM v1 Scheduler (schedule() / update_from_output()); Agrawal et al. 2024
+//   (Sarathi-Serve, chunked prefill under a token budget).
+class Scheduler {
+ public:
+  // `is_eog` [vocab]: the model's end-of-generation tokens.
+  Scheduler(const SchedulerOptions& options, BlockManager& blocks, std::vector<bool> is_eog);
+
+  // Queues a sequence behind those already waiting.
+  void Add(std::unique_ptr<Sequence> seq);
+
+  // Plans the next step at time `now`. An empty plan means nothing can run now (no work, or
+  // every sequence is paused on its client).
+  // Lifetime: the plan is valid until the next Schedule() call.
+  const StepPlan& Schedule(Clock::time_point now);
+
+  // Applies `outputs` (from running `plan`) at time `now`; moves the tokens' top-logprob lists
+  // out of `outputs` into the streams.
+  // REQUIRES: `plan` is the latest Schedule() result; outputs.seqs parallels plan.seqs.
+  void Update(const StepPlan& plan, StepOutputs& outputs, Clock::time_point now);
+
+  // Finishes every sequence it holds with `reason` (engine shutdown).
+  void FinishAll(FinishReason reason);
+
+  // Finishes `seq` with `reason`: frees its blocks, counts it, reports its usage, timings and
+  // speculative counts, and finishes its stream (with `error_code` for kError). The scheduler
+  // calls it for the sequences it holds; the engine calls it for submissions it never handed
+  // over (at shutdown).
+  void Finish(Sequence& seq, FinishReason reason, const char* error_code = nullptr);
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  const SchedulerCounters& counters() const { return counters_; }
+
+ private:
+  void DropCancelled();
+  void ScheduleRunning(int32_t& budget);
+  void ScheduleWaiting(int32_t& budget, Clock::time_point now);
+  // The decode or prefill slice for a running sequence; 0 tokens when it was preempted itself.
+  int32_t RunningSlice(Sequence& seq, int32_t budget, int32_t& num_drafts);
+  enum class Fit { kFits, kWait, kNever };
+  // Allocates blocks for a waiting sequence's chunk, shrinking it when nothing else holds
+  // blocks. kWait: stop admitting this step; kNever: it cannot run even alone.
+  Fit FitWaiting(Sequence& seq, int32_t& chunk);
+  void LookUpPrefix(Sequence& seq);
+  void PreemptNewest();
+  void AddToPlan(Sequence& seq, int32_t num_tokens, int32_t num_drafts);
+  // Appends one sampled token; returns why the sequence must finish (kNone to go on).
+  FinishReason Emit(Sequence& seq, SampledToken& token, Clock::time_point now);
+  void UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledToken* tokens,
+                 Clock::time_point now);
+  void CommitFullBlocks(Sequence& seq);
+  void RetireFinished();
+
+  const SchedulerOptions options_;
+  BlockManager& blocks_;
+  const std::vector<bool> is_eog_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  std::vector<std::unique_ptr<Sequence>> retired_;  // finished in the last Update()
+  StepPlan plan_;
+  SchedulerCounters counters_;
+};
+
+}  // namespace deepinfer::engine

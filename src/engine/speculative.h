@@ -1,0 +1,74 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "arch/causal_lm.h"
+#include "engine/block_manager.h"
+#include "engine/sampler.h"
+#include "engine/sequence.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer::engine {
+
+// Samples one slice's logit rows with greedy draft verification and appends the tokens to
+// `out`: row r is the target model's distribution after draft r - 1 (row 0: after the slice's
+// last real token); draft r is accepted when the token sampled from row r equals it, and
+// sampling stops at the first rejection, so the output equals decoding without drafts. With no
+// drafts this is one Sample(). Returns the number of accepted drafts (tokens appended - 1).
+//
+// Shapes: logits [num_drafts + 1, vocab] f32, modified in place (penalties); drafts
+//   [num_drafts].
+// Source: Leviathan et al. 2023 (speculative decoding; greedy case of the acceptance rule).
+int32_t VerifyDrafts(Sampler& sampler, float* logits, int32_t vocab, const int32_t* drafts,
+                     int32_t num_drafts, std::vector<SampledToken>& out);
+
+// Drafts tokens for the next step with the model's MTP module 0.
+//
+// After each step, the module sees every position the step verified (so its own KV cache stays
+// complete, prefix-cache hits included) with the main model's final hidden state there, and a
+// greedy sequence that is ready to decode gets its first draft for the position after its last
+// token; further drafts chain the module on its own hidden state, one position at a time, up to
+// num_spec_tokens. Drafts stop short of max_tokens and the context window, and a chained draft
+// that needs a KV block when none is free is not made.
+//
+// Threads: engine thread only.
+// Lifetime: borrows everything it is given. Reuses its buffers across steps.
+// Source: DeepSeek-V3 technical report (multi-token prediction modules, used here as the draft
+//   model).
+class Drafter {
+ public:
+  Drafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& pool,
+          BlockManager& blocks, int32_t num_spec_tokens, int32_t max_model_len);
+
+  // Fills seq->drafts for the unfinished sequences of `plan`, which has just been executed and
+  // applied (Scheduler::Update).
+  // Shapes: hidden [plan.num_tokens, hidden] f32: the main model's final hidden states.
+  void Draft(const StepPlan& plan, const float* hidden);
+
+ private:
+  // Module 0 over each slice's newly verified positions; first drafts. Returns false when no
+  // sequence drafts.
+  bool DraftFirst(const StepPlan& plan, const float* hidden);
+  // Draft k (k >= 1) for the sequences that drafted k - 1 tokens so far.
+  bool DraftNext(int32_t k);
+  void RunModule(const float* prev_hidden, size_t num_logits);
+
+  arch::CausalLm& lm_;
+  arch::KvCache& mtp_kv_;
+  util::ThreadPool& pool_;
+  BlockManager& blocks_;
+  const int32_t num_spec_tokens_;
+  const int32_t max_model_len_;
+  const int32_t vocab_;
+  const int64_t hidden_size_;
+  arch::ForwardBatch batch_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> prev_hidden_;  // module input [tokens, hidden]
+  std::vector<float> logits_;       // [drafting, vocab]
+  std::vector<float> hidden_out_;   // module output [tokens, hidden]
+  std::vector<float> last_;         // per drafting sequence, its last module hidden state
+  std::vector<Sequence*> drafting_, next_;
+};
+
+}  // namespace deepinfer::engine
