@@ -22,19 +22,19 @@
 #include <vector>
 
 #include "arch/causal_lm.h"
-#include "engine/sampler.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 
 namespace deepinfer::arch {
 namespace {
 
-
 std::string DefaultModelPath() {
   const char* cache = std::getenv("DEEPINFER_CACHE");
-  std::string dir = cache ? cache : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") +
-                                        "/.cache/deepinfer";
+  std::string dir =
+      cache ? cache
+            : std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/deepinfer";
   return dir + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
@@ -49,7 +49,8 @@ class LlamaGgufParityTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const std::string path = DefaultModelPath();
-    if (!std::ifstream(path)) GTEST_SKIP() << "default model not found at " << path << " (make setup)";
+    if (!std::ifstream(path))
+      GTEST_SKIP() << "default model not found at " << path << " (make setup)";
     std::ifstream in(std::string(DI_SOURCE_DIR) + "/tests/golden/llama_cpp/smollm2_greedy.json");
     ASSERT_TRUE(in) << "golden missing: run make reference";
     golden_ = nlohmann::json::parse(in);
@@ -65,8 +66,8 @@ class LlamaGgufParityTest : public ::testing::Test {
   std::vector<float> Prefill(const std::vector<int32_t>& tokens, int num_logits) {
     const int n = static_cast<int>(tokens.size());
     KvCache kv;
-    EXPECT_TRUE(kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16,
-                            lm_->kv_floats_per_token()).ok());
+    EXPECT_TRUE(
+        kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16, lm_->kv_floats_per_token()).ok());
     std::vector<int32_t> table((n + 15) / 16);
     std::iota(table.begin(), table.end(), 0);
     std::vector<float> logits(int64_t{num_logits} * model_->config.vocab);
@@ -90,8 +91,8 @@ class LlamaGgufParityTest : public ::testing::Test {
     auto want = c["greedy_ids"].get<std::vector<int32_t>>();
     const int n = static_cast<int>(prompt.size() + want.size());
     KvCache kv;
-    EXPECT_TRUE(kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16,
-                            lm_->kv_floats_per_token()).ok());
+    EXPECT_TRUE(
+        kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16, lm_->kv_floats_per_token()).ok());
     std::vector<int32_t> table((n + 15) / 16);
     std::iota(table.begin(), table.end(), 0);
     std::vector<float> logits(vocab);
@@ -110,7 +111,7 @@ class LlamaGgufParityTest : public ::testing::Test {
         r.max_dlogit =
             std::max(r.max_dlogit, std::fabs(logits[e[0].get<int>()] - e[1].get<double>()));
       }
-      const int32_t next = engine::ArgMax(logits.data(), vocab);
+      const int32_t next = kernels::ArgMax(logits.data(), vocab);
       if (next != want[r.identical]) break;
       step = {next};
     }
@@ -140,13 +141,13 @@ TEST_F(LlamaGgufParityTest, TeacherForcedTop1AgreesWhereverLlamaCppIsDecisive) {
       for (const auto& e : c["top_logits"][i]) {
         case_worst = std::max(case_worst, std::fabs(row[e[0].get<int>()] - e[1].get<double>()));
       }
-      int32_t ours = engine::ArgMax(row, vocab);
+      int32_t ours = kernels::ArgMax(row, vocab);
       ++positions;
       if (ours != greedy[i]) {
         ++flips;
         EXPECT_LT(Margin(c["top_logits"][i]), TieMargin(c))
-            << "decisive position " << i << " of \"" << c["text"].get<std::string>()
-            << "\": ours " << ours << " vs llama.cpp " << greedy[i];
+            << "decisive position " << i << " of \"" << c["text"].get<std::string>() << "\": ours "
+            << ours << " vs llama.cpp " << greedy[i];
       }
     }
     double ref_spread = TieMargin(c);
@@ -155,8 +156,10 @@ TEST_F(LlamaGgufParityTest, TeacherForcedTop1AgreesWhereverLlamaCppIsDecisive) {
     worst = std::max(worst, case_worst);
     worst_ref = std::max(worst_ref, ref_spread);
   }
-  std::printf("parity: %d positions, %d near-tie flips, worst max|dlogit| %.4f (llama.cpp's own "
-              "f16/f32 KV spread %.4f)\n", positions, flips, worst, worst_ref);
+  std::printf(
+      "parity: %d positions, %d near-tie flips, worst max|dlogit| %.4f (llama.cpp's own "
+      "f16/f32 KV spread %.4f)\n",
+      positions, flips, worst, worst_ref);
   // Our distance from llama.cpp (f32 KV) stays within llama.cpp's distance from itself.
   EXPECT_LE(worst, 1.5 * worst_ref);
 }
@@ -197,8 +200,10 @@ TEST_F(LlamaGgufParityTest, GgmlNumericsFreeRunningGreedyIsTokenIdentical) {
     std::printf("parity[ggml]: %-40.40s identical greedy tokens: %zu/%zu, max|dlogit| %.6g\n",
                 c["text"].get<std::string>().c_str(), r.identical, steps, r.max_dlogit);
   }
-  std::printf("parity[ggml]: free-running greedy identical for %d of %d tokens, worst "
-              "max|dlogit| %.6g\n", identical, total, worst);
+  std::printf(
+      "parity[ggml]: free-running greedy identical for %d of %d tokens, worst "
+      "max|dlogit| %.6g\n",
+      identical, total, worst);
   EXPECT_EQ(worst, 0.0);
 }
 

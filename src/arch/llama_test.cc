@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "arch/causal_lm.h"
-#include "engine/sampler.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/ops.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 
@@ -56,7 +56,7 @@ class LlamaStoriesTest : public ::testing::Test {
     const int vocab = model_->config.vocab;
     for (int p = first; p < first + count; ++p) {
       const float* row = logits.data() + int64_t{p - first} * vocab;
-      int32_t argmax = engine::ArgMax(row, vocab);
+      int32_t argmax = kernels::ArgMax(row, vocab);
       // Inside the prompt the next token is given, not predicted; the golden's best entry is the
       // reference's argmax at every position.
       EXPECT_EQ(argmax, c.top5[p][0].first) << "position " << p;
@@ -82,7 +82,8 @@ TEST_F(LlamaStoriesTest, OnePrefillReproducesEveryPositionOfTheReference) {
   for (const Case& c : cases_) {
     const int n = static_cast<int>(c.tokens.size());
     KvCache kv;
-    ASSERT_TRUE(kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16, lm_->kv_floats_per_token()).ok());
+    ASSERT_TRUE(
+        kv.Allocate(model_->config.num_layers, 16, (n + 15) / 16, lm_->kv_floats_per_token()).ok());
     std::vector<int32_t> table = Iota((n + 15) / 16);
     ForwardBatch b;
     b.tokens = c.tokens.data();
@@ -129,7 +130,8 @@ TEST_F(LlamaStoriesTest, ManySequencesInOneBatchWithChunksMatchTheReference) {
     tables.push_back(t);
   }
   KvCache kv;
-  ASSERT_TRUE(kv.Allocate(model_->config.num_layers, bs, total_blocks, lm_->kv_floats_per_token()).ok());
+  ASSERT_TRUE(
+      kv.Allocate(model_->config.num_layers, bs, total_blocks, lm_->kv_floats_per_token()).ok());
   std::vector<int> done(cases_.size(), 0);
   const int vocab = model_->config.vocab;
   while (true) {
@@ -176,7 +178,8 @@ TEST_F(LlamaStoriesTest, LogitsDoNotDependOnTheRestOfTheBatchOrOnChunking) {
   auto run = [&](bool batched) {
     util::ThreadPool pool(batched ? 3 : 2);
     KvCache kv;
-    EXPECT_TRUE(kv.Allocate(model_->config.num_layers, bs, 2 * nb, lm_->kv_floats_per_token()).ok());
+    EXPECT_TRUE(
+        kv.Allocate(model_->config.num_layers, bs, 2 * nb, lm_->kv_floats_per_token()).ok());
     std::vector<int32_t> ta = Iota(nb), tb(nb);
     std::iota(tb.begin(), tb.end(), nb);
     std::vector<float> logits(2 * vocab);

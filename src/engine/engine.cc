@@ -48,9 +48,7 @@ class EngineImpl final : public Engine {
     return stats_;
   }
   int32_t max_model_len() const override { return max_model_len_; }
-  int64_t kv_capacity_tokens() const override {
-    return int64_t{kv_.num_blocks} * kv_.block_size;
-  }
+  int64_t kv_capacity_tokens() const override { return int64_t{kv_.num_blocks} * kv_.block_size; }
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   const model::Model& model() const override { return model_; }
 
@@ -112,8 +110,8 @@ absl::Status EngineImpl::Init() {
   scheduler_ = std::make_unique<Scheduler>(so, *blocks_, std::move(is_eog));
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
   if (spec_tokens_ > 0) {
-    drafter_ = std::make_unique<Drafter>(*lm_, mtp_kv_, *pool_, *blocks_, spec_tokens_,
-                                         max_model_len_);
+    drafter_ =
+        std::make_unique<Drafter>(*lm_, mtp_kv_, *pool_, *blocks_, spec_tokens_, max_model_len_);
   }
   stats_.num_blocks_total = blocks_->num_blocks();
   thread_ = std::thread([this] { Loop(); });
@@ -123,9 +121,8 @@ absl::Status EngineImpl::Init() {
 absl::Status EngineImpl::CreateModel() {
   DI_ASSIGN_OR_RETURN(lm_, arch::CreateCausalLm(model_));
   if (options_.numerics != arch::Numerics::kFast && !lm_->SetNumerics(options_.numerics)) {
-    return UnimplementedError(
-        "unsupported_numerics",
-        "--numerics ggml is implemented for Llama-architecture models only.");
+    return UnimplementedError("unsupported_numerics",
+                              "--numerics ggml is implemented for Llama-architecture models only.");
   }
   const int threads = options_.num_threads > 0
                           ? options_.num_threads
@@ -139,17 +136,16 @@ absl::Status EngineImpl::AllocateKv() {
   const auto& cfg = model_.config;
   const int64_t per_token = lm_->kv_floats_per_token();
   const int64_t bytes_per_token = per_token * cfg.num_layers * int64_t{sizeof(float)};
-  const int64_t capacity =
-      options_.kv_cache_tokens > 0
-          ? options_.kv_cache_tokens
-          : options_.kv_cache_memory_bytes / std::max<int64_t>(1, bytes_per_token);
+  const int64_t capacity = options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens
+                                                        : options_.kv_cache_memory_bytes /
+                                                              std::max<int64_t>(1, bytes_per_token);
   int64_t num_blocks = capacity / options_.block_size;
   if (num_blocks < 2) {
     return InvalidArgumentError("bad_option", "the KV cache must hold at least two blocks");
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
-  DI_RETURN_IF_ERROR(kv_.Allocate(cfg.num_layers, options_.block_size,
-                                  static_cast<int>(num_blocks), per_token));
+  DI_RETURN_IF_ERROR(
+      kv_.Allocate(cfg.num_layers, options_.block_size, static_cast<int>(num_blocks), per_token));
   if (options_.speculative_tokens > 0) {
     if (lm_->num_mtp_layers() == 0) {
       return InvalidArgumentError("speculative_unsupported",
@@ -269,10 +265,10 @@ void EngineImpl::PublishStats() {
   stats_.spec_num_drafts = c.spec_num_drafts;
   stats_.spec_num_draft_tokens = c.spec_num_draft_tokens;
   stats_.spec_num_accepted_tokens = c.spec_num_accepted_tokens;
-  c.ttft.CopyTo(stats_.ttft);
-  c.tpot.CopyTo(stats_.tpot);
-  c.e2e.CopyTo(stats_.e2e);
-  c.queue_time.CopyTo(stats_.queue_time);
+  stats_.ttft = c.ttft;
+  stats_.tpot = c.tpot;
+  stats_.e2e = c.e2e;
+  stats_.queue_time = c.queue_time;
 }
 
 }  // namespace

@@ -3,15 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
-namespace deepinfer::engine {
+#include "kernels/cpu/ops.h"
 
-int32_t ArgMax(const float* logits, int32_t vocab) {
-  int32_t best = 0;
-  for (int32_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return best;
-}
+namespace deepinfer::engine {
 
 Sampler::Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt,
                  uint64_t fallback_seed)
@@ -62,7 +56,7 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab) {
   ApplyPenalties(logits, vocab);
 
   if (params_.greedy()) {
-    out.token = ArgMax(logits, vocab);
+    out.token = kernels::ArgMax(logits, vocab);
   } else {
     candidates_.clear();
     candidates_.reserve(vocab);
@@ -127,7 +121,8 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab) {
       idx.resize(vocab);
       for (int32_t i = 0; i < vocab; ++i) idx[i] = i;
       std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-        return raw_logprobs_[a] > raw_logprobs_[b] || (raw_logprobs_[a] == raw_logprobs_[b] && a < b);
+        return raw_logprobs_[a] > raw_logprobs_[b] ||
+               (raw_logprobs_[a] == raw_logprobs_[b] && a < b);
       });
       for (int32_t i = 0; i < n; ++i) out.top.emplace_back(idx[i], raw_logprobs_[idx[i]]);
     }

@@ -71,7 +71,5 @@ class Sampler {
   std::vector<int32_t> top_index_;
 };
 
-// Index of the largest value (lowest index on ties, like llama.cpp and torch.argmax).
-int32_t ArgMax(const float* logits, int32_t vocab);
 
 }  // namespace deepinfer::engine

@@ -128,7 +128,7 @@ void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
     if (!seq.scheduled_once) {
       seq.scheduled_once = true;
       seq.first_scheduled = now;
-      counters_.queue_time.Add(Seconds(now - seq.arrival));
+      counters_.queue_time.Observe(Seconds(now - seq.arrival));
       counters_.prompt_tokens += seq.prompt_len;
     }
     running_.push_back(std::move(waiting_.front()));
@@ -221,7 +221,7 @@ FinishReason Scheduler::Emit(Sequence& seq, SampledToken& tok, Clock::time_point
   counters_.generation_tokens++;
   if (seq.num_generated == 1) {
     seq.first_token = now;
-    counters_.ttft.Add(Seconds(now - seq.arrival));
+    counters_.ttft.Observe(Seconds(now - seq.arrival));
   }
   seq.last_token = now;
   bool stop_token = !seq.req.ignore_eos && is_eog_[tok.token];
@@ -267,9 +267,9 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const char* error_cod
   }
   const Clock::time_point now = Clock::now();
   if (reason != FinishReason::kError) {
-    counters_.e2e.Add(Seconds(now - seq.arrival));
+    counters_.e2e.Observe(Seconds(now - seq.arrival));
     if (seq.num_generated > 1) {
-      counters_.tpot.Add(Seconds(seq.last_token - seq.first_token) / (seq.num_generated - 1));
+      counters_.tpot.Observe(Seconds(seq.last_token - seq.first_token) / (seq.num_generated - 1));
     }
   }
   counters_.num_finished[static_cast<int>(reason)]++;

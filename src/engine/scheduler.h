@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "engine/block_manager.h"
-#include "engine/metrics_histogram.h"
 #include "engine/sequence.h"
+#include "util/histogram.h"
 
 namespace deepinfer::engine {
 
@@ -15,9 +15,9 @@ namespace deepinfer::engine {
 //
 // Units: token counts in tokens.
 struct SchedulerOptions {
-  int32_t max_num_seqs = 64;     // running sequences at once
+  int32_t max_num_seqs = 64;      // running sequences at once
   int32_t prefill_budget = 2048;  // tokens per step: decodes, drafts and prefill chunks together
-  int32_t max_model_len = 4096;  // a sequence finishes with kLength when it reaches this
+  int32_t max_model_len = 4096;   // a sequence finishes with kLength when it reaches this
 };
 
 // What the scheduler has counted since it was made; the engine copies it into EngineStats.
@@ -33,7 +33,8 @@ struct SchedulerCounters {
   int64_t spec_num_drafts = 0;                // verification slices that carried drafts
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
-  HistogramAccumulator ttft, tpot, e2e, queue_time;
+  util::Histogram ttft{util::EngineLatencyBounds()}, tpot{util::EngineLatencyBounds()},
+      e2e{util::EngineLatencyBounds()}, queue_time{util::EngineLatencyBounds()};
 };
 
 // Continuous batching over a paged KV cache, with no model in sight: decides what each step

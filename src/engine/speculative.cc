@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "kernels/cpu/ops.h"
+
 namespace deepinfer::engine {
 
 int32_t VerifyDrafts(Sampler& sampler, float* logits, int32_t vocab, const int32_t* drafts,
@@ -49,8 +51,8 @@ bool Drafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     const int32_t n = seq.num_computed - from;
     if (n <= 0) continue;
     const bool decode_ready = seq.num_uncomputed() == 1;
-    const bool wants = decode_ready && seq.req.sampling.greedy() &&
-                       seq.num_generated + 1 < seq.req.max_tokens;
+    const bool wants =
+        decode_ready && seq.req.sampling.greedy() && seq.num_generated + 1 < seq.req.max_tokens;
     arch::SequenceSlice s;
     s.token_offset = static_cast<int32_t>(tokens_.size());
     s.num_tokens = n;
@@ -59,8 +61,7 @@ bool Drafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     s.block_table = seq.blocks.data();
     s.num_blocks = static_cast<int32_t>(seq.blocks.size());
     batch_.seqs.push_back(s);
-    tokens_.insert(tokens_.end(), seq.tokens.begin() + from + 1,
-                   seq.tokens.begin() + from + 1 + n);
+    tokens_.insert(tokens_.end(), seq.tokens.begin() + from + 1, seq.tokens.begin() + from + 1 + n);
     const float* h = hidden + int64_t{p.token_offset} * H;
     prev_hidden_.insert(prev_hidden_.end(), h, h + int64_t{n} * H);
     if (wants) drafting_.push_back(&seq);
@@ -74,7 +75,7 @@ bool Drafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     if (s.num_logits == 0) continue;
     const float* src = hidden_out_.data() + int64_t{s.token_offset + s.num_tokens - 1} * H;
     std::copy(src, src + H, last_.begin() + d * H);
-    drafting_[d]->drafts.push_back(ArgMax(logits_.data() + d * vocab_, vocab_));
+    drafting_[d]->drafts.push_back(kernels::ArgMax(logits_.data() + d * vocab_, vocab_));
     ++d;
   }
   return true;
@@ -110,7 +111,7 @@ bool Drafter::DraftNext(int32_t k) {
   RunModule(prev_hidden_.data(), next_.size());
   last_.assign(hidden_out_.begin(), hidden_out_.begin() + next_.size() * H);
   for (size_t d = 0; d < next_.size(); ++d) {
-    next_[d]->drafts.push_back(ArgMax(logits_.data() + d * vocab_, vocab_));
+    next_[d]->drafts.push_back(kernels::ArgMax(logits_.data() + d * vocab_, vocab_));
   }
   std::swap(drafting_, next_);
   return true;

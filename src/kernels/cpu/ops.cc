@@ -88,7 +88,15 @@ void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int ro
   }
 }
 
-DI_VECTOR_CLONES void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+DI_VECTOR_CLONES int32_t ArgMax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     float g = gate[i];
     out[i] = g / (1.0f + std::exp(-g)) * up[i];

@@ -18,8 +18,8 @@ void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t dim,
 // Units: positions in tokens. freq_i = theta^(-2i / rope_dim), angle = position * freq_i,
 //   computed in double and rounded once.
 // Source: Su et al. 2021, "RoFormer".
-void RopeTables(const int32_t* positions, int64_t num_tokens, int rope_dim, float theta,
-                float* cos, float* sin);
+void RopeTables(const int32_t* positions, int64_t num_tokens, int rope_dim, float theta, float* cos,
+                float* sin);
 
 // Rotates the first rope_dim dims of every head of every token in place.
 // Shapes: x [num_tokens, num_heads, head_dim] f32; cos, sin as produced by RopeTables.
@@ -28,6 +28,10 @@ void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int ro
 
 // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x).
 // Shapes: gate, up, out [n] f32 (out may alias gate).
+// Index of the largest of x[0..n) (the lowest index on ties, like llama.cpp's greedy sampler and
+// torch.argmax); 0 when n <= 0.
+int32_t ArgMax(const float* x, int64_t n);
+
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 
 // y += x elementwise. Shapes: x, y [n].
