@@ -42,14 +42,11 @@ KNOWN = {
     # arch tests take greedy tokens with engine::ArgMax; it moves below arch with the engine split.
     ("arch/llama_test.cc", "engine/sampler.h"),
     ("arch/llama_gguf_parity_test.cc", "engine/sampler.h"),
-    # The gateway still uses api/'s HTTP pieces until src/http/ exists.
-    ("gateway/*", "api/*"),
 }
 
 # CMake dependencies that exist today and are being removed, as (layer, library).
 KNOWN_LINKS = {
     ("arch", "engine"),     # the arch tests' ArgMax, as above
-    ("gateway", "api"),     # api/'s HTTP pieces, until src/http/ exists
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+)/([^"]+)"', re.M)

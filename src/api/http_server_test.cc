@@ -1,4 +1,4 @@
-#include "api/http_server.h"
+#include "http/http_server.h"
 
 #include <chrono>
 #include <thread>
@@ -16,7 +16,7 @@
 namespace deepinfer::api {
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 
@@ -42,13 +42,14 @@ class HttpServerTest : public ::testing::Test {
   }
 
   void StartServer(int64_t max_request_bytes = 1 << 20) {
-    HttpServerOptions options;
+    http::HttpServerOptions options;
     options.port = 0;
     options.max_request_bytes = max_request_bytes;
     options.idle_timeout_ms = 2000;
-    auto server = HttpServer::Start(
-        options, [this](const HttpRequest& r, ResponseWriter& w) { api_->Handle(r, w); },
-        [this](const HttpRequest& r, int status, double s, const RequestLog& log) {
+    auto server = http::HttpServer::Start(
+        options,
+        [this](const http::HttpRequest& r, http::ResponseWriter& w) { api_->Handle(r, w); },
+        [this](const http::HttpRequest& r, int status, double s, const http::RequestLog& log) {
           api_->Observe(r, status, s, log);
         });
     ASSERT_TRUE(server.ok()) << server.status();
@@ -76,19 +77,20 @@ class HttpServerTest : public ::testing::Test {
     return out;
   }
 
-  http::response<http::string_body> Request(tcp::socket& socket, http::verb verb,
-                                            const std::string& target, const std::string& body) {
-    http::request<http::string_body> req{verb, target, 11};
-    req.set(http::field::host, "localhost");
-    req.set(http::field::content_type, "application/json");
+  beast_http::response<beast_http::string_body> Request(tcp::socket& socket, beast_http::verb verb,
+                                                        const std::string& target,
+                                                        const std::string& body) {
+    beast_http::request<beast_http::string_body> req{verb, target, 11};
+    req.set(beast_http::field::host, "localhost");
+    req.set(beast_http::field::content_type, "application/json");
     req.body() = body;
     req.prepare_payload();
     boost::system::error_code ec;
-    http::write(socket, req, ec);
+    beast_http::write(socket, req, ec);
     EXPECT_FALSE(ec) << ec.message();
     boost::beast::flat_buffer buffer;
-    http::response<http::string_body> res;
-    http::read(socket, buffer, res, ec);
+    beast_http::response<beast_http::string_body> res;
+    beast_http::read(socket, buffer, res, ec);
     EXPECT_FALSE(ec) << ec.message();
     return res;
   }
@@ -100,27 +102,27 @@ class HttpServerTest : public ::testing::Test {
   std::unique_ptr<testing::FakeEngine> engine_;
   Backend backend_;
   std::unique_ptr<ApiServer> api_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<http::HttpServer> server_;
 };
 
 TEST_F(HttpServerTest, KeepAliveServesSeveralRequestsOnOneConnection) {
   StartServer();
   tcp::socket socket = Connect();
-  auto health = Request(socket, http::verb::get, "/health", "");
+  auto health = Request(socket, beast_http::verb::get, "/health", "");
   EXPECT_EQ(health.result_int(), 200);
   EXPECT_TRUE(health.keep_alive());
-  auto chat = Request(socket, http::verb::post, "/v1/chat/completions",
+  auto chat = Request(socket, beast_http::verb::post, "/v1/chat/completions",
                       R"({"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(chat.result_int(), 200);
   EXPECT_EQ((*util::ParseJson(chat.body()))["choices"][0]["message"]["content"], "Hello world");
   // A streamed answer is chunked, so the connection stays usable after it.
-  auto stream = Request(socket, http::verb::post, "/v1/chat/completions",
+  auto stream = Request(socket, beast_http::verb::post, "/v1/chat/completions",
                         R"({"stream":true,"messages":[{"role":"user","content":"x"}]})");
   EXPECT_EQ(stream.result_int(), 200);
-  EXPECT_EQ(stream[http::field::content_type], "text/event-stream");
+  EXPECT_EQ(stream[beast_http::field::content_type], "text/event-stream");
   const std::string& body = stream.body();
   EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
-  EXPECT_EQ(Request(socket, http::verb::get, "/health", "").result_int(), 200);
+  EXPECT_EQ(Request(socket, beast_http::verb::get, "/health", "").result_int(), 200);
 }
 
 TEST_F(HttpServerTest, OversizedBodyIs413WithOpenAiError) {
@@ -138,7 +140,7 @@ TEST_F(HttpServerTest, OversizedBodyIs413WithOpenAiError) {
   EXPECT_NE(anthropic.find("\"type\":\"error\""), std::string::npos) << anthropic;
   // The server is still fine.
   tcp::socket socket = Connect();
-  EXPECT_EQ(Request(socket, http::verb::get, "/health", "").result_int(), 200);
+  EXPECT_EQ(Request(socket, beast_http::verb::get, "/health", "").result_int(), 200);
 }
 
 TEST_F(HttpServerTest, MalformedRequestIs400) {
@@ -183,16 +185,17 @@ TEST_F(HttpServerTest, HoldsHundredsOfConnectionsAtOnce) {
   std::vector<tcp::socket> sockets;
   for (int i = 0; i < 300; ++i) sockets.push_back(Connect());
   for (auto& s : sockets) {
-    EXPECT_EQ(Request(s, http::verb::get, "/health", "").result_int(), 200);
+    EXPECT_EQ(Request(s, beast_http::verb::get, "/health", "").result_int(), 200);
   }
   EXPECT_EQ(server_->num_connections(), 300);
 }
 
 TEST_F(HttpServerTest, BusyPortFailsToStart) {
   StartServer();
-  HttpServerOptions options;
+  http::HttpServerOptions options;
   options.port = server_->port();
-  auto second = HttpServer::Start(options, [](const HttpRequest&, ResponseWriter&) {});
+  auto second =
+      http::HttpServer::Start(options, [](const http::HttpRequest&, http::ResponseWriter&) {});
   EXPECT_FALSE(second.ok());
 }
 

@@ -17,7 +17,7 @@ using testing::ByteTokens;
 using testing::FakeEngine;
 
 // Records what a handler sends. `close_after_writes` simulates a client that disconnects.
-class CaptureWriter : public ResponseWriter {
+class CaptureWriter : public http::ResponseWriter {
  public:
   explicit CaptureWriter(int close_after_writes = -1) : close_after_(close_after_writes) {}
 
@@ -139,7 +139,7 @@ class ApiServerTest : public ::testing::Test {
 
   CaptureWriter Call(const std::string& method, const std::string& path, const std::string& body,
                      int close_after_writes = -1) {
-    HttpRequest request;
+    http::HttpRequest request;
     request.method = method;
     request.target = request.path = path;
     request.body = body;
@@ -384,7 +384,7 @@ TEST_F(ApiServerTest, EngineErrorAfterStreamStartIsAnInBandErrorThenDone) {
 
 TEST_F(ApiServerTest, ShutdownEndsRequestsWithShuttingDown) {
   engine_->Pause(true);
-  HttpRequest request;
+  http::HttpRequest request;
   request.method = "POST";
   request.path = "/v1/chat/completions";
   request.body = R"({"stream":true,"messages":[{"role":"user","content":"x"}]})";
@@ -510,7 +510,7 @@ TEST_F(ApiServerTest, ModelsHealthAndRoutingErrors) {
 
 TEST_F(ApiServerTest, HealthIs503UntilTheBackendIsSet) {
   ApiServer loading;
-  HttpRequest request;
+  http::HttpRequest request;
   request.method = "GET";
   request.path = "/health";
   CaptureWriter w;
@@ -547,7 +547,7 @@ TEST_F(ApiServerTest, MetricsExposeEngineAndHttpSeries) {
 
 TEST_F(ApiServerTest, RequestLogHoldsIdTokensAndEnding) {
   CaptureWriter w = Chat(R"(,"max_tokens":32)");
-  const RequestLog& log = w.log();
+  const http::RequestLog& log = w.log();
   EXPECT_EQ(log.id, w.json()["id"]);
   EXPECT_TRUE(log.generated);
   EXPECT_FALSE(log.stream);
@@ -565,11 +565,11 @@ TEST_F(ApiServerTest, RequestLogHoldsIdTokensAndEnding) {
 }
 
 TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
-  HttpRequest request;
+  http::HttpRequest request;
   request.method = "POST";
   request.path = "/v1/chat/completions";
   request.headers.emplace_back("x-request-id", "abc\nFAKE line\x01");
-  RequestLog log;
+  http::RequestLog log;
   log.received = std::chrono::steady_clock::time_point(std::chrono::seconds(100));
   log.first_token = log.received + std::chrono::milliseconds(40);
   log.id = "chatcmpl-1";
@@ -582,10 +582,10 @@ TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
             "POST /v1/chat/completions 200 140.0ms id=chatcmpl-1 x_request_id=abc?FAKE?line? "
             "stream=false prompt_tokens=34 cached_tokens=32 completion_tokens=11 end=stop "
             "ttft_ms=40.0 tpot_ms=10.00");
-  HttpRequest health;
+  http::HttpRequest health;
   health.method = "GET";
   health.path = "/health";
-  RequestLog failed;
+  http::RequestLog failed;
   failed.error = "model_loading";
   EXPECT_EQ(ApiServer::RequestLogLine(health, 503, 0.0001, failed),
             "GET /health 503 0.1ms error=model_loading");

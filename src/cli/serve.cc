@@ -18,13 +18,13 @@
 #include <optional>
 #include <string>
 
-#include "api/http_server.h"
 #include "api/server.h"
 #include "api/serving.h"
 #include "cli/commands.h"
 #include "cli/exit_code.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
+#include "http/http_server.h"
 #include "model/model.h"
 #include "spdlog/spdlog.h"
 #include "tokenizer/chat_template.h"
@@ -213,14 +213,14 @@ int Run(ServeFlags f) {
 
   api::ApiServer routes;
   routes.set_log_requests(f.log_requests);
-  api::HttpServerOptions http;
+  http::HttpServerOptions http;
   http.host = f.host;
   http.port = f.port;
   http.max_request_bytes = *max_request_bytes;
   http.max_connections = f.max_connections;
-  auto server = api::HttpServer::Start(
-      http, [&routes](const api::HttpRequest& r, api::ResponseWriter& w) { routes.Handle(r, w); },
-      [&routes](const api::HttpRequest& r, int status, double s, const api::RequestLog& log) {
+  auto server = http::HttpServer::Start(
+      http, [&routes](const http::HttpRequest& r, http::ResponseWriter& w) { routes.Handle(r, w); },
+      [&routes](const http::HttpRequest& r, int status, double s, const http::RequestLog& log) {
         routes.Observe(r, status, s, log);
       });
   if (!server.ok()) {

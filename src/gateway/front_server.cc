@@ -18,19 +18,18 @@
 #include <exception>
 #include <thread>
 
-#include "api/anthropic_types.h"
-#include "api/errors.h"
-#include "api/http_reader.h"
-#include "api/socket_io.h"
-#include "api/tcp_server.h"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
+#include "http/errors.h"
+#include "http/http_reader.h"
+#include "http/socket_io.h"
+#include "http/tcp_server.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 
 constexpr int kPollSliceMs = 200;
 constexpr uint64_t kWakeId = 0;    // epoll data of the stop eventfd
@@ -66,14 +65,14 @@ int64_t SteadyMillis() {
 }
 
 std::string_view ReasonPhrase(int status) {
-  auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  auto reason = beast_http::obsolete_reason(static_cast<beast_http::status>(status));
   if (reason.empty() || reason.front() == '<') return "Status";
   return std::string_view(reason.data(), reason.size());
 }
 
 class Writer : public FrontWriter {
  public:
-  Writer(api::FdStream& stream, const FrontRequest& request, const std::atomic<bool>* stopping)
+  Writer(http::FdStream& stream, const FrontRequest& request, const std::atomic<bool>* stopping)
       : stream_(stream), request_(request), stopping_(stopping) {}
 
   bool Respond(int status, const Headers& headers, std::string_view body) override {
@@ -189,7 +188,7 @@ class Writer : public FrontWriter {
     return !failed_;
   }
 
-  api::FdStream& stream_;
+  http::FdStream& stream_;
   const FrontRequest& request_;
   const std::atomic<bool>* stopping_;
   bool started_ = false;
@@ -204,13 +203,13 @@ class Writer : public FrontWriter {
 
 // The error answer's body, in the shape of the API `path` belongs to (OpenAI or Anthropic).
 std::string ErrorJson(const absl::Status& status, int* http_status, std::string_view path = {}) {
-  api::ApiError error = api::ApiErrorFromStatus(status);
+  http::ApiError error = http::ApiErrorFromStatus(status);
   *http_status = error.http_status;
-  return api::ErrorBodyForPath(error, path);
+  return http::ErrorBodyForPath(error, path);
 }
 
-api::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
-  api::HttpReadOptions read;
+http::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
+  http::HttpReadOptions read;
   read.max_body_bytes = options.max_request_bytes;
   read.idle_timeout_ms = options.idle_timeout_ms;
   read.io_timeout_ms = options.io_timeout_ms;
@@ -232,8 +231,8 @@ struct FrontServer::Connection {
   ~Connection() { ::close(fd); }
 
   const int fd;
-  api::FdStream stream;
-  api::HttpRequestReader reader;
+  http::FdStream stream;
+  http::HttpRequestReader reader;
   bool busy = false;     // a worker owns it (serves it or re-arms it); under mu_
   bool pending = false;  // an event arrived while busy; its owner serves it; under mu_
   int64_t idle_since_ms = 0;
@@ -256,7 +255,7 @@ absl::StatusOr<std::unique_ptr<FrontServer>> FrontServer::Start(const FrontServe
   RaiseFileLimit(options.max_connections);
   server->spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   DI_ASSIGN_OR_RETURN(server->listen_fd_,
-                      api::ListenTcp(options.host, options.port, &server->port_));
+                      http::ListenTcp(options.host, options.port, &server->port_));
   ::fcntl(server->listen_fd_, F_SETFL, ::fcntl(server->listen_fd_, F_GETFL) | O_NONBLOCK);
   server->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   server->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -485,7 +484,7 @@ bool FrontServer::ServeRequests(Connection& c) {
         std::string body = ErrorJson(read, &http_status, request.path);
         writer.Respond(http_status, {{"Content-Type", "application/json"}}, body);
         ::shutdown(fd, SHUT_WR);
-        api::DrainInput(fd, 2 * options_.max_request_bytes + (1 << 20), 2000);
+        http::DrainInput(fd, 2 * options_.max_request_bytes + (1 << 20), 2000);
         return false;
       }
       Writer writer(c.stream, request, &stopping_);

@@ -1,7 +1,7 @@
 #pragma once
 
 // The gateway's client-facing HTTP/1.1 server: keep-alive, Boost.Beast parsing. It differs from
-// api::HttpServer in what a proxy needs: any status with any headers, bodies of known or unknown
+// http::HttpServer in what a proxy needs: any status with any headers, bodies of known or unknown
 // length passed through as they arrive, and the client socket exposed so that a gone client is seen
 // within one wait slice.
 //
@@ -27,14 +27,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/http_server.h"
+#include "http/http_server.h"
 
 namespace deepinfer::gateway {
 
-using Headers = std::vector<std::pair<std::string, std::string>>;
+using Headers = http::Headers;
 
 // A request as the API server reads it (method, target, path, lower-cased headers, body).
-using FrontRequest = api::HttpRequest;
+using FrontRequest = http::HttpRequest;
 
 // How a handler answers: Respond once, or BeginBody, Write..., End.
 // Threads: used only by the connection's own thread.
@@ -135,7 +135,7 @@ class FrontServer {
   int port_ = 0;
   int listen_fd_ = -1;  // under mu_ once workers run (-1 after Stop)
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;  // an eventfd, readable once stopping: wakes every waiting worker
+  int wake_fd_ = -1;   // an eventfd, readable once stopping: wakes every waiting worker
   int spare_fd_ = -1;  // held open so that a connection can still be taken (and refused) at EMFILE
   std::atomic<int> waiting_workers_{0};
   std::atomic<int64_t> last_sweep_ms_{0};

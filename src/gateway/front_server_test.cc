@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "api/socket_io.h"
 #include "gtest/gtest.h"
+#include "http/socket_io.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -36,7 +36,7 @@ std::unique_ptr<FrontServer> StartServer(FrontServerOptions o, std::atomic<int>*
 }
 
 int Connect(int port) {
-  auto fd = api::ConnectTcp("127.0.0.1", port, 2000);
+  auto fd = http::ConnectTcp("127.0.0.1", port, 2000);
   EXPECT_TRUE(fd.ok()) << fd.status();
   return fd.ok() ? *fd : -1;
 }
@@ -274,7 +274,7 @@ TEST(FrontServerTest, StopClosesIdleConnectionsAtOnce) {
   EXPECT_TRUE(ClosedWithin(fd, 1s));
   ::close(fd);
   // No longer listening.
-  EXPECT_FALSE(api::ConnectTcp("127.0.0.1", port, 500).ok());
+  EXPECT_FALSE(http::ConnectTcp("127.0.0.1", port, 500).ok());
 }
 
 TEST(FrontServerTest, ConnectionsOverTheLimitGet503) {

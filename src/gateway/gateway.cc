@@ -6,10 +6,9 @@
 #include <cstdio>
 #include <random>
 
-#include "api/anthropic_types.h"
-#include "api/errors.h"
 #include "fmt/format.h"
 #include "gateway/redis_state.h"
+#include "http/errors.h"
 #include "spdlog/spdlog.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -220,7 +219,7 @@ bool Gateway::Stop(int drain_timeout_ms) {
 
 void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status,
                            int retry_after_s) {
-  api::ApiError error = GatewayError(status);
+  http::ApiError error = GatewayError(status);
   Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -230,7 +229,7 @@ void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl
     // The OpenAI and Anthropic SDKs honour this and stop retrying a request that cannot succeed.
     headers.emplace_back("x-should-retry", "false");
   }
-  writer.Respond(error.http_status, headers, GatewayErrorBody(error, writer.request_path()));
+  writer.Respond(error.http_status, headers, http::ErrorBodyForPath(error, writer.request_path()));
 }
 
 const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer,
@@ -266,7 +265,7 @@ const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter&
     case AuthResult::kMissing:
       // Anthropic clients send their key as x-api-key; both headers are accepted.
       status = MakeError(absl::StatusCode::kUnauthenticated, "missing_api_key",
-                         api::IsAnthropicPath(writer.request_path())
+                         http::IsAnthropicPath(writer.request_path())
                              ? "Missing API key: send it as 'x-api-key: <key>' (or "
                                "'Authorization: Bearer <key>')."
                              : "Missing API key: send it as 'Authorization: Bearer <key>'.");
@@ -293,7 +292,7 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
 
   if (path == "/health" || path == "/metrics") {
     if (!get) {
-      RespondError(writer, extra, api::MethodNotAllowedError(request.method, path));
+      RespondError(writer, extra, http::MethodNotAllowedError(request.method, path));
     } else if (path == "/health") {
       writer.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
     } else {
@@ -320,7 +319,7 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
     return;
   }
   if (path.rfind("/v1/", 0) != 0) {
-    RespondError(writer, extra, api::RouteNotFoundError(path));
+    RespondError(writer, extra, http::RouteNotFoundError(path));
     metrics_.RecordRequest(writer.status(), "");
     return;
   }

@@ -10,26 +10,25 @@
 #include <optional>
 
 #include "absl/strings/ascii.h"
-#include "api/anthropic_types.h"
-#include "api/errors.h"
-#include "api/socket_io.h"
-#include "api/sse.h"
 #include "boost/asio/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
-#include "gateway/response_parser.h"
+#include "http/errors.h"
+#include "http/response_parser.h"
+#include "http/socket_io.h"
+#include "http/sse.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
 
-using api::Clock;
-using api::CloseNow;
-using api::ConnectTcp;
-using api::FdStream;
+using http::Clock;
+using http::CloseNow;
+using http::ConnectTcp;
+using http::FdStream;
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 namespace net = boost::asio;
 using boost::system::error_code;
 
@@ -75,7 +74,7 @@ std::string_view HostHeader(const BackendAddress& backend) {
 
 // The client's key is the gateway's business only: never forwarded, logged or counted.
 bool IsForwarded(std::string_view name) {
-  return !IsHopByHopHeader(name) && name != "authorization" && name != "x-api-key" &&
+  return !http::IsHopByHopHeader(name) && name != "authorization" && name != "x-api-key" &&
          name != "x-request-id";
 }
 
@@ -93,7 +92,7 @@ std::string RequestHead(const BackendAddress& backend, const FrontRequest& reque
   // RFC 9110 section 7.6.1: the fields the client's Connection header names are hop-by-hop.
   const std::string_view connection = request.Header("connection");
   for (const auto& [name, value] : request.headers) {
-    if (!IsForwarded(name) || (!connection.empty() && ListsToken(connection, name))) continue;
+    if (!IsForwarded(name) || (!connection.empty() && http::ListsToken(connection, name))) continue;
     out.append(name).append(": ").append(value).append("\r\n");
   }
   out.append("x-request-id: ").append(request_id).append("\r\n");
@@ -112,10 +111,10 @@ std::string RequestHead(const BackendAddress& backend, const FrontRequest& reque
 
 // Sends `error` to a client that has seen nothing yet.
 void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status) {
-  api::ApiError error = GatewayError(status);
+  http::ApiError error = GatewayError(status);
   Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
-  writer.Respond(error.http_status, headers, GatewayErrorBody(error, writer.request_path()));
+  writer.Respond(error.http_status, headers, http::ErrorBodyForPath(error, writer.request_path()));
 }
 
 // The end of the last complete SSE event in `data` (0 when none).
@@ -130,17 +129,8 @@ size_t LastEventEnd(std::string_view data) {
 
 }  // namespace
 
-std::string GatewayErrorBody(const api::ApiError& error, std::string_view path) {
-  return api::ErrorBodyForPath(error, path);
-}
-
-std::string GatewayStreamError(const api::ApiError& error, std::string_view path) {
-  if (!api::IsAnthropicPath(path)) return api::SseErrorAndDone(error);
-  return "event: error\n" + api::SseData(util::DumpJson(api::AnthropicErrorJson(error)));
-}
-
-api::ApiError GatewayError(const absl::Status& status) {
-  api::ApiError error = api::ApiErrorFromStatus(status);
+http::ApiError GatewayError(const absl::Status& status) {
+  http::ApiError error = http::ApiErrorFromStatus(status);
   if (error.code == "backend_error" || error.code == "backend_unavailable") {
     error.http_status = 502;
     error.type = "server_error";
@@ -291,7 +281,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     buffer.reserve(kReadBufferBytes);
     Headers headers;  // what the client gets
     headers.reserve(12);
-    std::optional<ResponseParser> parsed;
+    std::optional<http::ResponseParser> parsed;
     error_code ec;
     stream.set_read_timeout_ms(options.header_timeout_ms);
     stream.WaitBeforeNextRead();  // the backend cannot have answered a request just sent
@@ -304,15 +294,15 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
       parsed->header_limit(kHeaderLimitBytes);
       parsed->body_limit(boost::none);
       if (request.method == "HEAD") parsed->skip(true);
-      http::read_header(stream, buffer, *parsed, ec);
+      beast_http::read_header(stream, buffer, *parsed, ec);
       const int code = parsed->status();
       if (ec || code < 100 || code >= 200 || code == 101) break;
-      if (interim == kMaxInterimAnswers) ec = http::error::bad_status;
+      if (interim == kMaxInterimAnswers) ec = beast_http::error::bad_status;
     }
-    ResponseParser& parser = *parsed;
+    http::ResponseParser& parser = *parsed;
     // Upgrades (101) are not proxied; a status outside 100-599 is no HTTP status.
     const int code = parser.status();
-    if (!ec && (code == 101 || code < 100 || code > 599)) ec = http::error::bad_status;
+    if (!ec && (code == 101 || code < 100 || code > 599)) ec = beast_http::error::bad_status;
     if (ec) {
       if (ec == net::error::operation_aborted) {
         result.end = ProxyEnd::kClientGone;
@@ -324,7 +314,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
       RespondError(writer, extra_headers,
                    timeout ? MakeError(absl::StatusCode::kDeadlineExceeded, "backend_timeout",
                                        "The backend did not answer in time.")
-                   : ec == http::error::bad_status
+                   : ec == beast_http::error::bad_status
                        ? UnavailableError("backend_error",
                                           "The backend answered with a status the gateway does "
                                           "not pass on.")
@@ -375,8 +365,8 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     char chunk[kReadChunkBytes];
     while (!parser.is_done()) {
       parser.set_body_buffer(chunk, sizeof(chunk));
-      http::read_some(stream, buffer, parser, ec);
-      if (ec == http::error::need_buffer) ec = {};
+      beast_http::read_some(stream, buffer, parser, ec);
+      if (ec == beast_http::error::need_buffer) ec = {};
       const size_t n = parser.body_bytes();
       if (!ec) return_to_pool();
       if (n > 0) {
@@ -404,9 +394,9 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
         result.error = ec.message();
         if (sse) {
           // The partial event is dropped: the client gets whole events, then one error event.
-          api::ApiError error = api::ApiErrorFromStatus(UnavailableError(
+          http::ApiError error = http::ApiErrorFromStatus(UnavailableError(
               "backend_disconnected", "The backend failed in the middle of the stream."));
-          writer.Write(GatewayStreamError(error, writer.request_path()));
+          writer.Write(http::SseErrorForPath(error, writer.request_path()));
           writer.End();
         } else {
           writer.Abort();
@@ -454,12 +444,12 @@ absl::StatusOr<SimpleResponse> HttpGet(const BackendAddress& backend, const std:
   }
   try {
     boost::beast::flat_buffer buffer;
-    http::response_parser<http::string_body> parser;
+    beast_http::response_parser<beast_http::string_body> parser;
     parser.header_limit(kHeaderLimitBytes);
     parser.body_limit(static_cast<uint64_t>(max_body_bytes));
     stream.set_read_timeout_ms(timeout_ms);
     error_code ec;
-    http::read(stream, buffer, parser, ec);
+    beast_http::read(stream, buffer, parser, ec);
     if (ec == net::error::operation_aborted || ec == net::error::timed_out) {
       return MakeError(absl::StatusCode::kDeadlineExceeded, "backend_timeout",
                        fmt::format("GET {} timed out", path));

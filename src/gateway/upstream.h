@@ -14,9 +14,9 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "api/errors.h"
 #include "gateway/backends.h"
 #include "gateway/front_server.h"
+#include "http/errors.h"
 
 namespace deepinfer::gateway {
 
@@ -107,17 +107,8 @@ struct SimpleResponse {
 absl::StatusOr<SimpleResponse> HttpGet(const BackendAddress& backend, const std::string& path,
                                        int timeout_ms, int64_t max_body_bytes = 8 << 20);
 
-// The client-visible form of a gateway error: api::ApiErrorFromStatus, except that a backend
+// The client-visible form of a gateway error: http::ApiErrorFromStatus, except that a backend
 // that failed or refused ("backend_error", "backend_unavailable") is 502 Bad Gateway.
-api::ApiError GatewayError(const absl::Status& status);
-
-// The body of an error the gateway answers itself: Anthropic's shape {"type": "error", "error":
-// {"type", "message"}} on the Anthropic routes (/v1/messages and below), so that Anthropic
-// clients read it as their own; OpenAI's shape on every other path.
-std::string GatewayErrorBody(const api::ApiError& error, std::string_view path);
-
-// The in-band error of an SSE stream the backend broke off: OpenAI's `data: {"error": ...}` and
-// `data: [DONE]`, or on the Anthropic routes an `event: error` frame.
-std::string GatewayStreamError(const api::ApiError& error, std::string_view path);
+http::ApiError GatewayError(const absl::Status& status);
 
 }  // namespace deepinfer::gateway

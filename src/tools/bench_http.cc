@@ -21,7 +21,7 @@ namespace {
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace beast_http = beast::http;
 using Clock = std::chrono::steady_clock;
 
 absl::Status NetError(const char* what, const beast::error_code& ec) {
@@ -61,28 +61,29 @@ class Exchange {
     if (ec) return NetError("connect", ec);
     stream_.socket().set_option(asio::ip::tcp::no_delay(true), ec);
 
-    http::request<http::string_body> req{method == "GET" ? http::verb::get : http::verb::post,
-                                         base_.prefix + path, 11};
-    req.set(http::field::host, base_.host + ":" + base_.port);
-    req.set(http::field::user_agent, "deepinfer-bench");
-    req.set(http::field::connection, "close");
-    req.set(http::field::accept, streaming ? "text/event-stream" : "application/json");
+    beast_http::request<beast_http::string_body> req{
+        method == "GET" ? beast_http::verb::get : beast_http::verb::post, base_.prefix + path, 11};
+    req.set(beast_http::field::host, base_.host + ":" + base_.port);
+    req.set(beast_http::field::user_agent, "deepinfer-bench");
+    req.set(beast_http::field::connection, "close");
+    req.set(beast_http::field::accept, streaming ? "text/event-stream" : "application/json");
     if (!options_.api_key.empty()) {
-      req.set(http::field::authorization, "Bearer " + options_.api_key);
+      req.set(beast_http::field::authorization, "Bearer " + options_.api_key);
     }
     if (method != "GET") {
-      req.set(http::field::content_type, "application/json");
+      req.set(beast_http::field::content_type, "application/json");
       req.body() = body;
     }
     req.prepare_payload();
     DI_RETURN_IF_ERROR(Arm());
-    ec = Run([&](auto handler) { http::async_write(stream_, req, handler); });
+    ec = Run([&](auto handler) { beast_http::async_write(stream_, req, handler); });
     if (ec) return NetError("write", ec);
 
     parser_.emplace();
     parser_->body_limit(boost::none);
     DI_RETURN_IF_ERROR(Arm());
-    ec = Run([&](auto handler) { http::async_read_header(stream_, buffer_, *parser_, handler); });
+    ec = Run(
+        [&](auto handler) { beast_http::async_read_header(stream_, buffer_, *parser_, handler); });
     if (ec) return NetError("read", ec);
     return absl::OkStatus();
   }
@@ -91,7 +92,7 @@ class Exchange {
     HttpResponse r;
     const auto& msg = parser_->get();
     r.status = static_cast<int>(msg.result_int());
-    auto it = msg.find(http::field::content_type);
+    auto it = msg.find(beast_http::field::content_type);
     if (it != msg.end()) r.content_type = std::string(it->value());
     return r;
   }
@@ -103,9 +104,9 @@ class Exchange {
       parser_->get().body().data = chunk;
       parser_->get().body().size = sizeof(chunk);
       DI_RETURN_IF_ERROR(Arm());
-      beast::error_code ec =
-          Run([&](auto handler) { http::async_read_some(stream_, buffer_, *parser_, handler); });
-      if (ec == http::error::need_buffer) ec = {};
+      beast::error_code ec = Run(
+          [&](auto handler) { beast_http::async_read_some(stream_, buffer_, *parser_, handler); });
+      if (ec == beast_http::error::need_buffer) ec = {};
       size_t n = sizeof(chunk) - parser_->get().body().size;
       if (n > 0 && !sink(std::string_view(chunk, n))) return absl::OkStatus();
       if (ec) return NetError("read", ec);
@@ -145,7 +146,7 @@ class Exchange {
   asio::io_context ioc_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
-  std::optional<http::response_parser<http::buffer_body>> parser_;
+  std::optional<beast_http::response_parser<beast_http::buffer_body>> parser_;
   std::optional<Clock::time_point> deadline_;
 };
 

@@ -19,7 +19,7 @@ namespace deepinfer::tools {
 namespace {
 
 namespace beast = boost::beast;
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
 using boost::system::error_code;
@@ -60,47 +60,49 @@ absl::StatusOr<ProbeResponse> Exchange(const ServerUrl& server, const ProbeReque
   RunUntilDone(ioc);
   if (ec) return NetError(ec, "connect");
 
-  http::request<http::string_body> req;
+  beast_http::request<beast_http::string_body> req;
   req.method_string(beast::string_view(request.method.data(), request.method.size()));
   req.target(beast::string_view(request.target.data(), request.target.size()));
   req.version(11);
-  req.set(http::field::host, server.host + ":" + std::to_string(server.port));
-  req.set(http::field::connection, "close");
-  req.set(http::field::accept, "*/*");
+  req.set(beast_http::field::host, server.host + ":" + std::to_string(server.port));
+  req.set(beast_http::field::connection, "close");
+  req.set(beast_http::field::accept, "*/*");
   for (const auto& [name, value] : request.headers) {
     req.set(beast::string_view(name.data(), name.size()),
             beast::string_view(value.data(), value.size()));
   }
   if (!request.body.empty() || request.method == "POST") {
-    req.set(http::field::content_type, "application/json");
+    req.set(beast_http::field::content_type, "application/json");
     req.body() = request.body;
     req.prepare_payload();
   }
   stream.expires_at(deadline);
-  http::async_write(stream, req, [&](const error_code& e, size_t) { ec = e; });
+  beast_http::async_write(stream, req, [&](const error_code& e, size_t) { ec = e; });
   RunUntilDone(ioc);
   if (ec) return NetError(ec, "write");
 
   beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
+  beast_http::response_parser<beast_http::string_body> parser;
   parser.body_limit(std::numeric_limits<uint64_t>::max());
   stream.expires_at(deadline);
-  http::async_read_header(stream, buffer, parser, [&](const error_code& e, size_t) { ec = e; });
+  beast_http::async_read_header(stream, buffer, parser,
+                                [&](const error_code& e, size_t) { ec = e; });
   RunUntilDone(ioc);
   if (ec) return NetError(ec, "read");
 
   ProbeResponse out;
   out.status = static_cast<int>(parser.get().result_int());
-  auto ct = parser.get().find(http::field::content_type);
+  auto ct = parser.get().find(beast_http::field::content_type);
   if (ct != parser.get().end()) out.content_type = std::string(ct->value());
   const bool to_sink = sink != nullptr && out.status >= 200 && out.status < 300;
   size_t handed = 0;
   while (!parser.is_done()) {
     stream.expires_at(deadline);
-    http::async_read_some(stream, buffer, parser, [&](const error_code& e, size_t) { ec = e; });
+    beast_http::async_read_some(stream, buffer, parser,
+                                [&](const error_code& e, size_t) { ec = e; });
     RunUntilDone(ioc);
     // A server that closes instead of ending the body is an error only when the length was known.
-    if (ec == http::error::end_of_stream || ec == net::error::eof) break;
+    if (ec == beast_http::error::end_of_stream || ec == net::error::eof) break;
     if (ec) return NetError(ec, "read");
     if (to_sink) {
       std::string& body = parser.get().body();

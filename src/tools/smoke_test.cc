@@ -5,8 +5,8 @@
 #include <sstream>
 #include <thread>
 
-#include "api/http_server.h"
 #include "gtest/gtest.h"
+#include "http/http_server.h"
 #include "tools/smoke_http.h"
 #include "util/json.h"
 
@@ -28,10 +28,10 @@ struct FakeBehavior {
 class FakeServer {
  public:
   explicit FakeServer(FakeBehavior behavior) : behavior_(behavior) {
-    api::HttpServerOptions options;
+    http::HttpServerOptions options;
     options.port = 0;
-    auto server = api::HttpServer::Start(
-        options, [this](const api::HttpRequest& r, api::ResponseWriter& w) { Handle(r, w); });
+    auto server = http::HttpServer::Start(
+        options, [this](const http::HttpRequest& r, http::ResponseWriter& w) { Handle(r, w); });
     EXPECT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
   }
@@ -47,7 +47,7 @@ class FakeServer {
     return n;
   }
 
-  void Handle(const api::HttpRequest& r, api::ResponseWriter& w) {
+  void Handle(const http::HttpRequest& r, http::ResponseWriter& w) {
     if (r.path == "/health") {
       w.Respond(200, "application/json", "{\"status\":\"ok\"}");
       return;
@@ -122,7 +122,7 @@ class FakeServer {
   }
 
   FakeBehavior behavior_;
-  std::unique_ptr<api::HttpServer> server_;
+  std::unique_ptr<http::HttpServer> server_;
   std::mutex mu_;
   std::set<std::string> seen_;
   std::atomic<int> num_rank_headers_{0};

@@ -1,7 +1,7 @@
 // Feeds arbitrary bytes to the two HTTP/1.1 parsers of outside input: the request reader that
-// `serve` and the gateway run on every client connection (api::HttpRequestReader, over a real
+// `serve` and the gateway run on every client connection (http::HttpRequestReader, over a real
 // socket pair, pipelined requests included), and the gateway's parser of backend answers
-// (gateway::ResponseParser, with a small body buffer so that need_buffer paths run). Neither
+// (http::ResponseParser, with a small body buffer so that need_buffer paths run). Neither
 // may crash, and what they accept must hold their documented invariants.
 
 #include <sys/socket.h>
@@ -12,14 +12,14 @@
 #include <string>
 #include <string_view>
 
-#include "api/http_reader.h"
-#include "api/socket_io.h"
 #include "boost/asio/buffer.hpp"
-#include "gateway/response_parser.h"
+#include "http/http_reader.h"
+#include "http/response_parser.h"
+#include "http/socket_io.h"
 
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 
 // The AF_UNIX socket buffer holds this much without a reader.
 constexpr size_t kMaxInput = 64 * 1024;
@@ -43,15 +43,15 @@ void FuzzRequestReader(std::string_view input) {
   }
   ::shutdown(fds[1], SHUT_WR);
   {
-    deepinfer::api::FdStream stream(fds[0]);
-    deepinfer::api::HttpReadOptions options;
+    deepinfer::http::FdStream stream(fds[0]);
+    deepinfer::http::HttpReadOptions options;
     options.max_body_bytes = kMaxBody;
     options.idle_timeout_ms = 50;
     options.io_timeout_ms = 50;
     options.header_timeout_ms = 50;
-    deepinfer::api::HttpRequestReader reader(stream, options);
+    deepinfer::http::HttpRequestReader reader(stream, options);
     for (int i = 0; i < 64; ++i) {
-      deepinfer::api::HttpRequest request;
+      deepinfer::http::HttpRequest request;
       if (!reader.Next(&request).ok()) break;
       if (request.method.empty()) __builtin_trap();
       if (request.target.compare(0, request.path.size(), request.path) != 0) __builtin_trap();
@@ -68,7 +68,7 @@ void FuzzRequestReader(std::string_view input) {
 
 void FuzzResponseParser(std::string_view input) {
   deepinfer::gateway::Headers headers;
-  deepinfer::gateway::ResponseParser parser(&headers);
+  deepinfer::http::ResponseParser parser(&headers);
   parser.header_limit(8 * 1024);
   parser.body_limit(boost::none);
   parser.eager(true);
@@ -90,7 +90,7 @@ void FuzzResponseParser(std::string_view input) {
     body_bytes += parser.body_bytes();
     if (parser.body_bytes() > sizeof(body) || used > pending.size()) __builtin_trap();
     pending.erase(0, used);
-    if (ec == http::error::need_more) {
+    if (ec == beast_http::error::need_more) {
       if (offset >= input.size()) {
         ec = {};
         parser.put_eof(ec);
@@ -98,7 +98,7 @@ void FuzzResponseParser(std::string_view input) {
       }
       continue;
     }
-    if (ec == http::error::need_buffer) continue;
+    if (ec == beast_http::error::need_buffer) continue;
     if (ec) break;
     if (used == 0 && offset >= input.size()) break;
   }
@@ -107,7 +107,7 @@ void FuzzResponseParser(std::string_view input) {
   for (const auto& [name, value] : headers) {
     std::string lower = name;
     for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
-    if (deepinfer::gateway::IsHopByHopHeader(lower)) __builtin_trap();
+    if (deepinfer::http::IsHopByHopHeader(lower)) __builtin_trap();
   }
 }
 

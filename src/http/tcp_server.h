@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 struct TcpServerOptions {
   std::string host = "127.0.0.1";
@@ -77,4 +77,4 @@ class TcpServer {
   std::condition_variable all_closed_;
 };
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

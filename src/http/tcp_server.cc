@@ -1,4 +1,4 @@
-#include "api/tcp_server.h"
+#include "http/tcp_server.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -15,7 +15,7 @@
 #include "fmt/format.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 namespace {
 
 constexpr int kAcceptSliceMs = 200;  // how often the accept loop looks at the stop flag
@@ -153,4 +153,4 @@ void TcpServer::AcceptLoop() {
   }
 }
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

@@ -15,16 +15,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/tcp_server.h"
+#include "http/tcp_server.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
+
+// Header fields as (name, value) pairs in arrival order.
+using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // as sent, with the query
   std::string path;    // target without the query
   std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
+  Headers headers;  // names lower-cased
   bool keep_alive = true;
   int version = 11;  // 10 or 11
 
@@ -132,4 +135,4 @@ class HttpServer {
   std::unique_ptr<TcpServer> tcp_;
 };
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

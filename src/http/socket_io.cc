@@ -1,4 +1,4 @@
-#include "api/socket_io.h"
+#include "http/socket_io.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -18,7 +18,7 @@
 #include "fmt/format.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 namespace net = boost::asio;
 using boost::system::error_code;
@@ -260,10 +260,10 @@ void DrainInput(int fd, int64_t max_bytes, int timeout_ms) {
 }
 
 bool IsQuietHttpClose(const error_code& ec) {
-  namespace http = boost::beast::http;
-  return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::timed_out ||
-         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
-         ec == http::error::partial_message;
+  namespace beast_http = boost::beast::http;
+  return ec == beast_http::error::end_of_stream || ec == net::error::eof ||
+         ec == net::error::timed_out || ec == net::error::operation_aborted ||
+         ec == net::error::connection_reset || ec == beast_http::error::partial_message;
 }
 
 void CloseNow(int fd) {
@@ -272,4 +272,4 @@ void CloseNow(int fd) {
   ::close(fd);
 }
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

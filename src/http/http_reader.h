@@ -7,10 +7,10 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "api/http_server.h"
-#include "api/socket_io.h"
+#include "http/http_server.h"
+#include "http/socket_io.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 struct HttpReadOptions {
   int64_t max_body_bytes = int64_t{32} << 20;
@@ -50,4 +50,4 @@ class HttpRequestReader {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

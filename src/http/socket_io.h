@@ -20,7 +20,7 @@
 #include "boost/asio/buffer.hpp"
 #include "boost/system/error_code.hpp"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 using Clock = std::chrono::steady_clock;
 
@@ -151,4 +151,4 @@ void DrainInput(int fd, int64_t max_bytes, int timeout_ms);
 // keep-alive connection, went away mid-request, or the server is stopping.
 bool IsQuietHttpClose(const boost::system::error_code& ec);
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

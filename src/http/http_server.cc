@@ -1,4 +1,4 @@
-#include "api/http_server.h"
+#include "http/http_server.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
@@ -14,22 +14,21 @@
 #include <cstring>
 #include <exception>
 
-#include "api/anthropic_types.h"
-#include "api/errors.h"
-#include "api/http_reader.h"
-#include "api/socket_io.h"
-#include "api/sse.h"
 #include "boost/asio/buffer.hpp"
 #include "boost/asio/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
+#include "http/errors.h"
+#include "http/http_reader.h"
+#include "http/socket_io.h"
+#include "http/sse.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 namespace net = boost::asio;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
@@ -47,15 +46,16 @@ class ConnectionWriter : public ResponseWriter {
     status_ = status;
     keep_alive_ = request_.keep_alive && !stopping_->load();
     try {
-      http::response<http::string_body> res{static_cast<http::status>(status), request_.version};
-      res.set(http::field::server, "deepinfer");
-      res.set(http::field::content_type,
+      beast_http::response<beast_http::string_body> res{static_cast<beast_http::status>(status),
+                                                        request_.version};
+      res.set(beast_http::field::server, "deepinfer");
+      res.set(beast_http::field::content_type,
               boost::beast::string_view(content_type.data(), content_type.size()));
       res.keep_alive(keep_alive_);
       if (request_.method != "HEAD") res.body().assign(body.data(), body.size());
       res.prepare_payload();
       error_code ec;
-      http::write(stream_, res, ec);
+      beast_http::write(stream_, res, ec);
       if (ec) keep_alive_ = false;
       return !ec;
     } catch (const std::exception& e) {
@@ -206,4 +206,4 @@ void HttpServer::ServeConnection(int fd) {
   }
 }
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http
