@@ -1,8 +1,9 @@
-// Feeds arbitrary bytes to the two HTTP/1.1 parsers of outside input: the request reader that
-// `serve` and the gateway run on every client connection (http::HttpRequestReader, over a real
-// socket pair, pipelined requests included), and the gateway's parser of backend answers
-// (http::ResponseParser, with a small body buffer so that need_buffer paths run). Neither
-// may crash, and what they accept must hold their documented invariants.
+// Feeds arbitrary bytes to the HTTP parsers of outside input: the request reader that `serve` and
+// the gateway run on every client connection (http::HttpRequestReader, over a real socket pair,
+// pipelined requests included), the client's parser of answers (http::ResponseParser, with a
+// small body buffer so that need_buffer paths run), the client's SSE parser (http::SseParser:
+// whole and in pieces must agree) and the URL parser (http::ParseUrl: an origin parses back to
+// itself). None may crash, and what they accept must hold their documented invariants.
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,11 +12,14 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "boost/asio/buffer.hpp"
 #include "http/http_reader.h"
 #include "http/response_parser.h"
 #include "http/socket_io.h"
+#include "http/sse_parser.h"
+#include "http/url.h"
 
 namespace {
 
@@ -111,11 +115,36 @@ void FuzzResponseParser(std::string_view input) {
   }
 }
 
+void FuzzSseParser(std::string_view input) {
+  deepinfer::http::SseParser whole(512);
+  const std::vector<deepinfer::http::SseEvent> expected = whole.Feed(input);
+  deepinfer::http::SseParser pieces(512);
+  std::vector<deepinfer::http::SseEvent> events;
+  for (size_t i = 0; i < input.size(); i += 3) pieces.Feed(input.substr(i, 3), &events);
+  if (pieces.overflowed() != whole.overflowed()) __builtin_trap();
+  if (!whole.overflowed() && events != expected) __builtin_trap();
+  for (const auto& e : expected) {
+    if (e.data.size() > 512 || e.data.find('\r') != std::string::npos) __builtin_trap();
+  }
+}
+
+void FuzzUrl(std::string_view input) {
+  auto url = deepinfer::http::ParseUrl(input.substr(0, input.find('\n')));
+  if (!url.ok()) return;
+  if (url->host().empty() || url->port() < 1 || url->port() > 65535) __builtin_trap();
+  auto again = deepinfer::http::ParseUrl(url->ToString());
+  if (!again.ok() || again->origin() != url->origin() || again->path() != url->path()) {
+    __builtin_trap();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), std::min(size, kMaxInput));
   FuzzRequestReader(input);
   FuzzResponseParser(input);
+  FuzzSseParser(input);
+  FuzzUrl(input);
   return 0;
 }
