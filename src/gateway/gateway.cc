@@ -134,8 +134,8 @@ absl::Status Gateway::Init() {
   for (const std::string& url : options_.backend_urls) {
     DI_ASSIGN_OR_RETURN(BackendAddress address, ParseBackendUrl(url));
     for (const BackendAddress& a : addresses) {
-      if (a.url == address.url) {
-        return InvalidArgumentError("bad_backend_url", "backend listed twice: " + address.url);
+      if (a.origin() == address.origin()) {
+        return InvalidArgumentError("bad_backend_url", "backend listed twice: " + address.origin());
       }
     }
     addresses.push_back(std::move(address));
@@ -174,7 +174,7 @@ absl::Status Gateway::Init() {
     bindings_ = std::move(local);
   }
   std::vector<std::string> names;
-  for (const BackendAddress& a : backends_->addresses()) names.push_back("backend:" + a.url);
+  for (const BackendAddress& a : backends_->addresses()) names.push_back("backend:" + a.origin());
   flow_ = std::make_unique<FlowControl>(options_.flow, std::move(names), counters_.get());
   if (options_.upstream_keepalive) {
     pool_ = std::make_unique<UpstreamPool>(
@@ -420,14 +420,14 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
       record.affinity = "none";
     } else if (!bound) {
       record.affinity = "new";
-      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).url, UnixMillis());
+      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).origin(), UnixMillis());
     } else if (backend == preferred) {
       record.affinity = "hit";
     } else if (spilled) {
       record.affinity = "spill";
     } else {
       record.affinity = "rebind";
-      (void)bindings_->Rebind(session.key, backends_->address(backend).url, UnixMillis());
+      (void)bindings_->Rebind(session.key, backends_->address(backend).origin(), UnixMillis());
     }
     metrics_.RecordRouted(record);
     record.routing_recorded = true;
@@ -441,7 +441,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
     // Nothing was sent anywhere (so no binding was written): eject the backend and try once
     // more elsewhere.
     const int failed = slot.backend();
-    const std::string& failed_url = backends_->address(failed).url;
+    const std::string& failed_url = backends_->address(failed).origin();
     std::fprintf(stderr, "deepinfer gateway: %s: connect failed (%s); ejected, retrying\n",
                  failed_url.c_str(), result.error.c_str());
     metrics_.RecordBackendError(failed_url, "connect");
@@ -468,7 +468,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
                           options_.upstream, pool_.get(), on_sent);
     if (result.end == ProxyEnd::kConnectFailed) {
       const int second = slot.backend();
-      metrics_.RecordBackendError(backends_->address(second).url, "connect");
+      metrics_.RecordBackendError(backends_->address(second).origin(), "connect");
       if (backends_->Eject(second, result.error, UnixSeconds())) OnHealthChange(second);
       RespondError(writer, extra,
                    UnavailableError("backend_unavailable",
@@ -477,7 +477,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
       return finish(writer.status());
     }
   }
-  served_by = backends_->address(slot.backend()).url;
+  served_by = backends_->address(slot.backend()).origin();
   switch (result.end) {
     case ProxyEnd::kClientGone:
       metrics_.RecordCancellation(result.phase);

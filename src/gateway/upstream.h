@@ -1,8 +1,9 @@
 #pragma once
 
-// The backend side of the gateway: one HTTP/1.1 connection per proxied request (Boost.Beast over
-// a blocking socket), the answer relayed to the client as it arrives, and the connection closed
-// the moment the client is gone, so that the backend cancels the generation.
+// The backend side of the gateway: one HTTP/1.1 connection per proxied request (an
+// http::ClientConnection, kept alive and reused through UpstreamPool), the answer relayed to the
+// client as it arrives, and the connection closed the moment the client is gone, so that the
+// backend cancels the generation.
 
 #include <chrono>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "gateway/backends.h"
 #include "gateway/front_server.h"
+#include "http/client.h"
 #include "http/errors.h"
 
 namespace deepinfer::gateway {
@@ -96,16 +98,13 @@ ProxyResult ProxyRequest(
     const Headers& extra_headers, FrontWriter& writer, const UpstreamOptions& options,
     UpstreamPool* pool = nullptr, absl::FunctionRef<void()> on_sent = [] {});
 
-struct SimpleResponse {
-  int status = 0;
-  std::string body;
-};
-
-// GET `path` from `backend` (health probes, /v1/models) within `timeout_ms` overall.
+// GET `path` from `backend` (health probes, /v1/models) within `timeout_ms` overall
+// (http::Fetch on a connection of its own).
 // Errors: Unavailable "connect_failed" (refused: the backend is down), DeadlineExceeded
-//   "connect_timeout" / "backend_timeout", Unavailable "backend_error" (reset, bad answer).
-absl::StatusOr<SimpleResponse> HttpGet(const BackendAddress& backend, const std::string& path,
-                                       int timeout_ms, int64_t max_body_bytes = 8 << 20);
+//   "connect_timeout" / "backend_timeout", Unavailable "backend_error" (reset, bad answer, a body
+//   over `max_body_bytes`).
+absl::StatusOr<http::ClientResponse> HttpGet(const BackendAddress& backend, const std::string& path,
+                                             int timeout_ms, int64_t max_body_bytes = 8 << 20);
 
 // The client-visible form of a gateway error: http::ApiErrorFromStatus, except that a backend
 // that failed or refused ("backend_error", "backend_unavailable") is 502 Bad Gateway.

@@ -83,8 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto url = gw::ParseBackendUrl(authorization);
   if (url.ok()) {
-    auto normalized = gw::ParseBackendUrl(url->url);
-    if (!normalized.ok() || normalized->url != url->url) __builtin_trap();
+    auto normalized = gw::ParseBackendUrl(url->origin());
+    if (!normalized.ok() || normalized->origin() != url->origin()) __builtin_trap();
   }
   return 0;
 }
