@@ -7,7 +7,6 @@
 
 #include "gtest/gtest.h"
 #include "http/http_server.h"
-#include "tools/smoke_http.h"
 #include "util/json.h"
 
 namespace deepinfer::tools {
@@ -140,39 +139,6 @@ const SmokeCheck* Find(const SmokeReport& report, const std::string& name) {
     if (c.name == name) return &c;
   }
   return nullptr;
-}
-
-TEST(ParseServerUrlTest, SplitsHostPortAndPrefix) {
-  auto url = ParseServerUrl("http://127.0.0.1:8900/v1/");
-  ASSERT_TRUE(url.ok()) << url.status();
-  EXPECT_EQ(url->host, "127.0.0.1");
-  EXPECT_EQ(url->port, 8900);
-  EXPECT_EQ(url->prefix, "/v1");
-  auto v6 = ParseServerUrl("http://[::1]:81");
-  ASSERT_TRUE(v6.ok());
-  EXPECT_EQ(v6->host, "::1");
-  EXPECT_EQ(v6->port, 81);
-  auto plain = ParseServerUrl("http://example");
-  ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(plain->port, 80);
-}
-
-TEST(ParseServerUrlTest, RejectsWhatItCannotProbe) {
-  for (const char* url : {"https://x/v1", "ftp://x", "http://:80", "http://x:0", "http://x:99999",
-                          "http://x/v1?a=b", "http://u:p@x/v1", "x:80"}) {
-    EXPECT_FALSE(ParseServerUrl(url).ok()) << url;
-  }
-}
-
-TEST(SseSplitterTest, JoinsEventsAcrossPiecesAndLineEnds) {
-  SseSplitter s;
-  std::vector<std::string> events;
-  for (const char* piece :
-       {"data: a\r", "\n\r\ndata:b\n", ": comment\ndata: c\n\n", "data: [DO", "NE]\n\n"}) {
-    for (auto& e : s.Feed(piece)) events.push_back(e);
-  }
-  EXPECT_EQ(events, (std::vector<std::string>{"a", "b\nc", "[DONE]"}));
-  EXPECT_FALSE(s.has_partial());
 }
 
 TEST(SmokeTest, GoodServerPassesEveryCheck) {
