@@ -79,7 +79,7 @@ bool IsForwarded(std::string_view name) {
 }
 
 // Built by appending (no format strings, one allocation): it runs once per proxied request.
-std::string RequestHead(const BackendAddress& backend, const FrontRequest& request,
+std::string RequestHead(const BackendAddress& backend, const http::Request& request,
                         std::string_view request_id, bool keep_alive) {
   const std::string_view host = HostHeader(backend);
   size_t size =
@@ -110,9 +110,10 @@ std::string RequestHead(const BackendAddress& backend, const FrontRequest& reque
 }
 
 // Sends `error` to a client that has seen nothing yet.
-void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status) {
+void RespondError(http::ResponseWriter& writer, const http::Headers& extra,
+                  const absl::Status& status) {
   http::ApiError error = GatewayError(status);
-  Headers headers = extra;
+  http::Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   writer.Respond(error.http_status, headers, http::ErrorBodyForPath(error, writer.request_path()));
 }
@@ -205,10 +206,10 @@ void UpstreamPool::Drop(const std::string& backend_url) {
   for (const Idle& idle : list) CloseNow(idle.fd);
 }
 
-ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
-                         std::string_view request_id, const Headers& extra_headers,
-                         FrontWriter& writer, const UpstreamOptions& options, UpstreamPool* pool,
-                         absl::FunctionRef<void()> on_sent) {
+ProxyResult ProxyRequest(const BackendAddress& backend, const http::Request& request,
+                         std::string_view request_id, const http::Headers& extra_headers,
+                         http::ResponseWriter& writer, const UpstreamOptions& options,
+                         UpstreamPool* pool, absl::FunctionRef<void()> on_sent) {
   ProxyResult result;
   const auto start = Clock::now();
   int pooled = pool != nullptr ? pool->Take(backend.url) : -1;
@@ -279,7 +280,7 @@ ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& requ
     // Room for a whole small answer per recv (Beast reads at most max(512, free capacity)), so
     // that it also reaches the client in one send.
     buffer.reserve(kReadBufferBytes);
-    Headers headers;  // what the client gets
+    http::Headers headers;  // what the client gets
     headers.reserve(12);
     std::optional<http::ResponseParser> parsed;
     error_code ec;

@@ -15,8 +15,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "gateway/backends.h"
-#include "gateway/front_server.h"
 #include "http/errors.h"
+#include "http/server.h"
 
 namespace deepinfer::gateway {
 
@@ -92,9 +92,10 @@ struct ProxyResult {
 // when nothing was sent (kConnectFailed, or a send that failed).
 // Threads: runs on the caller's (connection) thread; so does `on_sent`.
 ProxyResult ProxyRequest(
-    const BackendAddress& backend, const FrontRequest& request, std::string_view request_id,
-    const Headers& extra_headers, FrontWriter& writer, const UpstreamOptions& options,
-    UpstreamPool* pool = nullptr, absl::FunctionRef<void()> on_sent = [] {});
+    const BackendAddress& backend, const http::Request& request, std::string_view request_id,
+    const http::Headers& extra_headers, http::ResponseWriter& writer,
+    const UpstreamOptions& options, UpstreamPool* pool = nullptr,
+    absl::FunctionRef<void()> on_sent = [] {});
 
 struct SimpleResponse {
   int status = 0;
