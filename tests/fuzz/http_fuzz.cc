@@ -67,7 +67,7 @@ void FuzzRequestReader(std::string_view input) {
 }
 
 void FuzzResponseParser(std::string_view input) {
-  deepinfer::gateway::Headers headers;
+  deepinfer::http::Headers headers;
   deepinfer::http::ResponseParser parser(&headers);
   parser.header_limit(8 * 1024);
   parser.body_limit(boost::none);
