@@ -10,13 +10,13 @@ namespace deepinfer::api {
 void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& status) {
   http::ApiError error = http::ApiErrorFromStatus(status);
   writer.log().error = error.code;
-  writer.Respond(error.http_status, "application/json",
+  writer.Respond(error.http_status, {{"Content-Type", "application/json"}},
                  util::DumpJson(http::AnthropicErrorJson(error)));
 }
 
 namespace {
 
-absl::Status RunCountTokens(const Backend& backend, const http::HttpRequest& http_request,
+absl::Status RunCountTokens(const Backend& backend, const http::Request& http_request,
                             http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(util::Json body, util::ParseJson(http_request.body));
   if (!body.is_object()) {
@@ -67,7 +67,7 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
   return ParseChatRequest(util::DumpJson(json), limits);
 }
 
-void HandleAnthropicCountTokens(const Backend& backend, const http::HttpRequest& request,
+void HandleAnthropicCountTokens(const Backend& backend, const http::Request& request,
                                 http::ResponseWriter& writer) {
   absl::Status status = RunCountTokens(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondAnthropicError(writer, status);

@@ -17,7 +17,7 @@
 #include "api/openai_types.h"
 #include "api/serving.h"
 #include "http/errors.h"
-#include "http/http_server.h"
+#include "http/server.h"
 #include "tokenizer/chat_template.h"
 #include "util/json.h"
 
@@ -40,7 +40,7 @@ void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& sta
 // them (tools, thinking and the generation prompt included), plus kDefaultImageTokens per image.
 // Errors use Anthropic's shape {"type": "error", "error": {"type", "message"}} with the HTTP
 // status of errors.h.
-void HandleAnthropicCountTokens(const Backend& backend, const http::HttpRequest& request,
+void HandleAnthropicCountTokens(const Backend& backend, const http::Request& request,
                                 http::ResponseWriter& writer);
 
 }  // namespace deepinfer::api

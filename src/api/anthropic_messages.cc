@@ -121,7 +121,7 @@ class BlockStream {
 };
 
 void Stream(const MessagesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
-  if (!writer.BeginStream("text/event-stream")) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
@@ -136,9 +136,8 @@ void Stream(const MessagesContext& ctx, Generation& generation, http::ResponseWr
                  // Cached tokens are known once the engine scheduled the prompt; the final
                  // counts come with message_delta.
                  {"usage", AnthropicUsage({static_cast<int64_t>(ctx.prompt.tokens.size())})}};
-  if (!writer.WriteStream(
-          Event("message_start", {{"type", "message_start"}, {"message", message}}) +
-          Event("ping", {{"type", "ping"}}))) {
+  if (!writer.Write(Event("message_start", {{"type", "message_start"}, {"message", message}}) +
+                    Event("ping", {{"type", "ping"}}))) {
     generation.Cancel();
     return;
   }
@@ -156,7 +155,7 @@ void Stream(const MessagesContext& ctx, Generation& generation, http::ResponseWr
       blocks.Close();
     }
     std::string out = blocks.Take();
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   absl::Status error;
   DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
@@ -173,7 +172,7 @@ void Stream(const MessagesContext& ctx, Generation& generation, http::ResponseWr
                {"usage", AnthropicUsage(generation.usage())}}) +
         Event("message_stop", {{"type", "message_stop"}});
   }
-  if (writer.WriteStream(tail)) writer.EndStream();
+  if (writer.Write(tail)) writer.End();
 }
 
 void Complete(const MessagesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
@@ -205,7 +204,7 @@ void Complete(const MessagesContext& ctx, Generation& generation, http::Response
                          {"usage", AnthropicUsage(generation.usage())}});
 }
 
-absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
+absl::Status Run(const Backend& backend, const http::Request& http_request,
                  http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(AnthropicMessagesRequest request,
                       ParseAnthropicMessagesRequest(http_request.body,
@@ -230,7 +229,7 @@ absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
 
 }  // namespace
 
-void HandleAnthropicMessages(const Backend& backend, const http::HttpRequest& request,
+void HandleAnthropicMessages(const Backend& backend, const http::Request& request,
                              http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondAnthropicError(writer, status);

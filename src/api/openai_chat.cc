@@ -52,7 +52,7 @@ std::string ChoiceChunk(const ChatContext& ctx, util::Json choice) {
 
 void Stream(const ChatContext& ctx, Generation& generation, http::ResponseWriter& writer) {
   const int32_t num_top = ctx.request.params.sampling.num_top_logprobs;
-  if (!writer.BeginStream("text/event-stream")) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
@@ -63,7 +63,7 @@ void Stream(const ChatContext& ctx, Generation& generation, http::ResponseWriter
                                         {"logprobs", nullptr},
                                         {"finish_reason", nullptr}});
   }
-  if (!writer.WriteStream(head)) {
+  if (!writer.Write(head)) {
     generation.Cancel();
     return;
   }
@@ -110,7 +110,7 @@ void Stream(const ChatContext& ctx, Generation& generation, http::ResponseWriter
                                          {"logprobs", nullptr},
                                          {"finish_reason", FinishReason(d.finish_reason, called)}});
     }
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   FinishOpenAiStream(
       generation, writer, on_delta,
@@ -164,7 +164,7 @@ void Complete(const ChatContext& ctx, Generation& generation, http::ResponseWrit
   RespondJson(writer, 200, body);
 }
 
-absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
+absl::Status Run(const Backend& backend, const http::Request& http_request,
                  http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       ChatRequest request,
@@ -194,7 +194,7 @@ absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
 
 }  // namespace
 
-void HandleChatCompletions(const Backend& backend, const http::HttpRequest& request,
+void HandleChatCompletions(const Backend& backend, const http::Request& request,
                            http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);

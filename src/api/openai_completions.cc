@@ -34,7 +34,7 @@ void Stream(const CompletionContext& ctx, Generation& generation, http::Response
   const int32_t num_top = ctx.request.params.sampling.num_top_logprobs;
   const bool logprobs = num_top >= 0;
   std::vector<int64_t> offsets(generation.num_choices(), 0);
-  if (!writer.BeginStream("text/event-stream")) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
@@ -46,7 +46,7 @@ void Stream(const CompletionContext& ctx, Generation& generation, http::Response
                                         {"logprobs", nullptr},
                                         {"finish_reason", nullptr}});
   }
-  if (!head.empty() && !writer.WriteStream(head)) {
+  if (!head.empty() && !writer.Write(head)) {
     generation.Cancel();
     return;
   }
@@ -69,7 +69,7 @@ void Stream(const CompletionContext& ctx, Generation& generation, http::Response
                                          {"logprobs", nullptr},
                                          {"finish_reason", d.finish_reason}});
     }
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   FinishOpenAiStream(
       generation, writer, on_delta,
@@ -109,7 +109,7 @@ void Complete(const CompletionContext& ctx, Generation& generation, http::Respon
   RespondJson(writer, 200, body);
 }
 
-absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
+absl::Status Run(const Backend& backend, const http::Request& http_request,
                  http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       CompletionRequest request,
@@ -148,7 +148,7 @@ absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
 
 }  // namespace
 
-void HandleCompletions(const Backend& backend, const http::HttpRequest& request,
+void HandleCompletions(const Backend& backend, const http::Request& request,
                        http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);

@@ -220,13 +220,13 @@ class EventStream {
 };
 
 void Stream(const ResponsesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
-  if (!writer.BeginStream("text/event-stream")) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
   EventStream events(ctx);
   events.Start();
-  if (!writer.WriteStream(events.Take())) {
+  if (!writer.Write(events.Take())) {
     generation.Cancel();
     return;
   }
@@ -242,7 +242,7 @@ void Stream(const ResponsesContext& ctx, Generation& generation, http::ResponseW
     }
     if (!d.finish_reason.empty()) finish = d.finish_reason;
     std::string out = events.Take();
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   absl::Status error;
   DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
@@ -252,7 +252,7 @@ void Stream(const ResponsesContext& ctx, Generation& generation, http::ResponseW
   } else {
     events.Finish(finish == "length" ? "incomplete" : "completed", generation.usage());
   }
-  if (writer.WriteStream(events.Take())) writer.EndStream();
+  if (writer.Write(events.Take())) writer.End();
 }
 
 void Complete(const ResponsesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
@@ -287,7 +287,7 @@ void Complete(const ResponsesContext& ctx, Generation& generation, http::Respons
               ResponseObject(ctx, cut ? "incomplete" : "completed", std::move(output), &usage));
 }
 
-absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
+absl::Status Run(const Backend& backend, const http::Request& http_request,
                  http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       ResponsesRequest request,
@@ -311,7 +311,7 @@ absl::Status Run(const Backend& backend, const http::HttpRequest& http_request,
 
 }  // namespace
 
-void HandleResponses(const Backend& backend, const http::HttpRequest& request,
+void HandleResponses(const Backend& backend, const http::Request& request,
                      http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);

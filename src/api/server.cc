@@ -75,7 +75,7 @@ double Ms(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-std::string ApiServer::RequestLogLine(const http::HttpRequest& request, int status, double seconds,
+std::string ApiServer::RequestLogLine(const http::Request& request, int status, double seconds,
                                       const http::RequestLog& log) {
   std::string line = fmt::format("{} {} {} {:.1f}ms", Printable(request.method),
                                  Printable(request.path), status, seconds * 1e3);
@@ -103,7 +103,7 @@ std::string ApiServer::RequestLogLine(const http::HttpRequest& request, int stat
   return line;
 }
 
-bool ApiServer::IsLoggedRequest(const http::HttpRequest& request, int status,
+bool ApiServer::IsLoggedRequest(const http::Request& request, int status,
                                 const http::RequestLog& log) {
   // Probes are frequent and, while the model loads, failing by design: logging them would bury
   // the requests. A probe failing for any other reason is logged.
@@ -111,7 +111,7 @@ bool ApiServer::IsLoggedRequest(const http::HttpRequest& request, int status,
   return !(probe && (status < 400 || log.error == "model_loading"));
 }
 
-void ApiServer::Observe(const http::HttpRequest& request, int status, double seconds,
+void ApiServer::Observe(const http::Request& request, int status, double seconds,
                         const http::RequestLog& log) {
   const std::string& m = request.method;
   bool known_method = m == "GET" || m == "POST" || m == "HEAD" || m == "PUT" || m == "DELETE" ||
@@ -121,7 +121,7 @@ void ApiServer::Observe(const http::HttpRequest& request, int status, double sec
   spdlog::info("request {}", RequestLogLine(request, status, seconds, log));
 }
 
-void ApiServer::Handle(const http::HttpRequest& request, http::ResponseWriter& writer) {
+void ApiServer::Handle(const http::Request& request, http::ResponseWriter& writer) {
   try {
     Dispatch(request, writer);
   } catch (const std::exception& e) {
@@ -132,7 +132,7 @@ void ApiServer::Handle(const http::HttpRequest& request, http::ResponseWriter& w
   }
 }
 
-void ApiServer::Dispatch(const http::HttpRequest& request, http::ResponseWriter& writer) {
+void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& writer) {
   // Errors answered here take the shape of the API the path belongs to.
   auto fail = [&](const absl::Status& status) {
     if (http::IsAnthropicPath(request.path)) {
@@ -161,7 +161,7 @@ void ApiServer::Dispatch(const http::HttpRequest& request, http::ResponseWriter&
                           metrics_.stop_string_finishes(), &out);
     }
     metrics_.Format(&out);
-    writer.Respond(200, "text/plain; version=0.0.4; charset=utf-8", out);
+    writer.Respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}}, out);
     return;
   }
   if (info.route == Route::kHealth) {

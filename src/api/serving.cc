@@ -211,13 +211,13 @@ util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
 }
 
 void RespondJson(http::ResponseWriter& writer, int status, const util::Json& body) {
-  writer.Respond(status, "application/json", util::DumpJson(body));
+  writer.Respond(status, {{"Content-Type", "application/json"}}, util::DumpJson(body));
 }
 
 void RespondError(http::ResponseWriter& writer, const absl::Status& status) {
   http::ApiError error = http::ApiErrorFromStatus(status);
   writer.log().error = error.code;
-  writer.Respond(error.http_status, "application/json", http::ErrorBody(error));
+  writer.Respond(error.http_status, {{"Content-Type", "application/json"}}, http::ErrorBody(error));
 }
 
 tokenizer::ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off) {
@@ -297,7 +297,9 @@ DriveEnd DriveGeneration(Generation& generation, http::ResponseWriter& writer,
   GenerationLogger logger(generation, writer.log());
   std::vector<ChoiceDelta> deltas;
   while (!generation.done()) {
-    if (writer.PeerClosed()) {
+    // A stopping server ends generations too (their answer is a 503 shutting_down), so that a
+    // long one does not hold up the shutdown.
+    if (writer.PeerClosed() || writer.stopping()) {
       generation.Cancel();
       if (writer.stopping()) {
         *error = UnavailableError("shutting_down", "The server is shutting down.");
@@ -356,7 +358,7 @@ void FinishOpenAiStream(Generation& generation, http::ResponseWriter& writer,
     }
     tail += http::SseDone();
   }
-  if (writer.WriteStream(tail)) writer.EndStream();
+  if (writer.Write(tail)) writer.End();
 }
 
 bool DriveToCompletion(Generation& generation, http::ResponseWriter& writer,

@@ -15,7 +15,7 @@
 #include "api/metrics.h"
 #include "api/openai_types.h"
 #include "engine/engine.h"
-#include "http/http_server.h"
+#include "http/server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/reasoning_parser.h"
 #include "tokenizer/tokenizer.h"

@@ -11,7 +11,7 @@
 namespace deepinfer::api {
 namespace {
 
-absl::Status RunTokenize(const Backend& backend, const http::HttpRequest& http_request,
+absl::Status RunTokenize(const Backend& backend, const http::Request& http_request,
                          http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       TokenizeRequest request,
@@ -56,7 +56,7 @@ absl::Status RunTokenize(const Backend& backend, const http::HttpRequest& http_r
   return absl::OkStatus();
 }
 
-absl::Status RunDetokenize(const Backend& backend, const http::HttpRequest& http_request,
+absl::Status RunDetokenize(const Backend& backend, const http::Request& http_request,
                            http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       DetokenizeRequest request,
@@ -71,13 +71,13 @@ absl::Status RunDetokenize(const Backend& backend, const http::HttpRequest& http
 
 }  // namespace
 
-void HandleTokenize(const Backend& backend, const http::HttpRequest& request,
+void HandleTokenize(const Backend& backend, const http::Request& request,
                     http::ResponseWriter& writer) {
   absl::Status status = RunTokenize(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }
 
-void HandleDetokenize(const Backend& backend, const http::HttpRequest& request,
+void HandleDetokenize(const Backend& backend, const http::Request& request,
                       http::ResponseWriter& writer) {
   absl::Status status = RunDetokenize(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);

@@ -24,7 +24,7 @@
 #include "cli/exit_code.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
-#include "http/http_server.h"
+#include "http/server.h"
 #include "model/model.h"
 #include "spdlog/spdlog.h"
 #include "tokenizer/chat_template.h"
@@ -213,14 +213,18 @@ int Run(ServeFlags f) {
 
   api::ApiServer routes;
   routes.set_log_requests(f.log_requests);
-  http::HttpServerOptions http;
-  http.host = f.host;
-  http.port = f.port;
-  http.max_request_bytes = *max_request_bytes;
-  http.max_connections = f.max_connections;
-  auto server = http::HttpServer::Start(
-      http, [&routes](const http::HttpRequest& r, http::ResponseWriter& w) { routes.Handle(r, w); },
-      [&routes](const http::HttpRequest& r, int status, double s, const http::RequestLog& log) {
+  http::ServerOptions http_options;
+  http_options.host = f.host;
+  http_options.port = f.port;
+  http_options.max_request_bytes = *max_request_bytes;
+  http_options.max_connections = f.max_connections;
+  // A generation parses JSON and renders its chat template on its worker thread.
+  http_options.thread_stack_bytes = size_t{1} << 20;
+  http_options.server_name = "deepinfer";
+  auto server = http::Server::Start(
+      http_options,
+      [&routes](const http::Request& r, http::ResponseWriter& w) { routes.Handle(r, w); },
+      [&routes](const http::Request& r, int status, double s, const http::RequestLog& log) {
         routes.Observe(r, status, s, log);
       });
   if (!server.ok()) {

@@ -193,9 +193,10 @@ absl::Status Gateway::Init() {
   UpdateEligibility();
   WriteBackendState();
 
-  DI_ASSIGN_OR_RETURN(
-      server_, FrontServer::Start(options_.front,
-                                  [this](const FrontRequest& r, FrontWriter& w) { Handle(r, w); }));
+  DI_ASSIGN_OR_RETURN(server_, http::Server::Start(options_.front, [this](const http::Request& r,
+                                                                          http::ResponseWriter& w) {
+                        Handle(r, w);
+                      }));
   for (size_t i = 0; i < backends_->size(); ++i) threads_.emplace_back([this, i] { ProbeLoop(i); });
   threads_.emplace_back([this] { WatchLoop(); });
   return absl::OkStatus();
@@ -217,10 +218,10 @@ bool Gateway::Stop(int drain_timeout_ms) {
   return all;
 }
 
-void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status,
-                           int retry_after_s) {
+void Gateway::RespondError(http::ResponseWriter& writer, const http::Headers& extra,
+                           const absl::Status& status, int retry_after_s) {
   http::ApiError error = GatewayError(status);
-  Headers headers = extra;
+  http::Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
   if (error.http_status == 429 || error.http_status == 503) {
@@ -232,8 +233,8 @@ void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl
   writer.Respond(error.http_status, headers, http::ErrorBodyForPath(error, writer.request_path()));
 }
 
-const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer,
-                                       const Headers& extra) {
+const KeyRecord* Gateway::Authenticate(const http::Request& request, http::ResponseWriter& writer,
+                                       const http::Headers& extra) {
   std::string_view presented =
       PresentedKey(request.Header("authorization"), request.Header("x-api-key"));
   // Clients present the same key with every request: the key this thread verified last is
@@ -282,11 +283,11 @@ const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter&
   return nullptr;
 }
 
-void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
+void Gateway::Handle(const http::Request& request, http::ResponseWriter& writer) {
   const auto start = Clock::now();
   std::string_view sent_id = request.Header("x-request-id");
   const std::string request_id = UsableRequestId(sent_id) ? std::string(sent_id) : NewRequestId();
-  const Headers extra = {{"x-request-id", request_id}};
+  const http::Headers extra = {{"x-request-id", request_id}};
   const std::string& path = request.path;
   const bool get = request.method == "GET" || request.method == "HEAD";
 
@@ -310,7 +311,7 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
                      MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
                                "This endpoint needs a key with admin rights."));
       } else {
-        Headers headers = extra;
+        http::Headers headers = extra;
         headers.emplace_back("Content-Type", "application/json");
         writer.Respond(200, headers, StatusJson());
       }
@@ -326,8 +327,8 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
   HandleProxy(request, writer, extra, start);
 }
 
-void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
-                          Clock::time_point start) {
+void Gateway::HandleProxy(const http::Request& request, http::ResponseWriter& writer,
+                          const http::Headers& extra, Clock::time_point start) {
   // What the metrics get: the routing part once the request is with its backend (on_sent), the
   // rest when it ends; nothing on the way to the backend.
   ProxiedRequest record;
@@ -496,7 +497,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   }
 }
 
-void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
+void Gateway::HandleModels(http::ResponseWriter& writer, const http::Headers& extra) {
   Admission adm = admission();
   std::vector<bool> healthy = backends_->HealthyMask();
   util::Json data = util::Json::array();
@@ -526,7 +527,7 @@ void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
     RespondError(writer, extra, AdmitError(r, options_.flow), flow_->RetryAfterSeconds());
     return;
   }
-  Headers headers = extra;
+  http::Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   writer.Respond(200, headers,
                  util::DumpJson(util::Json{{"object", "list"}, {"data", std::move(data)}}));

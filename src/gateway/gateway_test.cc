@@ -1,5 +1,5 @@
 // The whole request path over real loopback sockets: a Gateway in front of in-process fake
-// backends (FrontServer instances with scripted handlers).
+// backends (http::Server instances with scripted handlers).
 
 #include "gateway/gateway.h"
 
@@ -20,7 +20,6 @@
 #include "gtest/gtest.h"
 #include "http/response_parser.h"
 #include "http/socket_io.h"
-#include "http/tcp_server.h"
 #include "util/json.h"
 #include "util/mapped_file.h"
 
@@ -41,11 +40,11 @@ using namespace std::chrono_literals;
 class FakeBackend {
  public:
   explicit FakeBackend(std::string name, int idle_timeout_ms = 2000) : name_(std::move(name)) {
-    FrontServerOptions o;
+    http::ServerOptions o;
     o.port = 0;
     o.idle_timeout_ms = idle_timeout_ms;
-    server_ = std::move(
-        *FrontServer::Start(o, [this](const FrontRequest& r, FrontWriter& w) { Serve(r, w); }));
+    server_ = std::move(*http::Server::Start(
+        o, [this](const http::Request& r, http::ResponseWriter& w) { Serve(r, w); }));
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
   int requests() const { return requests_.load(); }
@@ -64,7 +63,7 @@ class FakeBackend {
   void Stop() { server_.reset(); }
 
  private:
-  void Serve(const FrontRequest& r, FrontWriter& w) {
+  void Serve(const http::Request& r, http::ResponseWriter& w) {
     if (r.path == "/health") {
       w.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
       return;
@@ -132,7 +131,7 @@ class FakeBackend {
   }
 
   std::string name_;
-  std::unique_ptr<FrontServer> server_;
+  std::unique_ptr<http::Server> server_;
   std::atomic<int> requests_{0};
   std::atomic<int> active_{0};
   std::atomic<int> max_active_{0};
@@ -556,9 +555,9 @@ TEST_F(GatewayTest, BackendHangingUpBeforeAnsweringIs502) {
 
 TEST_F(GatewayTest, RefusedConnectIsRetriedOnAnotherBackendAndEjected) {
   // A port nothing listens on (bound once, then released).
-  FrontServerOptions o;
+  http::ServerOptions o;
   o.port = 0;
-  auto tmp = std::move(*FrontServer::Start(o, [](const FrontRequest&, FrontWriter&) {}));
+  auto tmp = std::move(*http::Server::Start(o, [](const http::Request&, http::ResponseWriter&) {}));
   std::string dead = "http://127.0.0.1:" + std::to_string(tmp->port());
   tmp.reset();
   WriteAdmission("{\"admit\":[\"" + backends_[0]->url() + "\",\"" + backends_[1]->url() + "\",\"" +

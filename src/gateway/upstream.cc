@@ -36,7 +36,7 @@ bool IsForwarded(std::string_view name) {
 }
 
 // Built by appending (no format strings, one allocation): it runs once per proxied request.
-std::string RequestHeadFor(const BackendAddress& backend, const FrontRequest& request,
+std::string RequestHeadFor(const BackendAddress& backend, const http::Request& request,
                            std::string_view request_id, bool keep_alive) {
   size_t size_hint = request_id.size() + 16;
   for (const auto& [name, value] : request.headers) size_hint += name.size() + value.size() + 4;
@@ -53,9 +53,10 @@ std::string RequestHeadFor(const BackendAddress& backend, const FrontRequest& re
 }
 
 // Sends `error` to a client that has seen nothing yet.
-void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status) {
+void RespondError(http::ResponseWriter& writer, const http::Headers& extra,
+                  const absl::Status& status) {
   http::ApiError error = GatewayError(status);
-  Headers headers = extra;
+  http::Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   writer.Respond(error.http_status, headers, http::ErrorBodyForPath(error, writer.request_path()));
 }
@@ -72,7 +73,7 @@ size_t LastEventEnd(std::string_view data) {
 
 // The backend connection's waits: every one ends the moment the client leaves (its socket is
 // watched, and its hang-up consulted between slices).
-http::ClientOptions ClientOptionsFor(const UpstreamOptions& options, FrontWriter& writer) {
+http::ClientOptions ClientOptionsFor(const UpstreamOptions& options, http::ResponseWriter& writer) {
   http::ClientOptions o;
   o.connect_timeout_ms = options.connect_timeout_ms;
   o.write_timeout_ms = options.write_timeout_ms;
@@ -89,8 +90,9 @@ http::ClientOptions ClientOptionsFor(const UpstreamOptions& options, FrontWriter
 // Threads: the connection thread's. Lifetime: borrows everything it is given.
 class Proxy {
  public:
-  Proxy(const BackendAddress& backend, const FrontRequest& request, const Headers& extra_headers,
-        FrontWriter& writer, const UpstreamOptions& options, UpstreamPool* pool)
+  Proxy(const BackendAddress& backend, const http::Request& request,
+        const http::Headers& extra_headers, http::ResponseWriter& writer,
+        const UpstreamOptions& options, UpstreamPool* pool)
       : backend_(backend),
         request_(request),
         extra_headers_(extra_headers),
@@ -266,9 +268,9 @@ class Proxy {
   }
 
   const BackendAddress& backend_;
-  const FrontRequest& request_;
-  const Headers& extra_headers_;
-  FrontWriter& writer_;
+  const http::Request& request_;
+  const http::Headers& extra_headers_;
+  http::ResponseWriter& writer_;
   UpstreamPool* const pool_;
   const http::ClientOptions client_options_;
   http::ClientConnection connection_;  // closing it is how the backend learns the client left
@@ -276,7 +278,7 @@ class Proxy {
   bool pooled_ = false;    // the connection came from the pool
   bool sse_ = false;       // the answer is an event stream
   bool returned_ = false;  // the connection went back to the pool
-  Headers headers_;        // what the client gets
+  http::Headers headers_;  // what the client gets
   std::string held_;       // SSE bytes after the last complete event
   ProxyResult result_;
 };
@@ -359,10 +361,10 @@ void UpstreamPool::Drop(const std::string& backend_url) {
   for (const Idle& idle : list) CloseNow(idle.fd);
 }
 
-ProxyResult ProxyRequest(const BackendAddress& backend, const FrontRequest& request,
-                         std::string_view request_id, const Headers& extra_headers,
-                         FrontWriter& writer, const UpstreamOptions& options, UpstreamPool* pool,
-                         absl::FunctionRef<void()> on_sent) {
+ProxyResult ProxyRequest(const BackendAddress& backend, const http::Request& request,
+                         std::string_view request_id, const http::Headers& extra_headers,
+                         http::ResponseWriter& writer, const UpstreamOptions& options,
+                         UpstreamPool* pool, absl::FunctionRef<void()> on_sent) {
   return Proxy(backend, request, extra_headers, writer, options, pool).Run(request_id, on_sent);
 }
 

@@ -16,9 +16,9 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "gateway/backends.h"
-#include "gateway/front_server.h"
 #include "http/client.h"
 #include "http/errors.h"
+#include "http/server.h"
 
 namespace deepinfer::gateway {
 
@@ -94,9 +94,10 @@ struct ProxyResult {
 // when nothing was sent (kConnectFailed, or a send that failed).
 // Threads: runs on the caller's (connection) thread; so does `on_sent`.
 ProxyResult ProxyRequest(
-    const BackendAddress& backend, const FrontRequest& request, std::string_view request_id,
-    const Headers& extra_headers, FrontWriter& writer, const UpstreamOptions& options,
-    UpstreamPool* pool = nullptr, absl::FunctionRef<void()> on_sent = [] {});
+    const BackendAddress& backend, const http::Request& request, std::string_view request_id,
+    const http::Headers& extra_headers, http::ResponseWriter& writer,
+    const UpstreamOptions& options, UpstreamPool* pool = nullptr,
+    absl::FunctionRef<void()> on_sent = [] {});
 
 // GET `path` from `backend` (health probes, /v1/models) within `timeout_ms` overall
 // (http::Fetch on a connection of its own).

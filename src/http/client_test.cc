@@ -1,5 +1,5 @@
-// The client against real loopback servers: the repo's HttpServer for well-formed exchanges, and
-// a canned one-connection server for what a well-behaved server never sends.
+// The client against real loopback servers: the repo's http::Server for well-formed exchanges,
+// and a canned one-connection server for what a well-behaved server never sends.
 
 #include "http/client.h"
 
@@ -8,14 +8,15 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "boost/asio/error.hpp"
 #include "gtest/gtest.h"
-#include "http/http_server.h"
-#include "http/tcp_server.h"
+#include "http/server.h"
+#include "http/socket_io.h"
 #include "util/status.h"
 
 namespace deepinfer::http {
@@ -28,11 +29,11 @@ using namespace std::chrono_literals;
 class TestServer {
  public:
   TestServer() {
-    HttpServerOptions o;
+    ServerOptions o;
     o.port = 0;
     o.idle_timeout_ms = 2000;
-    server_ = std::move(
-        *HttpServer::Start(o, [this](const HttpRequest& r, ResponseWriter& w) { Serve(r, w); }));
+    server_ =
+        std::move(*Server::Start(o, [this](const Request& r, ResponseWriter& w) { Serve(r, w); }));
   }
   Url url() const { return Url("127.0.0.1", server_->port()); }
   int num_connections() const { return server_->num_connections(); }
@@ -40,59 +41,69 @@ class TestServer {
   int events_sent() const { return events_sent_.load(); }
 
  private:
-  void Serve(const HttpRequest& r, ResponseWriter& w) {
+  void Serve(const Request& r, ResponseWriter& w) {
     if (r.path == "/echo") {
       std::string text = r.method + " " + r.target + "\n";
       for (const auto& [name, value] : r.headers) text += name + ": " + value + "\n";
-      w.Respond(200, "text/plain", text + "\n" + r.body);
+      w.Respond(200, {{"Content-Type", "text/plain"}}, text + "\n" + r.body);
     } else if (r.path == "/stream") {
       int n = 3;
       std::sscanf(r.target.c_str(), "/stream?n=%d", &n);
-      w.BeginStream("text/event-stream");
+      w.BeginBody(200, {{"Content-Type", "text/event-stream"}}, std::nullopt);
       for (int i = 0; i < n && !w.PeerClosed(); ++i) {
         if (i > 0) std::this_thread::sleep_for(30ms);
-        w.WriteStream("data: " + std::to_string(i) + "\n\n");
+        w.Write("data: " + std::to_string(i) + "\n\n");
         events_sent_++;
       }
       if (w.PeerClosed()) hung_up_ = true;
-      w.EndStream();
+      w.End();
     } else if (r.path == "/hang") {
       while (!w.PeerClosed()) std::this_thread::sleep_for(1ms);
       hung_up_ = true;
+      w.Abort();
     } else {
-      w.Respond(404, "application/json", "{\"error\":\"not found\"}");
+      w.Respond(404, {{"Content-Type", "application/json"}}, "{\"error\":\"not found\"}");
     }
   }
 
   std::atomic<bool> hung_up_{false};
   std::atomic<int> events_sent_{0};
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<Server> server_;
 };
 
-// A one-connection server that answers anything with `pieces`, `pause_ms` apart, then closes.
+// A one-connection server that answers its one request with `pieces`, `pause_ms` apart, then
+// closes.
 class CannedServer {
  public:
   CannedServer(std::vector<std::string> pieces, int pause_ms) {
-    TcpServerOptions o;
-    o.port = 0;
-    server_ = std::move(*TcpServer::Start(o, [pieces, pause_ms](int fd) {
+    listen_fd_ = *ListenTcp("127.0.0.1", 0, &port_);
+    thread_ = std::thread([this, pieces = std::move(pieces), pause_ms] {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
       char buf[4096];
       std::string request;
       while (request.find("\r\n\r\n") == std::string::npos) {
         ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-        if (n <= 0) return;
+        if (n <= 0) break;
         request.append(buf, n);
       }
       for (const std::string& piece : pieces) {
-        if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) < 0) return;
+        if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) < 0) break;
         std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
       }
-    }));
+      ::close(fd);
+    });
   }
-  Url url() const { return Url("127.0.0.1", server_->port()); }
+  ~CannedServer() {
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  Url url() const { return Url("127.0.0.1", port_); }
 
  private:
-  std::unique_ptr<TcpServer> server_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
 };
 
 FetchOptions Quick() {

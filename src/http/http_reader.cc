@@ -23,12 +23,12 @@ constexpr size_t kHeaderLimitBytes = 64 * 1024;
 // three recv calls.
 constexpr size_t kReadBufferBytes = 4 * 1024;
 
-// Beast's parser writing straight into an HttpRequest: its fields and body go where they are
+// Beast's parser writing straight into an Request: its fields and body go where they are
 // kept, without the intermediate beast_http::request (a tree of separately allocated fields, then
-// copied into HttpRequest::headers: 2 % of the gateway's CPU per request).
+// copied into Request::headers: 2 % of the gateway's CPU per request).
 class RequestParser final : public beast_http::basic_parser<true> {
  public:
-  explicit RequestParser(HttpRequest* request) : request_(request) {
+  explicit RequestParser(Request* request) : request_(request) {
     request_->headers.reserve(16);  // one allocation for a usual head
   }
 
@@ -85,7 +85,7 @@ class RequestParser final : public beast_http::basic_parser<true> {
   }
   void on_finish_impl(error_code&) override {}
 
-  HttpRequest* request_;
+  Request* request_;
   bool header_done_ = false;
   int host_fields_ = 0;
   std::string expect_;
@@ -121,9 +121,9 @@ HttpRequestReader::~HttpRequestReader() = default;
 
 bool HttpRequestReader::HasBufferedInput() const { return impl_->buffer.size() > 0; }
 
-absl::Status HttpRequestReader::Next(HttpRequest* request) {
+absl::Status HttpRequestReader::Next(Request* request) {
   Impl& m = *impl_;
-  *request = HttpRequest();
+  *request = Request();
   RequestParser parser(request);
   parser.header_limit(kHeaderLimitBytes);
   parser.body_limit(static_cast<uint64_t>(m.options.max_body_bytes));

@@ -14,7 +14,7 @@
 #include "boost/beast/http/error.hpp"
 #include "boost/beast/http/field.hpp"
 #include "boost/beast/http/rfc7230.hpp"
-#include "http/http_server.h"  // Headers
+#include "http/request.h"  // Headers
 
 namespace deepinfer::http {
 

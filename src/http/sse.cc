@@ -5,6 +5,13 @@
 
 namespace deepinfer::http {
 
+bool BeginEventStream(ResponseWriter& writer) {
+  static const Headers* const kHeaders = new Headers{{"Content-Type", "text/event-stream"},
+                                                     {"Cache-Control", "no-cache"},
+                                                     {"X-Accel-Buffering", "no"}};
+  return writer.BeginBody(200, *kHeaders, std::nullopt);
+}
+
 std::string SseData(std::string_view payload) {
   std::string out;
   out.reserve(payload.size() + 8);

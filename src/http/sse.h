@@ -9,8 +9,15 @@
 #include <string_view>
 
 #include "http/errors.h"
+#include "http/response_writer.h"
 
 namespace deepinfer::http {
+
+// Commits a 200 event stream: Content-Type text/event-stream, Cache-Control no-cache,
+// X-Accel-Buffering no (so that nginx passes each event on at once), chunked on HTTP/1.1 (the
+// connection stays reusable after the stream), else ended by the close. Returns false when the
+// client is gone.
+bool BeginEventStream(ResponseWriter& writer);
 
 // One event carrying `payload`: "data: <payload>\n\n". A payload with line breaks becomes one
 // "data:" line per line, which SSE clients join back with "\n".

@@ -6,7 +6,8 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "http/http_server.h"
+#include "http/server.h"
+#include "http/sse.h"
 #include "util/json.h"
 
 namespace deepinfer::tools {
@@ -27,10 +28,10 @@ struct FakeBehavior {
 class FakeServer {
  public:
   explicit FakeServer(FakeBehavior behavior) : behavior_(behavior) {
-    http::HttpServerOptions options;
+    http::ServerOptions options;
     options.port = 0;
-    auto server = http::HttpServer::Start(
-        options, [this](const http::HttpRequest& r, http::ResponseWriter& w) { Handle(r, w); });
+    auto server = http::Server::Start(
+        options, [this](const http::Request& r, http::ResponseWriter& w) { Handle(r, w); });
     EXPECT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
   }
@@ -46,9 +47,9 @@ class FakeServer {
     return n;
   }
 
-  void Handle(const http::HttpRequest& r, http::ResponseWriter& w) {
+  void Handle(const http::Request& r, http::ResponseWriter& w) {
     if (r.path == "/health") {
-      w.Respond(200, "application/json", "{\"status\":\"ok\"}");
+      w.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
       return;
     }
     if (r.path == "/v1/models") {
@@ -56,11 +57,11 @@ class FakeServer {
           {"object", "list"},
           {"data",
            util::Json::array({util::Json{{"id", "fake"}, {"max_model_len", behavior_.window}}})}};
-      w.Respond(200, "application/json", util::DumpJson(body));
+      w.Respond(200, {{"Content-Type", "application/json"}}, util::DumpJson(body));
       return;
     }
     if (r.path != "/v1/chat/completions") {
-      w.Respond(404, "application/json", "{}");
+      w.Respond(404, {{"Content-Type", "application/json"}}, "{}");
       return;
     }
     if (!r.Header("x-data-parallel-rank").empty()) ++num_rank_headers_;
@@ -72,7 +73,7 @@ class FakeServer {
       if (m["role"] == "system") system = m["content"].get<std::string>();
     }
     if (prompt >= behavior_.window && behavior_.refuse_over_window) {
-      w.Respond(400, "application/json",
+      w.Respond(400, {{"Content-Type", "application/json"}},
                 "{\"error\":{\"message\":\"too long\",\"type\":\"invalid_request_error\","
                 "\"param\":\"messages\",\"code\":\"context_length_exceeded\"}}");
       return;
@@ -89,25 +90,25 @@ class FakeServer {
                         {"total_tokens", prompt + 2},
                         {"prompt_tokens_details", {{"cached_tokens", cached}}}};
     if (req.value("stream", false)) {
-      w.BeginStream("text/event-stream");
-      w.WriteStream(
+      http::BeginEventStream(w);
+      w.Write(
           "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
           "\"content\":\"\"},\"finish_reason\":null}]}\n\n");
       for (int i = 0; i < 3; ++i) {
-        if (!w.WriteStream("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi \"},"
-                           "\"finish_reason\":null}]}\n\n")) {
+        if (!w.Write("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi \"},"
+                     "\"finish_reason\":null}]}\n\n")) {
           return;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
-      w.WriteStream(
+      w.Write(
           "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
           "\"length\"}]}\n\n");
-      w.WriteStream("data: " +
-                    util::DumpJson(util::Json{{"choices", util::Json::array()}, {"usage", usage}}) +
-                    "\n\n");
-      if (behavior_.send_done) w.WriteStream("data: [DONE]\n\n");
-      w.EndStream();
+      w.Write("data: " +
+              util::DumpJson(util::Json{{"choices", util::Json::array()}, {"usage", usage}}) +
+              "\n\n");
+      if (behavior_.send_done) w.Write("data: [DONE]\n\n");
+      w.End();
       return;
     }
     util::Json body = {
@@ -117,11 +118,11 @@ class FakeServer {
                                     {"message", {{"role", "assistant"}, {"content", "hi there"}}},
                                     {"finish_reason", "length"}}})},
         {"usage", usage}};
-    w.Respond(200, "application/json", util::DumpJson(body));
+    w.Respond(200, {{"Content-Type", "application/json"}}, util::DumpJson(body));
   }
 
   FakeBehavior behavior_;
-  std::unique_ptr<http::HttpServer> server_;
+  std::unique_ptr<http::Server> server_;
   std::mutex mu_;
   std::set<std::string> seen_;
   std::atomic<int> num_rank_headers_{0};

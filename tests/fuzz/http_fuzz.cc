@@ -55,7 +55,7 @@ void FuzzRequestReader(std::string_view input) {
     options.header_timeout_ms = 50;
     deepinfer::http::HttpRequestReader reader(stream, options);
     for (int i = 0; i < 64; ++i) {
-      deepinfer::http::HttpRequest request;
+      deepinfer::http::Request request;
       if (!reader.Next(&request).ok()) break;
       if (request.method.empty()) __builtin_trap();
       if (request.target.compare(0, request.path.size(), request.path) != 0) __builtin_trap();
