@@ -39,13 +39,10 @@ RESTRICTED = {
 # The check fails on any other; an entry that no longer matches also fails, so the list only
 # shrinks.
 KNOWN = {
-    # The gateway still uses api/'s HTTP pieces until src/http/ exists.
-    ("gateway/*", "api/*"),
 }
 
 # CMake dependencies that exist today and are being removed, as (layer, library).
 KNOWN_LINKS = {
-    ("gateway", "api"),     # api/'s HTTP pieces, until src/http/ exists
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+)/([^"]+)"', re.M)

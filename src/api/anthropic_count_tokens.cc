@@ -2,28 +2,30 @@
 
 #include <string>
 
-#include "api/errors.h"
+#include "http/errors.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
 
-void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status) {
-  ApiError error = ApiErrorFromStatus(status);
+void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& status) {
+  http::ApiError error = http::ApiErrorFromStatus(status);
   writer.log().error = error.code;
-  writer.Respond(error.http_status, "application/json", util::DumpJson(AnthropicErrorJson(error)));
+  writer.Respond(error.http_status, {{"Content-Type", "application/json"}},
+                 util::DumpJson(http::AnthropicErrorJson(error)));
 }
 
 namespace {
 
-absl::Status RunCountTokens(const Backend& backend, const HttpRequest& http,
-                            ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(util::Json body, util::ParseJson(http.body));
+absl::Status RunCountTokens(const Backend& backend, const http::Request& http_request,
+                            http::ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(util::Json body, util::ParseJson(http_request.body));
   if (!body.is_object()) {
-    return RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
   std::string model;
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
-    if (!it->is_string()) return RequestError("model", "invalid_type", "'model' must be a string.");
+    if (!it->is_string())
+      return http::RequestError("model", "invalid_type", "'model' must be a string.");
     model = it->get<std::string>();
   }
   DI_RETURN_IF_ERROR(CheckModel(backend, model));
@@ -65,8 +67,8 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
   return ParseChatRequest(util::DumpJson(json), limits);
 }
 
-void HandleAnthropicCountTokens(const Backend& backend, const HttpRequest& request,
-                                ResponseWriter& writer) {
+void HandleAnthropicCountTokens(const Backend& backend, const http::Request& request,
+                                http::ResponseWriter& writer) {
   absl::Status status = RunCountTokens(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondAnthropicError(writer, status);
 }

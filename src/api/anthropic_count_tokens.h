@@ -14,10 +14,10 @@
 
 #include "absl/status/statusor.h"
 #include "api/anthropic_types.h"
-#include "api/errors.h"
-#include "api/http_server.h"
 #include "api/openai_types.h"
 #include "api/serving.h"
+#include "http/errors.h"
+#include "http/server.h"
 #include "tokenizer/chat_template.h"
 #include "util/json.h"
 
@@ -34,13 +34,13 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
                                                      int32_t* num_images);
 
 // Answers `status` as a complete Anthropic-shaped error response.
-void RespondAnthropicError(ResponseWriter& writer, const absl::Status& status);
+void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& status);
 
 // POST /v1/messages/count_tokens: {"input_tokens": N}; text tokens as the chat route counts
 // them (tools, thinking and the generation prompt included), plus kDefaultImageTokens per image.
 // Errors use Anthropic's shape {"type": "error", "error": {"type", "message"}} with the HTTP
 // status of errors.h.
-void HandleAnthropicCountTokens(const Backend& backend, const HttpRequest& request,
-                                ResponseWriter& writer);
+void HandleAnthropicCountTokens(const Backend& backend, const http::Request& request,
+                                http::ResponseWriter& writer);
 
 }  // namespace deepinfer::api

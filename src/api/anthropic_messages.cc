@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "api/anthropic_count_tokens.h"
-#include "api/errors.h"
 #include "api/handlers.h"
-#include "api/sse.h"
 #include "fmt/format.h"
+#include "http/errors.h"
+#include "http/sse.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -65,7 +65,7 @@ util::Json ToolUseBlock(const ParsedToolCall& call) {
 }
 
 std::string Event(std::string_view name, const util::Json& data) {
-  return fmt::format("event: {}\n{}", name, SseData(util::DumpJson(data)));
+  return fmt::format("event: {}\n{}", name, http::SseData(util::DumpJson(data)));
 }
 
 // The content blocks of a streamed answer: opens a block when the kind of output changes and
@@ -120,8 +120,8 @@ class BlockStream {
   std::string out_;
 };
 
-void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& writer) {
-  if (!writer.BeginStream("text/event-stream")) {
+void Stream(const MessagesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
@@ -136,9 +136,8 @@ void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& 
                  // Cached tokens are known once the engine scheduled the prompt; the final
                  // counts come with message_delta.
                  {"usage", AnthropicUsage({static_cast<int64_t>(ctx.prompt.tokens.size())})}};
-  if (!writer.WriteStream(
-          Event("message_start", {{"type", "message_start"}, {"message", message}}) +
-          Event("ping", {{"type", "ping"}}))) {
+  if (!writer.Write(Event("message_start", {{"type", "message_start"}, {"message", message}}) +
+                    Event("ping", {{"type", "ping"}}))) {
     generation.Cancel();
     return;
   }
@@ -156,14 +155,14 @@ void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& 
       blocks.Close();
     }
     std::string out = blocks.Take();
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   absl::Status error;
   DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
   if (end == DriveEnd::kClientGone) return;
   std::string tail;
   if (end == DriveEnd::kError) {
-    tail = Event("error", AnthropicErrorJson(ApiErrorFromStatus(error)));
+    tail = Event("error", http::AnthropicErrorJson(http::ApiErrorFromStatus(error)));
   } else {
     tail =
         Event("message_delta",
@@ -173,10 +172,10 @@ void Stream(const MessagesContext& ctx, Generation& generation, ResponseWriter& 
                {"usage", AnthropicUsage(generation.usage())}}) +
         Event("message_stop", {{"type", "message_stop"}});
   }
-  if (writer.WriteStream(tail)) writer.EndStream();
+  if (writer.Write(tail)) writer.End();
 }
 
-void Complete(const MessagesContext& ctx, Generation& generation, ResponseWriter& writer) {
+void Complete(const MessagesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
   std::string text;
   Ending ending;
   auto on_delta = [&](const ChoiceDelta& d) {
@@ -205,16 +204,17 @@ void Complete(const MessagesContext& ctx, Generation& generation, ResponseWriter
                          {"usage", AnthropicUsage(generation.usage())}});
 }
 
-absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(
-      AnthropicMessagesRequest request,
-      ParseAnthropicMessagesRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+absl::Status Run(const Backend& backend, const http::Request& http_request,
+                 http::ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(AnthropicMessagesRequest request,
+                      ParseAnthropicMessagesRequest(http_request.body,
+                                                    ParseLimits{backend.tokenizer->vocab_size()}));
   const GenerationParams& params = request.params;
   const AnthropicChat& chat = request.chat;
   DI_RETURN_IF_ERROR(CheckModel(backend, params.model));
   DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(backend, chat.messages, chat.options));
   if (prompt.tokens.empty()) {
-    return RequestError("messages", "empty_prompt", "The prompt is empty.");
+    return http::RequestError("messages", "empty_prompt", "The prompt is empty.");
   }
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.tokens.size(),
                                                            params.max_tokens, "messages"));
@@ -229,8 +229,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
 
 }  // namespace
 
-void HandleAnthropicMessages(const Backend& backend, const HttpRequest& request,
-                             ResponseWriter& writer) {
+void HandleAnthropicMessages(const Backend& backend, const http::Request& request,
+                             http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondAnthropicError(writer, status);
 }

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <string>
 
-#include "api/errors.h"
 #include "fmt/format.h"
+#include "http/errors.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -27,7 +27,8 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
     return absl::OkStatus();
   }
   if (!content.is_array()) {
-    return RequestError(param, "invalid_type", "tool_result content must be a string or blocks.");
+    return http::RequestError(param, "invalid_type",
+                              "tool_result content must be a string or blocks.");
   }
   for (size_t k = 0; k < content.size(); ++k) {
     const util::Json& block = content[k];
@@ -38,7 +39,8 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
     }
     if (!block.is_object() || !block.contains("type") || block["type"] != "text" ||
         !block.contains("text") || !block["text"].is_string()) {
-      return RequestError(p, "unsupported_value", "tool_result blocks must be text or images.");
+      return http::RequestError(p, "unsupported_value",
+                                "tool_result blocks must be text or images.");
     }
     *text += block["text"].get<std::string>();
   }
@@ -46,43 +48,6 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
 }
 
 }  // namespace
-
-const char* AnthropicErrorType(int http_status) {
-  switch (http_status) {
-    case 400:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 404:
-      return "not_found_error";
-    case 405:
-      return "invalid_request_error";
-    case 413:
-      return "request_too_large";
-    case 429:
-      return "rate_limit_error";
-    case 503:
-      return "overloaded_error";
-    default:
-      return "api_error";
-  }
-}
-
-bool IsAnthropicPath(std::string_view path) {
-  return path == "/v1/messages" || path.rfind("/v1/messages/", 0) == 0;
-}
-
-std::string ErrorBodyForPath(const ApiError& error, std::string_view path) {
-  return IsAnthropicPath(path) ? util::DumpJson(AnthropicErrorJson(error)) : ErrorBody(error);
-}
-
-util::Json AnthropicErrorJson(const ApiError& error) {
-  return util::Json{{"type", "error"},
-                    {"error", util::Json{{"type", AnthropicErrorType(error.http_status)},
-                                         {"message", error.message}}}};
-}
 
 absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body) {
   AnthropicChat chat;
@@ -96,17 +61,18 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body) {
   }
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
     if (!tools->is_array())
-      return RequestError("tools", "invalid_type", "'tools' must be an array.");
+      return http::RequestError("tools", "invalid_type", "'tools' must be an array.");
     for (size_t i = 0; i < tools->size(); ++i) {
       const util::Json& t = (*tools)[i];
       std::string param = fmt::format("tools[{}]", i);
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
-        return RequestError(param, "invalid_type", "Tools must be objects with a string 'name'.");
+        return http::RequestError(param, "invalid_type",
+                                  "Tools must be objects with a string 'name'.");
       }
       if (t.contains("type") && !t["type"].is_null() && t["type"] != "custom") {
-        return RequestError(param, "unsupported_value",
-                            "Server tools are not supported; only custom tools with an "
-                            "input_schema are.");
+        return http::RequestError(param, "unsupported_value",
+                                  "Server tools are not supported; only custom tools with an "
+                                  "input_schema are.");
       }
       util::Json function = util::Json{{"name", t["name"]}};
       if (t.contains("description")) function["description"] = t["description"];
@@ -144,35 +110,37 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       for (size_t i = 0; i < system->size(); ++i) {
         const util::Json& block = (*system)[i];
         if (!block.is_object() || !block.contains("text") || !block["text"].is_string()) {
-          return RequestError(fmt::format("system[{}]", i), "invalid_type",
-                              "System blocks must be text blocks.");
+          return http::RequestError(fmt::format("system[{}]", i), "invalid_type",
+                                    "System blocks must be text blocks.");
         }
         m.content += block["text"].get<std::string>();
       }
     } else {
-      return RequestError("system", "invalid_type", "'system' must be a string or text blocks.");
+      return http::RequestError("system", "invalid_type",
+                                "'system' must be a string or text blocks.");
     }
     out.push_back(std::move(m));
   }
   auto messages = body.find("messages");
   if (messages == body.end() || messages->is_null()) {
-    return RequestError("messages", "missing_field", "'messages' is a required property.");
+    return http::RequestError("messages", "missing_field", "'messages' is a required property.");
   }
   if (!messages->is_array()) {
-    return RequestError("messages", "invalid_type", "'messages' must be an array.");
+    return http::RequestError("messages", "invalid_type", "'messages' must be an array.");
   }
   for (size_t i = 0; i < messages->size(); ++i) {
     const util::Json& msg = (*messages)[i];
     std::string prefix = fmt::format("messages[{}]", i);
-    if (!msg.is_object()) return RequestError(prefix, "invalid_type", "Messages must be objects.");
+    if (!msg.is_object())
+      return http::RequestError(prefix, "invalid_type", "Messages must be objects.");
     auto role = msg.find("role");
     if (role == msg.end() || !role->is_string() || (*role != "user" && *role != "assistant")) {
-      return RequestError(prefix + ".role", "invalid_value",
-                          "'role' must be \"user\" or \"assistant\".");
+      return http::RequestError(prefix + ".role", "invalid_value",
+                                "'role' must be \"user\" or \"assistant\".");
     }
     auto content = msg.find("content");
     if (content == msg.end() || content->is_null()) {
-      return RequestError(prefix + ".content", "missing_field", "'content' is required.");
+      return http::RequestError(prefix + ".content", "missing_field", "'content' is required.");
     }
     ChatMessage turn;
     turn.role = role->get<std::string>();
@@ -182,20 +150,20 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       continue;
     }
     if (!content->is_array()) {
-      return RequestError(prefix + ".content", "invalid_type",
-                          "'content' must be a string or an array of blocks.");
+      return http::RequestError(prefix + ".content", "invalid_type",
+                                "'content' must be a string or an array of blocks.");
     }
     util::Json calls = util::Json::array();
     for (size_t k = 0; k < content->size(); ++k) {
       const util::Json& block = (*content)[k];
       std::string param = fmt::format("{}.content[{}]", prefix, k);
       if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
-        return RequestError(param, "missing_field", "Content blocks need a string 'type'.");
+        return http::RequestError(param, "missing_field", "Content blocks need a string 'type'.");
       }
       std::string type = block["type"].get<std::string>();
       if (type == "text") {
         if (!block.contains("text") || !block["text"].is_string()) {
-          return RequestError(param, "invalid_type", "A text block needs a string 'text'.");
+          return http::RequestError(param, "invalid_type", "A text block needs a string 'text'.");
         }
         turn.content += block["text"].get<std::string>();
       } else if (type == "image") {
@@ -205,7 +173,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       } else if (type == "tool_use") {
         if (!block.contains("id") || !block["id"].is_string() || !block.contains("name") ||
             !block["name"].is_string()) {
-          return RequestError(param, "missing_field", "tool_use needs a string id and name.");
+          return http::RequestError(param, "missing_field", "tool_use needs a string id and name.");
         }
         util::Json input = block.contains("input") ? block["input"] : util::Json::object();
         calls.push_back(util::Json{{"id", block["id"]},
@@ -214,7 +182,8 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
                                                            {"arguments", util::DumpJson(input)}}}});
       } else if (type == "tool_result") {
         if (!block.contains("tool_use_id") || !block["tool_use_id"].is_string()) {
-          return RequestError(param, "missing_field", "tool_result needs a string tool_use_id.");
+          return http::RequestError(param, "missing_field",
+                                    "tool_result needs a string tool_use_id.");
         }
         ChatMessage result;
         result.role = "tool";
@@ -225,8 +194,8 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
         }
         out.push_back(std::move(result));
       } else {
-        return RequestError(param, "unsupported_value",
-                            fmt::format("Content block type '{}' is not supported.", type));
+        return http::RequestError(param, "unsupported_value",
+                                  fmt::format("Content block type '{}' is not supported.", type));
       }
     }
     if (!calls.empty()) {
@@ -251,13 +220,13 @@ absl::StatusOr<bool> ToolsOff(const util::Json& body) {
   auto it = body.find("tool_choice");
   if (it == body.end() || it->is_null()) return false;
   if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
-    return RequestError("tool_choice", "invalid_type",
-                        "'tool_choice' must be an object with a string 'type'.");
+    return http::RequestError("tool_choice", "invalid_type",
+                              "'tool_choice' must be an object with a string 'type'.");
   }
   const std::string type = (*it)["type"].get<std::string>();
   if (type != "auto" && type != "any" && type != "tool" && type != "none") {
-    return RequestError("tool_choice.type", "invalid_value",
-                        "'tool_choice.type' must be auto, any, tool or none.");
+    return http::RequestError("tool_choice.type", "invalid_value",
+                              "'tool_choice.type' must be auto, any, tool or none.");
   }
   return type == "none";
 }
@@ -266,16 +235,17 @@ absl::Status ParseStopSequences(const util::Json& body, GenerationParams* params
   auto it = body.find("stop_sequences");
   if (it == body.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_array() || it->size() > static_cast<size_t>(kMaxStopStrings)) {
-    return RequestError(
+    return http::RequestError(
         "stop_sequences", "invalid_type",
         fmt::format("'stop_sequences' must be an array of at most {} strings.", kMaxStopStrings));
   }
   for (const util::Json& s : *it) {
     if (!s.is_string() ||
         s.get_ref<const std::string&>().size() > static_cast<size_t>(kMaxStopStringBytes)) {
-      return RequestError("stop_sequences", "invalid_value",
-                          fmt::format("'stop_sequences' must hold strings of at most {} bytes.",
-                                      kMaxStopStringBytes));
+      return http::RequestError(
+          "stop_sequences", "invalid_value",
+          fmt::format("'stop_sequences' must hold strings of at most {} bytes.",
+                      kMaxStopStringBytes));
     }
     if (!s.get_ref<const std::string&>().empty()) params->stop.push_back(s.get<std::string>());
   }
@@ -288,7 +258,7 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
                                                                        const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
   AnthropicMessagesRequest r;
   DI_RETURN_IF_ERROR(ParseGenerationParams(json, limits, &r.params));
@@ -296,13 +266,14 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
   r.params.stop.clear();  // OpenAI's `stop` is not part of this API
   r.params.include_usage = false;
   if (!r.params.max_tokens) {
-    return RequestError("max_tokens", "missing_field", "max_tokens: Field required.");
+    return http::RequestError("max_tokens", "missing_field", "max_tokens: Field required.");
   }
   DI_RETURN_IF_ERROR(ParseStopSequences(json, &r.params));
   DI_ASSIGN_OR_RETURN(r.tools_off, ToolsOff(json));
   DI_ASSIGN_OR_RETURN(r.chat, ParseAnthropicChat(json));
   if (r.chat.num_images > 0) {
-    return RequestError("messages", "unsupported_value", "The served model does not read images.");
+    return http::RequestError("messages", "unsupported_value",
+                              "The served model does not read images.");
   }
   return r;
 }

@@ -1,8 +1,8 @@
 #pragma once
 
-// Parsing of Anthropic Messages requests into the chat pipeline's types, and Anthropic's error
-// shape: no engine or sockets here, so the request fuzz target covers it.
-// Source: Anthropic API reference, "Messages", "Count message tokens" and "Errors".
+// Parsing of Anthropic Messages requests into the chat pipeline's types: no engine or sockets
+// here, so the request fuzz target covers it. (Anthropic's error shape is in http/errors.h.)
+// Source: Anthropic API reference, "Messages" and "Count message tokens".
 
 #include <cstdint>
 #include <string>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/errors.h"
 #include "api/openai_types.h"
+#include "http/errors.h"
 #include "tokenizer/chat_template.h"
 #include "util/json.h"
 
@@ -44,20 +44,6 @@ struct AnthropicChat {
 // Errors: those of AnthropicToChatMessages; "unsupported_value" for server tools (a tool with a
 //   type other than "custom"), which no encoder here renders.
 absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body);
-
-// Anthropic's error type for an HTTP status ("invalid_request_error", "not_found_error",
-// "overloaded_error", ...; "api_error" for the rest).
-// Source: Anthropic API reference, "Errors".
-const char* AnthropicErrorType(int http_status);
-// {"type": "error", "error": {"type", "message"}}.
-util::Json AnthropicErrorJson(const ApiError& error);
-// True for the Anthropic routes (/v1/messages and below), whose clients read Anthropic's error
-// shape.
-bool IsAnthropicPath(std::string_view path);
-
-// The body of an error answer on `path`: Anthropic's shape on the Anthropic routes, OpenAI's
-// (errors.h ErrorBody) everywhere else.
-std::string ErrorBodyForPath(const ApiError& error, std::string_view path);
 
 // A POST /v1/messages request.
 struct AnthropicMessagesRequest {

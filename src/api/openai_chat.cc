@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
-#include "api/errors.h"
 #include "api/handlers.h"
 #include "api/reasoning_parser.h"
-#include "api/sse.h"
 #include "api/tool_call_parser.h"
+#include "http/errors.h"
+#include "http/sse.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -50,9 +50,9 @@ std::string ChoiceChunk(const ChatContext& ctx, util::Json choice) {
   return OpenAiChoiceChunk(ChunkBase(ctx), std::move(choice), ctx.request.params.include_usage);
 }
 
-void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writer) {
+void Stream(const ChatContext& ctx, Generation& generation, http::ResponseWriter& writer) {
   const int32_t num_top = ctx.request.params.sampling.num_top_logprobs;
-  if (!writer.BeginStream("text/event-stream")) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
@@ -63,7 +63,7 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
                                         {"logprobs", nullptr},
                                         {"finish_reason", nullptr}});
   }
-  if (!writer.WriteStream(head)) {
+  if (!writer.Write(head)) {
     generation.Cancel();
     return;
   }
@@ -110,14 +110,14 @@ void Stream(const ChatContext& ctx, Generation& generation, ResponseWriter& writ
                                          {"logprobs", nullptr},
                                          {"finish_reason", FinishReason(d.finish_reason, called)}});
     }
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   FinishOpenAiStream(
       generation, writer, on_delta,
       ctx.request.params.include_usage ? std::optional<util::Json>(ChunkBase(ctx)) : std::nullopt);
 }
 
-void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& writer) {
+void Complete(const ChatContext& ctx, Generation& generation, http::ResponseWriter& writer) {
   const int32_t n = generation.num_choices();
   std::vector<std::string> texts(n);
   std::vector<std::string> finish(n);
@@ -164,14 +164,16 @@ void Complete(const ChatContext& ctx, Generation& generation, ResponseWriter& wr
   RespondJson(writer, 200, body);
 }
 
-absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(ChatRequest request,
-                      ParseChatRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+absl::Status Run(const Backend& backend, const http::Request& http_request,
+                 http::ResponseWriter& writer) {
+  DI_ASSIGN_OR_RETURN(
+      ChatRequest request,
+      ParseChatRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
   DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
   DI_ASSIGN_OR_RETURN(ChatPrompt chat,
                       RenderChatPrompt(backend, request.messages, ChatOptionsFor(request)));
   const std::vector<int32_t>& prompt = chat.tokens;
-  if (prompt.empty()) return RequestError("messages", "empty_prompt", "The prompt is empty.");
+  if (prompt.empty()) return http::RequestError("messages", "empty_prompt", "The prompt is empty.");
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.size(),
                                                            request.params.max_tokens, "messages"));
   ChatContext ctx{backend, request, NewRequestId("chatcmpl-"), UnixNow(), chat};
@@ -192,8 +194,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
 
 }  // namespace
 
-void HandleChatCompletions(const Backend& backend, const HttpRequest& request,
-                           ResponseWriter& writer) {
+void HandleChatCompletions(const Backend& backend, const http::Request& request,
+                           http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "api/errors.h"
 #include "api/handlers.h"
-#include "api/sse.h"
+#include "http/errors.h"
+#include "http/sse.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -30,11 +30,11 @@ std::string ChoiceChunk(const CompletionContext& ctx, util::Json choice) {
   return OpenAiChoiceChunk(Envelope(ctx), std::move(choice), ctx.request.params.include_usage);
 }
 
-void Stream(const CompletionContext& ctx, Generation& generation, ResponseWriter& writer) {
+void Stream(const CompletionContext& ctx, Generation& generation, http::ResponseWriter& writer) {
   const int32_t num_top = ctx.request.params.sampling.num_top_logprobs;
   const bool logprobs = num_top >= 0;
   std::vector<int64_t> offsets(generation.num_choices(), 0);
-  if (!writer.BeginStream("text/event-stream")) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
@@ -46,7 +46,7 @@ void Stream(const CompletionContext& ctx, Generation& generation, ResponseWriter
                                         {"logprobs", nullptr},
                                         {"finish_reason", nullptr}});
   }
-  if (!head.empty() && !writer.WriteStream(head)) {
+  if (!head.empty() && !writer.Write(head)) {
     generation.Cancel();
     return;
   }
@@ -69,14 +69,14 @@ void Stream(const CompletionContext& ctx, Generation& generation, ResponseWriter
                                          {"logprobs", nullptr},
                                          {"finish_reason", d.finish_reason}});
     }
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   FinishOpenAiStream(
       generation, writer, on_delta,
       ctx.request.params.include_usage ? std::optional<util::Json>(Envelope(ctx)) : std::nullopt);
 }
 
-void Complete(const CompletionContext& ctx, Generation& generation, ResponseWriter& writer) {
+void Complete(const CompletionContext& ctx, Generation& generation, http::ResponseWriter& writer) {
   const int32_t n = generation.num_choices();
   const int32_t num_top = ctx.request.params.sampling.num_top_logprobs;
   std::vector<std::string> texts(n);
@@ -109,10 +109,11 @@ void Complete(const CompletionContext& ctx, Generation& generation, ResponseWrit
   RespondJson(writer, 200, body);
 }
 
-absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
+absl::Status Run(const Backend& backend, const http::Request& http_request,
+                 http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       CompletionRequest request,
-      ParseCompletionRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+      ParseCompletionRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
   DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
   CompletionContext ctx{backend, request, NewRequestId("cmpl-"), UnixNow(), {}};
   std::vector<ChoiceSpec> specs;
@@ -122,7 +123,7 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
     std::vector<int32_t> ids = prompt.is_tokens
                                    ? prompt.tokens
                                    : backend.tokenizer->Encode(prompt.text, /*parse_special=*/true);
-    if (ids.empty()) return RequestError("prompt", "empty_prompt", "The prompt is empty.");
+    if (ids.empty()) return http::RequestError("prompt", "empty_prompt", "The prompt is empty.");
     DI_ASSIGN_OR_RETURN(int32_t max_tokens,
                         ResolveMaxTokens(backend, ids.size(), request.params.max_tokens, "prompt"));
     std::string echo;
@@ -147,7 +148,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
 
 }  // namespace
 
-void HandleCompletions(const Backend& backend, const HttpRequest& request, ResponseWriter& writer) {
+void HandleCompletions(const Backend& backend, const http::Request& request,
+                       http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }

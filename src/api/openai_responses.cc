@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "api/errors.h"
 #include "api/handlers.h"
 #include "api/responses_types.h"
-#include "api/sse.h"
 #include "fmt/format.h"
+#include "http/errors.h"
+#include "http/sse.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -39,7 +39,7 @@ util::Json UsageObject(const UsageCounts& u) {
 
 // The response object; `status` is "in_progress", "completed", "incomplete" or "failed".
 util::Json ResponseObject(const ResponsesContext& ctx, const std::string& status, util::Json output,
-                          const UsageCounts* usage, const ApiError* error = nullptr) {
+                          const UsageCounts* usage, const http::ApiError* error = nullptr) {
   const util::Json& echo = ctx.request.echo;
   auto get = [&](const char* key, util::Json fallback) {
     auto it = echo.find(key);
@@ -195,7 +195,7 @@ class EventStream {
     Emit(status == "incomplete" ? "response.incomplete" : "response.completed",
          {{"response", ResponseObject(ctx_, status, output_, &usage)}});
   }
-  void Fail(const ApiError& error) {
+  void Fail(const http::ApiError& error) {
     Close();
     Emit("response.failed",
          {{"response", ResponseObject(ctx_, "failed", output_, nullptr, &error)}});
@@ -206,7 +206,7 @@ class EventStream {
   void Emit(const char* type, util::Json data) {
     data["type"] = type;
     data["sequence_number"] = sequence_++;
-    out_ += fmt::format("event: {}\n{}", type, SseData(util::DumpJson(data)));
+    out_ += fmt::format("event: {}\n{}", type, http::SseData(util::DumpJson(data)));
   }
 
   const ResponsesContext& ctx_;
@@ -219,14 +219,14 @@ class EventStream {
   std::string out_;
 };
 
-void Stream(const ResponsesContext& ctx, Generation& generation, ResponseWriter& writer) {
-  if (!writer.BeginStream("text/event-stream")) {
+void Stream(const ResponsesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
+  if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
   EventStream events(ctx);
   events.Start();
-  if (!writer.WriteStream(events.Take())) {
+  if (!writer.Write(events.Take())) {
     generation.Cancel();
     return;
   }
@@ -242,20 +242,20 @@ void Stream(const ResponsesContext& ctx, Generation& generation, ResponseWriter&
     }
     if (!d.finish_reason.empty()) finish = d.finish_reason;
     std::string out = events.Take();
-    return out.empty() || writer.WriteStream(out);
+    return out.empty() || writer.Write(out);
   };
   absl::Status error;
   DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
   if (end == DriveEnd::kClientGone) return;
   if (end == DriveEnd::kError) {
-    events.Fail(ApiErrorFromStatus(error));
+    events.Fail(http::ApiErrorFromStatus(error));
   } else {
     events.Finish(finish == "length" ? "incomplete" : "completed", generation.usage());
   }
-  if (writer.WriteStream(events.Take())) writer.EndStream();
+  if (writer.Write(events.Take())) writer.End();
 }
 
-void Complete(const ResponsesContext& ctx, Generation& generation, ResponseWriter& writer) {
+void Complete(const ResponsesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
   std::string text, finish;
   auto on_delta = [&](const ChoiceDelta& d) {
     text += d.text;
@@ -287,14 +287,16 @@ void Complete(const ResponsesContext& ctx, Generation& generation, ResponseWrite
               ResponseObject(ctx, cut ? "incomplete" : "completed", std::move(output), &usage));
 }
 
-absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
+absl::Status Run(const Backend& backend, const http::Request& http_request,
+                 http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       ResponsesRequest request,
-      ParseResponsesRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+      ParseResponsesRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
   DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
   DI_ASSIGN_OR_RETURN(ChatPrompt prompt,
                       RenderChatPrompt(backend, request.messages, ChatOptionsFor(request)));
-  if (prompt.tokens.empty()) return RequestError("input", "empty_prompt", "The prompt is empty.");
+  if (prompt.tokens.empty())
+    return http::RequestError("input", "empty_prompt", "The prompt is empty.");
   DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.tokens.size(),
                                                            request.params.max_tokens, "input"));
   ResponsesContext ctx{backend, request, NewRequestId("resp_"), UnixNow(), std::move(prompt)};
@@ -309,7 +311,8 @@ absl::Status Run(const Backend& backend, const HttpRequest& http, ResponseWriter
 
 }  // namespace
 
-void HandleResponses(const Backend& backend, const HttpRequest& request, ResponseWriter& writer) {
+void HandleResponses(const Backend& backend, const http::Request& request,
+                     http::ResponseWriter& writer) {
   absl::Status status = Run(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }

@@ -5,8 +5,8 @@
 #include <limits>
 #include <utility>
 
-#include "api/errors.h"
 #include "fmt/format.h"
+#include "http/errors.h"
 #include "util/json.h"
 #include "util/status.h"
 
@@ -29,11 +29,12 @@ class Fields {
   std::string Param(const char* key) const { return prefix_ + key; }
 
   absl::Status TypeError(const char* key, const char* expected) const {
-    return RequestError(Param(key), "invalid_type",
-                        fmt::format("'{}' must be {}.", Param(key), expected));
+    return http::RequestError(Param(key), "invalid_type",
+                              fmt::format("'{}' must be {}.", Param(key), expected));
   }
   absl::Status ValueError(const char* key, std::string_view what) const {
-    return RequestError(Param(key), "invalid_value", fmt::format("'{}' {}.", Param(key), what));
+    return http::RequestError(Param(key), "invalid_value",
+                              fmt::format("'{}' {}.", Param(key), what));
   }
 
   absl::Status GetBool(const char* key, bool* out) const {
@@ -96,7 +97,7 @@ class Fields {
 absl::StatusOr<util::Json> ParseObject(std::string_view body) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
   return json;
 }
@@ -104,7 +105,7 @@ absl::StatusOr<util::Json> ParseObject(std::string_view body) {
 absl::Status CheckTokenId(int64_t id, const ParseLimits& limits, const std::string& param) {
   if (id < 0 || (limits.vocab_size > 0 && id >= limits.vocab_size) ||
       id > std::numeric_limits<int32_t>::max()) {
-    return RequestError(
+    return http::RequestError(
         param, "invalid_token",
         fmt::format("Token id {} is outside the vocabulary (size {}).", id, limits.vocab_size));
   }
@@ -115,15 +116,15 @@ absl::Status CheckTokenId(int64_t id, const ParseLimits& limits, const std::stri
 absl::Status ParseTokenArray(const util::Json& v, const ParseLimits& limits,
                              const std::string& param, std::vector<int32_t>* out) {
   if (!v.is_array()) {
-    return RequestError(param, "invalid_type", fmt::format("'{}' must be an array.", param));
+    return http::RequestError(param, "invalid_type", fmt::format("'{}' must be an array.", param));
   }
   out->clear();
   out->reserve(v.size());
   for (const util::Json& item : v) {
     auto id = Fields::AsInt(item);
     if (!id) {
-      return RequestError(param, "invalid_type",
-                          fmt::format("'{}' must contain only integer token ids.", param));
+      return http::RequestError(param, "invalid_type",
+                                fmt::format("'{}' must contain only integer token ids.", param));
     }
     DI_RETURN_IF_ERROR(CheckTokenId(*id, limits, param));
     out->push_back(static_cast<int32_t>(*id));
@@ -272,26 +273,26 @@ bool KnownRole(const std::string& role) {
 absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out) {
   auto it = json.find("messages");
   if (it == json.end() || it->is_null()) {
-    return RequestError("messages", "missing_field", "'messages' is a required property.");
+    return http::RequestError("messages", "missing_field", "'messages' is a required property.");
   }
   if (!it->is_array())
-    return RequestError("messages", "invalid_type", "'messages' must be an array.");
+    return http::RequestError("messages", "invalid_type", "'messages' must be an array.");
   if (it->empty()) {
-    return RequestError("messages", "invalid_value",
-                        "'messages' must contain at least one message.");
+    return http::RequestError("messages", "invalid_value",
+                              "'messages' must contain at least one message.");
   }
   out->reserve(it->size());
   for (size_t i = 0; i < it->size(); ++i) {
     const util::Json& m = (*it)[i];
     std::string prefix = fmt::format("messages[{}].", i);
     if (!m.is_object()) {
-      return RequestError(fmt::format("messages[{}]", i), "invalid_type",
-                          "Each message must be an object.");
+      return http::RequestError(fmt::format("messages[{}]", i), "invalid_type",
+                                "Each message must be an object.");
     }
     Fields f(m, prefix);
     ChatMessage msg;
     if (!f.Find("role"))
-      return RequestError(f.Param("role"), "missing_field", "'role' is required.");
+      return http::RequestError(f.Param("role"), "missing_field", "'role' is required.");
     DI_RETURN_IF_ERROR(f.GetString("role", &msg.role));
     if (!KnownRole(msg.role)) {
       return f.ValueError("role", fmt::format("'{}' is not one of system, developer, user, "
@@ -308,21 +309,21 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
         const util::Json& part = (*content)[j];
         std::string param = fmt::format("{}content[{}]", prefix, j);
         if (!part.is_object()) {
-          return RequestError(param, "invalid_type", "Content parts must be objects.");
+          return http::RequestError(param, "invalid_type", "Content parts must be objects.");
         }
         auto type = part.find("type");
         if (type == part.end() || !type->is_string()) {
-          return RequestError(param, "missing_field", "Content parts need a string 'type'.");
+          return http::RequestError(param, "missing_field", "Content parts need a string 'type'.");
         }
         if (*type != "text" && *type != "input_text") {
-          return RequestError(param, "unsupported_value",
-                              fmt::format("Content part type '{}' is not supported; only "
-                                          "'text' is.",
-                                          type->get<std::string>()));
+          return http::RequestError(param, "unsupported_value",
+                                    fmt::format("Content part type '{}' is not supported; only "
+                                                "'text' is.",
+                                                type->get<std::string>()));
         }
         auto text = part.find("text");
         if (text == part.end() || !text->is_string()) {
-          return RequestError(param, "invalid_type", "A text part needs a string 'text'.");
+          return http::RequestError(param, "invalid_type", "A text part needs a string 'text'.");
         }
         msg.content += text->get<std::string>();
       }
@@ -330,8 +331,8 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
       return f.TypeError("content", "a string or an array of content parts");
     }
     if (!msg.has_content && msg.role != "assistant") {
-      return RequestError(f.Param("content"), "missing_field",
-                          fmt::format("'content' is required for role '{}'.", msg.role));
+      return http::RequestError(f.Param("content"), "missing_field",
+                                fmt::format("'content' is required for role '{}'.", msg.role));
     }
     DI_RETURN_IF_ERROR(f.GetString("name", &msg.name));
     DI_RETURN_IF_ERROR(f.GetString("tool_call_id", &msg.tool_call_id));
@@ -410,7 +411,7 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
                          std::vector<CompletionPrompt>* out) {
   auto it = json.find("prompt");
   if (it == json.end() || it->is_null()) {
-    return RequestError("prompt", "missing_field", "'prompt' is a required property.");
+    return http::RequestError("prompt", "missing_field", "'prompt' is a required property.");
   }
   const util::Json& p = *it;
   const char* kShape =
@@ -420,8 +421,9 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
     out->push_back({false, p.get<std::string>(), {}});
     return absl::OkStatus();
   }
-  if (!p.is_array()) return RequestError("prompt", "invalid_type", kShape);
-  if (p.empty()) return RequestError("prompt", "invalid_value", "'prompt' must not be empty.");
+  if (!p.is_array()) return http::RequestError("prompt", "invalid_type", kShape);
+  if (p.empty())
+    return http::RequestError("prompt", "invalid_value", "'prompt' must not be empty.");
   if (p[0].is_number()) {
     CompletionPrompt prompt{true, "", {}};
     DI_RETURN_IF_ERROR(ParseTokenArray(p, limits, "prompt", &prompt.tokens));
@@ -429,8 +431,8 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
     return absl::OkStatus();
   }
   if (p.size() > static_cast<size_t>(kMaxPrompts)) {
-    return RequestError("prompt", "invalid_value",
-                        fmt::format("At most {} prompts per request.", kMaxPrompts));
+    return http::RequestError("prompt", "invalid_value",
+                              fmt::format("At most {} prompts per request.", kMaxPrompts));
   }
   for (const util::Json& item : p) {
     if (item.is_string()) {
@@ -440,7 +442,7 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
       DI_RETURN_IF_ERROR(ParseTokenArray(item, limits, "prompt", &prompt.tokens));
       out->push_back(std::move(prompt));
     } else {
-      return RequestError("prompt", "invalid_type", kShape);
+      return http::RequestError("prompt", "invalid_type", kShape);
     }
   }
   return absl::OkStatus();
@@ -503,7 +505,8 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
   } else if (f.Find("prompt")) {
     DI_RETURN_IF_ERROR(f.GetString("prompt", &req.prompt));
   } else {
-    return RequestError("prompt", "missing_field", "Either 'prompt' or 'messages' is required.");
+    return http::RequestError("prompt", "missing_field",
+                              "Either 'prompt' or 'messages' is required.");
   }
   if (f.Find("add_special_tokens")) {
     bool value = false;
@@ -521,7 +524,8 @@ absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body,
   Fields f(json);
   DI_RETURN_IF_ERROR(f.GetString("model", &req.model));
   const util::Json* tokens = f.Find("tokens");
-  if (!tokens) return RequestError("tokens", "missing_field", "'tokens' is a required property.");
+  if (!tokens)
+    return http::RequestError("tokens", "missing_field", "'tokens' is a required property.");
   DI_RETURN_IF_ERROR(ParseTokenArray(*tokens, limits, "tokens", &req.tokens));
   return req;
 }

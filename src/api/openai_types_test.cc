@@ -1,8 +1,8 @@
 #include "api/openai_types.h"
-#include "api/responses_types.h"
 
-#include "api/errors.h"
+#include "api/responses_types.h"
 #include "gtest/gtest.h"
+#include "http/errors.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -15,7 +15,7 @@ std::string RejectChat(const std::string& body, const std::string& param) {
   auto r = ParseChatRequest(body, Limits());
   EXPECT_FALSE(r.ok()) << body;
   if (r.ok()) return "";
-  ApiError e = ApiErrorFromStatus(r.status());
+  http::ApiError e = http::ApiErrorFromStatus(r.status());
   EXPECT_EQ(e.http_status, 400) << body;
   EXPECT_EQ(e.param, param) << body << " -> " << r.status();
   return e.code;
@@ -25,7 +25,7 @@ std::string RejectCompletion(const std::string& body, const std::string& param) 
   auto r = ParseCompletionRequest(body, Limits());
   EXPECT_FALSE(r.ok()) << body;
   if (r.ok()) return "";
-  ApiError e = ApiErrorFromStatus(r.status());
+  http::ApiError e = http::ApiErrorFromStatus(r.status());
   EXPECT_EQ(e.http_status, 400) << body;
   EXPECT_EQ(e.param, param) << body << " -> " << r.status();
   return e.code;
@@ -309,14 +309,14 @@ TEST(ResponsesRequestTest, FieldsThatAskForWhatIsNotDoneAreRefusedByName) {
            {"n", "2"}}) {
     auto r = ParseResponsesRequest("{" + input + ", \"" + field + "\": " + value + "}", {});
     ASSERT_FALSE(r.ok()) << field << " " << value;
-    ApiError e = ApiErrorFromStatus(r.status());
+    http::ApiError e = http::ApiErrorFromStatus(r.status());
     EXPECT_EQ(e.http_status, 400) << field;
     EXPECT_EQ(e.code, "unsupported_value") << field;
     EXPECT_EQ(e.param, field) << value;
   }
   auto verbose = ParseResponsesRequest(R"({"input": "hi", "text": {"verbosity": "low"}})", {});
   ASSERT_FALSE(verbose.ok());
-  EXPECT_EQ(ApiErrorFromStatus(verbose.status()).param, "text.verbosity");
+  EXPECT_EQ(http::ApiErrorFromStatus(verbose.status()).param, "text.verbosity");
   // Values that ask for nothing pass: the defaults, null, an empty include.
   auto fine = ParseResponsesRequest(R"({"input": "hi", "background": false, "store": false,
       "conversation": null, "include": [], "truncation": "disabled", "service_tier": "auto",

@@ -4,8 +4,8 @@
 #include <limits>
 #include <optional>
 
-#include "api/errors.h"
 #include "fmt/format.h"
+#include "http/errors.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -24,21 +24,23 @@ absl::Status ContentText(const util::Json& content, const std::string& param, st
     return absl::OkStatus();
   }
   if (!content.is_array()) {
-    return RequestError(param, "invalid_type", "'content' must be a string or an array of parts.");
+    return http::RequestError(param, "invalid_type",
+                              "'content' must be a string or an array of parts.");
   }
   for (size_t k = 0; k < content.size(); ++k) {
     const util::Json& part = content[k];
     const std::string p = fmt::format("{}[{}]", param, k);
-    if (!part.is_object()) return RequestError(p, "invalid_type", "Content parts must be objects.");
+    if (!part.is_object())
+      return http::RequestError(p, "invalid_type", "Content parts must be objects.");
     const std::string type = StringField(part, "type").value_or("");
     if (type != "input_text" && type != "output_text" && type != "text") {
-      return RequestError(p, "unsupported_value",
-                          fmt::format("Content part type '{}' is not supported; the served "
-                                      "model reads text only.",
-                                      type));
+      return http::RequestError(p, "unsupported_value",
+                                fmt::format("Content part type '{}' is not supported; the served "
+                                            "model reads text only.",
+                                            type));
     }
     auto text = StringField(part, "text");
-    if (!text) return RequestError(p, "invalid_type", "A text part needs a string 'text'.");
+    if (!text) return http::RequestError(p, "invalid_type", "A text part needs a string 'text'.");
     *out += *text;
   }
   return absl::OkStatus();
@@ -53,23 +55,25 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
     return absl::OkStatus();
   }
   if (!input.is_array()) {
-    return RequestError("input", "invalid_type", "'input' must be a string or an array of items.");
+    return http::RequestError("input", "invalid_type",
+                              "'input' must be a string or an array of items.");
   }
   for (size_t i = 0; i < input.size(); ++i) {
     const util::Json& item = input[i];
     const std::string param = fmt::format("input[{}]", i);
-    if (!item.is_object()) return RequestError(param, "invalid_type", "Input items are objects.");
+    if (!item.is_object())
+      return http::RequestError(param, "invalid_type", "Input items are objects.");
     const std::string type = StringField(item, "type").value_or("message");
     if (type == "message") {
       auto role = StringField(item, "role");
       if (!role ||
           (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer")) {
-        return RequestError(param + ".role", "invalid_value",
-                            "'role' must be user, assistant, system or developer.");
+        return http::RequestError(param + ".role", "invalid_value",
+                                  "'role' must be user, assistant, system or developer.");
       }
       auto content = item.find("content");
       if (content == item.end()) {
-        return RequestError(param + ".content", "missing_field", "'content' is required.");
+        return http::RequestError(param + ".content", "missing_field", "'content' is required.");
       }
       ChatMessage m;
       m.role = *role == "developer" ? "system" : *role;
@@ -80,8 +84,8 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
       auto name = StringField(item, "name");
       auto arguments = StringField(item, "arguments");
       if (!call_id || !name || !arguments) {
-        return RequestError(param, "missing_field",
-                            "A function_call item needs string call_id, name and arguments.");
+        return http::RequestError(param, "missing_field",
+                                  "A function_call item needs string call_id, name and arguments.");
       }
       util::Json call = {{"id", *call_id},
                          {"type", "function"},
@@ -102,8 +106,8 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
       auto call_id = StringField(item, "call_id");
       auto output = item.find("output");
       if (!call_id || output == item.end()) {
-        return RequestError(param, "missing_field",
-                            "A function_call_output item needs call_id and output.");
+        return http::RequestError(param, "missing_field",
+                                  "A function_call_output item needs call_id and output.");
       }
       ChatMessage m;
       m.role = "tool";
@@ -113,8 +117,8 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
     } else if (type == "reasoning") {
       continue;  // earlier reasoning is not shown to the model again
     } else {
-      return RequestError(param + ".type", "unsupported_value",
-                          fmt::format("Input item type '{}' is not supported.", type));
+      return http::RequestError(param + ".type", "unsupported_value",
+                                fmt::format("Input item type '{}' is not supported.", type));
     }
   }
   return absl::OkStatus();
@@ -123,20 +127,22 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
 absl::Status ParseTools(const util::Json& json, ResponsesRequest* r) {
   auto tools = json.find("tools");
   if (tools == json.end() || tools->is_null()) return absl::OkStatus();
-  if (!tools->is_array()) return RequestError("tools", "invalid_type", "'tools' must be an array.");
+  if (!tools->is_array())
+    return http::RequestError("tools", "invalid_type", "'tools' must be an array.");
   for (size_t i = 0; i < tools->size(); ++i) {
     const util::Json& t = (*tools)[i];
     const std::string param = fmt::format("tools[{}]", i);
-    if (!t.is_object()) return RequestError(param, "invalid_type", "Tools must be objects.");
+    if (!t.is_object()) return http::RequestError(param, "invalid_type", "Tools must be objects.");
     const std::string type = StringField(t, "type").value_or("");
     if (type != "function") {
-      return RequestError(param + ".type", "unsupported_value",
-                          fmt::format("Tool type '{}' is not supported; only function tools "
-                                      "are.",
-                                      type));
+      return http::RequestError(param + ".type", "unsupported_value",
+                                fmt::format("Tool type '{}' is not supported; only function tools "
+                                            "are.",
+                                            type));
     }
     auto name = StringField(t, "name");
-    if (!name) return RequestError(param + ".name", "missing_field", "A tool needs a 'name'.");
+    if (!name)
+      return http::RequestError(param + ".name", "missing_field", "A tool needs a 'name'.");
     util::Json function = {{"name", *name}};
     if (t.contains("description")) function["description"] = t["description"];
     function["parameters"] = t.contains("parameters") && !t["parameters"].is_null()
@@ -200,12 +206,12 @@ absl::Status CheckUnsupportedFields(const util::Json& json) {
   for (const UnsupportedField& field : kUnsupportedFields) {
     auto it = json.find(field.name);
     if (it == json.end() || it->is_null() || field.accepts(*it)) continue;
-    return RequestError(field.name, "unsupported_value", field.message);
+    return http::RequestError(field.name, "unsupported_value", field.message);
   }
   if (auto it = json.find("text"); it != json.end() && it->is_object()) {
     if (auto v = it->find("verbosity"); v != it->end() && !v->is_null() && *v != "medium") {
-      return RequestError("text.verbosity", "unsupported_value",
-                          "Only the default verbosity ('medium') is supported.");
+      return http::RequestError("text.verbosity", "unsupported_value",
+                                "Only the default verbosity ('medium') is supported.");
     }
   }
   return absl::OkStatus();
@@ -217,7 +223,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
                                                        const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
   ResponsesRequest r;
   DI_RETURN_IF_ERROR(CheckUnsupportedFields(json));
@@ -227,15 +233,15 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   if (auto it = json.find("max_output_tokens"); it != json.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1 ||
         it->get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      return RequestError("max_output_tokens", "invalid_value",
-                          "'max_output_tokens' must be a positive integer.");
+      return http::RequestError("max_output_tokens", "invalid_value",
+                                "'max_output_tokens' must be a positive integer.");
     }
     r.params.max_tokens = static_cast<int32_t>(it->get<int64_t>());
     r.echo["max_output_tokens"] = *it;
   }
   if (auto it = json.find("instructions"); it != json.end() && !it->is_null()) {
     if (!it->is_string()) {
-      return RequestError("instructions", "invalid_type", "'instructions' must be a string.");
+      return http::RequestError("instructions", "invalid_type", "'instructions' must be a string.");
     }
     ChatMessage m;
     m.role = "system";
@@ -245,21 +251,21 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   auto input = json.find("input");
   if (input == json.end() || input->is_null()) {
-    return RequestError("input", "missing_field", "'input' is a required property.");
+    return http::RequestError("input", "missing_field", "'input' is a required property.");
   }
   DI_RETURN_IF_ERROR(ParseInput(*input, &r.messages));
   DI_RETURN_IF_ERROR(ParseTools(json, &r));
   if (auto it = json.find("tool_choice"); it != json.end() && !it->is_null()) {
     if (!it->is_string() && !it->is_object()) {
-      return RequestError("tool_choice", "invalid_type",
-                          "'tool_choice' must be a string or an object.");
+      return http::RequestError("tool_choice", "invalid_type",
+                                "'tool_choice' must be a string or an object.");
     }
     r.tools_off = it->is_string() && *it == "none";
     r.echo["tool_choice"] = *it;
   }
   if (auto it = json.find("reasoning"); it != json.end() && !it->is_null()) {
     if (!it->is_object()) {
-      return RequestError("reasoning", "invalid_type", "'reasoning' must be an object.");
+      return http::RequestError("reasoning", "invalid_type", "'reasoning' must be an object.");
     }
     if (auto effort = StringField(*it, "effort")) {
       r.reasoning_effort = *effort;
@@ -270,15 +276,15 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   if (auto it = json.find("text"); it != json.end() && it->is_object()) {
     if (auto format = it->find("format");
         format != it->end() && format->is_object() && format->value("type", "text") != "text") {
-      return RequestError("text.format", "unsupported_value",
-                          "Structured output formats are not supported; only plain text is.");
+      return http::RequestError("text.format", "unsupported_value",
+                                "Structured output formats are not supported; only plain text is.");
     }
     r.echo["text"] = *it;
   }
   if (auto it = json.find("parallel_tool_calls"); it != json.end() && !it->is_null()) {
     if (!it->is_boolean()) {
-      return RequestError("parallel_tool_calls", "invalid_type",
-                          "'parallel_tool_calls' must be a boolean.");
+      return http::RequestError("parallel_tool_calls", "invalid_type",
+                                "'parallel_tool_calls' must be a boolean.");
     }
     r.parallel_tool_calls = it->get<bool>();
   }

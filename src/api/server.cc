@@ -4,9 +4,9 @@
 #include <exception>
 
 #include "api/anthropic_count_tokens.h"
-#include "api/errors.h"
 #include "api/handlers.h"
 #include "fmt/format.h"
+#include "http/errors.h"
 #include "spdlog/spdlog.h"
 #include "util/log.h"
 #include "util/status.h"
@@ -75,8 +75,8 @@ double Ms(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-std::string ApiServer::RequestLogLine(const HttpRequest& request, int status, double seconds,
-                                      const RequestLog& log) {
+std::string ApiServer::RequestLogLine(const http::Request& request, int status, double seconds,
+                                      const http::RequestLog& log) {
   std::string line = fmt::format("{} {} {} {:.1f}ms", Printable(request.method),
                                  Printable(request.path), status, seconds * 1e3);
   if (!log.id.empty()) line += " id=" + log.id;
@@ -103,15 +103,16 @@ std::string ApiServer::RequestLogLine(const HttpRequest& request, int status, do
   return line;
 }
 
-bool ApiServer::IsLoggedRequest(const HttpRequest& request, int status, const RequestLog& log) {
+bool ApiServer::IsLoggedRequest(const http::Request& request, int status,
+                                const http::RequestLog& log) {
   // Probes are frequent and, while the model loads, failing by design: logging them would bury
   // the requests. A probe failing for any other reason is logged.
   bool probe = request.method == "GET" && (request.path == "/health" || request.path == "/metrics");
   return !(probe && (status < 400 || log.error == "model_loading"));
 }
 
-void ApiServer::Observe(const HttpRequest& request, int status, double seconds,
-                        const RequestLog& log) {
+void ApiServer::Observe(const http::Request& request, int status, double seconds,
+                        const http::RequestLog& log) {
   const std::string& m = request.method;
   bool known_method = m == "GET" || m == "POST" || m == "HEAD" || m == "PUT" || m == "DELETE" ||
                       m == "OPTIONS" || m == "PATCH";
@@ -120,7 +121,7 @@ void ApiServer::Observe(const HttpRequest& request, int status, double seconds,
   spdlog::info("request {}", RequestLogLine(request, status, seconds, log));
 }
 
-void ApiServer::Handle(const HttpRequest& request, ResponseWriter& writer) {
+void ApiServer::Handle(const http::Request& request, http::ResponseWriter& writer) {
   try {
     Dispatch(request, writer);
   } catch (const std::exception& e) {
@@ -131,10 +132,10 @@ void ApiServer::Handle(const HttpRequest& request, ResponseWriter& writer) {
   }
 }
 
-void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
+void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& writer) {
   // Errors answered here take the shape of the API the path belongs to.
   auto fail = [&](const absl::Status& status) {
-    if (IsAnthropicPath(request.path)) {
+    if (http::IsAnthropicPath(request.path)) {
       RespondAnthropicError(writer, status);
     } else {
       RespondError(writer, status);
@@ -142,13 +143,13 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
   };
   RouteInfo info = Match(request.path);
   if (info.route == Route::kUnknown) {
-    fail(RouteNotFoundError(request.path));
+    fail(http::RouteNotFoundError(request.path));
     return;
   }
   bool method_ok = request.method == info.method ||
                    (request.method == "HEAD" && std::string(info.method) == "GET");
   if (!method_ok) {
-    fail(MethodNotAllowedError(request.method, request.path));
+    fail(http::MethodNotAllowedError(request.method, request.path));
     return;
   }
   const Backend* backend = backend_.load(std::memory_order_acquire);
@@ -160,7 +161,7 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
                           metrics_.stop_string_finishes(), &out);
     }
     metrics_.Format(&out);
-    writer.Respond(200, "text/plain; version=0.0.4; charset=utf-8", out);
+    writer.Respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}}, out);
     return;
   }
   if (info.route == Route::kHealth) {
@@ -184,7 +185,7 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
     case Route::kModel: {
       std::string id = request.path.substr(std::string("/v1/models/").size());
       if (id != backend->served_model_name) {
-        RespondError(writer, ModelNotFoundError(id));
+        RespondError(writer, http::ModelNotFoundError(id));
       } else {
         RespondJson(writer, 200, ModelCard(*backend));
       }
@@ -212,7 +213,7 @@ void ApiServer::Dispatch(const HttpRequest& request, ResponseWriter& writer) {
       HandleResponses(*backend, request, writer);
       return;
     default:
-      RespondError(writer, RouteNotFoundError(request.path));
+      RespondError(writer, http::RouteNotFoundError(request.path));
   }
 }
 

@@ -1,14 +1,14 @@
 #pragma once
 
 // Routes of `deepinfer serve`: the OpenAI-compatible API, vLLM's utility routes, /health and
-// /metrics. Sits between HttpServer (bytes) and the handlers (requests).
+// /metrics. Sits between http::Server (bytes) and the handlers (requests).
 
 #include <atomic>
 #include <string>
 
-#include "api/http_server.h"
 #include "api/metrics.h"
 #include "api/serving.h"
+#include "http/server.h"
 
 namespace deepinfer::api {
 
@@ -23,10 +23,10 @@ class ApiServer {
   void SetBackend(const Backend* backend) { backend_.store(backend, std::memory_order_release); }
 
   // Answers one request. Never throws; an unexpected exception becomes a 500.
-  void Handle(const HttpRequest& request, ResponseWriter& writer);
+  void Handle(const http::Request& request, http::ResponseWriter& writer);
   // Records the answer in the HTTP metrics and, when on, writes its request log line.
-  void Observe(const HttpRequest& request, int status, double seconds,
-               const RequestLog& log = {});
+  void Observe(const http::Request& request, int status, double seconds,
+               const http::RequestLog& log = {});
 
   // One line per answered request (never the prompt or the answer); off by default. Probes and
   // scrapes are left out, see IsLoggedRequest.
@@ -34,15 +34,16 @@ class ApiServer {
 
   // False for GET /health and GET /metrics when they succeed or answer 503 model_loading (load
   // balancers poll them; failing while the model loads is by design); true for everything else.
-  static bool IsLoggedRequest(const HttpRequest& request, int status, const RequestLog& log);
+  static bool IsLoggedRequest(const http::Request& request, int status,
+                              const http::RequestLog& log);
 
   // The request log line of one answer (without timestamp and level), e.g.
   // `POST /v1/chat/completions 200 812.4ms id=chatcmpl-… stream=false prompt_tokens=34
   // cached_tokens=32 completion_tokens=11 end=stop ttft_ms=35.2 tpot_ms=7.1`, plus
   // `x_request_id=…` when the client sent one. Client-sent text is cut to 128 bytes and
   // anything but printable ASCII becomes '?', so a line cannot be forged or split.
-  static std::string RequestLogLine(const HttpRequest& request, int status, double seconds,
-                                    const RequestLog& log);
+  static std::string RequestLogLine(const http::Request& request, int status, double seconds,
+                                    const http::RequestLog& log);
 
   HttpMetrics& metrics() { return metrics_; }
 
@@ -50,7 +51,7 @@ class ApiServer {
   static std::string RouteLabel(const std::string& path);
 
  private:
-  void Dispatch(const HttpRequest& request, ResponseWriter& writer);
+  void Dispatch(const http::Request& request, http::ResponseWriter& writer);
 
   std::atomic<const Backend*> backend_{nullptr};
   bool log_requests_ = false;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "api/testing/fake_engine.h"
@@ -17,36 +18,38 @@ using testing::ByteTokens;
 using testing::FakeEngine;
 
 // Records what a handler sends. `close_after_writes` simulates a client that disconnects.
-class CaptureWriter : public ResponseWriter {
+class CaptureWriter : public http::ResponseWriter {
  public:
   explicit CaptureWriter(int close_after_writes = -1) : close_after_(close_after_writes) {}
 
-  bool Respond(int status, std::string_view content_type, std::string_view body) override {
+  bool Respond(int status, const http::Headers& headers, std::string_view body) override {
     if (started_) return false;
     started_ = true;
     status_ = status;
-    content_type_ = std::string(content_type);
+    content_type_ = ContentType(headers);
     body_ = std::string(body);
     return true;
   }
-  bool BeginStream(std::string_view content_type) override {
+  bool BeginBody(int status, const http::Headers& headers,
+                 std::optional<uint64_t> content_length) override {
     if (started_) return false;
     started_ = streaming_ = true;
-    status_ = 200;
-    content_type_ = std::string(content_type);
+    status_ = status;
+    content_type_ = ContentType(headers);
     return true;
   }
-  bool WriteStream(std::string_view data) override {
+  bool Write(std::string_view data) override {
     if (closed()) return false;
     body_ += data;
     ++writes_;
     return true;
   }
-  bool EndStream() override {
+  bool End() override {
     ended_ = true;
     return true;
   }
-  bool PeerClosed() override { return closed() || stopping_; }
+  // Like the server's writer: a stopping server is not a gone client (handlers ask stopping()).
+  bool PeerClosed() override { return closed(); }
   bool stopping() const override { return stopping_; }
   void set_stopping(bool stopping) { stopping_ = stopping; }
   bool started() const override { return started_; }
@@ -103,6 +106,13 @@ class CaptureWriter : public ResponseWriter {
   }
 
  private:
+  static std::string ContentType(const http::Headers& headers) {
+    for (const auto& [name, value] : headers) {
+      if (name == "Content-Type") return value;
+    }
+    return "";
+  }
+
   int close_after_;
   int writes_ = 0;
   bool started_ = false, streaming_ = false, ended_ = false, stopping_ = false;
@@ -139,7 +149,7 @@ class ApiServerTest : public ::testing::Test {
 
   CaptureWriter Call(const std::string& method, const std::string& path, const std::string& body,
                      int close_after_writes = -1) {
-    HttpRequest request;
+    http::Request request;
     request.method = method;
     request.target = request.path = path;
     request.body = body;
@@ -384,7 +394,7 @@ TEST_F(ApiServerTest, EngineErrorAfterStreamStartIsAnInBandErrorThenDone) {
 
 TEST_F(ApiServerTest, ShutdownEndsRequestsWithShuttingDown) {
   engine_->Pause(true);
-  HttpRequest request;
+  http::Request request;
   request.method = "POST";
   request.path = "/v1/chat/completions";
   request.body = R"({"stream":true,"messages":[{"role":"user","content":"x"}]})";
@@ -510,7 +520,7 @@ TEST_F(ApiServerTest, ModelsHealthAndRoutingErrors) {
 
 TEST_F(ApiServerTest, HealthIs503UntilTheBackendIsSet) {
   ApiServer loading;
-  HttpRequest request;
+  http::Request request;
   request.method = "GET";
   request.path = "/health";
   CaptureWriter w;
@@ -547,7 +557,7 @@ TEST_F(ApiServerTest, MetricsExposeEngineAndHttpSeries) {
 
 TEST_F(ApiServerTest, RequestLogHoldsIdTokensAndEnding) {
   CaptureWriter w = Chat(R"(,"max_tokens":32)");
-  const RequestLog& log = w.log();
+  const http::RequestLog& log = w.log();
   EXPECT_EQ(log.id, w.json()["id"]);
   EXPECT_TRUE(log.generated);
   EXPECT_FALSE(log.stream);
@@ -565,11 +575,11 @@ TEST_F(ApiServerTest, RequestLogHoldsIdTokensAndEnding) {
 }
 
 TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
-  HttpRequest request;
+  http::Request request;
   request.method = "POST";
   request.path = "/v1/chat/completions";
   request.headers.emplace_back("x-request-id", "abc\nFAKE line\x01");
-  RequestLog log;
+  http::RequestLog log;
   log.received = std::chrono::steady_clock::time_point(std::chrono::seconds(100));
   log.first_token = log.received + std::chrono::milliseconds(40);
   log.id = "chatcmpl-1";
@@ -582,10 +592,10 @@ TEST(RequestLogLineTest, FormatsTheFieldsAndNeutralisesClientText) {
             "POST /v1/chat/completions 200 140.0ms id=chatcmpl-1 x_request_id=abc?FAKE?line? "
             "stream=false prompt_tokens=34 cached_tokens=32 completion_tokens=11 end=stop "
             "ttft_ms=40.0 tpot_ms=10.00");
-  HttpRequest health;
+  http::Request health;
   health.method = "GET";
   health.path = "/health";
-  RequestLog failed;
+  http::RequestLog failed;
   failed.error = "model_loading";
   EXPECT_EQ(ApiServer::RequestLogLine(health, 503, 0.0001, failed),
             "GET /health 503 0.1ms error=model_loading");

@@ -6,9 +6,9 @@
 #include <ctime>
 #include <random>
 
-#include "api/errors.h"
 #include "api/reasoning_parser.h"
-#include "api/sse.h"
+#include "http/errors.h"
+#include "http/sse.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -34,11 +34,11 @@ absl::StatusOr<int32_t> ResolveMaxTokens(const Backend& backend, int64_t prompt_
                                          std::string_view prompt_param) {
   const int64_t window = backend.max_model_len;
   if (prompt_tokens >= window) {
-    return ContextLengthError(prompt_param, prompt_tokens, requested.value_or(1), window);
+    return http::ContextLengthError(prompt_param, prompt_tokens, requested.value_or(1), window);
   }
   if (requested) {
     if (prompt_tokens + *requested > window) {
-      return ContextLengthError("max_tokens", prompt_tokens, *requested, window);
+      return http::ContextLengthError("max_tokens", prompt_tokens, *requested, window);
     }
     return std::min(*requested, backend.max_output_tokens);
   }
@@ -47,7 +47,7 @@ absl::StatusOr<int32_t> ResolveMaxTokens(const Backend& backend, int64_t prompt_
 
 absl::Status CheckModel(const Backend& backend, const std::string& model) {
   if (model.empty() || model == backend.served_model_name) return absl::OkStatus();
-  return ModelNotFoundError(model);
+  return http::ModelNotFoundError(model);
 }
 
 namespace {
@@ -210,14 +210,14 @@ util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
   return out;
 }
 
-void RespondJson(ResponseWriter& writer, int status, const util::Json& body) {
-  writer.Respond(status, "application/json", util::DumpJson(body));
+void RespondJson(http::ResponseWriter& writer, int status, const util::Json& body) {
+  writer.Respond(status, {{"Content-Type", "application/json"}}, util::DumpJson(body));
 }
 
-void RespondError(ResponseWriter& writer, const absl::Status& status) {
-  ApiError error = ApiErrorFromStatus(status);
+void RespondError(http::ResponseWriter& writer, const absl::Status& status) {
+  http::ApiError error = http::ApiErrorFromStatus(status);
   writer.log().error = error.code;
-  writer.Respond(error.http_status, "application/json", ErrorBody(error));
+  writer.Respond(error.http_status, {{"Content-Type", "application/json"}}, http::ErrorBody(error));
 }
 
 ToolCallFormat ToolFormatFor(const Backend& backend, bool has_tools, bool tools_off) {
@@ -262,7 +262,8 @@ namespace {
 // Fills the request log with how a generation ended, on every way out of DriveGeneration.
 class GenerationLogger {
  public:
-  GenerationLogger(Generation& generation, RequestLog& log) : generation_(generation), log_(log) {
+  GenerationLogger(Generation& generation, http::RequestLog& log)
+      : generation_(generation), log_(log) {
     log_.generated = true;
   }
   ~GenerationLogger() {
@@ -285,18 +286,20 @@ class GenerationLogger {
 
  private:
   Generation& generation_;
-  RequestLog& log_;
+  http::RequestLog& log_;
 };
 
 }  // namespace
 
-DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
+DriveEnd DriveGeneration(Generation& generation, http::ResponseWriter& writer,
                          const std::function<bool(const ChoiceDelta&)>& on_delta,
                          absl::Status* error) {
   GenerationLogger logger(generation, writer.log());
   std::vector<ChoiceDelta> deltas;
   while (!generation.done()) {
-    if (writer.PeerClosed()) {
+    // A stopping server ends generations too (their answer is a 503 shutting_down), so that a
+    // long one does not hold up the shutdown.
+    if (writer.PeerClosed() || writer.stopping()) {
       generation.Cancel();
       if (writer.stopping()) {
         *error = UnavailableError("shutting_down", "The server is shutting down.");
@@ -335,10 +338,10 @@ util::Json OpenAiEnvelope(const std::string& id, const char* object, int64_t cre
 std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice, bool include_usage) {
   envelope["choices"] = util::Json::array({std::move(choice)});
   if (include_usage) envelope["usage"] = nullptr;
-  return SseData(util::DumpJson(envelope));
+  return http::SseData(util::DumpJson(envelope));
 }
 
-void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
+void FinishOpenAiStream(Generation& generation, http::ResponseWriter& writer,
                         const std::function<bool(const ChoiceDelta&)>& on_delta,
                         std::optional<util::Json> usage_chunk) {
   absl::Status error;
@@ -346,21 +349,21 @@ void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
   if (end == DriveEnd::kClientGone) return;
   std::string tail;
   if (end == DriveEnd::kError) {
-    tail = SseErrorAndDone(ApiErrorFromStatus(error));
+    tail = http::SseErrorAndDone(http::ApiErrorFromStatus(error));
   } else {
     if (usage_chunk) {
       (*usage_chunk)["choices"] = util::Json::array();
       (*usage_chunk)["usage"] = UsageJson(generation.usage());
-      tail += SseData(util::DumpJson(*usage_chunk));
+      tail += http::SseData(util::DumpJson(*usage_chunk));
     }
-    tail += SseDone();
+    tail += http::SseDone();
   }
-  if (writer.WriteStream(tail)) writer.EndStream();
+  if (writer.Write(tail)) writer.End();
 }
 
-bool DriveToCompletion(Generation& generation, ResponseWriter& writer,
+bool DriveToCompletion(Generation& generation, http::ResponseWriter& writer,
                        const std::function<bool(const ChoiceDelta&)>& on_delta,
-                       void (*respond_error)(ResponseWriter&, const absl::Status&)) {
+                       void (*respond_error)(http::ResponseWriter&, const absl::Status&)) {
   absl::Status error;
   switch (DriveGeneration(generation, writer, on_delta, &error)) {
     case DriveEnd::kDone:
@@ -377,7 +380,7 @@ bool DriveToCompletion(Generation& generation, ResponseWriter& writer,
 }
 
 absl::Status AnswerGeneration(const Backend& backend, std::vector<ChoiceSpec> specs,
-                              const std::string& id, bool stream, ResponseWriter& writer,
+                              const std::string& id, bool stream, http::ResponseWriter& writer,
                               const std::function<void(Generation&)>& stream_answer,
                               const std::function<void(Generation&)>& whole_answer) {
   DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*backend.engine, *backend.tokenizer,

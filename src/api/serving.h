@@ -12,12 +12,12 @@
 
 #include "absl/status/statusor.h"
 #include "api/generation.h"
-#include "api/http_server.h"
 #include "api/metrics.h"
 #include "api/openai_types.h"
 #include "api/reasoning_parser.h"
 #include "api/tool_call_parser.h"
 #include "engine/engine.h"
+#include "http/server.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
@@ -102,8 +102,8 @@ util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
                                   const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
                                   int64_t* text_offset);
 
-void RespondJson(ResponseWriter& writer, int status, const util::Json& body);
-void RespondError(ResponseWriter& writer, const absl::Status& status);
+void RespondJson(http::ResponseWriter& writer, int status, const util::Json& body);
+void RespondError(http::ResponseWriter& writer, const absl::Status& status);
 
 // Tool calls are read out of an answer only when the request offers tools, does not turn them
 // off (`tools_off`: OpenAI tool_choice "none", Anthropic {"type": "none"}), and the model's
@@ -141,7 +141,7 @@ enum class DriveEnd { kDone, kClientGone, kError };
 // one poll interval (20 ms) whether the request is queued, prefilling or decoding.
 // `error` receives the failure with kError (also Unavailable "shutting_down" when the server
 // stops).
-DriveEnd DriveGeneration(Generation& generation, ResponseWriter& writer,
+DriveEnd DriveGeneration(Generation& generation, http::ResponseWriter& writer,
                          const std::function<bool(const ChoiceDelta&)>& on_delta,
                          absl::Status* error);
 
@@ -157,22 +157,22 @@ std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice, bool inclu
 // then (unless the client left) the usage chunk when `usage_chunk` is given (the envelope fields
 // id / object / created / model; "choices": [] and "usage" are added) and `data: [DONE]`, or
 // the in-band error frame and `data: [DONE]`; then the end of the body.
-void FinishOpenAiStream(Generation& generation, ResponseWriter& writer,
+void FinishOpenAiStream(Generation& generation, http::ResponseWriter& writer,
                         const std::function<bool(const ChoiceDelta&)>& on_delta,
                         std::optional<util::Json> usage_chunk);
 
 // For answers sent whole: DriveGeneration, and when it did not finish, the error answer through
 // `respond_error` (Cancelled "client_closed_request" for a gone client). Returns true when every
 // choice finished and the caller should send the answer.
-bool DriveToCompletion(Generation& generation, ResponseWriter& writer,
+bool DriveToCompletion(Generation& generation, http::ResponseWriter& writer,
                        const std::function<bool(const ChoiceDelta&)>& on_delta,
-                       void (*respond_error)(ResponseWriter&, const absl::Status&));
+                       void (*respond_error)(http::ResponseWriter&, const absl::Status&));
 
 // Submits the choices of one request (Generation::Start), records its response id and
 // streaming mode in the request log, and answers through `stream_answer` or `whole_answer`.
 // Errors: those of Generation::Start (nothing was sent then).
 absl::Status AnswerGeneration(const Backend& backend, std::vector<ChoiceSpec> specs,
-                              const std::string& id, bool stream, ResponseWriter& writer,
+                              const std::string& id, bool stream, http::ResponseWriter& writer,
                               const std::function<void(Generation&)>& stream_answer,
                               const std::function<void(Generation&)>& whole_answer);
 

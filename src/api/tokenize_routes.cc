@@ -4,17 +4,18 @@
 // Source: vLLM entrypoints/openai protocol (TokenizeCompletionRequest, TokenizeChatRequest,
 //   TokenizeResponse {count, max_model_len, tokens, token_strs}, DetokenizeResponse {prompt}).
 
-#include "api/errors.h"
 #include "api/handlers.h"
+#include "http/errors.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
 namespace {
 
-absl::Status RunTokenize(const Backend& backend, const HttpRequest& http, ResponseWriter& writer) {
+absl::Status RunTokenize(const Backend& backend, const http::Request& http_request,
+                         http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       TokenizeRequest request,
-      ParseTokenizeRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+      ParseTokenizeRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
   DI_RETURN_IF_ERROR(CheckModel(backend, request.model));
   std::vector<int32_t> tokens;
   if (request.has_messages) {
@@ -55,11 +56,11 @@ absl::Status RunTokenize(const Backend& backend, const HttpRequest& http, Respon
   return absl::OkStatus();
 }
 
-absl::Status RunDetokenize(const Backend& backend, const HttpRequest& http,
-                           ResponseWriter& writer) {
+absl::Status RunDetokenize(const Backend& backend, const http::Request& http_request,
+                           http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       DetokenizeRequest request,
-      ParseDetokenizeRequest(http.body, ParseLimits{backend.tokenizer->vocab_size()}));
+      ParseDetokenizeRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
   DI_RETURN_IF_ERROR(CheckModel(backend, request.model));
   // Special tokens (BOS, <|im_end|>) are left out, so the text reads like the prompt that was
   // tokenized.
@@ -70,12 +71,14 @@ absl::Status RunDetokenize(const Backend& backend, const HttpRequest& http,
 
 }  // namespace
 
-void HandleTokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer) {
+void HandleTokenize(const Backend& backend, const http::Request& request,
+                    http::ResponseWriter& writer) {
   absl::Status status = RunTokenize(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }
 
-void HandleDetokenize(const Backend& backend, const HttpRequest& request, ResponseWriter& writer) {
+void HandleDetokenize(const Backend& backend, const http::Request& request,
+                      http::ResponseWriter& writer) {
   absl::Status status = RunDetokenize(backend, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }

@@ -18,13 +18,13 @@
 #include <optional>
 #include <string>
 
-#include "api/http_server.h"
 #include "api/server.h"
 #include "api/serving.h"
 #include "cli/commands.h"
 #include "cli/exit_code.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
+#include "http/server.h"
 #include "model/model.h"
 #include "spdlog/spdlog.h"
 #include "tokenizer/chat_template.h"
@@ -213,14 +213,18 @@ int Run(ServeFlags f) {
 
   api::ApiServer routes;
   routes.set_log_requests(f.log_requests);
-  api::HttpServerOptions http;
-  http.host = f.host;
-  http.port = f.port;
-  http.max_request_bytes = *max_request_bytes;
-  http.max_connections = f.max_connections;
-  auto server = api::HttpServer::Start(
-      http, [&routes](const api::HttpRequest& r, api::ResponseWriter& w) { routes.Handle(r, w); },
-      [&routes](const api::HttpRequest& r, int status, double s, const api::RequestLog& log) {
+  http::ServerOptions http_options;
+  http_options.host = f.host;
+  http_options.port = f.port;
+  http_options.max_request_bytes = *max_request_bytes;
+  http_options.max_connections = f.max_connections;
+  // A generation parses JSON and renders its chat template on its worker thread.
+  http_options.thread_stack_bytes = size_t{1} << 20;
+  http_options.server_name = "deepinfer";
+  auto server = http::Server::Start(
+      http_options,
+      [&routes](const http::Request& r, http::ResponseWriter& w) { routes.Handle(r, w); },
+      [&routes](const http::Request& r, int status, double s, const http::RequestLog& log) {
         routes.Observe(r, status, s, log);
       });
   if (!server.ok()) {

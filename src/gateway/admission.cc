@@ -52,7 +52,7 @@ Admission ParseAdmission(std::optional<std::string_view> text,
       const int port = static_cast<int>(list[i].get<int64_t>());
       bool found = false;
       for (size_t b = 0; b < n; ++b) {
-        if (backends[b].port == port && IsLoopbackHost(backends[b].host)) {
+        if (backends[b].port() == port && IsLoopbackHost(backends[b].host())) {
           a.admitted[b] = true;
           found = true;
         }
@@ -70,11 +70,12 @@ Admission ParseAdmission(std::optional<std::string_view> text,
     if (!address.ok()) {
       return Closed(n, fmt::format("invalid: admit[{}] is not a backend URL", i));
     }
-    auto it = std::find_if(backends.begin(), backends.end(),
-                           [&](const BackendAddress& b) { return b.url == address->url; });
+    auto it = std::find_if(backends.begin(), backends.end(), [&](const BackendAddress& b) {
+      return b.origin() == address->origin();
+    });
     if (it == backends.end()) {
-      return Closed(
-          n, fmt::format("invalid: admit[{}] ({}) is not a configured backend", i, address->url));
+      return Closed(n, fmt::format("invalid: admit[{}] ({}) is not a configured backend", i,
+                                   address->origin()));
     }
     a.admitted[it - backends.begin()] = true;
   }

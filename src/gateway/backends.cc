@@ -1,72 +1,22 @@
 #include "gateway/backends.h"
 
-#include <algorithm>
-#include <cctype>
-#include <cstdlib>
-
-#include "absl/strings/ascii.h"
 #include "fmt/format.h"
 #include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
-namespace {
-
-absl::Status BadUrl(std::string_view url, std::string_view why) {
-  return InvalidArgumentError("bad_backend_url", fmt::format("Bad backend URL '{}': {}", url, why));
-}
-
-}  // namespace
 
 absl::StatusOr<BackendAddress> ParseBackendUrl(std::string_view url) {
-  std::string lower(url);
-  absl::AsciiStrToLower(&lower);
-  constexpr std::string_view kScheme = "http://";
-  if (lower.rfind(kScheme, 0) != 0) return BadUrl(url, "only http:// is supported");
-  std::string rest = lower.substr(kScheme.size());
-  if (!rest.empty() && rest.back() == '/') rest.pop_back();
-  if (rest.find('/') != std::string::npos || rest.find('?') != std::string::npos ||
-      rest.find('@') != std::string::npos) {
-    return BadUrl(url, "a backend URL has no path, query or user info");
+  absl::StatusOr<http::Url> address = http::ParseUrl(url);
+  if (!address.ok()) {
+    return InvalidArgumentError(
+        "bad_backend_url",
+        fmt::format("Bad backend URL {}", std::string(address.status().message())));
   }
-  BackendAddress address;
-  size_t colon = rest.rfind(':');
-  std::string port_text;
-  if (!rest.empty() && rest.front() == '[') {
-    size_t close = rest.find(']');
-    if (close == std::string::npos) return BadUrl(url, "unclosed IPv6 bracket");
-    address.host = rest.substr(1, close - 1);
-    if (close + 1 < rest.size()) {
-      if (rest[close + 1] != ':') return BadUrl(url, "junk after IPv6 address");
-      port_text = rest.substr(close + 2);
-    }
-  } else if (colon != std::string::npos) {
-    address.host = rest.substr(0, colon);
-    port_text = rest.substr(colon + 1);
-  } else {
-    address.host = rest;
+  if (!address->path().empty()) {
+    return InvalidArgumentError(
+        "bad_backend_url", fmt::format("Bad backend URL '{}': a backend URL has no path", url));
   }
-  if (address.host.empty()) return BadUrl(url, "no host");
-  // Names and IPv4: letters, digits, '.', '-', '_'. IPv6 (bracketed): hex digits, ':', '.'.
-  const bool bracketed = !rest.empty() && rest.front() == '[';
-  for (char c : address.host) {
-    bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' ||
-              (!bracketed && c == '_') || (bracketed && c == ':');
-    if (!ok) return BadUrl(url, "bad character in host");
-  }
-  address.port = 80;
-  if (!port_text.empty()) {
-    if (port_text.size() > 5 || !std::all_of(port_text.begin(), port_text.end(), [](char c) {
-          return std::isdigit(static_cast<unsigned char>(c));
-        })) {
-      return BadUrl(url, "bad port");
-    }
-    address.port = std::atoi(port_text.c_str());
-    if (address.port < 1 || address.port > 65535) return BadUrl(url, "port out of range");
-  }
-  bool v6 = address.host.find(':') != std::string::npos;
-  address.url =
-      fmt::format("http://{}{}{}:{}", v6 ? "[" : "", address.host, v6 ? "]" : "", address.port);
   return address;
 }
 
@@ -75,7 +25,7 @@ BackendTable::BackendTable(std::vector<BackendAddress> backends, HealthOptions o
 
 int BackendTable::IndexOf(std::string_view url) const {
   for (size_t i = 0; i < backends_.size(); ++i) {
-    if (backends_[i].url == url) return static_cast<int>(i);
+    if (backends_[i].origin() == url) return static_cast<int>(i);
   }
   return -1;
 }
@@ -138,7 +88,7 @@ std::string BackendTable::SerializeState() const {
   std::vector<BackendHealth> health = Snapshot();
   Json list = Json::array();
   for (size_t i = 0; i < backends_.size(); ++i) {
-    list.push_back(Json{{"url", backends_[i].url},
+    list.push_back(Json{{"url", backends_[i].origin()},
                         {"healthy", health[i].healthy},
                         {"consecutive_failures", health[i].consecutive_failures},
                         {"last_error", health[i].last_error},
@@ -159,7 +109,7 @@ absl::Status BackendTable::LoadState(std::string_view text) {
     if (!entry.is_object() || !entry.contains("url") || !entry["url"].is_string()) continue;
     int index = -1;
     for (size_t i = 0; i < backends_.size(); ++i) {
-      if (backends_[i].url == entry["url"].get<std::string>()) index = static_cast<int>(i);
+      if (backends_[i].origin() == entry["url"].get<std::string>()) index = static_cast<int>(i);
     }
     if (index < 0) continue;
     BackendHealth& h = health_[index];

@@ -12,18 +12,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "http/url.h"
 
 namespace deepinfer::gateway {
 
-struct BackendAddress {
-  std::string host;
-  int port = 0;
-  std::string url;  // normalized: "http://host:port", no trailing slash
-};
+// A backend's address; its origin() ("http://host:port", no trailing slash) is its name.
+using BackendAddress = http::Url;
 
-// Parses "http://host:port" (path "/" allowed, nothing else; no https: backends are reached over
-// loopback or SSH tunnels). "http://HOST" means port 80.
-// Errors: InvalidArgument "bad_backend_url".
+// Parses "http://host:port" as http::ParseUrl does (case ignored, IPv6 in brackets, no https:
+// backends are reached over loopback or SSH tunnels), with no path ("/" allowed).
+// "http://HOST" means port 80.
+// Errors: InvalidArgument "bad_backend_url" ("Bad backend URL 'URL': why").
 absl::StatusOr<BackendAddress> ParseBackendUrl(std::string_view url);
 
 struct HealthOptions {

@@ -7,13 +7,13 @@ namespace deepinfer::gateway {
 namespace {
 
 TEST(BackendUrlTest, NormalizesUrls) {
-  EXPECT_EQ(ParseBackendUrl("http://127.0.0.1:8000")->url, "http://127.0.0.1:8000");
-  EXPECT_EQ(ParseBackendUrl("HTTP://Example.COM:8000/")->url, "http://example.com:8000");
-  EXPECT_EQ(ParseBackendUrl("http://host")->port, 80);
+  EXPECT_EQ(ParseBackendUrl("http://127.0.0.1:8000")->origin(), "http://127.0.0.1:8000");
+  EXPECT_EQ(ParseBackendUrl("HTTP://Example.COM:8000/")->origin(), "http://example.com:8000");
+  EXPECT_EQ(ParseBackendUrl("http://host")->port(), 80);
   auto v6 = ParseBackendUrl("http://[::1]:9000");
   ASSERT_TRUE(v6.ok());
-  EXPECT_EQ(v6->host, "::1");
-  EXPECT_EQ(v6->url, "http://[::1]:9000");
+  EXPECT_EQ(v6->host(), "::1");
+  EXPECT_EQ(v6->origin(), "http://[::1]:9000");
 }
 
 // Regression (found by gateway_fuzz): a host with ':' outside brackets normalized into an IPv6
@@ -22,9 +22,9 @@ TEST(BackendUrlTest, NormalizedUrlParsesBackToItself) {
   for (const char* url : {"http://Example.com:80", "http://[::1]:9", "http://10.0.0.1"}) {
     auto a = ParseBackendUrl(url);
     ASSERT_TRUE(a.ok()) << url;
-    auto b = ParseBackendUrl(a->url);
+    auto b = ParseBackendUrl(a->origin());
     ASSERT_TRUE(b.ok());
-    EXPECT_EQ(a->url, b->url);
+    EXPECT_EQ(a->origin(), b->origin());
   }
 }
 

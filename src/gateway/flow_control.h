@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "api/socket_io.h"
 #include "gateway/state.h"
+#include "http/socket_io.h"
 
 namespace deepinfer::gateway {
 
-using api::Clock;
+using http::Clock;
 
 struct FlowOptions {
   int max_active_per_backend = 32;

@@ -6,10 +6,9 @@
 #include <cstdio>
 #include <random>
 
-#include "api/anthropic_types.h"
-#include "api/errors.h"
 #include "fmt/format.h"
 #include "gateway/redis_state.h"
+#include "http/errors.h"
 #include "spdlog/spdlog.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -135,8 +134,8 @@ absl::Status Gateway::Init() {
   for (const std::string& url : options_.backend_urls) {
     DI_ASSIGN_OR_RETURN(BackendAddress address, ParseBackendUrl(url));
     for (const BackendAddress& a : addresses) {
-      if (a.url == address.url) {
-        return InvalidArgumentError("bad_backend_url", "backend listed twice: " + address.url);
+      if (a.origin() == address.origin()) {
+        return InvalidArgumentError("bad_backend_url", "backend listed twice: " + address.origin());
       }
     }
     addresses.push_back(std::move(address));
@@ -175,7 +174,7 @@ absl::Status Gateway::Init() {
     bindings_ = std::move(local);
   }
   std::vector<std::string> names;
-  for (const BackendAddress& a : backends_->addresses()) names.push_back("backend:" + a.url);
+  for (const BackendAddress& a : backends_->addresses()) names.push_back("backend:" + a.origin());
   flow_ = std::make_unique<FlowControl>(options_.flow, std::move(names), counters_.get());
   if (options_.upstream_keepalive) {
     pool_ = std::make_unique<UpstreamPool>(
@@ -194,9 +193,10 @@ absl::Status Gateway::Init() {
   UpdateEligibility();
   WriteBackendState();
 
-  DI_ASSIGN_OR_RETURN(
-      server_, FrontServer::Start(options_.front,
-                                  [this](const FrontRequest& r, FrontWriter& w) { Handle(r, w); }));
+  DI_ASSIGN_OR_RETURN(server_, http::Server::Start(options_.front, [this](const http::Request& r,
+                                                                          http::ResponseWriter& w) {
+                        Handle(r, w);
+                      }));
   for (size_t i = 0; i < backends_->size(); ++i) threads_.emplace_back([this, i] { ProbeLoop(i); });
   threads_.emplace_back([this] { WatchLoop(); });
   return absl::OkStatus();
@@ -218,10 +218,10 @@ bool Gateway::Stop(int drain_timeout_ms) {
   return all;
 }
 
-void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status,
-                           int retry_after_s) {
-  api::ApiError error = GatewayError(status);
-  Headers headers = extra;
+void Gateway::RespondError(http::ResponseWriter& writer, const http::Headers& extra,
+                           const absl::Status& status, int retry_after_s) {
+  http::ApiError error = GatewayError(status);
+  http::Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   if (error.http_status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
   if (error.http_status == 429 || error.http_status == 503) {
@@ -230,11 +230,11 @@ void Gateway::RespondError(FrontWriter& writer, const Headers& extra, const absl
     // The OpenAI and Anthropic SDKs honour this and stop retrying a request that cannot succeed.
     headers.emplace_back("x-should-retry", "false");
   }
-  writer.Respond(error.http_status, headers, GatewayErrorBody(error, writer.request_path()));
+  writer.Respond(error.http_status, headers, http::ErrorBodyForPath(error, writer.request_path()));
 }
 
-const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter& writer,
-                                       const Headers& extra) {
+const KeyRecord* Gateway::Authenticate(const http::Request& request, http::ResponseWriter& writer,
+                                       const http::Headers& extra) {
   std::string_view presented =
       PresentedKey(request.Header("authorization"), request.Header("x-api-key"));
   // Clients present the same key with every request: the key this thread verified last is
@@ -266,7 +266,7 @@ const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter&
     case AuthResult::kMissing:
       // Anthropic clients send their key as x-api-key; both headers are accepted.
       status = MakeError(absl::StatusCode::kUnauthenticated, "missing_api_key",
-                         api::IsAnthropicPath(writer.request_path())
+                         http::IsAnthropicPath(writer.request_path())
                              ? "Missing API key: send it as 'x-api-key: <key>' (or "
                                "'Authorization: Bearer <key>')."
                              : "Missing API key: send it as 'Authorization: Bearer <key>'.");
@@ -283,17 +283,17 @@ const KeyRecord* Gateway::Authenticate(const FrontRequest& request, FrontWriter&
   return nullptr;
 }
 
-void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
+void Gateway::Handle(const http::Request& request, http::ResponseWriter& writer) {
   const auto start = Clock::now();
   std::string_view sent_id = request.Header("x-request-id");
   const std::string request_id = UsableRequestId(sent_id) ? std::string(sent_id) : NewRequestId();
-  const Headers extra = {{"x-request-id", request_id}};
+  const http::Headers extra = {{"x-request-id", request_id}};
   const std::string& path = request.path;
   const bool get = request.method == "GET" || request.method == "HEAD";
 
   if (path == "/health" || path == "/metrics") {
     if (!get) {
-      RespondError(writer, extra, api::MethodNotAllowedError(request.method, path));
+      RespondError(writer, extra, http::MethodNotAllowedError(request.method, path));
     } else if (path == "/health") {
       writer.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
     } else {
@@ -311,7 +311,7 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
                      MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
                                "This endpoint needs a key with admin rights."));
       } else {
-        Headers headers = extra;
+        http::Headers headers = extra;
         headers.emplace_back("Content-Type", "application/json");
         writer.Respond(200, headers, StatusJson());
       }
@@ -320,15 +320,15 @@ void Gateway::Handle(const FrontRequest& request, FrontWriter& writer) {
     return;
   }
   if (path.rfind("/v1/", 0) != 0) {
-    RespondError(writer, extra, api::RouteNotFoundError(path));
+    RespondError(writer, extra, http::RouteNotFoundError(path));
     metrics_.RecordRequest(writer.status(), "");
     return;
   }
   HandleProxy(request, writer, extra, start);
 }
 
-void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
-                          Clock::time_point start) {
+void Gateway::HandleProxy(const http::Request& request, http::ResponseWriter& writer,
+                          const http::Headers& extra, Clock::time_point start) {
   // What the metrics get: the routing part once the request is with its backend (on_sent), the
   // rest when it ends; nothing on the way to the backend.
   ProxiedRequest record;
@@ -421,14 +421,14 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
       record.affinity = "none";
     } else if (!bound) {
       record.affinity = "new";
-      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).url, UnixMillis());
+      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).origin(), UnixMillis());
     } else if (backend == preferred) {
       record.affinity = "hit";
     } else if (spilled) {
       record.affinity = "spill";
     } else {
       record.affinity = "rebind";
-      (void)bindings_->Rebind(session.key, backends_->address(backend).url, UnixMillis());
+      (void)bindings_->Rebind(session.key, backends_->address(backend).origin(), UnixMillis());
     }
     metrics_.RecordRouted(record);
     record.routing_recorded = true;
@@ -442,7 +442,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
     // Nothing was sent anywhere (so no binding was written): eject the backend and try once
     // more elsewhere.
     const int failed = slot.backend();
-    const std::string& failed_url = backends_->address(failed).url;
+    const std::string& failed_url = backends_->address(failed).origin();
     std::fprintf(stderr, "deepinfer gateway: %s: connect failed (%s); ejected, retrying\n",
                  failed_url.c_str(), result.error.c_str());
     metrics_.RecordBackendError(failed_url, "connect");
@@ -469,7 +469,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
                           options_.upstream, pool_.get(), on_sent);
     if (result.end == ProxyEnd::kConnectFailed) {
       const int second = slot.backend();
-      metrics_.RecordBackendError(backends_->address(second).url, "connect");
+      metrics_.RecordBackendError(backends_->address(second).origin(), "connect");
       if (backends_->Eject(second, result.error, UnixSeconds())) OnHealthChange(second);
       RespondError(writer, extra,
                    UnavailableError("backend_unavailable",
@@ -478,7 +478,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
       return finish(writer.status());
     }
   }
-  served_by = backends_->address(slot.backend()).url;
+  served_by = backends_->address(slot.backend()).origin();
   switch (result.end) {
     case ProxyEnd::kClientGone:
       metrics_.RecordCancellation(result.phase);
@@ -497,7 +497,7 @@ void Gateway::HandleProxy(const FrontRequest& request, FrontWriter& writer, cons
   }
 }
 
-void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
+void Gateway::HandleModels(http::ResponseWriter& writer, const http::Headers& extra) {
   Admission adm = admission();
   std::vector<bool> healthy = backends_->HealthyMask();
   util::Json data = util::Json::array();
@@ -527,7 +527,7 @@ void Gateway::HandleModels(FrontWriter& writer, const Headers& extra) {
     RespondError(writer, extra, AdmitError(r, options_.flow), flow_->RetryAfterSeconds());
     return;
   }
-  Headers headers = extra;
+  http::Headers headers = extra;
   headers.emplace_back("Content-Type", "application/json");
   writer.Respond(200, headers,
                  util::DumpJson(util::Json{{"object", "list"}, {"data", std::move(data)}}));

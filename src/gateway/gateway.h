@@ -25,12 +25,12 @@
 #include "gateway/admission.h"
 #include "gateway/backends.h"
 #include "gateway/flow_control.h"
-#include "gateway/front_server.h"
 #include "gateway/key_store.h"
 #include "gateway/metrics.h"
 #include "gateway/request_info.h"
 #include "gateway/state.h"
 #include "gateway/upstream.h"
+#include "http/server.h"
 
 namespace deepinfer::gateway {
 
@@ -54,7 +54,15 @@ struct FileSignature {
 
 struct GatewayOptions {
   std::vector<std::string> backend_urls;
-  FrontServerOptions front;
+  // The client side, with the gateway's defaults (port 19010, 4096 connections; the 503 over
+  // that says "gateway").
+  http::ServerOptions front = [] {
+    http::ServerOptions o;
+    o.port = 19010;
+    o.max_connections = 4096;
+    o.overload_subject = "gateway";
+    return o;
+  }();
   FlowOptions flow;
   UpstreamOptions upstream;
   PreCheckLimits limits;
@@ -103,7 +111,7 @@ class Gateway {
   void ReloadNow();
 
   // The request handler (public for tests).
-  void Handle(const FrontRequest& request, FrontWriter& writer);
+  void Handle(const http::Request& request, http::ResponseWriter& writer);
   std::string MetricsText() const;
   std::string StatusJson() const;
 
@@ -112,16 +120,16 @@ class Gateway {
   absl::Status Init();
 
   // Request path (gateway.cc).
-  void HandleProxy(const FrontRequest& request, FrontWriter& writer, const Headers& extra,
-                   Clock::time_point start);
-  void HandleModels(FrontWriter& writer, const Headers& extra);
-  void RespondError(FrontWriter& writer, const Headers& extra, const absl::Status& status,
-                    int retry_after_s = 0);
+  void HandleProxy(const http::Request& request, http::ResponseWriter& writer,
+                   const http::Headers& extra, Clock::time_point start);
+  void HandleModels(http::ResponseWriter& writer, const http::Headers& extra);
+  void RespondError(http::ResponseWriter& writer, const http::Headers& extra,
+                    const absl::Status& status, int retry_after_s = 0);
   // The accepted key, or nullptr when it is not accepted (the 401 answer is sent). The record
   // is this thread's and stays valid until the thread's next Authenticate (a thread serves one
   // request at a time).
-  const KeyRecord* Authenticate(const FrontRequest& request, FrontWriter& writer,
-                                const Headers& extra);
+  const KeyRecord* Authenticate(const http::Request& request, http::ResponseWriter& writer,
+                                const http::Headers& extra);
 
   // Background work (gateway_admin.cc).
   void ProbeLoop(size_t backend);
@@ -147,7 +155,7 @@ class Gateway {
   std::unique_ptr<FlowControl> flow_;
   std::unique_ptr<UpstreamPool> pool_;
   GatewayMetrics metrics_;
-  std::unique_ptr<FrontServer> server_;
+  std::unique_ptr<http::Server> server_;
 
   mutable std::mutex files_mu_;
   std::shared_ptr<const KeyStore> keys_;

@@ -122,8 +122,8 @@ void Gateway::UpdateEligibility() {
 void Gateway::OnHealthChange(size_t backend) {
   bool healthy = backends_->healthy(backend);
   std::fprintf(stderr, "deepinfer gateway: backend %s is %s\n",
-               backends_->address(backend).url.c_str(), healthy ? "healthy" : "UNHEALTHY");
-  if (!healthy && pool_) pool_->Drop(backends_->address(backend).url);
+               backends_->address(backend).origin().c_str(), healthy ? "healthy" : "UNHEALTHY");
+  if (!healthy && pool_) pool_->Drop(backends_->address(backend).origin());
   backend_state_dirty_ = true;
   UpdateEligibility();
 }
@@ -227,7 +227,7 @@ GatewayGauges Gateway::Gauges() const {
   std::map<std::string, int64_t> bound = bindings_->CountByBackend();
   for (size_t i = 0; i < backends_->size(); ++i) {
     BackendGauges b;
-    b.url = backends_->address(i).url;
+    b.url = backends_->address(i).origin();
     b.inflight = flow.active[i];
     b.max_active = options_.flow.max_active_per_backend;
     b.healthy = health[i].healthy;

@@ -1,5 +1,5 @@
 // The whole request path over real loopback sockets: a Gateway in front of in-process fake
-// backends (FrontServer instances with scripted handlers).
+// backends (http::Server instances with scripted handlers).
 
 #include "gateway/gateway.h"
 
@@ -14,25 +14,24 @@
 #include <set>
 #include <thread>
 
-#include "api/socket_io.h"
-#include "api/tcp_server.h"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
-#include "gateway/response_parser.h"
 #include "gtest/gtest.h"
+#include "http/response_parser.h"
+#include "http/socket_io.h"
 #include "util/json.h"
 #include "util/mapped_file.h"
 
 namespace deepinfer::gateway {
 
-using api::Clock;
-using api::CloseNow;
-using api::ConnectTcp;
-using api::FdStream;
+using http::Clock;
+using http::CloseNow;
+using http::ConnectTcp;
+using http::FdStream;
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 using namespace std::chrono_literals;
 
 // A scripted backend. Paths: /health, /v1/models, /v1/echo (reports what it received),
@@ -41,11 +40,11 @@ using namespace std::chrono_literals;
 class FakeBackend {
  public:
   explicit FakeBackend(std::string name, int idle_timeout_ms = 2000) : name_(std::move(name)) {
-    FrontServerOptions o;
+    http::ServerOptions o;
     o.port = 0;
     o.idle_timeout_ms = idle_timeout_ms;
-    server_ = std::move(
-        *FrontServer::Start(o, [this](const FrontRequest& r, FrontWriter& w) { Serve(r, w); }));
+    server_ = std::move(*http::Server::Start(
+        o, [this](const http::Request& r, http::ResponseWriter& w) { Serve(r, w); }));
   }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(server_->port()); }
   int requests() const { return requests_.load(); }
@@ -64,7 +63,7 @@ class FakeBackend {
   void Stop() { server_.reset(); }
 
  private:
-  void Serve(const FrontRequest& r, FrontWriter& w) {
+  void Serve(const http::Request& r, http::ResponseWriter& w) {
     if (r.path == "/health") {
       w.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
       return;
@@ -132,7 +131,7 @@ class FakeBackend {
   }
 
   std::string name_;
-  std::unique_ptr<FrontServer> server_;
+  std::unique_ptr<http::Server> server_;
   std::atomic<int> requests_{0};
   std::atomic<int> active_{0};
   std::atomic<int> max_active_{0};
@@ -171,11 +170,11 @@ class Client {
     Reply reply;
     FdStream s(fd_);
     s.set_read_timeout_ms(5000);
-    http::response_parser<http::buffer_body> p;
+    beast_http::response_parser<beast_http::buffer_body> p;
     p.body_limit(boost::none);
     p.skip(head);
     boost::system::error_code ec;
-    http::read_header(s, buffer_, p, ec);
+    beast_http::read_header(s, buffer_, p, ec);
     if (ec) return reply;
     if (head_at != nullptr) *head_at = Clock::now();
     reply.status = p.get().result_int();
@@ -188,8 +187,8 @@ class Client {
     while (!p.is_done()) {
       p.get().body().data = buf;
       p.get().body().size = sizeof(buf);
-      http::read_some(s, buffer_, p, ec);
-      if (ec == http::error::need_buffer) ec = {};
+      beast_http::read_some(s, buffer_, p, ec);
+      if (ec == beast_http::error::need_buffer) ec = {};
       size_t n = sizeof(buf) - p.get().body().size;
       reply.body.append(buf, n);
       if (n > 0 && on_piece) on_piece(std::string_view(buf, n));
@@ -208,7 +207,7 @@ class Client {
 class RawBackend {
  public:
   explicit RawBackend(std::string reply) : reply_(std::move(reply)) {
-    fd_ = *api::ListenTcp("127.0.0.1", 0, &port_);
+    fd_ = *http::ListenTcp("127.0.0.1", 0, &port_);
     thread_ = std::thread([this] { Loop(); });
   }
   ~RawBackend() {
@@ -556,9 +555,9 @@ TEST_F(GatewayTest, BackendHangingUpBeforeAnsweringIs502) {
 
 TEST_F(GatewayTest, RefusedConnectIsRetriedOnAnotherBackendAndEjected) {
   // A port nothing listens on (bound once, then released).
-  FrontServerOptions o;
+  http::ServerOptions o;
   o.port = 0;
-  auto tmp = std::move(*FrontServer::Start(o, [](const FrontRequest&, FrontWriter&) {}));
+  auto tmp = std::move(*http::Server::Start(o, [](const http::Request&, http::ResponseWriter&) {}));
   std::string dead = "http://127.0.0.1:" + std::to_string(tmp->port());
   tmp.reset();
   WriteAdmission("{\"admit\":[\"" + backends_[0]->url() + "\",\"" + backends_[1]->url() + "\",\"" +
@@ -643,11 +642,11 @@ TEST_F(GatewayTest, InterimAnswersAreSkippedAndNeverLeftForTheNextRequest) {
 }
 
 TEST(ListsTokenTest, FindsElementsOfAConnectionHeader) {
-  EXPECT_TRUE(ListsToken("keep-alive, X-Secret", "x-secret"));
-  EXPECT_TRUE(ListsToken(" close ,\tUpgrade", "upgrade"));
-  EXPECT_FALSE(ListsToken("keep-alive, X-Secret-2", "x-secret"));
-  EXPECT_FALSE(ListsToken("", "x"));
-  EXPECT_FALSE(ListsToken(",,", "x"));
+  EXPECT_TRUE(http::ListsToken("keep-alive, X-Secret", "x-secret"));
+  EXPECT_TRUE(http::ListsToken(" close ,\tUpgrade", "upgrade"));
+  EXPECT_FALSE(http::ListsToken("keep-alive, X-Secret-2", "x-secret"));
+  EXPECT_FALSE(http::ListsToken("", "x"));
+  EXPECT_FALSE(http::ListsToken(",,", "x"));
 }
 
 TEST_F(GatewayTest, FieldsTheBackendsConnectionHeaderNamesDoNotReachTheClient) {

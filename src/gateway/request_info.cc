@@ -12,10 +12,10 @@
 #include <mutex>
 #include <vector>
 
-#include "api/errors.h"
 #include "boost/beast/core/string.hpp"
 #include "fmt/format.h"
 #include "gateway/key_store.h"
+#include "http/errors.h"
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
@@ -137,9 +137,7 @@ class Inspector {
     }
   }
   bool StartObject() { return Open(true); }
-  void Key(std::string_view k) {
-    stack_[depth_ - 1].key.assign(k);
-  }
+  void Key(std::string_view k) { stack_[depth_ - 1].key.assign(k); }
   void EndObject() { Close(); }
   bool StartArray() { return Open(false); }
   void EndArray() { Close(); }
@@ -509,22 +507,22 @@ absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits) {
     // Not a count serve could take: its parser's answer, not a context verdict.
     const std::string_view field = body.max_tokens_field;
     if (field == "max_output_tokens") {
-      return api::RequestError(field, "invalid_value",
-                               "'max_output_tokens' must be a positive integer.");
+      return http::RequestError(field, "invalid_value",
+                                "'max_output_tokens' must be a positive integer.");
     }
     if (body.max_tokens_not_an_integer) {
-      return api::RequestError(field, "invalid_type",
-                               fmt::format("'{}' must be an integer.", field));
+      return http::RequestError(field, "invalid_type",
+                                fmt::format("'{}' must be an integer.", field));
     }
-    return api::RequestError(field, "invalid_value", fmt::format("'{}' is too large.", field));
+    return http::RequestError(field, "invalid_value", fmt::format("'{}' is too large.", field));
   }
   if (output > limit) {
     std::string_view field = body.max_tokens_field.empty() ? "max_tokens" : body.max_tokens_field;
-    return api::ContextLengthError(field, prompt, output, limit, /*prompt_is_lower_bound=*/true);
+    return http::ContextLengthError(field, prompt, output, limit, /*prompt_is_lower_bound=*/true);
   }
   if (prompt + output > limit) {
     std::string_view field = body.prompt_field.empty() ? "messages" : body.prompt_field;
-    return api::ContextLengthError(field, prompt, output, limit, /*prompt_is_lower_bound=*/true);
+    return http::ContextLengthError(field, prompt, output, limit, /*prompt_is_lower_bound=*/true);
   }
   return absl::OkStatus();
 }

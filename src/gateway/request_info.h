@@ -87,7 +87,7 @@ int64_t PromptTokensLowerBound(const BodyInfo& body, const PreCheckLimits& limit
 //   client sent as param
 //   (max_tokens / max_completion_tokens / max_output_tokens, or messages / prompt / input),
 //   carrying n_prompt_tokens (the lower bound, which the message calls "at least") and n_ctx
-//   for api::ApiErrorFromStatus.
+//   for http::ApiErrorFromStatus.
 absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits);
 
 }  // namespace deepinfer::gateway

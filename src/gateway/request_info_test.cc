@@ -3,8 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "api/errors.h"
 #include "gtest/gtest.h"
+#include "http/errors.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
@@ -186,7 +186,8 @@ TEST(InspectBodyTest, AgreesWithNlohmannOnEveryPrefixAndMutation) {
       R"("max_completion_tokens":-9223372036854775808,"x":[null,false,true,0,-0,1E5,2.0]} )",
       R"({"max_tokens":18446744073709551616,"max_output_tokens":-9223372036854775809,"n":01})",
       "{\"system\":[{\"type\":\"text\",\"text\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}],"
-      "\"messages\":[{\"content\":\"q\",\"role\":\"user\"}],\"metadata\":{\"user_id\":\"\\u00ff\"}}",
+      "\"messages\":[{\"content\":\"q\",\"role\":\"user\"}],\"metadata\":{\"user_id\":\"\\u00ff\"}"
+      "}",
       R"({"input":[{"role":"user","content":"a"}],"instructions":"i","a":{"b":{"c":[[[]]]}}})",
       R"({"messages":[{"role":"user","content":"\ud800"}]})",
       R"({"messages":[{"role":"user","content":"\udc00x"}],"user":"u"})",
@@ -196,8 +197,8 @@ TEST(InspectBodyTest, AgreesWithNlohmannOnEveryPrefixAndMutation) {
       "{\"a\":\"\xc0\x80\",\"b\":\"\xed\xa0\x80\",\"c\":\"\xf4\x90\x80\x80\"}",
       R"({"a":1}{"b":2})",
   };
-  const char kReplacements[] = {'"', '\\', '{', '}', '[', ']', ',', ':', '0', '-', 'e', '.',
-                                ' ', 'u', 'x', '\0', '\x80', '\xff'};
+  const char kReplacements[] = {'"', '\\', '{', '}', '[', ']', ',',  ':',    '0',
+                                '-', 'e',  '.', ' ', 'u', 'x', '\0', '\x80', '\xff'};
   for (const std::string& body : corpus) {
     for (size_t n = 0; n <= body.size(); ++n) ExpectSameAsNlohmann(body.substr(0, n));
     for (size_t i = 0; i < body.size(); ++i) {
@@ -216,7 +217,7 @@ TEST(PreCheckTest, RejectsMaxTokensAboveTheLimit) {
   PreCheckLimits limits{1000, 32};
   absl::Status s = PreCheck(InspectBody(R"({"max_tokens":1001,"messages":[]})"), limits);
   EXPECT_EQ(ErrorCodeOf(s), "context_length_exceeded");
-  api::ApiError e = api::ApiErrorFromStatus(s);
+  http::ApiError e = http::ApiErrorFromStatus(s);
   EXPECT_EQ(e.http_status, 400);
   EXPECT_EQ(e.param, "max_tokens");
   EXPECT_EQ(e.n_ctx, 1000);
@@ -227,16 +228,16 @@ TEST(PreCheckTest, NamesTheFieldTheClientSent) {
   PreCheckLimits limits{1000, 32};
   for (std::string field : {"max_completion_tokens", "max_output_tokens"}) {
     absl::Status s = PreCheck(InspectBody(R"({")" + field + R"(":5000,"max_tokens":3})"), limits);
-    EXPECT_EQ(api::ApiErrorFromStatus(s).param, field);
+    EXPECT_EQ(http::ApiErrorFromStatus(s).param, field);
   }
   std::string text(40000, 'a');  // at least 1,250 tokens
   absl::Status s = PreCheck(InspectBody(R"({"input":")" + text + "\"}"), limits);
-  api::ApiError e = api::ApiErrorFromStatus(s);
+  http::ApiError e = http::ApiErrorFromStatus(s);
   EXPECT_EQ(e.param, "input");
   // The gateway never tokenizes: its count is a lower bound, and the message says so.
   EXPECT_NE(e.message.find("at least 1250 in the input"), std::string::npos) << e.message;
   s = PreCheck(InspectBody(R"({"prompt":")" + text + "\"}"), limits);
-  EXPECT_EQ(api::ApiErrorFromStatus(s).param, "prompt");
+  EXPECT_EQ(http::ApiErrorFromStatus(s).param, "prompt");
 }
 
 TEST(PreCheckTest, RejectsPromptsWhoseLowerBoundCannotFit) {
@@ -245,7 +246,7 @@ TEST(PreCheckTest, RejectsPromptsWhoseLowerBoundCannotFit) {
   std::string body = R"({"max_tokens":20,"messages":[{"role":"user","content":")" + text + "\"}]}";
   absl::Status s = PreCheck(InspectBody(body), limits);
   EXPECT_EQ(ErrorCodeOf(s), "context_length_exceeded");
-  EXPECT_EQ(api::ApiErrorFromStatus(s).param, "messages");
+  EXPECT_EQ(http::ApiErrorFromStatus(s).param, "messages");
   std::string fits = R"({"max_tokens":5,"messages":[{"role":"user","content":")" + text + "\"}]}";
   EXPECT_TRUE(PreCheck(InspectBody(fits), limits).ok());
   EXPECT_EQ(ErrorCodeOf(PreCheck(InspectBody(R"({"prompt":[1,2,3],"max_tokens":98})"), limits)),
@@ -277,7 +278,7 @@ TEST(PreCheckTest, AMaxTokensNoBackendCouldReadGetsTheBackendsAnswer) {
        "max_output_tokens", "'max_output_tokens' must be a positive integer."},
   };
   for (const Case& c : cases) {
-    api::ApiError e = api::ApiErrorFromStatus(PreCheck(InspectBody(c.body), limits));
+    http::ApiError e = http::ApiErrorFromStatus(PreCheck(InspectBody(c.body), limits));
     EXPECT_EQ(e.http_status, 400) << c.body;
     EXPECT_EQ(e.code, c.code) << c.body;
     EXPECT_EQ(e.param, c.param) << c.body;

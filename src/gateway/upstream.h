@@ -1,8 +1,9 @@
 #pragma once
 
-// The backend side of the gateway: one HTTP/1.1 connection per proxied request (Boost.Beast over
-// a blocking socket), the answer relayed to the client as it arrives, and the connection closed
-// the moment the client is gone, so that the backend cancels the generation.
+// The backend side of the gateway: one HTTP/1.1 connection per proxied request (an
+// http::ClientConnection, kept alive and reused through UpstreamPool), the answer relayed to the
+// client as it arrives, and the connection closed the moment the client is gone, so that the
+// backend cancels the generation.
 
 #include <chrono>
 #include <cstdint>
@@ -14,9 +15,10 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "api/errors.h"
 #include "gateway/backends.h"
-#include "gateway/front_server.h"
+#include "http/client.h"
+#include "http/errors.h"
+#include "http/server.h"
 
 namespace deepinfer::gateway {
 
@@ -92,32 +94,21 @@ struct ProxyResult {
 // when nothing was sent (kConnectFailed, or a send that failed).
 // Threads: runs on the caller's (connection) thread; so does `on_sent`.
 ProxyResult ProxyRequest(
-    const BackendAddress& backend, const FrontRequest& request, std::string_view request_id,
-    const Headers& extra_headers, FrontWriter& writer, const UpstreamOptions& options,
-    UpstreamPool* pool = nullptr, absl::FunctionRef<void()> on_sent = [] {});
+    const BackendAddress& backend, const http::Request& request, std::string_view request_id,
+    const http::Headers& extra_headers, http::ResponseWriter& writer,
+    const UpstreamOptions& options, UpstreamPool* pool = nullptr,
+    absl::FunctionRef<void()> on_sent = [] {});
 
-struct SimpleResponse {
-  int status = 0;
-  std::string body;
-};
-
-// GET `path` from `backend` (health probes, /v1/models) within `timeout_ms` overall.
+// GET `path` from `backend` (health probes, /v1/models) within `timeout_ms` overall
+// (http::Fetch on a connection of its own).
 // Errors: Unavailable "connect_failed" (refused: the backend is down), DeadlineExceeded
-//   "connect_timeout" / "backend_timeout", Unavailable "backend_error" (reset, bad answer).
-absl::StatusOr<SimpleResponse> HttpGet(const BackendAddress& backend, const std::string& path,
-                                       int timeout_ms, int64_t max_body_bytes = 8 << 20);
+//   "connect_timeout" / "backend_timeout", Unavailable "backend_error" (reset, bad answer, a body
+//   over `max_body_bytes`).
+absl::StatusOr<http::ClientResponse> HttpGet(const BackendAddress& backend, const std::string& path,
+                                             int timeout_ms, int64_t max_body_bytes = 8 << 20);
 
-// The client-visible form of a gateway error: api::ApiErrorFromStatus, except that a backend
+// The client-visible form of a gateway error: http::ApiErrorFromStatus, except that a backend
 // that failed or refused ("backend_error", "backend_unavailable") is 502 Bad Gateway.
-api::ApiError GatewayError(const absl::Status& status);
-
-// The body of an error the gateway answers itself: Anthropic's shape {"type": "error", "error":
-// {"type", "message"}} on the Anthropic routes (/v1/messages and below), so that Anthropic
-// clients read it as their own; OpenAI's shape on every other path.
-std::string GatewayErrorBody(const api::ApiError& error, std::string_view path);
-
-// The in-band error of an SSE stream the backend broke off: OpenAI's `data: {"error": ...}` and
-// `data: [DONE]`, or on the Anthropic routes an `event: error` frame.
-std::string GatewayStreamError(const api::ApiError& error, std::string_view path);
+http::ApiError GatewayError(const absl::Status& status);
 
 }  // namespace deepinfer::gateway

@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
+#include "http/sse_parser.h"
 #include "util/json.h"
 #include "util/status.h"
 
@@ -161,20 +162,21 @@ RequestRecord SendRequest(const ClientConfig& config, const RequestSpec& spec,
       }
     }
   } else {
-    SseParser parser;
+    http::SseParser parser;
     std::vector<StreamEvent> events;
     bool done = false;
     auto r = HttpPostStreaming(config.base, PathOf(config.endpoint), body, config.http,
                                [&](std::string_view piece) {
                                  double t = SecondsSince(t0);
-                                 for (std::string& data : parser.Feed(piece)) {
-                                   if (data == "[DONE]") {
+                                 for (http::SseEvent& e : parser.Feed(piece)) {
+                                   if (e.data == "[DONE]") {
                                      done = true;
                                    } else {
-                                     events.push_back({std::move(data), t});
+                                     events.push_back({std::move(e.data), t});
                                    }
                                  }
-                                 return true;
+                                 // An endless event ends the request (without [DONE]).
+                                 return !parser.overflowed();
                                });
     rec.e2el_s = SecondsSince(t0);
     if (!r.ok()) {

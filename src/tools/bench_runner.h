@@ -20,7 +20,7 @@ enum class Endpoint { kCompletions, kChat };
 
 // Where and how requests go.
 struct ClientConfig {
-  BaseUrl base;
+  http::Url base;
   HttpOptions http;
   std::string model;
   Endpoint endpoint = Endpoint::kCompletions;

@@ -45,7 +45,7 @@ const char* DialectName(TokenizerDialect dialect) {
 
 absl::StatusOr<util::Json> ServerClient::PostJson(const std::string& path,
                                                   const std::string& body) {
-  DI_ASSIGN_OR_RETURN(HttpResponse r, HttpFetch(base_, "POST", path, body, options_));
+  DI_ASSIGN_OR_RETURN(http::ClientResponse r, HttpFetch(base_, "POST", path, body, options_));
   if (r.status != 200) {
     return UnavailableError("http_error",
                             fmt::format("POST {}: HTTP {}: {}", path, r.status, Snippet(r.body)));
@@ -59,7 +59,7 @@ absl::StatusOr<util::Json> ServerClient::PostJson(const std::string& path,
 }
 
 absl::Status ServerClient::Probe(const std::string& model) {
-  DI_ASSIGN_OR_RETURN(HttpResponse r, HttpFetch(base_, "GET", "/v1/models", "", options_));
+  DI_ASSIGN_OR_RETURN(http::ClientResponse r, HttpFetch(base_, "GET", "/v1/models", "", options_));
   if (r.status != 200) {
     return UnavailableError("http_error",
                             fmt::format("GET /v1/models: HTTP {}: {}", r.status, Snippet(r.body)));

@@ -36,7 +36,7 @@ struct ServerInfo {
 
 class ServerClient : public TokenizerApi {
  public:
-  ServerClient(BaseUrl base, HttpOptions options)
+  ServerClient(http::Url base, HttpOptions options)
       : base_(std::move(base)), options_(std::move(options)) {}
 
   // GET /v1/models (picks `model`, or the first model when empty), then finds which tokenizer
@@ -49,7 +49,7 @@ class ServerClient : public TokenizerApi {
   absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& tokens) override;
 
   const ServerInfo& info() const { return info_; }
-  const BaseUrl& base() const { return base_; }
+  const http::Url& base() const { return base_; }
   const HttpOptions& options() const { return options_; }
 
  private:
@@ -57,7 +57,7 @@ class ServerClient : public TokenizerApi {
   absl::StatusOr<std::vector<int32_t>> TokenizeWith(TokenizerDialect dialect,
                                                     const std::string& text);
 
-  BaseUrl base_;
+  http::Url base_;
   HttpOptions options_;
   ServerInfo info_;
 };

@@ -5,7 +5,9 @@
 #include <random>
 
 #include "fmt/format.h"
-#include "tools/smoke_http.h"
+#include "http/client.h"
+#include "http/sse_parser.h"
+#include "http/url.h"
 #include "util/json.h"
 #include "util/status.h"
 
@@ -20,9 +22,9 @@ constexpr const char* kWords[] = {"the", "cat",  "sat",   "on", "a",   "red", "m
 
 class Smoke {
  public:
-  Smoke(const SmokeOptions& options, ServerUrl server) : options_(options), server_(server) {
+  Smoke(const SmokeOptions& options, http::Url server) : options_(options), server_(server) {
     // The API lives under ".../v1"; /health sits at the server root.
-    std::string prefix = server_.prefix;
+    std::string prefix = server_.path();
     if (prefix.size() >= 3 && prefix.compare(prefix.size() - 3, 3, "/v1") == 0) {
       root_ = prefix.substr(0, prefix.size() - 3);
       api_ = prefix;
@@ -51,19 +53,31 @@ class Smoke {
     report_.checks.push_back({name, ok, std::move(detail)});
   }
 
-  ProbeRequest Request(const std::string& method, const std::string& target, std::string body,
-                       bool chat) const {
-    ProbeRequest r;
+  http::ClientRequest Request(const std::string& method, const std::string& target,
+                              std::string body, bool chat) const {
+    http::ClientRequest r;
     r.method = method;
     r.target = target;
     r.body = std::move(body);
-    r.timeout_s = options_.timeout_s;
+    r.headers.push_back({"Accept", "*/*"});
+    if (!r.body.empty() || method == "POST")
+      r.headers.push_back({"Content-Type", "application/json"});
     if (!options_.api_key.empty())
       r.headers.push_back({"Authorization", "Bearer " + options_.api_key});
     if (chat && options_.dp_rank) {
       r.headers.push_back({"X-data-parallel-rank", std::to_string(*options_.dp_rank)});
     }
     return r;
+  }
+
+  // One exchange within --timeout. With a sink, a 2xx body goes to it piece by piece (false
+  // hangs up); other bodies are read whole.
+  absl::StatusOr<http::ClientResponse> Probe(const http::ClientRequest& request,
+                                             const http::BodySink& sink = nullptr) const {
+    http::FetchOptions fetch;
+    fetch.idle_timeout_ms = 0;  // only the whole exchange is bounded
+    fetch.total_timeout_ms = static_cast<int>(options_.timeout_s * 1000.0);
+    return http::Fetch(server_, request, fetch, sink);
   }
 
   util::Json ChatBody(const util::Json& messages, int max_tokens, bool stream) const {
@@ -85,7 +99,7 @@ class Smoke {
   }
 
   // A short description of a failed answer: status plus the server's error message.
-  static std::string Describe(const ProbeResponse& r) {
+  static std::string Describe(const http::ClientResponse& r) {
     std::string detail = fmt::format("HTTP {}", r.status);
     auto json = util::ParseJson(r.body);
     if (json.ok() && json->is_object() && json->contains("error")) {
@@ -110,8 +124,7 @@ class Smoke {
 
   // POSTs a chat request and returns the parsed 200 answer, or a failure line.
   absl::StatusOr<util::Json> PostChat(const util::Json& body) const {
-    auto r = ProbeFetch(server_,
-                        Request("POST", api_ + "/chat/completions", util::DumpJson(body), true));
+    auto r = Probe(Request("POST", api_ + "/chat/completions", util::DumpJson(body), true));
     if (!r.ok()) return r.status();
     if (r->status != 200) return InternalError("bad_status", Describe(*r));
     auto json = util::ParseJson(r->body);
@@ -144,14 +157,14 @@ class Smoke {
   }
 
   void Health() {
-    auto r = ProbeFetch(server_, Request("GET", root_ + "/health", "", false));
+    auto r = Probe(Request("GET", root_ + "/health", "", false));
     if (!r.ok()) return Add("health", false, OneLineError(r.status()));
     if (r->status != 200) return Add("health", false, Describe(*r));
     Add("health", true, "GET /health answered 200");
   }
 
   void Models() {
-    auto r = ProbeFetch(server_, Request("GET", api_ + "/models", "", false));
+    auto r = Probe(Request("GET", api_ + "/models", "", false));
     if (!r.ok()) return Add("models", false, OneLineError(r.status()));
     if (r->status != 200) return Add("models", false, Describe(*r));
     auto json = util::ParseJson(r->body);
@@ -220,19 +233,20 @@ class Smoke {
   }
 
   void Stream() {
-    SseSplitter splitter;
+    http::SseParser sse;
     std::vector<std::string> events;
     std::string body = util::DumpJson(ChatBody(UserMessage("Tell me a story."), 8, true));
-    auto r = ProbeFetch(server_, Request("POST", api_ + "/chat/completions", body, true),
-                        [&](std::string_view piece) {
-                          for (std::string& e : splitter.Feed(piece)) events.push_back(e);
-                          return true;
-                        });
+    auto r =
+        Probe(Request("POST", api_ + "/chat/completions", body, true), [&](std::string_view piece) {
+          for (http::SseEvent& e : sse.Feed(piece)) events.push_back(std::move(e.data));
+          return true;
+        });
     if (!r.ok()) return Add("stream", false, OneLineError(r.status()));
     if (r->status != 200) return Add("stream", false, Describe(*r));
-    if (r->content_type.rfind("text/event-stream", 0) != 0) {
-      return Add("stream", false,
-                 fmt::format("content type '{}', expected text/event-stream", r->content_type));
+    if (r->Header("content-type").rfind("text/event-stream", 0) != 0) {
+      return Add(
+          "stream", false,
+          fmt::format("content type '{}', expected text/event-stream", r->Header("content-type")));
     }
     if (events.empty() || events.back() != "[DONE]") {
       return Add(
@@ -316,19 +330,19 @@ class Smoke {
     for (int64_t i = 0; i < report_.window + 64; ++i) text += "x ";
     std::string body = util::DumpJson(ChatBody(UserMessage(text), 1, true));
     size_t streamed = 0;
-    auto r = ProbeFetch(server_, Request("POST", api_ + "/chat/completions", body, true),
-                        [&](std::string_view piece) {
-                          streamed += piece.size();
-                          return false;
-                        });
+    auto r =
+        Probe(Request("POST", api_ + "/chat/completions", body, true), [&](std::string_view piece) {
+          streamed += piece.size();
+          return false;
+        });
     if (!r.ok()) return Add("over_window", false, OneLineError(r.status()));
     if (r->status == 200) {
       return Add("over_window", false,
                  fmt::format("a prompt over the {}-token window started a stream (HTTP 200, {})",
-                             report_.window, r->content_type));
+                             report_.window, r->Header("content-type")));
     }
     if (r->status != 400) return Add("over_window", false, Describe(*r) + " (expected 400)");
-    if (r->content_type.rfind("text/event-stream", 0) == 0) {
+    if (r->Header("content-type").rfind("text/event-stream", 0) == 0) {
       return Add("over_window", false, "HTTP 400 but with an event-stream body");
     }
     Add("over_window", true, Describe(*r));
@@ -338,15 +352,15 @@ class Smoke {
     int64_t max_tokens = report_.window > 0 ? std::clamp<int64_t>(report_.window / 2, 16, 512) : 64;
     std::string body = util::DumpJson(
         ChatBody(UserMessage("Write a very long story."), static_cast<int>(max_tokens), true));
-    SseSplitter splitter;
+    http::SseParser sse;
     bool got_token = false;
-    auto r = ProbeFetch(server_, Request("POST", api_ + "/chat/completions", body, true),
-                        [&](std::string_view piece) {
-                          for (const std::string& e : splitter.Feed(piece)) {
-                            if (!DeltaText(e).empty()) got_token = true;
-                          }
-                          return !got_token;  // hang up after the first token
-                        });
+    auto r =
+        Probe(Request("POST", api_ + "/chat/completions", body, true), [&](std::string_view piece) {
+          for (const http::SseEvent& e : sse.Feed(piece)) {
+            if (!DeltaText(e.data).empty()) got_token = true;
+          }
+          return !got_token;  // hang up after the first token
+        });
     if (!r.ok()) return Add("cancel", false, OneLineError(r.status()));
     if (r->status != 200) return Add("cancel", false, "stream refused: " + Describe(*r));
     std::string how = r->aborted ? "hung up after the first token" : "the stream ended first";
@@ -360,7 +374,7 @@ class Smoke {
   }
 
   const SmokeOptions& options_;
-  ServerUrl server_;
+  http::Url server_;
   std::string root_;
   std::string api_;
   std::string nonce_;
@@ -375,7 +389,7 @@ bool SmokeReport::ok() const {
 }
 
 absl::StatusOr<SmokeReport> RunSmoke(const SmokeOptions& options) {
-  DI_ASSIGN_OR_RETURN(ServerUrl server, ParseServerUrl(options.base_url));
+  DI_ASSIGN_OR_RETURN(http::Url server, http::ParseUrl(options.base_url));
   return Smoke(options, server).Run();
 }
 

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <thread>
 
-#include "api/http_server.h"
 #include "gtest/gtest.h"
-#include "tools/smoke_http.h"
+#include "http/server.h"
+#include "http/sse.h"
 #include "util/json.h"
 
 namespace deepinfer::tools {
@@ -28,10 +28,10 @@ struct FakeBehavior {
 class FakeServer {
  public:
   explicit FakeServer(FakeBehavior behavior) : behavior_(behavior) {
-    api::HttpServerOptions options;
+    http::ServerOptions options;
     options.port = 0;
-    auto server = api::HttpServer::Start(
-        options, [this](const api::HttpRequest& r, api::ResponseWriter& w) { Handle(r, w); });
+    auto server = http::Server::Start(
+        options, [this](const http::Request& r, http::ResponseWriter& w) { Handle(r, w); });
     EXPECT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
   }
@@ -47,9 +47,9 @@ class FakeServer {
     return n;
   }
 
-  void Handle(const api::HttpRequest& r, api::ResponseWriter& w) {
+  void Handle(const http::Request& r, http::ResponseWriter& w) {
     if (r.path == "/health") {
-      w.Respond(200, "application/json", "{\"status\":\"ok\"}");
+      w.Respond(200, {{"Content-Type", "application/json"}}, "{\"status\":\"ok\"}");
       return;
     }
     if (r.path == "/v1/models") {
@@ -57,11 +57,11 @@ class FakeServer {
           {"object", "list"},
           {"data",
            util::Json::array({util::Json{{"id", "fake"}, {"max_model_len", behavior_.window}}})}};
-      w.Respond(200, "application/json", util::DumpJson(body));
+      w.Respond(200, {{"Content-Type", "application/json"}}, util::DumpJson(body));
       return;
     }
     if (r.path != "/v1/chat/completions") {
-      w.Respond(404, "application/json", "{}");
+      w.Respond(404, {{"Content-Type", "application/json"}}, "{}");
       return;
     }
     if (!r.Header("x-data-parallel-rank").empty()) ++num_rank_headers_;
@@ -73,7 +73,7 @@ class FakeServer {
       if (m["role"] == "system") system = m["content"].get<std::string>();
     }
     if (prompt >= behavior_.window && behavior_.refuse_over_window) {
-      w.Respond(400, "application/json",
+      w.Respond(400, {{"Content-Type", "application/json"}},
                 "{\"error\":{\"message\":\"too long\",\"type\":\"invalid_request_error\","
                 "\"param\":\"messages\",\"code\":\"context_length_exceeded\"}}");
       return;
@@ -90,25 +90,25 @@ class FakeServer {
                         {"total_tokens", prompt + 2},
                         {"prompt_tokens_details", {{"cached_tokens", cached}}}};
     if (req.value("stream", false)) {
-      w.BeginStream("text/event-stream");
-      w.WriteStream(
+      http::BeginEventStream(w);
+      w.Write(
           "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\","
           "\"content\":\"\"},\"finish_reason\":null}]}\n\n");
       for (int i = 0; i < 3; ++i) {
-        if (!w.WriteStream("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi \"},"
-                           "\"finish_reason\":null}]}\n\n")) {
+        if (!w.Write("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi \"},"
+                     "\"finish_reason\":null}]}\n\n")) {
           return;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
-      w.WriteStream(
+      w.Write(
           "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":"
           "\"length\"}]}\n\n");
-      w.WriteStream("data: " +
-                    util::DumpJson(util::Json{{"choices", util::Json::array()}, {"usage", usage}}) +
-                    "\n\n");
-      if (behavior_.send_done) w.WriteStream("data: [DONE]\n\n");
-      w.EndStream();
+      w.Write("data: " +
+              util::DumpJson(util::Json{{"choices", util::Json::array()}, {"usage", usage}}) +
+              "\n\n");
+      if (behavior_.send_done) w.Write("data: [DONE]\n\n");
+      w.End();
       return;
     }
     util::Json body = {
@@ -118,11 +118,11 @@ class FakeServer {
                                     {"message", {{"role", "assistant"}, {"content", "hi there"}}},
                                     {"finish_reason", "length"}}})},
         {"usage", usage}};
-    w.Respond(200, "application/json", util::DumpJson(body));
+    w.Respond(200, {{"Content-Type", "application/json"}}, util::DumpJson(body));
   }
 
   FakeBehavior behavior_;
-  std::unique_ptr<api::HttpServer> server_;
+  std::unique_ptr<http::Server> server_;
   std::mutex mu_;
   std::set<std::string> seen_;
   std::atomic<int> num_rank_headers_{0};
@@ -140,39 +140,6 @@ const SmokeCheck* Find(const SmokeReport& report, const std::string& name) {
     if (c.name == name) return &c;
   }
   return nullptr;
-}
-
-TEST(ParseServerUrlTest, SplitsHostPortAndPrefix) {
-  auto url = ParseServerUrl("http://127.0.0.1:8900/v1/");
-  ASSERT_TRUE(url.ok()) << url.status();
-  EXPECT_EQ(url->host, "127.0.0.1");
-  EXPECT_EQ(url->port, 8900);
-  EXPECT_EQ(url->prefix, "/v1");
-  auto v6 = ParseServerUrl("http://[::1]:81");
-  ASSERT_TRUE(v6.ok());
-  EXPECT_EQ(v6->host, "::1");
-  EXPECT_EQ(v6->port, 81);
-  auto plain = ParseServerUrl("http://example");
-  ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(plain->port, 80);
-}
-
-TEST(ParseServerUrlTest, RejectsWhatItCannotProbe) {
-  for (const char* url : {"https://x/v1", "ftp://x", "http://:80", "http://x:0", "http://x:99999",
-                          "http://x/v1?a=b", "http://u:p@x/v1", "x:80"}) {
-    EXPECT_FALSE(ParseServerUrl(url).ok()) << url;
-  }
-}
-
-TEST(SseSplitterTest, JoinsEventsAcrossPiecesAndLineEnds) {
-  SseSplitter s;
-  std::vector<std::string> events;
-  for (const char* piece :
-       {"data: a\r", "\n\r\ndata:b\n", ": comment\ndata: c\n\n", "data: [DO", "NE]\n\n"}) {
-    for (auto& e : s.Feed(piece)) events.push_back(e);
-  }
-  EXPECT_EQ(events, (std::vector<std::string>{"a", "b\nc", "[DONE]"}));
-  EXPECT_FALSE(s.has_partial());
 }
 
 TEST(SmokeTest, GoodServerPassesEveryCheck) {

@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "fmt/format.h"
-#include "tools/smoke_http.h"
+#include "http/client.h"
+#include "http/url.h"
 #include "tools/verify_model.h"
 #include "util/json.h"
 #include "util/mapped_file.h"
@@ -443,11 +444,12 @@ struct Watcher::Impl {
     const bool stop_record = util::ReadFile(StopPath()).ok();
     if (pid > 0) {
       idle_since.reset();  // our own instance occupies the devices
-      ServerUrl url{"127.0.0.1", instance.port, ""};
-      ProbeRequest health;
+      http::ClientRequest health;
       health.target = "/health";
-      health.timeout_s = 10;
-      auto r = ProbeFetch(url, health);
+      http::FetchOptions within;
+      within.idle_timeout_ms = 0;
+      within.total_timeout_ms = 10000;
+      auto r = http::Fetch(http::Url("127.0.0.1", instance.port), health, within);
       bool healthy = r.ok() && r->status == 200;
       std::string disarmed =
           stop_record ? " (recovery disarmed by watch stop; run watch resume)" : "";

@@ -11,11 +11,11 @@
 #include <string>
 #include <string_view>
 
-#include "api/errors.h"
 #include "gateway/admission.h"
 #include "gateway/backends.h"
 #include "gateway/key_store.h"
 #include "gateway/request_info.h"
+#include "http/errors.h"
 
 namespace gw = deepinfer::gateway;
 
@@ -40,7 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (info.prompt_token_ids < 0 || info.prompt_token_ids > static_cast<int64_t>(body.size())) {
     __builtin_trap();
   }
-  if (!info.conversation_digest.empty() && info.conversation_digest.size() != 32) __builtin_trap();  // XXH3-128 hex
+  if (!info.conversation_digest.empty() && info.conversation_digest.size() != 32)
+    __builtin_trap();  // XXH3-128 hex
   // Whatever the request path (simdjson) accepts, nlohmann's parser accepts and reads the same.
   gw::BodyInfo ref = info.json_object ? gw::InspectBodyWithNlohmann(body) : info;
   if (info.json_object != ref.json_object || info.max_tokens != ref.max_tokens ||
@@ -59,7 +60,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t limit : {int64_t{1}, int64_t{4096}, int64_t{1} << 20}) {
     absl::Status check = gw::PreCheck(info, gw::PreCheckLimits{limit, 32});
     if (!check.ok()) {
-      deepinfer::api::ApiError error = deepinfer::api::ApiErrorFromStatus(check);
+      deepinfer::http::ApiError error = deepinfer::http::ApiErrorFromStatus(check);
       if (error.http_status != 400 || error.code != "context_length_exceeded") __builtin_trap();
     }
   }
@@ -82,8 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   auto url = gw::ParseBackendUrl(authorization);
   if (url.ok()) {
-    auto normalized = gw::ParseBackendUrl(url->url);
-    if (!normalized.ok() || normalized->url != url->url) __builtin_trap();
+    auto normalized = gw::ParseBackendUrl(url->origin());
+    if (!normalized.ok() || normalized->origin() != url->origin()) __builtin_trap();
   }
   return 0;
 }

@@ -1,8 +1,9 @@
-// Feeds arbitrary bytes to the two HTTP/1.1 parsers of outside input: the request reader that
-// `serve` and the gateway run on every client connection (api::HttpRequestReader, over a real
-// socket pair, pipelined requests included), and the gateway's parser of backend answers
-// (gateway::ResponseParser, with a small body buffer so that need_buffer paths run). Neither
-// may crash, and what they accept must hold their documented invariants.
+// Feeds arbitrary bytes to the HTTP parsers of outside input: the request reader that `serve` and
+// the gateway run on every client connection (http::HttpRequestReader, over a real socket pair,
+// pipelined requests included), the client's parser of answers (http::ResponseParser, with a
+// small body buffer so that need_buffer paths run), the client's SSE parser (http::SseParser:
+// whole and in pieces must agree) and the URL parser (http::ParseUrl: an origin parses back to
+// itself). None may crash, and what they accept must hold their documented invariants.
 
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,15 +12,18 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
-#include "api/http_reader.h"
-#include "api/socket_io.h"
 #include "boost/asio/buffer.hpp"
-#include "gateway/response_parser.h"
+#include "http/http_reader.h"
+#include "http/response_parser.h"
+#include "http/socket_io.h"
+#include "http/sse_parser.h"
+#include "http/url.h"
 
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 
 // The AF_UNIX socket buffer holds this much without a reader.
 constexpr size_t kMaxInput = 64 * 1024;
@@ -43,15 +47,15 @@ void FuzzRequestReader(std::string_view input) {
   }
   ::shutdown(fds[1], SHUT_WR);
   {
-    deepinfer::api::FdStream stream(fds[0]);
-    deepinfer::api::HttpReadOptions options;
+    deepinfer::http::FdStream stream(fds[0]);
+    deepinfer::http::HttpReadOptions options;
     options.max_body_bytes = kMaxBody;
     options.idle_timeout_ms = 50;
     options.io_timeout_ms = 50;
     options.header_timeout_ms = 50;
-    deepinfer::api::HttpRequestReader reader(stream, options);
+    deepinfer::http::HttpRequestReader reader(stream, options);
     for (int i = 0; i < 64; ++i) {
-      deepinfer::api::HttpRequest request;
+      deepinfer::http::Request request;
       if (!reader.Next(&request).ok()) break;
       if (request.method.empty()) __builtin_trap();
       if (request.target.compare(0, request.path.size(), request.path) != 0) __builtin_trap();
@@ -67,8 +71,8 @@ void FuzzRequestReader(std::string_view input) {
 }
 
 void FuzzResponseParser(std::string_view input) {
-  deepinfer::gateway::Headers headers;
-  deepinfer::gateway::ResponseParser parser(&headers);
+  deepinfer::http::Headers headers;
+  deepinfer::http::ResponseParser parser(&headers);
   parser.header_limit(8 * 1024);
   parser.body_limit(boost::none);
   parser.eager(true);
@@ -90,7 +94,7 @@ void FuzzResponseParser(std::string_view input) {
     body_bytes += parser.body_bytes();
     if (parser.body_bytes() > sizeof(body) || used > pending.size()) __builtin_trap();
     pending.erase(0, used);
-    if (ec == http::error::need_more) {
+    if (ec == beast_http::error::need_more) {
       if (offset >= input.size()) {
         ec = {};
         parser.put_eof(ec);
@@ -98,7 +102,7 @@ void FuzzResponseParser(std::string_view input) {
       }
       continue;
     }
-    if (ec == http::error::need_buffer) continue;
+    if (ec == beast_http::error::need_buffer) continue;
     if (ec) break;
     if (used == 0 && offset >= input.size()) break;
   }
@@ -107,7 +111,30 @@ void FuzzResponseParser(std::string_view input) {
   for (const auto& [name, value] : headers) {
     std::string lower = name;
     for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
-    if (deepinfer::gateway::IsHopByHopHeader(lower)) __builtin_trap();
+    if (deepinfer::http::IsHopByHopHeader(lower)) __builtin_trap();
+  }
+}
+
+void FuzzSseParser(std::string_view input) {
+  deepinfer::http::SseParser whole(512);
+  const std::vector<deepinfer::http::SseEvent> expected = whole.Feed(input);
+  deepinfer::http::SseParser pieces(512);
+  std::vector<deepinfer::http::SseEvent> events;
+  for (size_t i = 0; i < input.size(); i += 3) pieces.Feed(input.substr(i, 3), &events);
+  if (pieces.overflowed() != whole.overflowed()) __builtin_trap();
+  if (!whole.overflowed() && events != expected) __builtin_trap();
+  for (const auto& e : expected) {
+    if (e.data.size() > 512 || e.data.find('\r') != std::string::npos) __builtin_trap();
+  }
+}
+
+void FuzzUrl(std::string_view input) {
+  auto url = deepinfer::http::ParseUrl(input.substr(0, input.find('\n')));
+  if (!url.ok()) return;
+  if (url->host().empty() || url->port() < 1 || url->port() > 65535) __builtin_trap();
+  auto again = deepinfer::http::ParseUrl(url->ToString());
+  if (!again.ok() || again->origin() != url->origin() || again->path() != url->path()) {
+    __builtin_trap();
   }
 }
 
@@ -117,5 +144,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), std::min(size, kMaxInput));
   FuzzRequestReader(input);
   FuzzResponseParser(input);
+  FuzzSseParser(input);
+  FuzzUrl(input);
   return 0;
 }

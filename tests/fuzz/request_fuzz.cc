@@ -7,18 +7,18 @@
 #include <string_view>
 
 #include "api/anthropic_types.h"
-#include "api/errors.h"
 #include "api/openai_types.h"
 #include "api/responses_types.h"
-#include "api/sse.h"
+#include "http/errors.h"
+#include "http/sse.h"
 
 namespace {
 
 template <typename T>
 void Check(const absl::StatusOr<T>& result) {
   if (result.ok()) return;
-  deepinfer::api::ApiError error = deepinfer::api::ApiErrorFromStatus(result.status());
-  std::string frame = deepinfer::api::SseErrorAndDone(error);
+  deepinfer::http::ApiError error = deepinfer::http::ApiErrorFromStatus(result.status());
+  std::string frame = deepinfer::http::SseErrorAndDone(error);
   if (frame.empty()) __builtin_trap();
 }
 
@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& p = messages->params;
     if (p.n != 1 || !p.max_tokens || *p.max_tokens < 1) __builtin_trap();
     if (p.stop.size() > static_cast<size_t>(deepinfer::api::kMaxStopStrings)) __builtin_trap();
-    (void)deepinfer::api::AnthropicErrorJson(deepinfer::api::ApiError{});
+    (void)deepinfer::http::AnthropicErrorJson(deepinfer::http::ApiError{});
   }
   auto responses = deepinfer::api::ParseResponsesRequest(body, limits);
   Check(responses);
@@ -64,6 +64,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   Check(deepinfer::api::ParseTokenizeRequest(body, limits));
   Check(deepinfer::api::ParseDetokenizeRequest(body, limits));
-  (void)deepinfer::api::SseData(body);
+  (void)deepinfer::http::SseData(body);
   return 0;
 }

@@ -1,4 +1,4 @@
-#include "api/http_reader.h"
+#include "http/http_reader.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,29 +6,29 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
-#include "api/errors.h"
 #include "boost/asio/error.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
+#include "http/errors.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 
 constexpr size_t kHeaderLimitBytes = 64 * 1024;
 // Beast reads at most max(512, free capacity) per recv: without room, a 1 KB request takes
 // three recv calls.
 constexpr size_t kReadBufferBytes = 4 * 1024;
 
-// Beast's parser writing straight into an HttpRequest: its fields and body go where they are
-// kept, without the intermediate http::request (a tree of separately allocated fields, then
-// copied into HttpRequest::headers: 2 % of the gateway's CPU per request).
-class RequestParser final : public http::basic_parser<true> {
+// Beast's parser writing straight into an Request: its fields and body go where they are
+// kept, without the intermediate beast_http::request (a tree of separately allocated fields, then
+// copied into Request::headers: 2 % of the gateway's CPU per request).
+class RequestParser final : public beast_http::basic_parser<true> {
  public:
-  explicit RequestParser(HttpRequest* request) : request_(request) {
+  explicit RequestParser(Request* request) : request_(request) {
     request_->headers.reserve(16);  // one allocation for a usual head
   }
 
@@ -39,30 +39,31 @@ class RequestParser final : public http::basic_parser<true> {
   using string_view = boost::beast::string_view;
   using error_code = boost::system::error_code;
 
-  void on_request_impl(http::verb, string_view method, string_view target, int version,
+  void on_request_impl(beast_http::verb, string_view method, string_view target, int version,
                        error_code&) override {
     request_->method.assign(method.data(), method.size());
     request_->target.assign(target.data(), target.size());
     request_->version = version;
   }
   void on_response_impl(int, string_view, int, error_code& ec) override {
-    ec = http::error::bad_version;  // never called for requests
+    ec = beast_http::error::bad_version;  // never called for requests
   }
-  void on_field_impl(http::field field, string_view name, string_view value,
+  void on_field_impl(beast_http::field field, string_view name, string_view value,
                      error_code& ec) override {
     // RFC 9110 section 6.5.1: trailer fields are not merged into the header (a key or session
     // id sent as a trailer would slip past what checks the head).
     if (header_done_) return;
     // The parser trimmed the value.
-    if (field == http::field::transfer_encoding && !boost::beast::iequals(value, "chunked")) {
+    if (field == beast_http::field::transfer_encoding && !boost::beast::iequals(value, "chunked")) {
       // RFC 9112 section 6.3: with chunked not the final coding the body's length is unknown
       // (Beast would read none, and the body as the next request: smuggling); and no other
       // coding is understood.
-      ec = http::error::bad_transfer_encoding;
+      ec = beast_http::error::bad_transfer_encoding;
       return;
     }
-    if (field == http::field::host) ++host_fields_;
-    if (field == http::field::expect && expect_.empty()) expect_.assign(value.data(), value.size());
+    if (field == beast_http::field::host) ++host_fields_;
+    if (field == beast_http::field::expect && expect_.empty())
+      expect_.assign(value.data(), value.size());
     auto& [lower, text] = request_->headers.emplace_back(std::string(name.data(), name.size()),
                                                          std::string(value.data(), value.size()));
     absl::AsciiStrToLower(&lower);  // ASCII, no locale
@@ -84,7 +85,7 @@ class RequestParser final : public http::basic_parser<true> {
   }
   void on_finish_impl(error_code&) override {}
 
-  HttpRequest* request_;
+  Request* request_;
   bool header_done_ = false;
   int host_fields_ = 0;
   std::string expect_;
@@ -120,9 +121,9 @@ HttpRequestReader::~HttpRequestReader() = default;
 
 bool HttpRequestReader::HasBufferedInput() const { return impl_->buffer.size() > 0; }
 
-absl::Status HttpRequestReader::Next(HttpRequest* request) {
+absl::Status HttpRequestReader::Next(Request* request) {
   Impl& m = *impl_;
-  *request = HttpRequest();
+  *request = Request();
   RequestParser parser(request);
   parser.header_limit(kHeaderLimitBytes);
   parser.body_limit(static_cast<uint64_t>(m.options.max_body_bytes));
@@ -150,9 +151,9 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
       m.buffer.commit(n);
       skipped += n;
       DropLeadingEmptyLines(m.buffer);
-      if (!ec && skipped > kHeaderLimitBytes) ec = http::error::header_limit;
+      if (!ec && skipped > kHeaderLimitBytes) ec = beast_http::error::header_limit;
     }
-    if (!ec) http::read_header(m.stream, m.buffer, parser, ec);
+    if (!ec) beast_http::read_header(m.stream, m.buffer, parser, ec);
     m.stream.set_read_deadline(std::nullopt);
   }
   m.stream.set_read_timeout_ms(m.options.io_timeout_ms);
@@ -164,7 +165,7 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
         !m.stream.WriteAll("HTTP/1.1 100 Continue\r\n\r\n")) {
       return MakeError(absl::StatusCode::kCancelled, "connection_closed", "Client gone.");
     }
-    http::read(m.stream, m.buffer, parser, ec);
+    beast_http::read(m.stream, m.buffer, parser, ec);
   }
   // Also when the head failed part way (a body over the limit is refused as soon as its
   // Content-Length is read): what was parsed (method, target) decides the shape of the error.
@@ -180,7 +181,7 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
     if (IsQuietHttpClose(ec)) {
       return MakeError(absl::StatusCode::kCancelled, "connection_closed", ec.message());
     }
-    if (ec == http::error::body_limit) return RequestTooLargeError(m.options.max_body_bytes);
+    if (ec == beast_http::error::body_limit) return RequestTooLargeError(m.options.max_body_bytes);
     return InvalidArgumentError("bad_http_request",
                                 fmt::format("Malformed HTTP request: {}", ec.message()));
   }
@@ -189,4 +190,4 @@ absl::Status HttpRequestReader::Next(HttpRequest* request) {
   return absl::OkStatus();
 }
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

@@ -1,8 +1,16 @@
-#include "api/sse.h"
+#include "http/sse.h"
 
 #include "fmt/format.h"
+#include "util/json.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
+
+bool BeginEventStream(ResponseWriter& writer) {
+  static const Headers* const kHeaders = new Headers{{"Content-Type", "text/event-stream"},
+                                                     {"Cache-Control", "no-cache"},
+                                                     {"X-Accel-Buffering", "no"}};
+  return writer.BeginBody(200, *kHeaders, std::nullopt);
+}
 
 std::string SseData(std::string_view payload) {
   std::string out;
@@ -27,6 +35,11 @@ std::string SseDone() { return "data: [DONE]\n\n"; }
 
 std::string SseErrorAndDone(const ApiError& error) { return SseData(ErrorBody(error)) + SseDone(); }
 
+std::string SseErrorForPath(const ApiError& error, std::string_view path) {
+  if (!IsAnthropicPath(path)) return SseErrorAndDone(error);
+  return "event: error\n" + SseData(util::DumpJson(AnthropicErrorJson(error)));
+}
+
 std::string HttpChunk(std::string_view data) {
   if (data.empty()) return {};
   std::string out = fmt::format("{:x}\r\n", data.size());
@@ -35,4 +48,4 @@ std::string HttpChunk(std::string_view data) {
   return out;
 }
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

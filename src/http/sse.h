@@ -8,9 +8,16 @@
 #include <string>
 #include <string_view>
 
-#include "api/errors.h"
+#include "http/errors.h"
+#include "http/response_writer.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
+
+// Commits a 200 event stream: Content-Type text/event-stream, Cache-Control no-cache,
+// X-Accel-Buffering no (so that nginx passes each event on at once), chunked on HTTP/1.1 (the
+// connection stays reusable after the stream), else ended by the close. Returns false when the
+// client is gone.
+bool BeginEventStream(ResponseWriter& writer);
 
 // One event carrying `payload`: "data: <payload>\n\n". A payload with line breaks becomes one
 // "data:" line per line, which SSE clients join back with "\n".
@@ -23,6 +30,12 @@ std::string SseDone();
 // followed by `data: [DONE]`.
 std::string SseErrorAndDone(const ApiError& error);
 
+// The in-band error of a stream on `path`, in the shape of its API: SseErrorAndDone on the
+// OpenAI routes; on the Anthropic routes (IsAnthropicPath) one `event: error` frame with
+// AnthropicErrorJson as its data, Anthropic's streams having no [DONE].
+// Source: Anthropic API reference, "Streaming Messages" (error events).
+std::string SseErrorForPath(const ApiError& error, std::string_view path);
+
 // One HTTP/1.1 chunk: "<hex size>\r\n<data>\r\n". Empty data yields "" (an empty chunk would
 // end the body).
 std::string HttpChunk(std::string_view data);
@@ -30,4 +43,4 @@ std::string HttpChunk(std::string_view data);
 // The chunk that ends a chunked body.
 inline constexpr std::string_view kHttpLastChunk = "0\r\n\r\n";
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

@@ -1,7 +1,7 @@
 #pragma once
 
 // Blocking socket I/O with deadlines and a cancel check, shaped as a Beast SyncReadStream /
-// SyncWriteStream, plus a TCP connect with a timeout. `serve` reads its clients through it, and
+// SyncWriteStream, plus TCP listen and connect. `serve` reads its clients through it, and
 // both sides of the gateway (clients and backends) do, so one loop decides how fast a gone
 // client closes its backend connection.
 
@@ -20,7 +20,7 @@
 #include "boost/asio/buffer.hpp"
 #include "boost/system/error_code.hpp"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 using Clock = std::chrono::steady_clock;
 
@@ -133,6 +133,12 @@ class FdStream {
   std::function<bool()> before_read_wait_;
 };
 
+// Binds a listening TCP socket (SO_REUSEADDR, close-on-exec, backlog 1024) to host:port; port 0
+// picks a free port, which *bound_port receives. Returns the socket.
+// Errors: InvalidArgument "bad_address" (bad port, unresolvable host); Unavailable
+//   "bind_failed".
+absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port);
+
 // Opens a TCP connection to host:port (numeric or resolvable name) within `timeout_ms`, with
 // TCP_NODELAY and close-on-exec. The returned fd is in blocking mode; the caller closes it.
 // Errors: Unavailable "connect_failed" (refused, unreachable, resolution failure),
@@ -151,4 +157,4 @@ void DrainInput(int fd, int64_t max_bytes, int timeout_ms);
 // keep-alive connection, went away mid-request, or the server is stopping.
 bool IsQuietHttpClose(const boost::system::error_code& ec);
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

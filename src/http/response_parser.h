@@ -1,6 +1,6 @@
 #pragma once
 
-// The gateway's parser of backend answers (see ResponseParser).
+// The parser of backend answers that the gateway relays (see ResponseParser).
 
 #include <algorithm>
 #include <cstdint>
@@ -14,9 +14,9 @@
 #include "boost/beast/http/error.hpp"
 #include "boost/beast/http/field.hpp"
 #include "boost/beast/http/rfc7230.hpp"
-#include "gateway/front_server.h"  // Headers
+#include "http/request.h"  // Headers
 
-namespace deepinfer::gateway {
+namespace deepinfer::http {
 
 // Whether a header (lower-case name) is hop-by-hop or framing, and so never forwarded.
 inline bool IsHopByHopHeader(std::string_view name) {
@@ -145,4 +145,4 @@ class ResponseParser final : public boost::beast::http::basic_parser<false> {
   size_t used_ = 0;
 };
 
-}  // namespace deepinfer::gateway
+}  // namespace deepinfer::http

@@ -1,4 +1,4 @@
-#include "gateway/front_server.h"
+#include "http/server.h"
 
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -18,19 +18,17 @@
 #include <exception>
 #include <thread>
 
-#include "api/anthropic_types.h"
-#include "api/errors.h"
-#include "api/http_reader.h"
-#include "api/socket_io.h"
-#include "api/tcp_server.h"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
+#include "http/errors.h"
+#include "http/http_reader.h"
+#include "http/socket_io.h"
 #include "util/status.h"
 
-namespace deepinfer::gateway {
+namespace deepinfer::http {
 namespace {
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 
 constexpr int kPollSliceMs = 200;
 constexpr uint64_t kWakeId = 0;    // epoll data of the stop eventfd
@@ -44,6 +42,9 @@ constexpr int kSweepMs = 1000;  // how often idle keep-alive connections are che
 constexpr int kIdleExitSweeps = 10;
 constexpr int kAcceptBatch = 64;
 constexpr int kOutOfFdsPauseMs = 50;
+// After an error answer to a bad request, what the client still sends is read and dropped for at
+// most this long, so that the close does not reset the connection before the answer is read.
+constexpr int kDrainMs = 2000;
 
 // Raises the soft limit on open descriptors toward the hard one, so that `max_connections`
 // clients (each a descriptor, plus its backend connection) fit: the usual soft limit, 1024, would
@@ -66,15 +67,16 @@ int64_t SteadyMillis() {
 }
 
 std::string_view ReasonPhrase(int status) {
-  auto reason = http::obsolete_reason(static_cast<http::status>(status));
+  auto reason = beast_http::obsolete_reason(static_cast<beast_http::status>(status));
   if (reason.empty() || reason.front() == '<') return "Status";
   return std::string_view(reason.data(), reason.size());
 }
 
-class Writer : public FrontWriter {
+class Writer : public ResponseWriter {
  public:
-  Writer(api::FdStream& stream, const FrontRequest& request, const std::atomic<bool>* stopping)
-      : stream_(stream), request_(request), stopping_(stopping) {}
+  Writer(FdStream& stream, const Request& request, const std::atomic<bool>* stopping,
+         std::string_view server_name)
+      : stream_(stream), request_(request), stopping_(stopping), server_name_(server_name) {}
 
   bool Respond(int status, const Headers& headers, std::string_view body) override {
     if (started_) return false;
@@ -140,6 +142,7 @@ class Writer : public FrontWriter {
   }
 
   bool PeerClosed() override { return failed_ || stream_.PeerClosed(); }
+  bool stopping() const override { return stopping_->load(std::memory_order_acquire); }
   bool started() const override { return started_; }
   int status() const override { return status_; }
   int client_fd() const override { return stream_.fd(); }
@@ -161,6 +164,11 @@ class Writer : public FrontWriter {
     out += ' ';
     out += ReasonPhrase(status);
     out += "\r\n";
+    if (!server_name_.empty()) {
+      out += "Server: ";
+      out += server_name_;
+      out += "\r\n";
+    }
     for (const auto& [name, value] : headers) {
       out += name;
       out += ": ";
@@ -189,9 +197,10 @@ class Writer : public FrontWriter {
     return !failed_;
   }
 
-  api::FdStream& stream_;
-  const FrontRequest& request_;
+  FdStream& stream_;
+  const Request& request_;
   const std::atomic<bool>* stopping_;
+  const std::string_view server_name_;
   bool started_ = false;
   bool chunked_ = false;
   bool bodiless_ = false;  // HEAD, 204, 304: whatever is written is dropped
@@ -202,15 +211,8 @@ class Writer : public FrontWriter {
   std::string pending_;  // a held head
 };
 
-// The error answer's body, in the shape of the API `path` belongs to (OpenAI or Anthropic).
-std::string ErrorJson(const absl::Status& status, int* http_status, std::string_view path = {}) {
-  api::ApiError error = api::ApiErrorFromStatus(status);
-  *http_status = error.http_status;
-  return api::ErrorBodyForPath(error, path);
-}
-
-api::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
-  api::HttpReadOptions read;
+HttpReadOptions ReadOptions(const ServerOptions& options) {
+  HttpReadOptions read;
   read.max_body_bytes = options.max_request_bytes;
   read.idle_timeout_ms = options.idle_timeout_ms;
   read.io_timeout_ms = options.io_timeout_ms;
@@ -221,8 +223,8 @@ api::HttpReadOptions ReadOptions(const FrontServerOptions& options) {
 
 }  // namespace
 
-struct FrontServer::Connection {
-  Connection(int fd_in, const FrontServerOptions& options, const std::atomic<bool>* stopping)
+struct Server::Connection {
+  Connection(int fd_in, const ServerOptions& options, const std::atomic<bool>* stopping)
       : fd(fd_in), stream(fd_in), reader(stream, ReadOptions(options)) {
     stream.set_slice_ms(kPollSliceMs);
     stream.set_write_timeout_ms(options.io_timeout_ms);
@@ -232,31 +234,30 @@ struct FrontServer::Connection {
   ~Connection() { ::close(fd); }
 
   const int fd;
-  api::FdStream stream;
-  api::HttpRequestReader reader;
+  FdStream stream;
+  HttpRequestReader reader;
   bool busy = false;     // a worker owns it (serves it or re-arms it); under mu_
   bool pending = false;  // an event arrived while busy; its owner serves it; under mu_
   int64_t idle_since_ms = 0;
 };
 
-FrontServer::FrontServer(const FrontServerOptions& options, FrontHandler handler)
-    : options_(options), handler_(std::move(handler)) {}
+Server::Server(const ServerOptions& options, Handler handler, Observer observer)
+    : options_(options), handler_(std::move(handler)), observer_(std::move(observer)) {}
 
-absl::StatusOr<std::unique_ptr<FrontServer>> FrontServer::Start(const FrontServerOptions& options,
-                                                                FrontHandler handler) {
-  std::unique_ptr<FrontServer> server(new FrontServer(options, std::move(handler)));
-  int status = 503;
-  std::string body = ErrorJson(
-      UnavailableError("too_many_connections", "The gateway has too many open connections."),
-      &status);
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options, Handler handler,
+                                                      Observer observer) {
+  std::unique_ptr<Server> server(new Server(options, std::move(handler), std::move(observer)));
+  std::string body = ErrorBody(ApiErrorFromStatus(UnavailableError(
+      "too_many_connections",
+      fmt::format("The {} has too many open connections.", options.overload_subject))));
   server->overload_response_ = fmt::format(
-      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+      "HTTP/1.1 503 Service Unavailable\r\n{}Content-Type: application/json\r\n"
       "Retry-After: 1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+      options.server_name.empty() ? "" : fmt::format("Server: {}\r\n", options.server_name),
       body.size(), body);
   RaiseFileLimit(options.max_connections);
   server->spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  DI_ASSIGN_OR_RETURN(server->listen_fd_,
-                      api::ListenTcp(options.host, options.port, &server->port_));
+  DI_ASSIGN_OR_RETURN(server->listen_fd_, ListenTcp(options.host, options.port, &server->port_));
   ::fcntl(server->listen_fd_, F_SETFL, ::fcntl(server->listen_fd_, F_GETFL) | O_NONBLOCK);
   server->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   server->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -275,7 +276,7 @@ absl::StatusOr<std::unique_ptr<FrontServer>> FrontServer::Start(const FrontServe
   return server;
 }
 
-FrontServer::~FrontServer() {
+Server::~Server() {
   Stop(0);
   // Workers and the connections they serve use this object; busy ones end within their I/O
   // timeouts once stopping.
@@ -287,12 +288,12 @@ FrontServer::~FrontServer() {
   if (spare_fd_ >= 0) ::close(spare_fd_);
 }
 
-int FrontServer::num_connections() const {
+int Server::num_connections() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int>(connections_.size());
 }
 
-bool FrontServer::Stop(int timeout_ms) {
+bool Server::Stop(int timeout_ms) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!stopping_.exchange(true, std::memory_order_acq_rel)) {
     if (listen_fd_ >= 0) {
@@ -309,18 +310,18 @@ bool FrontServer::Stop(int timeout_ms) {
                            [&] { return connections_.empty(); });
 }
 
-void FrontServer::StartWorker() {
+void Server::StartWorker() {
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, options_.thread_stack_bytes);
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_t thread;
-  if (pthread_create(&thread, &attr, &FrontServer::WorkerMain, this) == 0) ++workers_;
+  if (pthread_create(&thread, &attr, &Server::WorkerMain, this) == 0) ++workers_;
   pthread_attr_destroy(&attr);
 }
 
-void* FrontServer::WorkerMain(void* arg) {
-  auto* server = static_cast<FrontServer*>(arg);
+void* Server::WorkerMain(void* arg) {
+  auto* server = static_cast<Server*>(arg);
   server->WorkerLoop();
   // Notify under the lock: once the count reads 0 the destructor may free the server.
   std::lock_guard<std::mutex> lock(server->mu_);
@@ -329,7 +330,7 @@ void* FrontServer::WorkerMain(void* arg) {
   return nullptr;
 }
 
-void FrontServer::WorkerLoop() {
+void Server::WorkerLoop() {
   int idle_sweeps = 0;  // sweep periods in a row without an event
   for (;;) {
     epoll_event event{};
@@ -365,7 +366,7 @@ void FrontServer::WorkerLoop() {
   }
 }
 
-void FrontServer::AcceptAll() {
+void Server::AcceptAll() {
   std::unique_lock<std::mutex> lock(mu_);
   if (listen_fd_ < 0) return;
   bool out_of_fds = false;
@@ -410,12 +411,12 @@ void FrontServer::AcceptAll() {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &listen);
 }
 
-void FrontServer::Refuse(int fd) const {
+void Server::Refuse(int fd) const {
   ::send(fd, overload_response_.data(), overload_response_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::close(fd);
 }
 
-void FrontServer::Serve(uint64_t id) {
+void Server::Serve(uint64_t id) {
   Connection* c = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -450,7 +451,7 @@ void FrontServer::Serve(uint64_t id) {
   }
 }
 
-void FrontServer::CloseIdle(bool expired_only) {
+void Server::CloseIdle(bool expired_only) {
   const int64_t now = SteadyMillis();
   for (auto it = connections_.begin(); it != connections_.end();) {
     Connection& c = *it->second;
@@ -464,7 +465,7 @@ void FrontServer::CloseIdle(bool expired_only) {
   changed_.notify_all();
 }
 
-void FrontServer::Close(uint64_t id) {
+void Server::Close(uint64_t id) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second->fd, nullptr);
@@ -472,31 +473,34 @@ void FrontServer::Close(uint64_t id) {
   changed_.notify_all();
 }
 
-bool FrontServer::ServeRequests(Connection& c) {
+bool Server::ServeRequests(Connection& c) {
   const int fd = c.fd;
   try {
     do {
-      FrontRequest request;
+      Request request;
       absl::Status read = c.reader.Next(&request);
+      if (read.code() == absl::StatusCode::kCancelled) return false;  // nothing to answer
+      const Clock::time_point start = Clock::now();
+      Writer writer(c.stream, request, &stopping_, options_.server_name);
+      writer.log().received = start;
       if (!read.ok()) {
-        if (read.code() == absl::StatusCode::kCancelled) return false;  // nothing to answer
-        Writer writer(c.stream, request, &stopping_);
-        int http_status = 400;
-        std::string body = ErrorJson(read, &http_status, request.path);
-        writer.Respond(http_status, {{"Content-Type", "application/json"}}, body);
+        ApiError error = ApiErrorFromStatus(read);
+        writer.log().error = error.code;
+        writer.Respond(error.http_status, {{"Content-Type", "application/json"}},
+                       ErrorBodyForPath(error, request.path));
+        Observe(request, writer, start);
         ::shutdown(fd, SHUT_WR);
-        api::DrainInput(fd, 2 * options_.max_request_bytes + (1 << 20), 2000);
+        DrainInput(fd, 2 * options_.max_request_bytes + (1 << 20), kDrainMs);
         return false;
       }
-      Writer writer(c.stream, request, &stopping_);
       handler_(request, writer);
       writer.Flush();  // a head still held by a handler that ended without End
       if (!writer.started()) {
-        int http_status = 500;
-        std::string body =
-            ErrorJson(InternalError("no_response", "No response."), &http_status, request.path);
-        writer.Respond(http_status, {{"Content-Type", "application/json"}}, body);
+        ApiError error = ApiErrorFromStatus(InternalError("no_response", "No response."));
+        writer.Respond(error.http_status, {{"Content-Type", "application/json"}},
+                       ErrorBodyForPath(error, request.path));
       }
+      Observe(request, writer, start);
       if (!writer.keep_alive()) return false;
       // A pipelined next request may already be buffered: epoll would never report it.
     } while (c.reader.HasBufferedInput() && !stopping_.load(std::memory_order_acquire));
@@ -507,4 +511,11 @@ bool FrontServer::ServeRequests(Connection& c) {
   }
 }
 
-}  // namespace deepinfer::gateway
+void Server::Observe(const Request& request, const ResponseWriter& writer,
+                     Clock::time_point start) const {
+  if (!observer_) return;
+  observer_(request, writer.status(), std::chrono::duration<double>(Clock::now() - start).count(),
+            writer.log());
+}
+
+}  // namespace deepinfer::http

@@ -1,9 +1,9 @@
-#include "api/sse.h"
+#include "http/sse.h"
 
 #include "gtest/gtest.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 namespace {
 
 TEST(SseTest, FramesOnePayloadAsOneDataEvent) {
@@ -30,4 +30,4 @@ TEST(SseTest, HttpChunkUsesHexLength) {
 }
 
 }  // namespace
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

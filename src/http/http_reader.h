@@ -1,16 +1,16 @@
 #pragma once
 
 // Reads the requests of one keep-alive HTTP/1.1 connection with Boost.Beast: shared by `serve`
-// (HttpServer) and the gateway (FrontServer).
+// and the gateway (http::Server).
 
 #include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
-#include "api/http_server.h"
-#include "api/socket_io.h"
+#include "http/request.h"
+#include "http/socket_io.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 struct HttpReadOptions {
   int64_t max_body_bytes = int64_t{32} << 20;
@@ -39,7 +39,7 @@ class HttpRequestReader {
   // (an HTTP/1.1 one without exactly one Host header included);
   // or Cancelled "connection_closed" when the connection ends with nothing to answer (the
   // client closed an idle connection or left mid-request, a timeout, the server stopping).
-  absl::Status Next(HttpRequest* request);
+  absl::Status Next(Request* request);
 
   // True when bytes of a next (pipelined) request were read with the last one: the socket
   // may never become readable for them, so the caller must call Next without waiting.
@@ -50,4 +50,4 @@ class HttpRequestReader {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

@@ -1,10 +1,10 @@
-#include "api/errors.h"
+#include "http/errors.h"
 
 #include "gtest/gtest.h"
 #include "util/json.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 namespace {
 
 util::Json BodyOf(const ApiError& error) {
@@ -66,4 +66,4 @@ TEST(ApiErrorTest, BodyStaysValidJsonWithInvalidUtf8InMessage) {
 }
 
 }  // namespace
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

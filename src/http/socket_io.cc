@@ -1,4 +1,4 @@
-#include "api/socket_io.h"
+#include "http/socket_io.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -18,7 +18,7 @@
 #include "fmt/format.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 namespace net = boost::asio;
 using boost::system::error_code;
@@ -187,6 +187,49 @@ bool FdStream::PeerClosed() const {
   return false;
 }
 
+absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port) {
+  if (port < 0 || port > 65535) {
+    return InvalidArgumentError("bad_address", fmt::format("Bad port {}.", port));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* result = nullptr;
+  std::string port_text = std::to_string(port);
+  int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
+  if (rc != 0) {
+    return InvalidArgumentError(
+        "bad_address", fmt::format("Cannot resolve host '{}': {}", host, gai_strerror(rc)));
+  }
+  int listen_fd = -1;
+  std::string last_error = "no address";
+  for (addrinfo* ai = result; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, 1024) == 0) {
+      listen_fd = fd;
+      break;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(result);
+  if (listen_fd < 0) {
+    return UnavailableError("bind_failed",
+                            fmt::format("Cannot listen on {}:{}: {}", host, port, last_error));
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *bound_port = addr.ss_family == AF_INET6
+                    ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
+                    : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  return listen_fd;
+}
+
 absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -260,10 +303,10 @@ void DrainInput(int fd, int64_t max_bytes, int timeout_ms) {
 }
 
 bool IsQuietHttpClose(const error_code& ec) {
-  namespace http = boost::beast::http;
-  return ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::timed_out ||
-         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
-         ec == http::error::partial_message;
+  namespace beast_http = boost::beast::http;
+  return ec == beast_http::error::end_of_stream || ec == net::error::eof ||
+         ec == net::error::timed_out || ec == net::error::operation_aborted ||
+         ec == net::error::connection_reset || ec == beast_http::error::partial_message;
 }
 
 void CloseNow(int fd) {
@@ -272,4 +315,4 @@ void CloseNow(int fd) {
   ::close(fd);
 }
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

@@ -1,7 +1,9 @@
 #pragma once
 
-// The one place where errors become HTTP: every user-visible failure of the API layer (and every
-// status the engine or tokenizer returns) goes through ApiErrorFromStatus.
+// The one place where errors become HTTP: every user-visible failure of `serve` and the gateway
+// (and every status the engine or tokenizer returns) goes through ApiErrorFromStatus, and its
+// body takes OpenAI's or Anthropic's shape (ErrorBody, AnthropicErrorJson, ErrorBodyForPath).
+// Source: OpenAI API reference, "Error codes"; Anthropic API reference, "Errors".
 
 #include <cstdint>
 #include <optional>
@@ -9,8 +11,9 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "util/json.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 
 // An error as the client sees it: HTTP status plus the OpenAI-shaped body
 // {"error": {"message", "type", "param", "code"}} (and llama.cpp's "n_prompt_tokens", "n_ctx"
@@ -32,6 +35,20 @@ ApiError ApiErrorFromStatus(const absl::Status& status);
 
 // {"error": {...}} as compact JSON.
 std::string ErrorBody(const ApiError& error);
+
+// Anthropic's error type for an HTTP status ("invalid_request_error", "not_found_error",
+// "overloaded_error", ...; "api_error" for the rest).
+// Source: Anthropic API reference, "Errors".
+const char* AnthropicErrorType(int http_status);
+// {"type": "error", "error": {"type", "message"}}.
+util::Json AnthropicErrorJson(const ApiError& error);
+// True for the Anthropic routes (/v1/messages and below), whose clients read Anthropic's error
+// shape.
+bool IsAnthropicPath(std::string_view path);
+
+// The body of an error answer on `path`: Anthropic's shape on the Anthropic routes, OpenAI's
+// (ErrorBody) everywhere else.
+std::string ErrorBodyForPath(const ApiError& error, std::string_view path);
 
 // InvalidArgument with `code` and the request field `param` it concerns (carried as a payload so
 // that it survives DI_RETURN_IF_ERROR).
@@ -56,4 +73,4 @@ absl::Status RouteNotFoundError(std::string_view path);
 absl::Status MethodNotAllowedError(std::string_view method, std::string_view path);
 absl::Status RequestTooLargeError(int64_t limit_bytes);
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http

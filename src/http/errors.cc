@@ -1,4 +1,4 @@
-#include "api/errors.h"
+#include "http/errors.h"
 
 #include <cstdlib>
 #include <string>
@@ -8,7 +8,7 @@
 #include "util/json.h"
 #include "util/status.h"
 
-namespace deepinfer::api {
+namespace deepinfer::http {
 namespace {
 
 constexpr absl::string_view kParamUrl = "deepinfer/api_param";
@@ -101,6 +101,43 @@ std::string ErrorBody(const ApiError& error) {
   return util::DumpJson(body);
 }
 
+const char* AnthropicErrorType(int http_status) {
+  switch (http_status) {
+    case 400:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return "not_found_error";
+    case 405:
+      return "invalid_request_error";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "overloaded_error";
+    default:
+      return "api_error";
+  }
+}
+
+util::Json AnthropicErrorJson(const ApiError& error) {
+  return util::Json{{"type", "error"},
+                    {"error", util::Json{{"type", AnthropicErrorType(error.http_status)},
+                                         {"message", error.message}}}};
+}
+
+bool IsAnthropicPath(std::string_view path) {
+  return path == "/v1/messages" || path.rfind("/v1/messages/", 0) == 0;
+}
+
+std::string ErrorBodyForPath(const ApiError& error, std::string_view path) {
+  return IsAnthropicPath(path) ? util::DumpJson(AnthropicErrorJson(error)) : ErrorBody(error);
+}
+
 absl::Status RequestError(std::string_view param, std::string_view code, std::string_view message) {
   return WithParam(InvalidArgumentError(code, message), param);
 }
@@ -147,4 +184,4 @@ absl::Status RequestTooLargeError(int64_t limit_bytes) {
                    fmt::format("Request body is larger than the limit of {} bytes.", limit_bytes));
 }
 
-}  // namespace deepinfer::api
+}  // namespace deepinfer::http
