@@ -2,7 +2,19 @@
 per line (which keeps the file small and its diffs readable)."""
 
 import json
+import os
 import pathlib
+
+
+def default_model() -> str:
+    """The SmolLM2 GGUF that scripts/fetch_model.sh caches (the chat goldens' tokenizer)."""
+    cache = os.environ.get("DEEPINFER_CACHE", os.path.expanduser("~/.cache/deepinfer"))
+    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def m(role, content) -> dict:
+    """One chat message."""
+    return {"role": role, "content": content}
 
 
 def write_cases(out, header: dict, cases: list) -> pathlib.Path:

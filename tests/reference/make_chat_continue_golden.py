@@ -21,19 +21,10 @@ import gguf
 import transformers
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from golden_json import write_cases
+from golden_json import default_model, m, write_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "golden" / "chat" / "smollm2_continue.json"
-
-
-def default_model():
-    cache = os.environ.get("DEEPINFER_CACHE", os.path.expanduser("~/.cache/deepinfer"))
-    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def m(role, content):
-    return {"role": role, "content": content}
 
 
 CONVERSATIONS = [

@@ -23,19 +23,10 @@ import jinja2
 import jinja2.sandbox
 import llama_cpp
 
-from golden_json import write_cases
+from golden_json import default_model, m, write_cases
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "golden" / "chat" / "smollm2.json"
-
-
-def default_model():
-    cache = os.environ.get("DEEPINFER_CACHE", os.path.expanduser("~/.cache/deepinfer"))
-    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def m(role, content):
-    return {"role": role, "content": content}
 
 
 CONVERSATIONS = [
