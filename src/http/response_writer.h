@@ -17,7 +17,8 @@ namespace deepinfer::http {
 // handlers fill it through ResponseWriter::log(); the server's observer reads it. Never holds
 // prompt or answer text. Units: tokens; times are steady_clock points (default: never happened).
 struct RequestLog {
-  std::chrono::steady_clock::time_point received;     // the whole request was read
+  std::chrono::steady_clock::time_point received;     // the whole request was read (the server
+                                                      // sets it when it has an observer)
   std::chrono::steady_clock::time_point first_token;  // the first generated token arrived
   std::string id;  // the response id ("chatcmpl-…", "cmpl-…", "msg_…"), when there is one
   bool stream = false;
