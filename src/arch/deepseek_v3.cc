@@ -290,11 +290,11 @@ absl::Status DeepseekImpl::Init() {
   }
   DI_ASSIGN_OR_RETURN(embed_, Mat("model.embed_tokens.weight", cfg_.vocab, H));
   DI_ASSIGN_OR_RETURN(final_norm_, Vec("model.norm.weight", H));
-  lm_head_ = model_.Find("lm_head.weight");
-  if (lm_head_ == nullptr && cfg_.tied_embeddings) lm_head_ = embed_;
-  DI_ASSIGN_OR_RETURN(
-      lm_head_,
-      Mat(lm_head_ == embed_ ? "model.embed_tokens.weight" : "lm_head.weight", cfg_.vocab, H));
+  if (cfg_.tied_embeddings && model_.Find("lm_head.weight") == nullptr) {
+    lm_head_ = embed_;  // checked above
+  } else {
+    DI_ASSIGN_OR_RETURN(lm_head_, Mat("lm_head.weight", cfg_.vocab, H));
+  }
   for (int l = 0; l < cfg_.num_layers; ++l) {
     DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
     layers_.push_back(std::move(L));
@@ -308,6 +308,11 @@ absl::Status DeepseekImpl::Init() {
     DI_ASSIGN_OR_RETURN(L.hnorm, Vec(p + "hnorm.weight", H));
     DI_ASSIGN_OR_RETURN(L.head_norm, Vec(p + "shared_head.norm.weight", H));
     DI_ASSIGN_OR_RETURN(L.eh_proj, Mat(p + "eh_proj.weight", H, 2 * H));
+    // The module's own copy of the embedding is not read (the main one serves), but a copy
+    // that is there must match the config like every other tensor.
+    if (model_.Find(p + "embed_tokens.weight") != nullptr) {
+      DI_RETURN_IF_ERROR(Mat(p + "embed_tokens.weight", cfg_.vocab, H).status());
+    }
     L.head = model_.Find(p + "shared_head.head.weight");
     if (L.head == nullptr) {
       L.head = lm_head_;

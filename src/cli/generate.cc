@@ -244,8 +244,7 @@ int RunChat(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tok
     std::string rendered = tmpl.Render(messages, /*add_generation_prompt=*/true);
     std::vector<int32_t> prompt = tok.Encode(rendered, /*parse_special=*/true);
     if (static_cast<int>(prompt.size()) + 1 >= engine.max_model_len()) {
-      std::fprintf(stderr, "deepinfer generate: context_length_exceeded: conversation too long\n");
-      return 2;
+      return Fail(InvalidArgumentError("context_length_exceeded", "conversation too long"));
     }
     std::string reply;
     auto st = Generate(engine, tok, base, prompt, &reply, true, &StopRequested);

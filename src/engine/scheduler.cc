@@ -12,6 +12,12 @@
 #include <utility>
 
 namespace deepinfer::engine {
+
+std::vector<double> LatencyBounds() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25,  0.5,  0.75,
+          1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0};
+}
+
 namespace {
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -155,8 +161,9 @@ Scheduler::Fit Scheduler::FitWaiting(Sequence& seq, int32_t& chunk) {
   if (EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) return Fit::kFits;
   if (!running_.empty() || !plan_.seqs.empty()) return Fit::kWait;  // they will free blocks
   // Nothing else holds blocks, so waiting cannot help; shrink the chunk to what fits.
-  const int32_t fit = (static_cast<int32_t>(seq.blocks.size()) + blocks_.num_available()) *
-                          blocks_.block_size() - seq.num_computed;
+  const int32_t fit =
+      (static_cast<int32_t>(seq.blocks.size()) + blocks_.num_available()) * blocks_.block_size() -
+      seq.num_computed;
   chunk = std::min(chunk, fit);
   if (chunk <= 0 || !EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) return Fit::kNever;
   return Fit::kFits;

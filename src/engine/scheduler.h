@@ -20,6 +20,9 @@ struct SchedulerOptions {
   int32_t max_model_len = 4096;   // a sequence finishes with kLength when it reaches this
 };
 
+// vLLM's TTFT buckets (seconds, 1 ms to 640 s), used by every latency histogram of the engine.
+std::vector<double> LatencyBounds();
+
 // What the scheduler has counted since it was made; the engine copies it into EngineStats.
 //
 // Units: tokens; histograms in seconds.
@@ -33,8 +36,8 @@ struct SchedulerCounters {
   int64_t spec_num_drafts = 0;                // verification slices that carried drafts
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
-  util::Histogram ttft{util::EngineLatencyBounds()}, tpot{util::EngineLatencyBounds()},
-      e2e{util::EngineLatencyBounds()}, queue_time{util::EngineLatencyBounds()};
+  util::Histogram ttft{LatencyBounds()}, tpot{LatencyBounds()}, e2e{LatencyBounds()},
+      queue_time{LatencyBounds()};
 };
 
 // Continuous batching over a paged KV cache, with no model in sight: decides what each step

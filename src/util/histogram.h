@@ -23,11 +23,9 @@ struct Histogram {
   Histogram() = default;
   explicit Histogram(std::vector<double> upper_bounds);
 
-  // Adds one value. Cost: O(log num_bounds).
+  // Adds one value. The histogram must have been built with Histogram(upper_bounds) (a
+  // default-constructed one only receives copies). Cost: O(log num_bounds).
   void Observe(double value);
 };
-
-// vLLM's TTFT buckets, 1 ms to 640 s: the engine's latency histograms use them.
-std::vector<double> EngineLatencyBounds();
 
 }  // namespace deepinfer::util
