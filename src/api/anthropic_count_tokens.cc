@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "api/chat_prompt.h"
 #include "http/errors.h"
 #include "util/status.h"
 
@@ -16,21 +17,21 @@ void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& sta
 
 namespace {
 
-absl::Status RunCountTokens(const Backend& backend, const http::Request& http_request,
+absl::Status RunCountTokens(const ServedModel& model, const http::Request& http_request,
                             http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(util::Json body, util::ParseJson(http_request.body));
   if (!body.is_object()) {
     return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
   }
-  std::string model;
+  std::string model_name;
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string())
       return http::RequestError("model", "invalid_type", "'model' must be a string.");
-    model = it->get<std::string>();
+    model_name = it->get<std::string>();
   }
-  DI_RETURN_IF_ERROR(CheckModel(backend, model));
+  DI_RETURN_IF_ERROR(CheckModel(model, model_name));
   DI_ASSIGN_OR_RETURN(AnthropicChat chat, ParseAnthropicChat(body));
-  DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(backend, chat.messages, chat.options));
+  DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(model, chat.messages, chat.options));
   int64_t total = static_cast<int64_t>(prompt.tokens.size()) +
                   static_cast<int64_t>(chat.num_images) * kDefaultImageTokens;
   RespondJson(writer, 200, util::Json{{"input_tokens", total}});
@@ -67,9 +68,9 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
   return ParseChatRequest(util::DumpJson(json), limits);
 }
 
-void HandleAnthropicCountTokens(const Backend& backend, const http::Request& request,
+void HandleAnthropicCountTokens(const ServedModel& model, const http::Request& request,
                                 http::ResponseWriter& writer) {
-  absl::Status status = RunCountTokens(backend, request, writer);
+  absl::Status status = RunCountTokens(model, request, writer);
   if (!status.ok() && !writer.started()) RespondAnthropicError(writer, status);
 }
 

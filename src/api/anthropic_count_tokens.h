@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "api/anthropic_types.h"
 #include "api/openai_types.h"
-#include "api/serving.h"
+#include "api/served_model.h"
 #include "http/errors.h"
 #include "http/server.h"
 #include "tokenizer/chat_template.h"
@@ -40,7 +40,7 @@ void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& sta
 // them (tools, thinking and the generation prompt included), plus kDefaultImageTokens per image.
 // Errors use Anthropic's shape {"type": "error", "error": {"type", "message"}} with the HTTP
 // status of errors.h.
-void HandleAnthropicCountTokens(const Backend& backend, const http::Request& request,
+void HandleAnthropicCountTokens(const ServedModel& model, const http::Request& request,
                                 http::ResponseWriter& writer);
 
 }  // namespace deepinfer::api

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "api/anthropic_count_tokens.h"
+#include "api/chat_prompt.h"
 #include "api/handlers.h"
 #include "fmt/format.h"
 #include "http/errors.h"
@@ -17,11 +18,27 @@
 namespace deepinfer::api {
 namespace {
 
-struct MessagesContext {
-  const Backend& backend;
-  std::string id;  // "msg_..."
-  ChatPrompt prompt;
-  ToolCallFormat tool_format = ToolCallFormat::kNone;
+class MessagesRoute final : public ChatPromptRoute {
+ public:
+  explicit MessagesRoute(const ServedModel& model) : ChatPromptRoute(model, "msg_", "messages") {}
+
+  absl::Status Parse(std::string_view body, const ParseLimits& limits) override {
+    DI_ASSIGN_OR_RETURN(request_, ParseAnthropicMessagesRequest(body, limits));
+    return absl::OkStatus();
+  }
+  const GenerationParams& params() const override { return request_.params; }
+  absl::StatusOr<std::vector<std::vector<int32_t>>> Render() override {
+    return RenderChat(request_.chat.messages, request_.chat.options, request_.tools_off);
+  }
+  void Stream(Generation& generation, http::ResponseWriter& writer) override;
+  void Complete(Generation& generation, http::ResponseWriter& writer) override;
+  void AnswerError(http::ResponseWriter& writer, const absl::Status& status) const override {
+    RespondAnthropicError(writer, status);
+  }
+  const AnthropicMessagesRequest& request() const { return request_; }
+
+ private:
+  AnthropicMessagesRequest request_;
 };
 
 // Anthropic counts input tokens read from the prompt cache apart from the rest:
@@ -120,28 +137,29 @@ class BlockStream {
   std::string out_;
 };
 
-void Stream(const MessagesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
+void StreamMessage(const MessagesRoute& route, Generation& generation,
+                   http::ResponseWriter& writer) {
   if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
   util::Json message =
-      util::Json{{"id", ctx.id},
+      util::Json{{"id", route.id()},
                  {"type", "message"},
                  {"role", "assistant"},
-                 {"model", ctx.backend.served_model_name},
+                 {"model", route.model().served_model_name},
                  {"content", util::Json::array()},
                  {"stop_reason", nullptr},
                  {"stop_sequence", nullptr},
                  // Cached tokens are known once the engine scheduled the prompt; the final
                  // counts come with message_delta.
-                 {"usage", AnthropicUsage({static_cast<int64_t>(ctx.prompt.tokens.size())})}};
+                 {"usage", AnthropicUsage({static_cast<int64_t>(route.prompt().tokens.size())})}};
   if (!writer.Write(Event("message_start", {{"type", "message_start"}, {"message", message}}) +
                     Event("ping", {{"type", "ping"}}))) {
     generation.Cancel();
     return;
   }
-  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  AnswerSplitter splitter(route.prompt(), route.tool_format());
   BlockStream blocks;
   Ending ending;
   auto on_delta = [&](const ChoiceDelta& d) {
@@ -175,7 +193,8 @@ void Stream(const MessagesContext& ctx, Generation& generation, http::ResponseWr
   if (writer.Write(tail)) writer.End();
 }
 
-void Complete(const MessagesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
+void CompleteMessage(const MessagesRoute& route, Generation& generation,
+                     http::ResponseWriter& writer) {
   std::string text;
   Ending ending;
   auto on_delta = [&](const ChoiceDelta& d) {
@@ -183,8 +202,8 @@ void Complete(const MessagesContext& ctx, Generation& generation, http::Response
     if (!d.finish_reason.empty()) ending = {d.finish_reason, d.stop_string, false};
     return true;
   };
-  if (!DriveToCompletion(generation, writer, on_delta, RespondAnthropicError)) return;
-  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  if (!route.DriveToCompletion(generation, writer, on_delta)) return;
+  AnswerSplitter splitter(route.prompt(), route.tool_format());
   AnswerSplitter::Delta a = splitter.Push(text, /*last=*/true);
   ending.called_tools = !a.calls.empty();
   util::Json content = util::Json::array();
@@ -194,45 +213,30 @@ void Complete(const MessagesContext& ctx, Generation& generation, http::Response
   if (!a.content.empty()) content.push_back({{"type", "text"}, {"text", a.content}});
   for (const auto& call : a.calls) content.push_back(ToolUseBlock(call));
   RespondJson(writer, 200,
-              util::Json{{"id", ctx.id},
+              util::Json{{"id", route.id()},
                          {"type", "message"},
                          {"role", "assistant"},
-                         {"model", ctx.backend.served_model_name},
+                         {"model", route.model().served_model_name},
                          {"content", std::move(content)},
                          {"stop_reason", ending.StopReason()},
                          {"stop_sequence", ending.StopSequence()},
                          {"usage", AnthropicUsage(generation.usage())}});
 }
 
-absl::Status Run(const Backend& backend, const http::Request& http_request,
-                 http::ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(AnthropicMessagesRequest request,
-                      ParseAnthropicMessagesRequest(http_request.body,
-                                                    ParseLimits{backend.tokenizer->vocab_size()}));
-  const GenerationParams& params = request.params;
-  const AnthropicChat& chat = request.chat;
-  DI_RETURN_IF_ERROR(CheckModel(backend, params.model));
-  DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(backend, chat.messages, chat.options));
-  if (prompt.tokens.empty()) {
-    return http::RequestError("messages", "empty_prompt", "The prompt is empty.");
-  }
-  DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.tokens.size(),
-                                                           params.max_tokens, "messages"));
-  MessagesContext ctx{backend, NewRequestId("msg_"), std::move(prompt)};
-  ctx.tool_format = ToolFormatFor(backend, !chat.options.tools.empty(), request.tools_off);
-  std::vector<ChoiceSpec> specs = SingleChoice(params, ctx.prompt.tokens, max_tokens, ctx.id);
-  return AnswerGeneration(
-      backend, std::move(specs), ctx.id, params.stream, writer,
-      [&](Generation& g) { Stream(ctx, g, writer); },
-      [&](Generation& g) { Complete(ctx, g, writer); });
+void MessagesRoute::Stream(Generation& generation, http::ResponseWriter& writer) {
+  StreamMessage(*this, generation, writer);
+}
+
+void MessagesRoute::Complete(Generation& generation, http::ResponseWriter& writer) {
+  CompleteMessage(*this, generation, writer);
 }
 
 }  // namespace
 
-void HandleAnthropicMessages(const Backend& backend, const http::Request& request,
+void HandleAnthropicMessages(const ServedModel& model, const http::Request& request,
                              http::ResponseWriter& writer) {
-  absl::Status status = Run(backend, request, writer);
-  if (!status.ok() && !writer.started()) RespondAnthropicError(writer, status);
+  MessagesRoute route(model);
+  ServeRoute(route, request, writer);
 }
 
 }  // namespace deepinfer::api

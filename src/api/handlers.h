@@ -5,27 +5,28 @@
 // streamed byte; failures after a stream started go out as an in-band `data: {"error": ...}`
 // frame followed by `data: [DONE]`.
 
-#include "api/serving.h"
+#include "api/route.h"
+#include "api/served_model.h"
 #include "http/server.h"
 
 namespace deepinfer::api {
 
 // POST /v1/chat/completions
-void HandleChatCompletions(const Backend& backend, const http::Request& request,
+void HandleChatCompletions(const ServedModel& model, const http::Request& request,
                            http::ResponseWriter& writer);
 // POST /v1/completions
-void HandleCompletions(const Backend& backend, const http::Request& request,
+void HandleCompletions(const ServedModel& model, const http::Request& request,
                        http::ResponseWriter& writer);
 // POST /v1/responses (OpenAI Responses API, stateless: no stored responses).
-void HandleResponses(const Backend& backend, const http::Request& request,
+void HandleResponses(const ServedModel& model, const http::Request& request,
                      http::ResponseWriter& writer);
 // POST /v1/messages (Anthropic shape: content blocks, named SSE events, Anthropic errors).
-void HandleAnthropicMessages(const Backend& backend, const http::Request& request,
+void HandleAnthropicMessages(const ServedModel& model, const http::Request& request,
                              http::ResponseWriter& writer);
 // POST /tokenize and POST /detokenize (vLLM shapes).
-void HandleTokenize(const Backend& backend, const http::Request& request,
+void HandleTokenize(const ServedModel& model, const http::Request& request,
                     http::ResponseWriter& writer);
-void HandleDetokenize(const Backend& backend, const http::Request& request,
+void HandleDetokenize(const ServedModel& model, const http::Request& request,
                       http::ResponseWriter& writer);
 
 }  // namespace deepinfer::api

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/chat_prompt.h"
 #include "api/handlers.h"
 #include "api/responses_types.h"
 #include "fmt/format.h"
@@ -19,13 +20,25 @@
 namespace deepinfer::api {
 namespace {
 
-struct ResponsesContext {
-  const Backend& backend;
-  const ResponsesRequest& request;
-  std::string id;  // "resp_..."
-  int64_t created = 0;
-  ChatPrompt prompt;
-  ToolCallFormat tool_format = ToolCallFormat::kNone;
+class ResponsesRoute final : public ChatPromptRoute {
+ public:
+  explicit ResponsesRoute(const ServedModel& model) : ChatPromptRoute(model, "resp_", "input") {}
+
+  absl::Status Parse(std::string_view body, const ParseLimits& limits) override {
+    DI_ASSIGN_OR_RETURN(request_, ParseResponsesRequest(body, limits));
+    return absl::OkStatus();
+  }
+  const GenerationParams& params() const override { return request_.params; }
+  absl::StatusOr<std::vector<std::vector<int32_t>>> Render() override {
+    return RenderChat(request_.messages, ChatOptionsFor(request_), request_.tools_off);
+  }
+  void Stream(Generation& generation, http::ResponseWriter& writer) override;
+  void Complete(Generation& generation, http::ResponseWriter& writer) override;
+
+  const ResponsesRequest& request() const { return request_; }
+
+ private:
+  ResponsesRequest request_;
 };
 
 util::Json UsageObject(const UsageCounts& u) {
@@ -38,19 +51,19 @@ util::Json UsageObject(const UsageCounts& u) {
 }
 
 // The response object; `status` is "in_progress", "completed", "incomplete" or "failed".
-util::Json ResponseObject(const ResponsesContext& ctx, const std::string& status, util::Json output,
+util::Json ResponseObject(const ResponsesRoute& route, const std::string& status, util::Json output,
                           const UsageCounts* usage, const http::ApiError* error = nullptr) {
-  const util::Json& echo = ctx.request.echo;
+  const util::Json& echo = route.request().echo;
   auto get = [&](const char* key, util::Json fallback) {
     auto it = echo.find(key);
     return it == echo.end() ? fallback : *it;
   };
   util::Json r = {
-      {"id", ctx.id},
+      {"id", route.id()},
       {"object", "response"},
-      {"created_at", ctx.created},
+      {"created_at", route.created()},
       {"status", status},
-      {"model", ctx.backend.served_model_name},
+      {"model", route.model().served_model_name},
       {"output", std::move(output)},
       {"error", error ? util::Json{{"code", error->code}, {"message", error->message}}
                       : util::Json(nullptr)},
@@ -103,10 +116,10 @@ util::Json FunctionCallItem(const std::string& id, const ParsedToolCall& call,
 // as the kind of output changes (reasoning, message text, function calls).
 class EventStream {
  public:
-  explicit EventStream(const ResponsesContext& ctx) : ctx_(ctx) {}
+  explicit EventStream(const ResponsesRoute& route) : route_(route) {}
 
   void Start() {
-    util::Json r = ResponseObject(ctx_, "in_progress", util::Json::array(), nullptr);
+    util::Json r = ResponseObject(route_, "in_progress", util::Json::array(), nullptr);
     Emit("response.created", {{"response", r}});
     Emit("response.in_progress", {{"response", r}});
   }
@@ -193,12 +206,12 @@ class EventStream {
   void Finish(const std::string& status, const UsageCounts& usage) {
     Close(status == "incomplete" ? "incomplete" : "completed");
     Emit(status == "incomplete" ? "response.incomplete" : "response.completed",
-         {{"response", ResponseObject(ctx_, status, output_, &usage)}});
+         {{"response", ResponseObject(route_, status, output_, &usage)}});
   }
   void Fail(const http::ApiError& error) {
     Close();
     Emit("response.failed",
-         {{"response", ResponseObject(ctx_, "failed", output_, nullptr, &error)}});
+         {{"response", ResponseObject(route_, "failed", output_, nullptr, &error)}});
   }
   std::string Take() { return std::exchange(out_, {}); }
 
@@ -209,7 +222,7 @@ class EventStream {
     out_ += fmt::format("event: {}\n{}", type, http::SseData(util::DumpJson(data)));
   }
 
-  const ResponsesContext& ctx_;
+  const ResponsesRoute& route_;
   int64_t sequence_ = 0;
   int index_ = 0;     // output index of the open (or next) item
   std::string open_;  // "reasoning", "message" or "" (none open)
@@ -219,18 +232,19 @@ class EventStream {
   std::string out_;
 };
 
-void Stream(const ResponsesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
+void StreamResponse(const ResponsesRoute& route, Generation& generation,
+                    http::ResponseWriter& writer) {
   if (!http::BeginEventStream(writer)) {
     generation.Cancel();
     return;
   }
-  EventStream events(ctx);
+  EventStream events(route);
   events.Start();
   if (!writer.Write(events.Take())) {
     generation.Cancel();
     return;
   }
-  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  AnswerSplitter splitter(route.prompt(), route.tool_format());
   std::string finish;
   int num_calls = 0;
   auto on_delta = [&](const ChoiceDelta& d) {
@@ -238,7 +252,7 @@ void Stream(const ResponsesContext& ctx, Generation& generation, http::ResponseW
     events.Reasoning(a.reasoning);
     events.Text(a.content);
     for (const auto& call : a.calls) {
-      if (ctx.request.parallel_tool_calls || num_calls++ == 0) events.FunctionCall(call);
+      if (route.request().parallel_tool_calls || num_calls++ == 0) events.FunctionCall(call);
     }
     if (!d.finish_reason.empty()) finish = d.finish_reason;
     std::string out = events.Take();
@@ -255,15 +269,16 @@ void Stream(const ResponsesContext& ctx, Generation& generation, http::ResponseW
   if (writer.Write(events.Take())) writer.End();
 }
 
-void Complete(const ResponsesContext& ctx, Generation& generation, http::ResponseWriter& writer) {
+void CompleteResponse(const ResponsesRoute& route, Generation& generation,
+                      http::ResponseWriter& writer) {
   std::string text, finish;
   auto on_delta = [&](const ChoiceDelta& d) {
     text += d.text;
     if (!d.finish_reason.empty()) finish = d.finish_reason;
     return true;
   };
-  if (!DriveToCompletion(generation, writer, on_delta, RespondError)) return;
-  AnswerSplitter splitter(ctx.prompt, ctx.tool_format);
+  if (!route.DriveToCompletion(generation, writer, on_delta)) return;
+  AnswerSplitter splitter(route.prompt(), route.tool_format());
   AnswerSplitter::Delta a = splitter.Push(text, /*last=*/true);
   util::Json output = util::Json::array();
   if (!a.reasoning.empty()) {
@@ -275,7 +290,7 @@ void Complete(const ResponsesContext& ctx, Generation& generation, http::Respons
   }
   for (const auto& call : a.calls) {
     output.push_back(FunctionCallItem(NewRequestId("fc_"), call, call.arguments, "completed"));
-    if (!ctx.request.parallel_tool_calls) break;  // the first call only
+    if (!route.request().parallel_tool_calls) break;  // the first call only
   }
   const bool cut = finish == "length";
   // A cut-off answer's last text item is incomplete too (function calls are always whole).
@@ -284,37 +299,23 @@ void Complete(const ResponsesContext& ctx, Generation& generation, http::Respons
   }
   const UsageCounts usage = generation.usage();
   RespondJson(writer, 200,
-              ResponseObject(ctx, cut ? "incomplete" : "completed", std::move(output), &usage));
+              ResponseObject(route, cut ? "incomplete" : "completed", std::move(output), &usage));
 }
 
-absl::Status Run(const Backend& backend, const http::Request& http_request,
-                 http::ResponseWriter& writer) {
-  DI_ASSIGN_OR_RETURN(
-      ResponsesRequest request,
-      ParseResponsesRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
-  DI_RETURN_IF_ERROR(CheckModel(backend, request.params.model));
-  DI_ASSIGN_OR_RETURN(ChatPrompt prompt,
-                      RenderChatPrompt(backend, request.messages, ChatOptionsFor(request)));
-  if (prompt.tokens.empty())
-    return http::RequestError("input", "empty_prompt", "The prompt is empty.");
-  DI_ASSIGN_OR_RETURN(int32_t max_tokens, ResolveMaxTokens(backend, prompt.tokens.size(),
-                                                           request.params.max_tokens, "input"));
-  ResponsesContext ctx{backend, request, NewRequestId("resp_"), UnixNow(), std::move(prompt)};
-  ctx.tool_format = ToolFormatFor(backend, !request.tools.empty(), request.tools_off);
-  std::vector<ChoiceSpec> specs =
-      SingleChoice(request.params, ctx.prompt.tokens, max_tokens, ctx.id);
-  return AnswerGeneration(
-      backend, std::move(specs), ctx.id, request.params.stream, writer,
-      [&](Generation& g) { Stream(ctx, g, writer); },
-      [&](Generation& g) { Complete(ctx, g, writer); });
+void ResponsesRoute::Stream(Generation& generation, http::ResponseWriter& writer) {
+  StreamResponse(*this, generation, writer);
+}
+
+void ResponsesRoute::Complete(Generation& generation, http::ResponseWriter& writer) {
+  CompleteResponse(*this, generation, writer);
 }
 
 }  // namespace
 
-void HandleResponses(const Backend& backend, const http::Request& request,
+void HandleResponses(const ServedModel& model, const http::Request& request,
                      http::ResponseWriter& writer) {
-  absl::Status status = Run(backend, request, writer);
-  if (!status.ok() && !writer.started()) RespondError(writer, status);
+  ResponsesRoute route(model);
+  ServeRoute(route, request, writer);
 }
 
 }  // namespace deepinfer::api

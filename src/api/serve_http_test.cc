@@ -34,11 +34,11 @@ class ServeHttpTest : public ::testing::Test {
     options.step = std::chrono::milliseconds(2);
     engine_ = std::make_unique<testing::FakeEngine>(*model_, options);
     engine_->SetScript(testing::ByteTokens("Hello world"));
-    backend_ = Backend{engine_.get(), tokenizer_.get(), template_.get(), "byte-model", 512, 64, 0,
-                       nullptr};
+    served_ = ServedModel{
+        engine_.get(), tokenizer_.get(), template_.get(), "byte-model", 512, 64, 0, nullptr};
     api_ = std::make_unique<ApiServer>();
-    backend_.metrics = &api_->metrics();
-    api_->SetBackend(&backend_);
+    served_.metrics = &api_->metrics();
+    api_->SetServedModel(&served_);
   }
   void TearDown() override {
     if (server_) server_->Stop();
@@ -104,7 +104,7 @@ class ServeHttpTest : public ::testing::Test {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> template_;
   std::unique_ptr<testing::FakeEngine> engine_;
-  Backend backend_;
+  ServedModel served_;
   std::unique_ptr<ApiServer> api_;
   std::unique_ptr<http::Server> server_;
 };

@@ -14,7 +14,7 @@
 namespace deepinfer::api {
 namespace {
 
-enum class Route {
+enum class RouteId {
   kHealth,
   kModels,
   kModel,
@@ -30,38 +30,38 @@ enum class Route {
 };
 
 struct RouteInfo {
-  Route route;
+  RouteId route;
   const char* method;  // the one method it answers (GET routes also answer HEAD)
 };
 
 RouteInfo Match(const std::string& path) {
-  if (path == "/health") return {Route::kHealth, "GET"};
-  if (path == "/v1/models") return {Route::kModels, "GET"};
-  if (path.rfind("/v1/models/", 0) == 0) return {Route::kModel, "GET"};
-  if (path == "/metrics") return {Route::kMetrics, "GET"};
-  if (path == "/v1/chat/completions") return {Route::kChat, "POST"};
-  if (path == "/v1/completions") return {Route::kCompletions, "POST"};
-  if (path == "/tokenize") return {Route::kTokenize, "POST"};
-  if (path == "/detokenize") return {Route::kDetokenize, "POST"};
-  if (path == "/v1/messages/count_tokens") return {Route::kCountTokens, "POST"};
-  if (path == "/v1/messages") return {Route::kMessages, "POST"};
-  if (path == "/v1/responses") return {Route::kResponses, "POST"};
-  return {Route::kUnknown, ""};
+  if (path == "/health") return {RouteId::kHealth, "GET"};
+  if (path == "/v1/models") return {RouteId::kModels, "GET"};
+  if (path.rfind("/v1/models/", 0) == 0) return {RouteId::kModel, "GET"};
+  if (path == "/metrics") return {RouteId::kMetrics, "GET"};
+  if (path == "/v1/chat/completions") return {RouteId::kChat, "POST"};
+  if (path == "/v1/completions") return {RouteId::kCompletions, "POST"};
+  if (path == "/tokenize") return {RouteId::kTokenize, "POST"};
+  if (path == "/detokenize") return {RouteId::kDetokenize, "POST"};
+  if (path == "/v1/messages/count_tokens") return {RouteId::kCountTokens, "POST"};
+  if (path == "/v1/messages") return {RouteId::kMessages, "POST"};
+  if (path == "/v1/responses") return {RouteId::kResponses, "POST"};
+  return {RouteId::kUnknown, ""};
 }
 
-util::Json ModelCard(const Backend& backend) {
-  return util::Json{{"id", backend.served_model_name},       {"object", "model"},
-                    {"created", backend.created_unix},       {"owned_by", "deepinfer"},
-                    {"root", backend.served_model_name},     {"parent", nullptr},
-                    {"max_model_len", backend.max_model_len}};
+util::Json ModelCard(const ServedModel& model) {
+  return util::Json{{"id", model.served_model_name},       {"object", "model"},
+                    {"created", model.created_unix},       {"owned_by", "deepinfer"},
+                    {"root", model.served_model_name},     {"parent", nullptr},
+                    {"max_model_len", model.max_model_len}};
 }
 
 }  // namespace
 
 std::string ApiServer::RouteLabel(const std::string& path) {
   RouteInfo info = Match(path);
-  if (info.route == Route::kUnknown) return "other";
-  if (info.route == Route::kModel) return "/v1/models/{id}";
+  if (info.route == RouteId::kUnknown) return "other";
+  if (info.route == RouteId::kModel) return "/v1/models/{id}";
   return path;
 }
 
@@ -142,7 +142,7 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
     }
   };
   RouteInfo info = Match(request.path);
-  if (info.route == Route::kUnknown) {
+  if (info.route == RouteId::kUnknown) {
     fail(http::RouteNotFoundError(request.path));
     return;
   }
@@ -152,19 +152,19 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
     fail(http::MethodNotAllowedError(request.method, request.path));
     return;
   }
-  const Backend* backend = backend_.load(std::memory_order_acquire);
-  bool ready = backend != nullptr && backend->engine->ready();
-  if (info.route == Route::kMetrics) {
+  const ServedModel* model = model_.load(std::memory_order_acquire);
+  bool ready = model != nullptr && model->engine->ready();
+  if (info.route == RouteId::kMetrics) {
     std::string out;
-    if (backend != nullptr) {
-      FormatEngineMetrics(backend->engine->Stats(), backend->served_model_name,
+    if (model != nullptr) {
+      FormatEngineMetrics(model->engine->Stats(), model->served_model_name,
                           metrics_.stop_string_finishes(), &out);
     }
     metrics_.Format(&out);
     writer.Respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}}, out);
     return;
   }
-  if (info.route == Route::kHealth) {
+  if (info.route == RouteId::kHealth) {
     if (ready) {
       RespondJson(writer, 200, util::Json{{"status", "ok"}});
     } else {
@@ -177,40 +177,39 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
     return;
   }
   switch (info.route) {
-    case Route::kModels:
-      RespondJson(
-          writer, 200,
-          util::Json{{"object", "list"}, {"data", util::Json::array({ModelCard(*backend)})}});
+    case RouteId::kModels:
+      RespondJson(writer, 200,
+                  util::Json{{"object", "list"}, {"data", util::Json::array({ModelCard(*model)})}});
       return;
-    case Route::kModel: {
+    case RouteId::kModel: {
       std::string id = request.path.substr(std::string("/v1/models/").size());
-      if (id != backend->served_model_name) {
+      if (id != model->served_model_name) {
         RespondError(writer, http::ModelNotFoundError(id));
       } else {
-        RespondJson(writer, 200, ModelCard(*backend));
+        RespondJson(writer, 200, ModelCard(*model));
       }
       return;
     }
-    case Route::kChat:
-      HandleChatCompletions(*backend, request, writer);
+    case RouteId::kChat:
+      HandleChatCompletions(*model, request, writer);
       return;
-    case Route::kCompletions:
-      HandleCompletions(*backend, request, writer);
+    case RouteId::kCompletions:
+      HandleCompletions(*model, request, writer);
       return;
-    case Route::kTokenize:
-      HandleTokenize(*backend, request, writer);
+    case RouteId::kTokenize:
+      HandleTokenize(*model, request, writer);
       return;
-    case Route::kDetokenize:
-      HandleDetokenize(*backend, request, writer);
+    case RouteId::kDetokenize:
+      HandleDetokenize(*model, request, writer);
       return;
-    case Route::kCountTokens:
-      HandleAnthropicCountTokens(*backend, request, writer);
+    case RouteId::kCountTokens:
+      HandleAnthropicCountTokens(*model, request, writer);
       return;
-    case Route::kMessages:
-      HandleAnthropicMessages(*backend, request, writer);
+    case RouteId::kMessages:
+      HandleAnthropicMessages(*model, request, writer);
       return;
-    case Route::kResponses:
-      HandleResponses(*backend, request, writer);
+    case RouteId::kResponses:
+      HandleResponses(*model, request, writer);
       return;
     default:
       RespondError(writer, http::RouteNotFoundError(request.path));

@@ -7,20 +7,20 @@
 #include <string>
 
 #include "api/metrics.h"
-#include "api/serving.h"
+#include "api/served_model.h"
 #include "http/server.h"
 
 namespace deepinfer::api {
 
-// Threads: Handle and Observe run on connection threads; SetBackend on the controlling thread.
-// Lifetime: the Backend passed to SetBackend must outlive every handler call.
+// Threads: Handle and Observe run on connection threads; SetServedModel on the controlling thread.
+// Lifetime: the ServedModel passed to SetServedModel must outlive every handler call.
 class ApiServer {
  public:
   ApiServer() = default;
 
   // Makes the model routes live. Until then /health answers 503 and model routes 503
   // "model_loading".
-  void SetBackend(const Backend* backend) { backend_.store(backend, std::memory_order_release); }
+  void SetServedModel(const ServedModel* model) { model_.store(model, std::memory_order_release); }
 
   // Answers one request. Never throws; an unexpected exception becomes a 500.
   void Handle(const http::Request& request, http::ResponseWriter& writer);
@@ -53,7 +53,7 @@ class ApiServer {
  private:
   void Dispatch(const http::Request& request, http::ResponseWriter& writer);
 
-  std::atomic<const Backend*> backend_{nullptr};
+  std::atomic<const ServedModel*> model_{nullptr};
   bool log_requests_ = false;
   HttpMetrics metrics_;
 };

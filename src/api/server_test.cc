@@ -135,16 +135,16 @@ class ApiServerTest : public ::testing::Test {
     template_ = std::move(*tmpl);
     engine_ = std::make_unique<FakeEngine>(*model_, options);
     engine_->SetScript(ByteTokens("Hello world"));
-    backend_.engine = engine_.get();
-    backend_.tokenizer = tokenizer_.get();
-    backend_.chat_template = template_.get();
-    backend_.served_model_name = "byte-model";
-    backend_.max_model_len = options.max_model_len;
-    backend_.max_output_tokens = 64;
-    backend_.created_unix = 1700000000;
+    served_.engine = engine_.get();
+    served_.tokenizer = tokenizer_.get();
+    served_.chat_template = template_.get();
+    served_.served_model_name = "byte-model";
+    served_.max_model_len = options.max_model_len;
+    served_.max_output_tokens = 64;
+    served_.created_unix = 1700000000;
     server_ = std::make_unique<ApiServer>();
-    backend_.metrics = &server_->metrics();
-    server_->SetBackend(&backend_);
+    served_.metrics = &server_->metrics();
+    server_->SetServedModel(&served_);
   }
 
   CaptureWriter Call(const std::string& method, const std::string& path, const std::string& body,
@@ -185,7 +185,7 @@ class ApiServerTest : public ::testing::Test {
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   std::unique_ptr<tokenizer::ChatTemplate> template_;
   std::unique_ptr<FakeEngine> engine_;
-  Backend backend_;
+  ServedModel served_;
   std::unique_ptr<ApiServer> server_;
 };
 
@@ -313,12 +313,12 @@ TEST_F(ApiServerTest, ChoicesAreIndexedAndSeededPerChoice) {
 }
 
 TEST_F(ApiServerTest, NoMaxTokensUsesTheRestOfTheWindowUpToTheOutputCap) {
-  backend_.max_output_tokens = 100000;
+  served_.max_output_tokens = 100000;
   Chat("");
   auto submitted = engine_->submitted();
   ASSERT_EQ(submitted.size(), 1u);
   EXPECT_EQ(submitted[0].max_tokens + static_cast<int32_t>(submitted[0].prompt.size()), 512);
-  backend_.max_output_tokens = 10;
+  served_.max_output_tokens = 10;
   Chat("");
   EXPECT_EQ(engine_->submitted()[1].max_tokens, 10);
 }
@@ -518,7 +518,7 @@ TEST_F(ApiServerTest, ModelsHealthAndRoutingErrors) {
   EXPECT_EQ(method.json()["error"]["code"], "method_not_allowed");
 }
 
-TEST_F(ApiServerTest, HealthIs503UntilTheBackendIsSet) {
+TEST_F(ApiServerTest, HealthIs503UntilTheModelIsServed) {
   ApiServer loading;
   http::Request request;
   request.method = "GET";
@@ -798,8 +798,8 @@ class ToolCallServerTest : public ApiServerTest {
     auto tmpl = tokenizer::CreateChatTemplateByName("deepseek-v3.1");
     ASSERT_TRUE(tmpl.ok()) << tmpl.status();
     template_ = std::move(*tmpl);
-    backend_.chat_template = template_.get();
-    backend_.max_output_tokens = 400;
+    served_.chat_template = template_.get();
+    served_.max_output_tokens = 400;
     auto script = ByteTokens(
         "Let me look.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>"
         "{\"city\": \"東京\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}"

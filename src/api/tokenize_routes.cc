@@ -4,6 +4,7 @@
 // Source: vLLM entrypoints/openai protocol (TokenizeCompletionRequest, TokenizeChatRequest,
 //   TokenizeResponse {count, max_model_len, tokens, token_strs}, DetokenizeResponse {prompt}).
 
+#include "api/chat_prompt.h"
 #include "api/handlers.h"
 #include "http/errors.h"
 #include "util/status.h"
@@ -11,12 +12,12 @@
 namespace deepinfer::api {
 namespace {
 
-absl::Status RunTokenize(const Backend& backend, const http::Request& http_request,
+absl::Status RunTokenize(const ServedModel& model, const http::Request& http_request,
                          http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       TokenizeRequest request,
-      ParseTokenizeRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
-  DI_RETURN_IF_ERROR(CheckModel(backend, request.model));
+      ParseTokenizeRequest(http_request.body, ParseLimits{model.tokenizer->vocab_size()}));
+  DI_RETURN_IF_ERROR(CheckModel(model, request.model));
   std::vector<int32_t> tokens;
   if (request.has_messages) {
     if (request.add_special_tokens.has_value()) {
@@ -28,26 +29,26 @@ absl::Status RunTokenize(const Backend& backend, const http::Request& http_reque
       options.add_generation_prompt = request.extras.add_generation_prompt;
       options.continue_final_message = request.extras.continue_final_message;
       DI_ASSIGN_OR_RETURN(std::string text,
-                          tokenizer::RenderChat(*backend.chat_template, turns, options));
-      tokens = backend.tokenizer->Encode(
-          text, true, *request.add_special_tokens && backend.tokenizer->add_bos());
+                          tokenizer::RenderChat(*model.chat_template, turns, options));
+      tokens = model.tokenizer->Encode(text, true,
+                                       *request.add_special_tokens && model.tokenizer->add_bos());
     } else {
       // The same tokens a chat request with these messages, tools and options is charged for.
-      DI_ASSIGN_OR_RETURN(ChatPrompt chat, RenderChatPrompt(backend, request.messages,
+      DI_ASSIGN_OR_RETURN(ChatPrompt chat, RenderChatPrompt(model, request.messages,
                                                             ChatOptionsFor(request.extras)));
       tokens = std::move(chat.tokens);
     }
   } else {
-    bool add_bos = request.add_special_tokens.value_or(true) && backend.tokenizer->add_bos();
-    tokens = backend.tokenizer->Encode(request.prompt, true, add_bos);
+    bool add_bos = request.add_special_tokens.value_or(true) && model.tokenizer->add_bos();
+    tokens = model.tokenizer->Encode(request.prompt, true, add_bos);
   }
   util::Json body = util::Json::object();
   body["count"] = tokens.size();
-  body["max_model_len"] = backend.max_model_len;
+  body["max_model_len"] = model.max_model_len;
   body["tokens"] = tokens;
   if (request.return_token_strs) {
     util::Json strs = util::Json::array();
-    for (int32_t id : tokens) strs.push_back(backend.tokenizer->TokenPiece(id));
+    for (int32_t id : tokens) strs.push_back(model.tokenizer->TokenPiece(id));
     body["token_strs"] = std::move(strs);
   } else {
     body["token_strs"] = nullptr;
@@ -56,30 +57,30 @@ absl::Status RunTokenize(const Backend& backend, const http::Request& http_reque
   return absl::OkStatus();
 }
 
-absl::Status RunDetokenize(const Backend& backend, const http::Request& http_request,
+absl::Status RunDetokenize(const ServedModel& model, const http::Request& http_request,
                            http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       DetokenizeRequest request,
-      ParseDetokenizeRequest(http_request.body, ParseLimits{backend.tokenizer->vocab_size()}));
-  DI_RETURN_IF_ERROR(CheckModel(backend, request.model));
+      ParseDetokenizeRequest(http_request.body, ParseLimits{model.tokenizer->vocab_size()}));
+  DI_RETURN_IF_ERROR(CheckModel(model, request.model));
   // Special tokens (BOS, <|im_end|>) are left out, so the text reads like the prompt that was
   // tokenized.
-  std::string text = backend.tokenizer->Decode(request.tokens, /*skip_special=*/true);
+  std::string text = model.tokenizer->Decode(request.tokens, /*skip_special=*/true);
   RespondJson(writer, 200, util::Json{{"prompt", text}});
   return absl::OkStatus();
 }
 
 }  // namespace
 
-void HandleTokenize(const Backend& backend, const http::Request& request,
+void HandleTokenize(const ServedModel& model, const http::Request& request,
                     http::ResponseWriter& writer) {
-  absl::Status status = RunTokenize(backend, request, writer);
+  absl::Status status = RunTokenize(model, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }
 
-void HandleDetokenize(const Backend& backend, const http::Request& request,
+void HandleDetokenize(const ServedModel& model, const http::Request& request,
                       http::ResponseWriter& writer) {
-  absl::Status status = RunDetokenize(backend, request, writer);
+  absl::Status status = RunDetokenize(model, request, writer);
   if (!status.ok() && !writer.started()) RespondError(writer, status);
 }
 

@@ -4,7 +4,8 @@
 #include <map>
 
 #include "api/anthropic_count_tokens.h"
-#include "api/serving.h"
+#include "api/chat_prompt.h"
+#include "api/served_model.h"
 #include "fmt/format.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
@@ -135,7 +136,7 @@ struct RequestCounter::Impl {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template;
-  api::Backend backend;  // only tokenizer and chat_template are set: no engine
+  api::ServedModel served;  // only tokenizer and chat_template are set: no engine
   std::string template_name;
 };
 
@@ -152,21 +153,21 @@ absl::StatusOr<std::unique_ptr<RequestCounter>> RequestCounter::Create(
                       tokenizer::LoadModelText(*impl->model, chat_template));
   impl->tokenizer = std::move(text.tokenizer);
   impl->chat_template = std::move(text.chat_template);
-  impl->backend.tokenizer = impl->tokenizer.get();
-  impl->backend.chat_template = impl->chat_template.get();
-  impl->backend.max_model_len = impl->model->config.max_context;
+  impl->served.tokenizer = impl->tokenizer.get();
+  impl->served.chat_template = impl->chat_template.get();
+  impl->served.max_model_len = impl->model->config.max_context;
   impl->template_name = std::string(impl->chat_template->name());
   return std::unique_ptr<RequestCounter>(new RequestCounter(std::move(impl)));
 }
 
-int32_t RequestCounter::model_window() const { return impl_->backend.max_model_len; }
+int32_t RequestCounter::model_window() const { return impl_->served.max_model_len; }
 
 const std::string& RequestCounter::template_name() const { return impl_->template_name; }
 
 absl::StatusOr<int64_t> RequestCounter::CountMessages(const std::vector<api::ChatMessage>& messages,
                                                       const tokenizer::ChatOptions& options) const {
   DI_ASSIGN_OR_RETURN(api::ChatPrompt prompt,
-                      api::RenderChatPrompt(impl_->backend, messages, options));
+                      api::RenderChatPrompt(impl_->served, messages, options));
   return static_cast<int64_t>(prompt.tokens.size());
 }
 

@@ -1,0 +1,112 @@
+#include "api/chat_prompt.h"
+
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+// OpenAI's message shape to the encoders': "developer" is the new name of "system", and
+// assistant tool calls arrive as JSON.
+std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessage>& messages) {
+  std::vector<tokenizer::ChatMessage> turns;
+  turns.reserve(messages.size());
+  for (const ChatMessage& m : messages) {
+    tokenizer::ChatMessage t{m.role == "developer" ? "system" : m.role, m.content};
+    t.has_content = m.has_content;
+    t.tool_call_id = m.tool_call_id;
+    t.name = m.name;
+    if (!m.tool_calls_json.empty()) {
+      util::Json calls = util::Json::parse(m.tool_calls_json, nullptr, /*allow_exceptions=*/false);
+      if (calls.is_array()) {
+        for (const util::Json& c : calls) {
+          if (!c.is_object()) continue;
+          tokenizer::ToolCall call;
+          call.id = c.value("id", std::string());
+          auto fn = c.find("function");
+          if (fn != c.end() && fn->is_object()) {
+            call.name = fn->value("name", std::string());
+            auto args = fn->find("arguments");
+            if (args != fn->end())
+              call.arguments = args->is_string() ? args->get<std::string>() : args->dump();
+          }
+          t.tool_calls.push_back(std::move(call));
+        }
+      }
+    }
+    turns.push_back(std::move(t));
+  }
+  return turns;
+}
+
+}  // namespace
+
+tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras) {
+  tokenizer::ChatOptions options;
+  options.add_generation_prompt = extras.add_generation_prompt;
+  options.continue_final_message = extras.continue_final_message;
+  options.tools = extras.tools;
+  options.thinking = extras.thinking;
+  options.reasoning_effort = extras.reasoning_effort == "none" ? "" : extras.reasoning_effort;
+  return options;
+}
+
+absl::StatusOr<ChatPrompt> RenderChatPrompt(const ServedModel& model,
+                                            const std::vector<ChatMessage>& messages,
+                                            const tokenizer::ChatOptions& options) {
+  DI_ASSIGN_OR_RETURN(std::string text, tokenizer::RenderChat(*model.chat_template,
+                                                              EncoderMessages(messages), options));
+  ChatPrompt prompt;
+  // Templates that write the BOS text themselves (DeepSeek) must not get a second BOS.
+  const bool add_bos = model.tokenizer->add_bos() && !model.chat_template->writes_bos();
+  prompt.tokens = model.tokenizer->Encode(text, /*parse_special=*/true, add_bos);
+  prompt.parse_reasoning = model.chat_template->name().starts_with("deepseek");
+  prompt.starts_in_reasoning = prompt.parse_reasoning && PromptOpensReasoning(text);
+  return prompt;
+}
+
+ToolCallFormat ToolFormatFor(const ServedModel& model, bool has_tools, bool tools_off) {
+  if (!has_tools || tools_off) return ToolCallFormat::kNone;
+  return ToolCallFormatForTemplate(model.chat_template->name());
+}
+
+AnswerSplitter::AnswerSplitter(const ChatPrompt& prompt, ToolCallFormat tool_format) {
+  if (prompt.parse_reasoning) reasoning_.emplace(prompt.starts_in_reasoning);
+  if (tool_format != ToolCallFormat::kNone) tools_.emplace(tool_format);
+}
+
+AnswerSplitter::Delta AnswerSplitter::Push(std::string_view text, bool last) {
+  Delta out;
+  if (reasoning_) {
+    ReasoningParser::Delta split = reasoning_->Push(text);
+    if (last) {
+      ReasoningParser::Delta rest = reasoning_->Finish();
+      split.reasoning += rest.reasoning;
+      split.content += rest.content;
+    }
+    out.reasoning = std::move(split.reasoning);
+    out.content = std::move(split.content);
+  } else {
+    out.content = std::string(text);
+  }
+  if (tools_) {
+    ToolCallParser::Delta t = tools_->Push(out.content);
+    if (last) {
+      ToolCallParser::Delta rest = tools_->Finish();
+      t.content += rest.content;
+      for (auto& c : rest.calls) t.calls.push_back(std::move(c));
+    }
+    out.content = std::move(t.content);
+    out.calls = std::move(t.calls);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::vector<int32_t>>> ChatPromptRoute::RenderChat(
+    const std::vector<ChatMessage>& messages, const tokenizer::ChatOptions& options,
+    bool tools_off) {
+  DI_ASSIGN_OR_RETURN(prompt_, RenderChatPrompt(model(), messages, options));
+  tool_format_ = ToolFormatFor(model(), !options.tools.empty(), tools_off);
+  return std::vector<std::vector<int32_t>>{prompt_.tokens};
+}
+
+}  // namespace deepinfer::api

@@ -1,0 +1,126 @@
+#include "api/openai_answer.h"
+
+#include <cmath>
+
+#include "api/route.h"
+#include "http/errors.h"
+#include "http/sse.h"
+
+namespace deepinfer::api {
+namespace {
+
+// JSON has no -inf; vLLM reports impossible tokens with this value.
+double FiniteLogprob(float logprob) {
+  return std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0;
+}
+
+util::Json BytesJson(const std::string& piece) {
+  util::Json bytes = util::Json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace
+
+util::Json UsageJson(const UsageCounts& usage) {
+  util::Json u = util::Json::object();
+  u["prompt_tokens"] = usage.prompt_tokens;
+  u["completion_tokens"] = usage.completion_tokens;
+  u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
+  u["prompt_tokens_details"] = util::Json{{"cached_tokens", usage.cached_tokens}};
+  if (usage.draft_tokens > 0) {
+    // Speculative decoding (MTP): acceptance length = 1 + accepted / verification steps.
+    u["speculative"] = util::Json{{"draft_tokens", usage.draft_tokens},
+                                  {"accepted_tokens", usage.accepted_tokens},
+                                  {"acceptance_rate", static_cast<double>(usage.accepted_tokens) /
+                                                          static_cast<double>(usage.draft_tokens)}};
+  }
+  return u;
+}
+
+util::Json ChatLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                            const std::vector<engine::TokenEvent>& tokens, int32_t num_top) {
+  util::Json content = util::Json::array();
+  for (const engine::TokenEvent& t : tokens) {
+    std::string piece = tokenizer.TokenPiece(t.token);
+    util::Json entry = util::Json::object();
+    entry["token"] = piece;
+    entry["logprob"] = FiniteLogprob(t.logprob);
+    entry["bytes"] = BytesJson(piece);
+    util::Json top = util::Json::array();
+    for (size_t i = 0; i < t.top_logprobs.size() && static_cast<int32_t>(i) < num_top; ++i) {
+      std::string top_piece = tokenizer.TokenPiece(t.top_logprobs[i].first);
+      top.push_back(util::Json{{"token", top_piece},
+                               {"logprob", FiniteLogprob(t.top_logprobs[i].second)},
+                               {"bytes", BytesJson(top_piece)}});
+    }
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return util::Json{{"content", std::move(content)}};
+}
+
+util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                                  const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
+                                  int64_t* text_offset) {
+  util::Json out = util::Json::object();
+  util::Json pieces = util::Json::array(), logprobs = util::Json::array(),
+             tops = util::Json::array(), offsets = util::Json::array();
+  for (const engine::TokenEvent& t : tokens) {
+    std::string piece = tokenizer.TokenPiece(t.token);
+    pieces.push_back(piece);
+    logprobs.push_back(FiniteLogprob(t.logprob));
+    offsets.push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(piece.size());
+    util::Json top = util::Json::object();
+    for (size_t i = 0; i < t.top_logprobs.size() && static_cast<int32_t>(i) < num_top; ++i) {
+      top[tokenizer.TokenPiece(t.top_logprobs[i].first)] = FiniteLogprob(t.top_logprobs[i].second);
+    }
+    // The chosen token is always among the top entries in the legacy format.
+    if (num_top > 0 && !top.contains(piece)) top[piece] = FiniteLogprob(t.logprob);
+    tops.push_back(std::move(top));
+  }
+  out["tokens"] = std::move(pieces);
+  out["token_logprobs"] = std::move(logprobs);
+  out["top_logprobs"] = std::move(tops);
+  out["text_offset"] = std::move(offsets);
+  return out;
+}
+
+util::Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
+                          const std::string& model) {
+  util::Json body = util::Json::object();
+  body["id"] = id;
+  body["object"] = object;
+  body["created"] = created;
+  body["model"] = model;
+  return body;
+}
+
+std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice, bool include_usage) {
+  envelope["choices"] = util::Json::array({std::move(choice)});
+  if (include_usage) envelope["usage"] = nullptr;
+  return http::SseData(util::DumpJson(envelope));
+}
+
+void FinishOpenAiStream(Generation& generation, http::ResponseWriter& writer,
+                        const std::function<bool(const ChoiceDelta&)>& on_delta,
+                        std::optional<util::Json> usage_chunk) {
+  absl::Status error;
+  DriveEnd end = DriveGeneration(generation, writer, on_delta, &error);
+  if (end == DriveEnd::kClientGone) return;
+  std::string tail;
+  if (end == DriveEnd::kError) {
+    tail = http::SseErrorAndDone(http::ApiErrorFromStatus(error));
+  } else {
+    if (usage_chunk) {
+      (*usage_chunk)["choices"] = util::Json::array();
+      (*usage_chunk)["usage"] = UsageJson(generation.usage());
+      tail += http::SseData(util::DumpJson(*usage_chunk));
+    }
+    tail += http::SseDone();
+  }
+  if (writer.Write(tail)) writer.End();
+}
+
+}  // namespace deepinfer::api

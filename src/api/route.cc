@@ -1,0 +1,167 @@
+#include "api/route.h"
+
+#include <chrono>
+#include <utility>
+
+#include "http/errors.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+
+// Steps 1-6 of ServeRoute (route.h); a failure is answered by the caller.
+absl::Status RunRoute(Route& route, const http::Request& request, http::ResponseWriter& writer) {
+  const ServedModel& model = route.model();
+  DI_RETURN_IF_ERROR(route.Parse(request.body, ParseLimits{model.tokenizer->vocab_size()}));
+  const GenerationParams& params = route.params();
+  DI_RETURN_IF_ERROR(CheckModel(model, params.model));
+  DI_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, route.Render());
+  std::vector<ChoiceSpec> specs;
+  specs.reserve(prompts.size() * static_cast<size_t>(params.n));
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (prompts[p].empty()) {
+      return http::RequestError(route.prompt_param(), "empty_prompt", "The prompt is empty.");
+    }
+    DI_ASSIGN_OR_RETURN(
+        int32_t max_tokens,
+        ResolveMaxTokens(model, prompts[p].size(), params.max_tokens, route.prompt_param()));
+    for (int32_t i = 0; i < params.n; ++i) {
+      ChoiceSpec spec;
+      const int32_t index = static_cast<int32_t>(p) * params.n + i;
+      spec.request = MakeEngineRequest(params, prompts[p], max_tokens, index, route.id());
+      spec.prompt_index = static_cast<int32_t>(p);
+      spec.stops = params.stop;
+      specs.push_back(std::move(spec));
+    }
+  }
+  DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*model.engine, *model.tokenizer,
+                                                         std::move(specs), model.metrics));
+  writer.log().id = route.id();
+  writer.log().stream = params.stream;
+  if (params.stream) {
+    route.Stream(*generation, writer);
+  } else {
+    route.Complete(*generation, writer);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Route::Route(const ServedModel& model, std::string_view id_prefix, std::string_view prompt_param)
+    : model_(model),
+      id_(NewRequestId(id_prefix)),
+      created_(UnixNow()),
+      prompt_param_(prompt_param) {}
+
+void Route::AnswerError(http::ResponseWriter& writer, const absl::Status& status) const {
+  RespondError(writer, status);
+}
+
+bool Route::DriveToCompletion(Generation& generation, http::ResponseWriter& writer,
+                              const std::function<bool(const ChoiceDelta&)>& on_delta) const {
+  absl::Status error;
+  switch (DriveGeneration(generation, writer, on_delta, &error)) {
+    case DriveEnd::kDone:
+      return true;
+    case DriveEnd::kClientGone:
+      AnswerError(writer, MakeError(absl::StatusCode::kCancelled, "client_closed_request",
+                                    "The client closed the connection."));
+      return false;
+    case DriveEnd::kError:
+      AnswerError(writer, error);
+      return false;
+  }
+  return false;
+}
+
+void ServeRoute(Route& route, const http::Request& request, http::ResponseWriter& writer) {
+  absl::Status status = RunRoute(route, request, writer);
+  if (!status.ok() && !writer.started()) route.AnswerError(writer, status);
+}
+
+engine::GenerateRequest MakeEngineRequest(const GenerationParams& params,
+                                          std::vector<int32_t> prompt, int32_t max_tokens,
+                                          int32_t choice_index, const std::string& request_id) {
+  engine::GenerateRequest r;
+  r.prompt = std::move(prompt);
+  r.sampling = params.sampling;
+  if (r.sampling.has_seed) r.sampling.seed += static_cast<uint64_t>(choice_index);
+  r.max_tokens = max_tokens;
+  r.stop_token_ids = params.stop_token_ids;
+  r.ignore_eos = params.ignore_eos;
+  r.request_id = request_id;
+  return r;
+}
+
+namespace {
+
+// Fills the request log with how a generation ended, on every way out of DriveGeneration.
+class GenerationLogger {
+ public:
+  GenerationLogger(Generation& generation, http::RequestLog& log)
+      : generation_(generation), log_(log) {
+    log_.generated = true;
+  }
+  ~GenerationLogger() {
+    UsageCounts u = generation_.usage();
+    log_.prompt_tokens = u.prompt_tokens;
+    log_.cached_tokens = u.cached_tokens;
+    log_.completion_tokens = u.completion_tokens;
+  }
+  void Saw(const ChoiceDelta& d) {
+    if (!d.tokens.empty() && log_.first_token == std::chrono::steady_clock::time_point()) {
+      log_.first_token = std::chrono::steady_clock::now();
+    }
+    if (!d.finish_reason.empty() && log_.end != "length") log_.end = d.finish_reason;
+  }
+  DriveEnd End(DriveEnd end) {
+    if (end == DriveEnd::kClientGone) log_.end = "client_gone";
+    if (end == DriveEnd::kError) log_.end = "error";
+    return end;
+  }
+
+ private:
+  Generation& generation_;
+  http::RequestLog& log_;
+};
+
+}  // namespace
+
+DriveEnd DriveGeneration(Generation& generation, http::ResponseWriter& writer,
+                         const std::function<bool(const ChoiceDelta&)>& on_delta,
+                         absl::Status* error) {
+  GenerationLogger logger(generation, writer.log());
+  std::vector<ChoiceDelta> deltas;
+  while (!generation.done()) {
+    // A stopping server ends generations too (their answer is a 503 shutting_down), so that a
+    // long one does not hold up the shutdown.
+    if (writer.PeerClosed() || writer.stopping()) {
+      generation.Cancel();
+      if (writer.stopping()) {
+        *error = UnavailableError("shutting_down", "The server is shutting down.");
+        return logger.End(DriveEnd::kError);
+      }
+      return logger.End(DriveEnd::kClientGone);
+    }
+    deltas.clear();
+    absl::Status status = generation.Poll(kPollInterval, &deltas);
+    if (!status.ok()) {
+      generation.Cancel();
+      *error = status;
+      return logger.End(DriveEnd::kError);
+    }
+    for (const ChoiceDelta& d : deltas) {
+      logger.Saw(d);
+      if (!on_delta(d)) {
+        generation.Cancel();
+        return logger.End(DriveEnd::kClientGone);
+      }
+    }
+  }
+  return logger.End(DriveEnd::kDone);
+}
+
+}  // namespace deepinfer::api

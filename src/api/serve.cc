@@ -1,0 +1,196 @@
+#include "api/serve.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "api/served_model.h"
+#include "api/server.h"
+#include "fmt/format.h"
+#include "http/server.h"
+#include "model/model.h"
+#include "spdlog/spdlog.h"
+#include "tokenizer/model_text.h"
+#include "util/log.h"
+#include "util/status.h"
+
+namespace deepinfer::api {
+namespace {
+
+// Logs the failure of a start-up stage as one line and hands it back.
+absl::Status Failed(const char* stage, absl::Status status) {
+  spdlog::error("{}: {}", stage, OneLineError(status));
+  return status;
+}
+
+// Waits up to `timeout` for SIGINT or SIGTERM (blocked in every thread). Returns the signal or 0.
+int WaitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000),
+              static_cast<long>((timeout.count() % 1000) * 1000000)};
+  int sig = sigtimedwait(&signals, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+// What the periodic stats line compares against.
+struct StatsSnapshot {
+  std::chrono::steady_clock::time_point at;
+  engine::EngineStats stats;
+};
+
+}  // namespace
+
+std::string EngineStatsLine(const engine::EngineStats& a, const engine::EngineStats& b,
+                            double seconds) {
+  const int64_t prompt = b.prompt_tokens - a.prompt_tokens;
+  const int64_t generated = b.generation_tokens - a.generation_tokens;
+  if (seconds <= 0 || (prompt == 0 && generated == 0 && b.num_running == 0 && b.num_waiting == 0)) {
+    return "";
+  }
+  const int64_t queries = b.prefix_cache_queries - a.prefix_cache_queries;
+  const int64_t hits = b.prefix_cache_hits - a.prefix_cache_hits;
+  std::string line = fmt::format(
+      "stats running={} waiting={} kv_cache={:.1f}% prompt_tok_s={:.1f} generation_tok_s={:.1f} "
+      "prefix_cache_hit={:.1f}% preemptions={}",
+      b.num_running, b.num_waiting, 100.0 * b.kv_cache_usage, prompt / seconds, generated / seconds,
+      queries > 0 ? 100.0 * hits / queries : 0.0, b.num_preemptions);
+  const int64_t drafts = b.spec_num_draft_tokens - a.spec_num_draft_tokens;
+  if (drafts > 0) {
+    line += fmt::format(" spec_acceptance={:.1f}%",
+                        100.0 * (b.spec_num_accepted_tokens - a.spec_num_accepted_tokens) / drafts);
+  }
+  return line;
+}
+
+std::string DefaultServedName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  std::string base = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  const size_t dot = base.find_last_of('.');
+  if (dot != std::string::npos && dot > 0) base = base.substr(0, dot);
+  return base.empty() ? "model" : base;
+}
+
+absl::StatusOr<std::string> DefaultModelPath() {
+  constexpr const char* kName = "SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::string cache;
+  if (const char* dir = std::getenv("DEEPINFER_CACHE"); dir != nullptr && *dir != '\0') {
+    cache = dir;
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    cache = std::string(home) + "/.cache/deepinfer";
+  } else {
+    return NotFoundError("no_model",
+                         "no --model given, and neither DEEPINFER_CACHE nor HOME is set to find "
+                         "the default model; pass --model PATH");
+  }
+  std::string path = cache + "/models/" + kName;
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return NotFoundError(
+        "no_model", fmt::format("no --model given and the default model ({}) is not in {}/models; "
+                                "run `make serve` or scripts/fetch_model.sh to fetch it, or pass "
+                                "--model PATH",
+                                kName, cache));
+  }
+  return path;
+}
+
+absl::Status Serve(ServeOptions o) {
+  if (o.model.empty()) {
+    absl::StatusOr<std::string> path = DefaultModelPath();
+    if (!path.ok()) return Failed("cannot start", path.status());
+    o.model = *std::move(path);
+    spdlog::info("no --model given: serving the default model {}", o.model);
+  }
+  const std::string served_name =
+      o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
+
+  // Every thread created from here on inherits the mask, so only sigtimedwait sees the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  ApiServer routes;
+  routes.set_log_requests(o.log_requests);
+  http::ServerOptions http_options;
+  http_options.host = o.host;
+  http_options.port = o.port;
+  http_options.max_request_bytes = o.max_request_bytes;
+  http_options.max_connections = o.max_connections;
+  // A generation parses JSON and renders its chat template on its worker thread.
+  http_options.thread_stack_bytes = size_t{1} << 20;
+  http_options.server_name = "deepinfer";
+  auto server = http::Server::Start(
+      http_options,
+      [&routes](const http::Request& r, http::ResponseWriter& w) { routes.Handle(r, w); },
+      [&routes](const http::Request& r, int status, double s, const http::RequestLog& log) {
+        routes.Observe(r, status, s, log);
+      });
+  if (!server.ok()) return Failed("cannot listen", server.status());
+  spdlog::info("listening on http://{}:{}, loading {}", o.host, (*server)->port(), o.model);
+
+  auto model = model::LoadModel(o.model, o.tokenizer);
+  if (!model.ok()) return Failed("cannot load model", model.status());
+  auto text = tokenizer::LoadModelText(**model, o.chat_template);
+  if (!text.ok()) return Failed("cannot build tokenizer or chat template", text.status());
+  auto engine = engine::Engine::Create(**model, o.engine);
+  if (!engine.ok()) return Failed("cannot start engine", engine.status());
+
+  ServedModel served;
+  served.engine = engine->get();
+  served.tokenizer = text->tokenizer.get();
+  served.chat_template = text->chat_template.get();
+  served.served_model_name = served_name;
+  served.max_model_len = (*engine)->max_model_len();
+  served.max_output_tokens = std::max(1, std::min(o.max_output_tokens, served.max_model_len));
+  served.created_unix = UnixNow();
+  served.metrics = &routes.metrics();
+  routes.SetServedModel(&served);
+
+  int sig = 0;
+  while (!(*engine)->ready() && sig == 0) {
+    sig = WaitForSignal(signals, std::chrono::milliseconds(20));
+  }
+  if (sig == 0) {
+    std::string url = fmt::format("http://{}:{}", o.host, (*server)->port());
+    spdlog::info("serving {} on {} (ready)", served_name, url);
+    spdlog::info("context {} tokens, {} chat template", served.max_model_len,
+                 text->chat_template->name());
+    spdlog::info(
+        "try: curl {}/v1/chat/completions -H 'Content-Type: application/json' "
+        "-d '{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'",
+        url, served_name);
+  }
+  StatsSnapshot last{std::chrono::steady_clock::now(), (*engine)->Stats()};
+  while (sig == 0) {
+    sig = WaitForSignal(signals, std::chrono::milliseconds(1000));
+    if (o.log_stats_interval_s <= 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last.at).count();
+    if (seconds < o.log_stats_interval_s) continue;
+    StatsSnapshot current{now, (*engine)->Stats()};
+    if (std::string line = EngineStatsLine(last.stats, current.stats, seconds); !line.empty()) {
+      spdlog::info("{}", line);
+    }
+    last = std::move(current);
+  }
+
+  spdlog::info("signal {}, shutting down", sig);
+  if (!(*server)->Stop(5000)) {
+    // A connection is stuck in a write to a client that does not read; do not wait for it.
+    spdlog::warn("{} connection(s) still open; exiting anyway", (*server)->num_connections());
+    spdlog::default_logger()->flush();
+    std::_Exit(0);
+  }
+  server->reset();
+  engine->reset();
+  return absl::OkStatus();
+}
+
+}  // namespace deepinfer::api

@@ -1,0 +1,57 @@
+#pragma once
+
+// The `deepinfer serve` process: binds the port, loads the model, tokenizer and engine, makes the
+// routes live, logs engine stats while busy, and stops cleanly on SIGINT / SIGTERM. The command
+// line (cli/serve.cc) only turns flags into ServeOptions.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+
+namespace deepinfer::api {
+
+struct ServeOptions {
+  std::string model;              // GGUF, llama2.c or Hugging Face folder; "" = DefaultModelPath()
+  std::string tokenizer;          // llama2.c tokenizer; "" = beside the model
+  std::string chat_template;      // encoder by name; "" = the model's own
+  std::string served_model_name;  // "" = DefaultServedName(model)
+  std::string host = "127.0.0.1";
+  int port = 8900;                    // 0: any free port
+  int32_t max_output_tokens = 32768;  // per choice; capped by the context window
+  int64_t max_request_bytes = int64_t{32} << 20;
+  int max_connections = 1024;
+  bool log_requests = true;
+  double log_stats_interval_s = 10;  // 0: no stats lines
+  engine::EngineOptions engine;      // max_model_len 0 = the model's
+};
+
+// Serves until SIGINT or SIGTERM (which it blocks in every thread it starts, and waits for).
+// Start-up order matters: the port is bound first (a busy port fails in milliseconds, and /health
+// answers 503 while the model loads), then the model, tokenizer and engine are created, then the
+// routes go live and one "ready" line is logged.
+// Errors: every failure is logged first as one line naming its stage ("cannot listen", "cannot
+//   load model", ...), then returned: Unavailable "bind_failed", InvalidArgument "bad_address",
+//   NotFound "no_model", and those of model::LoadModel, tokenizer::LoadModelText and
+//   engine::Engine::Create.
+// Threads: call from the main thread before any other thread is started.
+absl::Status Serve(ServeOptions options);
+
+// The model `make serve` runs when none is named: SmolLM2-135M-Instruct.Q4_1.gguf in
+// $DEEPINFER_CACHE/models, or ~/.cache/deepinfer/models. Nothing is downloaded here.
+// Errors: NotFound "no_model" (saying how to fetch it) when the file is not there.
+absl::StatusOr<std::string> DefaultModelPath();
+
+// "models/SmolLM2-135M-Instruct.Q4_1.gguf" -> "SmolLM2-135M-Instruct.Q4_1"; "model" when empty.
+std::string DefaultServedName(const std::string& path);
+
+// One line like vLLM's periodic "Avg prompt throughput ...": rates over the `seconds` between
+// `last` and `now`, and the state now. Empty when nothing ran or waited in the interval.
+// Units: tokens per second, percent.
+std::string EngineStatsLine(const engine::EngineStats& last, const engine::EngineStats& now,
+                            double seconds);
+
+}  // namespace deepinfer::api
