@@ -5,6 +5,7 @@
 #include "api/chat_prompt.h"
 #include "http/errors.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 
@@ -21,12 +22,12 @@ absl::Status RunCountTokens(const ServedModel& model, const http::Request& http_
                             http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(util::Json body, util::ParseJson(http_request.body));
   if (!body.is_object()) {
-    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
   }
   std::string model_name;
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string())
-      return http::RequestError("model", "invalid_type", "'model' must be a string.");
+      return http::RequestError("model", util::codes::kInvalidType, "'model' must be a string.");
     model_name = it->get<std::string>();
   }
   DI_RETURN_IF_ERROR(CheckModel(model, model_name));

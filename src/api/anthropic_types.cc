@@ -6,6 +6,7 @@
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 
@@ -27,7 +28,7 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
     return absl::OkStatus();
   }
   if (!content.is_array()) {
-    return http::RequestError(param, "invalid_type",
+    return http::RequestError(param, util::codes::kInvalidType,
                               "tool_result content must be a string or blocks.");
   }
   for (size_t k = 0; k < content.size(); ++k) {
@@ -39,7 +40,7 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
     }
     if (!block.is_object() || !block.contains("type") || block["type"] != "text" ||
         !block.contains("text") || !block["text"].is_string()) {
-      return http::RequestError(p, "unsupported_value",
+      return http::RequestError(p, util::codes::kUnsupportedValue,
                                 "tool_result blocks must be text or images.");
     }
     *text += block["text"].get<std::string>();
@@ -61,16 +62,16 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body) {
   }
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
     if (!tools->is_array())
-      return http::RequestError("tools", "invalid_type", "'tools' must be an array.");
+      return http::RequestError("tools", util::codes::kInvalidType, "'tools' must be an array.");
     for (size_t i = 0; i < tools->size(); ++i) {
       const util::Json& t = (*tools)[i];
       std::string param = fmt::format("tools[{}]", i);
       if (!t.is_object() || !t.contains("name") || !t["name"].is_string()) {
-        return http::RequestError(param, "invalid_type",
+        return http::RequestError(param, util::codes::kInvalidType,
                                   "Tools must be objects with a string 'name'.");
       }
       if (t.contains("type") && !t["type"].is_null() && t["type"] != "custom") {
-        return http::RequestError(param, "unsupported_value",
+        return http::RequestError(param, util::codes::kUnsupportedValue,
                                   "Server tools are not supported; only custom tools with an "
                                   "input_schema are.");
       }
@@ -110,37 +111,37 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       for (size_t i = 0; i < system->size(); ++i) {
         const util::Json& block = (*system)[i];
         if (!block.is_object() || !block.contains("text") || !block["text"].is_string()) {
-          return http::RequestError(fmt::format("system[{}]", i), "invalid_type",
+          return http::RequestError(fmt::format("system[{}]", i), util::codes::kInvalidType,
                                     "System blocks must be text blocks.");
         }
         m.content += block["text"].get<std::string>();
       }
     } else {
-      return http::RequestError("system", "invalid_type",
+      return http::RequestError("system", util::codes::kInvalidType,
                                 "'system' must be a string or text blocks.");
     }
     out.push_back(std::move(m));
   }
   auto messages = body.find("messages");
   if (messages == body.end() || messages->is_null()) {
-    return http::RequestError("messages", "missing_field", "'messages' is a required property.");
+    return http::RequestError("messages", util::codes::kMissingField, "'messages' is a required property.");
   }
   if (!messages->is_array()) {
-    return http::RequestError("messages", "invalid_type", "'messages' must be an array.");
+    return http::RequestError("messages", util::codes::kInvalidType, "'messages' must be an array.");
   }
   for (size_t i = 0; i < messages->size(); ++i) {
     const util::Json& msg = (*messages)[i];
     std::string prefix = fmt::format("messages[{}]", i);
     if (!msg.is_object())
-      return http::RequestError(prefix, "invalid_type", "Messages must be objects.");
+      return http::RequestError(prefix, util::codes::kInvalidType, "Messages must be objects.");
     auto role = msg.find("role");
     if (role == msg.end() || !role->is_string() || (*role != "user" && *role != "assistant")) {
-      return http::RequestError(prefix + ".role", "invalid_value",
+      return http::RequestError(prefix + ".role", util::codes::kInvalidValue,
                                 "'role' must be \"user\" or \"assistant\".");
     }
     auto content = msg.find("content");
     if (content == msg.end() || content->is_null()) {
-      return http::RequestError(prefix + ".content", "missing_field", "'content' is required.");
+      return http::RequestError(prefix + ".content", util::codes::kMissingField, "'content' is required.");
     }
     ChatMessage turn;
     turn.role = role->get<std::string>();
@@ -150,7 +151,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       continue;
     }
     if (!content->is_array()) {
-      return http::RequestError(prefix + ".content", "invalid_type",
+      return http::RequestError(prefix + ".content", util::codes::kInvalidType,
                                 "'content' must be a string or an array of blocks.");
     }
     util::Json calls = util::Json::array();
@@ -158,12 +159,12 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       const util::Json& block = (*content)[k];
       std::string param = fmt::format("{}.content[{}]", prefix, k);
       if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
-        return http::RequestError(param, "missing_field", "Content blocks need a string 'type'.");
+        return http::RequestError(param, util::codes::kMissingField, "Content blocks need a string 'type'.");
       }
       std::string type = block["type"].get<std::string>();
       if (type == "text") {
         if (!block.contains("text") || !block["text"].is_string()) {
-          return http::RequestError(param, "invalid_type", "A text block needs a string 'text'.");
+          return http::RequestError(param, util::codes::kInvalidType, "A text block needs a string 'text'.");
         }
         turn.content += block["text"].get<std::string>();
       } else if (type == "image") {
@@ -173,7 +174,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       } else if (type == "tool_use") {
         if (!block.contains("id") || !block["id"].is_string() || !block.contains("name") ||
             !block["name"].is_string()) {
-          return http::RequestError(param, "missing_field", "tool_use needs a string id and name.");
+          return http::RequestError(param, util::codes::kMissingField, "tool_use needs a string id and name.");
         }
         util::Json input = block.contains("input") ? block["input"] : util::Json::object();
         calls.push_back(util::Json{{"id", block["id"]},
@@ -182,7 +183,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
                                                            {"arguments", util::DumpJson(input)}}}});
       } else if (type == "tool_result") {
         if (!block.contains("tool_use_id") || !block["tool_use_id"].is_string()) {
-          return http::RequestError(param, "missing_field",
+          return http::RequestError(param, util::codes::kMissingField,
                                     "tool_result needs a string tool_use_id.");
         }
         ChatMessage result;
@@ -194,7 +195,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
         }
         out.push_back(std::move(result));
       } else {
-        return http::RequestError(param, "unsupported_value",
+        return http::RequestError(param, util::codes::kUnsupportedValue,
                                   fmt::format("Content block type '{}' is not supported.", type));
       }
     }
@@ -220,12 +221,12 @@ absl::StatusOr<bool> ToolsOff(const util::Json& body) {
   auto it = body.find("tool_choice");
   if (it == body.end() || it->is_null()) return false;
   if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
-    return http::RequestError("tool_choice", "invalid_type",
+    return http::RequestError("tool_choice", util::codes::kInvalidType,
                               "'tool_choice' must be an object with a string 'type'.");
   }
   const std::string type = (*it)["type"].get<std::string>();
   if (type != "auto" && type != "any" && type != "tool" && type != "none") {
-    return http::RequestError("tool_choice.type", "invalid_value",
+    return http::RequestError("tool_choice.type", util::codes::kInvalidValue,
                               "'tool_choice.type' must be auto, any, tool or none.");
   }
   return type == "none";
@@ -236,14 +237,14 @@ absl::Status ParseStopSequences(const util::Json& body, GenerationParams* params
   if (it == body.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_array() || it->size() > static_cast<size_t>(kMaxStopStrings)) {
     return http::RequestError(
-        "stop_sequences", "invalid_type",
+        "stop_sequences", util::codes::kInvalidType,
         fmt::format("'stop_sequences' must be an array of at most {} strings.", kMaxStopStrings));
   }
   for (const util::Json& s : *it) {
     if (!s.is_string() ||
         s.get_ref<const std::string&>().size() > static_cast<size_t>(kMaxStopStringBytes)) {
       return http::RequestError(
-          "stop_sequences", "invalid_value",
+          "stop_sequences", util::codes::kInvalidValue,
           fmt::format("'stop_sequences' must hold strings of at most {} bytes.",
                       kMaxStopStringBytes));
     }
@@ -258,7 +259,7 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
                                                                        const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
   }
   AnthropicMessagesRequest r;
   DI_RETURN_IF_ERROR(ParseGenerationParams(json, limits, &r.params));
@@ -266,13 +267,13 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
   r.params.stop.clear();  // OpenAI's `stop` is not part of this API
   r.params.include_usage = false;
   if (!r.params.max_tokens) {
-    return http::RequestError("max_tokens", "missing_field", "max_tokens: Field required.");
+    return http::RequestError("max_tokens", util::codes::kMissingField, "max_tokens: Field required.");
   }
   DI_RETURN_IF_ERROR(ParseStopSequences(json, &r.params));
   DI_ASSIGN_OR_RETURN(r.tools_off, ToolsOff(json));
   DI_ASSIGN_OR_RETURN(r.chat, ParseAnthropicChat(json));
   if (r.chat.num_images > 0) {
-    return http::RequestError("messages", "unsupported_value",
+    return http::RequestError("messages", util::codes::kUnsupportedValue,
                               "The served model does not read images.");
   }
   return r;

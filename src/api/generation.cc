@@ -7,6 +7,7 @@
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/stop_matcher.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -21,7 +22,7 @@ absl::Status EngineError(const engine::StreamUpdate& update) {
   std::string code = update.error_code.empty() ? "engine_error" : update.error_code;
   std::string message =
       update.error.empty() ? "The engine could not run the request." : update.error;
-  if (code == "kv_cache_exhausted" || code == "shutting_down") {
+  if (code == util::codes::kKvCacheExhausted || code == util::codes::kShuttingDown) {
     return UnavailableError(code, message);
   }
   return InternalError(code, message);
@@ -129,7 +130,7 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
           return EngineError(update);
         default:
           // Cancelled, though this request did not cancel it: the engine is shutting down.
-          return UnavailableError("cancelled", "The request was cancelled by the server.");
+          return UnavailableError(util::codes::kCancelled, "The request was cancelled by the server.");
       }
     }
   }

@@ -9,6 +9,7 @@
 #include "http/errors.h"
 #include "util/json.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -29,11 +30,11 @@ class Fields {
   std::string Param(const char* key) const { return prefix_ + key; }
 
   absl::Status TypeError(const char* key, const char* expected) const {
-    return http::RequestError(Param(key), "invalid_type",
+    return http::RequestError(Param(key), util::codes::kInvalidType,
                               fmt::format("'{}' must be {}.", Param(key), expected));
   }
   absl::Status ValueError(const char* key, std::string_view what) const {
-    return http::RequestError(Param(key), "invalid_value",
+    return http::RequestError(Param(key), util::codes::kInvalidValue,
                               fmt::format("'{}' {}.", Param(key), what));
   }
 
@@ -97,7 +98,7 @@ class Fields {
 absl::StatusOr<util::Json> ParseObject(std::string_view body) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
   }
   return json;
 }
@@ -106,7 +107,7 @@ absl::Status CheckTokenId(int64_t id, const ParseLimits& limits, const std::stri
   if (id < 0 || (limits.vocab_size > 0 && id >= limits.vocab_size) ||
       id > std::numeric_limits<int32_t>::max()) {
     return http::RequestError(
-        param, "invalid_token",
+        param, util::codes::kInvalidToken,
         fmt::format("Token id {} is outside the vocabulary (size {}).", id, limits.vocab_size));
   }
   return absl::OkStatus();
@@ -116,14 +117,14 @@ absl::Status CheckTokenId(int64_t id, const ParseLimits& limits, const std::stri
 absl::Status ParseTokenArray(const util::Json& v, const ParseLimits& limits,
                              const std::string& param, std::vector<int32_t>* out) {
   if (!v.is_array()) {
-    return http::RequestError(param, "invalid_type", fmt::format("'{}' must be an array.", param));
+    return http::RequestError(param, util::codes::kInvalidType, fmt::format("'{}' must be an array.", param));
   }
   out->clear();
   out->reserve(v.size());
   for (const util::Json& item : v) {
     auto id = Fields::AsInt(item);
     if (!id) {
-      return http::RequestError(param, "invalid_type",
+      return http::RequestError(param, util::codes::kInvalidType,
                                 fmt::format("'{}' must contain only integer token ids.", param));
     }
     DI_RETURN_IF_ERROR(CheckTokenId(*id, limits, param));
@@ -273,12 +274,12 @@ bool KnownRole(const std::string& role) {
 absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out) {
   auto it = json.find("messages");
   if (it == json.end() || it->is_null()) {
-    return http::RequestError("messages", "missing_field", "'messages' is a required property.");
+    return http::RequestError("messages", util::codes::kMissingField, "'messages' is a required property.");
   }
   if (!it->is_array())
-    return http::RequestError("messages", "invalid_type", "'messages' must be an array.");
+    return http::RequestError("messages", util::codes::kInvalidType, "'messages' must be an array.");
   if (it->empty()) {
-    return http::RequestError("messages", "invalid_value",
+    return http::RequestError("messages", util::codes::kInvalidValue,
                               "'messages' must contain at least one message.");
   }
   out->reserve(it->size());
@@ -286,13 +287,13 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
     const util::Json& m = (*it)[i];
     std::string prefix = fmt::format("messages[{}].", i);
     if (!m.is_object()) {
-      return http::RequestError(fmt::format("messages[{}]", i), "invalid_type",
+      return http::RequestError(fmt::format("messages[{}]", i), util::codes::kInvalidType,
                                 "Each message must be an object.");
     }
     Fields f(m, prefix);
     ChatMessage msg;
     if (!f.Find("role"))
-      return http::RequestError(f.Param("role"), "missing_field", "'role' is required.");
+      return http::RequestError(f.Param("role"), util::codes::kMissingField, "'role' is required.");
     DI_RETURN_IF_ERROR(f.GetString("role", &msg.role));
     if (!KnownRole(msg.role)) {
       return f.ValueError("role", fmt::format("'{}' is not one of system, developer, user, "
@@ -309,21 +310,21 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
         const util::Json& part = (*content)[j];
         std::string param = fmt::format("{}content[{}]", prefix, j);
         if (!part.is_object()) {
-          return http::RequestError(param, "invalid_type", "Content parts must be objects.");
+          return http::RequestError(param, util::codes::kInvalidType, "Content parts must be objects.");
         }
         auto type = part.find("type");
         if (type == part.end() || !type->is_string()) {
-          return http::RequestError(param, "missing_field", "Content parts need a string 'type'.");
+          return http::RequestError(param, util::codes::kMissingField, "Content parts need a string 'type'.");
         }
         if (*type != "text" && *type != "input_text") {
-          return http::RequestError(param, "unsupported_value",
+          return http::RequestError(param, util::codes::kUnsupportedValue,
                                     fmt::format("Content part type '{}' is not supported; only "
                                                 "'text' is.",
                                                 type->get<std::string>()));
         }
         auto text = part.find("text");
         if (text == part.end() || !text->is_string()) {
-          return http::RequestError(param, "invalid_type", "A text part needs a string 'text'.");
+          return http::RequestError(param, util::codes::kInvalidType, "A text part needs a string 'text'.");
         }
         msg.content += text->get<std::string>();
       }
@@ -331,7 +332,7 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
       return f.TypeError("content", "a string or an array of content parts");
     }
     if (!msg.has_content && msg.role != "assistant") {
-      return http::RequestError(f.Param("content"), "missing_field",
+      return http::RequestError(f.Param("content"), util::codes::kMissingField,
                                 fmt::format("'content' is required for role '{}'.", msg.role));
     }
     DI_RETURN_IF_ERROR(f.GetString("name", &msg.name));
@@ -411,7 +412,7 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
                          std::vector<CompletionPrompt>* out) {
   auto it = json.find("prompt");
   if (it == json.end() || it->is_null()) {
-    return http::RequestError("prompt", "missing_field", "'prompt' is a required property.");
+    return http::RequestError("prompt", util::codes::kMissingField, "'prompt' is a required property.");
   }
   const util::Json& p = *it;
   const char* kShape =
@@ -421,9 +422,9 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
     out->push_back({false, p.get<std::string>(), {}});
     return absl::OkStatus();
   }
-  if (!p.is_array()) return http::RequestError("prompt", "invalid_type", kShape);
+  if (!p.is_array()) return http::RequestError("prompt", util::codes::kInvalidType, kShape);
   if (p.empty())
-    return http::RequestError("prompt", "invalid_value", "'prompt' must not be empty.");
+    return http::RequestError("prompt", util::codes::kInvalidValue, "'prompt' must not be empty.");
   if (p[0].is_number()) {
     CompletionPrompt prompt{true, "", {}};
     DI_RETURN_IF_ERROR(ParseTokenArray(p, limits, "prompt", &prompt.tokens));
@@ -431,7 +432,7 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
     return absl::OkStatus();
   }
   if (p.size() > static_cast<size_t>(kMaxPrompts)) {
-    return http::RequestError("prompt", "invalid_value",
+    return http::RequestError("prompt", util::codes::kInvalidValue,
                               fmt::format("At most {} prompts per request.", kMaxPrompts));
   }
   for (const util::Json& item : p) {
@@ -442,7 +443,7 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
       DI_RETURN_IF_ERROR(ParseTokenArray(item, limits, "prompt", &prompt.tokens));
       out->push_back(std::move(prompt));
     } else {
-      return http::RequestError("prompt", "invalid_type", kShape);
+      return http::RequestError("prompt", util::codes::kInvalidType, kShape);
     }
   }
   return absl::OkStatus();
@@ -505,7 +506,7 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
   } else if (f.Find("prompt")) {
     DI_RETURN_IF_ERROR(f.GetString("prompt", &req.prompt));
   } else {
-    return http::RequestError("prompt", "missing_field",
+    return http::RequestError("prompt", util::codes::kMissingField,
                               "Either 'prompt' or 'messages' is required.");
   }
   if (f.Find("add_special_tokens")) {
@@ -525,7 +526,7 @@ absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body,
   DI_RETURN_IF_ERROR(f.GetString("model", &req.model));
   const util::Json* tokens = f.Find("tokens");
   if (!tokens)
-    return http::RequestError("tokens", "missing_field", "'tokens' is a required property.");
+    return http::RequestError("tokens", util::codes::kMissingField, "'tokens' is a required property.");
   DI_RETURN_IF_ERROR(ParseTokenArray(*tokens, limits, "tokens", &req.tokens));
   return req;
 }

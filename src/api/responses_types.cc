@@ -7,6 +7,7 @@
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -24,23 +25,23 @@ absl::Status ContentText(const util::Json& content, const std::string& param, st
     return absl::OkStatus();
   }
   if (!content.is_array()) {
-    return http::RequestError(param, "invalid_type",
+    return http::RequestError(param, util::codes::kInvalidType,
                               "'content' must be a string or an array of parts.");
   }
   for (size_t k = 0; k < content.size(); ++k) {
     const util::Json& part = content[k];
     const std::string p = fmt::format("{}[{}]", param, k);
     if (!part.is_object())
-      return http::RequestError(p, "invalid_type", "Content parts must be objects.");
+      return http::RequestError(p, util::codes::kInvalidType, "Content parts must be objects.");
     const std::string type = StringField(part, "type").value_or("");
     if (type != "input_text" && type != "output_text" && type != "text") {
-      return http::RequestError(p, "unsupported_value",
+      return http::RequestError(p, util::codes::kUnsupportedValue,
                                 fmt::format("Content part type '{}' is not supported; the served "
                                             "model reads text only.",
                                             type));
     }
     auto text = StringField(part, "text");
-    if (!text) return http::RequestError(p, "invalid_type", "A text part needs a string 'text'.");
+    if (!text) return http::RequestError(p, util::codes::kInvalidType, "A text part needs a string 'text'.");
     *out += *text;
   }
   return absl::OkStatus();
@@ -55,25 +56,25 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
     return absl::OkStatus();
   }
   if (!input.is_array()) {
-    return http::RequestError("input", "invalid_type",
+    return http::RequestError("input", util::codes::kInvalidType,
                               "'input' must be a string or an array of items.");
   }
   for (size_t i = 0; i < input.size(); ++i) {
     const util::Json& item = input[i];
     const std::string param = fmt::format("input[{}]", i);
     if (!item.is_object())
-      return http::RequestError(param, "invalid_type", "Input items are objects.");
+      return http::RequestError(param, util::codes::kInvalidType, "Input items are objects.");
     const std::string type = StringField(item, "type").value_or("message");
     if (type == "message") {
       auto role = StringField(item, "role");
       if (!role ||
           (*role != "user" && *role != "assistant" && *role != "system" && *role != "developer")) {
-        return http::RequestError(param + ".role", "invalid_value",
+        return http::RequestError(param + ".role", util::codes::kInvalidValue,
                                   "'role' must be user, assistant, system or developer.");
       }
       auto content = item.find("content");
       if (content == item.end()) {
-        return http::RequestError(param + ".content", "missing_field", "'content' is required.");
+        return http::RequestError(param + ".content", util::codes::kMissingField, "'content' is required.");
       }
       ChatMessage m;
       m.role = *role == "developer" ? "system" : *role;
@@ -84,7 +85,7 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
       auto name = StringField(item, "name");
       auto arguments = StringField(item, "arguments");
       if (!call_id || !name || !arguments) {
-        return http::RequestError(param, "missing_field",
+        return http::RequestError(param, util::codes::kMissingField,
                                   "A function_call item needs string call_id, name and arguments.");
       }
       util::Json call = {{"id", *call_id},
@@ -106,7 +107,7 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
       auto call_id = StringField(item, "call_id");
       auto output = item.find("output");
       if (!call_id || output == item.end()) {
-        return http::RequestError(param, "missing_field",
+        return http::RequestError(param, util::codes::kMissingField,
                                   "A function_call_output item needs call_id and output.");
       }
       ChatMessage m;
@@ -117,7 +118,7 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
     } else if (type == "reasoning") {
       continue;  // earlier reasoning is not shown to the model again
     } else {
-      return http::RequestError(param + ".type", "unsupported_value",
+      return http::RequestError(param + ".type", util::codes::kUnsupportedValue,
                                 fmt::format("Input item type '{}' is not supported.", type));
     }
   }
@@ -128,21 +129,21 @@ absl::Status ParseTools(const util::Json& json, ResponsesRequest* r) {
   auto tools = json.find("tools");
   if (tools == json.end() || tools->is_null()) return absl::OkStatus();
   if (!tools->is_array())
-    return http::RequestError("tools", "invalid_type", "'tools' must be an array.");
+    return http::RequestError("tools", util::codes::kInvalidType, "'tools' must be an array.");
   for (size_t i = 0; i < tools->size(); ++i) {
     const util::Json& t = (*tools)[i];
     const std::string param = fmt::format("tools[{}]", i);
-    if (!t.is_object()) return http::RequestError(param, "invalid_type", "Tools must be objects.");
+    if (!t.is_object()) return http::RequestError(param, util::codes::kInvalidType, "Tools must be objects.");
     const std::string type = StringField(t, "type").value_or("");
     if (type != "function") {
-      return http::RequestError(param + ".type", "unsupported_value",
+      return http::RequestError(param + ".type", util::codes::kUnsupportedValue,
                                 fmt::format("Tool type '{}' is not supported; only function tools "
                                             "are.",
                                             type));
     }
     auto name = StringField(t, "name");
     if (!name)
-      return http::RequestError(param + ".name", "missing_field", "A tool needs a 'name'.");
+      return http::RequestError(param + ".name", util::codes::kMissingField, "A tool needs a 'name'.");
     util::Json function = {{"name", *name}};
     if (t.contains("description")) function["description"] = t["description"];
     function["parameters"] = t.contains("parameters") && !t["parameters"].is_null()
@@ -206,11 +207,11 @@ absl::Status CheckUnsupportedFields(const util::Json& json) {
   for (const UnsupportedField& field : kUnsupportedFields) {
     auto it = json.find(field.name);
     if (it == json.end() || it->is_null() || field.accepts(*it)) continue;
-    return http::RequestError(field.name, "unsupported_value", field.message);
+    return http::RequestError(field.name, util::codes::kUnsupportedValue, field.message);
   }
   if (auto it = json.find("text"); it != json.end() && it->is_object()) {
     if (auto v = it->find("verbosity"); v != it->end() && !v->is_null() && *v != "medium") {
-      return http::RequestError("text.verbosity", "unsupported_value",
+      return http::RequestError("text.verbosity", util::codes::kUnsupportedValue,
                                 "Only the default verbosity ('medium') is supported.");
     }
   }
@@ -223,7 +224,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
                                                        const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return http::RequestError("", "invalid_type", "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
   }
   ResponsesRequest r;
   DI_RETURN_IF_ERROR(CheckUnsupportedFields(json));
@@ -233,7 +234,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   if (auto it = json.find("max_output_tokens"); it != json.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1 ||
         it->get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-      return http::RequestError("max_output_tokens", "invalid_value",
+      return http::RequestError("max_output_tokens", util::codes::kInvalidValue,
                                 "'max_output_tokens' must be a positive integer.");
     }
     r.params.max_tokens = static_cast<int32_t>(it->get<int64_t>());
@@ -241,7 +242,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   if (auto it = json.find("instructions"); it != json.end() && !it->is_null()) {
     if (!it->is_string()) {
-      return http::RequestError("instructions", "invalid_type", "'instructions' must be a string.");
+      return http::RequestError("instructions", util::codes::kInvalidType, "'instructions' must be a string.");
     }
     ChatMessage m;
     m.role = "system";
@@ -251,13 +252,13 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   auto input = json.find("input");
   if (input == json.end() || input->is_null()) {
-    return http::RequestError("input", "missing_field", "'input' is a required property.");
+    return http::RequestError("input", util::codes::kMissingField, "'input' is a required property.");
   }
   DI_RETURN_IF_ERROR(ParseInput(*input, &r.messages));
   DI_RETURN_IF_ERROR(ParseTools(json, &r));
   if (auto it = json.find("tool_choice"); it != json.end() && !it->is_null()) {
     if (!it->is_string() && !it->is_object()) {
-      return http::RequestError("tool_choice", "invalid_type",
+      return http::RequestError("tool_choice", util::codes::kInvalidType,
                                 "'tool_choice' must be a string or an object.");
     }
     r.tools_off = it->is_string() && *it == "none";
@@ -265,7 +266,7 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   if (auto it = json.find("reasoning"); it != json.end() && !it->is_null()) {
     if (!it->is_object()) {
-      return http::RequestError("reasoning", "invalid_type", "'reasoning' must be an object.");
+      return http::RequestError("reasoning", util::codes::kInvalidType, "'reasoning' must be an object.");
     }
     if (auto effort = StringField(*it, "effort")) {
       r.reasoning_effort = *effort;
@@ -276,14 +277,14 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   if (auto it = json.find("text"); it != json.end() && it->is_object()) {
     if (auto format = it->find("format");
         format != it->end() && format->is_object() && format->value("type", "text") != "text") {
-      return http::RequestError("text.format", "unsupported_value",
+      return http::RequestError("text.format", util::codes::kUnsupportedValue,
                                 "Structured output formats are not supported; only plain text is.");
     }
     r.echo["text"] = *it;
   }
   if (auto it = json.find("parallel_tool_calls"); it != json.end() && !it->is_null()) {
     if (!it->is_boolean()) {
-      return http::RequestError("parallel_tool_calls", "invalid_type",
+      return http::RequestError("parallel_tool_calls", util::codes::kInvalidType,
                                 "'parallel_tool_calls' must be a boolean.");
     }
     r.parallel_tool_calls = it->get<bool>();

@@ -5,6 +5,7 @@
 
 #include "http/errors.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -22,7 +23,7 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   specs.reserve(prompts.size() * static_cast<size_t>(params.n));
   for (size_t p = 0; p < prompts.size(); ++p) {
     if (prompts[p].empty()) {
-      return http::RequestError(route.prompt_param(), "empty_prompt", "The prompt is empty.");
+      return http::RequestError(route.prompt_param(), util::codes::kEmptyPrompt, "The prompt is empty.");
     }
     DI_ASSIGN_OR_RETURN(
         int32_t max_tokens,
@@ -67,7 +68,7 @@ bool Route::DriveToCompletion(Generation& generation, http::ResponseWriter& writ
     case DriveEnd::kDone:
       return true;
     case DriveEnd::kClientGone:
-      AnswerError(writer, MakeError(absl::StatusCode::kCancelled, "client_closed_request",
+      AnswerError(writer, MakeError(absl::StatusCode::kCancelled, util::codes::kClientClosedRequest,
                                     "The client closed the connection."));
       return false;
     case DriveEnd::kError:
@@ -141,7 +142,7 @@ DriveEnd DriveGeneration(Generation& generation, http::ResponseWriter& writer,
     if (writer.PeerClosed() || writer.stopping()) {
       generation.Cancel();
       if (writer.stopping()) {
-        *error = UnavailableError("shutting_down", "The server is shutting down.");
+        *error = UnavailableError(util::codes::kShuttingDown, "The server is shutting down.");
         return logger.End(DriveEnd::kError);
       }
       return logger.End(DriveEnd::kClientGone);

@@ -28,6 +28,7 @@
 #include "api/served_model.h"
 #include "engine/engine.h"
 #include "http/server.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

@@ -18,6 +18,7 @@
 #include "tokenizer/model_text.h"
 #include "util/log.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -82,7 +83,7 @@ absl::StatusOr<std::string> DefaultModelPath() {
   } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
     cache = std::string(home) + "/.cache/deepinfer";
   } else {
-    return NotFoundError("no_model",
+    return NotFoundError(util::codes::kNoModel,
                          "no --model given, and neither DEEPINFER_CACHE nor HOME is set to find "
                          "the default model; pass --model PATH");
   }
@@ -90,7 +91,7 @@ absl::StatusOr<std::string> DefaultModelPath() {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return NotFoundError(
-        "no_model", fmt::format("no --model given and the default model ({}) is not in {}/models; "
+        util::codes::kNoModel, fmt::format("no --model given and the default model ({}) is not in {}/models; "
                                 "run `make serve` or scripts/fetch_model.sh to fetch it, or pass "
                                 "--model PATH",
                                 kName, cache));

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

@@ -10,6 +10,7 @@
 #include "spdlog/spdlog.h"
 #include "util/log.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -108,7 +109,7 @@ bool ApiServer::IsLoggedRequest(const http::Request& request, int status,
   // Probes are frequent and, while the model loads, failing by design: logging them would bury
   // the requests. A probe failing for any other reason is logged.
   bool probe = request.method == "GET" && (request.path == "/health" || request.path == "/metrics");
-  return !(probe && (status < 400 || log.error == "model_loading"));
+  return !(probe && (status < 400 || log.error == util::codes::kModelLoading));
 }
 
 void ApiServer::Observe(const http::Request& request, int status, double seconds,
@@ -127,7 +128,7 @@ void ApiServer::Handle(const http::Request& request, http::ResponseWriter& write
   } catch (const std::exception& e) {
     // Project code does not throw; this is the last line for a library that did.
     if (!writer.started()) {
-      RespondError(writer, InternalError("internal_error", "Internal server error."));
+      RespondError(writer, InternalError(util::codes::kInternalError, "Internal server error."));
     }
   }
 }
@@ -168,12 +169,12 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
     if (ready) {
       RespondJson(writer, 200, util::Json{{"status", "ok"}});
     } else {
-      RespondError(writer, UnavailableError("model_loading", "The model is loading."));
+      RespondError(writer, UnavailableError(util::codes::kModelLoading, "The model is loading."));
     }
     return;
   }
   if (!ready) {
-    fail(UnavailableError("model_loading", "The model is loading; retry later."));
+    fail(UnavailableError(util::codes::kModelLoading, "The model is loading; retry later."));
     return;
   }
   switch (info.route) {

@@ -23,6 +23,7 @@
 #include "engine/speculative.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::engine {
 namespace {
@@ -92,7 +93,7 @@ class EngineImpl final : public Engine {
 absl::Status EngineImpl::Init() {
   if (options_.block_size < 1 || options_.block_size > 1024 || options_.prefill_budget < 1 ||
       options_.max_num_seqs < 1) {
-    return InvalidArgumentError("bad_option",
+    return InvalidArgumentError(util::codes::kBadOption,
                                 "block size, prefill budget and max sequences must be positive");
   }
   DI_RETURN_IF_ERROR(CreateModel());
@@ -121,7 +122,7 @@ absl::Status EngineImpl::Init() {
 absl::Status EngineImpl::CreateModel() {
   DI_ASSIGN_OR_RETURN(lm_, arch::CreateCausalLm(model_));
   if (options_.numerics != arch::Numerics::kFast && !lm_->SetNumerics(options_.numerics)) {
-    return UnimplementedError("unsupported_numerics",
+    return UnimplementedError(util::codes::kUnsupportedNumerics,
                               "--numerics ggml is implemented for Llama-architecture models only.");
   }
   const int threads = options_.num_threads > 0
@@ -141,14 +142,14 @@ absl::Status EngineImpl::AllocateKv() {
                                                               std::max<int64_t>(1, bytes_per_token);
   int64_t num_blocks = capacity / options_.block_size;
   if (num_blocks < 2) {
-    return InvalidArgumentError("bad_option", "the KV cache must hold at least two blocks");
+    return InvalidArgumentError(util::codes::kBadOption, "the KV cache must hold at least two blocks");
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
   DI_RETURN_IF_ERROR(
       kv_.Allocate(cfg.num_layers, options_.block_size, static_cast<int>(num_blocks), per_token));
   if (options_.speculative_tokens > 0) {
     if (lm_->num_mtp_layers() == 0) {
-      return InvalidArgumentError("speculative_unsupported",
+      return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
                                   "--speculative-tokens needs a model with MTP (NextN) layers");
     }
     spec_tokens_ = std::min(options_.speculative_tokens, 8);
@@ -161,25 +162,25 @@ absl::Status EngineImpl::AllocateKv() {
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateRequest request) {
-  if (request.prompt.empty()) return InvalidArgumentError("empty_prompt", "the prompt is empty");
+  if (request.prompt.empty()) return InvalidArgumentError(util::codes::kEmptyPrompt, "the prompt is empty");
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= vocab_) {
-      return InvalidArgumentError("invalid_token", "prompt token id out of the vocabulary");
+      return InvalidArgumentError(util::codes::kInvalidToken, "prompt token id out of the vocabulary");
     }
   }
   if (request.max_tokens < 1) {
-    return InvalidArgumentError("invalid_max_tokens", "max_tokens must be at least 1");
+    return InvalidArgumentError(util::codes::kInvalidMaxTokens, "max_tokens must be at least 1");
   }
   int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
   if (total > max_model_len_) {
     return InvalidArgumentError(
-        "context_length_exceeded",
+        util::codes::kContextLengthExceeded,
         "prompt (" + std::to_string(request.prompt.size()) + " tokens) plus max_tokens (" +
             std::to_string(request.max_tokens) + ") exceeds the context window of " +
             std::to_string(max_model_len_) + " tokens");
   }
   if (total > kv_capacity_tokens()) {
-    return ResourceExhaustedError("kv_cache_too_small",
+    return ResourceExhaustedError(util::codes::kKvCacheTooSmall,
                                   "the request can never fit in the KV cache of " +
                                       std::to_string(kv_capacity_tokens()) + " tokens");
   }
@@ -187,7 +188,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
   auto stream = seq->stream;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return UnavailableError("shutting_down", "the engine is shutting down");
+    if (stop_) return UnavailableError(util::codes::kShuttingDown, "the engine is shutting down");
     seq->id = next_id_++;
     seq->sampler = std::make_unique<Sampler>(seq->req.sampling, seq->req.prompt,
                                              options_.seed + seq->id * 0x9E3779B97F4A7C15ull);

@@ -11,6 +11,7 @@
 #include "engine/request.h"
 #include "model/model.h"
 #include "util/histogram.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::engine {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::engine {
 

@@ -7,6 +7,7 @@
 // usually recomputes only its unfinished tail.
 
 #include "engine/scheduler.h"
+#include "util/error_codes.h"
 
 #include <algorithm>
 #include <utility>
@@ -128,7 +129,7 @@ void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
     if (fit == Fit::kNever) {
       std::unique_ptr<Sequence> s = std::move(waiting_.front());
       waiting_.pop_front();
-      Finish(*s, FinishReason::kError, "kv_cache_exhausted");
+      Finish(*s, FinishReason::kError, &util::codes::kKvCacheExhausted);
       continue;
     }
     if (!seq.scheduled_once) {
@@ -266,7 +267,7 @@ void Scheduler::RetireFinished() {
   running_.resize(kept);
 }
 
-void Scheduler::Finish(Sequence& seq, FinishReason reason, const char* error_code) {
+void Scheduler::Finish(Sequence& seq, FinishReason reason, const util::ErrorCode* error) {
   if (!seq.blocks.empty()) {
     blocks_.Free(seq.blocks);
     seq.blocks.clear();
@@ -292,8 +293,8 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const char* error_cod
   seq.stream->SetTimings(t);
   if (seq.num_drafted > 0) seq.stream->SetSpeculativeCounts(seq.num_drafted, seq.num_accepted);
   seq.stream->Finish(reason, seq.prompt_len, std::max(0, seq.cached_tokens), seq.num_generated,
-                     error_code ? std::string("request failed in the engine") : std::string(),
-                     error_code ? std::string(error_code) : std::string());
+                     error ? std::string("request failed in the engine") : std::string(),
+                     error ? std::string(error->name) : std::string());
 }
 
 void Scheduler::FinishAll(FinishReason reason) {

@@ -8,6 +8,7 @@
 #include "engine/block_manager.h"
 #include "engine/sequence.h"
 #include "util/histogram.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::engine {
 
@@ -80,10 +81,10 @@ class Scheduler {
   void FinishAll(FinishReason reason);
 
   // Finishes `seq` with `reason`: frees its blocks, counts it, reports its usage, timings and
-  // speculative counts, and finishes its stream (with `error_code` for kError). The scheduler
+  // speculative counts, and finishes its stream (with `error`'s code for kError). The scheduler
   // calls it for the sequences it holds; the engine calls it for submissions it never handed
   // over (at shutdown).
-  void Finish(Sequence& seq, FinishReason reason, const char* error_code = nullptr);
+  void Finish(Sequence& seq, FinishReason reason, const util::ErrorCode* error = nullptr);
 
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }

@@ -3,6 +3,7 @@
 #include "fmt/format.h"
 #include "util/json.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 
@@ -10,12 +11,12 @@ absl::StatusOr<BackendAddress> ParseBackendUrl(std::string_view url) {
   absl::StatusOr<http::Url> address = http::ParseUrl(url);
   if (!address.ok()) {
     return InvalidArgumentError(
-        "bad_backend_url",
+        util::codes::kBadBackendUrl,
         fmt::format("Bad backend URL {}", std::string(address.status().message())));
   }
   if (!address->path().empty()) {
     return InvalidArgumentError(
-        "bad_backend_url", fmt::format("Bad backend URL '{}': a backend URL has no path", url));
+        util::codes::kBadBackendUrl, fmt::format("Bad backend URL '{}': a backend URL has no path", url));
   }
   return address;
 }
@@ -102,7 +103,7 @@ absl::Status BackendTable::LoadState(std::string_view text) {
   auto json = util::ParseJson(text);
   if (!json.ok() || !json->is_object() || !json->contains("backends") ||
       !(*json)["backends"].is_array()) {
-    return InvalidArgumentError("bad_backend_state", "backend-state file is not valid");
+    return InvalidArgumentError(util::codes::kBadBackendState, "backend-state file is not valid");
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& entry : (*json)["backends"]) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "http/url.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -14,6 +14,7 @@
 #include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -41,15 +42,15 @@ bool UsableRequestId(std::string_view id) {
 std::string_view RejectionReason(AdmitResult r) {
   switch (r) {
     case AdmitResult::kQueueFull:
-      return "queue_full";
+      return util::codes::kQueueFull;
     case AdmitResult::kQueueTimeout:
-      return "queue_timeout";
+      return util::codes::kQueueTimeout;
     case AdmitResult::kNoBackend:
-      return "no_healthy_backend";
+      return util::codes::kNoHealthyBackend;
     case AdmitResult::kAdmissionClosed:
-      return "admission_closed";
+      return util::codes::kAdmissionClosed;
     case AdmitResult::kStateError:
-      return "shared_state_unavailable";
+      return util::codes::kSharedStateUnavailable;
     default:
       return "";
   }
@@ -59,21 +60,21 @@ absl::Status AdmitError(AdmitResult r, const FlowOptions& flow) {
   switch (r) {
     case AdmitResult::kQueueFull:
       return ResourceExhaustedError(
-          "queue_full", fmt::format("The gateway is at capacity and its wait queue ({} requests) "
+          util::codes::kQueueFull, fmt::format("The gateway is at capacity and its wait queue ({} requests) "
                                     "is full; retry later.",
                                     flow.max_waiting));
     case AdmitResult::kQueueTimeout:
       return ResourceExhaustedError(
-          "queue_timeout",
+          util::codes::kQueueTimeout,
           fmt::format("No backend became free within {} ms; retry later.", flow.queue_timeout_ms));
     case AdmitResult::kAdmissionClosed:
-      return UnavailableError("admission_closed",
+      return UnavailableError(util::codes::kAdmissionClosed,
                               "The pool admits no new requests (admission closed); retry later.");
     case AdmitResult::kStateError:
-      return UnavailableError("shared_state_unavailable",
+      return UnavailableError(util::codes::kSharedStateUnavailable,
                               "The gateway cannot reach its shared state; retry later.");
     default:
-      return UnavailableError("no_healthy_backend",
+      return UnavailableError(util::codes::kNoHealthyBackend,
                               "No healthy admitted backend is available; retry later.");
   }
 }
@@ -125,17 +126,17 @@ absl::StatusOr<std::unique_ptr<Gateway>> Gateway::Start(const GatewayOptions& op
 
 absl::Status Gateway::Init() {
   if (options_.backend_urls.empty()) {
-    return InvalidArgumentError("bad_flags", "at least one --backend is required");
+    return InvalidArgumentError(util::codes::kBadFlags, "at least one --backend is required");
   }
   if (options_.key_store_path.empty() || options_.control_path.empty()) {
-    return InvalidArgumentError("bad_flags", "--key-store and --control-file are required");
+    return InvalidArgumentError(util::codes::kBadFlags, "--key-store and --control-file are required");
   }
   std::vector<BackendAddress> addresses;
   for (const std::string& url : options_.backend_urls) {
     DI_ASSIGN_OR_RETURN(BackendAddress address, ParseBackendUrl(url));
     for (const BackendAddress& a : addresses) {
       if (a.origin() == address.origin()) {
-        return InvalidArgumentError("bad_backend_url", "backend listed twice: " + address.origin());
+        return InvalidArgumentError(util::codes::kBadBackendUrl, "backend listed twice: " + address.origin());
       }
     }
     addresses.push_back(std::move(address));
@@ -265,18 +266,18 @@ const KeyRecord* Gateway::Authenticate(const http::Request& request, http::Respo
   switch (outcome.result) {
     case AuthResult::kMissing:
       // Anthropic clients send their key as x-api-key; both headers are accepted.
-      status = MakeError(absl::StatusCode::kUnauthenticated, "missing_api_key",
+      status = MakeError(absl::StatusCode::kUnauthenticated, util::codes::kMissingApiKey,
                          http::IsAnthropicPath(writer.request_path())
                              ? "Missing API key: send it as 'x-api-key: <key>' (or "
                                "'Authorization: Bearer <key>')."
                              : "Missing API key: send it as 'Authorization: Bearer <key>'.");
       break;
     case AuthResult::kExpired:
-      status = MakeError(absl::StatusCode::kUnauthenticated, "expired_api_key",
+      status = MakeError(absl::StatusCode::kUnauthenticated, util::codes::kExpiredApiKey,
                          "The API key has expired.");
       break;
     default:
-      status = MakeError(absl::StatusCode::kUnauthenticated, "invalid_api_key",
+      status = MakeError(absl::StatusCode::kUnauthenticated, util::codes::kInvalidApiKey,
                          "Incorrect API key provided.");
   }
   RespondError(writer, extra, status);
@@ -308,7 +309,7 @@ void Gateway::Handle(const http::Request& request, http::ResponseWriter& writer)
     if (const KeyRecord* key = Authenticate(request, writer, extra)) {  // else it answered 401
       if (!key->admin) {
         RespondError(writer, extra,
-                     MakeError(absl::StatusCode::kPermissionDenied, "admin_key_required",
+                     MakeError(absl::StatusCode::kPermissionDenied, util::codes::kAdminKeyRequired,
                                "This endpoint needs a key with admin rights."));
       } else {
         http::Headers headers = extra;
@@ -358,7 +359,7 @@ void Gateway::HandleProxy(const http::Request& request, http::ResponseWriter& wr
   BodyInfo body;
   if (!request.body.empty()) body = InspectBody(request.body);
   if (absl::Status check = PreCheck(body, options_.limits); !check.ok()) {
-    metrics_.RecordRejection("context_length_exceeded");
+    metrics_.RecordRejection(util::codes::kContextLengthExceeded);
     RespondError(writer, extra, check);
     return finish(writer.status());
   }
@@ -369,12 +370,12 @@ void Gateway::HandleProxy(const http::Request& request, http::ResponseWriter& wr
     absl::StatusOr<int> got = counters_->TryAcquire({name}, key->max_concurrent);
     if (!got.ok() || *got < 0) {
       bool state_error = !got.ok();
-      metrics_.RecordRejection(state_error ? "shared_state_unavailable"
-                                           : "key_concurrency_exceeded");
+      metrics_.RecordRejection(state_error ? util::codes::kSharedStateUnavailable
+                                           : util::codes::kKeyConcurrencyExceeded);
       RespondError(writer, extra,
                    state_error ? AdmitError(AdmitResult::kStateError, options_.flow)
                                : ResourceExhaustedError(
-                                     "key_concurrency_exceeded",
+                                     util::codes::kKeyConcurrencyExceeded,
                                      fmt::format("Key '{}' already has {} requests in flight.",
                                                  key->id, key->max_concurrent)),
                    1);
@@ -472,7 +473,7 @@ void Gateway::HandleProxy(const http::Request& request, http::ResponseWriter& wr
       metrics_.RecordBackendError(backends_->address(second).origin(), "connect");
       if (backends_->Eject(second, result.error, UnixSeconds())) OnHealthChange(second);
       RespondError(writer, extra,
-                   UnavailableError("backend_unavailable",
+                   UnavailableError(util::codes::kBackendUnavailable,
                                     "No backend accepted the connection; retry later."),
                    flow_->RetryAfterSeconds());
       return finish(writer.status());

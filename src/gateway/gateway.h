@@ -31,6 +31,7 @@
 #include "gateway/state.h"
 #include "gateway/upstream.h"
 #include "http/server.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -16,6 +16,7 @@
 #include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -143,7 +144,7 @@ void Gateway::ProbeOnce(size_t backend) {
   auto response = HttpGet(backends_->address(backend), options_.health_path,
                           options_.health_timeout_ms, 1 << 16);
   bool ok = response.ok() && response->status == 200;
-  bool connection_failure = !response.ok() && ErrorCodeOf(response.status()) == "connect_failed";
+  bool connection_failure = !response.ok() && ErrorCodeOf(response.status()) == util::codes::kConnectFailed;
   std::string error;
   if (!response.ok()) {
     error = OneLineError(response.status());

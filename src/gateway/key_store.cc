@@ -17,6 +17,7 @@
 #include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -24,7 +25,7 @@ namespace {
 using util::Json;
 
 absl::Status BadStore(const std::string& message) {
-  return InvalidArgumentError("bad_key_store", message);
+  return InvalidArgumentError(util::codes::kBadKeyStore, message);
 }
 
 bool ParseHexDigest(const std::string& hex, Digest* out) {
@@ -220,7 +221,7 @@ std::string KeyStore::Serialize() const {
 absl::StatusOr<std::string> GenerateKey() {
   uint8_t bytes[32];
   if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
-    return InternalError("rng_failed", "RAND_bytes failed");
+    return InternalError(util::codes::kRngFailed, "RAND_bytes failed");
   }
   static const char kAlphabet[] =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -242,7 +243,7 @@ absl::StatusOr<std::string> GenerateKey() {
 
 absl::StatusOr<std::string> AddKeyToFile(const std::string& path, const NewKeyOptions& options) {
   if (!IsValidKeyId(options.id)) {
-    return InvalidArgumentError("bad_key_id", "key id must match [A-Za-z0-9._-]{1,64}");
+    return InvalidArgumentError(util::codes::kBadKeyId, "key id must match [A-Za-z0-9._-]{1,64}");
   }
   std::shared_ptr<const KeyStore> store = KeyStore::Empty();
   auto text = util::ReadFile(path);
@@ -253,7 +254,7 @@ absl::StatusOr<std::string> AddKeyToFile(const std::string& path, const NewKeyOp
   }
   for (const KeyRecord& r : store->records()) {
     if (r.id == options.id) {
-      return MakeError(absl::StatusCode::kAlreadyExists, "key_id_exists",
+      return MakeError(absl::StatusCode::kAlreadyExists, util::codes::kKeyIdExists,
                        fmt::format("key id '{}' already exists in {}", options.id, path));
     }
   }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -12,6 +12,7 @@
 
 #ifdef DI_GATEWAY_HAVE_HIREDIS
 #include "hiredis/hiredis.h"
+#include "util/error_codes.h"
 #endif
 
 namespace deepinfer::gateway {
@@ -65,7 +66,7 @@ std::string NewInstanceId() {
 }
 
 absl::Status Unreachable(std::string_view what) {
-  return UnavailableError("shared_state_unavailable",
+  return UnavailableError(util::codes::kSharedStateUnavailable,
                           fmt::format("Shared state (Redis) unavailable: {}", what));
 }
 
@@ -112,7 +113,7 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(std::string_vi
                                                                   int timeout_ms) {
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) {
-    return InvalidArgumentError("bad_state_url", "--state must look like redis://HOST:PORT[/DB]");
+    return InvalidArgumentError(util::codes::kBadStateUrl, "--state must look like redis://HOST:PORT[/DB]");
   }
   std::string rest(url.substr(kScheme.size()));
   int db = 0;
@@ -123,7 +124,7 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(std::string_vi
       char* end = nullptr;
       long v = std::strtol(db_text.c_str(), &end, 10);
       if (*end != '\0' || v < 0 || v > 1000) {
-        return InvalidArgumentError("bad_state_url", "bad Redis database number");
+        return InvalidArgumentError(util::codes::kBadStateUrl, "bad Redis database number");
       }
       db = static_cast<int>(v);
     }
@@ -135,11 +136,11 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(std::string_vi
     char* end = nullptr;
     long v = std::strtol(rest.c_str() + colon + 1, &end, 10);
     if (*end != '\0' || v < 1 || v > 65535) {
-      return InvalidArgumentError("bad_state_url", "bad Redis port");
+      return InvalidArgumentError(util::codes::kBadStateUrl, "bad Redis port");
     }
     port = static_cast<int>(v);
   }
-  if (host.empty()) return InvalidArgumentError("bad_state_url", "no Redis host");
+  if (host.empty()) return InvalidArgumentError(util::codes::kBadStateUrl, "no Redis host");
   std::unique_ptr<RedisClient> client(new RedisClient(host, port, db, timeout_ms));
   std::lock_guard<std::mutex> lock(client->mu_);
   DI_RETURN_IF_ERROR(client->ConnectLocked());
@@ -197,7 +198,7 @@ absl::StatusOr<RedisValue> RedisClient::Command(const std::vector<std::string>& 
     RedisValue value = Convert(reply);
     freeReplyObject(reply);
     if (value.type == RedisValue::Type::kError) {
-      return InternalError("redis_error", fmt::format("Redis: {}", value.text));
+      return InternalError(util::codes::kRedisError, fmt::format("Redis: {}", value.text));
     }
     return value;
   }
@@ -209,7 +210,7 @@ absl::StatusOr<RedisValue> RedisClient::Command(const std::vector<std::string>& 
 bool RedisSupported() { return false; }
 
 absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(std::string_view, int) {
-  return UnimplementedError("no_redis", "This build has no Redis support (libhiredis-dev).");
+  return UnimplementedError(util::codes::kNoRedis, "This build has no Redis support (libhiredis-dev).");
 }
 RedisClient::~RedisClient() = default;
 absl::Status RedisClient::ConnectLocked() { return Unreachable("no Redis support"); }

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "gateway/state.h"
+#include "util/error_codes.h"
 
 struct redisContext;
 

@@ -20,6 +20,7 @@
 #include "simdjson.h"
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
 #include "xxhash.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -507,14 +508,14 @@ absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits) {
     // Not a count serve could take: its parser's answer, not a context verdict.
     const std::string_view field = body.max_tokens_field;
     if (field == "max_output_tokens") {
-      return http::RequestError(field, "invalid_value",
+      return http::RequestError(field, util::codes::kInvalidValue,
                                 "'max_output_tokens' must be a positive integer.");
     }
     if (body.max_tokens_not_an_integer) {
-      return http::RequestError(field, "invalid_type",
+      return http::RequestError(field, util::codes::kInvalidType,
                                 fmt::format("'{}' must be an integer.", field));
     }
-    return http::RequestError(field, "invalid_value", fmt::format("'{}' is too large.", field));
+    return http::RequestError(field, util::codes::kInvalidValue, fmt::format("'{}' is too large.", field));
   }
   if (output > limit) {
     std::string_view field = body.max_tokens_field.empty() ? "max_tokens" : body.max_tokens_field;

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

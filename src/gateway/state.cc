@@ -6,6 +6,7 @@
 #include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -56,7 +57,7 @@ absl::Status LocalBindingStore::Load(int64_t now_ms) {
   auto json = util::ParseJson(*text);
   if (!json.ok() || !json->is_object() || !json->contains("bindings") ||
       !(*json)["bindings"].is_array()) {
-    return InvalidArgumentError("bad_bindings_file", "bindings file " + path_ + " is not valid");
+    return InvalidArgumentError(util::codes::kBadBindingsFile, "bindings file " + path_ + " is not valid");
   }
   absl::MutexLock lock(&mu_);
   for (const auto& entry : (*json)["bindings"]) {

@@ -13,6 +13,7 @@
 #include "http/errors.h"
 #include "http/response_parser.h"
 #include "http/sse.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::gateway {
@@ -155,8 +156,9 @@ class Proxy {
     if (sent) return true;
     if (writer_.PeerClosed()) return End(ProxyEnd::kClientGone);
     result_.error = "cannot send the request to the backend";
-    return Fail(ProxyEnd::kBackendFailed,
-                UnavailableError("backend_error", "The backend did not accept the request."));
+    return Fail(
+        ProxyEnd::kBackendFailed,
+        UnavailableError(util::codes::kBackendError, "The backend did not accept the request."));
   }
 
   bool ReadHead() {
@@ -167,11 +169,11 @@ class Proxy {
     result_.error = ec.message();
     if (ec == net::error::timed_out) {
       return Fail(ProxyEnd::kBackendTimeout,
-                  MakeError(absl::StatusCode::kDeadlineExceeded, "backend_timeout",
+                  MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kBackendTimeout,
                             "The backend did not answer in time."));
     }
     return Fail(ProxyEnd::kBackendFailed,
-                UnavailableError("backend_error",
+                UnavailableError(util::codes::kBackendError,
                                  ec == boost::beast::http::error::bad_status
                                      ? "The backend answered with a status the gateway does not "
                                        "pass on."
@@ -262,7 +264,7 @@ class Proxy {
     }
     // The partial event is dropped: the client gets whole events, then one error event.
     http::ApiError error = http::ApiErrorFromStatus(UnavailableError(
-        "backend_disconnected", "The backend failed in the middle of the stream."));
+        util::codes::kBackendDisconnected, "The backend failed in the middle of the stream."));
     writer_.Write(http::SseErrorForPath(error, writer_.request_path()));
     writer_.End();
   }
@@ -286,12 +288,8 @@ class Proxy {
 }  // namespace
 
 http::ApiError GatewayError(const absl::Status& status) {
-  http::ApiError error = http::ApiErrorFromStatus(status);
-  if (error.code == "backend_error" || error.code == "backend_unavailable") {
-    error.http_status = 502;
-    error.type = "server_error";
-  }
-  return error;
+  // backend_error and backend_unavailable are answered 502 by their registry entries.
+  return http::ApiErrorFromStatus(status);
 }
 
 UpstreamPool::~UpstreamPool() {
@@ -380,13 +378,15 @@ absl::StatusOr<http::ClientResponse> HttpGet(const BackendAddress& backend, cons
   absl::StatusOr<http::ClientResponse> response = http::Fetch(backend, request, options);
   if (response.ok()) return response;
   const std::string code = ErrorCodeOf(response.status());
-  if (code == "connect_failed" || code == "connect_timeout") return response.status();
+  if (code == util::codes::kConnectFailed || code == util::codes::kConnectTimeout)
+    return response.status();
   if (code == "timeout") {
-    return MakeError(absl::StatusCode::kDeadlineExceeded, "backend_timeout",
+    return MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kBackendTimeout,
                      fmt::format("GET {} timed out", path));
   }
   return UnavailableError(
-      "backend_error", fmt::format("GET {}: {}", path, std::string(response.status().message())));
+      util::codes::kBackendError,
+      fmt::format("GET {}: {}", path, std::string(response.status().message())));
 }
 
 }  // namespace deepinfer::gateway

@@ -19,6 +19,7 @@
 #include "http/client.h"
 #include "http/errors.h"
 #include "http/server.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -12,6 +12,7 @@
 #include "boost/beast/http/read.hpp"
 #include "fmt/format.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 namespace {
@@ -191,10 +192,10 @@ namespace {
 // `step` is "write" or "read".
 absl::Status ExchangeError(const char* step, const error_code& ec) {
   if (ec == net::error::timed_out) {
-    return MakeError(absl::StatusCode::kDeadlineExceeded, "timeout",
+    return MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kTimeout,
                      fmt::format("{}: timed out", step));
   }
-  return UnavailableError("io_error", fmt::format("{}: {}", step, ec.message()));
+  return UnavailableError(util::codes::kIoError, fmt::format("{}: {}", step, ec.message()));
 }
 
 }  // namespace
@@ -240,7 +241,7 @@ absl::StatusOr<ClientResponse> Fetch(const Url& url, const ClientRequest& reques
         if (options.max_body_bytes > 0 &&
             response.body.size() + n > static_cast<size_t>(options.max_body_bytes)) {
           return ResourceExhaustedError(
-              "body_too_large",
+              util::codes::kBodyTooLarge,
               fmt::format("read: the body is longer than {} bytes", options.max_body_bytes));
         }
         response.body.append(piece);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/status.h"
 
@@ -32,15 +33,33 @@ struct HttpKind {
   const char* type;
 };
 
+// OpenAI's error type for an HTTP status.
+const char* TypeFor(int http_status, std::string_view code) {
+  switch (http_status) {
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 404:
+      return code == util::codes::kModelNotFound.name ? "invalid_request_error" : "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable_error";
+    case 504:
+      return "timeout_error";
+    default:
+      return http_status < 500 ? "invalid_request_error" : "server_error";
+  }
+}
+
 HttpKind KindOf(const absl::Status& status, const std::string& code) {
-  // Stable codes that need a status other than their canonical code's.
-  if (code == "method_not_allowed") return {405, "invalid_request_error"};
-  if (code == "request_too_large") return {413, "invalid_request_error"};
-  if (code == "model_not_found") return {404, "invalid_request_error"};
-  // nginx's code for "the client closed the connection before the answer"; only logs see it.
-  if (code == "client_closed_request") return {499, "invalid_request_error"};
-  // The request alone can never fit: retrying does not help, so it is the client's problem.
-  if (code == "kv_cache_too_small") return {400, "invalid_request_error"};
+  // A registered code raised with its canonical status has its HTTP status in the registry (a
+  // few differ from their canonical code's: 405, 413, 499, 502, kv_cache_too_small's 400).
+  if (const util::ErrorCode* registered = util::FindErrorCode(code);
+      registered != nullptr && registered->status_code == status.code()) {
+    return {registered->http_status, TypeFor(registered->http_status, code)};
+  }
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kOutOfRange:
@@ -74,7 +93,7 @@ ApiError ApiErrorFromStatus(const absl::Status& status) {
   if (status.ok()) {
     error.message = "internal error: OK status reported as an error";
     error.type = "server_error";
-    error.code = "internal";
+    error.code = util::codes::kInternal;
     return error;
   }
   error.code = ErrorCodeOf(status);
@@ -114,7 +133,7 @@ const char* AnthropicErrorType(int http_status) {
     case 405:
       return "invalid_request_error";
     case 413:
-      return "request_too_large";
+      return "request_too_large";  // Anthropic's error type, not a code
     case 429:
       return "rate_limit_error";
     case 503:
@@ -158,29 +177,29 @@ absl::Status ContextLengthError(std::string_view param, int64_t prompt_tokens,
       "in the {}, {} in the completion). Please reduce the length of the {} or completion.",
       max_model_len, at_least, prompt_tokens + requested_output_tokens, at_least, prompt_tokens,
       prompt_name, requested_output_tokens, prompt_name);
-  absl::Status status = RequestError(param, "context_length_exceeded", message);
+  absl::Status status = RequestError(param, util::codes::kContextLengthExceeded, message);
   status.SetPayload(kPromptTokensUrl, absl::Cord(std::to_string(prompt_tokens)));
   status.SetPayload(kContextUrl, absl::Cord(std::to_string(max_model_len)));
   return status;
 }
 
 absl::Status ModelNotFoundError(std::string_view model) {
-  return WithParam(
-      NotFoundError("model_not_found", fmt::format("The model `{}` does not exist.", model)),
-      "model");
+  return WithParam(NotFoundError(util::codes::kModelNotFound,
+                                 fmt::format("The model `{}` does not exist.", model)),
+                   "model");
 }
 
 absl::Status RouteNotFoundError(std::string_view path) {
-  return NotFoundError("not_found", fmt::format("No route for path `{}`.", path));
+  return NotFoundError(util::codes::kNotFound, fmt::format("No route for path `{}`.", path));
 }
 
 absl::Status MethodNotAllowedError(std::string_view method, std::string_view path) {
-  return MakeError(absl::StatusCode::kInvalidArgument, "method_not_allowed",
+  return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kMethodNotAllowed,
                    fmt::format("Method {} is not allowed for `{}`.", method, path));
 }
 
 absl::Status RequestTooLargeError(int64_t limit_bytes) {
-  return MakeError(absl::StatusCode::kInvalidArgument, "request_too_large",
+  return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kRequestTooLarge,
                    fmt::format("Request body is larger than the limit of {} bytes.", limit_bytes));
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "util/json.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

@@ -1,6 +1,10 @@
 #include "http/errors.h"
 
+#include <set>
+#include <string_view>
+
 #include "gtest/gtest.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/status.h"
 
@@ -63,6 +67,43 @@ TEST(ApiErrorTest, MapsEveryHttpClass) {
 TEST(ApiErrorTest, BodyStaysValidJsonWithInvalidUtf8InMessage) {
   ApiError e = ApiErrorFromStatus(InvalidArgumentError("x", std::string("bad \xff byte")));
   EXPECT_TRUE(util::ParseJson(ErrorBody(e)).ok());
+}
+
+}  // namespace
+}  // namespace deepinfer::http
+
+namespace deepinfer::http {
+namespace {
+
+TEST(ErrorCodeRegistryTest, EveryCodeIsAnsweredWithItsRegisteredHttpStatus) {
+  for (const util::ErrorCode& code : util::AllErrorCodes()) {
+    ApiError error = ApiErrorFromStatus(util::CodedError(code, "m"));
+    EXPECT_EQ(error.code, code.name);
+    EXPECT_EQ(error.http_status, code.http_status) << code.name;
+    EXPECT_EQ(error.type.empty(), false) << code.name;
+  }
+}
+
+TEST(ErrorCodeRegistryTest, NamesAreUniqueSnakeCaseAndFindable) {
+  std::set<std::string_view> seen;
+  for (const util::ErrorCode& code : util::AllErrorCodes()) {
+    EXPECT_TRUE(seen.insert(code.name).second) << code.name;
+    for (char c : code.name) EXPECT_TRUE((c >= 'a' && c <= 'z') || c == '_') << code.name;
+    EXPECT_EQ(util::FindErrorCode(code.name), &code);
+    EXPECT_FALSE(code.meaning.empty()) << code.name;
+  }
+  EXPECT_EQ(util::FindErrorCode("no_such_code"), nullptr);
+}
+
+TEST(ErrorCodeRegistryTest, AnUnregisteredCodeOrAnotherStatusFallsBackToTheCanonicalCode) {
+  EXPECT_EQ(ApiErrorFromStatus(MakeError(absl::StatusCode::kNotFound, "x_y", "m")).http_status,
+            404);
+  // io_error raised as Unavailable (a socket) keeps Unavailable's 503, not the registry's 500.
+  EXPECT_EQ(ApiErrorFromStatus(UnavailableError(util::codes::kIoError, "m")).http_status, 503);
+  EXPECT_EQ(ApiErrorFromStatus(util::CodedError(util::codes::kBackendError, "m")).type,
+            "server_error");
+  EXPECT_EQ(ApiErrorFromStatus(util::CodedError(util::codes::kModelNotFound, "m")).type,
+            "invalid_request_error");
 }
 
 }  // namespace

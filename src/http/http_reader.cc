@@ -12,6 +12,7 @@
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 namespace {
@@ -163,7 +164,7 @@ absl::Status HttpRequestReader::Next(Request* request) {
     // RFC 9110 section 10.1.1: an HTTP/1.0 client's expectation is ignored.
     if (request->version >= 11 && boost::beast::iequals(parser.expect(), "100-continue") &&
         !m.stream.WriteAll("HTTP/1.1 100 Continue\r\n\r\n")) {
-      return MakeError(absl::StatusCode::kCancelled, "connection_closed", "Client gone.");
+      return MakeError(absl::StatusCode::kCancelled, util::codes::kConnectionClosed, "Client gone.");
     }
     beast_http::read(m.stream, m.buffer, parser, ec);
   }
@@ -173,16 +174,16 @@ absl::Status HttpRequestReader::Next(Request* request) {
   request->path = request->target.substr(0, request->target.find('?'));
   if (bad_host) {
     request->keep_alive = false;
-    return InvalidArgumentError("bad_http_request",
+    return InvalidArgumentError(util::codes::kBadHttpRequest,
                                 "An HTTP/1.1 request needs exactly one Host header.");
   }
   if (ec) {
     request->keep_alive = false;
     if (IsQuietHttpClose(ec)) {
-      return MakeError(absl::StatusCode::kCancelled, "connection_closed", ec.message());
+      return MakeError(absl::StatusCode::kCancelled, util::codes::kConnectionClosed, ec.message());
     }
     if (ec == beast_http::error::body_limit) return RequestTooLargeError(m.options.max_body_bytes);
-    return InvalidArgumentError("bad_http_request",
+    return InvalidArgumentError(util::codes::kBadHttpRequest,
                                 fmt::format("Malformed HTTP request: {}", ec.message()));
   }
   // Empty lines after the body are not a next request: the connection can wait idle.

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "http/request.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

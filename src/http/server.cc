@@ -24,6 +24,7 @@
 #include "http/http_reader.h"
 #include "http/socket_io.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 namespace {
@@ -248,7 +249,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                                                       Observer observer) {
   std::unique_ptr<Server> server(new Server(options, std::move(handler), std::move(observer)));
   std::string body = ErrorBody(ApiErrorFromStatus(UnavailableError(
-      "too_many_connections",
+      util::codes::kTooManyConnections,
       fmt::format("The {} has too many open connections.", options.overload_subject))));
   server->overload_response_ = fmt::format(
       "HTTP/1.1 503 Service Unavailable\r\n{}Content-Type: application/json\r\n"
@@ -266,12 +267,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   if (server->epoll_fd_ < 0 || server->wake_fd_ < 0 ||
       ::epoll_ctl(server->epoll_fd_, EPOLL_CTL_ADD, server->wake_fd_, &wake) != 0 ||
       ::epoll_ctl(server->epoll_fd_, EPOLL_CTL_ADD, server->listen_fd_, &listen) != 0) {
-    return InternalError("epoll_failed", std::strerror(errno));
+    return InternalError(util::codes::kEpollFailed, std::strerror(errno));
   }
   {
     std::lock_guard<std::mutex> lock(server->mu_);
     for (int i = 0; i < kStartWorkers; ++i) server->StartWorker();
-    if (server->workers_ == 0) return InternalError("thread_failed", "No worker thread started.");
+    if (server->workers_ == 0) return InternalError(util::codes::kThreadFailed, "No worker thread started.");
   }
   return server;
 }
@@ -498,7 +499,7 @@ bool Server::ServeRequests(Connection& c) {
       handler_(request, writer);
       writer.Flush();  // a head still held by a handler that ended without End
       if (!writer.started()) {
-        ApiError error = ApiErrorFromStatus(InternalError("no_response", "No response."));
+        ApiError error = ApiErrorFromStatus(InternalError(util::codes::kNoResponse, "No response."));
         writer.Respond(error.http_status, {{"Content-Type", "application/json"}},
                        ErrorBodyForPath(error, request.path));
       }

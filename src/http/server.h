@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "http/request.h"
 #include "http/response_writer.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

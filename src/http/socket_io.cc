@@ -17,6 +17,7 @@
 #include "boost/beast/http/error.hpp"
 #include "fmt/format.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 
@@ -189,7 +190,7 @@ bool FdStream::PeerClosed() const {
 
 absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port) {
   if (port < 0 || port > 65535) {
-    return InvalidArgumentError("bad_address", fmt::format("Bad port {}.", port));
+    return InvalidArgumentError(util::codes::kBadAddress, fmt::format("Bad port {}.", port));
   }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -200,7 +201,7 @@ absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port
   int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
   if (rc != 0) {
     return InvalidArgumentError(
-        "bad_address", fmt::format("Cannot resolve host '{}': {}", host, gai_strerror(rc)));
+        util::codes::kBadAddress, fmt::format("Cannot resolve host '{}': {}", host, gai_strerror(rc)));
   }
   int listen_fd = -1;
   std::string last_error = "no address";
@@ -218,7 +219,7 @@ absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port
   }
   ::freeaddrinfo(result);
   if (listen_fd < 0) {
-    return UnavailableError("bind_failed",
+    return UnavailableError(util::codes::kBindFailed,
                             fmt::format("Cannot listen on {}:{}: {}", host, port, last_error));
   }
   sockaddr_storage addr{};
@@ -239,7 +240,7 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms
   std::string port_text = std::to_string(port);
   int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &result);
   if (rc != 0) {
-    return UnavailableError("connect_failed",
+    return UnavailableError(util::codes::kConnectFailed,
                             fmt::format("Cannot resolve {}: {}", host, gai_strerror(rc)));
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -283,8 +284,8 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms
   }
   ::freeaddrinfo(result);
   std::string message = fmt::format("Cannot connect to {}:{}: {}", host, port, last_error);
-  if (timed_out) return MakeError(absl::StatusCode::kDeadlineExceeded, "connect_timeout", message);
-  return UnavailableError("connect_failed", message);
+  if (timed_out) return MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kConnectTimeout, message);
+  return UnavailableError(util::codes::kConnectFailed, message);
 }
 
 void DrainInput(int fd, int64_t max_bytes, int timeout_ms) {

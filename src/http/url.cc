@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "fmt/format.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 namespace {
@@ -33,7 +34,7 @@ std::string_view Url::host_port() const { return std::string_view(origin_).subst
 
 absl::StatusOr<Url> ParseUrl(std::string_view text) {
   auto bad = [&](std::string_view why) {
-    return InvalidArgumentError("bad_url", fmt::format("'{}': {}", text, why));
+    return InvalidArgumentError(util::codes::kBadUrl, fmt::format("'{}': {}", text, why));
   };
   std::string lower_scheme(text.substr(0, kScheme.size()));
   absl::AsciiStrToLower(&lower_scheme);

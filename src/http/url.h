@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

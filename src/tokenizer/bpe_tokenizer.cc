@@ -7,6 +7,7 @@
 #include "tokenizer/scratch.h"
 #include "tokenizer/unicode.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -79,7 +80,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(const model::TokenizerData& data,
                                                                    const PreTokenizerSpec& spec) {
   if (data.kind != model::TokenizerData::Kind::kByteLevelBpe) {
-    return InvalidArgumentError("bad_tokenizer", "not a byte-level BPE tokenizer");
+    return InvalidArgumentError(util::codes::kBadTokenizer, "not a byte-level BPE tokenizer");
   }
   DI_ASSIGN_OR_RETURN(Vocab vocab, Vocab::Create(data));
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer(std::move(vocab)));
@@ -94,7 +95,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(const model::
     const std::string& m = data.merges[rank];
     const size_t space = m.find(' ', 1);
     if (space == std::string::npos) {
-      return InvalidArgumentError("bad_tokenizer",
+      return InvalidArgumentError(util::codes::kBadTokenizer,
                                   fmt::format("merge {} (\"{}\") has no space", rank, m));
     }
     const std::string first = m.substr(0, space);

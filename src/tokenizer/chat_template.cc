@@ -5,6 +5,7 @@
 #include "fmt/format.h"
 #include "tokenizer/deepseek_chat.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -113,7 +114,7 @@ absl::StatusOr<std::string> RenderChat(const ChatTemplate& chat_template,
                                        const ChatOptions& options) {
   if (!options.continue_final_message) return chat_template.Render(messages, options);
   if (messages.empty()) {
-    return InvalidArgumentError("bad_chat_request", "there is no final message to continue");
+    return InvalidArgumentError(util::codes::kBadChatRequest, "there is no final message to continue");
   }
   // transformers marks the end of the final message with a tag, renders, and cuts at the tag:
   // whatever the template writes after the message (the end of its turn) is dropped, and
@@ -130,7 +131,7 @@ absl::StatusOr<std::string> RenderChat(const ChatTemplate& chat_template,
   const size_t at = prompt.rfind(kTagText);
   if (at == std::string::npos) {
     return InvalidArgumentError(
-        "bad_chat_request",
+        util::codes::kBadChatRequest,
         "the final message cannot be continued: the chat template does not reproduce its text");
   }
   const bool spacing_kept = prompt.compare(at, kTag.size(), kTag) == 0;
@@ -175,7 +176,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplate(
     }
   }
   return UnimplementedError(
-      "unsupported_chat_template",
+      util::codes::kUnsupportedChatTemplate,
       fmt::format("no native encoder reproduces the chat template of this {} model",
                   architecture.empty() ? std::string_view("unknown") : architecture));
 }
@@ -184,7 +185,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> CreateChatTemplateByName(std::stri
   if (name == "chatml") return std::unique_ptr<ChatTemplate>(new ChatMlTemplate());
   if (name == "plain") return std::unique_ptr<ChatTemplate>(new PlainTemplate());
   if (auto deepseek = CreateDeepseekChatTemplate(name)) return deepseek;
-  return NotFoundError("unknown_chat_template",
+  return NotFoundError(util::codes::kUnknownChatTemplate,
                        "unknown chat template \"" + std::string(name) + "\"");
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "tokenizer/chat_template.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

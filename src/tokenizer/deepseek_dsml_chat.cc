@@ -10,6 +10,7 @@
 #include "fmt/format.h"
 #include "tokenizer/python_json.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -27,7 +28,7 @@ constexpr std::string_view kEndThink = "</think>";
 constexpr std::string_view kDsml = "｜DSML｜";
 
 absl::Status BadRequest(std::string_view message) {
-  return InvalidArgumentError("bad_chat_request", message);
+  return InvalidArgumentError(util::codes::kBadChatRequest, message);
 }
 
 // V3.2's TOOLS_SYSTEM_TEMPLATE; {0} is the DSML token, {1} the tool schemas.

@@ -14,6 +14,7 @@
 #include "tokenizer/unicode.h"
 #include "tokenizer/unicode16.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -189,10 +190,10 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
     const HfTokenizerSpec& spec) {
   const model::TokenizerData& data = spec.data;
   const int32_t n = static_cast<int32_t>(data.tokens.size());
-  if (n == 0) return InvalidArgumentError("bad_tokenizer", "the tokenizer has no tokens");
+  if (n == 0) return InvalidArgumentError(util::codes::kBadTokenizer, "the tokenizer has no tokens");
   if (data.token_types.size() != data.tokens.size() ||
       spec.model_vocab.size() != data.tokens.size()) {
-    return InvalidArgumentError("bad_tokenizer", "token types do not match tokens");
+    return InvalidArgumentError(util::codes::kBadTokenizer, "token types do not match tokens");
   }
   std::unique_ptr<HfBpeTokenizer> t(new HfBpeTokenizer());
   t->added_ = spec.added_tokens;
@@ -200,7 +201,7 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
   for (size_t i = 0; i < t->added_.size(); ++i) {
     const HfAddedToken& a = t->added_[i];
     if (a.id < 0 || a.id >= n) {
-      return InvalidArgumentError("bad_tokenizer", fmt::format("added token id {}", a.id));
+      return InvalidArgumentError(util::codes::kBadTokenizer, fmt::format("added token id {}", a.id));
     }
     (a.normalized ? t->normalized_trie_ : t->raw_trie_).Add(a.content, static_cast<int32_t>(i));
     if (a.special) t->special_[a.id] = true;
@@ -234,7 +235,7 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
     const std::string& m = data.merges[rank];
     const size_t space = m.find(' ', 1);
     if (space == std::string::npos) {
-      return InvalidArgumentError("bad_tokenizer", fmt::format("merge {} has no space", rank));
+      return InvalidArgumentError(util::codes::kBadTokenizer, fmt::format("merge {} has no space", rank));
     }
     const std::string a = m.substr(0, space);
     const std::string b = m.substr(space + 1);
@@ -243,7 +244,7 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
     auto ir = t->vocab_.find(a + b);
     if (ia == t->vocab_.end() || ib == t->vocab_.end() || ir == t->vocab_.end()) {
       return InvalidArgumentError(
-          "bad_tokenizer", fmt::format("merge {} (\"{}\") is not in the vocabulary", rank, m));
+          util::codes::kBadTokenizer, fmt::format("merge {} (\"{}\") is not in the vocabulary", rank, m));
     }
     const uint64_t key =
         (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);
@@ -267,7 +268,7 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
   t->ignore_merges_ = spec.ignore_merges;
   auto check = [n](int32_t id) { return id >= -1 && id < n; };
   if (!check(data.bos_id) || !check(data.eos_id)) {
-    return InvalidArgumentError("bad_tokenizer", "bos or eos id out of range");
+    return InvalidArgumentError(util::codes::kBadTokenizer, "bos or eos id out of range");
   }
   t->bos_id_ = data.bos_id;
   t->eos_id_ = data.eos_id;

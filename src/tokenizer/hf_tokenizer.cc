@@ -9,6 +9,7 @@
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -28,11 +29,11 @@ constexpr std::string_view kDeepseekV3Regexes[] = {
 };
 
 absl::Status Bad(std::string_view message) {
-  return InvalidArgumentError("bad_tokenizer", message);
+  return InvalidArgumentError(util::codes::kBadTokenizer, message);
 }
 
 absl::Status Unsupported(std::string_view message) {
-  return UnimplementedError("unsupported_tokenizer", message);
+  return UnimplementedError(util::codes::kUnsupportedTokenizer, message);
 }
 
 const Json* Find(const Json& object, const char* key) {

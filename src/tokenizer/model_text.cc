@@ -4,6 +4,7 @@
 
 #include "tokenizer/hf_tokenizer.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -37,7 +38,7 @@ absl::StatusOr<ModelText> LoadModelText(const model::Model& model,
     data = model.tokenizer;
   }
   if (text.tokenizer->vocab_size() > model.config.vocab) {
-    return InvalidArgumentError("vocab_mismatch", "the tokenizer has " +
+    return InvalidArgumentError(util::codes::kVocabMismatch, "the tokenizer has " +
                                                       std::to_string(text.tokenizer->vocab_size()) +
                                                       " ids but the model embeds only " +
                                                       std::to_string(model.config.vocab));

@@ -11,6 +11,7 @@
 #include "tokenizer/scratch.h"
 #include "tokenizer/unicode.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -170,7 +171,7 @@ absl::StatusOr<PreTokenizerSpec> PreTokenizerSpecForName(const std::string& pre)
       }
     }
   }
-  return UnimplementedError("unsupported_tokenizer",
+  return UnimplementedError(util::codes::kUnsupportedTokenizer,
                             fmt::format("pre-tokenizer \"{}\" is not supported", pre));
 }
 
@@ -200,7 +201,7 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(
     if (regex->collapsed) {
       for (char c : source) {
         if (static_cast<unsigned char>(c) >= 0x80) {
-          return InvalidArgumentError("bad_regex",
+          return InvalidArgumentError(util::codes::kBadRegex,
                                       "a pre-tokenizer regex mixes Unicode properties with "
                                       "non-ASCII characters: " +
                                           source);
@@ -213,7 +214,7 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(
         }
       }
     } else if (source.find("\\p") != std::string::npos || source.find("\\P") != std::string::npos) {
-      return UnimplementedError("unsupported_tokenizer",
+      return UnimplementedError(util::codes::kUnsupportedTokenizer,
                                 "unsupported Unicode property in pre-tokenizer regex: " + source);
     }
     std::vector<uint32_t> cps;
@@ -228,7 +229,7 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(
                                 &error, &error_offset, nullptr);
     if (regex->code == nullptr) {
       return InvalidArgumentError(
-          "bad_regex", fmt::format("pre-tokenizer regex rejected at {}: {}: {}", error_offset,
+          util::codes::kBadRegex, fmt::format("pre-tokenizer regex rejected at {}: {}: {}", error_offset,
                                    PcreErrorText(error), source));
     }
     // Without JIT (unsupported CPU) pcre2_match falls back to the interpreter.

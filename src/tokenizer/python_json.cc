@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -153,7 +154,7 @@ void AppendPythonFloat(double value, JsonFloatStyle style, std::string* out) {
 
 absl::StatusOr<nlohmann::ordered_json> ParseOrderedJson(std::string_view text) {
   Json v = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (v.is_discarded()) return InvalidArgumentError("bad_json", "not valid JSON");
+  if (v.is_discarded()) return InvalidArgumentError(util::codes::kBadJson, "not valid JSON");
   return v;
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

@@ -6,6 +6,7 @@
 #include "fmt/format.h"
 #include "tokenizer/scratch.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -51,11 +52,11 @@ constexpr int32_t kDead = -2;
 absl::StatusOr<std::unique_ptr<ScoreBpeTokenizer>> ScoreBpeTokenizer::Create(
     const model::TokenizerData& data) {
   if (data.kind != model::TokenizerData::Kind::kScoreBpe) {
-    return InvalidArgumentError("bad_tokenizer", "not a llama2.c tokenizer");
+    return InvalidArgumentError(util::codes::kBadTokenizer, "not a llama2.c tokenizer");
   }
   if (data.scores.size() != data.tokens.size()) {
     return InvalidArgumentError(
-        "bad_tokenizer",
+        util::codes::kBadTokenizer,
         fmt::format("{} scores for {} tokens", data.scores.size(), data.tokens.size()));
   }
   DI_ASSIGN_OR_RETURN(Vocab vocab, Vocab::Create(data));

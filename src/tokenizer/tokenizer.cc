@@ -3,6 +3,7 @@
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/score_bpe_tokenizer.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 
@@ -38,7 +39,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> CreateTokenizer(const model::Tokenize
       return std::unique_ptr<Tokenizer>(std::move(*t));
     }
   }
-  return InvalidArgumentError("bad_tokenizer", "unknown tokenizer kind");
+  return InvalidArgumentError(util::codes::kBadTokenizer, "unknown tokenizer kind");
 }
 
 }  // namespace deepinfer::tokenizer

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/model.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

@@ -5,6 +5,7 @@
 
 #include "fmt/format.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -28,7 +29,7 @@ constexpr std::string_view kEogTexts[] = {
 };
 
 absl::Status BadTokenizer(std::string_view message) {
-  return InvalidArgumentError("bad_tokenizer", message);
+  return InvalidArgumentError(util::codes::kBadTokenizer, message);
 }
 
 }  // namespace

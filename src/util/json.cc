@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::util {
 namespace {
@@ -37,7 +38,7 @@ bool DepthWithin(std::string_view text, int max_depth) {
 
 absl::StatusOr<Json> ParseJson(std::string_view text) {
   if (!DepthWithin(text, kMaxJsonDepth)) {
-    return InvalidArgumentError("invalid_json", "JSON nesting is too deep.");
+    return InvalidArgumentError(codes::kInvalidJson, "JSON nesting is too deep.");
   }
   Json value;
   try {
@@ -45,10 +46,10 @@ absl::StatusOr<Json> ParseJson(std::string_view text) {
                         /*ignore_comments=*/false);
   } catch (const std::exception& e) {
     // The non-throwing mode still throws from allocation failure; keep it at the boundary.
-    return InvalidArgumentError("invalid_json", "Could not parse the request body as JSON.");
+    return InvalidArgumentError(codes::kInvalidJson, "Could not parse the request body as JSON.");
   }
   if (value.is_discarded()) {
-    return InvalidArgumentError("invalid_json",
+    return InvalidArgumentError(codes::kInvalidJson,
                                 "We could not parse the JSON body of your request.");
   }
   return value;

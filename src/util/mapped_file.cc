@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/status.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::util {
 
@@ -21,18 +22,18 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT)
-      return NotFoundError("file_not_found", absl::StrCat("no such file: ", path));
-    return InternalError("io_error",
+      return NotFoundError(codes::kFileNotFound, absl::StrCat("no such file: ", path));
+    return InternalError(codes::kIoError,
                          absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    return InternalError("io_error", absl::StrCat("cannot stat ", path));
+    return InternalError(codes::kIoError, absl::StrCat("cannot stat ", path));
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return InvalidArgumentError("not_a_file", absl::StrCat("not a regular file: ", path));
+    return InvalidArgumentError(codes::kNotAFile, absl::StrCat("not a regular file: ", path));
   }
   size_t size = static_cast<size_t>(st.st_size);
   const uint8_t* data = nullptr;
@@ -40,7 +41,7 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
     void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       ::close(fd);
-      return InternalError("io_error",
+      return InternalError(codes::kIoError,
                            absl::StrCat("cannot mmap ", path, ": ", std::strerror(errno)));
     }
     data = static_cast<const uint8_t*>(p);
@@ -56,7 +57,7 @@ MappedFile::~MappedFile() {
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents, bool overwrite,
                                  const FileMode& mode) {
   if (!overwrite && ::access(path.c_str(), F_OK) == 0) {
-    return MakeError(absl::StatusCode::kAlreadyExists, "file_exists",
+    return MakeError(absl::StatusCode::kAlreadyExists, codes::kFileExists,
                      absl::StrCat("refusing to overwrite ", path));
   }
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
@@ -64,7 +65,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   int fd =
       ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode.mode >= 0 ? 0600 : 0644);
   if (fd < 0)
-    return InternalError("io_error",
+    return InternalError(codes::kIoError,
                          absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
   if (mode.uid >= 0 || mode.gid >= 0) {
     (void)::fchown(fd, static_cast<uid_t>(mode.uid), static_cast<gid_t>(mode.gid));
@@ -72,7 +73,7 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
   if (mode.mode >= 0 && ::fchmod(fd, static_cast<mode_t>(mode.mode & 07777)) != 0) {
     ::close(fd);
     ::unlink(tmp.c_str());
-    return InternalError("io_error", absl::StrCat("chmod failed: ", tmp));
+    return InternalError(codes::kIoError, absl::StrCat("chmod failed: ", tmp));
   }
   size_t off = 0;
   while (off < contents.size()) {
@@ -81,13 +82,13 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
       if (errno == EINTR) continue;
       ::close(fd);
       ::unlink(tmp.c_str());
-      return InternalError("io_error", absl::StrCat("write failed: ", tmp));
+      return InternalError(codes::kIoError, absl::StrCat("write failed: ", tmp));
     }
     off += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
-    return InternalError("io_error", absl::StrCat("fsync failed: ", tmp));
+    return InternalError(codes::kIoError, absl::StrCat("fsync failed: ", tmp));
   }
   if (!overwrite) {
     // link() fails if the target appeared meanwhile, so a concurrent writer is never clobbered.
@@ -95,15 +96,15 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view conte
       int err = errno;
       ::unlink(tmp.c_str());
       if (err == EEXIST) {
-        return MakeError(absl::StatusCode::kAlreadyExists, "file_exists",
+        return MakeError(absl::StatusCode::kAlreadyExists, codes::kFileExists,
                          absl::StrCat("refusing to overwrite ", path));
       }
-      return InternalError("io_error", absl::StrCat("cannot create ", path));
+      return InternalError(codes::kIoError, absl::StrCat("cannot create ", path));
     }
     ::unlink(tmp.c_str());
   } else if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    return InternalError("io_error", absl::StrCat("rename failed: ", path));
+    return InternalError(codes::kIoError, absl::StrCat("rename failed: ", path));
   }
   std::string dir =
       path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
@@ -120,8 +121,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     if (::access(path.c_str(), F_OK) != 0)
-      return NotFoundError("file_not_found", absl::StrCat("no such file: ", path));
-    return InternalError("io_error", absl::StrCat("cannot read ", path));
+      return NotFoundError(codes::kFileNotFound, absl::StrCat("no such file: ", path));
+    return InternalError(codes::kIoError, absl::StrCat("cannot read ", path));
   }
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -129,16 +130,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::StatusOr<std::string> ReadGzipFile(const std::string& path) {
-  if (!std::filesystem::exists(path)) return NotFoundError("file_not_found", path);
+  if (!std::filesystem::exists(path)) return NotFoundError(codes::kFileNotFound, path);
   gzFile f = gzopen(path.c_str(), "rb");
-  if (f == nullptr) return DataLossError("bad_gzip", "cannot open " + path);
+  if (f == nullptr) return DataLossError(codes::kBadGzip, "cannot open " + path);
   std::string out;
   char buf[1 << 16];
   int n;
   while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
   const bool failed = n < 0;
   gzclose(f);
-  if (failed) return DataLossError("bad_gzip", "cannot decompress " + path);
+  if (failed) return DataLossError(codes::kBadGzip, "cannot decompress " + path);
   return out;
 }
 

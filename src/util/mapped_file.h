@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "util/error_codes.h"
 
 namespace deepinfer::util {
 

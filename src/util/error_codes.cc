@@ -1,0 +1,109 @@
+#include "util/error_codes.h"
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "util/status.h"
+
+namespace deepinfer::util {
+namespace {
+
+constexpr ErrorCode kAll[] = {
+    codes::kInvalidJson,
+    codes::kInvalidType,
+    codes::kInvalidValue,
+    codes::kMissingField,
+    codes::kUnsupportedValue,
+    codes::kInvalidToken,
+    codes::kEmptyPrompt,
+    codes::kInvalidMaxTokens,
+    codes::kContextLengthExceeded,
+    codes::kKvCacheTooSmall,
+    codes::kBadChatRequest,
+    codes::kSpeculativeUnsupported,
+    codes::kBadHttpRequest,
+    codes::kMethodNotAllowed,
+    codes::kRequestTooLarge,
+    codes::kBodyTooLarge,
+    codes::kBadKeyId,
+    codes::kKeyIdExists,
+    codes::kMissingApiKey,
+    codes::kInvalidApiKey,
+    codes::kExpiredApiKey,
+    codes::kAdminKeyRequired,
+    codes::kModelNotFound,
+    codes::kNotFound,
+    codes::kQueueFull,
+    codes::kQueueTimeout,
+    codes::kKeyConcurrencyExceeded,
+    codes::kClientClosedRequest,
+    codes::kConnectionClosed,
+    codes::kInternalError,
+    codes::kInternal,
+    codes::kEngineError,
+    codes::kIoError,
+    codes::kNoResponse,
+    codes::kRedisError,
+    codes::kRngFailed,
+    codes::kEpollFailed,
+    codes::kThreadFailed,
+    codes::kBackendError,
+    codes::kBackendUnavailable,
+    codes::kBackendDisconnected,
+    codes::kModelLoading,
+    codes::kShuttingDown,
+    codes::kKvCacheExhausted,
+    codes::kCancelled,
+    codes::kTooManyConnections,
+    codes::kNoHealthyBackend,
+    codes::kAdmissionClosed,
+    codes::kSharedStateUnavailable,
+    codes::kConnectFailed,
+    codes::kBackendTimeout,
+    codes::kConnectTimeout,
+    codes::kTimeout,
+    codes::kBadFlags,
+    codes::kBadOption,
+    codes::kBadAddress,
+    codes::kBindFailed,
+    codes::kBadUrl,
+    codes::kBadBackendUrl,
+    codes::kBadBackendState,
+    codes::kBadBindingsFile,
+    codes::kBadKeyStore,
+    codes::kBadStateUrl,
+    codes::kNoRedis,
+    codes::kNoModel,
+    codes::kUnsupportedNumerics,
+    codes::kBadTokenizer,
+    codes::kUnsupportedTokenizer,
+    codes::kVocabMismatch,
+    codes::kBadJson,
+    codes::kBadRegex,
+    codes::kUnknownChatTemplate,
+    codes::kUnsupportedChatTemplate,
+    codes::kBadGzip,
+    codes::kFileExists,
+    codes::kFileNotFound,
+    codes::kNotAFile,
+};
+
+}  // namespace
+
+std::span<const ErrorCode> AllErrorCodes() { return kAll; }
+
+const ErrorCode* FindErrorCode(std::string_view name) {
+  static const auto* const by_name = [] {
+    auto* map = new absl::flat_hash_map<std::string_view, const ErrorCode*>();
+    for (const ErrorCode& code : kAll) map->emplace(code.name, &code);
+    return map;
+  }();
+  auto it = by_name->find(name);
+  return it == by_name->end() ? nullptr : it->second;
+}
+
+absl::Status CodedError(const ErrorCode& code, std::string_view message) {
+  return deepinfer::MakeError(code.status_code, code.name, message);
+}
+
+}  // namespace deepinfer::util
