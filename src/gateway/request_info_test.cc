@@ -270,6 +270,10 @@ TEST(PreCheckTest, AMaxTokensNoBackendCouldReadGetsTheBackendsAnswer) {
        "max_completion_tokens", "'max_completion_tokens' must be an integer."},
       {R"({"max_tokens":4294967296,"messages":[]})", "invalid_value", "max_tokens",
        "'max_tokens' is too large."},
+      // A non-integral float within range (found by gateway_fuzz: the harness expected only a
+      // context verdict; corpus regress_float_max_tokens.txt).
+      {R"({"max_tokens":4000.15,"messages":[]})", "invalid_type", "max_tokens",
+       "'max_tokens' must be an integer."},
       {R"({"max_tokens":1e300,"messages":[]})", "invalid_type", "max_tokens",
        "'max_tokens' must be an integer."},
       {R"({"max_tokens":5000000000.0,"messages":[]})", "invalid_value", "max_tokens",

@@ -60,8 +60,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int64_t limit : {int64_t{1}, int64_t{4096}, int64_t{1} << 20}) {
     absl::Status check = gw::PreCheck(info, gw::PreCheckLimits{limit, 32});
     if (!check.ok()) {
+      // A context verdict, or serve's own answer to a max-tokens value it cannot read as a
+      // count (beyond int32, or a non-integral float such as 4000.15).
       deepinfer::http::ApiError error = deepinfer::http::ApiErrorFromStatus(check);
-      if (error.http_status != 400 || error.code != "context_length_exceeded") __builtin_trap();
+      if (error.http_status != 400) __builtin_trap();
+      if (error.code != "context_length_exceeded" && error.code != "invalid_type" &&
+          error.code != "invalid_value") {
+        __builtin_trap();
+      }
     }
   }
 
