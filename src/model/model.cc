@@ -12,7 +12,7 @@
 #include "fmt/format.h"
 #include "model/gguf.h"
 #include "model/gguf_model.h"
-#include "model/hf_config.h"
+#include "model/hf_checkpoint.h"
 #include "model/llama2c.h"
 #include "util/status.h"
 
