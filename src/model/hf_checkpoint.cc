@@ -29,6 +29,8 @@ void AlignTensors(Model& m) {
   }
 }
 
+// The shard files of the checkpoint in `dir`, sorted: model.safetensors alone, or every file the
+// index's weight_map names, each checked to exist.
 absl::StatusOr<std::vector<std::string>> ShardList(const fs::path& dir) {
   const fs::path index = dir / "model.safetensors.index.json";
   std::error_code ec;
