@@ -123,11 +123,14 @@ class CausalLm {
 };
 
 // Builds the forward pass for `model.config.architecture`, after checking the model's tensors
-// against the architecture's schema (names, shapes, types the kernels read, NaN/Inf: every
-// element of norms and biases, 4 sampled rows of matrices; MTP layers only when present).
+// against the architecture's schema (names, shapes, types the kernels read; DeepSeek also
+// NaN/Inf: every element of norms and biases, 4 sampled rows of matrices; MTP layers only when
+// present). The schemas live here, in arch/llama.cc and arch/deepseek_v3.cc; model/'s loaders
+// only map the files.
 // Errors: Unimplemented "unsupported_architecture"; NotFound "missing_tensor"; InvalidArgument
 //   "shape_mismatch" (against the config); Unimplemented "unsupported_dtype"; DataLoss
-//   "nan_in_weights"; InvalidArgument "bad_config" (inconsistent dimensions).
+//   "nan_in_weights"; InvalidArgument "bad_config" (inconsistent dimensions); Llama also
+//   "vocab_mismatch" (token_embd against the tokenizer) and "bad_metadata" (misaligned data).
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model);
 
 }  // namespace deepinfer::arch

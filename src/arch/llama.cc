@@ -2,19 +2,23 @@
 // KV cache. One call handles any mix of prefill chunks and decode tokens from many sequences;
 // every matmul runs once over all tokens of the step.
 
+#include "arch/llama.h"
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
-#include "arch/llama.h"
+#include "fmt/format.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ggml_numerics.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/quant.h"
+#include "model/tensor_values.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
@@ -55,56 +59,7 @@ class LlamaLm final : public CausalLm {
     }
   }
 
-  absl::Status Init() {
-    auto norm = [&](const std::string& name) -> absl::StatusOr<const float*> {
-      DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-      if (t->num_elements() != cfg_.hidden) {
-        return InvalidArgumentError("shape_mismatch", name + " has the wrong size");
-      }
-      if (t->dtype == model::DType::kF32) return reinterpret_cast<const float*>(t->data);
-      owned_norms_.emplace_back(cfg_.hidden);
-      kernels::DequantizeRow(t->dtype, t->data, owned_norms_.back().data(), cfg_.hidden);
-      return owned_norms_.back().data();
-    };
-    auto mat = [&](const std::string& name, int64_t rows, int64_t cols)
-        -> absl::StatusOr<const TensorView*> {
-      DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-      if (t->rows() != rows || t->cols() != cols) {
-        return InvalidArgumentError("shape_mismatch", name + " has the wrong shape");
-      }
-      return t;
-    };
-    const int64_t h = cfg_.hidden, qd = int64_t{cfg_.num_heads} * cfg_.head_dim,
-                  kvd = int64_t{cfg_.num_kv_heads} * cfg_.head_dim, f = cfg_.ffn_hidden;
-    owned_norms_.reserve(2 * cfg_.num_layers + 1);
-    for (int l = 0; l < cfg_.num_layers; ++l) {
-      std::string p = "blk." + std::to_string(l) + ".";
-      Layer L;
-      DI_ASSIGN_OR_RETURN(L.attn_norm, norm(p + "attn_norm.weight"));
-      DI_ASSIGN_OR_RETURN(L.wq, mat(p + "attn_q.weight", qd, h));
-      DI_ASSIGN_OR_RETURN(L.wk, mat(p + "attn_k.weight", kvd, h));
-      DI_ASSIGN_OR_RETURN(L.wv, mat(p + "attn_v.weight", kvd, h));
-      DI_ASSIGN_OR_RETURN(L.wo, mat(p + "attn_output.weight", h, qd));
-      DI_ASSIGN_OR_RETURN(L.ffn_norm, norm(p + "ffn_norm.weight"));
-      DI_ASSIGN_OR_RETURN(L.w_gate, mat(p + "ffn_gate.weight", f, h));
-      DI_ASSIGN_OR_RETURN(L.w_up, mat(p + "ffn_up.weight", f, h));
-      DI_ASSIGN_OR_RETURN(L.w_down, mat(p + "ffn_down.weight", h, f));
-      layers_.push_back(L);
-    }
-    DI_ASSIGN_OR_RETURN(output_norm_, norm("output_norm.weight"));
-    DI_ASSIGN_OR_RETURN(embed_, mat("token_embd.weight", cfg_.vocab, h));
-    const TensorView* out = model_.Find("output.weight");
-    if (out == nullptr) out = embed_;
-    if (out->rows() != cfg_.vocab || out->cols() != h) {
-      return InvalidArgumentError("shape_mismatch", "output.weight has the wrong shape");
-    }
-    output_ = out;
-    if (cfg_.num_heads % cfg_.num_kv_heads != 0 || cfg_.rope_dim > cfg_.head_dim ||
-        cfg_.rope_dim % 2 != 0) {
-      return InvalidArgumentError("bad_config", "inconsistent head or rope dimensions");
-    }
-    return absl::OkStatus();
-  }
+  absl::Status Init();
 
   const model::ModelConfig& config() const override { return cfg_; }
   int64_t kv_floats_per_token() const override {
@@ -119,6 +74,10 @@ class LlamaLm final : public CausalLm {
   }
 
  private:
+  absl::StatusOr<const TensorView*> Checked(const std::string& name,
+                                            const std::vector<int64_t>& shape) const;
+  absl::StatusOr<const float*> Norm(const std::string& name) const;
+  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) const;
   void Attention(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
   void AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
   void Dump(const char* name, int layer, const float* data, int64_t count) {
@@ -137,7 +96,6 @@ class LlamaLm final : public CausalLm {
   std::string dump_dir_;  // empty: no dumps
   int dump_step_ = 0, forward_calls_ = 0, dump_seq_ = 0;
   std::vector<Layer> layers_;
-  std::vector<std::vector<float>> owned_norms_;
   const float* output_norm_ = nullptr;
   const TensorView* embed_ = nullptr;
   const TensorView* output_ = nullptr;
@@ -158,6 +116,103 @@ class LlamaLm final : public CausalLm {
   std::vector<int64_t> merges_;  // index in items_ of part 0 of every split (tile, head)
   std::vector<float> attn_scratch_, partial_o_, partial_ml_;
 };
+
+bool SupportedWeightType(model::DType t) {
+  switch (t) {
+    case model::DType::kF32:
+    case model::DType::kF16:
+    case model::DType::kBF16:
+    case model::DType::kQ8_0:
+    case model::DType::kQ4_0:
+    case model::DType::kQ4_1:
+    case model::DType::kQ4_K:
+    case model::DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The tensor `name` if it has `shape`, a type the forward pass reads (norm vectors F32, as every
+// GGUF converter writes them) and an address the kernels can read in place. Norm, Mat and Init
+// are the one statement of the Llama tensor schema: the loaders (model/) only map the files.
+absl::StatusOr<const TensorView*> LlamaLm::Checked(const std::string& name,
+                                                   const std::vector<int64_t>& shape) const {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
+  if (t->shape != shape) {
+    return InvalidArgumentError(
+        "shape_mismatch", fmt::format("tensor '{}' has shape {}, expected {}", name,
+                                      model::ShapeString(t->shape), model::ShapeString(shape)));
+  }
+  const bool ok =
+      shape.size() == 1 ? t->dtype == model::DType::kF32 : SupportedWeightType(t->dtype);
+  if (!ok) {
+    return UnimplementedError(
+        "unsupported_dtype",
+        fmt::format("tensor '{}' has unsupported type {}", name, model::DTypeName(t->dtype)));
+  }
+  // Kernels read fp32 / fp16 fields in place; a GGUF file with general.alignment < 4 could place
+  // them at odd addresses.
+  if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0) {
+    return InvalidArgumentError("bad_metadata", fmt::format("tensor '{}' is misaligned", name));
+  }
+  return t;
+}
+
+absl::StatusOr<const float*> LlamaLm::Norm(const std::string& name) const {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, Checked(name, {cfg_.hidden}));
+  return reinterpret_cast<const float*>(t->data);
+}
+
+absl::StatusOr<const TensorView*> LlamaLm::Mat(const std::string& name, int64_t rows,
+                                               int64_t cols) const {
+  return Checked(name, {rows, cols});
+}
+
+absl::Status LlamaLm::Init() {
+  const int64_t h = cfg_.hidden, qd = int64_t{cfg_.num_heads} * cfg_.head_dim,
+                kvd = int64_t{cfg_.num_kv_heads} * cfg_.head_dim, f = cfg_.ffn_hidden;
+  // The embedding first, with the one check that involves the tokenizer.
+  DI_ASSIGN_OR_RETURN(const TensorView* embd, model_.Get("token_embd.weight"));
+  if (embd->shape.size() != 2 || embd->shape[1] != h) {
+    return InvalidArgumentError("shape_mismatch",
+                                fmt::format("token_embd.weight has shape {}, expected [vocab, {}]",
+                                            model::ShapeString(embd->shape), h));
+  }
+  const size_t num_tokens = model_.tokenizer.tokens.size();
+  if (embd->shape[0] != static_cast<int64_t>(num_tokens) || embd->shape[0] != cfg_.vocab) {
+    return InvalidArgumentError("vocab_mismatch",
+                                fmt::format("token_embd.weight has {} rows; the tokenizer has {} "
+                                            "tokens and the config says {}",
+                                            embd->shape[0], num_tokens, cfg_.vocab));
+  }
+  DI_ASSIGN_OR_RETURN(embed_, Mat("token_embd.weight", cfg_.vocab, h));
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const std::string p = fmt::format("blk.{}.", l);
+    Layer L;
+    DI_ASSIGN_OR_RETURN(L.attn_norm, Norm(p + "attn_norm.weight"));
+    DI_ASSIGN_OR_RETURN(L.wq, Mat(p + "attn_q.weight", qd, h));
+    DI_ASSIGN_OR_RETURN(L.wk, Mat(p + "attn_k.weight", kvd, h));
+    DI_ASSIGN_OR_RETURN(L.wv, Mat(p + "attn_v.weight", kvd, h));
+    DI_ASSIGN_OR_RETURN(L.wo, Mat(p + "attn_output.weight", h, qd));
+    DI_ASSIGN_OR_RETURN(L.ffn_norm, Norm(p + "ffn_norm.weight"));
+    DI_ASSIGN_OR_RETURN(L.w_gate, Mat(p + "ffn_gate.weight", f, h));
+    DI_ASSIGN_OR_RETURN(L.w_up, Mat(p + "ffn_up.weight", f, h));
+    DI_ASSIGN_OR_RETURN(L.w_down, Mat(p + "ffn_down.weight", h, f));
+    layers_.push_back(L);
+  }
+  DI_ASSIGN_OR_RETURN(output_norm_, Norm("output_norm.weight"));
+  if (cfg_.tied_embeddings) {
+    output_ = embed_;
+  } else {
+    DI_ASSIGN_OR_RETURN(output_, Mat("output.weight", cfg_.vocab, h));
+  }
+  if (cfg_.num_heads % cfg_.num_kv_heads != 0 || cfg_.rope_dim > cfg_.head_dim ||
+      cfg_.rope_dim % 2 != 0) {
+    return InvalidArgumentError("bad_config", "inconsistent head or rope dimensions");
+  }
+  return absl::OkStatus();
+}
 
 void LlamaLm::Reserve(int64_t t, int num_threads) {
   auto grow = [](std::vector<float>& v, int64_t n) {
@@ -461,9 +516,11 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
 
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateLlama(const model::Model& model) {
   auto lm = std::make_unique<LlamaLm>(model);
-  DI_RETURN_IF_ERROR(lm->Init());
+  absl::Status s = lm->Init();
+  // The message names the file, as the loaders' own errors do.
+  if (!model.source.path.empty()) s = WithContext(s, model.source.path);
+  DI_RETURN_IF_ERROR(s);
   return std::unique_ptr<CausalLm>(std::move(lm));
 }
-
 
 }  // namespace deepinfer::arch

@@ -1,24 +1,85 @@
 // Parity of the Llama forward pass with the llama2.c reference (golden_greedy.json, made by
 // karpathy/llama2.c run.c) on the real stories260K weights, under several batch layouts: one
-// prefill, token-by-token decode, chunked prefill and many sequences in one batch.
+// prefill, token-by-token decode, chunked prefill and many sequences in one batch; and the Llama
+// tensor schema on tiny synthetic GGUF files.
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "arch/causal_lm.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/ops.h"
+#include "model/gguf_test_util.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
+#include "util/status.h"
 
 namespace deepinfer::arch {
 namespace {
 
 const std::string kModelDir = std::string(DI_SOURCE_DIR) + "/../shared/models/stories260K";
+
+using model::testing::TinyLlama;
+
+// Loads `spec` from a GGUF file (which the loader accepts: it only maps the tensors) and builds
+// the forward pass, where the schema is checked. Returns the build's status.
+absl::Status CreateTiny(const TinyLlama& spec, const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/llama_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name + ".gguf";
+  model::testing::WriteBytes(path, spec.Build());
+  auto m = model::LoadModel(path);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return m.status();
+  return CreateCausalLm(**m).status();
+}
+
+TEST(LlamaSchemaTest, BuildsFromATinyGguf) {
+  absl::Status s = CreateTiny(TinyLlama{}, "tiny");
+  EXPECT_TRUE(s.ok()) << s;
+  TinyLlama untied;
+  untied.with_output = true;
+  s = CreateTiny(untied, "untied");
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(LlamaSchemaTest, ErrorsNameTheFileAndTheTensor) {
+  TinyLlama missing;
+  missing.omit.insert("blk.1.ffn_up.weight");
+  TinyLlama shape;
+  shape.overrides["blk.0.attn_k.weight"] = {3, {32, 32}};
+  const std::tuple<const char*, const TinyLlama*, const char*, const char*> cases[] = {
+      {"missing", &missing, "missing_tensor", "missing.gguf: no tensor 'blk.1.ffn_up.weight'"},
+      {"shape", &shape, "shape_mismatch",
+       "shape.gguf: tensor 'blk.0.attn_k.weight' has shape [32, 32], expected [16, 32]"},
+  };
+  for (const auto& [name, spec, code, message] : cases) {
+    absl::Status s = CreateTiny(*spec, name);
+    EXPECT_EQ(ErrorCodeOf(s), code) << s;
+    EXPECT_NE(s.message().find(message), absl::string_view::npos) << s;
+  }
+}
+
+TEST(LlamaSchemaTest, RejectsUnsupportedWeightType) {
+  TinyLlama spec;
+  spec.overrides["blk.0.attn_q.weight"] = {9, {32, 32}};  // Q8_1: an activation format
+  EXPECT_EQ(ErrorCodeOf(CreateTiny(spec, "dtype")), "unsupported_dtype");
+  TinyLlama norm;
+  norm.overrides["blk.1.ffn_norm.weight"] = {1, {32}};  // F16 norm
+  EXPECT_EQ(ErrorCodeOf(CreateTiny(norm, "norm")), "unsupported_dtype");
+}
+
+TEST(LlamaSchemaTest, RejectsTokenizerEmbeddingVocabMismatch) {
+  TinyLlama spec;
+  spec.num_tokens = 9;
+  EXPECT_EQ(ErrorCodeOf(CreateTiny(spec, "vocab")), "vocab_mismatch");
+}
 
 struct Case {
   std::vector<int32_t> tokens;

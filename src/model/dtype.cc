@@ -1,7 +1,9 @@
 #include "model/dtype.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 namespace deepinfer::model {
 namespace {
@@ -44,11 +46,34 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kQ8_K, "Q8_K", kQK_K, sizeof(BlockQ8_K), true},
 };
 
-const DTypeInfo* FindDType(DType t) {
-  for (const DTypeInfo& info : kDTypes) {
-    if (info.type == t) return &info;
+namespace {
+
+// FindDType indexes the table by the type's value: the GGML ids are 0..30 and F8_E4M3, outside
+// GGUF, takes the slot after them. kSlotOf[slot] is the row of kDTypes, or -1. (A type whose
+// value has no slot fails to compile here.)
+constexpr int kGgmlSlots = 31;
+constexpr int kF8E4M3Slot = kGgmlSlots;
+constexpr int Slot(DType t) {
+  const int v = static_cast<int>(t);
+  if (v >= 0 && v < kGgmlSlots) return v;
+  return t == DType::kF8E4M3 ? kF8E4M3Slot : -1;
+}
+constexpr auto kSlotOf = [] {
+  std::array<int8_t, kGgmlSlots + 1> rows{};
+  rows.fill(-1);
+  for (size_t i = 0; i < std::size(kDTypes); ++i) {
+    rows[static_cast<size_t>(Slot(kDTypes[i].type))] = static_cast<int8_t>(i);
   }
-  return nullptr;
+  return rows;
+}();
+
+}  // namespace
+
+const DTypeInfo* FindDType(DType t) {
+  const int slot = Slot(t);
+  if (slot < 0) return nullptr;
+  const int row = kSlotOf[static_cast<size_t>(slot)];
+  return row < 0 ? nullptr : &kDTypes[row];
 }
 
 int64_t BlockSize(DType t) {
@@ -67,30 +92,10 @@ std::string_view DTypeName(DType t) {
 }
 
 DType DTypeFromGgml(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 0:
-      return DType::kF32;
-    case 1:
-      return DType::kF16;
-    case 2:
-      return DType::kQ4_0;
-    case 3:
-      return DType::kQ4_1;
-    case 8:
-      return DType::kQ8_0;
-    case 9:
-      return DType::kQ8_1;
-    case 12:
-      return DType::kQ4_K;
-    case 14:
-      return DType::kQ6_K;
-    case 15:
-      return DType::kQ8_K;
-    case 30:
-      return DType::kBF16;
-    default:
-      return DType::kInvalid;
-  }
+  // Every GGML id with a table row is a DType of the same value.
+  if (ggml_type >= static_cast<uint32_t>(kGgmlSlots)) return DType::kInvalid;
+  const DType t = static_cast<DType>(ggml_type);
+  return FindDType(t) == nullptr ? DType::kInvalid : t;
 }
 
 bool IsQuantized(DType t) {

@@ -246,11 +246,7 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   file->data_ = mapping->data();
   file->size_ = mapping->size();
   file->mapping_ = std::move(mapping);
-  absl::Status status = file->Parse();
-  if (!status.ok()) {
-    return MakeError(status.code(), ErrorCodeOf(status),
-                     fmt::format("{}: {}", path, std::string(status.message())));
-  }
+  DI_RETURN_IF_ERROR(WithContext(file->Parse(), path));
   return file;
 }
 

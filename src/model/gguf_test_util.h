@@ -1,12 +1,15 @@
 #pragma once
 
 // Test-only helpers: a tiny GGUF writer for building valid and deliberately malformed files.
-// Used by the model tests and the fuzz seed generator; not part of the library.
+// Used by the model and arch tests and the fuzz seed generator; not part of the library.
 
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/dtype.h"
@@ -136,5 +139,64 @@ inline void WriteBytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary)
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
+
+// A tiny llama GGUF (2 layers, hidden 32, 4 heads of 8, 2 KV heads, 8 tokens) that tests damage
+// on purpose: `omit` drops tensors, `overrides` changes a tensor's ggml type and extents.
+struct TinyLlama {
+  std::string arch = "llama";
+  int num_tokens = 8;
+  std::set<std::string> omit;
+  std::map<std::string, std::pair<uint32_t, std::vector<int64_t>>> overrides;  // ggml type, ne
+  bool with_output = false;
+  std::vector<std::string> extra_tokens;
+
+  std::string Build() const {
+    constexpr int kHidden = 32, kQ = 32, kKv = 16, kFfn = 64, kVocab = 8;
+    GgufBuilder b;
+    b.Str("general.architecture", arch)
+        .U32Kv("llama.block_count", 2)
+        .U32Kv("llama.context_length", 128)
+        .U32Kv("llama.embedding_length", kHidden)
+        .U32Kv("llama.feed_forward_length", kFfn)
+        .U32Kv("llama.attention.head_count", 4)
+        .U32Kv("llama.attention.head_count_kv", 2)
+        .F32Kv("llama.attention.layer_norm_rms_epsilon", 1e-6f)
+        .Str("tokenizer.ggml.model", "gpt2");
+    std::vector<std::string> tokens = {"<|endoftext|>", "a", "b", "ab",
+                                       "<|im_end|>",    "c", "d", "e"};
+    tokens.resize(static_cast<size_t>(num_tokens), "x");
+    for (size_t i = 0; i < extra_tokens.size() && i < tokens.size(); ++i) {
+      tokens[tokens.size() - 1 - i] = extra_tokens[i];
+    }
+    b.StrArray("tokenizer.ggml.tokens", tokens)
+        .StrArray("tokenizer.ggml.merges", {"a b"})
+        .U32Kv("tokenizer.ggml.eos_token_id", 0)
+        .U32Kv("tokenizer.ggml.bos_token_id", 99);  // out of range: ignored
+    auto add = [&](const std::string& name, uint32_t type, std::vector<int64_t> ne) {
+      if (omit.count(name)) return;
+      if (auto it = overrides.find(name); it != overrides.end()) {
+        type = it->second.first;
+        ne = it->second.second;
+      }
+      b.Tensor(name, type, ne);
+    };
+    add("token_embd.weight", 8, {kHidden, kVocab});
+    for (int l = 0; l < 2; ++l) {
+      const std::string p = "blk." + std::to_string(l) + ".";
+      add(p + "attn_norm.weight", 0, {kHidden});
+      add(p + "attn_q.weight", 2, {kHidden, kQ});
+      add(p + "attn_k.weight", 3, {kHidden, kKv});
+      add(p + "attn_v.weight", 1, {kHidden, kKv});
+      add(p + "attn_output.weight", 30, {kQ, kHidden});
+      add(p + "ffn_norm.weight", 0, {kHidden});
+      add(p + "ffn_gate.weight", 0, {kHidden, kFfn});
+      add(p + "ffn_up.weight", 8, {kHidden, kFfn});
+      add(p + "ffn_down.weight", 3, {kFfn, kHidden});
+    }
+    add("output_norm.weight", 0, {kHidden});
+    if (with_output) add("output.weight", 8, {kHidden, kVocab});
+    return b.Build();
+  }
+};
 
 }  // namespace deepinfer::model::testing

@@ -1,30 +1,16 @@
 #include "model/hf_config.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
 #include <optional>
-#include <set>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include "fmt/format.h"
-#include "model/safetensors.h"
-#include "model/tensor_values.h"
 #include "nlohmann/json.hpp"
-#include "util/mapped_file.h"
 #include "util/status.h"
-#include "util/thread_pool.h"
 
 namespace deepinfer::model {
 namespace {
 
-namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 // The largest size or count a key may hold. Far above any real model (DeepSeek-V3's largest is
@@ -141,13 +127,16 @@ absl::StatusOr<std::optional<YarnScaling>> ParseRope(const Json& j, const Config
   return std::optional<YarnScaling>(y);
 }
 
-}  // namespace
-
-absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& label) {
-  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+// Parses the config.json text into `j`, which must be a JSON object.
+absl::Status ParseObject(const std::string& json_text, const std::string& label, Json* j) {
+  *j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j->is_discarded() || !j->is_object()) {
     return InvalidArgumentError("bad_config", fmt::format("{}: not a JSON object", label));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const Json& j, const std::string& label) {
   ConfigReader r(j, label);
   DI_ASSIGN_OR_RETURN(std::string type, r.String("model_type", ""));
   if (type != "deepseek_v3" && type != "deepseek_v2") {
@@ -234,17 +223,9 @@ absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const st
   return c;
 }
 
-namespace {
-
-// Weight block sizes from quantization_config; 0 when the checkpoint is not FP8.
-struct QuantInfo {
-  int64_t block_rows = 0;
-  int64_t block_cols = 0;
-};
-
-absl::StatusOr<QuantInfo> ParseQuant(const std::string& json_text, const std::string& label) {
-  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  QuantInfo q;
+// The FP8 weight blocks of quantization_config (the defaults when it is absent).
+absl::StatusOr<Fp8Blocks> ParseQuant(const Json& j, const std::string& label) {
+  Fp8Blocks q;
   auto it = j.find("quantization_config");
   if (it == j.end() || it->is_null()) return q;
   ConfigReader r(*it, label + " quantization_config");
@@ -255,7 +236,6 @@ absl::StatusOr<QuantInfo> ParseQuant(const std::string& json_text, const std::st
     return r.Unsupported(
         fmt::format("quant_method '{}' fmt '{}' (supported: fp8 e4m3)", method, format));
   }
-  q.block_rows = q.block_cols = 128;
   auto b = it->find("weight_block_size");
   if (b != it->end() && !b->is_null()) {
     if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
@@ -263,234 +243,33 @@ absl::StatusOr<QuantInfo> ParseQuant(const std::string& json_text, const std::st
         (*b)[1].get<int64_t>() <= 0) {
       return r.Error("'weight_block_size' must be two positive integers");
     }
-    q.block_rows = (*b)[0].get<int64_t>();
-    q.block_cols = (*b)[1].get<int64_t>();
+    q.rows = (*b)[0].get<int64_t>();
+    q.cols = (*b)[1].get<int64_t>();
   }
   return q;
 }
 
-// Replaces every F8_E4M3 weight by its BF16 dequantization (see LoadHfModel) and drops the
-// scale tensors.
-// Drops the resident pages of a mapped range that is no longer read (the FP8 bytes once their
-// BF16 copy exists), so they stop counting in RSS. Only whole pages inside the range: neighbours
-// may belong to tensors still in use. Advisory: a read-only file mapping simply refaults.
-void ReleasePages(const uint8_t* data, size_t bytes) {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + bytes) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& label) {
+  Json j;
+  DI_RETURN_IF_ERROR(ParseObject(json_text, label, &j));
+  return ParseModelConfig(j, label);
 }
 
-// `release_pages`: the FP8 bytes are a file mapping (not memory the caller owns).
-absl::Status DequantizeFp8Weights(Model& m, const QuantInfo& q, bool release_pages) {
-  std::vector<std::string> fp8;
-  for (const auto& [name, t] : m.tensors) {
-    if (t.dtype == DType::kF8E4M3) fp8.push_back(name);
-  }
-  if (fp8.empty()) return absl::OkStatus();
-  const int64_t br = q.block_rows > 0 ? q.block_rows : 128;
-  const int64_t bc = q.block_cols > 0 ? q.block_cols : 128;
-  std::sort(fp8.begin(), fp8.end());
-  util::ThreadPool pool(std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
-  for (const std::string& name : fp8) {
-    TensorView& t = m.tensors.at(name);
-    if (t.shape.size() != 2) {
-      return UnimplementedError("unsupported_dtype",
-                                fmt::format("tensor '{}' is F8_E4M3 but not a matrix", name));
-    }
-    const std::string scale_name = name + "_scale_inv";
-    const TensorView* s = m.Find(scale_name);
-    if (s == nullptr) {
-      return NotFoundError("missing_tensor",
-                           fmt::format("FP8 tensor '{}' has no '{}'", name, scale_name));
-    }
-    const int64_t rows = t.shape[0], cols = t.shape[1];
-    const std::vector<int64_t> want = {(rows + br - 1) / br, (cols + bc - 1) / bc};
-    if (s->shape != want) {
-      return InvalidArgumentError("shape_mismatch",
-                                  fmt::format("tensor '{}' has shape {}, expected {} for {} "
-                                              "with {}x{} blocks",
-                                              scale_name, ShapeString(s->shape), ShapeString(want),
-                                              ShapeString(t.shape), br, bc));
-    }
-    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16) {
-      return UnimplementedError("unsupported_dtype",
-                                fmt::format("scale '{}' is not F32 or BF16", scale_name));
-    }
-    DI_RETURN_IF_ERROR(CheckFinite(*s, /*full=*/true));
-    std::vector<float> scale(static_cast<size_t>(s->num_elements()));
-    for (size_t i = 0; i < scale.size(); ++i) {
-      if (s->dtype == DType::kF32) {
-        std::memcpy(&scale[i], s->data + 4 * i, 4);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, s->data + 2 * i, 2);
-        scale[i] = Bf16ToFp32(h);
-      }
-    }
-    DI_RETURN_IF_ERROR(CheckFinite(t, /*full=*/false));
-    std::vector<uint8_t> buf(static_cast<size_t>(rows * cols) * 2);
-    uint16_t* out = reinterpret_cast<uint16_t*>(buf.data());
-    const uint8_t* w = t.data;
-    pool.ParallelFor(rows, [&](int64_t begin, int64_t end, int) {
-      DequantizeFp8BlockToBf16(w, rows, cols, scale.data(), br, bc, begin, end, out);
-    });
-    if (release_pages) ReleasePages(w, static_cast<size_t>(rows * cols));
-    t.dtype = DType::kBF16;
-    t.data = buf.data();
-    t.size_bytes = buf.size();
-    m.owned.push_back(std::move(buf));
-  }
-  for (auto it = m.tensors.begin(); it != m.tensors.end();) {
-    const std::string& n = it->first;
-    const bool is_scale = n.size() > 10 && n.compare(n.size() - 10, 10, "_scale_inv") == 0;
-    if (is_scale) {
-      m.tensors.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The kernels read F32 / F16 / BF16 elements in place; safetensors only promises byte offsets.
-void AlignTensors(Model& m) {
-  for (auto& [name, t] : m.tensors) {
-    const size_t align = BlockBytes(t.dtype);
-    if (align <= 1 || reinterpret_cast<uintptr_t>(t.data) % align == 0) continue;
-    std::vector<uint8_t> buf(t.data, t.data + t.size_bytes);
-    t.data = buf.data();
-    m.owned.push_back(std::move(buf));
-  }
-}
-
-absl::StatusOr<std::vector<std::string>> ShardList(const fs::path& dir) {
-  const fs::path index = dir / "model.safetensors.index.json";
-  std::error_code ec;
-  if (!fs::exists(index, ec)) {
-    if (!fs::exists(dir / "model.safetensors", ec)) {
-      return NotFoundError("missing_shard", fmt::format("{}: neither model.safetensors nor "
-                                                        "model.safetensors.index.json",
-                                                        dir.string()));
-    }
-    return std::vector<std::string>{"model.safetensors"};
-  }
-  DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(index.string()));
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  auto wm = j.is_object() ? j.find("weight_map") : j.end();
-  if (j.is_discarded() || !j.is_object() || wm == j.end() || !wm->is_object()) {
-    return DataLossError("bad_header", fmt::format("{}: no weight_map object", index.string()));
-  }
-  std::set<std::string> files;
-  for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it->is_string()) {
-      return DataLossError("bad_header", fmt::format("{}: weight_map['{}'] is not a file name",
-                                                     index.string(), it.key()));
-    }
-    const std::string f = it->get<std::string>();
-    if (f.empty() || f.find('/') != std::string::npos || f == "..") {
-      return DataLossError("bad_header", fmt::format("{}: bad shard name '{}'", index.string(), f));
-    }
-    files.insert(f);
-  }
-  for (const std::string& f : files) {
-    if (!fs::exists(dir / f, ec)) {
-      return NotFoundError("missing_shard",
-                           fmt::format("{}: shard '{}' named by model.safetensors.index.json is "
-                                       "missing",
-                                       dir.string(), f));
-    }
-  }
-  return std::vector<std::string>(files.begin(), files.end());
-}
-
-// What config.json says: the model config, FP8 block sizes and the special ids.
-struct ConfigParts {
-  ModelConfig config;
-  QuantInfo quant;
-  std::optional<int32_t> bos_id, eos_id;
-};
-
-absl::StatusOr<ConfigParts> ParseConfigParts(const std::string& text, const std::string& label) {
-  ConfigParts parts;
-  DI_ASSIGN_OR_RETURN(parts.config, ParseHfConfig(text, label));
-  DI_ASSIGN_OR_RETURN(parts.quant, ParseQuant(text, label));
-  // The tokenizer (tokenizer.json) is read by the tokenizer layer; only special ids come from
-  // config.json.
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+absl::StatusOr<HfCheckpointConfig> ParseHfCheckpointConfig(const std::string& json_text,
+                                                           const std::string& label) {
+  Json j;
+  DI_RETURN_IF_ERROR(ParseObject(json_text, label, &j));
+  HfCheckpointConfig parts;
+  DI_ASSIGN_OR_RETURN(parts.config, ParseModelConfig(j, label));
+  DI_ASSIGN_OR_RETURN(parts.fp8, ParseQuant(j, label));
   for (auto [key, out] :
        {std::pair{"bos_token_id", &parts.bos_id}, std::pair{"eos_token_id", &parts.eos_id}}) {
     auto it = j.find(key);
     if (it != j.end() && it->is_number_integer()) *out = it->get<int32_t>();
   }
   return parts;
-}
-
-// Everything after the files are read: collects the shards' tensors, dequantizes FP8 weights,
-// aligns and validates them against the config.
-absl::StatusOr<std::unique_ptr<Model>> Assemble(
-    ConfigParts parts, std::string name, std::vector<std::unique_ptr<SafetensorsFile>> shards) {
-  auto model = std::make_unique<Model>();
-  model->config = std::move(parts.config);
-  model->config.name = std::move(name);
-  bool mapped = true;
-  for (auto& st : shards) {
-    for (const TensorView& t : st->tensors()) {
-      if (!model->tensors.emplace(t.name, t).second) {
-        return DataLossError("bad_header",
-                             fmt::format("tensor '{}' appears in more than one shard", t.name));
-      }
-    }
-    auto file = st->TakeFile();
-    if (file == nullptr) {
-      mapped = false;
-    } else {
-      model->files.push_back(std::move(file));
-    }
-  }
-  DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.quant, /*release_pages=*/mapped));
-  AlignTensors(*model);
-  if (parts.bos_id) model->tokenizer.bos_id = *parts.bos_id;
-  if (parts.eos_id) model->tokenizer.eos_id = *parts.eos_id;
-  if (model->tokenizer.eos_id >= 0) model->tokenizer.eog_ids = {model->tokenizer.eos_id};
-  return model;
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path) {
-  std::error_code ec;
-  fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const fs::path config_path = dir / "config.json";
-  DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(config_path.string()));
-  DI_ASSIGN_OR_RETURN(ConfigParts parts, ParseConfigParts(text, config_path.string()));
-  std::string name = fs::absolute(dir, ec).lexically_normal().filename().string();
-  if (name.empty()) name = dir.string();
-
-  DI_ASSIGN_OR_RETURN(std::vector<std::string> shard_names, ShardList(dir));
-  std::vector<std::unique_ptr<SafetensorsFile>> shards;
-  for (const std::string& shard : shard_names) {
-    DI_ASSIGN_OR_RETURN(auto st, SafetensorsFile::Open((dir / shard).string()));
-    shards.push_back(std::move(st));
-  }
-  DI_ASSIGN_OR_RETURN(auto model, Assemble(std::move(parts), std::move(name), std::move(shards)));
-  model->source = {ModelFormat::kHuggingFace, path, dir.string()};
-  return model;
-}
-
-absl::StatusOr<std::unique_ptr<Model>> HfModelFromParts(
-    const std::string& config_json, std::vector<std::unique_ptr<SafetensorsFile>> shards,
-    const std::string& label) {
-  DI_ASSIGN_OR_RETURN(ConfigParts parts, ParseConfigParts(config_json, label));
-  return Assemble(std::move(parts), label, std::move(shards));
-}
-
-bool IsHfCheckpointPath(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) return true;
-  const fs::path p(path);
-  return p.filename() == "config.json" || p.extension() == ".safetensors";
 }
 
 }  // namespace deepinfer::model

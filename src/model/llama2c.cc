@@ -261,10 +261,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadLlama2c(const std::string& checkpoint
   }
   DI_ASSIGN_OR_RETURN(auto tok_file, util::MappedFile::Open(tok_path));
   auto tokenizer = ParseLlama2cTokenizer(tok_file->data(), tok_file->size(), vocab);
-  if (!tokenizer.ok()) {
-    return MakeError(tokenizer.status().code(), ErrorCodeOf(tokenizer.status()),
-                     fmt::format("{}: {}", tok_path, std::string(tokenizer.status().message())));
-  }
+  if (!tokenizer.ok()) return WithContext(tokenizer.status(), tok_path);
   model->tokenizer = *std::move(tokenizer);
   model->files.push_back(std::move(file));
   return model;

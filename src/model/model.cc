@@ -12,7 +12,7 @@
 #include "fmt/format.h"
 #include "model/gguf.h"
 #include "model/gguf_model.h"
-#include "model/hf_config.h"
+#include "model/hf_checkpoint.h"
 #include "model/llama2c.h"
 #include "util/status.h"
 
@@ -61,13 +61,6 @@ constexpr std::string_view kFimPadTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_p
 constexpr std::string_view kFimRepTexts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
                                              "<REPO>", "<reponame>"};
 constexpr std::string_view kFimSepTexts[] = {"<|file_sep|>"};
-
-std::string Str(absl::string_view s) { return std::string(s.data(), s.size()); }
-
-absl::Status WithPath(const absl::Status& s, const std::string& path) {
-  if (s.ok()) return s;
-  return MakeError(s.code(), ErrorCodeOf(s), fmt::format("{}: {}", path, Str(s.message())));
-}
 
 // Reads an optional integer key; nullopt when absent.
 absl::StatusOr<std::optional<int64_t>> OptionalInt(const GgufFile& f, const std::string& key) {
@@ -236,82 +229,6 @@ absl::StatusOr<ModelConfig> ReadLlamaConfig(const GgufFile& f, const std::string
   return c;
 }
 
-bool SupportedWeightType(DType t) {
-  switch (t) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16:
-    case DType::kQ8_0:
-    case DType::kQ4_0:
-    case DType::kQ4_1:
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Checks that `name` exists with `shape` and a dtype the llama forward pass supports. Norm
-// vectors (1-D) must be F32, as every GGUF converter writes them.
-absl::Status CheckTensor(const Model& m, const std::string& name,
-                         const std::vector<int64_t>& shape) {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, m.Get(name));
-  if (t->shape != shape) {
-    return InvalidArgumentError("shape_mismatch",
-                                fmt::format("tensor '{}' has shape [{}], expected [{}]", name,
-                                            fmt::join(t->shape, ", "), fmt::join(shape, ", ")));
-  }
-  const bool ok = shape.size() == 1 ? t->dtype == DType::kF32 : SupportedWeightType(t->dtype);
-  if (!ok) {
-    return UnimplementedError(
-        "unsupported_dtype",
-        fmt::format("tensor '{}' has unsupported type {}", name, DTypeName(t->dtype)));
-  }
-  // Kernels read fp32 / fp16 fields in place; a file with general.alignment < 4 could place them
-  // at odd addresses.
-  if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0) {
-    return InvalidArgumentError("bad_metadata", fmt::format("tensor '{}' is misaligned", name));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateLlamaTensors(const Model& m) {
-  const ModelConfig& c = m.config;
-  const int64_t d = c.hidden, f = c.ffn_hidden;
-  const int64_t q = static_cast<int64_t>(c.num_heads) * c.head_dim;
-  const int64_t kv = static_cast<int64_t>(c.num_kv_heads) * c.head_dim;
-  DI_ASSIGN_OR_RETURN(const TensorView* embd, m.Get("token_embd.weight"));
-  if (embd->shape.size() != 2 || embd->shape[1] != d) {
-    return InvalidArgumentError(
-        "shape_mismatch", fmt::format("token_embd.weight has shape [{}], expected [vocab, {}]",
-                                      fmt::join(embd->shape, ", "), d));
-  }
-  if (embd->shape[0] != static_cast<int64_t>(m.tokenizer.tokens.size()) ||
-      embd->shape[0] != c.vocab) {
-    return InvalidArgumentError("vocab_mismatch",
-                                fmt::format("token_embd.weight has {} rows; the tokenizer has {} "
-                                            "tokens and the config says {}",
-                                            embd->shape[0], m.tokenizer.tokens.size(), c.vocab));
-  }
-  DI_RETURN_IF_ERROR(CheckTensor(m, "token_embd.weight", {c.vocab, d}));
-  for (int l = 0; l < c.num_layers; ++l) {
-    const std::string p = fmt::format("blk.{}.", l);
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "attn_norm.weight", {d}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "attn_q.weight", {q, d}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "attn_k.weight", {kv, d}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "attn_v.weight", {kv, d}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "attn_output.weight", {d, q}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_norm.weight", {d}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_gate.weight", {f, d}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_up.weight", {f, d}));
-    DI_RETURN_IF_ERROR(CheckTensor(m, p + "ffn_down.weight", {d, f}));
-  }
-  DI_RETURN_IF_ERROR(CheckTensor(m, "output_norm.weight", {d}));
-  if (!c.tied_embeddings) DI_RETURN_IF_ERROR(CheckTensor(m, "output.weight", {c.vocab, d}));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> ModelFromGguf(const GgufFile& gguf,
@@ -335,7 +252,6 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFromGguf(const GgufFile& gguf,
   model->tensors.reserve(gguf.tensors().size());
   for (const TensorView& t : gguf.tensors()) model->tensors.emplace(t.name, t);
   c.tied_embeddings = model->Find("output.weight") == nullptr;
-  DI_RETURN_IF_ERROR(ValidateLlamaTensors(*model));
   return model;
 }
 
@@ -356,7 +272,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
   DI_ASSIGN_OR_RETURN(auto file, util::MappedFile::Open(path));
   if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) {
     auto model = LoadGguf(std::move(file));
-    if (!model.ok()) return WithPath(model.status(), path);
+    if (!model.ok()) return WithContext(model.status(), path);
     (*model)->source = {ModelFormat::kGguf, path, ""};
     return model;
   }

@@ -176,12 +176,15 @@ struct Model {
 
 // Loads a model from a GGUF file, a llama2.c checkpoint (.bin; the tokenizer is `tok*.bin`
 // beside it or `tokenizer_path`), chosen by the file's magic, or a Hugging Face checkpoint
-// folder (a directory, its config.json or one of its .safetensors files; see hf_config.h).
+// folder (a directory, its config.json or one of its .safetensors files; see hf_checkpoint.h).
+// The loaders check the files; which tensors exist and their shapes and types are checked by
+// arch::CreateCausalLm against the architecture's schema.
 //
 // Errors: every reader error ("file_not_found", "bad_magic", "truncated_file",
-//   "out_of_bounds", "unsupported_dtype", "unsupported_architecture", "vocab_mismatch",
-//   "missing_tensor", "shape_mismatch"; HF folders add "bad_config", "unsupported_config",
-//   "missing_shard", "bad_header", "nan_in_weights").
+//   "out_of_bounds", "unsupported_dtype", "unsupported_architecture", "missing_metadata",
+//   "bad_metadata", "vocab_mismatch" (llama2.c); HF folders add "bad_config",
+//   "unsupported_config", "missing_shard", "bad_header", and for FP8 weights "missing_tensor",
+//   "shape_mismatch", "nan_in_weights" (their scales)).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
                                                  const std::string& tokenizer_path = "");
 

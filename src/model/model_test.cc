@@ -3,8 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <set>
 
 #include "gtest/gtest.h"
 #include "model/gguf.h"
@@ -15,6 +13,7 @@ namespace deepinfer::model {
 namespace {
 
 using testing::GgufBuilder;
+using testing::TinyLlama;
 
 std::string SmolLm2Path() {
   const char* cache = std::getenv("DEEPINFER_CACHE");
@@ -156,65 +155,6 @@ TEST(LoadModelTest, LoadsStories260KCheckpoint) {
   EXPECT_EQ(m.Find("blk.3.ffn_down.weight")->shape, (std::vector<int64_t>{64, 172}));
 }
 
-// ---- A tiny synthetic llama GGUF for the validation paths. ----
-
-struct TinyLlama {
-  std::string arch = "llama";
-  int num_tokens = 8;
-  std::set<std::string> omit;
-  std::map<std::string, std::pair<uint32_t, std::vector<int64_t>>> overrides;  // ggml type, ne
-  bool with_output = false;
-  std::vector<std::string> extra_tokens;
-
-  std::string Build() const {
-    constexpr int kHidden = 32, kQ = 32, kKv = 16, kFfn = 64, kVocab = 8;
-    GgufBuilder b;
-    b.Str("general.architecture", arch)
-        .U32Kv("llama.block_count", 2)
-        .U32Kv("llama.context_length", 128)
-        .U32Kv("llama.embedding_length", kHidden)
-        .U32Kv("llama.feed_forward_length", kFfn)
-        .U32Kv("llama.attention.head_count", 4)
-        .U32Kv("llama.attention.head_count_kv", 2)
-        .F32Kv("llama.attention.layer_norm_rms_epsilon", 1e-6f)
-        .Str("tokenizer.ggml.model", "gpt2");
-    std::vector<std::string> tokens = {"<|endoftext|>", "a", "b", "ab",
-                                       "<|im_end|>",    "c", "d", "e"};
-    tokens.resize(static_cast<size_t>(num_tokens), "x");
-    for (size_t i = 0; i < extra_tokens.size() && i < tokens.size(); ++i) {
-      tokens[tokens.size() - 1 - i] = extra_tokens[i];
-    }
-    b.StrArray("tokenizer.ggml.tokens", tokens)
-        .StrArray("tokenizer.ggml.merges", {"a b"})
-        .U32Kv("tokenizer.ggml.eos_token_id", 0)
-        .U32Kv("tokenizer.ggml.bos_token_id", 99);  // out of range: ignored
-    auto add = [&](const std::string& name, uint32_t type, std::vector<int64_t> ne) {
-      if (omit.count(name)) return;
-      if (auto it = overrides.find(name); it != overrides.end()) {
-        type = it->second.first;
-        ne = it->second.second;
-      }
-      b.Tensor(name, type, ne);
-    };
-    add("token_embd.weight", 8, {kHidden, kVocab});
-    for (int l = 0; l < 2; ++l) {
-      const std::string p = "blk." + std::to_string(l) + ".";
-      add(p + "attn_norm.weight", 0, {kHidden});
-      add(p + "attn_q.weight", 2, {kHidden, kQ});
-      add(p + "attn_k.weight", 3, {kHidden, kKv});
-      add(p + "attn_v.weight", 1, {kHidden, kKv});
-      add(p + "attn_output.weight", 30, {kQ, kHidden});
-      add(p + "ffn_norm.weight", 0, {kHidden});
-      add(p + "ffn_gate.weight", 0, {kHidden, kFfn});
-      add(p + "ffn_up.weight", 8, {kHidden, kFfn});
-      add(p + "ffn_down.weight", 3, {kFfn, kHidden});
-    }
-    add("output_norm.weight", 0, {kHidden});
-    if (with_output) add("output.weight", 8, {kHidden, kVocab});
-    return b.Build();
-  }
-};
-
 absl::StatusOr<std::unique_ptr<Model>> LoadTiny(const TinyLlama& spec, const std::string& name) {
   const std::string path = TempPath(name + ".gguf");
   testing::WriteBytes(path, spec.Build());
@@ -249,33 +189,6 @@ TEST(LoadModelTest, RejectsUnknownArchitecture) {
   TinyLlama spec;
   spec.arch = "mamba";
   EXPECT_EQ(ErrorCodeOf(LoadTiny(spec, "arch").status()), "unsupported_architecture");
-}
-
-TEST(LoadModelTest, RejectsMissingTensor) {
-  TinyLlama spec;
-  spec.omit.insert("blk.1.ffn_up.weight");
-  EXPECT_EQ(ErrorCodeOf(LoadTiny(spec, "missing").status()), "missing_tensor");
-}
-
-TEST(LoadModelTest, RejectsWrongShape) {
-  TinyLlama spec;
-  spec.overrides["blk.0.attn_k.weight"] = {3, {32, 32}};
-  EXPECT_EQ(ErrorCodeOf(LoadTiny(spec, "shape").status()), "shape_mismatch");
-}
-
-TEST(LoadModelTest, RejectsUnsupportedWeightType) {
-  TinyLlama spec;
-  spec.overrides["blk.0.attn_q.weight"] = {9, {32, 32}};  // Q8_1: an activation format
-  EXPECT_EQ(ErrorCodeOf(LoadTiny(spec, "dtype").status()), "unsupported_dtype");
-  TinyLlama norm;
-  norm.overrides["blk.1.ffn_norm.weight"] = {1, {32}};  // F16 norm
-  EXPECT_EQ(ErrorCodeOf(LoadTiny(norm, "norm").status()), "unsupported_dtype");
-}
-
-TEST(LoadModelTest, RejectsTokenizerEmbeddingVocabMismatch) {
-  TinyLlama spec;
-  spec.num_tokens = 9;
-  EXPECT_EQ(ErrorCodeOf(LoadTiny(spec, "vocab").status()), "vocab_mismatch");
 }
 
 TEST(LoadModelTest, EogIdsFollowLlamaCppRules) {

@@ -1,7 +1,6 @@
 #include "model/safetensors.h"
 
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -44,44 +43,7 @@ bool AsU64(const nlohmann::json& j, uint64_t* out) {
   return false;
 }
 
-uint16_t RoundToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 }  // namespace
-
-float Fp8E4M3ToFp32(uint8_t b) {
-  const bool neg = (b & 0x80) != 0;
-  const int exp = (b >> 3) & 0xf;
-  const int man = b & 0x7;
-  float v;
-  if (exp == 0xf && man == 0x7) {
-    v = std::numeric_limits<float>::quiet_NaN();
-  } else if (exp == 0) {
-    v = std::ldexp(static_cast<float>(man), -9);  // subnormal: m/8 * 2^(1-7)
-  } else {
-    v = std::ldexp(static_cast<float>(8 + man), exp - 10);  // (1 + m/8) * 2^(e-7)
-  }
-  return neg ? -v : v;
-}
-
-void DequantizeFp8BlockToBf16(const uint8_t* w, int64_t rows, int64_t cols, const float* scale_inv,
-                              int64_t block_rows, int64_t block_cols, int64_t row_begin,
-                              int64_t row_end, uint16_t* out) {
-  float lut[256];
-  for (int i = 0; i < 256; ++i) lut[i] = Fp8E4M3ToFp32(static_cast<uint8_t>(i));
-  const int64_t scale_cols = (cols + block_cols - 1) / block_cols;
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const float* srow = scale_inv + (r / block_rows) * scale_cols;
-    const uint8_t* src = w + r * cols;
-    uint16_t* dst = out + r * cols;
-    for (int64_t c = 0; c < cols; ++c) dst[c] = RoundToBf16(lut[src[c]] * srow[c / block_cols]);
-  }
-}
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   DI_ASSIGN_OR_RETURN(auto file, util::MappedFile::Open(path));

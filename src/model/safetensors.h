@@ -49,19 +49,4 @@ class SafetensorsFile {
   std::vector<std::pair<std::string, std::string>> metadata_;
 };
 
-// Exact value of an FP8 E4M3 ("e4m3fn") byte: 1 sign, 4 exponent (bias 7), 3 mantissa bits;
-// no infinities, 0x7F/0xFF are NaN, exponent 0 is subnormal (m * 2^-9). Max 448.
-// Source: Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; torch.float8_e4m3fn.
-float Fp8E4M3ToFp32(uint8_t b);
-
-// Dequantizes a block-scaled FP8 weight to BF16: out[i][j] = bf16(fp8(w[i][j]) * scale[i/br][j/bc])
-// with round-to-nearest-even, as DeepSeek's fp8_cast_bf16 weight_dequant does.
-//
-// Shapes: w [rows, cols] E4M3 bytes; scale_inv [ceil(rows/br), ceil(cols/bc)] f32 (the "inverse"
-//   of the quantization scale, i.e. the dequantization multiplier); out [rows, cols] BF16 bits.
-// Threads: pure; callers may split rows across threads ([row_begin, row_end)).
-void DequantizeFp8BlockToBf16(const uint8_t* w, int64_t rows, int64_t cols, const float* scale_inv,
-                              int64_t block_rows, int64_t block_cols, int64_t row_begin,
-                              int64_t row_end, uint16_t* out);
-
 }  // namespace deepinfer::model

@@ -62,4 +62,10 @@ std::string OneLineError(const absl::Status& status) {
   return line;
 }
 
+absl::Status WithContext(const absl::Status& status, std::string_view context) {
+  if (status.ok()) return status;
+  return MakeError(status.code(), ErrorCodeOf(status),
+                   absl::StrCat(Av(context), ": ", status.message()));
+}
+
 }  // namespace deepinfer

@@ -40,6 +40,10 @@ std::string ErrorCodeOf(const absl::Status& status);
 // Formats "<error_code>: <message>" on one line, for CLI output.
 std::string OneLineError(const absl::Status& status);
 
+// `status` with "<context>: " before its message (same canonical and stable code), to say which
+// file or input an error is about; OK stays OK.
+absl::Status WithContext(const absl::Status& status, std::string_view context);
+
 }  // namespace deepinfer
 
 #define DI_STATUS_CONCAT_INNER_(a, b) a##b

@@ -17,6 +17,14 @@ TEST(StatusTest, PlainStatusFallsBackToCanonicalName) {
   EXPECT_EQ(ErrorCodeOf(absl::OkStatus()), "ok");
 }
 
+TEST(StatusTest, WithContextKeepsBothCodes) {
+  absl::Status s = WithContext(NotFoundError("missing_tensor", "no tensor 'x'"), "/m/a.gguf");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ErrorCodeOf(s), "missing_tensor");
+  EXPECT_EQ(s.message(), "/m/a.gguf: no tensor 'x'");
+  EXPECT_TRUE(WithContext(absl::OkStatus(), "/m/a.gguf").ok());
+}
+
 absl::StatusOr<int> Half(int x) {
   if (x % 2) return InvalidArgumentError("odd", "odd input");
   return x / 2;

@@ -1,8 +1,8 @@
 // libFuzzer target for Hugging Face checkpoints: the safetensors header
 // (model::SafetensorsFile::Parse), config.json (ParseHfConfig) and the assembly of both into a
-// validated DeepSeek model (HfModelFromParts: FP8 dequantization, alignment, shape checks
-// against the config). A malformed file must give an error status, never a crash, an
-// out-of-bounds view or a huge allocation.
+// DeepSeek model (HfModelFromParts: shard merge, FP8 dequantization with its scale checks,
+// alignment). A malformed file must give an error status, never a crash, an out-of-bounds view
+// or a huge allocation.
 //
 // Input layout: when it starts with '{', the config.json text up to the first NUL byte, then
 // one safetensors shard (the rest, possibly empty: no shard); otherwise the whole input is a
@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/hf_checkpoint.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 
