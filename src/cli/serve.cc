@@ -231,6 +231,7 @@ int Run(ServeFlags f) {
     PrintError("cannot listen", server.status());
     return 1;
   }
+  routes.SetHttpServer(server->get());
   spdlog::info("listening on http://{}:{}, loading {}", f.host, (*server)->port(), f.model);
 
   auto model = model::LoadModel(f.model, f.tokenizer);
