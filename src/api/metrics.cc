@@ -31,7 +31,7 @@ void HttpMetrics::Record(std::string_view route, std::string_view method, int st
   it->second.Observe(std::max(0.0, seconds));
 }
 
-void HttpMetrics::Format(std::string* out) const {
+void HttpMetrics::Format(int64_t open_connections, std::string* out) const {
   absl::MutexLock lock(&mu_);
   util::AppendMetricHeader(out, "deepinfer_http_requests_total", "counter",
                            "HTTP requests answered, by route, method and status code.");
@@ -52,7 +52,7 @@ void HttpMetrics::Format(std::string* out) const {
   util::AppendMetricHeader(out, "deepinfer_http_open_connections", "gauge",
                            "Open client connections.");
   fmt::format_to(std::back_inserter(*out), "deepinfer_http_open_connections {}\n",
-                 open_connections_.load(std::memory_order_relaxed));
+                 open_connections);
 }
 
 void FormatEngineMetrics(const engine::EngineStats& s, std::string_view model_name,

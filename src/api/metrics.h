@@ -30,22 +30,20 @@ class HttpMetrics {
   // recorded as "other" by the caller) so that label cardinality stays bounded.
   // Units: seconds.
   void Record(std::string_view route, std::string_view method, int status, double seconds);
-  void ConnectionOpened() { open_connections_.fetch_add(1, std::memory_order_relaxed); }
-  void ConnectionClosed() { open_connections_.fetch_sub(1, std::memory_order_relaxed); }
   // Stop strings found by the API layer: the engine saw these as cancellations.
   void RecordStopStringFinish() { stop_string_finishes_.fetch_add(1, std::memory_order_relaxed); }
   int64_t stop_string_finishes() const {
     return stop_string_finishes_.load(std::memory_order_relaxed);
   }
 
-  // Appends the deepinfer_* series.
-  void Format(std::string* out) const;
+  // Appends the deepinfer_* series; `open_connections` (the HTTP server's count, read by the
+  // caller at the scrape) is deepinfer_http_open_connections.
+  void Format(int64_t open_connections, std::string* out) const;
 
  private:
   mutable absl::Mutex mu_;
   std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, util::Histogram, std::less<>> durations_ ABSL_GUARDED_BY(mu_);  // by route
-  std::atomic<int64_t> open_connections_{0};
   std::atomic<int64_t> stop_string_finishes_{0};
 };
 

@@ -62,9 +62,8 @@ TEST(MetricsTest, HttpCountersByRouteMethodAndStatus) {
   m.Record("/v1/chat/completions", "POST", 200, 0.5);
   m.Record("/v1/chat/completions", "POST", 200, 0.2);
   m.Record("other", "GET", 404, 0.001);
-  m.ConnectionOpened();
   std::string out;
-  m.Format(&out);
+  m.Format(/*open_connections=*/1, &out);
   EXPECT_NE(out.find("deepinfer_http_requests_total{route=\"/v1/chat/completions\",method=\"POST\","
                      "status=\"200\"} 2\n"),
             std::string::npos);

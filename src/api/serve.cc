@@ -134,6 +134,7 @@ absl::Status Serve(ServeOptions o) {
         routes.Observe(r, status, s, log);
       });
   if (!server.ok()) return Failed("cannot listen", server.status());
+  routes.SetHttpServer(server->get());
   spdlog::info("listening on http://{}:{}, loading {}", o.host, (*server)->port(), o.model);
 
   auto model = model::LoadModel(o.model, o.tokenizer);

@@ -58,6 +58,7 @@ class ServeHttpTest : public ::testing::Test {
         });
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
+    api_->SetHttpServer(server_.get());
   }
 
   tcp::socket Connect() {
@@ -244,6 +245,25 @@ TEST_F(ServeHttpTest, EveryAnswerReachesTheHttpMetricsThroughTheObserver) {
         "deepinfer_http_requests_total{route=\"other\",method=\"other\",status=\"400\"} 1"}) {
     EXPECT_NE(metrics.find(series), std::string::npos) << series << "\n" << metrics;
   }
+}
+
+// Regression: deepinfer_http_open_connections stayed 0 (nothing updated it); it is the server's
+// own count of open client connections, read at the scrape.
+TEST_F(ServeHttpTest, OpenConnectionsGaugeReportsTheServersOpenConnections) {
+  StartServer();
+  tcp::socket first = Connect();
+  tcp::socket second = Connect();
+  EXPECT_EQ(Request(first, beast_http::verb::get, "/health", "").result_int(), 200);
+  EXPECT_EQ(Request(second, beast_http::verb::get, "/health", "").result_int(), 200);
+  std::string metrics = Request(first, beast_http::verb::get, "/metrics", "").body();
+  EXPECT_NE(metrics.find("\ndeepinfer_http_open_connections 2\n"), std::string::npos) << metrics;
+  second.close();
+  // The server sees the close at its next look at the socket.
+  for (int i = 0; i < 500 && server_->num_connections() != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  metrics = Request(first, beast_http::verb::get, "/metrics", "").body();
+  EXPECT_NE(metrics.find("\ndeepinfer_http_open_connections 1\n"), std::string::npos) << metrics;
 }
 
 TEST_F(ServeHttpTest, ConnectionsOverTheLimitGet503TooManyConnections) {

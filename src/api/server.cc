@@ -161,7 +161,8 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
       FormatEngineMetrics(model->engine->Stats(), model->served_model_name,
                           metrics_.stop_string_finishes(), &out);
     }
-    metrics_.Format(&out);
+    const http::Server* server = http_server_.load(std::memory_order_acquire);
+    metrics_.Format(server != nullptr ? server->num_connections() : 0, &out);
     writer.Respond(200, {{"Content-Type", "text/plain; version=0.0.4; charset=utf-8"}}, out);
     return;
   }

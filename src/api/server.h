@@ -13,8 +13,10 @@
 
 namespace deepinfer::api {
 
-// Threads: Handle and Observe run on connection threads; SetServedModel on the controlling thread.
-// Lifetime: the ServedModel passed to SetServedModel must outlive every handler call.
+// Threads: Handle and Observe run on connection threads; SetServedModel and SetHttpServer on the
+//   controlling thread.
+// Lifetime: the ServedModel passed to SetServedModel and the Server passed to SetHttpServer must
+//   outlive every handler call.
 class ApiServer {
  public:
   ApiServer() = default;
@@ -22,6 +24,11 @@ class ApiServer {
   // Makes the model routes live. Until then /health answers 503 and model routes 503
   // "model_loading".
   void SetServedModel(const ServedModel* model) { model_.store(model, std::memory_order_release); }
+  // The server these routes answer on: /metrics reports its open connections
+  // (deepinfer_http_open_connections; 0 until set).
+  void SetHttpServer(const http::Server* server) {
+    http_server_.store(server, std::memory_order_release);
+  }
 
   // Answers one request. Never throws; an unexpected exception becomes a 500.
   void Handle(const http::Request& request, http::ResponseWriter& writer);
@@ -55,6 +62,7 @@ class ApiServer {
   void Dispatch(const http::Request& request, http::ResponseWriter& writer);
 
   std::atomic<const ServedModel*> model_{nullptr};
+  std::atomic<const http::Server*> http_server_{nullptr};
   bool log_requests_ = false;
   HttpMetrics metrics_;
 };

@@ -10,11 +10,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "arch/causal_lm.h"
 #include "engine/block_manager.h"
 #include "engine/executor.h"
@@ -35,17 +36,17 @@ class EngineImpl final : public Engine {
 
   ~EngineImpl() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (thread_.joinable()) thread_.join();
   }
 
   absl::Status Init();
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) override;
   EngineStats Stats() const override {
-    std::lock_guard<std::mutex> lock(stats_mu_);
+    absl::MutexLock lock(&stats_mu_);
     return stats_;
   }
   int32_t max_model_len() const override { return max_model_len_; }
@@ -76,15 +77,15 @@ class EngineImpl final : public Engine {
   int32_t max_model_len_ = 0;
   int32_t vocab_ = 0;
 
-  // Submission queue, shared with client threads.
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::unique_ptr<Sequence>> submitted_;
-  bool stop_ = false;
-  uint64_t next_id_ = 1;
+  // Submission queue, shared with client threads. PublishStats takes mu_ inside stats_mu_.
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // a request was submitted, or stop
+  std::deque<std::unique_ptr<Sequence>> submitted_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 
-  mutable std::mutex stats_mu_;
-  EngineStats stats_;
+  mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  EngineStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
   std::atomic<bool> ready_{false};
   std::thread thread_;
@@ -114,7 +115,11 @@ absl::Status EngineImpl::Init() {
     drafter_ =
         std::make_unique<Drafter>(*lm_, mtp_kv_, *pool_, *blocks_, spec_tokens_, max_model_len_);
   }
-  stats_.num_blocks_total = blocks_->num_blocks();
+  {
+    // No other thread runs yet; the lock is for the analysis, which cannot know that.
+    absl::MutexLock lock(&stats_mu_);
+    stats_.num_blocks_total = blocks_->num_blocks();
+  }
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
 }
@@ -187,14 +192,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
   std::unique_ptr<Sequence> seq = Sequence::Create(0, std::move(request), Clock::now());
   auto stream = seq->stream;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (stop_) return UnavailableError(util::codes::kShuttingDown, "the engine is shutting down");
     seq->id = next_id_++;
     seq->sampler = std::make_unique<Sampler>(seq->req.sampling, seq->req.prompt,
                                              options_.seed + seq->id * 0x9E3779B97F4A7C15ull);
     submitted_.push_back(std::move(seq));
   }
-  cv_.notify_one();
+  cv_.Signal();
   return stream;
 }
 
@@ -215,9 +220,9 @@ void EngineImpl::Loop() {
   std::deque<std::unique_ptr<Sequence>> incoming;
   while (true) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (!scheduler_->has_work()) {
-        cv_.wait(lock, [&] { return stop_ || !submitted_.empty(); });
+        while (!stop_ && submitted_.empty()) cv_.Wait(&mu_);
       }
       if (stop_) break;
       incoming.swap(submitted_);
@@ -228,13 +233,13 @@ void EngineImpl::Loop() {
     }
     if (!Step()) {
       // Nothing could run (all paused on slow clients): yield briefly instead of spinning.
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(2));
+      absl::MutexLock lock(&mu_);
+      cv_.WaitWithTimeout(&mu_, absl::Milliseconds(2));
     }
     PublishStats();
   }
   scheduler_->FinishAll(FinishReason::kCancelled);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& s : submitted_) scheduler_->Finish(*s, FinishReason::kCancelled);
 }
 
@@ -249,10 +254,10 @@ bool EngineImpl::Step() {
 
 void EngineImpl::PublishStats() {
   const SchedulerCounters& c = scheduler_->counters();
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   stats_.num_running = scheduler_->num_running();
   {
-    std::lock_guard<std::mutex> l2(mu_);
+    absl::MutexLock l2(&mu_);
     stats_.num_waiting = static_cast<int64_t>(scheduler_->num_waiting() + submitted_.size());
   }
   stats_.kv_cache_usage =

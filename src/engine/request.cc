@@ -1,19 +1,21 @@
 #include "engine/request.h"
 
+#include "absl/time/time.h"
+
 namespace deepinfer::engine {
 
 void RequestStream::PushToken(TokenEvent event) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     pending_.push_back(std::move(event));
   }
-  cv_.notify_one();
+  cv_.Signal();
 }
 
 void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
                            int32_t completion_tokens, std::string error, std::string error_code) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (done_) return;
     done_ = true;
     final_.finish = reason;
@@ -23,35 +25,37 @@ void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t c
     final_.error = std::move(error);
     final_.error_code = std::move(error_code);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void RequestStream::SetSpeculativeCounts(int32_t drafted, int32_t accepted) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   final_.num_draft_tokens = drafted;
   final_.num_accepted_tokens = accepted;
 }
 
 void RequestStream::SetTimings(const RequestTimings& timings) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   final_.timings = timings;
 }
 
 bool RequestStream::Full() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return pending_.size() >= capacity_;
 }
 
 bool RequestStream::finished() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return done_;
 }
 
 bool RequestStream::Wait(StreamUpdate& out, std::chrono::milliseconds timeout) {
   out.tokens.clear();
   out.finish = FinishReason::kNone;
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return !pending_.empty() || (done_ && !delivered_done_); });
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+  while (!HasNewsLocked() && !cv_.WaitWithDeadline(&mu_, deadline)) {
+  }
   while (!pending_.empty()) {
     out.tokens.push_back(std::move(pending_.front()));
     pending_.pop_front();

@@ -2,14 +2,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/sampler.h"
 #include "util/error_codes.h"
 
@@ -51,7 +51,7 @@ struct TokenEvent {
 //   token (0 when none came); decode_s from the first token to the last one, so it spans
 //   completion_tokens - 1 decode steps.
 struct RequestTimings {
-  double queue_s = 0;    // arrival to first scheduled
+  double queue_s = 0;  // arrival to first scheduled
   double prefill_s = 0;
   double decode_s = 0;
 };
@@ -61,8 +61,8 @@ struct RequestTimings {
 struct StreamUpdate {
   std::vector<TokenEvent> tokens;
   FinishReason finish = FinishReason::kNone;
-  std::string error;        // set with kError
-  std::string error_code;   // stable code with kError ("kv_cache_exhausted", ...)
+  std::string error;       // set with kError
+  std::string error_code;  // stable code with kError ("kv_cache_exhausted", ...)
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
   int32_t completion_tokens = 0;
@@ -99,13 +99,18 @@ class RequestStream {
   bool finished() const;
 
  private:
+  // Something for Wait to hand out: tokens, or the finish not yet delivered.
+  bool HasNewsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.empty() || (done_ && !delivered_done_);
+  }
+
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<TokenEvent> pending_;
-  bool done_ = false;
-  bool delivered_done_ = false;
-  StreamUpdate final_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // a token was pushed or the stream finished
+  std::deque<TokenEvent> pending_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool delivered_done_ ABSL_GUARDED_BY(mu_) = false;
+  StreamUpdate final_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancelled_{false};
 };
 

@@ -33,7 +33,7 @@ int BackendTable::IndexOf(std::string_view url) const {
 
 bool BackendTable::RecordProbe(size_t i, bool ok, bool connection_failure, const std::string& error,
                                int64_t now_unix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   BackendHealth& h = health_[i];
   bool before = h.healthy;
   if (ok) {
@@ -55,7 +55,7 @@ bool BackendTable::RecordProbe(size_t i, bool ok, bool connection_failure, const
 }
 
 bool BackendTable::Eject(size_t i, const std::string& error, int64_t now_unix) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   BackendHealth& h = health_[i];
   h.consecutive_successes = 0;
   h.consecutive_failures++;
@@ -68,19 +68,19 @@ bool BackendTable::Eject(size_t i, const std::string& error, int64_t now_unix) {
 }
 
 bool BackendTable::healthy(size_t i) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return health_[i].healthy;
 }
 
 std::vector<bool> BackendTable::HealthyMask() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<bool> mask(health_.size());
   for (size_t i = 0; i < health_.size(); ++i) mask[i] = health_[i].healthy;
   return mask;
 }
 
 std::vector<BackendHealth> BackendTable::Snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return health_;
 }
 
@@ -105,7 +105,7 @@ absl::Status BackendTable::LoadState(std::string_view text) {
       !(*json)["backends"].is_array()) {
     return InvalidArgumentError(util::codes::kBadBackendState, "backend-state file is not valid");
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& entry : (*json)["backends"]) {
     if (!entry.is_object() || !entry.contains("url") || !entry["url"].is_string()) continue;
     int index = -1;

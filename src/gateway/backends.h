@@ -5,13 +5,14 @@
 // nothing and moves no session.
 
 #include <cstdint>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "http/url.h"
 #include "util/error_codes.h"
 
@@ -76,8 +77,8 @@ class BackendTable {
  private:
   const std::vector<BackendAddress> backends_;
   const HealthOptions options_;
-  mutable std::mutex mu_;
-  std::vector<BackendHealth> health_;
+  mutable absl::Mutex mu_;
+  std::vector<BackendHealth> health_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace deepinfer::gateway

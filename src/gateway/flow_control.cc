@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/time/time.h"
+
 namespace deepinfer::gateway {
 
 Slot& Slot::operator=(Slot&& other) noexcept {
@@ -33,13 +35,13 @@ FlowControl::FlowControl(const FlowOptions& options, std::vector<std::string> na
       active_(names_.size(), 0) {}
 
 void FlowControl::SetEligible(const std::vector<bool>& eligible, bool admission_open) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (size_t i = 0; i < eligible_.size() && i < eligible.size(); ++i) eligible_[i] = eligible[i];
   admission_open_ = admission_open;
   for (Waiter* w : queue_) {
     if (!w->assigned && !AnyEligibleLocked(w->exclude)) {
       w->failure = admission_open_ ? AdmitResult::kNoBackend : AdmitResult::kAdmissionClosed;
-      w->cv.notify_one();
+      w->cv.Signal();
     }
   }
   DispatchLocked(Clock::now());
@@ -87,9 +89,13 @@ void FlowControl::DispatchLocked(Clock::time_point now) {
   for (Waiter* w : queue_) {
     if (w->assigned || w->failure != AdmitResult::kOk) continue;
     CandidatesLocked(*w, now, &candidates);
-    candidates.erase(
-        std::remove_if(candidates.begin(), candidates.end(), [&](int b) { return full[b]; }),
-        candidates.end());
+    // Drops the full ones, keeping the order (a loop: clang's analysis cannot see that a lambda
+    // run by std::remove_if runs under mu_).
+    size_t kept = 0;
+    for (int b : candidates) {
+      if (!full[b]) candidates[kept++] = b;
+    }
+    candidates.resize(kept);
     if (candidates.empty()) continue;
     // Assigned in place, the strings keep their capacity between dispatches.
     names.resize(candidates.size());
@@ -97,7 +103,7 @@ void FlowControl::DispatchLocked(Clock::time_point now) {
     absl::StatusOr<int> chosen = store_->TryAcquire(names, options_.max_active_per_backend);
     if (!chosen.ok()) {
       w->failure = AdmitResult::kStateError;
-      w->cv.notify_one();
+      w->cv.Signal();
       continue;
     }
     if (*chosen < 0) {
@@ -110,7 +116,7 @@ void FlowControl::DispatchLocked(Clock::time_point now) {
     active_[b]++;
     acquired_total_++;
     rotation_++;
-    w->cv.notify_one();
+    w->cv.Signal();
   }
 }
 
@@ -118,7 +124,7 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
                                    const std::function<bool()>& cancelled) {
   AcquireResult out;
   const auto start = Clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!AnyEligibleLocked(request.exclude)) {
     out.result = admission_open_ ? AdmitResult::kNoBackend : AdmitResult::kAdmissionClosed;
     return out;
@@ -129,7 +135,7 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
   w.patience_until = start + std::chrono::milliseconds(options_.affinity_patience_ms);
   queue_.push_back(&w);
   DispatchLocked(start);
-  auto finish = [&](AdmitResult result) {
+  auto finish = [&](AdmitResult result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     queue_.remove(&w);
     out.result = result;
     out.waited_seconds =
@@ -153,12 +159,13 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
     auto now = Clock::now();
     auto wake = std::min(deadline, now + std::chrono::milliseconds(options_.wait_slice_ms));
     if (patient) wake = std::min(wake, w.patience_until);
-    w.cv.wait_until(lock, wake);
+    // One timed wait per slice: a spurious wake only polls the client early.
+    w.cv.WaitWithTimeout(&mu_, absl::FromChrono(wake - now));
     if (w.assigned) return finish(AdmitResult::kOk);
     if (w.failure != AdmitResult::kOk) return finish(w.failure);
-    lock.unlock();
+    mu_.Unlock();
     bool gone = cancelled && cancelled();
-    lock.lock();
+    mu_.Lock();
     if (w.assigned) return finish(AdmitResult::kOk);
     if (gone) return finish(AdmitResult::kCancelled);
     now = Clock::now();
@@ -176,7 +183,7 @@ AcquireResult FlowControl::Acquire(const AcquireRequest& request,
 }
 
 void FlowControl::Release(int backend, double held_seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   store_->Release(names_[backend]);
   active_[backend]--;
   released_total_++;
@@ -185,7 +192,7 @@ void FlowControl::Release(int backend, double held_seconds) {
 }
 
 FlowStats FlowControl::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   FlowStats stats;
   stats.waiting = WaitingLocked();
   stats.active = active_;
@@ -195,7 +202,7 @@ FlowStats FlowControl::Stats() const {
 }
 
 int FlowControl::RetryAfterSeconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int capacity = 0;
   for (bool e : eligible_) capacity += e ? options_.max_active_per_backend : 0;
   if (capacity == 0) return 5;

@@ -9,14 +9,14 @@
 //   4 (flow control): counts are updated synchronously at dispatch, never scraped.
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <list>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/state.h"
 #include "http/socket_io.h"
 
@@ -111,6 +111,8 @@ class FlowControl {
 
  private:
   friend class Slot;
+  // One queued Acquire, on its caller's stack. Its fields are under FlowControl::mu_ (clang
+  // cannot name the outer class's mutex in the nested struct, so they carry no annotation).
   struct Waiter {
     int preferred = -1;
     int exclude = -1;
@@ -118,35 +120,37 @@ class FlowControl {
     bool assigned = false;
     int backend = -1;
     AdmitResult failure = AdmitResult::kOk;
-    std::condition_variable cv;
+    absl::CondVar cv;  // assigned or failed
   };
 
   void Release(int backend, double held_seconds);
   // Hands free slots to waiters in FIFO order.
-  void DispatchLocked(Clock::time_point now);
+  void DispatchLocked(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fills `out` with the backends `w` may take, in preference order.
-  void CandidatesLocked(const Waiter& w, Clock::time_point now, std::vector<int>* out) const;
-  bool AnyEligibleLocked(int exclude) const;
+  void CandidatesLocked(const Waiter& w, Clock::time_point now, std::vector<int>* out) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool AnyEligibleLocked(int exclude) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waiters not yet served or failed.
-  int WaitingLocked() const;
+  int WaitingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const FlowOptions options_;
   const std::vector<std::string> names_;
   CounterStore* const store_;
-  mutable std::mutex mu_;
-  std::vector<bool> eligible_;
-  bool admission_open_ = false;
-  std::list<Waiter*> queue_;
+  mutable absl::Mutex mu_;
+  std::vector<bool> eligible_ ABSL_GUARDED_BY(mu_);
+  bool admission_open_ ABSL_GUARDED_BY(mu_) = false;
+  std::list<Waiter*> queue_ ABSL_GUARDED_BY(mu_);
   // DispatchLocked's working space, kept so that dispatching allocates nothing once warm.
-  std::vector<bool> full_;
-  std::vector<int> candidates_;
-  std::vector<std::string> candidate_names_;
-  std::vector<int> active_;
-  uint64_t acquired_total_ = 0;
-  uint64_t released_total_ = 0;
-  uint64_t rotation_ = 0;  // spreads ties between equally loaded backends
-  double mean_hold_seconds_ = 1.0;
-  Clock::time_point last_dispatch_;
+  std::vector<bool> full_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> candidates_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> candidate_names_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> active_ ABSL_GUARDED_BY(mu_);
+  uint64_t acquired_total_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t released_total_ ABSL_GUARDED_BY(mu_) = 0;
+  // Spreads ties between equally loaded backends.
+  uint64_t rotation_ ABSL_GUARDED_BY(mu_) = 0;
+  double mean_hold_seconds_ ABSL_GUARDED_BY(mu_) = 1.0;
+  Clock::time_point last_dispatch_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace deepinfer::gateway

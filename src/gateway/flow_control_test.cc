@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 
 namespace deepinfer::gateway {
@@ -74,14 +75,14 @@ TEST(FlowControlTest, ReleasedSlotGoesToTheOldestWaiter) {
   Pool p(Options(1, 8, 5000), 1);
   AcquireResult held = p.Take();
   std::vector<int> order;
-  std::mutex mu;
+  absl::Mutex mu;  // guards order
   std::vector<std::thread> threads;
   for (int i = 0; i < 3; ++i) {
     threads.emplace_back([&, i] {
       AcquireResult r = p.Take();
       ASSERT_EQ(r.result, AdmitResult::kOk);
       {
-        std::lock_guard<std::mutex> lock(mu);
+        absl::MutexLock lock(&mu);
         order.push_back(i);
       }
       std::this_thread::sleep_for(2ms);

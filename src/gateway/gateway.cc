@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <random>
 
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "gateway/redis_state.h"
 #include "http/errors.h"
@@ -156,7 +157,7 @@ absl::Status Gateway::Init() {
     keys_signature_ = FileSignature::Of(options_.key_store_path);
     DI_ASSIGN_OR_RETURN(std::string text, util::ReadFile(options_.key_store_path));
     DI_ASSIGN_OR_RETURN(std::shared_ptr<const KeyStore> store, KeyStore::Parse(text));
-    std::lock_guard<std::mutex> lock(files_mu_);
+    absl::MutexLock lock(&files_mu_);
     InstallKeys(std::move(store));
     keys_loaded_unix_ = UnixSeconds();
     metrics_.RecordReload("keys", true);
@@ -207,10 +208,10 @@ bool Gateway::Stop(int drain_timeout_ms) {
   bool all = true;
   if (server_) all = server_->Stop(drain_timeout_ms);
   {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    absl::MutexLock lock(&stop_mu_);
     stopping_ = true;
   }
-  stop_cv_.notify_all();
+  stop_cv_.SignalAll();
   for (std::thread& t : threads_) {
     if (t.joinable()) t.join();
   }
@@ -422,7 +423,8 @@ void Gateway::HandleProxy(const http::Request& request, http::ResponseWriter& wr
       record.affinity = "none";
     } else if (!bound) {
       record.affinity = "new";
-      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).origin(), UnixMillis());
+      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).origin(),
+                                    UnixMillis());
     } else if (backend == preferred) {
       record.affinity = "hit";
     } else if (spilled) {

@@ -13,15 +13,15 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/admission.h"
 #include "gateway/backends.h"
 #include "gateway/flow_control.h"
@@ -144,7 +144,7 @@ class Gateway {
   std::shared_ptr<const KeyStore> keys() const;
   // The key store and the generation it was installed under, read together.
   std::pair<std::shared_ptr<const KeyStore>, uint64_t> KeysAndGeneration() const;
-  void InstallKeys(std::shared_ptr<const KeyStore> store);  // needs files_mu_
+  void InstallKeys(std::shared_ptr<const KeyStore> store) ABSL_EXCLUSIVE_LOCKS_REQUIRED(files_mu_);
   Admission admission() const;
   GatewayGauges Gauges() const;
 
@@ -158,15 +158,16 @@ class Gateway {
   GatewayMetrics metrics_;
   std::unique_ptr<http::Server> server_;
 
-  mutable std::mutex files_mu_;
-  std::shared_ptr<const KeyStore> keys_;
+  mutable absl::Mutex files_mu_;
+  std::shared_ptr<const KeyStore> keys_ ABSL_GUARDED_BY(files_mu_);
   // Unique in the process, never 0, new with every installed key store; read without the lock
   // by Authenticate's per-thread cache of the last verified key.
   std::atomic<uint64_t> keys_generation_{0};
-  std::string keys_error_;  // why the last reload was rejected ("" when it loaded)
-  int64_t keys_loaded_unix_ = 0;
-  Admission admission_;
-  int64_t admission_loaded_unix_ = 0;
+  // Why the last reload was rejected ("" when it loaded).
+  std::string keys_error_ ABSL_GUARDED_BY(files_mu_);
+  int64_t keys_loaded_unix_ ABSL_GUARDED_BY(files_mu_) = 0;
+  Admission admission_ ABSL_GUARDED_BY(files_mu_);
+  int64_t admission_loaded_unix_ ABSL_GUARDED_BY(files_mu_) = 0;
   // The files as Start found them just before loading them; WatchLoop takes over from these.
   FileSignature keys_signature_;
   FileSignature control_signature_;
@@ -174,8 +175,10 @@ class Gateway {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> reload_requested_{false};
   std::atomic<bool> backend_state_dirty_{true};
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
+  // Only for the probe loops' waits: Stop sets stopping_ under it, then signals, so that a wait
+  // cannot miss it.
+  absl::Mutex stop_mu_;
+  absl::CondVar stop_cv_;
   std::vector<std::thread> threads_;
 };
 

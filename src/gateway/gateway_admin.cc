@@ -10,6 +10,8 @@
 #include <random>
 #include <utility>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "fmt/format.h"
 #include "gateway/gateway.h"
 #include "gateway/redis_state.h"
@@ -42,12 +44,12 @@ FileSignature FileSignature::Of(const std::string& path) {
 }
 
 std::shared_ptr<const KeyStore> Gateway::keys() const {
-  std::lock_guard<std::mutex> lock(files_mu_);
+  absl::MutexLock lock(&files_mu_);
   return keys_;
 }
 
 std::pair<std::shared_ptr<const KeyStore>, uint64_t> Gateway::KeysAndGeneration() const {
-  std::lock_guard<std::mutex> lock(files_mu_);
+  absl::MutexLock lock(&files_mu_);
   return {keys_, keys_generation_.load(std::memory_order_relaxed)};
 }
 
@@ -58,7 +60,7 @@ void Gateway::InstallKeys(std::shared_ptr<const KeyStore> store) {
 }
 
 Admission Gateway::admission() const {
-  std::lock_guard<std::mutex> lock(files_mu_);
+  absl::MutexLock lock(&files_mu_);
   return admission_;
 }
 
@@ -69,7 +71,7 @@ void Gateway::ReloadKeys() {
   absl::StatusOr<std::shared_ptr<const KeyStore>> store =
       text.ok() ? KeyStore::Parse(*text)
                 : absl::StatusOr<std::shared_ptr<const KeyStore>>(text.status());
-  std::lock_guard<std::mutex> lock(files_mu_);
+  absl::MutexLock lock(&files_mu_);
   if (!store.ok()) {
     std::string why = OneLineError(store.status());
     if (why != keys_error_) {
@@ -96,7 +98,7 @@ void Gateway::ReloadAdmission() {
                              : ParseAdmission(std::nullopt, backends_->addresses());
   bool changed;
   {
-    std::lock_guard<std::mutex> lock(files_mu_);
+    absl::MutexLock lock(&files_mu_);
     changed = next.reason != admission_.reason || next.admitted != admission_.admitted;
     admission_ = next;
     admission_loaded_unix_ = UnixSeconds();
@@ -163,15 +165,17 @@ void Gateway::ProbeOnce(size_t backend) {
 void Gateway::ProbeLoop(size_t backend) {
   std::mt19937 rng(static_cast<unsigned>(backend * 7919 + ::getpid()));
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
-  std::unique_lock<std::mutex> lock(stop_mu_);
+  absl::MutexLock lock(&stop_mu_);
   while (!stopping_) {
     auto wait =
         std::chrono::milliseconds(static_cast<int64_t>(options_.health_interval_ms * jitter(rng)));
-    stop_cv_.wait_for(lock, wait, [this] { return stopping_.load(); });
+    const absl::Time deadline = absl::Now() + absl::FromChrono(wait);
+    while (!stopping_ && !stop_cv_.WaitWithDeadline(&stop_mu_, deadline)) {
+    }
     if (stopping_) break;
-    lock.unlock();
+    stop_mu_.Unlock();
     ProbeOnce(backend);
-    lock.lock();
+    stop_mu_.Lock();
   }
 }
 
@@ -283,7 +287,7 @@ std::string Gateway::StatusJson() const {
   int64_t keys_loaded = 0;
   int64_t admission_loaded = 0;
   {
-    std::lock_guard<std::mutex> lock(files_mu_);
+    absl::MutexLock lock(&files_mu_);
     keys_error = keys_error_;
     keys_loaded = keys_loaded_unix_;
     admission_loaded = admission_loaded_unix_;

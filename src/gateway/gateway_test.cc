@@ -10,10 +10,11 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
@@ -50,12 +51,12 @@ class FakeBackend {
   int requests() const { return requests_.load(); }
   int max_active() const { return max_active_.load(); }
   std::map<std::string, std::string> last_headers() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return last_headers_;
   }
   // Time the backend saw the gateway close a hanging request.
   Clock::time_point closed_at() {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return closed_at_;
   }
   int closes() const { return closes_.load(); }
@@ -79,7 +80,7 @@ class FakeBackend {
     while (now > old && !max_active_.compare_exchange_weak(old, now)) {
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       last_headers_.clear();
       for (const auto& [k, v] : r.headers) last_headers_[k] = v;
     }
@@ -99,7 +100,7 @@ class FakeBackend {
         w.Write("data: {\"i\":" + std::to_string(i) + "}\n\n");
       }
       if (w.PeerClosed()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         closed_at_ = Clock::now();
         closes_++;
       }
@@ -112,7 +113,7 @@ class FakeBackend {
       w.End();
     } else if (r.path == "/v1/hang") {
       while (!w.PeerClosed()) std::this_thread::sleep_for(1ms);
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       closed_at_ = Clock::now();
       closes_++;
       w.Abort();
@@ -136,9 +137,9 @@ class FakeBackend {
   std::atomic<int> active_{0};
   std::atomic<int> max_active_{0};
   std::atomic<int> closes_{0};
-  std::mutex mu_;
-  std::map<std::string, std::string> last_headers_;
-  Clock::time_point closed_at_;
+  absl::Mutex mu_;
+  std::map<std::string, std::string> last_headers_ ABSL_GUARDED_BY(mu_);
+  Clock::time_point closed_at_ ABSL_GUARDED_BY(mu_);
 };
 
 struct Reply {
@@ -859,8 +860,8 @@ TEST_F(GatewayTest, OverloadSplitsIntoServedQueueFullAndQueueTimeout) {
   f.queue_timeout_ms = 150;
   StartGateway({}, f);
   std::vector<std::thread> threads;
-  std::mutex mu;
-  std::map<std::string, int> outcomes;
+  absl::Mutex mu;
+  std::map<std::string, int> outcomes;  // under mu
   for (int i = 0; i < 8; ++i) {
     threads.emplace_back([&] {
       Reply r = Request("POST", "/v1/stream?n=3&gap=150", "{}");
@@ -869,7 +870,7 @@ TEST_F(GatewayTest, OverloadSplitsIntoServedQueueFullAndQueueTimeout) {
         what = (*util::ParseJson(r.body))["error"]["code"];
         EXPECT_FALSE(r.headers["retry-after"].empty());
       }
-      std::lock_guard<std::mutex> lock(mu);
+      absl::MutexLock lock(&mu);
       outcomes[what]++;
     });
   }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/time/time.h"
 #include "fmt/format.h"
 #include "openssl/rand.h"
 #include "util/status.h"
@@ -142,12 +143,13 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(std::string_vi
   }
   if (host.empty()) return InvalidArgumentError(util::codes::kBadStateUrl, "no Redis host");
   std::unique_ptr<RedisClient> client(new RedisClient(host, port, db, timeout_ms));
-  std::lock_guard<std::mutex> lock(client->mu_);
+  absl::MutexLock lock(&client->mu_);
   DI_RETURN_IF_ERROR(client->ConnectLocked());
   return client;
 }
 
 RedisClient::~RedisClient() {
+  absl::MutexLock lock(&mu_);  // no other user is left; the lock is for the analysis
   if (context_ != nullptr) redisFree(context_);
 }
 
@@ -181,7 +183,7 @@ absl::StatusOr<RedisValue> RedisClient::Command(const std::vector<std::string>& 
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (context_ == nullptr || context_->err) {
       absl::Status status = ConnectLocked();
@@ -231,12 +233,12 @@ RedisCounterStore::RedisCounterStore(RedisClient* client, std::string prefix)
 
 RedisCounterStore::~RedisCounterStore() {
   {
-    std::lock_guard<std::mutex> lock(stop_mu_);
+    absl::MutexLock lock(&stop_mu_);
     stop_ = true;
   }
-  stop_cv_.notify_all();
+  stop_cv_.SignalAll();
   if (heartbeat_.joinable()) heartbeat_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& [name, count] : local_) {
     (void)client_->Command({"HDEL", prefix_ + "c:" + name, instance_id_});
   }
@@ -244,21 +246,21 @@ RedisCounterStore::~RedisCounterStore() {
 }
 
 void RedisCounterStore::HeartbeatLoop() {
-  std::unique_lock<std::mutex> lock(stop_mu_);
+  absl::MutexLock lock(&stop_mu_);
   while (!stop_) {
-    stop_cv_.wait_for(lock, std::chrono::milliseconds(kHeartbeatMs));
+    stop_cv_.WaitWithTimeout(&stop_mu_, absl::Milliseconds(kHeartbeatMs));
     if (stop_) break;
-    lock.unlock();
+    stop_mu_.Unlock();
     absl::Status status = Heartbeat();
     if (!status.ok()) {
       std::fprintf(stderr, "deepinfer gateway: heartbeat: %s\n", OneLineError(status).c_str());
     }
-    lock.lock();
+    stop_mu_.Lock();
   }
 }
 
 absl::Status RedisCounterStore::Heartbeat() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   DI_RETURN_IF_ERROR(
       client_
           ->Command({"SET", prefix_ + "i:" + instance_id_, "1", "PX", std::to_string(kLivenessMs)})
@@ -276,7 +278,7 @@ absl::Status RedisCounterStore::Heartbeat() {
 }
 
 absl::StatusOr<int> RedisCounterStore::TryAcquire(const std::vector<std::string>& names, int cap) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::string> args = {"EVAL", kAcquireScript, std::to_string(names.size())};
   for (const std::string& name : names) args.push_back(prefix_ + "c:" + name);
   args.push_back(instance_id_);
@@ -291,7 +293,7 @@ absl::StatusOr<int> RedisCounterStore::TryAcquire(const std::vector<std::string>
 }
 
 void RedisCounterStore::Release(const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int64_t& count = local_[name];
   if (count > 0) count--;
   std::string key = prefix_ + "c:" + name;

@@ -13,17 +13,17 @@
 // Single-node Redis (the script reads liveness keys it is not passed in KEYS).
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/state.h"
 #include "util/error_codes.h"
 
@@ -55,14 +55,14 @@ class RedisClient {
  private:
   RedisClient(std::string host, int port, int db, int timeout_ms)
       : host_(std::move(host)), port_(port), db_(db), timeout_ms_(timeout_ms) {}
-  absl::Status ConnectLocked();
+  absl::Status ConnectLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string host_;
   const int port_;
   const int db_;
   const int timeout_ms_;
-  std::mutex mu_;
-  redisContext* context_ = nullptr;
+  absl::Mutex mu_;
+  redisContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 // Counters shared by every instance using the same Redis and prefix.
@@ -88,11 +88,12 @@ class RedisCounterStore : public CounterStore {
   RedisClient* const client_;
   const std::string prefix_;
   const std::string instance_id_;
-  std::mutex mu_;  // serializes takes, releases and heartbeats so local and shared agree
-  std::map<std::string, int64_t> local_;
+  absl::Mutex mu_;  // serializes takes, releases and heartbeats so local and shared agree
+  std::map<std::string, int64_t> local_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stop_{false};
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
+  // Only for the heartbeat's wait: set stop_ under it, then signal, so the wait cannot miss it.
+  absl::Mutex stop_mu_;
+  absl::CondVar stop_cv_;
   std::thread heartbeat_;
 };
 

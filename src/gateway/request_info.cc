@@ -9,9 +9,10 @@
 #include <exception>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/beast/core/string.hpp"
 #include "fmt/format.h"
 #include "gateway/key_store.h"
@@ -251,10 +252,11 @@ class ParserPool {
 
   static Lease Get() {
     {
-      std::lock_guard<std::mutex> lock(mu());
-      if (!idle().empty()) {
-        Lease l(std::move(idle().back()));
-        idle().pop_back();
+      Shared& shared = GetShared();
+      absl::MutexLock lock(&shared.mu);
+      if (!shared.idle.empty()) {
+        Lease l(std::move(shared.idle.back()));
+        shared.idle.pop_back();
         return l;
       }
     }
@@ -267,18 +269,21 @@ class ParserPool {
   // A parser grown past this by one large body is dropped rather than kept.
   static constexpr size_t kMaxKeptCapacity = size_t{1} << 20;
 
+  struct Shared {
+    absl::Mutex mu;
+    std::vector<std::unique_ptr<simdjson::dom::parser>> idle ABSL_GUARDED_BY(mu);
+  };
+
   static void Put(std::unique_ptr<simdjson::dom::parser> p) {
     if (p->capacity() > kMaxKeptCapacity) return;
-    std::lock_guard<std::mutex> lock(mu());
-    if (idle().size() < kMaxIdle) idle().push_back(std::move(p));
+    Shared& shared = GetShared();
+    absl::MutexLock lock(&shared.mu);
+    if (shared.idle.size() < kMaxIdle) shared.idle.push_back(std::move(p));
   }
-  static std::mutex& mu() {
-    static std::mutex m;
-    return m;
-  }
-  static std::vector<std::unique_ptr<simdjson::dom::parser>>& idle() {
-    static auto* v = new std::vector<std::unique_ptr<simdjson::dom::parser>>();
-    return *v;
+  // Never freed: a connection thread may still return a parser during exit.
+  static Shared& GetShared() {
+    static auto* shared = new Shared();
+    return *shared;
   }
 };
 

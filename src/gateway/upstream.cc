@@ -293,6 +293,7 @@ http::ApiError GatewayError(const absl::Status& status) {
 }
 
 UpstreamPool::~UpstreamPool() {
+  absl::MutexLock lock(&mu_);  // no other user is left; the lock is for the analysis
   for (auto& [url, list] : idle_) {
     for (const Idle& idle : list) CloseNow(idle.fd);
   }
@@ -304,7 +305,7 @@ int UpstreamPool::Take(const std::string& backend_url) {
   int fd = -1;
   std::chrono::steady_clock::time_point since;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = idle_.find(backend_url);
     if (it == idle_.end()) return -1;
     std::vector<Idle>& list = it->second;
@@ -337,7 +338,7 @@ int UpstreamPool::Take(const std::string& backend_url) {
 void UpstreamPool::Put(const std::string& backend_url, int fd) {
   int evicted = -1;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     std::vector<Idle>& list = idle_[backend_url];
     if (list.size() >= max_idle_per_backend_) {
       evicted = list.front().fd;
@@ -351,7 +352,7 @@ void UpstreamPool::Put(const std::string& backend_url, int fd) {
 void UpstreamPool::Drop(const std::string& backend_url) {
   std::vector<Idle> list;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = idle_.find(backend_url);
     if (it == idle_.end()) return;
     list.swap(it->second);

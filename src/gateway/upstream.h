@@ -8,13 +8,14 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "gateway/backends.h"
 #include "http/client.h"
 #include "http/errors.h"
@@ -58,8 +59,8 @@ class UpstreamPool {
   };
   const size_t max_idle_per_backend_;
   const int max_idle_ms_;
-  std::mutex mu_;
-  std::map<std::string, std::vector<Idle>> idle_;
+  absl::Mutex mu_;
+  std::map<std::string, std::vector<Idle>> idle_ ABSL_GUARDED_BY(mu_);
 };
 
 // Where a proxied request ended.

@@ -18,6 +18,7 @@
 #include <exception>
 #include <thread>
 
+#include "absl/time/time.h"
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
 #include "http/errors.h"
@@ -237,8 +238,8 @@ struct Server::Connection {
   const int fd;
   FdStream stream;
   HttpRequestReader reader;
-  bool busy = false;     // a worker owns it (serves it or re-arms it); under mu_
-  bool pending = false;  // an event arrived while busy; its owner serves it; under mu_
+  bool busy = false;     // a worker owns it (serves it or re-arms it); under Server::mu_
+  bool pending = false;  // an event arrived while busy; its owner serves it; under Server::mu_
   int64_t idle_since_ms = 0;
 };
 
@@ -257,20 +258,26 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
       options.server_name.empty() ? "" : fmt::format("Server: {}\r\n", options.server_name),
       body.size(), body);
   RaiseFileLimit(options.max_connections);
-  server->spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  DI_ASSIGN_OR_RETURN(server->listen_fd_, ListenTcp(options.host, options.port, &server->port_));
-  ::fcntl(server->listen_fd_, F_SETFL, ::fcntl(server->listen_fd_, F_GETFL) | O_NONBLOCK);
+  DI_ASSIGN_OR_RETURN(const int listen_fd, ListenTcp(options.host, options.port, &server->port_));
+  {
+    // No worker runs yet; the lock is for the analysis. From here Stop closes both on every
+    // path, the error returns below included.
+    absl::MutexLock lock(&server->mu_);
+    server->spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    server->listen_fd_ = listen_fd;
+  }
+  ::fcntl(listen_fd, F_SETFL, ::fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
   server->epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   server->wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   epoll_event wake{EPOLLIN, {.u64 = kWakeId}};
   epoll_event listen{EPOLLIN | EPOLLONESHOT, {.u64 = kListenId}};
   if (server->epoll_fd_ < 0 || server->wake_fd_ < 0 ||
       ::epoll_ctl(server->epoll_fd_, EPOLL_CTL_ADD, server->wake_fd_, &wake) != 0 ||
-      ::epoll_ctl(server->epoll_fd_, EPOLL_CTL_ADD, server->listen_fd_, &listen) != 0) {
+      ::epoll_ctl(server->epoll_fd_, EPOLL_CTL_ADD, listen_fd, &listen) != 0) {
     return InternalError(util::codes::kEpollFailed, std::strerror(errno));
   }
   {
-    std::lock_guard<std::mutex> lock(server->mu_);
+    absl::MutexLock lock(&server->mu_);
     for (int i = 0; i < kStartWorkers; ++i) server->StartWorker();
     if (server->workers_ == 0) return InternalError(util::codes::kThreadFailed, "No worker thread started.");
   }
@@ -281,21 +288,20 @@ Server::~Server() {
   Stop(0);
   // Workers and the connections they serve use this object; busy ones end within their I/O
   // timeouts once stopping.
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] { return workers_ == 0 && connections_.empty(); });
-  lock.unlock();
+  absl::MutexLock lock(&mu_);
+  while (workers_ != 0 || !connections_.empty()) changed_.Wait(&mu_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
   if (spare_fd_ >= 0) ::close(spare_fd_);
 }
 
 int Server::num_connections() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(connections_.size());
 }
 
 bool Server::Stop(int timeout_ms) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!stopping_.exchange(true, std::memory_order_acq_rel)) {
     if (listen_fd_ >= 0) {
       // Under mu_, which AcceptAll holds while it uses the socket.
@@ -307,8 +313,10 @@ bool Server::Stop(int timeout_ms) {
     uint64_t one = 1;
     (void)!::write(wake_fd_, &one, sizeof(one));  // level-triggered: every worker sees it
   }
-  return changed_.wait_for(lock, std::chrono::milliseconds(std::max(timeout_ms, 0)),
-                           [&] { return connections_.empty(); });
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(std::max(timeout_ms, 0));
+  while (!connections_.empty() && !changed_.WaitWithDeadline(&mu_, deadline)) {
+  }
+  return connections_.empty();
 }
 
 void Server::StartWorker() {
@@ -325,9 +333,9 @@ void* Server::WorkerMain(void* arg) {
   auto* server = static_cast<Server*>(arg);
   server->WorkerLoop();
   // Notify under the lock: once the count reads 0 the destructor may free the server.
-  std::lock_guard<std::mutex> lock(server->mu_);
+  absl::MutexLock lock(&server->mu_);
   --server->workers_;
-  server->changed_.notify_all();
+  server->changed_.SignalAll();
   return nullptr;
 }
 
@@ -339,14 +347,14 @@ void Server::WorkerLoop() {
     int n = ::epoll_wait(epoll_fd_, &event, 1, kSweepMs);
     const int still_waiting = waiting_workers_.fetch_sub(1, std::memory_order_acq_rel) - 1;
     if (stopping_.load(std::memory_order_acquire)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       CloseIdle(/*expired_only=*/false);  // ones handed back since Stop
       return;
     }
     const int64_t now = SteadyMillis();
     if (now - last_sweep_ms_.load(std::memory_order_relaxed) >= kSweepMs) {
       last_sweep_ms_.store(now, std::memory_order_relaxed);
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       CloseIdle(/*expired_only=*/true);
     }
     // Only a worker that waited kIdleExitSweeps whole sweep periods for nothing leaves, so that
@@ -360,7 +368,7 @@ void Server::WorkerLoop() {
     }
     if (still_waiting == 0) {
       // This request may take long (a stream): leave a thread waiting for the next event.
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (workers_ < options_.max_connections + kStartWorkers) StartWorker();
     }
     Serve(event.data.u64);
@@ -368,7 +376,7 @@ void Server::WorkerLoop() {
 }
 
 void Server::AcceptAll() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (listen_fd_ < 0) return;
   bool out_of_fds = false;
   for (int i = 0; i < kAcceptBatch; ++i) {
@@ -403,9 +411,9 @@ void Server::AcceptAll() {
   if (out_of_fds) {
     // Without even a spare descriptor, wait for connections to close rather than spin (the
     // listening socket stays disarmed meanwhile; other workers go on serving).
-    lock.unlock();
+    mu_.Unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(kOutOfFdsPauseMs));
-    lock.lock();
+    mu_.Lock();
     if (listen_fd_ < 0) return;  // Stop closed it meanwhile
   }
   epoll_event listen{EPOLLIN | EPOLLONESHOT, {.u64 = kListenId}};
@@ -420,7 +428,7 @@ void Server::Refuse(int fd) const {
 void Server::Serve(uint64_t id) {
   Connection* c = nullptr;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = connections_.find(id);
     // Gone: the sweep or Stop closed it after epoll reported it.
     if (it == connections_.end()) return;
@@ -439,7 +447,7 @@ void Server::Serve(uint64_t id) {
     // connection stays busy meanwhile, so that the sweep cannot close its fd under the call.
     epoll_event ready{EPOLLIN | EPOLLRDHUP | EPOLLONESHOT, {.u64 = id}};
     const bool armed = keep && ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ready) == 0;
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!armed) {
       Close(id);
       return;
@@ -463,7 +471,7 @@ void Server::CloseIdle(bool expired_only) {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
     it = connections_.erase(it);
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 void Server::Close(uint64_t id) {
@@ -471,7 +479,7 @@ void Server::Close(uint64_t id) {
   if (it == connections_.end()) return;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second->fd, nullptr);
   connections_.erase(it);
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 bool Server::ServeRequests(Connection& c) {

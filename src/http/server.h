@@ -15,16 +15,16 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "http/request.h"
 #include "http/response_writer.h"
 #include "util/error_codes.h"
@@ -90,7 +90,7 @@ class Server {
  private:
   struct Connection;
   Server(const ServerOptions& options, Handler handler, Observer observer);
-  void StartWorker();  // needs mu_
+  void StartWorker() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void* WorkerMain(void* arg);
   void WorkerLoop();
   void AcceptAll();
@@ -102,8 +102,8 @@ class Server {
   // Calls the observer (if any) with the answer `writer` gave.
   void Observe(const Request& request, const ResponseWriter& writer,
                std::chrono::steady_clock::time_point start) const;
-  void CloseIdle(bool expired_only);  // needs mu_
-  void Close(uint64_t id);            // needs mu_
+  void CloseIdle(bool expired_only) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Close(uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServerOptions options_;
   const Handler handler_;
@@ -111,18 +111,22 @@ class Server {
   std::atomic<bool> stopping_{false};
   std::string overload_response_;  // a whole 503 answer, for connections over the limit
   int port_ = 0;
-  int listen_fd_ = -1;  // under mu_ once workers run (-1 after Stop)
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;   // an eventfd, readable once stopping: wakes every waiting worker
-  int spare_fd_ = -1;  // held open so that a connection can still be taken (and refused) at EMFILE
+  int wake_fd_ = -1;  // an eventfd, readable once stopping: wakes every waiting worker
   std::atomic<int> waiting_workers_{0};
   std::atomic<int64_t> last_sweep_ms_{0};
 
-  mutable std::mutex mu_;
-  std::condition_variable changed_;  // a connection or a worker ended
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
-  uint64_t next_id_ = 2;  // 0 and 1 are the wake and listen sockets in epoll data
-  int workers_ = 0;
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;                    // a connection or a worker ended
+  int listen_fd_ ABSL_GUARDED_BY(mu_) = -1;  // -1 after Stop
+  // Held open so that a connection can still be taken (and refused) at EMFILE.
+  int spare_fd_ ABSL_GUARDED_BY(mu_) = -1;
+  // A Connection's busy and pending flags are under mu_ too (clang cannot name the outer
+  // class's mutex in the nested struct, so they carry no annotation).
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  // 0 and 1 are the wake and listen sockets in epoll data.
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 2;
+  int workers_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace deepinfer::http

@@ -12,11 +12,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "http/socket_io.h"
 #include "http/sse.h"
@@ -319,7 +320,7 @@ class ObservedAnswers {
  public:
   Observer observer() {
     return [this](const Request& r, int status, double seconds, const RequestLog& log) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       seen_.push_back({r.path, status, seconds, log});
     };
   }
@@ -327,18 +328,18 @@ class ObservedAnswers {
   std::vector<Observed> Wait(size_t count) {
     for (auto deadline = Clock::now() + 2s; Clock::now() < deadline;) {
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        absl::MutexLock lock(&mu_);
         if (seen_.size() >= count) return seen_;
       }
       std::this_thread::sleep_for(2ms);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     return seen_;
   }
 
  private:
-  std::mutex mu_;
-  std::vector<Observed> seen_;
+  absl::Mutex mu_;
+  std::vector<Observed> seen_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST(ServerTest, TheObserverSeesEveryAnswerWithWhatTheHandlerLogged) {

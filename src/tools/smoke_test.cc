@@ -1,10 +1,11 @@
 #include "tools/smoke.h"
 
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "http/server.h"
 #include "http/sse.h"
@@ -80,7 +81,7 @@ class FakeServer {
     }
     int64_t cached = 0;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (!system.empty() && !seen_.insert(system).second && behavior_.prefix_caching) {
         cached = 16;
       }
@@ -123,8 +124,8 @@ class FakeServer {
 
   FakeBehavior behavior_;
   std::unique_ptr<http::Server> server_;
-  std::mutex mu_;
-  std::set<std::string> seen_;
+  absl::Mutex mu_;
+  std::set<std::string> seen_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> num_rank_headers_{0};
 };
 

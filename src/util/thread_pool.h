@@ -1,12 +1,12 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 namespace deepinfer::util {
 
@@ -54,8 +54,10 @@ class ThreadPool {
   std::atomic<int> active_{0};
   std::atomic<bool> closed_{true};
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
+  // Only for sleeping workers: mu_ guards no member (the job protocol is the atomics above);
+  // bumping generation_ under it orders the bump with a sleeper's check before it waits on cv_.
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // generation_ moved (a new job, or stop)
 };
 
 }  // namespace deepinfer::util

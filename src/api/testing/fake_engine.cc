@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/synchronization/mutex.h"
 #include "util/status.h"
 
 namespace deepinfer::api::testing {
@@ -67,27 +68,27 @@ FakeEngine::FakeEngine(const model::Model& model, Options options)
 FakeEngine::~FakeEngine() {
   stop_.store(true);
   thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (auto& s : active_) s->stream->Finish(engine::FinishReason::kCancelled, 0, 0, 0);
 }
 
 void FakeEngine::SetScript(std::vector<int32_t> tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   script_ = std::move(tokens);
 }
 
 void FakeEngine::FailNextAfter(int32_t after_tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   fail_next_after_ = after_tokens;
 }
 
 int FakeEngine::num_active() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(active_.size());
 }
 
 std::vector<engine::GenerateRequest> FakeEngine::submitted() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return submitted_;
 }
 
@@ -104,7 +105,7 @@ absl::StatusOr<std::shared_ptr<engine::RequestStream>> FakeEngine::Submit(
   }
   auto seq = std::make_unique<Seq>();
   seq->stream = std::make_shared<engine::RequestStream>(64);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   int32_t best = 0;
   for (const auto& p : seen_prompts_) {
     size_t n =
@@ -128,11 +129,19 @@ absl::StatusOr<std::shared_ptr<engine::RequestStream>> FakeEngine::Submit(
 }
 
 engine::EngineStats FakeEngine::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   engine::EngineStats s = stats_;
   s.num_running = static_cast<int64_t>(active_.size());
   s.num_waiting = 0;
   return s;
+}
+
+void FakeEngine::FinishLocked(Seq& s, engine::FinishReason reason, std::string error,
+                              std::string code) {
+  const int32_t prompt_len = static_cast<int32_t>(s.request.prompt.size());
+  s.stream->Finish(reason, prompt_len, s.cached, s.generated, error, code);
+  stats_.num_requests_finished[static_cast<int>(reason)]++;
+  stats_.prompt_tokens += prompt_len;
 }
 
 void FakeEngine::Loop() {
@@ -140,7 +149,7 @@ void FakeEngine::Loop() {
     std::this_thread::sleep_for(options_.step);
     if (paused_.load()) {
       // Queued requests still notice cancellation, like the real scheduler.
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       for (auto it = active_.begin(); it != active_.end();) {
         if ((*it)->stream->cancelled()) {
           (*it)->stream->Finish(engine::FinishReason::kCancelled, (*it)->request.prompt.size(), 0,
@@ -154,18 +163,11 @@ void FakeEngine::Loop() {
       }
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (auto it = active_.begin(); it != active_.end();) {
       Seq& s = **it;
-      const int32_t prompt_len = static_cast<int32_t>(s.request.prompt.size());
-      auto finish = [&](engine::FinishReason reason, std::string error = {},
-                        std::string code = {}) {
-        s.stream->Finish(reason, prompt_len, s.cached, s.generated, error, code);
-        stats_.num_requests_finished[static_cast<int>(reason)]++;
-        stats_.prompt_tokens += prompt_len;
-      };
       if (s.stream->cancelled()) {
-        finish(engine::FinishReason::kCancelled);
+        FinishLocked(s, engine::FinishReason::kCancelled);
         num_cancelled_.fetch_add(1);
         it = active_.erase(it);
         continue;
@@ -175,12 +177,12 @@ void FakeEngine::Loop() {
         continue;
       }
       if (s.fail_after >= 0 && s.generated >= s.fail_after) {
-        finish(engine::FinishReason::kError, "injected failure", "kv_cache_exhausted");
+        FinishLocked(s, engine::FinishReason::kError, "injected failure", "kv_cache_exhausted");
         it = active_.erase(it);
         continue;
       }
       if (s.generated >= static_cast<int32_t>(script_.size())) {
-        finish(engine::FinishReason::kStop);
+        FinishLocked(s, engine::FinishReason::kStop);
         it = active_.erase(it);
         continue;
       }
@@ -199,10 +201,10 @@ void FakeEngine::Loop() {
       bool stop_id = std::find(s.request.stop_token_ids.begin(), s.request.stop_token_ids.end(),
                                event.token) != s.request.stop_token_ids.end();
       if ((eog && !s.request.ignore_eos) || stop_id) {
-        finish(engine::FinishReason::kStop);
+        FinishLocked(s, engine::FinishReason::kStop);
         it = active_.erase(it);
       } else if (s.generated >= s.request.max_tokens) {
-        finish(engine::FinishReason::kLength);
+        FinishLocked(s, engine::FinishReason::kLength);
         it = active_.erase(it);
       } else {
         ++it;

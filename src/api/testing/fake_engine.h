@@ -7,11 +7,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -73,16 +74,19 @@ class FakeEngine : public engine::Engine {
     int32_t fail_after = -1;
   };
   void Loop();
+  // Finishes `s`'s stream and counts the finish in stats_.
+  void FinishLocked(Seq& s, engine::FinishReason reason, std::string error = {},
+                    std::string code = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const model::Model& model_;
   const Options options_;
-  mutable std::mutex mu_;
-  std::vector<int32_t> script_;
-  std::vector<std::unique_ptr<Seq>> active_;
-  std::vector<engine::GenerateRequest> submitted_;
-  std::vector<std::vector<int32_t>> seen_prompts_;
-  int32_t fail_next_after_ = -1;
-  engine::EngineStats stats_;
+  mutable absl::Mutex mu_;
+  std::vector<int32_t> script_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Seq>> active_ ABSL_GUARDED_BY(mu_);
+  std::vector<engine::GenerateRequest> submitted_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<int32_t>> seen_prompts_ ABSL_GUARDED_BY(mu_);
+  int32_t fail_next_after_ ABSL_GUARDED_BY(mu_) = -1;
+  engine::EngineStats stats_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> num_submitted_{0};
   std::atomic<int> num_cancelled_{0};
   std::atomic<bool> paused_{false};
