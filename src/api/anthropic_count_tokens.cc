@@ -4,8 +4,8 @@
 
 #include "api/chat_prompt.h"
 #include "http/errors.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::api {
 
@@ -22,7 +22,8 @@ absl::Status RunCountTokens(const ServedModel& model, const http::Request& http_
                             http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(util::Json body, util::ParseJson(http_request.body));
   if (!body.is_object()) {
-    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType,
+                              "The request body must be a JSON object.");
   }
   std::string model_name;
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {

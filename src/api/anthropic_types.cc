@@ -5,8 +5,8 @@
 
 #include "fmt/format.h"
 #include "http/errors.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::api {
 
@@ -124,10 +124,12 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
   }
   auto messages = body.find("messages");
   if (messages == body.end() || messages->is_null()) {
-    return http::RequestError("messages", util::codes::kMissingField, "'messages' is a required property.");
+    return http::RequestError("messages", util::codes::kMissingField,
+                              "'messages' is a required property.");
   }
   if (!messages->is_array()) {
-    return http::RequestError("messages", util::codes::kInvalidType, "'messages' must be an array.");
+    return http::RequestError("messages", util::codes::kInvalidType,
+                              "'messages' must be an array.");
   }
   for (size_t i = 0; i < messages->size(); ++i) {
     const util::Json& msg = (*messages)[i];
@@ -141,7 +143,8 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
     }
     auto content = msg.find("content");
     if (content == msg.end() || content->is_null()) {
-      return http::RequestError(prefix + ".content", util::codes::kMissingField, "'content' is required.");
+      return http::RequestError(prefix + ".content", util::codes::kMissingField,
+                                "'content' is required.");
     }
     ChatMessage turn;
     turn.role = role->get<std::string>();
@@ -159,12 +162,14 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       const util::Json& block = (*content)[k];
       std::string param = fmt::format("{}.content[{}]", prefix, k);
       if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
-        return http::RequestError(param, util::codes::kMissingField, "Content blocks need a string 'type'.");
+        return http::RequestError(param, util::codes::kMissingField,
+                                  "Content blocks need a string 'type'.");
       }
       std::string type = block["type"].get<std::string>();
       if (type == "text") {
         if (!block.contains("text") || !block["text"].is_string()) {
-          return http::RequestError(param, util::codes::kInvalidType, "A text block needs a string 'text'.");
+          return http::RequestError(param, util::codes::kInvalidType,
+                                    "A text block needs a string 'text'.");
         }
         turn.content += block["text"].get<std::string>();
       } else if (type == "image") {
@@ -174,7 +179,8 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
       } else if (type == "tool_use") {
         if (!block.contains("id") || !block["id"].is_string() || !block.contains("name") ||
             !block["name"].is_string()) {
-          return http::RequestError(param, util::codes::kMissingField, "tool_use needs a string id and name.");
+          return http::RequestError(param, util::codes::kMissingField,
+                                    "tool_use needs a string id and name.");
         }
         util::Json input = block.contains("input") ? block["input"] : util::Json::object();
         calls.push_back(util::Json{{"id", block["id"]},
@@ -259,7 +265,8 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
                                                                        const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType,
+                              "The request body must be a JSON object.");
   }
   AnthropicMessagesRequest r;
   DI_RETURN_IF_ERROR(ParseGenerationParams(json, limits, &r.params));
@@ -267,7 +274,8 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
   r.params.stop.clear();  // OpenAI's `stop` is not part of this API
   r.params.include_usage = false;
   if (!r.params.max_tokens) {
-    return http::RequestError("max_tokens", util::codes::kMissingField, "max_tokens: Field required.");
+    return http::RequestError("max_tokens", util::codes::kMissingField,
+                              "max_tokens: Field required.");
   }
   DI_RETURN_IF_ERROR(ParseStopSequences(json, &r.params));
   DI_ASSIGN_OR_RETURN(r.tools_off, ToolsOff(json));

@@ -14,7 +14,6 @@
 #include "http/errors.h"
 #include "tokenizer/chat_template.h"
 #include "util/json.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

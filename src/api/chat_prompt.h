@@ -16,7 +16,6 @@
 #include "api/served_model.h"
 #include "api/tool_call_parser.h"
 #include "tokenizer/chat_template.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

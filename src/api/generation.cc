@@ -6,8 +6,8 @@
 #include "api/metrics.h"
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/stop_matcher.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::api {
 namespace {
@@ -130,7 +130,8 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
           return EngineError(update);
         default:
           // Cancelled, though this request did not cancel it: the engine is shutting down.
-          return UnavailableError(util::codes::kCancelled, "The request was cancelled by the server.");
+          return UnavailableError(util::codes::kCancelled,
+                                  "The request was cancelled by the server.");
       }
     }
   }

@@ -13,7 +13,6 @@
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
 #include "tokenizer/tokenizer.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

@@ -7,9 +7,9 @@
 
 #include "fmt/format.h"
 #include "http/errors.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/status.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -98,7 +98,8 @@ class Fields {
 absl::StatusOr<util::Json> ParseObject(std::string_view body) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType,
+                              "The request body must be a JSON object.");
   }
   return json;
 }
@@ -117,7 +118,8 @@ absl::Status CheckTokenId(int64_t id, const ParseLimits& limits, const std::stri
 absl::Status ParseTokenArray(const util::Json& v, const ParseLimits& limits,
                              const std::string& param, std::vector<int32_t>* out) {
   if (!v.is_array()) {
-    return http::RequestError(param, util::codes::kInvalidType, fmt::format("'{}' must be an array.", param));
+    return http::RequestError(param, util::codes::kInvalidType,
+                              fmt::format("'{}' must be an array.", param));
   }
   out->clear();
   out->reserve(v.size());
@@ -274,10 +276,12 @@ bool KnownRole(const std::string& role) {
 absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out) {
   auto it = json.find("messages");
   if (it == json.end() || it->is_null()) {
-    return http::RequestError("messages", util::codes::kMissingField, "'messages' is a required property.");
+    return http::RequestError("messages", util::codes::kMissingField,
+                              "'messages' is a required property.");
   }
   if (!it->is_array())
-    return http::RequestError("messages", util::codes::kInvalidType, "'messages' must be an array.");
+    return http::RequestError("messages", util::codes::kInvalidType,
+                              "'messages' must be an array.");
   if (it->empty()) {
     return http::RequestError("messages", util::codes::kInvalidValue,
                               "'messages' must contain at least one message.");
@@ -310,11 +314,13 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
         const util::Json& part = (*content)[j];
         std::string param = fmt::format("{}content[{}]", prefix, j);
         if (!part.is_object()) {
-          return http::RequestError(param, util::codes::kInvalidType, "Content parts must be objects.");
+          return http::RequestError(param, util::codes::kInvalidType,
+                                    "Content parts must be objects.");
         }
         auto type = part.find("type");
         if (type == part.end() || !type->is_string()) {
-          return http::RequestError(param, util::codes::kMissingField, "Content parts need a string 'type'.");
+          return http::RequestError(param, util::codes::kMissingField,
+                                    "Content parts need a string 'type'.");
         }
         if (*type != "text" && *type != "input_text") {
           return http::RequestError(param, util::codes::kUnsupportedValue,
@@ -324,7 +330,8 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
         }
         auto text = part.find("text");
         if (text == part.end() || !text->is_string()) {
-          return http::RequestError(param, util::codes::kInvalidType, "A text part needs a string 'text'.");
+          return http::RequestError(param, util::codes::kInvalidType,
+                                    "A text part needs a string 'text'.");
         }
         msg.content += text->get<std::string>();
       }
@@ -412,7 +419,8 @@ absl::Status ParsePrompt(const util::Json& json, const ParseLimits& limits,
                          std::vector<CompletionPrompt>* out) {
   auto it = json.find("prompt");
   if (it == json.end() || it->is_null()) {
-    return http::RequestError("prompt", util::codes::kMissingField, "'prompt' is a required property.");
+    return http::RequestError("prompt", util::codes::kMissingField,
+                              "'prompt' is a required property.");
   }
   const util::Json& p = *it;
   const char* kShape =
@@ -526,7 +534,8 @@ absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body,
   DI_RETURN_IF_ERROR(f.GetString("model", &req.model));
   const util::Json* tokens = f.Find("tokens");
   if (!tokens)
-    return http::RequestError("tokens", util::codes::kMissingField, "'tokens' is a required property.");
+    return http::RequestError("tokens", util::codes::kMissingField,
+                              "'tokens' is a required property.");
   DI_RETURN_IF_ERROR(ParseTokenArray(*tokens, limits, "tokens", &req.tokens));
   return req;
 }

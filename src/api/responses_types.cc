@@ -6,8 +6,8 @@
 
 #include "fmt/format.h"
 #include "http/errors.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::api {
 namespace {
@@ -41,7 +41,8 @@ absl::Status ContentText(const util::Json& content, const std::string& param, st
                                             type));
     }
     auto text = StringField(part, "text");
-    if (!text) return http::RequestError(p, util::codes::kInvalidType, "A text part needs a string 'text'.");
+    if (!text)
+      return http::RequestError(p, util::codes::kInvalidType, "A text part needs a string 'text'.");
     *out += *text;
   }
   return absl::OkStatus();
@@ -74,7 +75,8 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
       }
       auto content = item.find("content");
       if (content == item.end()) {
-        return http::RequestError(param + ".content", util::codes::kMissingField, "'content' is required.");
+        return http::RequestError(param + ".content", util::codes::kMissingField,
+                                  "'content' is required.");
       }
       ChatMessage m;
       m.role = *role == "developer" ? "system" : *role;
@@ -133,7 +135,8 @@ absl::Status ParseTools(const util::Json& json, ResponsesRequest* r) {
   for (size_t i = 0; i < tools->size(); ++i) {
     const util::Json& t = (*tools)[i];
     const std::string param = fmt::format("tools[{}]", i);
-    if (!t.is_object()) return http::RequestError(param, util::codes::kInvalidType, "Tools must be objects.");
+    if (!t.is_object())
+      return http::RequestError(param, util::codes::kInvalidType, "Tools must be objects.");
     const std::string type = StringField(t, "type").value_or("");
     if (type != "function") {
       return http::RequestError(param + ".type", util::codes::kUnsupportedValue,
@@ -143,7 +146,8 @@ absl::Status ParseTools(const util::Json& json, ResponsesRequest* r) {
     }
     auto name = StringField(t, "name");
     if (!name)
-      return http::RequestError(param + ".name", util::codes::kMissingField, "A tool needs a 'name'.");
+      return http::RequestError(param + ".name", util::codes::kMissingField,
+                                "A tool needs a 'name'.");
     util::Json function = {{"name", *name}};
     if (t.contains("description")) function["description"] = t["description"];
     function["parameters"] = t.contains("parameters") && !t["parameters"].is_null()
@@ -224,7 +228,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
                                                        const ParseLimits& limits) {
   DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
   if (!json.is_object()) {
-    return http::RequestError("", util::codes::kInvalidType, "The request body must be a JSON object.");
+    return http::RequestError("", util::codes::kInvalidType,
+                              "The request body must be a JSON object.");
   }
   ResponsesRequest r;
   DI_RETURN_IF_ERROR(CheckUnsupportedFields(json));
@@ -242,7 +247,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   if (auto it = json.find("instructions"); it != json.end() && !it->is_null()) {
     if (!it->is_string()) {
-      return http::RequestError("instructions", util::codes::kInvalidType, "'instructions' must be a string.");
+      return http::RequestError("instructions", util::codes::kInvalidType,
+                                "'instructions' must be a string.");
     }
     ChatMessage m;
     m.role = "system";
@@ -252,7 +258,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   auto input = json.find("input");
   if (input == json.end() || input->is_null()) {
-    return http::RequestError("input", util::codes::kMissingField, "'input' is a required property.");
+    return http::RequestError("input", util::codes::kMissingField,
+                              "'input' is a required property.");
   }
   DI_RETURN_IF_ERROR(ParseInput(*input, &r.messages));
   DI_RETURN_IF_ERROR(ParseTools(json, &r));
@@ -266,7 +273,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   if (auto it = json.find("reasoning"); it != json.end() && !it->is_null()) {
     if (!it->is_object()) {
-      return http::RequestError("reasoning", util::codes::kInvalidType, "'reasoning' must be an object.");
+      return http::RequestError("reasoning", util::codes::kInvalidType,
+                                "'reasoning' must be an object.");
     }
     if (auto effort = StringField(*it, "effort")) {
       r.reasoning_effort = *effort;

@@ -12,7 +12,6 @@
 #include "absl/status/statusor.h"
 #include "api/openai_types.h"
 #include "util/json.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

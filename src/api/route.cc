@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "http/errors.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::api {
 namespace {
@@ -23,7 +23,8 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   specs.reserve(prompts.size() * static_cast<size_t>(params.n));
   for (size_t p = 0; p < prompts.size(); ++p) {
     if (prompts[p].empty()) {
-      return http::RequestError(route.prompt_param(), util::codes::kEmptyPrompt, "The prompt is empty.");
+      return http::RequestError(route.prompt_param(), util::codes::kEmptyPrompt,
+                                "The prompt is empty.");
     }
     DI_ASSIGN_OR_RETURN(
         int32_t max_tokens,

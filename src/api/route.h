@@ -28,7 +28,6 @@
 #include "api/served_model.h"
 #include "engine/engine.h"
 #include "http/server.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

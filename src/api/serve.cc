@@ -16,9 +16,9 @@
 #include "model/model.h"
 #include "spdlog/spdlog.h"
 #include "tokenizer/model_text.h"
+#include "util/error_codes.h"
 #include "util/log.h"
 #include "util/status.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 namespace {
@@ -91,10 +91,11 @@ absl::StatusOr<std::string> DefaultModelPath() {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return NotFoundError(
-        util::codes::kNoModel, fmt::format("no --model given and the default model ({}) is not in {}/models; "
-                                "run `make serve` or scripts/fetch_model.sh to fetch it, or pass "
-                                "--model PATH",
-                                kName, cache));
+        util::codes::kNoModel,
+        fmt::format("no --model given and the default model ({}) is not in {}/models; "
+                    "run `make serve` or scripts/fetch_model.sh to fetch it, or pass "
+                    "--model PATH",
+                    kName, cache));
   }
   return path;
 }

@@ -11,7 +11,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/engine.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

@@ -15,7 +15,6 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

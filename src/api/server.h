@@ -9,7 +9,6 @@
 #include "api/metrics.h"
 #include "api/served_model.h"
 #include "http/server.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::api {
 

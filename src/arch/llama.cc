@@ -297,9 +297,11 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
     for (const auto& s : batch.seqs) {
       for (int32_t i = 0; i < s.num_tokens; ++i) {
         int32_t pos = s.start_pos + i;
-        float* block = kv.layers[l] + int64_t{s.block_table[pos / kv.block_size]} * layout.block_floats();
+        float* block =
+            kv.layers[l] + int64_t{s.block_table[pos / kv.block_size]} * layout.block_floats();
         int64_t t = s.token_offset + i;
-        kernels::StoreKv(layout, block, pos % kv.block_size, k_.data() + t * kvd, v_.data() + t * kvd);
+        kernels::StoreKv(layout, block, pos % kv.block_size, k_.data() + t * kvd,
+                         v_.data() + t * kvd);
       }
     }
     if (ggml()) {
@@ -336,7 +338,8 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
     ++forward_calls_;
     return;
   }
-  if (static_cast<int64_t>(rows_.size()) < int64_t{num_rows} * H) rows_.resize(int64_t{num_rows} * H);
+  if (static_cast<int64_t>(rows_.size()) < int64_t{num_rows} * H)
+    rows_.resize(int64_t{num_rows} * H);
   int32_t r = 0;
   for (const auto& s : batch.seqs) {
     for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
@@ -413,16 +416,15 @@ void LlamaLm::AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv,
         const int64_t t = s.token_offset + i;
         for (int hh = 0; hh < group; ++hh) {
           const int64_t off = t * token_stride + (int64_t{g} * group + hh) * D;
-          kernels::AttendRowGgml(q_.data() + off, k.data(), vt.data(), pad, s.start_pos + i + 1,
-                                 D, scale, batched, scratch.data(), attn_.data() + off);
+          kernels::AttendRowGgml(q_.data() + off, k.data(), vt.data(), pad, s.start_pos + i + 1, D,
+                                 scale, batched, scratch.data(), attn_.data() + off);
         }
       }
     }
   });
 }
 
-void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
-                        util::ThreadPool& pool) {
+void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool) {
   const int num_heads = cfg_.num_heads, head_dim = cfg_.head_dim;
   const int num_kv_heads = cfg_.num_kv_heads, group = num_heads / num_kv_heads;
   const int64_t token_stride = int64_t{num_heads} * head_dim;
@@ -443,7 +445,7 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
       const int32_t ctx = s.start_pos + first + n;
       const int32_t blocks = (ctx + block_size - 1) / block_size;
       const int32_t per_part = std::max(1, kPositionsPerPart / block_size);  // in blocks
-      const int32_t parts = (blocks + per_part - 1) / per_part;  // none of them empty
+      const int32_t parts = (blocks + per_part - 1) / per_part;              // none of them empty
       for (int32_t g = 0; g < num_kv_heads; ++g) {
         if (parts > 1) merges_.push_back(static_cast<int64_t>(items_.size()));
         for (int32_t p = 0; p < parts; ++p) {
@@ -482,25 +484,26 @@ void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv,
                                      partial_ml_.data() + slot * rows_max,
                                      partial_ml_.data() + (num_partials + slot) * rows_max};
   };
-  pool.ParallelFor(static_cast<int64_t>(items_.size()), [&](int64_t begin, int64_t end, int thread) {
-    float* scratch = attn_scratch_.data() + thread * scratch_floats;
-    float* direct = scratch + kernels::AttentionScratchFloats(layout, rows_max);
-    for (int64_t i = begin; i < end; ++i) {
-      const AttentionItem& it = items_[i];
-      const auto [q, offset] = query_of(it);
-      const SequenceSlice& s = batch.seqs[it.slice];
-      if (it.partial >= 0) {
-        kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin, it.pos_end,
-                             scratch, partial_at(it.partial));
-      } else {
-        kernels::AttentionPartial part{direct, direct + int64_t{rows_max} * head_dim,
-                                       direct + int64_t{rows_max} * (head_dim + 1)};
-        kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin, it.pos_end,
-                             scratch, part);
-        kernels::FinishAttention(q, head_dim, part, 1, rows_max, attn_.data() + offset);
-      }
-    }
-  });
+  pool.ParallelFor(
+      static_cast<int64_t>(items_.size()), [&](int64_t begin, int64_t end, int thread) {
+        float* scratch = attn_scratch_.data() + thread * scratch_floats;
+        float* direct = scratch + kernels::AttentionScratchFloats(layout, rows_max);
+        for (int64_t i = begin; i < end; ++i) {
+          const AttentionItem& it = items_[i];
+          const auto [q, offset] = query_of(it);
+          const SequenceSlice& s = batch.seqs[it.slice];
+          if (it.partial >= 0) {
+            kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin,
+                                 it.pos_end, scratch, partial_at(it.partial));
+          } else {
+            kernels::AttentionPartial part{direct, direct + int64_t{rows_max} * head_dim,
+                                           direct + int64_t{rows_max} * (head_dim + 1)};
+            kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin,
+                                 it.pos_end, scratch, part);
+            kernels::FinishAttention(q, head_dim, part, 1, rows_max, attn_.data() + offset);
+          }
+        }
+      });
   if (merges_.empty()) return;
   pool.ParallelFor(static_cast<int64_t>(merges_.size()), [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {

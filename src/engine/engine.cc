@@ -22,9 +22,9 @@
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/speculative.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::engine {
 namespace {
@@ -147,7 +147,8 @@ absl::Status EngineImpl::AllocateKv() {
                                                               std::max<int64_t>(1, bytes_per_token);
   int64_t num_blocks = capacity / options_.block_size;
   if (num_blocks < 2) {
-    return InvalidArgumentError(util::codes::kBadOption, "the KV cache must hold at least two blocks");
+    return InvalidArgumentError(util::codes::kBadOption,
+                                "the KV cache must hold at least two blocks");
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
   DI_RETURN_IF_ERROR(
@@ -167,10 +168,12 @@ absl::Status EngineImpl::AllocateKv() {
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateRequest request) {
-  if (request.prompt.empty()) return InvalidArgumentError(util::codes::kEmptyPrompt, "the prompt is empty");
+  if (request.prompt.empty())
+    return InvalidArgumentError(util::codes::kEmptyPrompt, "the prompt is empty");
   for (int32_t t : request.prompt) {
     if (t < 0 || t >= vocab_) {
-      return InvalidArgumentError(util::codes::kInvalidToken, "prompt token id out of the vocabulary");
+      return InvalidArgumentError(util::codes::kInvalidToken,
+                                  "prompt token id out of the vocabulary");
     }
   }
   if (request.max_tokens < 1) {

@@ -11,7 +11,6 @@
 #include "engine/request.h"
 #include "model/model.h"
 #include "util/histogram.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::engine {
 

@@ -11,7 +11,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/sampler.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::engine {
 

@@ -1,9 +1,9 @@
 #include "gateway/backends.h"
 
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/status.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 
@@ -16,7 +16,8 @@ absl::StatusOr<BackendAddress> ParseBackendUrl(std::string_view url) {
   }
   if (!address->path().empty()) {
     return InvalidArgumentError(
-        util::codes::kBadBackendUrl, fmt::format("Bad backend URL '{}': a backend URL has no path", url));
+        util::codes::kBadBackendUrl,
+        fmt::format("Bad backend URL '{}': a backend URL has no path", url));
   }
   return address;
 }

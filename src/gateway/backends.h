@@ -14,7 +14,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "http/url.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -11,11 +11,11 @@
 #include "gateway/redis_state.h"
 #include "http/errors.h"
 #include "spdlog/spdlog.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -61,9 +61,10 @@ absl::Status AdmitError(AdmitResult r, const FlowOptions& flow) {
   switch (r) {
     case AdmitResult::kQueueFull:
       return ResourceExhaustedError(
-          util::codes::kQueueFull, fmt::format("The gateway is at capacity and its wait queue ({} requests) "
-                                    "is full; retry later.",
-                                    flow.max_waiting));
+          util::codes::kQueueFull,
+          fmt::format("The gateway is at capacity and its wait queue ({} requests) "
+                      "is full; retry later.",
+                      flow.max_waiting));
     case AdmitResult::kQueueTimeout:
       return ResourceExhaustedError(
           util::codes::kQueueTimeout,
@@ -130,14 +131,16 @@ absl::Status Gateway::Init() {
     return InvalidArgumentError(util::codes::kBadFlags, "at least one --backend is required");
   }
   if (options_.key_store_path.empty() || options_.control_path.empty()) {
-    return InvalidArgumentError(util::codes::kBadFlags, "--key-store and --control-file are required");
+    return InvalidArgumentError(util::codes::kBadFlags,
+                                "--key-store and --control-file are required");
   }
   std::vector<BackendAddress> addresses;
   for (const std::string& url : options_.backend_urls) {
     DI_ASSIGN_OR_RETURN(BackendAddress address, ParseBackendUrl(url));
     for (const BackendAddress& a : addresses) {
       if (a.origin() == address.origin()) {
-        return InvalidArgumentError(util::codes::kBadBackendUrl, "backend listed twice: " + address.origin());
+        return InvalidArgumentError(util::codes::kBadBackendUrl,
+                                    "backend listed twice: " + address.origin());
       }
     }
     addresses.push_back(std::move(address));

@@ -31,7 +31,6 @@
 #include "gateway/state.h"
 #include "gateway/upstream.h"
 #include "http/server.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

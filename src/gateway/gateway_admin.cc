@@ -15,10 +15,10 @@
 #include "fmt/format.h"
 #include "gateway/gateway.h"
 #include "gateway/redis_state.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -146,7 +146,8 @@ void Gateway::ProbeOnce(size_t backend) {
   auto response = HttpGet(backends_->address(backend), options_.health_path,
                           options_.health_timeout_ms, 1 << 16);
   bool ok = response.ok() && response->status == 200;
-  bool connection_failure = !response.ok() && ErrorCodeOf(response.status()) == util::codes::kConnectFailed;
+  bool connection_failure =
+      !response.ok() && ErrorCodeOf(response.status()) == util::codes::kConnectFailed;
   std::string error;
   if (!response.ok()) {
     error = OneLineError(response.status());

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -114,7 +114,8 @@ absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(std::string_vi
                                                                   int timeout_ms) {
   constexpr std::string_view kScheme = "redis://";
   if (url.substr(0, kScheme.size()) != kScheme) {
-    return InvalidArgumentError(util::codes::kBadStateUrl, "--state must look like redis://HOST:PORT[/DB]");
+    return InvalidArgumentError(util::codes::kBadStateUrl,
+                                "--state must look like redis://HOST:PORT[/DB]");
   }
   std::string rest(url.substr(kScheme.size()));
   int db = 0;
@@ -212,7 +213,8 @@ absl::StatusOr<RedisValue> RedisClient::Command(const std::vector<std::string>& 
 bool RedisSupported() { return false; }
 
 absl::StatusOr<std::unique_ptr<RedisClient>> RedisClient::Connect(std::string_view, int) {
-  return UnimplementedError(util::codes::kNoRedis, "This build has no Redis support (libhiredis-dev).");
+  return UnimplementedError(util::codes::kNoRedis,
+                            "This build has no Redis support (libhiredis-dev).");
 }
 RedisClient::~RedisClient() = default;
 absl::Status RedisClient::ConnectLocked() { return Unreachable("no Redis support"); }

@@ -25,7 +25,6 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "gateway/state.h"
-#include "util/error_codes.h"
 
 struct redisContext;
 

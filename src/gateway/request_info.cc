@@ -20,8 +20,8 @@
 #include "nlohmann/json.hpp"
 #include "simdjson.h"
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#include "xxhash.h"
 #include "util/error_codes.h"
+#include "xxhash.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -520,7 +520,8 @@ absl::Status PreCheck(const BodyInfo& body, const PreCheckLimits& limits) {
       return http::RequestError(field, util::codes::kInvalidType,
                                 fmt::format("'{}' must be an integer.", field));
     }
-    return http::RequestError(field, util::codes::kInvalidValue, fmt::format("'{}' is too large.", field));
+    return http::RequestError(field, util::codes::kInvalidValue,
+                              fmt::format("'{}' is too large.", field));
   }
   if (output > limit) {
     std::string_view field = body.max_tokens_field.empty() ? "max_tokens" : body.max_tokens_field;

@@ -10,7 +10,6 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 namespace {
@@ -57,7 +57,8 @@ absl::Status LocalBindingStore::Load(int64_t now_ms) {
   auto json = util::ParseJson(*text);
   if (!json.ok() || !json->is_object() || !json->contains("bindings") ||
       !(*json)["bindings"].is_array()) {
-    return InvalidArgumentError(util::codes::kBadBindingsFile, "bindings file " + path_ + " is not valid");
+    return InvalidArgumentError(util::codes::kBadBindingsFile,
+                                "bindings file " + path_ + " is not valid");
   }
   absl::MutexLock lock(&mu_);
   for (const auto& entry : (*json)["bindings"]) {

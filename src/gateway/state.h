@@ -15,7 +15,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

@@ -20,7 +20,6 @@
 #include "http/client.h"
 #include "http/errors.h"
 #include "http/server.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::gateway {
 

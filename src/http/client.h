@@ -19,7 +19,6 @@
 #include "http/response_parser.h"
 #include "http/socket_io.h"
 #include "http/url.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

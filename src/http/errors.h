@@ -12,7 +12,6 @@
 
 #include "absl/status/status.h"
 #include "util/json.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

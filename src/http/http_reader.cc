@@ -11,8 +11,8 @@
 #include "boost/beast/http.hpp"
 #include "fmt/format.h"
 #include "http/errors.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::http {
 namespace {
@@ -164,7 +164,8 @@ absl::Status HttpRequestReader::Next(Request* request) {
     // RFC 9110 section 10.1.1: an HTTP/1.0 client's expectation is ignored.
     if (request->version >= 11 && boost::beast::iequals(parser.expect(), "100-continue") &&
         !m.stream.WriteAll("HTTP/1.1 100 Continue\r\n\r\n")) {
-      return MakeError(absl::StatusCode::kCancelled, util::codes::kConnectionClosed, "Client gone.");
+      return MakeError(absl::StatusCode::kCancelled, util::codes::kConnectionClosed,
+                       "Client gone.");
     }
     beast_http::read(m.stream, m.buffer, parser, ec);
   }

@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "http/request.h"
 #include "http/socket_io.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

@@ -10,7 +10,6 @@
 #include <string_view>
 
 #include "http/request.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

@@ -24,8 +24,8 @@
 #include "http/errors.h"
 #include "http/http_reader.h"
 #include "http/socket_io.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::http {
 namespace {
@@ -279,7 +279,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   {
     absl::MutexLock lock(&server->mu_);
     for (int i = 0; i < kStartWorkers; ++i) server->StartWorker();
-    if (server->workers_ == 0) return InternalError(util::codes::kThreadFailed, "No worker thread started.");
+    if (server->workers_ == 0)
+      return InternalError(util::codes::kThreadFailed, "No worker thread started.");
   }
   return server;
 }
@@ -507,7 +508,8 @@ bool Server::ServeRequests(Connection& c) {
       handler_(request, writer);
       writer.Flush();  // a head still held by a handler that ended without End
       if (!writer.started()) {
-        ApiError error = ApiErrorFromStatus(InternalError(util::codes::kNoResponse, "No response."));
+        ApiError error =
+            ApiErrorFromStatus(InternalError(util::codes::kNoResponse, "No response."));
         writer.Respond(error.http_status, {{"Content-Type", "application/json"}},
                        ErrorBodyForPath(error, request.path));
       }

@@ -27,7 +27,6 @@
 #include "absl/synchronization/mutex.h"
 #include "http/request.h"
 #include "http/response_writer.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

@@ -16,8 +16,8 @@
 #include "boost/asio/error.hpp"
 #include "boost/beast/http/error.hpp"
 #include "fmt/format.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::http {
 
@@ -201,7 +201,8 @@ absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port
   int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port_text.c_str(), &hints, &result);
   if (rc != 0) {
     return InvalidArgumentError(
-        util::codes::kBadAddress, fmt::format("Cannot resolve host '{}': {}", host, gai_strerror(rc)));
+        util::codes::kBadAddress,
+        fmt::format("Cannot resolve host '{}': {}", host, gai_strerror(rc)));
   }
   int listen_fd = -1;
   std::string last_error = "no address";
@@ -284,7 +285,8 @@ absl::StatusOr<int> ConnectTcp(const std::string& host, int port, int timeout_ms
   }
   ::freeaddrinfo(result);
   std::string message = fmt::format("Cannot connect to {}:{}: {}", host, port, last_error);
-  if (timed_out) return MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kConnectTimeout, message);
+  if (timed_out)
+    return MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kConnectTimeout, message);
   return UnavailableError(util::codes::kConnectFailed, message);
 }
 

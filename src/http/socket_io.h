@@ -19,7 +19,6 @@
 #include "absl/status/statusor.h"
 #include "boost/asio/buffer.hpp"
 #include "boost/system/error_code.hpp"
-#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

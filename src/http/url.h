@@ -7,7 +7,6 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::http {
 

@@ -12,7 +12,6 @@
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

@@ -4,8 +4,8 @@
 
 #include "fmt/format.h"
 #include "tokenizer/deepseek_chat.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -114,7 +114,8 @@ absl::StatusOr<std::string> RenderChat(const ChatTemplate& chat_template,
                                        const ChatOptions& options) {
   if (!options.continue_final_message) return chat_template.Render(messages, options);
   if (messages.empty()) {
-    return InvalidArgumentError(util::codes::kBadChatRequest, "there is no final message to continue");
+    return InvalidArgumentError(util::codes::kBadChatRequest,
+                                "there is no final message to continue");
   }
   // transformers marks the end of the final message with a tag, renders, and cuts at the tag:
   // whatever the template writes after the message (the end of its turn) is dropped, and

@@ -8,7 +8,6 @@
 
 #include "absl/status/statusor.h"
 #include "model/model.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

@@ -12,7 +12,6 @@
 
 #include "absl/status/statusor.h"
 #include "tokenizer/chat_template.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

@@ -1,7 +1,5 @@
 // The tokenizer CreateHfTokenizer builds (declared in hf_tokenizer.h).
 
-#include "tokenizer/hf_tokenizer.h"
-
 #include <algorithm>
 #include <cctype>
 #include <utility>
@@ -9,12 +7,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/scratch.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/unicode16.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -190,7 +189,8 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
     const HfTokenizerSpec& spec) {
   const model::TokenizerData& data = spec.data;
   const int32_t n = static_cast<int32_t>(data.tokens.size());
-  if (n == 0) return InvalidArgumentError(util::codes::kBadTokenizer, "the tokenizer has no tokens");
+  if (n == 0)
+    return InvalidArgumentError(util::codes::kBadTokenizer, "the tokenizer has no tokens");
   if (data.token_types.size() != data.tokens.size() ||
       spec.model_vocab.size() != data.tokens.size()) {
     return InvalidArgumentError(util::codes::kBadTokenizer, "token types do not match tokens");
@@ -201,7 +201,8 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
   for (size_t i = 0; i < t->added_.size(); ++i) {
     const HfAddedToken& a = t->added_[i];
     if (a.id < 0 || a.id >= n) {
-      return InvalidArgumentError(util::codes::kBadTokenizer, fmt::format("added token id {}", a.id));
+      return InvalidArgumentError(util::codes::kBadTokenizer,
+                                  fmt::format("added token id {}", a.id));
     }
     (a.normalized ? t->normalized_trie_ : t->raw_trie_).Add(a.content, static_cast<int32_t>(i));
     if (a.special) t->special_[a.id] = true;
@@ -235,7 +236,8 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
     const std::string& m = data.merges[rank];
     const size_t space = m.find(' ', 1);
     if (space == std::string::npos) {
-      return InvalidArgumentError(util::codes::kBadTokenizer, fmt::format("merge {} has no space", rank));
+      return InvalidArgumentError(util::codes::kBadTokenizer,
+                                  fmt::format("merge {} has no space", rank));
     }
     const std::string a = m.substr(0, space);
     const std::string b = m.substr(space + 1);
@@ -244,7 +246,8 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
     auto ir = t->vocab_.find(a + b);
     if (ia == t->vocab_.end() || ib == t->vocab_.end() || ir == t->vocab_.end()) {
       return InvalidArgumentError(
-          util::codes::kBadTokenizer, fmt::format("merge {} (\"{}\") is not in the vocabulary", rank, m));
+          util::codes::kBadTokenizer,
+          fmt::format("merge {} (\"{}\") is not in the vocabulary", rank, m));
     }
     const uint64_t key =
         (static_cast<uint64_t>(ia->second) << 32) | static_cast<uint32_t>(ib->second);

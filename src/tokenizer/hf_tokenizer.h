@@ -13,7 +13,6 @@
 #include "absl/status/statusor.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

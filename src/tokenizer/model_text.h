@@ -7,7 +7,6 @@
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

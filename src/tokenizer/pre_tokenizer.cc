@@ -10,8 +10,8 @@
 #include "fmt/format.h"
 #include "tokenizer/scratch.h"
 #include "tokenizer/unicode.h"
-#include "util/status.h"
 #include "util/error_codes.h"
+#include "util/status.h"
 
 namespace deepinfer::tokenizer {
 namespace {
@@ -228,9 +228,9 @@ absl::StatusOr<std::unique_ptr<RegexSplitter>> RegexSplitter::Create(
     regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(cps.data()), cps.size(), options,
                                 &error, &error_offset, nullptr);
     if (regex->code == nullptr) {
-      return InvalidArgumentError(
-          util::codes::kBadRegex, fmt::format("pre-tokenizer regex rejected at {}: {}: {}", error_offset,
-                                   PcreErrorText(error), source));
+      return InvalidArgumentError(util::codes::kBadRegex,
+                                  fmt::format("pre-tokenizer regex rejected at {}: {}: {}",
+                                              error_offset, PcreErrorText(error), source));
     }
     // Without JIT (unsupported CPU) pcre2_match falls back to the interpreter.
     pcre2_jit_compile(regex->code, PCRE2_JIT_COMPLETE);

@@ -11,7 +11,6 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/vocab.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "model/model.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::tokenizer {
 

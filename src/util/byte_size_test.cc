@@ -23,7 +23,8 @@ TEST(ByteSizeTest, KAndKiAndKiBAreBinaryAndKBIsDecimal) {
 }
 
 TEST(ByteSizeTest, RefusesWhatIsNotASize) {
-  for (const char* bad : {"", "MiB", "-1", "1.2.3", "12 apples", "3PB", "1e3", "inf", "20000000T"}) {
+  for (const char* bad :
+       {"", "MiB", "-1", "1.2.3", "12 apples", "3PB", "1e3", "inf", "20000000T"}) {
     EXPECT_EQ(ParseByteSize(bad), std::nullopt) << bad;
   }
 }

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "util/error_codes.h"
 
 namespace deepinfer::util {
 

@@ -14,7 +14,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "util/error_codes.h"
 
 namespace deepinfer {
 
