@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "tokenizer/detokenizer.h"
 #include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::cli {
@@ -30,6 +32,8 @@ struct GenerateFlags {
   std::string model;
   std::string tokenizer;
   std::string prompt;
+  std::vector<int32_t> prompt_ids;  // --prompt-ids: token ids instead of text
+  bool print_ids = false;           // --print-ids: token ids on stdout instead of text
   bool chat = false;
   bool raw = false;
   int max_tokens = 256;
@@ -55,10 +59,14 @@ struct TurnStats {
   double prefill_s = 0;
   double decode_s = 0;
   std::string finish = "length";
+  std::vector<int32_t> token_ids;  // the generated tokens, in order
 };
 
-// What every turn's request shares: sampling settings and the stop tokens.
-engine::GenerateRequest RequestTemplate(const GenerateFlags& f, const tokenizer::Tokenizer& tok) {
+// What every turn's request shares: sampling settings and the stop tokens. `tok` is null for a
+// model without a tokenizer (--prompt-ids only); its stop tokens are then the end-of-generation
+// ids the model file names, if any.
+engine::GenerateRequest RequestTemplate(const GenerateFlags& f, const model::Model& m,
+                                        const tokenizer::Tokenizer* tok) {
   engine::GenerateRequest r;
   r.sampling.temperature = f.temperature;
   r.sampling.top_p = f.top_p;
@@ -70,9 +78,14 @@ engine::GenerateRequest RequestTemplate(const GenerateFlags& f, const tokenizer:
   // Generation ends at the text tokenizer's end-of-generation tokens (what the user sees as the
   // end of a reply), or, with --ignore-eos, only at max_tokens or the context window.
   r.ignore_eos = true;
-  if (!f.ignore_eos) {
-    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-      if (tok.IsEog(id)) r.stop_token_ids.push_back(id);
+  if (!f.ignore_eos && tok != nullptr) {
+    for (int32_t id = 0; id < tok->vocab_size(); ++id) {
+      if (tok->IsEog(id)) r.stop_token_ids.push_back(id);
+    }
+  } else if (!f.ignore_eos) {
+    r.stop_token_ids = m.tokenizer.eog_ids;
+    if (r.stop_token_ids.empty() && m.tokenizer.eos_id >= 0) {
+      r.stop_token_ids.push_back(m.tokenizer.eos_id);
     }
   }
   return r;
@@ -80,16 +93,19 @@ engine::GenerateRequest RequestTemplate(const GenerateFlags& f, const tokenizer:
 
 const char* FinishName(engine::FinishReason reason) {
   switch (reason) {
-    case engine::FinishReason::kStop: return "stop";
-    case engine::FinishReason::kCancelled: return "interrupted";
-    default: return "length";
+    case engine::FinishReason::kStop:
+      return "stop";
+    case engine::FinishReason::kCancelled:
+      return "interrupted";
+    default:
+      return "length";
   }
 }
 
 // Submits one reply to `prompt` to the engine and streams it. `stop` (may be null) is polled
 // while waiting; when it answers true the request is cancelled, the reply ends with what was
-// shown so far, and finish is "interrupted".
-absl::StatusOr<TurnStats> Generate(engine::Engine& engine, const tokenizer::Tokenizer& tok,
+// shown so far, and finish is "interrupted". `tok` null: no text (the ids are in TurnStats).
+absl::StatusOr<TurnStats> Generate(engine::Engine& engine, const tokenizer::Tokenizer* tok,
                                    const engine::GenerateRequest& base,
                                    const std::vector<int32_t>& prompt, std::string* text_out,
                                    bool echo, bool (*stop)() = nullptr) {
@@ -97,11 +113,11 @@ absl::StatusOr<TurnStats> Generate(engine::Engine& engine, const tokenizer::Toke
   st.prompt_tokens = static_cast<int>(prompt.size());
   engine::GenerateRequest req = base;
   req.prompt = prompt;
-  req.max_tokens = std::min(base.max_tokens,
-                            engine.max_model_len() - static_cast<int32_t>(prompt.size()));
-  DI_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestStream> stream,
-                      engine.Submit(std::move(req)));
-  tokenizer::IncrementalDetokenizer detok(tok);
+  req.max_tokens =
+      std::min(base.max_tokens, engine.max_model_len() - static_cast<int32_t>(prompt.size()));
+  DI_ASSIGN_OR_RETURN(std::shared_ptr<engine::RequestStream> stream, engine.Submit(std::move(req)));
+  std::optional<tokenizer::IncrementalDetokenizer> detok;
+  if (tok != nullptr) detok.emplace(*tok);
   std::string piece;
   engine::StreamUpdate u;
   bool cancelled = false;
@@ -114,8 +130,10 @@ absl::StatusOr<TurnStats> Generate(engine::Engine& engine, const tokenizer::Toke
     for (const engine::TokenEvent& t : u.tokens) {
       if (cancelled) break;
       ++st.generated;
+      st.token_ids.push_back(t.token);
+      if (!detok) continue;
       piece.clear();
-      detok.Push(t.token, &piece);
+      detok->Push(t.token, &piece);
       if (echo && !piece.empty()) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
@@ -127,10 +145,12 @@ absl::StatusOr<TurnStats> Generate(engine::Engine& engine, const tokenizer::Toke
   if (u.finish == engine::FinishReason::kError) {
     return InternalError(u.error_code, u.error);
   }
-  piece.clear();
-  detok.Finish(&piece);
-  if (echo) std::fwrite(piece.data(), 1, piece.size(), stdout);
-  if (text_out) *text_out += piece;
+  if (detok) {
+    piece.clear();
+    detok->Finish(&piece);
+    if (echo) std::fwrite(piece.data(), 1, piece.size(), stdout);
+    if (text_out) *text_out += piece;
+  }
   st.computed_prompt_tokens = u.prompt_tokens - u.cached_tokens;
   st.prefill_s = u.timings.prefill_s;
   st.decode_s = u.timings.decode_s;
@@ -138,7 +158,19 @@ absl::StatusOr<TurnStats> Generate(engine::Engine& engine, const tokenizer::Toke
   return st;
 }
 
-void PrintStats(const TurnStats& st, bool json, const std::string* text = nullptr) {
+// Token ids as "1,2,3" (the form --prompt-ids reads).
+std::string JoinIds(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  return out;
+}
+
+// `ids`: also give the generated token ids (the JSON line's "token_ids").
+void PrintStats(const TurnStats& st, bool json, const std::string* text = nullptr,
+                bool ids = false) {
   double prefill_tps = st.computed_prompt_tokens / std::max(st.prefill_s, 1e-9);
   // The first generated token comes from the prefill logits; decode steps = generated - 1.
   int decode_steps = std::max(0, st.generated - 1);
@@ -150,6 +182,7 @@ void PrintStats(const TurnStats& st, bool json, const std::string* text = nullpt
         {"decode_s", st.decode_s},           {"prefill_tokens_per_s", prefill_tps},
         {"decode_tokens_per_s", decode_tps}, {"finish_reason", st.finish}};
     if (text != nullptr) j["text"] = *text;
+    if (ids) j["token_ids"] = st.token_ids;
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fprintf(stderr,
@@ -178,37 +211,68 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags&
   return engine::Engine::Create(m, o);
 }
 
-int RunRandomPrompt(const GenerateFlags& f, engine::Engine& engine,
-                    const tokenizer::Tokenizer& tok, const engine::GenerateRequest& base) {
+int RunRandomPrompt(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tokenizer* tok,
+                    const engine::GenerateRequest& base) {
   // Benchmark mode: a reproducible random prompt of ordinary (non-special) tokens.
   std::mt19937 rng(f.seed >= 0 ? static_cast<uint32_t>(f.seed) : 0);
   std::vector<int32_t> prompt;
   while (static_cast<int>(prompt.size()) < f.random_prompt_tokens) {
     int32_t t = static_cast<int32_t>(rng() % engine.model().config.vocab);
-    if (!tok.IsSpecial(t)) prompt.push_back(t);
+    if (tok == nullptr || !tok->IsSpecial(t)) prompt.push_back(t);
   }
   if (static_cast<int>(prompt.size()) >= engine.max_model_len()) {
-    return Fail(InvalidArgumentError("context_length_exceeded", "the prompt fills the context"));
+    return Fail(
+        util::CodedError(util::codes::kContextLengthExceeded, "the prompt fills the context"));
   }
   auto st = Generate(engine, tok, base, prompt, nullptr, false);
   if (!st.ok()) return Fail(st.status());
-  PrintStats(*st, f.json);
+  PrintStats(*st, f.json, nullptr, f.print_ids);
+  if (f.print_ids && !f.json) std::printf("%s\n", JoinIds(st->token_ids).c_str());
+  return 0;
+}
+
+// --prompt-ids: the prompt is token ids (so a reference's ids can be checked without a
+// tokenizer). With --print-ids, or when the model has no tokenizer, stdout gets the generated
+// ids ("1,2,3") instead of text.
+int RunPromptIds(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tokenizer* tok,
+                 const engine::GenerateRequest& base) {
+  const int32_t vocab = engine.model().config.vocab;
+  for (int32_t id : f.prompt_ids) {
+    if (id < 0 || id >= vocab) {
+      return Fail(util::CodedError(
+          util::codes::kInvalidToken,
+          fmt::format("prompt id {} is not in the vocabulary [0, {})", id, vocab)));
+    }
+  }
+  if (static_cast<int>(f.prompt_ids.size()) >= engine.max_model_len()) {
+    return Fail(
+        util::CodedError(util::codes::kContextLengthExceeded, "the prompt fills the context"));
+  }
+  const bool ids = f.print_ids || tok == nullptr;
+  std::string text;
+  auto st = Generate(engine, ids ? nullptr : tok, base, f.prompt_ids, &text, !ids && !f.json);
+  if (!st.ok()) return Fail(st.status());
+  PrintStats(*st, f.json, ids ? nullptr : &text, ids);
+  if (!f.json) std::printf("%s\n", ids ? JoinIds(st->token_ids).c_str() : "");
   return 0;
 }
 
 int RunPrompt(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tokenizer& tok,
               const engine::GenerateRequest& base) {
   std::vector<int32_t> prompt = tok.Encode(f.prompt, /*parse_special=*/f.raw);
-  if (prompt.empty()) return Fail(InvalidArgumentError("empty_prompt", "the prompt is empty"));
+  if (prompt.empty())
+    return Fail(util::CodedError(util::codes::kEmptyPrompt, "the prompt is empty"));
   if (static_cast<int>(prompt.size()) >= engine.max_model_len()) {
-    return Fail(InvalidArgumentError("context_length_exceeded", "the prompt fills the context"));
+    return Fail(
+        util::CodedError(util::codes::kContextLengthExceeded, "the prompt fills the context"));
   }
-  if (!f.json) std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
+  const bool echo = !f.json && !f.print_ids;
+  if (echo) std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
   std::string text;
-  auto st = Generate(engine, tok, base, prompt, &text, !f.json);
+  auto st = Generate(engine, &tok, base, prompt, &text, echo);
   if (!st.ok()) return Fail(st.status());
-  PrintStats(*st, f.json, &text);
-  std::printf("\n");
+  PrintStats(*st, f.json, &text, f.print_ids);
+  if (!f.json) std::printf("%s\n", f.print_ids ? JoinIds(st->token_ids).c_str() : "");
   return 0;
 }
 
@@ -244,10 +308,10 @@ int RunChat(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tok
     std::string rendered = tmpl.Render(messages, /*add_generation_prompt=*/true);
     std::vector<int32_t> prompt = tok.Encode(rendered, /*parse_special=*/true);
     if (static_cast<int>(prompt.size()) + 1 >= engine.max_model_len()) {
-      return Fail(InvalidArgumentError("context_length_exceeded", "conversation too long"));
+      return Fail(util::CodedError(util::codes::kContextLengthExceeded, "conversation too long"));
     }
     std::string reply;
-    auto st = Generate(engine, tok, base, prompt, &reply, true, &StopRequested);
+    auto st = Generate(engine, &tok, base, prompt, &reply, true, &StopRequested);
     ClearStopRequest();
     if (!st.ok()) return Fail(st.status());
     PrintStats(*st, false);
@@ -267,15 +331,23 @@ int Run(const GenerateFlags& f) {
   if (!model.ok()) return Fail(model.status());
   const model::Model& m = **model;
   auto text = tokenizer::LoadModelText(m, f.chat_template);
-  if (!text.ok()) return Fail(text.status());
-  const tokenizer::Tokenizer& tok = *text->tokenizer;
+  // Token ids in and out need no tokenizer: a checkpoint without one (the synthetic parity
+  // checkpoints) still runs.
+  const bool ids_only = !f.prompt_ids.empty() || (f.random_prompt_tokens > 0 && f.print_ids);
+  if (!text.ok() && !ids_only) return Fail(text.status());
+  if (!text.ok()) {
+    std::fprintf(stderr, "deepinfer generate: no tokenizer (%s): token ids only\n",
+                 std::string(text.status().message()).c_str());
+  }
+  const tokenizer::Tokenizer* tok = text.ok() ? text->tokenizer.get() : nullptr;
   auto engine = StartEngine(f, m);
   if (!engine.ok()) return Fail(engine.status());
-  engine::GenerateRequest base = RequestTemplate(f, tok);
+  engine::GenerateRequest base = RequestTemplate(f, m, tok);
   base.max_tokens = f.max_tokens;
+  if (!f.prompt_ids.empty()) return RunPromptIds(f, **engine, tok, base);
   if (f.random_prompt_tokens > 0) return RunRandomPrompt(f, **engine, tok, base);
-  if (!f.chat) return RunPrompt(f, **engine, tok, base);
-  return RunChat(f, **engine, tok, *text->chat_template, base);
+  if (!f.chat) return RunPrompt(f, **engine, *tok, base);
+  return RunChat(f, **engine, *tok, *text->chat_template, base);
 }
 
 }  // namespace
@@ -297,8 +369,17 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
                              "(status 0) exits");
   auto* random = cmd->add_option("--random-prompt-tokens", flags->random_prompt_tokens,
                                  "benchmark: a random prompt of N tokens");
+  auto* prompt_ids =
+      cmd->add_option("--prompt-ids", flags->prompt_ids,
+                      "the prompt as token ids, e.g. 1,2,3 (no tokenizer needed; the reply is "
+                      "printed as ids when the model has none)")
+          ->delimiter(',');
   prompt->excludes(chat);
   chat->excludes(random);
+  prompt_ids->excludes(prompt)->excludes(chat)->excludes(random);
+  cmd->add_flag("--print-ids", flags->print_ids,
+                "print the generated token ids (1,2,3) instead of text; with --json as "
+                "\"token_ids\"");
   cmd->add_flag("--raw", flags->raw, "parse special-token syntax in --prompt");
   cmd->add_option("--system", flags->system, "system prompt for --chat");
   cmd->add_option("--chat-template", flags->chat_template,
@@ -323,10 +404,11 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--json", flags->json, "print timings as one JSON line on stdout");
   cmd->callback([flags, exit_code, cmd] {
-    if (flags->prompt.empty() && !flags->chat && flags->random_prompt_tokens == 0) {
-      std::fprintf(
-          stderr,
-          "deepinfer generate: bad_flags: give --prompt, --chat or --random-prompt-tokens\n");
+    if (flags->prompt.empty() && flags->prompt_ids.empty() && !flags->chat &&
+        flags->random_prompt_tokens == 0) {
+      std::fprintf(stderr,
+                   "deepinfer generate: bad_flags: give --prompt, --prompt-ids, --chat or "
+                   "--random-prompt-tokens\n");
       *exit_code = 2;
       return;
     }

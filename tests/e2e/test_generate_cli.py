@@ -1,5 +1,6 @@
 """`deepinfer generate` on real model files: it answers, and bad input gets one line, exit 2."""
 
+import gzip
 import json
 import pathlib
 import shutil
@@ -7,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import STORIES, binary, smollm_path
+from conftest import REPO, STORIES, binary, smollm_path
 
 
 def run(*args, timeout=120):
@@ -85,3 +86,69 @@ def test_llama2c_with_wrong_tokenizer_is_a_vocab_mismatch(tmp_path):
     r = run("--model", str(tmp_path / "stories260K.bin"), "--prompt", "hi")
     assert r.returncode == 2
     assert "vocab_mismatch" in r.stderr or "truncated_file" in r.stderr, r.stderr
+
+
+V3_CASE = REPO / "tests" / "golden" / "deepseek_v3" / "v3_groups_yarn"
+
+
+@pytest.fixture(scope="module")
+def tokenizerless_checkpoint(tmp_path_factory):
+    """A tiny DeepSeek-V3 checkpoint without any tokenizer (as the parity goldens are), written
+    from its recipe by the build's synthetic_checkpoint tool."""
+    tool = binary().parent / "synthetic_checkpoint"
+    if not tool.exists():
+        pytest.fail(f"{tool} not found (build it: ninja -C build synthetic_checkpoint)")
+    d = tmp_path_factory.mktemp("v3_no_tokenizer")
+    for f in ("config.json", "weights.json"):
+        shutil.copy(V3_CASE / f, d / f)
+    subprocess.run([str(tool), str(d), str(d)], check=True, capture_output=True, timeout=120)
+    return d
+
+
+def test_prompt_ids_give_the_references_next_token_without_a_tokenizer(tokenizerless_checkpoint):
+    """--prompt-ids runs a checkpoint that has no tokenizer; the greedy next token is the argmax
+    of transformers' logits at the prompt's last position (tests/golden/deepseek_v3)."""
+    golden = json.loads((V3_CASE / "golden.json").read_text())
+    with gzip.open(V3_CASE / "logits.json.gz") as f:
+        logits = json.load(f)
+    for prompt in golden["prompts"][:3]:  # 1, 7 and 64 tokens
+        entry = logits[f"logits_{len(prompt)}"]
+        vocab = entry["shape"][1]
+        last = entry["data"][-vocab:]  # row-major [n, vocab]: the last position's row
+        want = max(range(len(last)), key=lambda i: last[i])
+        r = run("--model", str(tokenizerless_checkpoint), "--prompt-ids",
+                ",".join(map(str, prompt)), "--max-tokens", "1", "--ignore-eos", "--threads", "2")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.strip() == str(want), (len(prompt), r.stdout, r.stderr)
+    # --json carries the ids too; greedy is reproducible.
+    args = ("--model", str(tokenizerless_checkpoint), "--prompt-ids", "5,6,7", "--max-tokens", "6",
+            "--ignore-eos", "--json", "--threads", "2")
+    a, b = run(*args), run(*args)
+    assert a.returncode == 0, a.stderr
+    ids = json.loads(a.stdout.strip().splitlines()[-1])["token_ids"]
+    assert len(ids) == 6 and all(0 <= i < 256 for i in ids)
+    assert json.loads(b.stdout.strip().splitlines()[-1])["token_ids"] == ids
+
+
+def test_print_ids_prints_the_ids_of_the_text(tmp_path):
+    need(STORIES)
+    text = run("--model", str(STORIES), "--prompt", "Once upon a time", "--max-tokens", "12",
+               "--json", "--print-ids", "--threads", "2")
+    assert text.returncode == 0, text.stderr
+    out = json.loads(text.stdout.strip().splitlines()[-1])
+    assert len(out["token_ids"]) == 12 and out["text"]
+    plain = run("--model", str(STORIES), "--prompt", "Once upon a time", "--max-tokens", "12",
+                "--print-ids", "--threads", "2")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.strip() == ",".join(map(str, out["token_ids"]))
+
+
+@pytest.mark.parametrize("ids", ["1,99999", "-1", "1,x"])
+def test_bad_prompt_ids_give_one_line_and_exit_2(ids):
+    need(STORIES)
+    r = run("--model", str(STORIES), "--prompt-ids", ids, "--max-tokens", "2")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.strip(), r.stdout
+    if ids == "1,99999":
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "invalid_token" in lines[0], r.stderr
