@@ -1,5 +1,6 @@
-// libFuzzer target for the model file readers: the GGUF parser, the GGUF -> llama Model builder
-// and the llama2.c header/tokenizer parsers. A malformed input must produce an error status,
+// libFuzzer target for the model file readers: the GGUF parser, the GGUF -> llama Model builder,
+// the Llama tensor schema that checks such a model (arch::CreateLlama; it allocates nothing) and
+// the llama2.c header/tokenizer parsers. A malformed input must produce an error status,
 // never a crash, an out-of-bounds read or a huge allocation.
 //
 // Run: build with -DDI_BUILD_FUZZ=ON (clang), then fuzz in a scratch copy of the seeds so that
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "arch/llama.h"
 #include "model/gguf.h"
 #include "model/gguf_model.h"
 #include "model/llama2c.h"
@@ -58,6 +60,8 @@ void FuzzGguf(const uint8_t* data, size_t size) {
     for (const auto& [name, t] : (*model)->tensors) {
       if (t.size_bytes > 0) g_sink = t.data[t.size_bytes - 1];
     }
+    auto lm = deepinfer::arch::CreateLlama(**model);
+    if (lm.ok()) g_sink = static_cast<uint8_t>((*lm)->config().vocab);
   }
 }
 

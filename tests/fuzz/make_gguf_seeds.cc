@@ -38,7 +38,7 @@ std::string EveryType() {
   return b.Build();
 }
 
-std::string TinyLlama() {
+std::string TinyLlamaWithTemplate() {
   GgufBuilder b;
   b.Str("general.architecture", "llama")
       .U32Kv("llama.block_count", 1)
@@ -88,6 +88,6 @@ int main(int argc, char** argv) {
                                         .Tensor("a", 0, {3})
                                         .Tensor("b", 30, {5})
                                         .Build());
-  WriteBytes(dir + "/tiny_llama.gguf", TinyLlama());
+  WriteBytes(dir + "/tiny_llama.gguf", TinyLlamaWithTemplate());
   return 0;
 }
