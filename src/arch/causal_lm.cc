@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include "arch/deepseek_v3.h"
+#include "arch/deepseek_v4.h"
 #include "arch/llama.h"
 #include "util/status.h"
 
@@ -43,6 +44,7 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& mod
     DI_ASSIGN_OR_RETURN(auto lm, CreateDeepseekV3(model));
     return std::unique_ptr<CausalLm>(std::move(lm));
   }
+  if (model.config.architecture == "deepseek_v4") return CreateDeepseekV4(model);
   return UnimplementedError("unsupported_architecture",
                             "no forward pass for architecture '" + model.config.architecture + "'");
 }

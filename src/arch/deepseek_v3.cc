@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/rope.h"
 #include "fmt/format.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -54,10 +55,6 @@ struct Layer {
 
 // Budget for the expanded attention form's per-slice key/value buffer (256 MiB of f32).
 constexpr int64_t kMaxExpandedFloats = int64_t{64} << 20;
-
-double YarnMscale(double scale, double mscale) {
-  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
 
 class DeepseekImpl final : public DeepseekV3Lm {
  public:
@@ -228,55 +225,15 @@ absl::StatusOr<Layer> DeepseekImpl::LoadLayer(int l) {
   return L;
 }
 
-// Inverse frequencies and scales exactly as transformers computes them (float32 steps), so
+// Inverse frequencies and scales exactly as transformers computes them (arch/rope.h), so
 // positions far into the YaRN range still agree.
 void DeepseekImpl::InitRope() {
-  const int dim = ds_.qk_rope_head_dim, half = dim / 2;
-  const double base = cfg_.rope_theta;
-  std::vector<float> pos_freqs(half);
-  for (int i = 0; i < half; ++i) {
-    const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
-    pos_freqs[i] = static_cast<float>(std::pow(base, static_cast<double>(e)));
-  }
-  inv_freq_.resize(half);
-  double qk_scale = 1.0 / std::sqrt(static_cast<double>(ds_.qk_nope_head_dim + dim));
-  if (!ds_.yarn) {
-    for (int i = 0; i < half; ++i) inv_freq_[i] = 1.0f / pos_freqs[i];
-    softmax_scale_ = static_cast<float>(qk_scale);
-    return;
-  }
-  const model::YarnScaling& y = *ds_.yarn;
-  const double factor = y.factor;
-  if (y.attention_factor > 0) {
-    rope_mscale_ = y.attention_factor;
-  } else if (y.mscale != 0 && y.mscale_all_dim != 0) {
-    rope_mscale_ =
-        static_cast<float>(YarnMscale(factor, y.mscale) / YarnMscale(factor, y.mscale_all_dim));
-  } else {
-    rope_mscale_ = static_cast<float>(YarnMscale(factor, 1.0));
-  }
-  auto correction_dim = [&](double rotations) {
-    return (dim * std::log(y.original_max_position_embeddings / (rotations * 2 * M_PI))) /
-           (2 * std::log(base));
-  };
-  double low = correction_dim(y.beta_fast), high = correction_dim(y.beta_slow);
-  if (y.truncate) {
-    low = std::floor(low);
-    high = std::ceil(high);
-  }
-  low = std::max(low, 0.0);
-  high = std::min(high, static_cast<double>(dim - 1));
-  if (low == high) high += 0.001;
-  const float flow = static_cast<float>(low), fspan = static_cast<float>(high - low);
-  for (int i = 0; i < half; ++i) {
-    const float ramp = std::clamp((static_cast<float>(i) - flow) / fspan, 0.0f, 1.0f);
-    const float extrap_factor = 1.0f - ramp;
-    const float extrap = 1.0f / pos_freqs[i];
-    const float interp = 1.0f / (static_cast<float>(factor) * pos_freqs[i]);
-    inv_freq_[i] = interp * (1.0f - extrap_factor) + extrap * extrap_factor;
-  }
-  if (y.mscale_all_dim != 0) {
-    const double m = YarnMscale(factor, y.mscale_all_dim);
+  const RopeFrequencies f = ComputeRopeFrequencies(ds_.qk_rope_head_dim, cfg_.rope_theta, ds_.yarn);
+  inv_freq_ = f.inv_freq;
+  rope_mscale_ = f.attention_factor;
+  double qk_scale = 1.0 / std::sqrt(static_cast<double>(ds_.qk_nope_head_dim + ds_.qk_rope_head_dim));
+  if (ds_.yarn && ds_.yarn->mscale_all_dim != 0) {
+    const double m = YarnMscale(ds_.yarn->factor, ds_.yarn->mscale_all_dim);
     qk_scale = qk_scale * m * m;
   }
   softmax_scale_ = static_cast<float>(qk_scale);

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "arch/causal_lm.h"
+#include "arch/deepseek_testing.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/synthetic_checkpoint_testing.h"
@@ -69,48 +70,18 @@ TEST(DeepseekSchemaTest, MissingTensorIsReported) {
   ExpectCreateError(e.dir(), "missing_tensor");
 }
 
-struct Golden {
+struct Golden : testing::GoldenFiles {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<DeepseekV3Lm> lm;
-  nlohmann::json json;
-  nlohmann::json logits;  // logits.json.gz: {"logits_<n>": {"shape", "data"}, "mtp_logits": ...}
-  std::map<std::string, std::vector<float>> tables;
-  int vocab = 0;
-
-  // transformers' logits `name` (logits_<n> or mtp_logits): [rows, vocab] f32.
-  const float* Ref(const std::string& name, int64_t rows) {
-    auto it = tables.find(name);
-    if (it == tables.end()) {
-      if (!logits.contains(name)) {
-        ADD_FAILURE() << "no golden logits " << name;
-        return nullptr;
-      }
-      const nlohmann::json& entry = logits[name];
-      EXPECT_EQ(entry["shape"].get<std::vector<int64_t>>(), (std::vector<int64_t>{rows, vocab}));
-      it = tables.emplace(name, entry["data"].get<std::vector<float>>()).first;
-    }
-    EXPECT_EQ(static_cast<int64_t>(it->second.size()), rows * vocab);
-    return it->second.data();
-  }
-  std::vector<std::vector<int32_t>> Prompts() const {
-    return json["prompts"].get<std::vector<std::vector<int32_t>>>();
-  }
 };
 
 Golden Load(const std::string& name) {
   Golden g;
-  const std::string golden_dir = model::DeepseekGoldenDir(name);
-  std::ifstream in(golden_dir + "/golden.json");
-  EXPECT_TRUE(in) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
-  if (!in) return g;
-  g.json = nlohmann::json::parse(in);
+  if (!g.Load(model::DeepseekGoldenDir(name))) return g;
   auto m = model::LoadModel(CheckpointDir(name));
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return g;
   g.model = std::move(*m);
-  auto logits = util::ReadGzipFile(golden_dir + "/logits.json.gz");
-  EXPECT_TRUE(logits.ok()) << logits.status();
-  if (logits.ok()) g.logits = nlohmann::json::parse(*logits);
   auto lm = CreateDeepseekV3(*g.model);
   EXPECT_TRUE(lm.ok()) << lm.status();
   if (!lm.ok()) return g;
@@ -119,46 +90,10 @@ Golden Load(const std::string& name) {
   return g;
 }
 
-// A KV cache with a scrambled block table, so paging bugs show up.
-struct Cache {
-  KvCache kv;
-  std::vector<int32_t> table;
-  Cache(const CausalLm& lm, int layers, int tokens) {
-    const int blocks = (tokens + 15) / 16;
-    EXPECT_TRUE(kv.Allocate(layers, 16, blocks, lm.kv_floats_per_token()).ok());
-    table.resize(blocks);
-    for (int i = 0; i < blocks; ++i) table[i] = (i * 7 + 3) % blocks;
-    if (std::gcd(7, blocks) != 1) std::iota(table.begin(), table.end(), 0);
-  }
-  SequenceSlice Slice(int32_t offset, int32_t n, int32_t start, int32_t logits) const {
-    return {offset, n, start, logits, table.data(), static_cast<int32_t>(table.size())};
-  }
-};
-
-// Logits of every position of `tokens`, fed in chunks of `chunk` tokens.
-std::vector<float> RunTokens(DeepseekV3Lm& lm, const std::vector<int32_t>& tokens, int chunk,
-                             util::ThreadPool& pool) {
-  const int V = lm.config().vocab;
-  Cache cache(lm, lm.config().num_layers, static_cast<int>(tokens.size()));
-  std::vector<float> out(tokens.size() * V);
-  for (size_t off = 0; off < tokens.size(); off += chunk) {
-    const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
-    ForwardBatch b;
-    b.tokens = tokens.data() + off;
-    b.num_tokens = n;
-    b.seqs.push_back(cache.Slice(0, n, static_cast<int32_t>(off), n));
-    lm.Forward(b, cache.kv, out.data() + off * V, pool);
-  }
-  return out;
-}
-
-double MaxAbsDiff(const float* a, const float* b, int64_t n) {
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
-  return worst;
-}
-
-int ArgMax(const float* x, int n) { return static_cast<int>(std::max_element(x, x + n) - x); }
+using testing::ArgMax;
+using testing::Cache;
+using testing::MaxAbsDiff;
+using testing::RunTokens;
 
 class DeepseekParityTest : public ::testing::TestWithParam<const char*> {};
 

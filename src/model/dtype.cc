@@ -37,6 +37,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kF16, "F16", 1, 2, false},
     {DType::kBF16, "BF16", 1, 2, false},
     {DType::kF8E4M3, "F8_E4M3", 1, 1, false},
+    {DType::kI64, "I64", 1, 8, false},
     {DType::kQ4_0, "Q4_0", 32, sizeof(BlockQ4_0), true},
     {DType::kQ4_1, "Q4_1", 32, sizeof(BlockQ4_1), true},
     {DType::kQ8_0, "Q8_0", 32, sizeof(BlockQ8_0), true},
@@ -48,18 +49,20 @@ constexpr DTypeInfo kDTypes[] = {
 
 namespace {
 
-// FindDType indexes the table by the type's value: the GGML ids are 0..30 and F8_E4M3, outside
-// GGUF, takes the slot after them. kSlotOf[slot] is the row of kDTypes, or -1. (A type whose
+// FindDType indexes the table by the type's value: the GGML ids are 0..30 and F8_E4M3 and I64,
+// outside GGUF, take the slots after them. kSlotOf[slot] is the row of kDTypes, or -1. (A type whose
 // value has no slot fails to compile here.)
 constexpr int kGgmlSlots = 31;
 constexpr int kF8E4M3Slot = kGgmlSlots;
+constexpr int kI64Slot = kGgmlSlots + 1;
 constexpr int Slot(DType t) {
   const int v = static_cast<int>(t);
   if (v >= 0 && v < kGgmlSlots) return v;
-  return t == DType::kF8E4M3 ? kF8E4M3Slot : -1;
+  if (t == DType::kF8E4M3) return kF8E4M3Slot;
+  return t == DType::kI64 ? kI64Slot : -1;
 }
 constexpr auto kSlotOf = [] {
-  std::array<int8_t, kGgmlSlots + 1> rows{};
+  std::array<int8_t, kGgmlSlots + 2> rows{};
   rows.fill(-1);
   for (size_t i = 0; i < std::size(kDTypes); ++i) {
     rows[static_cast<size_t>(Slot(kDTypes[i].type))] = static_cast<int8_t>(i);

@@ -21,8 +21,10 @@ enum class DType : int32_t {
   kQ6_K = 14,
   kQ8_K = 15,
   kBF16 = 30,
-  // Not in GGUF; used by safetensors checkpoints (F8_E4M3 with block scales).
+  // Not in GGUF; used by safetensors checkpoints (F8_E4M3 with block scales; I64 integer tables
+  // such as DeepSeek-V4's hash-routing tid2eid, never a matmul operand).
   kF8E4M3 = 1000,
+  kI64 = 1001,
   kInvalid = -1,
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "model/deepseek_v4_names.h"
 #include "model/fp8.h"
 #include "model/hf_config.h"
 #include "nlohmann/json.hpp"
@@ -94,6 +95,9 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
     } else {
       model->files.push_back(std::move(file));
     }
+  }
+  if (model->config.architecture == "deepseek_v4") {
+    DI_RETURN_IF_ERROR(NormalizeDeepseekV4Names(*model));
   }
   DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.fp8, /*release_pages=*/mapped));
   AlignTensors(*model);

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -136,12 +138,212 @@ absl::Status ParseObject(const std::string& json_text, const std::string& label,
   return absl::OkStatus();
 }
 
+// A list of strings (`key` absent: empty).
+absl::StatusOr<std::vector<std::string>> StringList(const Json& j, const ConfigReader& r,
+                                                    const char* key) {
+  std::vector<std::string> out;
+  if (!r.Has(key)) return out;
+  const Json& v = j.at(key);
+  if (!v.is_array()) return r.Error(fmt::format("'{}' must be a list", key));
+  for (const Json& e : v) {
+    if (!e.is_string()) return r.Error(fmt::format("'{}' must hold strings", key));
+    out.push_back(e.get<std::string>());
+  }
+  return out;
+}
+
+// The per-layer attention schedule of DeepSeek-V4: `layer_types` with `compress_rates`
+// (transformers' names) or the release's `compress_ratios` (0 / 4 / 128 per layer, MTP last).
+absl::Status ParseV4Layers(const Json& j, const ConfigReader& r, int num_layers, int mtp,
+                           DeepseekV4Config* d) {
+  using A = DeepseekV4Config::Attention;
+  const int total = num_layers + mtp;
+  DI_ASSIGN_OR_RETURN(std::vector<std::string> types, StringList(j, r, "layer_types"));
+  if (!types.empty()) {
+    int csa = 4, hca = 128;
+    if (r.Has("compress_rates")) {
+      const Json& rates = j.at("compress_rates");
+      if (!rates.is_object()) return r.Error("'compress_rates' must be an object");
+      ConfigReader rr(rates, "compress_rates");
+      DI_ASSIGN_OR_RETURN(csa, rr.Int("compressed_sparse_attention", 4, 1, 1 << 16));
+      DI_ASSIGN_OR_RETURN(hca, rr.Int("heavily_compressed_attention", 128, 1, 1 << 16));
+    }
+    if (static_cast<int>(types.size()) < num_layers) {
+      return r.Error(fmt::format("'layer_types' has {} entries for {} layers", types.size(),
+                                 num_layers));
+    }
+    for (int l = 0; l < num_layers; ++l) {
+      const std::string& t = types[l];
+      if (t == "sliding_attention") {
+        d->attention.push_back(A::kSliding);
+        d->compress_ratio.push_back(0);
+      } else if (t == "compressed_sparse_attention") {
+        d->attention.push_back(A::kCsa);
+        d->compress_ratio.push_back(csa);
+      } else if (t == "heavily_compressed_attention") {
+        d->attention.push_back(A::kHca);
+        d->compress_ratio.push_back(hca);
+      } else {
+        return r.Unsupported(fmt::format("layer type '{}' (layer {})", t, l));
+      }
+    }
+  } else if (r.Has("compress_ratios")) {
+    const Json& v = j.at("compress_ratios");
+    if (!v.is_array() || static_cast<int>(v.size()) < num_layers) {
+      return r.Error(fmt::format("'compress_ratios' must list one ratio for each of {} layers",
+                                 num_layers));
+    }
+    for (int l = 0; l < num_layers; ++l) {
+      if (!v[l].is_number_integer()) return r.Error("'compress_ratios' must hold integers");
+      const int64_t ratio = v[l].get<int64_t>();
+      if (ratio != 0 && ratio != 4 && ratio != 128) {
+        return r.Unsupported(fmt::format(
+            "compress_ratios[{}] = {} (supported: 0 window only, 4 CSA, 128 HCA)", l, ratio));
+      }
+      d->attention.push_back(ratio == 0 ? A::kSliding : ratio == 4 ? A::kCsa : A::kHca);
+      d->compress_ratio.push_back(static_cast<int>(ratio));
+    }
+  } else {
+    // transformers' default: two HCA layers, then CSA and HCA alternating.
+    for (int l = 0; l < num_layers; ++l) {
+      const bool csa = l >= 2 && (l - 2) % 2 == 1;
+      d->attention.push_back(csa ? A::kCsa : A::kHca);
+      d->compress_ratio.push_back(csa ? 4 : 128);
+    }
+  }
+  // MTP modules attend through the window only.
+  while (static_cast<int>(d->attention.size()) < total) {
+    d->attention.push_back(A::kSliding);
+    d->compress_ratio.push_back(0);
+  }
+  DI_ASSIGN_OR_RETURN(std::vector<std::string> mlp, StringList(j, r, "mlp_layer_types"));
+  if (!mlp.empty()) {
+    if (static_cast<int>(mlp.size()) < num_layers) {
+      return r.Error(fmt::format("'mlp_layer_types' has {} entries for {} layers", mlp.size(),
+                                 num_layers));
+    }
+    for (int l = 0; l < num_layers; ++l) {
+      if (mlp[l] != "hash_moe" && mlp[l] != "moe") {
+        return r.Unsupported(fmt::format("mlp layer type '{}' (layer {})", mlp[l], l));
+      }
+      d->hash_routed.push_back(mlp[l] == "hash_moe");
+    }
+  } else {
+    DI_ASSIGN_OR_RETURN(int num_hash, r.Int("num_hash_layers", 3, 0));
+    for (int l = 0; l < num_layers; ++l) d->hash_routed.push_back(l < num_hash);
+  }
+  return absl::OkStatus();
+}
+
+// DeepSeek-V4: hyperparameters, layer schedule and the two rotary tables.
+absl::StatusOr<ModelConfig> ParseDeepseekV4(const Json& j, const ConfigReader& r,
+                                            const std::string& label) {
+  ModelConfig c;
+  c.architecture = "deepseek_v4";
+  DeepseekV4Config d;
+  DI_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab_size", 129280));
+  DI_ASSIGN_OR_RETURN(c.hidden, r.Int("hidden_size", 4096));
+  DI_ASSIGN_OR_RETURN(c.num_layers, r.Int("num_hidden_layers", 43));
+  DI_ASSIGN_OR_RETURN(c.num_heads, r.Int("num_attention_heads", 64));
+  DI_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", 1));
+  if (c.num_kv_heads != 1) return r.Unsupported("num_key_value_heads other than 1 (shared KV)");
+  DI_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", 512));
+  DI_ASSIGN_OR_RETURN(c.max_context, r.Int("max_position_embeddings", 1048576));
+  DI_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Float("rms_norm_eps", 1e-6f));
+  DI_ASSIGN_OR_RETURN(c.rope_theta, r.Float("rope_theta", 10000.0f));
+  DI_ASSIGN_OR_RETURN(c.tied_embeddings, r.Bool("tie_word_embeddings", false));
+  DI_ASSIGN_OR_RETURN(d.q_lora_rank, r.Int("q_lora_rank", 1024));
+  DI_ASSIGN_OR_RETURN(d.o_lora_rank, r.Int("o_lora_rank", 1024));
+  DI_ASSIGN_OR_RETURN(d.o_groups, r.Int("o_groups", 8));
+  DI_ASSIGN_OR_RETURN(d.sliding_window, r.Int("sliding_window", 128));
+  DI_ASSIGN_OR_RETURN(d.index_n_heads, r.Int("index_n_heads", 64));
+  DI_ASSIGN_OR_RETURN(d.index_head_dim, r.Int("index_head_dim", 128));
+  DI_ASSIGN_OR_RETURN(d.index_topk, r.Int("index_topk", 512));
+  DI_ASSIGN_OR_RETURN(d.hc_mult, r.Int("hc_mult", 4, 1, 64));
+  DI_ASSIGN_OR_RETURN(d.hc_sinkhorn_iters, r.Int("hc_sinkhorn_iters", 20, 1, 1000));
+  DI_ASSIGN_OR_RETURN(d.hc_eps, r.Float("hc_eps", 1e-6f));
+  DI_ASSIGN_OR_RETURN(d.n_routed_experts, r.Int("n_routed_experts", 256));
+  DI_ASSIGN_OR_RETURN(d.n_shared_experts, r.Int("n_shared_experts", 1, 0, 1));
+  DI_ASSIGN_OR_RETURN(d.num_experts_per_tok, r.Int("num_experts_per_tok", 6));
+  DI_ASSIGN_OR_RETURN(d.moe_intermediate_size, r.Int("moe_intermediate_size", 2048));
+  DI_ASSIGN_OR_RETURN(d.routed_scaling_factor, r.Float("routed_scaling_factor", 1.5f));
+  DI_ASSIGN_OR_RETURN(d.swiglu_limit, r.Float("swiglu_limit", 10.0f, /*positive=*/false));
+  DI_ASSIGN_OR_RETURN(d.compress_rope_theta, r.Float("compress_rope_theta", 160000.0f));
+  DI_ASSIGN_OR_RETURN(d.num_nextn_predict_layers, r.Int("num_nextn_predict_layers", 1, 0, 16));
+  DI_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
+  if (act != "silu") return r.Unsupported(fmt::format("hidden_act '{}' (supported: silu)", act));
+  DI_ASSIGN_OR_RETURN(std::string scoring, r.String("scoring_func", "sqrtsoftplus"));
+  if (scoring != "sqrtsoftplus") {
+    return r.Unsupported(fmt::format("scoring_func '{}' (supported: sqrtsoftplus)", scoring));
+  }
+  DI_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
+  DI_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
+  if (attention_bias || mlp_bias) return r.Unsupported("attention_bias / mlp_bias = true");
+  if (d.num_experts_per_tok > d.n_routed_experts) {
+    return r.Error(fmt::format("top-{} routing over {} experts", d.num_experts_per_tok,
+                               d.n_routed_experts));
+  }
+  // Rotary dims: the release's qk_rope_head_dim, else transformers' partial_rotary_factor.
+  if (r.Has("qk_rope_head_dim")) {
+    DI_ASSIGN_OR_RETURN(c.rope_dim, r.Int("qk_rope_head_dim", 64));
+  } else {
+    DI_ASSIGN_OR_RETURN(float factor, r.Float("partial_rotary_factor", 0.125f));
+    c.rope_dim = static_cast<int>(static_cast<double>(c.head_dim) * factor);
+  }
+  if (c.rope_dim % 2 != 0 || c.rope_dim <= 0 || c.rope_dim > c.head_dim ||
+      c.rope_dim > d.index_head_dim) {
+    return r.Error(fmt::format("rotary dims {} must be even and fit head_dim {} and "
+                               "index_head_dim {}",
+                               c.rope_dim, c.head_dim, d.index_head_dim));
+  }
+  if (c.num_heads % d.o_groups != 0) {
+    return r.Error(fmt::format("{} heads do not split into {} output groups", c.num_heads,
+                               d.o_groups));
+  }
+  c.rope_style = RopeStyle::kAdjacentPairs;
+  c.ffn_hidden = d.moe_intermediate_size;
+  DI_RETURN_IF_ERROR(ParseV4Layers(j, r, c.num_layers, d.num_nextn_predict_layers, &d));
+  // The compress rope: transformers nests {"main", "compress"} in rope_parameters; the release
+  // has one flat rope_scaling, which applies to the compress rope only.
+  const Json* rp = nullptr;
+  auto it = j.find("rope_parameters");
+  if (it != j.end() && it->is_object() && it->contains("compress")) rp = &*it;
+  float main_theta = c.rope_theta;
+  if (rp != nullptr) {
+    const Json& main = rp->at("main");
+    const Json& compress = rp->at("compress");
+    if (!main.is_object() || !compress.is_object()) {
+      return r.Error("'rope_parameters' main / compress must be objects");
+    }
+    // Their partial_rotary_factor is the rotary share already read above.
+    Json wrap_main = {{"rope_parameters", main}}, wrap = {{"rope_parameters", compress}};
+    wrap_main["rope_parameters"].erase("partial_rotary_factor");
+    wrap["rope_parameters"].erase("partial_rotary_factor");
+    DI_ASSIGN_OR_RETURN(auto main_yarn, ParseRope(wrap_main, r, label, c.max_context, &main_theta));
+    if (main_yarn) return r.Unsupported("YaRN on the main (window-only) rope");
+    DI_ASSIGN_OR_RETURN(d.compress_yarn,
+                        ParseRope(wrap, r, label, c.max_context, &d.compress_rope_theta));
+    c.rope_theta = main_theta;
+  } else {
+    float unused_theta = d.compress_rope_theta;
+    DI_ASSIGN_OR_RETURN(d.compress_yarn, ParseRope(j, r, label, c.max_context, &unused_theta));
+  }
+  // transformers sets attention_factor = 1.0 for the V4 compress rope unless the config gives
+  // one (DeepSeek's reference does not scale cos/sin by YaRN's mscale).
+  if (d.compress_yarn && d.compress_yarn->attention_factor > 0) {
+    d.compress_rope_mscale = d.compress_yarn->attention_factor;
+  }
+  c.deepseek_v4 = std::move(d);
+  return c;
+}
+
 absl::StatusOr<ModelConfig> ParseModelConfig(const Json& j, const std::string& label) {
   ConfigReader r(j, label);
   DI_ASSIGN_OR_RETURN(std::string type, r.String("model_type", ""));
+  if (type == "deepseek_v4") return ParseDeepseekV4(j, r, label);
   if (type != "deepseek_v3" && type != "deepseek_v2") {
     return r.Unsupported(
-        fmt::format("model_type '{}' (supported: deepseek_v3, deepseek_v2)", type));
+        fmt::format("model_type '{}' (supported: deepseek_v3, deepseek_v2, deepseek_v4)", type));
   }
   const bool v3 = type == "deepseek_v3";
   ModelConfig c;

@@ -90,6 +90,43 @@ struct DeepseekConfig {
   }
 };
 
+// DeepSeek-V4 hyperparameters (mHC residual streams, shared-KV attention with a sliding window
+// plus compressed branches, sqrt-softplus / hash-routed MoE), named as in HF config.json.
+//
+// Per layer (main layers, then MTP modules, which are always window-only): `attention` and
+// `compress_ratio` (0 for kSliding). CSA layers pool overlapping windows of 2 x ratio tokens and
+// select entries with the lightning indexer; HCA layers pool disjoint windows of `ratio` tokens
+// and attend to every visible entry.
+// Units: dims in elements; sliding_window and ratios in tokens.
+// Source: transformers 5.24 DeepseekV4Config (layer_types / compress_rates / mlp_layer_types,
+//   and the release's legacy compress_ratios / num_hash_layers / qk_rope_head_dim it folds in).
+struct DeepseekV4Config {
+  enum class Attention { kSliding, kCsa, kHca };
+  int q_lora_rank = 0;
+  int o_lora_rank = 0;
+  int o_groups = 1;
+  int sliding_window = 128;
+  std::vector<Attention> attention;  // [num_layers + num_nextn_predict_layers]
+  std::vector<int> compress_ratio;   // same length; 0 for kSliding
+  std::vector<bool> hash_routed;     // [num_layers]: expert choice from tid2eid[token]
+  float compress_rope_theta = 160000.0f;
+  std::optional<YarnScaling> compress_yarn;  // YaRN of the compress rope (absent: plain)
+  float compress_rope_mscale = 1.0f;         // YaRN attention_factor on the compress cos/sin
+  int index_n_heads = 0;
+  int index_head_dim = 0;
+  int index_topk = 0;
+  int hc_mult = 4;
+  int hc_sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;
+  int n_routed_experts = 0;
+  int n_shared_experts = 1;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
+  float routed_scaling_factor = 1.0f;
+  float swiglu_limit = 10.0f;  // gate <= limit, |up| <= limit (applied as configured)
+  int num_nextn_predict_layers = 0;
+};
+
 // Hyperparameters of a decoder-only transformer, filled by a file-format reader.
 //
 // Units: lengths in tokens; dims in elements.
@@ -110,6 +147,7 @@ struct ModelConfig {
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool tied_embeddings = false;            // output projection reuses token_embd
   std::optional<DeepseekConfig> deepseek;  // set for "deepseek_v3" / "deepseek_v2"
+  std::optional<DeepseekV4Config> deepseek_v4;  // set for "deepseek_v4"
 };
 
 // Special-token kinds as stored in GGUF `tokenizer.ggml.token_type`.

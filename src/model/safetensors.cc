@@ -28,6 +28,7 @@ DType DTypeFromName(const std::string& s) {
   if (s == "F16") return DType::kF16;
   if (s == "BF16") return DType::kBF16;
   if (s == "F8_E4M3") return DType::kF8E4M3;
+  if (s == "I64") return DType::kI64;
   return DType::kInvalid;
 }
 
@@ -106,7 +107,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(const ui
     if (t.dtype == DType::kInvalid) {
       return UnimplementedError("unsupported_dtype",
                                 fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, "
-                                            "BF16, F8_E4M3)",
+                                            "BF16, F8_E4M3, I64)",
                                             label, name, dtype_name));
     }
     if (sh->size() > static_cast<size_t>(kMaxDims)) {

@@ -107,11 +107,16 @@ TEST(SafetensorsTest, RejectsUnsupportedDtype) {
 // The C++ generator draws the same weights as tests/reference/synthetic_weights.py, byte for
 // byte (the sha256 of all tensors in recipe order is in each golden.json).
 TEST(SyntheticCheckpointTest, WeightsEqualThePythonGeneratorsBitForBit) {
-  for (const char* name : {"v3_qlora", "v3_direct_q", "v3_groups_yarn", "v2_lite", "v3_qlora_fp8",
-                           "v3_groups_yarn_fp8"}) {
-    std::ifstream g(DeepseekGoldenDir(name) + "/golden.json");
-    std::ifstream r(DeepseekGoldenDir(name) + "/weights.json");
-    ASSERT_TRUE(g && r) << "golden missing: run tests/reference/make_deepseek_v3_golden.py";
+  const std::pair<const char*, const char*> cases[] = {
+      {"v3_qlora", "deepseek_v3"},         {"v3_direct_q", "deepseek_v3"},
+      {"v3_groups_yarn", "deepseek_v3"},   {"v2_lite", "deepseek_v3"},
+      {"v3_qlora_fp8", "deepseek_v3"},     {"v3_groups_yarn_fp8", "deepseek_v3"},
+      {"v4_flash_tiny", "deepseek_v4"},    {"v4_rates", "deepseek_v4"},
+      {"v4_hf_names", "deepseek_v4"}};  // the V4 recipes hold I64 tables too
+  for (const auto& [name, family] : cases) {
+    std::ifstream g(DeepseekGoldenDir(name, family) + "/golden.json");
+    std::ifstream r(DeepseekGoldenDir(name, family) + "/weights.json");
+    ASSERT_TRUE(g && r) << "golden missing: run tests/reference/make_deepseek_v*_golden.py";
     auto tensors = DrawSyntheticTensors(nlohmann::json::parse(r));
     ASSERT_TRUE(tensors.ok()) << tensors.status();
     std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);

@@ -103,15 +103,31 @@ absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohman
                          t.at("dtype").get<std::string>(),
                          t.at("shape").get<std::vector<int64_t>>(),
                          {}};
-      if (e.dtype != "BF16" && e.dtype != "F32") return BadRecipe("unsupported dtype " + e.dtype);
+      if (e.dtype != "BF16" && e.dtype != "F32" && e.dtype != "I64") {
+        return BadRecipe("unsupported dtype " + e.dtype);
+      }
       int64_t n = 1;
       for (int64_t d : e.shape) {
         if (d <= 0 || d > (int64_t{1} << 30) / n) return BadRecipe("bad shape of " + e.name);
         n *= d;
       }
+      const uint64_t key = Mix64((seed << 32) | index++);
+      if (e.dtype == "I64") {
+        // Row r holds (b_r + j) mod m, b_r = draw of the row's first element >> 40.
+        const int64_t m = t.at("modulus").get<int64_t>();
+        if (e.shape.size() != 2 || m <= 0) return BadRecipe("bad I64 table " + e.name);
+        const int64_t k = e.shape[1];
+        e.bytes.reserve(n * 8);
+        for (int64_t r = 0; r < e.shape[0]; ++r) {
+          const uint64_t z = Mix64(key + static_cast<uint64_t>(r * k + 1) * kGoldenGamma);
+          const int64_t base = static_cast<int64_t>(z >> 40);
+          for (int64_t j = 0; j < k; ++j) Append(e.bytes, static_cast<int64_t>((base + j) % m));
+        }
+        out.push_back(std::move(e));
+        continue;
+      }
       const double center = t.at("center").get<double>();
       const double half_width = t.at("half_width").get<double>();
-      const uint64_t key = Mix64((seed << 32) | index++);
       e.bytes.reserve(n * (e.dtype == "BF16" ? 2 : 4));
       for (int64_t i = 0; i < n; ++i) {
         const uint64_t z = Mix64(key + static_cast<uint64_t>(i + 1) * kGoldenGamma);

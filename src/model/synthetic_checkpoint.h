@@ -6,8 +6,11 @@
 // (tests/reference/synthetic_weights.py, "splitmix64-uniform/1"), so no weights are committed.
 //
 // Recipe JSON: {"generator": "splitmix64-uniform/1", "seed": S, "shards": N,
-//   "tensors": [{"name", "shape": [..], "dtype": "BF16" | "F32", "center", "half_width"}, ...],
+//   "tensors": [{"name", "shape": [..], "dtype": "BF16" | "F32", "center", "half_width"} or
+//   {"name", "shape": [rows, k], "dtype": "I64", "modulus": m}, ...],
 //   optional "fp8": {"format": "e4m3fn", "block": 128, "tensors": [names]}}.
+// I64 tables (DeepSeek-V4's tid2eid): row r is (b_r + j) mod m for j < k, with b_r = z >> 40 of
+// the row's first element (so k distinct values per row when k <= m).
 // Element i of tensor t: key = mix64((S << 32) | t), z = mix64(key + (i + 1) * 0x9E3779B97F4A7C15),
 // x = ((z >> 40) - 2^23) / 2^23, v = float32(center + half_width * x) in float64 arithmetic;
 // BF16 stores v rounded to nearest even. FP8 tensors are quantized per block x block tile:

@@ -15,26 +15,29 @@
 
 namespace deepinfer::model {
 
-// The tiny DeepSeek test checkpoint `name` (a folder of tests/golden/deepseek_v3), generated from
-// its weight recipe into the build tree on first use (see SyntheticCheckpoint).
-inline absl::StatusOr<std::string> DeepseekTestCheckpoint(const std::string& name) {
-  return SyntheticCheckpoint(std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name,
-                             std::string(DI_TESTDATA_DIR) + "/deepseek_v3");
+// The tiny DeepSeek test checkpoint `name` (a folder of tests/golden/<family>, family
+// "deepseek_v3" or "deepseek_v4"), generated from its weight recipe into the build tree on first
+// use (see SyntheticCheckpoint).
+inline absl::StatusOr<std::string> DeepseekTestCheckpoint(const std::string& name,
+                                                          const std::string& family = "deepseek_v3") {
+  return SyntheticCheckpoint(std::string(DI_SOURCE_DIR) + "/tests/golden/" + family + "/" + name,
+                             std::string(DI_TESTDATA_DIR) + "/" + family);
 }
 
 // The golden folder of `name` (golden.json, logits.json.gz).
-inline std::string DeepseekGoldenDir(const std::string& name) {
-  return std::string(DI_SOURCE_DIR) + "/tests/golden/deepseek_v3/" + name;
+inline std::string DeepseekGoldenDir(const std::string& name,
+                                     const std::string& family = "deepseek_v3") {
+  return std::string(DI_SOURCE_DIR) + "/tests/golden/" + family + "/" + name;
 }
 
 // A private copy of the test checkpoint `name` in a temporary folder, for tests that break it
 // (edit config.json, patch bytes of a shard). Removed with the object.
 class CheckpointCopy {
  public:
-  explicit CheckpointCopy(const std::string& name) {
+  explicit CheckpointCopy(const std::string& name, const std::string& family = "deepseek_v3") {
     char tmpl[] = "/tmp/di_hf_test_XXXXXX";
     dir_ = mkdtemp(tmpl);
-    auto source = DeepseekTestCheckpoint(name);
+    auto source = DeepseekTestCheckpoint(name, family);
     EXPECT_TRUE(source.ok()) << source.status();
     if (source.ok()) std::filesystem::copy(*source, dir_, std::filesystem::copy_options::recursive);
   }

@@ -12,6 +12,9 @@ Element i of tensor number t (0-based, recipe order) under seed s:
   x   = ((z >> 40) - 2^23) / 2^23                             (exact, in [-1, 1))
   v   = float32(center + half_width * x)                      (float64 multiply, then add)
   BF16 tensors store v rounded to nearest even bfloat16, F32 tensors store v.
+I64 tensors (integer tables such as DeepSeek-V4's hash-routing `tid2eid` [rows, k]) take no
+centre or half-width but a "modulus" m: row r holds (b_r + j) mod m for j = 0..k-1, where
+b_r = (z of element r*k) >> 40, so every row is k distinct values when k <= m.
 mix64 is the splitmix64 finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number
 generators", OOPSLA 2014; constants from Vigna's splitmix64.c).
 """
@@ -33,12 +36,17 @@ def _mix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-def draw(seed, index, n, center, half_width):
-    """float32 values of one tensor (before any bfloat16 rounding)."""
+def _draw_bits(seed, index, n):
+    """The raw 64-bit draws z of one tensor."""
     with np.errstate(over="ignore"):
         key = _mix64(np.array([(seed << 32) | index], dtype=np.uint64))[0]
         i = np.arange(1, n + 1, dtype=np.uint64)
-        z = _mix64(key + i * np.uint64(GOLDEN_GAMMA))
+        return _mix64(key + i * np.uint64(GOLDEN_GAMMA))
+
+
+def draw(seed, index, n, center, half_width):
+    """float32 values of one tensor (before any bfloat16 rounding)."""
+    z = _draw_bits(seed, index, n)
     x = ((z >> np.uint64(40)).astype(np.float64) - 2.0**23) / 2.0**23
     return (center + half_width * x).astype(np.float32)
 
@@ -57,11 +65,23 @@ def entry(name, shape, dtype="BF16", std=None, center=0.0, half_width=None):
                 half_width=float(half_width))
 
 
+def int_entry(name, shape, modulus):
+    """A recipe entry for an I64 table (see the module docstring)."""
+    return dict(name=name, shape=list(shape), dtype="I64", modulus=int(modulus))
+
+
 def tensors(recipe):
     """Yields (name, shape, dtype, numpy array) in recipe order: uint16 bits for BF16,
-    float32 for F32."""
+    float32 for F32, int64 for I64."""
     for t, e in enumerate(recipe["tensors"]):
         n = int(np.prod(e["shape"])) if e["shape"] else 1
+        if e["dtype"] == "I64":
+            rows, k = e["shape"]
+            z = _draw_bits(recipe["seed"], t, n)
+            base = (z[::k] >> np.uint64(40)).astype(np.int64)
+            v = (base[:, None] + np.arange(k, dtype=np.int64)[None, :]) % e["modulus"]
+            yield e["name"], tuple(e["shape"]), "I64", v.astype(np.int64)
+            continue
         v = draw(recipe["seed"], t, n, e["center"], e["half_width"])
         if e["dtype"] == "BF16":
             v = to_bf16_bits(v)

@@ -111,7 +111,9 @@ float AbsMax32(const float* x) {
 
 }  // namespace
 
-bool HasCpuKernel(DType t) { return model::BlockSize(t) > 0 && t != DType::kF8E4M3; }
+bool HasCpuKernel(DType t) {
+  return model::BlockSize(t) > 0 && t != DType::kF8E4M3 && t != DType::kI64;
+}
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   DI_CHECK(HasCpuKernel(t));

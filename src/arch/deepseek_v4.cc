@@ -1,0 +1,923 @@
+// DeepSeek-V4 forward pass (mHC + sliding-window / compressed attention + MoE) over a paged
+// per-token cache. One call handles any mix of prefill chunks and decode tokens from many
+// sequences; projections run once over all tokens of the step, routed experts once over the
+// tokens sent to each expert. Every per-token quantity lives in the token's own cache slot, so a
+// sequence's logits do not depend on how its tokens were chunked or batched.
+
+#include "arch/deepseek_v4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "arch/rope.h"
+#include "fmt/format.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
+#include "model/tensor_values.h"
+#include "util/status.h"
+
+namespace deepinfer::arch {
+namespace {
+
+using model::TensorView;
+using Attn = model::DeepseekV4Config::Attention;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// One mHC site: fn [(2 + hc) hc, hc H] f32, base [(2 + hc) hc], scale [3].
+struct HcSite {
+  const TensorView* fn = nullptr;
+  std::vector<float> base, scale;
+};
+
+// A compressor: a = wkv x, z = wgate x ([coff * dim] each); ape [ratio, coff * dim]; norm [dim].
+struct Compressor {
+  const TensorView* wkv = nullptr;
+  const TensorView* wgate = nullptr;
+  std::vector<float> ape, norm;
+  int dim = 0;
+  int coff = 1;  // 2: overlapping windows (CSA)
+};
+
+struct Expert {
+  const TensorView* w1 = nullptr;  // gate [I, H]
+  const TensorView* w3 = nullptr;  // up [I, H]
+  const TensorView* w2 = nullptr;  // down [H, I]
+};
+
+struct Layer {
+  Attn kind = Attn::kSliding;
+  int ratio = 0;
+  HcSite hc_attn, hc_ffn;
+  std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sink;
+  const TensorView* wq_a = nullptr;
+  const TensorView* wq_b = nullptr;
+  const TensorView* wkv = nullptr;
+  const TensorView* wo_a = nullptr;
+  const TensorView* wo_b = nullptr;
+  Compressor comp, index_comp;
+  const TensorView* index_wq_b = nullptr;
+  const TensorView* index_weights = nullptr;
+  const TensorView* router = nullptr;
+  std::vector<float> router_bias;   // non-hash layers
+  std::vector<int32_t> tid2eid;     // hash layers: [vocab, k]
+  std::vector<Expert> experts;
+  Expert shared;
+  bool has_shared = false;
+  // Float offsets inside a token's cache slot.
+  int64_t off_a = 0, off_z = 0, off_entry = 0, off_ia = 0, off_iz = 0, off_ikey = 0;
+  int64_t slot_floats = 0;
+};
+
+class DeepseekV4Impl final : public CausalLm {
+ public:
+  explicit DeepseekV4Impl(const model::Model& m)
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4) {}
+
+  absl::Status Init();
+  const model::ModelConfig& config() const override { return cfg_; }
+  int64_t kv_floats_per_token() const override { return kv_floats_; }
+  void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+               util::ThreadPool& pool) override;
+
+ private:
+  absl::StatusOr<const TensorView*> Checked(const std::string& name,
+                                            const std::vector<int64_t>& shape);
+  absl::StatusOr<std::vector<float>> Vec(const std::string& name, std::vector<int64_t> shape);
+  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
+    return Checked(name, {rows, cols});
+  }
+  absl::StatusOr<HcSite> LoadHc(const std::string& prefix, int64_t mix_rows);
+  absl::StatusOr<Compressor> LoadCompressor(const std::string& prefix, int dim, int coff,
+                                            int ratio);
+  absl::StatusOr<std::vector<int32_t>> LoadTid2eid(const std::string& name);
+  absl::StatusOr<Layer> LoadLayer(int l);
+
+  void Prepare(const ForwardBatch& batch);
+  void HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool);
+  void HcPost(int64_t T);
+  void RopeRow(float* x, const float* cos, const float* sin, bool inverse) const;
+  void Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
+                 util::ThreadPool& pool);
+  void EmitEntries(const Layer& L, const Compressor& c, int64_t off_a, int64_t off_z,
+                   int64_t off_out, int kv_layer, const SequenceSlice& s, KvCache& kv);
+  void SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
+                     util::ThreadPool& pool);
+  void Moe(const Layer& L, const int32_t* tokens, int64_t T, util::ThreadPool& pool);
+  void RunExpert(const Expert& e, const float* in, int64_t n, float* out, util::ThreadPool& pool);
+
+  const model::Model& model_;
+  model::ModelConfig cfg_;
+  model::DeepseekV4Config ds_;
+  absl::flat_hash_set<std::string> used_;
+  std::vector<Layer> layers_;
+  const TensorView* embed_ = nullptr;
+  const TensorView* head_ = nullptr;
+  std::vector<float> final_norm_;
+  HcSite hc_head_;  // fn [hc, hc H], base [hc], scale [1]
+  std::vector<float> inv_freq_main_, inv_freq_compress_;
+  float compress_mscale_ = 1.0f;
+  int64_t kv_floats_ = 0;
+
+  // Scratch, grown on demand.
+  std::vector<float> streams_, streams_next_, hc_mix_, hc_post_, hc_comb_, x_, h_, qr_, q_, kvrow_;
+  std::vector<float> ca_, cz_, ia_, iz_, iq_, iw_, attn_, grouped_, oa_, out_, tmp_;
+  std::vector<float> cos_main_, sin_main_, cos_comp_, sin_comp_, rows_;
+  std::vector<float> router_logits_, route_w_, moe_in_, moe_gate_, moe_up_, moe_out_;
+  std::vector<float> thread_scratch_;
+  std::vector<int32_t> thread_order_;
+  std::vector<const float*> thread_keys_;
+  std::vector<int32_t> positions_, route_idx_, expert_count_, expert_tokens_, expert_fill_;
+  std::vector<float> expert_weights_;
+  // Selected compressed entries per token of a CSA layer: [T, index_topk], -1 padded.
+  std::vector<int32_t> selected_;
+  int64_t thread_stride_ = 0;
+};
+
+template <typename V>
+void Grow(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+absl::StatusOr<const TensorView*> DeepseekV4Impl::Checked(const std::string& name,
+                                                          const std::vector<int64_t>& shape) {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
+  if (t->shape != shape) {
+    return InvalidArgumentError(
+        "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
+                                      model::ShapeString(t->shape), model::ShapeString(shape)));
+  }
+  if (!kernels::HasCpuKernel(t->dtype)) {
+    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
+                                                               model::DTypeName(t->dtype)));
+  }
+  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/shape.size() == 1));
+  used_.insert(name);
+  return t;
+}
+
+absl::StatusOr<std::vector<float>> DeepseekV4Impl::Vec(const std::string& name,
+                                                       std::vector<int64_t> shape) {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, Checked(name, shape));
+  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/true));
+  const int64_t n = t->num_elements();
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t r = 0; r < t->rows(); ++r) {
+    kernels::DequantizeRow(t->dtype, t->row(r), v.data() + r * t->cols(), t->cols());
+  }
+  return v;
+}
+
+absl::StatusOr<HcSite> DeepseekV4Impl::LoadHc(const std::string& p, int64_t mix_rows) {
+  HcSite s;
+  const int64_t hc = ds_.hc_mult;
+  DI_ASSIGN_OR_RETURN(s.fn, Mat(p + "fn", mix_rows, hc * cfg_.hidden));
+  DI_RETURN_IF_ERROR(model::CheckFinite(*s.fn, /*full=*/true));
+  DI_ASSIGN_OR_RETURN(s.base, Vec(p + "base", {mix_rows}));
+  DI_ASSIGN_OR_RETURN(s.scale, Vec(p + "scale", {mix_rows == hc ? 1 : 3}));
+  return s;
+}
+
+absl::StatusOr<Compressor> DeepseekV4Impl::LoadCompressor(const std::string& p, int dim, int coff,
+                                                          int ratio) {
+  Compressor c;
+  c.dim = dim;
+  c.coff = coff;
+  DI_ASSIGN_OR_RETURN(c.wkv, Mat(p + "wkv.weight", int64_t{coff} * dim, cfg_.hidden));
+  DI_ASSIGN_OR_RETURN(c.wgate, Mat(p + "wgate.weight", int64_t{coff} * dim, cfg_.hidden));
+  DI_ASSIGN_OR_RETURN(c.ape, Vec(p + "ape", {ratio, int64_t{coff} * dim}));
+  DI_ASSIGN_OR_RETURN(c.norm, Vec(p + "norm.weight", {dim}));
+  return c;
+}
+
+// The hash-routing table: int64 in the release, F32/BF16 (integral values) accepted too.
+absl::StatusOr<std::vector<int32_t>> DeepseekV4Impl::LoadTid2eid(const std::string& name) {
+  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
+  const int64_t k = ds_.num_experts_per_tok;
+  if (t->shape != std::vector<int64_t>{cfg_.vocab, k}) {
+    return InvalidArgumentError(
+        "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
+                                      model::ShapeString(t->shape),
+                                      model::ShapeString({cfg_.vocab, k})));
+  }
+  const int64_t n = t->num_elements();
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t r = 0; r < cfg_.vocab; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      double v = 0;
+      if (t->dtype == model::DType::kI64) {
+        int64_t x;
+        std::memcpy(&x, t->data + (r * k + j) * 8, 8);
+        v = static_cast<double>(x);
+      } else if (kernels::HasCpuKernel(t->dtype) && !model::IsQuantized(t->dtype)) {
+        if (j == 0) kernels::DequantizeRow(t->dtype, t->row(r), row.data(), k);
+        v = row[j];
+      } else {
+        return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}",
+                                                                   name,
+                                                                   model::DTypeName(t->dtype)));
+      }
+      if (!(v >= 0 && v < ds_.n_routed_experts) || v != std::floor(v)) {
+        return InvalidArgumentError(
+            "bad_tensor", fmt::format("tensor '{}' row {} names expert {} (experts: {})", name, r,
+                                      v, ds_.n_routed_experts));
+      }
+      out[r * k + j] = static_cast<int32_t>(v);
+    }
+  }
+  used_.insert(name);
+  return out;
+}
+
+absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(int l) {
+  const std::string p = fmt::format("layers.{}.", l), a = p + "attn.", f = p + "ffn.";
+  const int64_t H = cfg_.hidden, nh = cfg_.num_heads, hd = cfg_.head_dim;
+  const int64_t hc = ds_.hc_mult, mix = (2 + hc) * hc;
+  Layer L;
+  L.kind = ds_.attention[l];
+  L.ratio = ds_.compress_ratio[l];
+  DI_ASSIGN_OR_RETURN(L.hc_attn, LoadHc(p + "hc_attn_", mix));
+  DI_ASSIGN_OR_RETURN(L.hc_ffn, LoadHc(p + "hc_ffn_", mix));
+  DI_ASSIGN_OR_RETURN(L.attn_norm, Vec(p + "attn_norm.weight", {H}));
+  DI_ASSIGN_OR_RETURN(L.ffn_norm, Vec(p + "ffn_norm.weight", {H}));
+  DI_ASSIGN_OR_RETURN(L.sink, Vec(a + "attn_sink", {nh}));
+  DI_ASSIGN_OR_RETURN(L.wq_a, Mat(a + "wq_a.weight", ds_.q_lora_rank, H));
+  DI_ASSIGN_OR_RETURN(L.q_norm, Vec(a + "q_norm.weight", {ds_.q_lora_rank}));
+  DI_ASSIGN_OR_RETURN(L.wq_b, Mat(a + "wq_b.weight", nh * hd, ds_.q_lora_rank));
+  DI_ASSIGN_OR_RETURN(L.wkv, Mat(a + "wkv.weight", hd, H));
+  DI_ASSIGN_OR_RETURN(L.kv_norm, Vec(a + "kv_norm.weight", {hd}));
+  DI_ASSIGN_OR_RETURN(L.wo_a, Mat(a + "wo_a.weight", int64_t{ds_.o_groups} * ds_.o_lora_rank,
+                                  nh * hd / ds_.o_groups));
+  DI_ASSIGN_OR_RETURN(L.wo_b, Mat(a + "wo_b.weight", H, int64_t{ds_.o_groups} * ds_.o_lora_rank));
+  int64_t off = hd;
+  if (L.kind != Attn::kSliding) {
+    const int coff = L.kind == Attn::kCsa ? 2 : 1;
+    DI_ASSIGN_OR_RETURN(L.comp, LoadCompressor(a + "compressor.", static_cast<int>(hd), coff,
+                                               L.ratio));
+    L.off_a = off;
+    L.off_z = off + coff * hd;
+    L.off_entry = off + 2 * coff * hd;
+    off = L.off_entry + hd;
+  }
+  if (L.kind == Attn::kCsa) {
+    const int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
+    DI_ASSIGN_OR_RETURN(L.index_wq_b, Mat(a + "indexer.wq_b.weight", ih * ihd, ds_.q_lora_rank));
+    DI_ASSIGN_OR_RETURN(L.index_weights, Mat(a + "indexer.weights_proj.weight", ih, H));
+    DI_ASSIGN_OR_RETURN(L.index_comp, LoadCompressor(a + "indexer.compressor.",
+                                                     static_cast<int>(ihd), 2, L.ratio));
+    L.off_ia = off;
+    L.off_iz = off + 2 * ihd;
+    L.off_ikey = off + 4 * ihd;
+    off = L.off_ikey + ihd;
+  }
+  L.slot_floats = off;
+  const int64_t E = ds_.n_routed_experts, I = ds_.moe_intermediate_size;
+  DI_ASSIGN_OR_RETURN(L.router, Mat(f + "gate.weight", E, H));
+  if (l < cfg_.num_layers && ds_.hash_routed[l]) {
+    DI_ASSIGN_OR_RETURN(L.tid2eid, LoadTid2eid(f + "gate.tid2eid"));
+  } else {
+    DI_ASSIGN_OR_RETURN(L.router_bias, Vec(f + "gate.bias", {E}));
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = fmt::format("{}experts.{}.", f, e);
+    Expert ex;
+    DI_ASSIGN_OR_RETURN(ex.w1, Mat(x + "w1.weight", I, H));
+    DI_ASSIGN_OR_RETURN(ex.w3, Mat(x + "w3.weight", I, H));
+    DI_ASSIGN_OR_RETURN(ex.w2, Mat(x + "w2.weight", H, I));
+    L.experts.push_back(ex);
+  }
+  if (ds_.n_shared_experts > 0) {
+    const std::string x = f + "shared_experts.";
+    DI_ASSIGN_OR_RETURN(L.shared.w1, Mat(x + "w1.weight", I, H));
+    DI_ASSIGN_OR_RETURN(L.shared.w3, Mat(x + "w3.weight", I, H));
+    DI_ASSIGN_OR_RETURN(L.shared.w2, Mat(x + "w2.weight", H, I));
+    L.has_shared = true;
+  }
+  return L;
+}
+
+absl::Status DeepseekV4Impl::Init() {
+  const int64_t H = cfg_.hidden, hc = ds_.hc_mult;
+  if (cfg_.head_dim % 2 != 0 || cfg_.rope_dim > cfg_.head_dim || ds_.n_routed_experts <= 0 ||
+      static_cast<int>(ds_.attention.size()) < cfg_.num_layers ||
+      static_cast<int>(ds_.hash_routed.size()) < cfg_.num_layers || ds_.index_topk <= 0) {
+    return InvalidArgumentError("bad_config", "inconsistent DeepSeek-V4 dimensions");
+  }
+  DI_ASSIGN_OR_RETURN(embed_, Mat("embed.weight", cfg_.vocab, H));
+  DI_ASSIGN_OR_RETURN(final_norm_, Vec("norm.weight", {H}));
+  if (cfg_.tied_embeddings && model_.Find("head.weight") == nullptr) {
+    head_ = embed_;
+  } else {
+    DI_ASSIGN_OR_RETURN(head_, Mat("head.weight", cfg_.vocab, H));
+  }
+  DI_ASSIGN_OR_RETURN(hc_head_.fn, Mat("hc_head_fn", hc, hc * H));
+  DI_RETURN_IF_ERROR(model::CheckFinite(*hc_head_.fn, /*full=*/true));
+  DI_ASSIGN_OR_RETURN(hc_head_.base, Vec("hc_head_base", {hc}));
+  DI_ASSIGN_OR_RETURN(hc_head_.scale, Vec("hc_head_scale", {1}));
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
+    kv_floats_ = std::max(kv_floats_, L.slot_floats);
+    layers_.push_back(std::move(L));
+  }
+  // The MTP block ("mtp.*") is not read yet; every other tensor must have a place.
+  for (const auto& [name, t] : model_.tensors) {
+    if (used_.contains(name) || name.rfind("mtp.", 0) == 0) continue;
+    return InvalidArgumentError("unexpected_tensor",
+                                fmt::format("tensor '{}' is not part of a DeepSeek-V4 model "
+                                            "with this config",
+                                            name));
+  }
+  inv_freq_main_ = ComputeRopeFrequencies(cfg_.rope_dim, cfg_.rope_theta, std::nullopt).inv_freq;
+  inv_freq_compress_ =
+      ComputeRopeFrequencies(cfg_.rope_dim, ds_.compress_rope_theta, ds_.compress_yarn).inv_freq;
+  compress_mscale_ = ds_.compress_rope_mscale;
+  return absl::OkStatus();
+}
+
+// cos/sin of `position` for a table, float32 angle as transformers (inv_freq @ position).
+void RopeAt(const std::vector<float>& inv_freq, float mscale, int32_t position, float* cos,
+            float* sin) {
+  const float p = static_cast<float>(position);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    const float angle = inv_freq[i] * p;
+    cos[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * mscale;
+    sin[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * mscale;
+  }
+}
+
+void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
+  const int64_t T = batch.num_tokens, half = cfg_.rope_dim / 2;
+  Grow(positions_, T);
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
+  }
+  Grow(cos_main_, T * half);
+  Grow(sin_main_, T * half);
+  Grow(cos_comp_, T * half);
+  Grow(sin_comp_, T * half);
+  for (int64_t t = 0; t < T; ++t) {
+    RopeAt(inv_freq_main_, 1.0f, positions_[t], cos_main_.data() + t * half,
+           sin_main_.data() + t * half);
+    RopeAt(inv_freq_compress_, compress_mscale_, positions_[t], cos_comp_.data() + t * half,
+           sin_comp_.data() + t * half);
+  }
+}
+
+// Interleaved RoPE on the last rope_dim values of x (head_dim long): pairs (2i, 2i+1) of the
+// rotary slice; `inverse` rotates by the conjugate (-sin), as transformers undoes the rotation
+// that V picked up.
+void DeepseekV4Impl::RopeRow(float* x, const float* c, const float* s, bool inverse) const {
+  const int half = cfg_.rope_dim / 2;
+  const float sign = inverse ? -1.0f : 1.0f;
+  for (int i = 0; i < half; ++i) {
+    const float a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * c[i] - b * (sign * s[i]);
+    x[2 * i + 1] = b * c[i] + a * (sign * s[i]);
+  }
+}
+
+// mHC at one site: from the streams X [T, hc, H] computes post [T, hc], comb [T, hc, hc] (in
+// hc_post_ / hc_comb_) and the collapsed input x_ [T, H] = sum_j pre_j X_j.
+void DeepseekV4Impl::HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool) {
+  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H, mix = (2 + hc) * hc;
+  const float eps = cfg_.rms_norm_eps, heps = ds_.hc_eps;
+  Grow(tmp_, T * D);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xs = streams_.data() + t * D;
+    float acc = 0;
+    for (int64_t i = 0; i < D; ++i) acc += xs[i] * xs[i];
+    const float rs = 1.0f / std::sqrt(acc / static_cast<float>(D) + eps);
+    float* out = tmp_.data() + t * D;
+    for (int64_t i = 0; i < D; ++i) out[i] = xs[i] * rs;
+  }
+  Grow(hc_mix_, T * mix);
+  kernels::MatMul(*site.fn, tmp_.data(), T, hc_mix_.data(), pool);
+  Grow(hc_post_, T * hc);
+  Grow(hc_comb_, T * hc * hc);
+  Grow(x_, T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* m = hc_mix_.data() + t * mix;
+    float pre[64];
+    for (int64_t j = 0; j < hc; ++j) {
+      pre[j] = 1.0f / (1.0f + std::exp(-(m[j] * site.scale[0] + site.base[j]))) + heps;
+      hc_post_[t * hc + j] =
+          2.0f / (1.0f + std::exp(-(m[hc + j] * site.scale[1] + site.base[hc + j])));
+    }
+    float* comb = hc_comb_.data() + t * hc * hc;  // [j][k]
+    for (int64_t j = 0; j < hc; ++j) {
+      float* row = comb + j * hc;
+      for (int64_t k = 0; k < hc; ++k) {
+        row[k] = m[2 * hc + j * hc + k] * site.scale[2] + site.base[2 * hc + j * hc + k];
+      }
+      kernels::SoftmaxInPlace(row, hc);
+      for (int64_t k = 0; k < hc; ++k) row[k] += heps;
+    }
+    auto col_norm = [&] {
+      for (int64_t k = 0; k < hc; ++k) {
+        float sum = 0;
+        for (int64_t j = 0; j < hc; ++j) sum += comb[j * hc + k];
+        for (int64_t j = 0; j < hc; ++j) comb[j * hc + k] /= sum + heps;
+      }
+    };
+    col_norm();
+    for (int it = 1; it < ds_.hc_sinkhorn_iters; ++it) {
+      for (int64_t j = 0; j < hc; ++j) {
+        float sum = 0;
+        for (int64_t k = 0; k < hc; ++k) sum += comb[j * hc + k];
+        for (int64_t k = 0; k < hc; ++k) comb[j * hc + k] /= sum + heps;
+      }
+      col_norm();
+    }
+    float* x = x_.data() + t * H;
+    const float* xs = streams_.data() + t * D;
+    for (int64_t i = 0; i < H; ++i) {
+      float acc = 0;
+      for (int64_t j = 0; j < hc; ++j) acc += pre[j] * xs[j * H + i];
+      x[i] = acc;
+    }
+  }
+}
+
+// X'_k = post_k * y + sum_j comb[j][k] X_j with the sublayer output y in out_ [T, H].
+void DeepseekV4Impl::HcPost(int64_t T) {
+  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H;
+  Grow(streams_next_, T * D);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xs = streams_.data() + t * D;
+    const float* y = out_.data() + t * H;
+    const float* comb = hc_comb_.data() + t * hc * hc;
+    float* dst = streams_next_.data() + t * D;
+    for (int64_t k = 0; k < hc; ++k) {
+      const float post = hc_post_[t * hc + k];
+      float* d = dst + k * H;
+      for (int64_t i = 0; i < H; ++i) {
+        float acc = post * y[i];
+        for (int64_t j = 0; j < hc; ++j) acc += comb[j * hc + k] * xs[j * H + i];
+        d[i] = acc;
+      }
+    }
+  }
+  std::swap(streams_, streams_next_);
+}
+
+// Writes the entries that the slice's tokens close: entry j (ratio r) pools the tokens of
+// window j (and, overlapping, the first halves of window j - 1) by a per-channel softmax of
+// z + ape over those tokens, then kv norm and RoPE at position r j; stored in the slot of
+// position r (j + 1) - 1 at `off_out`.
+void DeepseekV4Impl::EmitEntries(const Layer& L, const Compressor& c, int64_t off_a,
+                                 int64_t off_z, int64_t off_out, int kv_layer,
+                                 const SequenceSlice& s, KvCache& kv) {
+  const int r = L.ratio, dim = c.dim, coff = c.coff;
+  const int half = cfg_.rope_dim / 2;
+  std::vector<float>& buf = rows_;
+  Grow(buf, int64_t{4} * dim + 2 * half);
+  float* num = buf.data();
+  float* den = num + dim;
+  float* mx = den + dim;
+  float* cs = mx + dim + dim;
+  float* sn = cs + half;
+  auto slot = [&](int32_t pos) {
+    return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
+  };
+  for (int32_t i = 0; i < s.num_tokens; ++i) {
+    const int32_t p = s.start_pos + i;
+    if ((p + 1) % r != 0) continue;
+    const int32_t j = (p + 1) / r - 1, first = r * j;
+    // Members: (position, channel offset within a/z, ape row offset).
+    std::fill(mx, mx + dim, kNegInf);
+    auto visit = [&](auto&& fn) {
+      if (coff == 2 && j > 0) {
+        for (int t = 0; t < r; ++t) fn(first - r + t, 0, t * coff * dim);
+      }
+      for (int t = 0; t < r; ++t) fn(first + t, coff == 2 ? dim : 0, t * coff * dim + (coff - 1) * dim);
+    };
+    visit([&](int32_t pos, int64_t ch, int64_t ape) {
+      const float* z = slot(pos) + off_z + ch;
+      for (int d = 0; d < dim; ++d) mx[d] = std::max(mx[d], z[d] + c.ape[ape + d]);
+    });
+    std::fill(num, num + dim, 0.0f);
+    std::fill(den, den + dim, 0.0f);
+    // Softmax weights first (as transformers: normalized, then the weighted sum).
+    visit([&](int32_t pos, int64_t ch, int64_t ape) {
+      const float* z = slot(pos) + off_z + ch;
+      for (int d = 0; d < dim; ++d) den[d] += std::exp(z[d] + c.ape[ape + d] - mx[d]);
+    });
+    visit([&](int32_t pos, int64_t ch, int64_t ape) {
+      const float* z = slot(pos) + off_z + ch;
+      const float* a = slot(pos) + off_a + ch;
+      for (int d = 0; d < dim; ++d) {
+        num[d] += a[d] * (std::exp(z[d] + c.ape[ape + d] - mx[d]) / den[d]);
+      }
+    });
+    float* out = slot(p) + off_out;
+    kernels::RmsNorm(num, c.norm.data(), 1, dim, cfg_.rms_norm_eps, out);
+    RopeAt(inv_freq_compress_, compress_mscale_, first, cs, sn);
+    RopeRow(out + dim - cfg_.rope_dim, cs, sn, /*inverse=*/false);
+  }
+}
+
+// CSA: the lightning indexer's choice of compressed entries for every token of the batch, into
+// selected_ [T, index_topk] (-1 padded).
+void DeepseekV4Impl::SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch,
+                                   KvCache& kv, util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
+  const int64_t K = ds_.index_topk, half = cfg_.rope_dim / 2;
+  Grow(iq_, T * ih * ihd);
+  Grow(iw_, T * ih);
+  kernels::MatMul(*L.index_wq_b, qr_.data(), T, iq_.data(), pool);
+  kernels::MatMul(*L.index_weights, h_.data(), T, iw_.data(), pool);
+  const float wscale = 1.0f / std::sqrt(static_cast<float>(ih));
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < ih; ++h) {
+      RopeRow(iq_.data() + (t * ih + h) * ihd + ihd - cfg_.rope_dim, cos_comp_.data() + t * half,
+              sin_comp_.data() + t * half, false);
+      iw_[t * ih + h] *= wscale;
+    }
+  }
+  Grow(selected_, T * K);
+  std::vector<int32_t> token_seq(static_cast<size_t>(T));
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const auto& s = batch.seqs[si];
+    for (int32_t i = 0; i < s.num_tokens; ++i) token_seq[s.token_offset + i] = static_cast<int32_t>(si);
+  }
+  int64_t max_entries = 0;
+  for (const auto& s : batch.seqs) {
+    max_entries = std::max<int64_t>(max_entries, (s.start_pos + s.num_tokens) / L.ratio);
+  }
+  const int64_t stride = max_entries + 1;
+  Grow(thread_scratch_, int64_t{pool.num_threads()} * stride);
+  Grow(thread_order_, int64_t{pool.num_threads()} * stride);
+  pool.ParallelFor(T, [&](int64_t begin, int64_t end, int thread) {
+    float* score = thread_scratch_.data() + thread * stride;
+    int32_t* order = thread_order_.data() + thread * stride;
+    for (int64_t t = begin; t < end; ++t) {
+      const SequenceSlice& s = batch.seqs[token_seq[t]];
+      const int32_t p = positions_[t];
+      const int32_t visible = (p + 1) / L.ratio;
+      int32_t* sel = selected_.data() + t * K;
+      std::fill(sel, sel + K, -1);
+      if (visible <= K) {
+        for (int32_t j = 0; j < visible; ++j) sel[j] = j;
+        continue;
+      }
+      const float* q = iq_.data() + t * ih * ihd;
+      const float* w = iw_.data() + t * ih;
+      for (int32_t j = 0; j < visible; ++j) {
+        const int32_t pos = L.ratio * (j + 1) - 1;
+        const float* key =
+            kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size) +
+            L.off_ikey;
+        float acc = 0;
+        for (int64_t h = 0; h < ih; ++h) {
+          const float d = kernels::Dot(q + h * ihd, key, ihd);
+          acc += std::max(d, 0.0f) * qscale * w[h];
+        }
+        score[j] = acc;
+        order[j] = j;
+      }
+      std::partial_sort(order, order + K, order + visible, [&](int32_t a, int32_t b) {
+        return score[a] > score[b] || (score[a] == score[b] && a < b);
+      });
+      std::copy(order, order + K, sel);
+    }
+  });
+}
+
+void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch& batch,
+                               KvCache& kv, util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, nh = cfg_.num_heads, hd = cfg_.head_dim;
+  const int64_t H = cfg_.hidden, half = cfg_.rope_dim / 2, rd = cfg_.rope_dim;
+  const bool compressed = L.kind != Attn::kSliding;
+  const float* cosv = compressed ? cos_comp_.data() : cos_main_.data();
+  const float* sinv = compressed ? sin_comp_.data() : sin_main_.data();
+  // Queries: q LoRA, per-head weightless RMS norm, RoPE.
+  Grow(qr_, T * ds_.q_lora_rank);
+  Grow(q_, T * nh * hd);
+  kernels::MatMul(*L.wq_a, h_.data(), T, qr_.data(), pool);
+  kernels::RmsNorm(qr_.data(), L.q_norm.data(), T, ds_.q_lora_rank, cfg_.rms_norm_eps, qr_.data());
+  kernels::MatMul(*L.wq_b, qr_.data(), T, q_.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < nh; ++h) {
+      float* q = q_.data() + (t * nh + h) * hd;
+      float ss = 0;
+      for (int64_t d = 0; d < hd; ++d) ss += q[d] * q[d];
+      const float rs = 1.0f / std::sqrt(ss / static_cast<float>(hd) + cfg_.rms_norm_eps);
+      for (int64_t d = 0; d < hd; ++d) q[d] *= rs;
+      RopeRow(q + hd - rd, cosv + t * half, sinv + t * half, false);
+    }
+  }
+  // This step's key/values (and compressor projections) into the tokens' slots.
+  Grow(kvrow_, T * hd);
+  kernels::MatMul(*L.wkv, h_.data(), T, kvrow_.data(), pool);
+  kernels::RmsNorm(kvrow_.data(), L.kv_norm.data(), T, hd, cfg_.rms_norm_eps, kvrow_.data());
+  for (int64_t t = 0; t < T; ++t) RopeRow(kvrow_.data() + t * hd + hd - rd, cosv + t * half, sinv + t * half, false);
+  const int64_t ca_width = compressed ? int64_t{L.comp.coff} * hd : 0;
+  const int64_t ia_width = L.kind == Attn::kCsa ? 2 * int64_t{ds_.index_head_dim} : 0;
+  if (compressed) {
+    Grow(ca_, T * ca_width);
+    Grow(cz_, T * ca_width);
+    const TensorView* ws[2] = {L.comp.wkv, L.comp.wgate};
+    float* ys[2] = {ca_.data(), cz_.data()};
+    kernels::MatMulGroup(ws, ys, 2, h_.data(), T, pool);
+  }
+  if (ia_width > 0) {
+    Grow(ia_, T * ia_width);
+    Grow(iz_, T * ia_width);
+    const TensorView* ws[2] = {L.index_comp.wkv, L.index_comp.wgate};
+    float* ys[2] = {ia_.data(), iz_.data()};
+    kernels::MatMulGroup(ws, ys, 2, h_.data(), T, pool);
+  }
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      const int32_t pos = s.start_pos + i;
+      const int64_t t = s.token_offset + i;
+      float* slot = kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
+      std::memcpy(slot, kvrow_.data() + t * hd, hd * sizeof(float));
+      if (compressed) {
+        std::memcpy(slot + L.off_a, ca_.data() + t * ca_width, ca_width * sizeof(float));
+        std::memcpy(slot + L.off_z, cz_.data() + t * ca_width, ca_width * sizeof(float));
+      }
+      if (ia_width > 0) {
+        std::memcpy(slot + L.off_ia, ia_.data() + t * ia_width, ia_width * sizeof(float));
+        std::memcpy(slot + L.off_iz, iz_.data() + t * ia_width, ia_width * sizeof(float));
+      }
+    }
+  }
+  if (compressed) {
+    for (const auto& s : batch.seqs) {
+      EmitEntries(L, L.comp, L.off_a, L.off_z, L.off_entry, kv_layer, s, kv);
+      if (L.kind == Attn::kCsa) {
+        EmitEntries(L, L.index_comp, L.off_ia, L.off_iz, L.off_ikey, kv_layer, s, kv);
+      }
+    }
+  }
+  if (L.kind == Attn::kCsa) SelectIndexed(L, kv_layer, batch, kv, pool);
+
+  // Attention of every (token, head) over its window and compressed entries.
+  std::vector<int32_t> token_seq(static_cast<size_t>(T));
+  int64_t max_keys = 0;
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const auto& s = batch.seqs[si];
+    for (int32_t i = 0; i < s.num_tokens; ++i) token_seq[s.token_offset + i] = static_cast<int32_t>(si);
+    const int64_t ctx = s.start_pos + s.num_tokens;
+    max_keys = std::max<int64_t>(max_keys, ds_.sliding_window + (compressed ? ctx / L.ratio : 0));
+  }
+  Grow(attn_, T * nh * hd);
+  const int64_t stride = max_keys + 1;
+  Grow(thread_scratch_, int64_t{pool.num_threads()} * stride);
+  Grow(thread_keys_, int64_t{pool.num_threads()} * stride);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t K = ds_.index_topk;
+  pool.ParallelFor(T * nh, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = thread_scratch_.data() + thread * stride;
+    const float** keys = thread_keys_.data() + thread * stride;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / nh, h = item % nh;
+      const SequenceSlice& s = batch.seqs[token_seq[t]];
+      const int32_t p = positions_[t];
+      int64_t n = 0;
+      const int32_t lo = std::max(0, p - ds_.sliding_window + 1);
+      auto slot = [&](int32_t pos) {
+        return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
+      };
+      for (int32_t j = lo; j <= p; ++j) keys[n++] = slot(j);
+      if (L.kind == Attn::kHca) {
+        const int32_t visible = (p + 1) / L.ratio;
+        for (int32_t j = 0; j < visible; ++j) keys[n++] = slot(L.ratio * (j + 1) - 1) + L.off_entry;
+      } else if (L.kind == Attn::kCsa) {
+        const int32_t* sel = selected_.data() + t * K;
+        for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
+          keys[n++] = slot(L.ratio * (sel[k] + 1) - 1) + L.off_entry;
+        }
+      }
+      const float* q = q_.data() + (t * nh + h) * hd;
+      float mx = L.sink[h];
+      for (int64_t e = 0; e < n; ++e) {
+        scores[e] = kernels::Dot(q, keys[e], hd) * scale;
+        mx = std::max(mx, scores[e]);
+      }
+      float den = std::exp(L.sink[h] - mx);
+      for (int64_t e = 0; e < n; ++e) {
+        scores[e] = std::exp(scores[e] - mx);
+        den += scores[e];
+      }
+      float* o = attn_.data() + (t * nh + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      for (int64_t e = 0; e < n; ++e) kernels::Axpy(scores[e] / den, keys[e], o, hd);
+      RopeRow(o + hd - rd, cosv + t * half, sinv + t * half, /*inverse=*/true);
+    }
+  });
+  // Grouped low-rank output: group g's heads through its block of wo_a, then wo_b.
+  const int64_t G = ds_.o_groups, olr = ds_.o_lora_rank, gin = nh * hd / G;
+  Grow(grouped_, T * gin);
+  Grow(tmp_, T * olr);
+  Grow(oa_, T * G * olr);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(grouped_.data() + t * gin, attn_.data() + t * nh * hd + g * gin,
+                  gin * sizeof(float));
+    }
+    TensorView block = *L.wo_a;
+    block.shape = {olr, gin};
+    block.data = L.wo_a->row(g * olr);
+    block.size_bytes = static_cast<size_t>(olr) * L.wo_a->row_bytes();
+    kernels::MatMul(block, grouped_.data(), T, tmp_.data(), pool);
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(oa_.data() + t * G * olr + g * olr, tmp_.data() + t * olr, olr * sizeof(float));
+    }
+  }
+  Grow(out_, T * H);
+  kernels::MatMul(*L.wo_b, oa_.data(), T, out_.data(), pool);
+}
+
+// One expert on n rows: w2(silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)).
+void DeepseekV4Impl::RunExpert(const Expert& e, const float* in, int64_t n, float* out,
+                               util::ThreadPool& pool) {
+  const int64_t I = ds_.moe_intermediate_size;
+  Grow(moe_gate_, n * I);
+  Grow(moe_up_, n * I);
+  const TensorView* ws[2] = {e.w1, e.w3};
+  float* ys[2] = {moe_gate_.data(), moe_up_.data()};
+  kernels::MatMulGroup(ws, ys, 2, in, n, pool);
+  const float limit = ds_.swiglu_limit;
+  for (int64_t i = 0; i < n * I; ++i) {
+    moe_gate_[i] = std::min(moe_gate_[i], limit);
+    moe_up_[i] = std::clamp(moe_up_[i], -limit, limit);
+  }
+  kernels::SiluMul(moe_gate_.data(), moe_up_.data(), n * I, moe_gate_.data());
+  kernels::MatMul(*e.w2, moe_gate_.data(), n, out, pool);
+}
+
+// sqrt(softplus(x)) with torch's softplus (beta 1, threshold 20).
+float SqrtSoftplus(float x) {
+  const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
+  return std::sqrt(sp);
+}
+
+void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,
+                         util::ThreadPool& pool) {
+  const int64_t H = cfg_.hidden;
+  const int E = ds_.n_routed_experts, K = ds_.num_experts_per_tok;
+  Grow(router_logits_, T * E);
+  Grow(route_idx_, T * K);
+  Grow(route_w_, T * K);
+  kernels::MatMul(*L.router, h_.data(), T, router_logits_.data(), pool);
+  std::vector<float> score(E), choice(E);
+  std::vector<int> order(E);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lg = router_logits_.data() + t * E;
+    for (int e = 0; e < E; ++e) score[e] = SqrtSoftplus(lg[e]);
+    int32_t* idx = route_idx_.data() + t * K;
+    if (!L.tid2eid.empty()) {
+      for (int k = 0; k < K; ++k) idx[k] = L.tid2eid[int64_t{tokens[t]} * K + k];
+    } else {
+      for (int e = 0; e < E; ++e) {
+        choice[e] = score[e] + L.router_bias[e];
+        order[e] = e;
+      }
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
+        return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+      });
+      for (int k = 0; k < K; ++k) idx[k] = order[k];
+    }
+    float* w = route_w_.data() + t * K;
+    float sum = 0;
+    for (int k = 0; k < K; ++k) {
+      w[k] = score[idx[k]];
+      sum += w[k];
+    }
+    for (int k = 0; k < K; ++k) w[k] = w[k] / (sum + 1e-20f) * ds_.routed_scaling_factor;
+  }
+  // Group (token, weight) pairs by expert, in token order.
+  expert_count_.assign(E + 1, 0);
+  for (int64_t i = 0; i < T * K; ++i) ++expert_count_[route_idx_[i] + 1];
+  for (int e = 0; e < E; ++e) expert_count_[e + 1] += expert_count_[e];
+  Grow(expert_tokens_, T * K);
+  Grow(expert_weights_, T * K);
+  expert_fill_.assign(expert_count_.begin(), expert_count_.end() - 1);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int k = 0; k < K; ++k) {
+      const int e = route_idx_[t * K + k];
+      expert_tokens_[expert_fill_[e]] = static_cast<int32_t>(t);
+      expert_weights_[expert_fill_[e]] = route_w_[t * K + k];
+      ++expert_fill_[e];
+    }
+  }
+  Grow(moe_out_, T * H);
+  std::fill(moe_out_.begin(), moe_out_.begin() + T * H, 0.0f);
+  for (int e = 0; e < E; ++e) {
+    const int32_t begin = expert_count_[e], n = expert_count_[e + 1] - begin;
+    if (n == 0) continue;
+    Grow(moe_in_, int64_t{n} * H);
+    Grow(tmp_, int64_t{n} * H);
+    for (int32_t i = 0; i < n; ++i) {
+      std::memcpy(moe_in_.data() + int64_t{i} * H,
+                  h_.data() + int64_t{expert_tokens_[begin + i]} * H, H * sizeof(float));
+    }
+    RunExpert(L.experts[e], moe_in_.data(), n, tmp_.data(), pool);
+    for (int32_t i = 0; i < n; ++i) {
+      // transformers applies the routing weight after w2.
+      kernels::Axpy(expert_weights_[begin + i], tmp_.data() + int64_t{i} * H,
+                    moe_out_.data() + int64_t{expert_tokens_[begin + i]} * H, H);
+    }
+  }
+  Grow(out_, T * H);
+  if (L.has_shared) {
+    RunExpert(L.shared, h_.data(), T, out_.data(), pool);
+    // routed + shared, in transformers' order of the sum.
+    for (int64_t i = 0; i < T * H; ++i) out_[i] = moe_out_[i] + out_[i];
+  } else {
+    std::memcpy(out_.data(), moe_out_.data(), T * H * sizeof(float));
+  }
+}
+
+void DeepseekV4Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+                             util::ThreadPool& pool) {
+  DI_CHECK(kv.floats_per_token == kv_floats_ && kv.num_layers >= cfg_.num_layers);
+  const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult;
+  Prepare(batch);
+  Grow(h_, T * H);
+  kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
+  Grow(streams_, T * hc * H);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < hc; ++j) {
+      std::memcpy(streams_.data() + (t * hc + j) * H, h_.data() + t * H, H * sizeof(float));
+    }
+  }
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    HcPre(L.hc_attn, T, pool);
+    kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+    Attention(L, l, batch, kv, pool);
+    HcPost(T);
+    HcPre(L.hc_ffn, T, pool);
+    kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+    Moe(L, batch.tokens, T, pool);
+    HcPost(T);
+  }
+  const int32_t num_rows = batch.num_logit_rows();
+  if (num_rows == 0 || logits == nullptr) return;
+  // The hc head on the rows that need logits: pre_j = sigmoid(m_j scale + base_j) + eps.
+  const int64_t D = hc * H;
+  Grow(rows_, int64_t{num_rows} * D);
+  int32_t r = 0;
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
+      std::memcpy(rows_.data() + int64_t{r} * D, streams_.data() + (s.token_offset + i) * D,
+                  D * sizeof(float));
+      ++r;
+    }
+  }
+  std::swap(streams_, rows_);  // HcPre-style normalization reads streams_
+  Grow(tmp_, int64_t{num_rows} * D);
+  for (int64_t t = 0; t < num_rows; ++t) {
+    const float* xs = streams_.data() + t * D;
+    float acc = 0;
+    for (int64_t i = 0; i < D; ++i) acc += xs[i] * xs[i];
+    const float rs = 1.0f / std::sqrt(acc / static_cast<float>(D) + cfg_.rms_norm_eps);
+    for (int64_t i = 0; i < D; ++i) tmp_[t * D + i] = xs[i] * rs;
+  }
+  Grow(hc_mix_, int64_t{num_rows} * hc);
+  kernels::MatMul(*hc_head_.fn, tmp_.data(), num_rows, hc_mix_.data(), pool);
+  Grow(x_, int64_t{num_rows} * H);
+  for (int64_t t = 0; t < num_rows; ++t) {
+    float pre[64];
+    for (int64_t j = 0; j < hc; ++j) {
+      pre[j] = 1.0f / (1.0f + std::exp(-(hc_mix_[t * hc + j] * hc_head_.scale[0] +
+                                         hc_head_.base[j]))) +
+               ds_.hc_eps;
+    }
+    const float* xs = streams_.data() + t * D;
+    for (int64_t i = 0; i < H; ++i) {
+      float acc = 0;
+      for (int64_t j = 0; j < hc; ++j) acc += pre[j] * xs[j * H + i];
+      x_[t * H + i] = acc;
+    }
+  }
+  std::swap(streams_, rows_);
+  kernels::RmsNorm(x_.data(), final_norm_.data(), num_rows, H, cfg_.rms_norm_eps, x_.data());
+  kernels::MatMul(*head_, x_.data(), num_rows, logits, pool);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& model) {
+  if (!model.config.deepseek_v4) {
+    return InvalidArgumentError("bad_config", "model has no DeepSeek-V4 hyperparameters");
+  }
+  if (model.config.deepseek_v4->hc_mult > 64) {
+    return InvalidArgumentError("bad_config", "hc_mult above 64");
+  }
+  auto lm = std::make_unique<DeepseekV4Impl>(model);
+  DI_RETURN_IF_ERROR(lm->Init());
+  return std::unique_ptr<CausalLm>(std::move(lm));
+}
+
+}  // namespace deepinfer::arch

@@ -1,0 +1,46 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "arch/causal_lm.h"
+#include "model/model.h"
+
+namespace deepinfer::arch {
+
+// DeepSeek-V4 forward pass: manifold-constrained hyper-connections (hc_mult residual streams
+// mixed by Sinkhorn-normalized weights at every attention and FFN site, collapsed by the hc head),
+// shared-KV multi-query attention with head_dim 512 (per-head weightless RMS norm on q, RoPE on
+// the last rope_dim dims, an attention sink in the softmax denominator, the inverse rotation on
+// the output, grouped low-rank output projection) over a sliding window plus a compressed branch
+// per layer (CSA: overlapping windows of 2 x ratio tokens pooled by a per-channel softmax, the
+// lightning indexer keeping the top-k entries; HCA: disjoint windows, every visible entry), and
+// an all-MoE FFN (sqrt(softplus) scores, selection-only bias or hash routing by tid2eid, clamped
+// SwiGLU, weights applied after w2 as transformers does, one shared expert). Reads the native
+// tensor names ("layers.N.attn.wq_a.weight", ...; model/deepseek_v4_names.h maps transformers').
+//
+// KV cache: every token slot of a layer holds what that token contributes, so chunked prefill
+//   and prefix-cache hits at any block boundary need no other state:
+//     [0, head_dim)                 window key/value (after kv_norm and RoPE at the position)
+//     compressed layers: the compressor's projections a = wkv x and z = wgate x of the token
+//     (coff x head_dim each, coff = 2 for CSA), then the compressed entry that the token's
+//     position closes (written at position r(j+1) - 1 for entry j; other slots leave it unused)
+//     CSA layers also: the indexer compressor's a, z (2 x index_head_dim each) and index key.
+//   kv_floats_per_token() is the largest layer's need (window-only layers use the first part).
+// Visibility (transformers): a query at position p sees window positions p-W+1 .. p and
+//   compressed entries j < (p + 1) / ratio; CSA keeps the index_topk best of those (all when
+//   fewer), by sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim); ties pick the lower index.
+// Numerics: float32 throughout, on the checkpoint's F32/BF16 weights; the QAT fake quantization
+//   of DeepSeek's own inference code is not applied (transformers 5.24 applies none).
+// Threads / Lifetime: as CausalLm (not thread-safe; borrows the Model).
+// Source: DeepSeek-AI 2026, "DeepSeek-V4" technical report; transformers 5.24
+//   models/deepseek_v4/modeling_deepseek_v4.py (parity reference; where DeepSeek's inference code
+//   differs, e.g. the routed weight before w2, transformers is followed).
+// Errors of CreateDeepseekV4: NotFound "missing_tensor"; InvalidArgument "shape_mismatch",
+//   "bad_config", "unexpected_tensor" (a tensor the schema has no place for); Unimplemented
+//   "unsupported_dtype"; DataLoss "nan_in_weights"; InvalidArgument "bad_tensor" (a tid2eid entry
+//   outside [0, n_routed_experts)).
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& model);
+
+}  // namespace deepinfer::arch

@@ -1,0 +1,285 @@
+// Parity of the DeepSeek-V4 forward pass with transformers 5.24 on tiny random checkpoints whose
+// recipes and goldens come from tests/reference/make_deepseek_v4_golden.py, plus
+// self-consistency: chunked prefill (1, 3, 128), prefix-cache hits at block boundaries and
+// batching many sequences give the logits of one full prefill; and the schema's errors.
+
+#include "arch/deepseek_v4.h"
+
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "arch/causal_lm.h"
+#include "arch/deepseek_testing.h"
+#include "gtest/gtest.h"
+#include "model/hf_config.h"
+#include "model/model.h"
+#include "model/synthetic_checkpoint_testing.h"
+#include "util/status.h"
+
+namespace deepinfer::arch {
+namespace {
+
+using testing::ArgMax;
+using testing::Cache;
+using testing::MaxAbsDiff;
+using testing::RunTokens;
+
+constexpr char kFamily[] = "deepseek_v4";
+
+struct Golden : testing::GoldenFiles {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<CausalLm> lm;
+};
+
+Golden Load(const std::string& name) {
+  Golden g;
+  if (!g.Load(model::DeepseekGoldenDir(name, kFamily))) return g;
+  auto dir = model::DeepseekTestCheckpoint(name, kFamily);
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  if (!dir.ok()) return g;
+  auto m = model::LoadModel(*dir);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return g;
+  g.model = std::move(*m);
+  auto lm = CreateCausalLm(*g.model);
+  EXPECT_TRUE(lm.ok()) << lm.status();
+  if (lm.ok()) g.lm = std::move(*lm);
+  return g;
+}
+
+class DeepseekV4ParityTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeepseekV4ParityTest, LogitsMatchTransformersAtEveryPosition) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm);
+  EXPECT_EQ(g.model->config.architecture, "deepseek_v4");
+  util::ThreadPool pool(2);
+  double worst = 0;
+  for (const auto& prompt : g.Prompts()) {
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    const float* ref = g.Ref("logits_" + std::to_string(n), n);
+    ASSERT_NE(ref, nullptr);
+    std::vector<float> got = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+    const double diff = MaxAbsDiff(got.data(), ref, n * g.vocab);
+    int agree = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = ref + t * g.vocab;
+      const int want = ArgMax(r, g.vocab), have = ArgMax(got.data() + t * g.vocab, g.vocab);
+      if (want == have) ++agree;
+      EXPECT_EQ(want, have) << GetParam() << " prompt " << n << " position " << t;
+    }
+    std::printf("parity %-14s %3lld tokens: max |logit diff| %.3g, top-1 agrees %d/%lld\n",
+                GetParam(), static_cast<long long>(n), diff, agree, static_cast<long long>(n));
+    worst = std::max(worst, diff);
+  }
+  // f32 math on identical bf16/f32 weights: only summation order differs.
+  EXPECT_LT(worst, 1e-4) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekV4ParityTest,
+                         ::testing::Values("v4_flash_tiny", "v4_rates", "v4_hf_names"),
+                         [](const auto& info) { return std::string(info.param); });
+
+class DeepseekV4ConsistencyTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DeepseekV4ConsistencyTest, ChunkedPrefillEqualsOnePrefill) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm);
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[3];  // 300 tokens: past the window and several groups
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const std::vector<float> full = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+  for (int chunk : {1, 3, 128}) {
+    const std::vector<float> got = RunTokens(*g.lm, prompt, chunk, pool);
+    const double d = MaxAbsDiff(got.data(), full.data(), n * g.vocab);
+    std::printf("%s: chunks of %d vs one prefill: max |diff| %.3g\n", GetParam(), chunk, d);
+    EXPECT_LT(d, 1e-5) << "chunk " << chunk;
+  }
+}
+
+// A prefix-cache hit: the blocks of a prefix computed for one sequence are shared by another
+// that continues from the block boundary; its logits equal a full recompute.
+TEST_P(DeepseekV4ConsistencyTest, PrefixCacheHitAtBlockBoundaryEqualsFullRecompute) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm);
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[3];
+  const int n = static_cast<int>(prompt.size()), V = g.vocab, L = g.model->config.num_layers;
+  for (int block : {4, 16}) {
+    const std::vector<float> full = RunTokens(*g.lm, prompt, n, pool, block);
+    for (int cut : {block * 3, block * 9, block * (n / block - 1)}) {
+      Cache shared(*g.lm, L, n, block);
+      ForwardBatch a;
+      a.tokens = prompt.data();
+      a.num_tokens = cut + 2;  // the first sequence ran past the cut; its later slots are unused
+      a.seqs.push_back(shared.Slice(0, cut + 2, 0, 0));
+      g.lm->Forward(a, shared.kv, nullptr, pool);
+      // The second sequence: the first cut/block blocks of the first, then its own blocks.
+      Cache own(*g.lm, L, n, block);
+      std::vector<int32_t> table(own.table);
+      for (int b = 0; b < cut / block; ++b) {
+        for (int l = 0; l < L; ++l) {
+          for (int o = 0; o < block; ++o) {
+            const float* src = shared.kv.Slot(l, shared.table[b], o);
+            std::copy(src, src + g.lm->kv_floats_per_token(), own.kv.Slot(l, table[b], o));
+          }
+        }
+      }
+      ForwardBatch b;
+      b.tokens = prompt.data() + cut;
+      b.num_tokens = n - cut;
+      b.seqs.push_back({0, n - cut, cut, n - cut, table.data(), static_cast<int32_t>(table.size())});
+      std::vector<float> got(static_cast<size_t>(n - cut) * V);
+      g.lm->Forward(b, own.kv, got.data(), pool);
+      const double d = MaxAbsDiff(got.data(), full.data() + int64_t{cut} * V, int64_t{n - cut} * V);
+      std::printf("%s: prefix hit at %d (block %d): max |diff| %.3g\n", GetParam(), cut, block, d);
+      EXPECT_LT(d, 1e-5) << "cut " << cut << " block " << block;
+    }
+  }
+}
+
+TEST_P(DeepseekV4ConsistencyTest, BatchedSequencesEqualSingleSequences) {
+  Golden g = Load(GetParam());
+  ASSERT_TRUE(g.lm);
+  util::ThreadPool pool(2);
+  const auto prompts = g.Prompts();
+  const std::vector<int32_t>& a = prompts[1];  // 7 tokens, one prefill
+  const std::vector<int32_t>& b = prompts[2];  // 64 tokens: 60 cached, then 4 in the batch
+  const std::vector<int32_t>& c = prompts[3];  // 300 tokens: 299 cached, then 1 decode token
+  const int V = g.vocab, L = g.model->config.num_layers;
+  const std::vector<float> ra = RunTokens(*g.lm, a, 7, pool);
+  const std::vector<float> rb = RunTokens(*g.lm, b, 64, pool);
+  const std::vector<float> rc = RunTokens(*g.lm, c, 300, pool);
+  KvCache shared;
+  const int blocks_a = 1, blocks_b = 4, blocks_c = 19;
+  ASSERT_TRUE(
+      shared.Allocate(L, 16, blocks_a + blocks_b + blocks_c, g.lm->kv_floats_per_token()).ok());
+  std::vector<int32_t> ta(blocks_a), tb(blocks_b), tc(blocks_c);
+  std::iota(tc.begin(), tc.end(), 0);
+  std::iota(tb.begin(), tb.end(), blocks_c);
+  std::iota(ta.begin(), ta.end(), blocks_c + blocks_b);
+  auto prefill = [&](const std::vector<int32_t>& t, int n, std::vector<int32_t>& table) {
+    ForwardBatch fb;
+    fb.tokens = t.data();
+    fb.num_tokens = n;
+    fb.seqs.push_back({0, n, 0, 0, table.data(), static_cast<int32_t>(table.size())});
+    g.lm->Forward(fb, shared, nullptr, pool);
+  };
+  prefill(b, 60, tb);
+  prefill(c, 299, tc);
+  std::vector<int32_t> tokens = {c[299]};
+  tokens.insert(tokens.end(), a.begin(), a.end());
+  tokens.insert(tokens.end(), b.begin() + 60, b.end());
+  ForwardBatch fb;
+  fb.tokens = tokens.data();
+  fb.num_tokens = static_cast<int32_t>(tokens.size());
+  fb.seqs.push_back({0, 1, 299, 1, tc.data(), blocks_c});
+  fb.seqs.push_back({1, 7, 0, 7, ta.data(), blocks_a});
+  fb.seqs.push_back({8, 4, 60, 2, tb.data(), blocks_b});
+  std::vector<float> out(10 * V);
+  g.lm->Forward(fb, shared, out.data(), pool);
+  const double dc = MaxAbsDiff(out.data(), rc.data() + 299 * V, V);
+  const double da = MaxAbsDiff(out.data() + V, ra.data(), 7 * V);
+  const double db = MaxAbsDiff(out.data() + 8 * V, rb.data() + 62 * V, 2 * V);
+  std::printf("%s: batched vs single: decode %.3g, prefill %.3g, chunk %.3g\n", GetParam(), dc, da,
+              db);
+  EXPECT_LT(dc, 1e-5);
+  EXPECT_LT(da, 1e-5);
+  EXPECT_LT(db, 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekV4ConsistencyTest,
+                         ::testing::Values("v4_flash_tiny", "v4_rates"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// --- Bad checkpoints: one-line errors with stable codes. ---
+
+void ExpectLoadOrCreateError(const std::string& dir, const std::string& code) {
+  auto m = model::LoadModel(dir);
+  absl::Status st = m.status();
+  if (m.ok()) st = CreateCausalLm(**m).status();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(ErrorCodeOf(st), code) << st;
+  EXPECT_EQ(OneLineError(st).find('\n'), std::string::npos);
+}
+
+TEST(DeepseekV4SchemaTest, UnknownCompressRatioIsUnsupported) {
+  model::CheckpointCopy c("v4_flash_tiny", kFamily);
+  c.EditConfig("compress_ratios", nlohmann::json::array({0, 4, 64, 4}));
+  ExpectLoadOrCreateError(c.dir(), "unsupported_config");
+}
+
+TEST(DeepseekV4SchemaTest, ConfigImplyingOtherShapesIsAShapeMismatch) {
+  model::CheckpointCopy c("v4_flash_tiny", kFamily);
+  c.EditConfig("o_lora_rank", 8);
+  ExpectLoadOrCreateError(c.dir(), "shape_mismatch");
+}
+
+TEST(DeepseekV4SchemaTest, MissingLayerIsReported) {
+  model::CheckpointCopy c("v4_flash_tiny", kFamily);
+  c.EditConfig("num_hidden_layers", 5);
+  c.EditConfig("compress_ratios", nlohmann::json::array({0, 4, 128, 4, 0}));
+  ExpectLoadOrCreateError(c.dir(), "missing_tensor");
+}
+
+TEST(DeepseekV4SchemaTest, TensorWithoutAPlaceIsReported) {
+  // Three layers configured, four stored: layer 3's tensors have no place.
+  model::CheckpointCopy c("v4_flash_tiny", kFamily);
+  c.EditConfig("num_hidden_layers", 3);
+  ExpectLoadOrCreateError(c.dir(), "unexpected_tensor");
+}
+
+TEST(DeepseekV4SchemaTest, HashTableNamingAnExpertOutOfRangeIsReported) {
+  model::CheckpointCopy c("v4_flash_tiny", kFamily);
+  const size_t off = c.TensorOffset("model.safetensors", "layers.0.ffn.gate.tid2eid");
+  const int64_t bad = 8;  // 8 experts: ids 0..7
+  c.Patch("model.safetensors", off + 8 * 5, &bad, 8);
+  ExpectLoadOrCreateError(c.dir(), "bad_tensor");
+}
+
+TEST(DeepseekV4SchemaTest, NanInSinkIsReported) {
+  model::CheckpointCopy c("v4_flash_tiny", kFamily);
+  const size_t off = c.TensorOffset("model.safetensors", "layers.1.attn.attn_sink");
+  const uint32_t nan = 0x7fc00000u;
+  c.Patch("model.safetensors", off + 4, &nan, 4);
+  ExpectLoadOrCreateError(c.dir(), "nan_in_weights");
+}
+
+TEST(DeepseekV4ConfigTest, ReleaseAndTransformersKeysGiveTheSameSchedule) {
+  const std::string release = R"({"model_type": "deepseek_v4", "num_hidden_layers": 4,
+    "compress_ratios": [0, 4, 128, 4, 0], "num_hash_layers": 1, "qk_rope_head_dim": 64,
+    "num_nextn_predict_layers": 1,
+    "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
+                     "beta_fast": 32, "beta_slow": 1}})";
+  const std::string hf = R"({"model_type": "deepseek_v4", "num_hidden_layers": 4,
+    "layer_types": ["sliding_attention", "compressed_sparse_attention",
+                    "heavily_compressed_attention", "compressed_sparse_attention"],
+    "mlp_layer_types": ["hash_moe", "moe", "moe", "moe"], "partial_rotary_factor": 0.125,
+    "num_nextn_predict_layers": 1,
+    "rope_parameters": {"main": {"rope_type": "default", "rope_theta": 10000.0,
+                                 "partial_rotary_factor": 0.125},
+                        "compress": {"rope_type": "yarn", "rope_theta": 160000.0, "factor": 16,
+                                     "original_max_position_embeddings": 65536,
+                                     "beta_fast": 32, "beta_slow": 1,
+                                     "partial_rotary_factor": 0.125, "attention_factor": 1.0}}})";
+  auto a = model::ParseHfConfig(release);
+  auto b = model::ParseHfConfig(hf);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  for (const auto* c : {&*a, &*b}) {
+    const auto& d = *c->deepseek_v4;
+    EXPECT_EQ(c->rope_dim, 64);
+    EXPECT_EQ(d.compress_ratio, (std::vector<int>{0, 4, 128, 4, 0}));  // MTP last, window only
+    EXPECT_EQ(d.hash_routed, (std::vector<bool>{true, false, false, false}));
+    ASSERT_TRUE(d.compress_yarn.has_value());
+    EXPECT_EQ(d.compress_yarn->factor, 16.0f);
+    EXPECT_EQ(d.compress_rope_theta, 160000.0f);
+    EXPECT_EQ(d.compress_rope_mscale, 1.0f);
+    EXPECT_EQ(c->rope_theta, 10000.0f);
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
