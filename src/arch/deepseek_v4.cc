@@ -152,7 +152,14 @@ absl::StatusOr<const TensorView*> DeepseekV4Impl::Checked(const std::string& nam
         "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
                                       model::ShapeString(t->shape), model::ShapeString(shape)));
   }
-  if (!kernels::HasCpuKernel(t->dtype)) {
+  // Matrices may be block-scaled (FP8 / FP4 with their E8M0 scales); vectors are plain floats.
+  if (kernels::IsBlockScaled(t->dtype) && shape.size() == 2 && t->scale == nullptr) {
+    const std::string scale = name.substr(0, name.rfind('.')) + ".scale";
+    return NotFoundError("missing_tensor", fmt::format("{} tensor '{}' has no scale '{}'",
+                                                       model::DTypeName(t->dtype), name, scale));
+  }
+  const bool ok = shape.size() == 2 ? kernels::HasCpuMatMul(*t) : kernels::HasCpuKernel(t->dtype);
+  if (!ok) {
     return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
                                                                model::DTypeName(t->dtype)));
   }
@@ -164,6 +171,10 @@ absl::StatusOr<const TensorView*> DeepseekV4Impl::Checked(const std::string& nam
 absl::StatusOr<std::vector<float>> DeepseekV4Impl::Vec(const std::string& name,
                                                        std::vector<int64_t> shape) {
   DI_ASSIGN_OR_RETURN(const TensorView* t, Checked(name, shape));
+  if (!kernels::HasCpuKernel(t->dtype)) {
+    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
+                                                               model::DTypeName(t->dtype)));
+  }
   DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/true));
   const int64_t n = t->num_elements();
   std::vector<float> v(static_cast<size_t>(n));
@@ -310,6 +321,10 @@ absl::Status DeepseekV4Impl::Init() {
     return InvalidArgumentError("bad_config", "inconsistent DeepSeek-V4 dimensions");
   }
   DI_ASSIGN_OR_RETURN(embed_, Mat("embed.weight", cfg_.vocab, H));
+  if (!kernels::HasCpuKernel(embed_->dtype)) {  // rows are looked up one by one, unscaled
+    return UnimplementedError("unsupported_dtype", fmt::format("embed.weight has dtype {}",
+                                                               model::DTypeName(embed_->dtype)));
+  }
   DI_ASSIGN_OR_RETURN(final_norm_, Vec("norm.weight", {H}));
   if (cfg_.tied_embeddings && model_.Find("head.weight") == nullptr) {
     head_ = embed_;

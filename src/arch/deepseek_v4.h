@@ -31,8 +31,10 @@ namespace deepinfer::arch {
 // Visibility (transformers): a query at position p sees window positions p-W+1 .. p and
 //   compressed entries j < (p + 1) / ratio; CSA keeps the index_topk best of those (all when
 //   fewer), by sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim); ties pick the lower index.
-// Numerics: float32 throughout, on the checkpoint's F32/BF16 weights; the QAT fake quantization
-//   of DeepSeek's own inference code is not applied (transformers 5.24 applies none).
+// Numerics: float32 activations; weights F32 / BF16, or as released (FP8 E4M3 with E8M0 block
+//   scales, routed experts FP4 E2M1 with E8M0 1 x 32 scales), read in place by the kernels
+//   (model/block_scales.h). The QAT fake quantization of DeepSeek's own inference code is not
+//   applied (transformers 5.24 applies none).
 // Threads / Lifetime: as CausalLm (not thread-safe; borrows the Model).
 // Source: DeepSeek-AI 2026, "DeepSeek-V4" technical report; transformers 5.24
 //   models/deepseek_v4/modeling_deepseek_v4.py (parity reference; where DeepSeek's inference code

@@ -6,6 +6,9 @@
 #include "arch/deepseek_v4.h"
 
 #include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -13,8 +16,10 @@
 #include "arch/causal_lm.h"
 #include "arch/deepseek_testing.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/quant.h"
 #include "model/hf_config.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 #include "model/synthetic_checkpoint_testing.h"
 #include "util/status.h"
 
@@ -79,7 +84,8 @@ TEST_P(DeepseekV4ParityTest, LogitsMatchTransformersAtEveryPosition) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekV4ParityTest,
-                         ::testing::Values("v4_flash_tiny", "v4_rates", "v4_hf_names"),
+                         ::testing::Values("v4_flash_tiny", "v4_rates", "v4_hf_names",
+                                           "v4_flash_tiny_fp8"),
                          [](const auto& info) { return std::string(info.param); });
 
 class DeepseekV4ConsistencyTest : public ::testing::TestWithParam<const char*> {};
@@ -191,8 +197,37 @@ TEST_P(DeepseekV4ConsistencyTest, BatchedSequencesEqualSingleSequences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekV4ConsistencyTest,
-                         ::testing::Values("v4_flash_tiny", "v4_rates"),
+                         ::testing::Values("v4_flash_tiny", "v4_rates", "v4_flash_tiny_fp8"),
                          [](const auto& info) { return std::string(info.param); });
+
+// The release formats are used as they are: FP8 and FP4 weights stay in the mapped files (no
+// copy at load), so the weights in memory are the bytes on disk.
+TEST(DeepseekV4FormatTest, ReleaseFormatsAreReadInPlace) {
+  Golden g = Load("v4_flash_tiny_fp8");
+  ASSERT_TRUE(g.lm);
+  int fp8 = 0, fp4 = 0;
+  for (const auto& [name, t] : g.model->tensors) {
+    if (t.dtype == model::DType::kF8E4M3) {
+      ++fp8;
+      EXPECT_EQ(t.scale_block_rows, 128) << name;
+    }
+    if (t.dtype == model::DType::kFp4E2M1) {
+      ++fp4;
+      EXPECT_EQ(t.scale_block_cols, 32) << name;
+      EXPECT_EQ(t.size_bytes * 2, static_cast<size_t>(t.num_elements())) << name;
+    }
+    EXPECT_TRUE(t.scale == nullptr || kernels::IsBlockScaled(t.dtype)) << name;
+  }
+  EXPECT_EQ(fp8, 4 * 8 + 2);   // wq_a, wq_b, wkv, wo_a, wo_b, shared w1-3 per layer; 2 indexers
+  EXPECT_EQ(fp4, 4 * 8 * 3);  // routed experts
+  // None of them was copied (only small plain tensors that sit misaligned in this tiny file are).
+  for (const auto& [name, t] : g.model->tensors) {
+    if (!kernels::IsBlockScaled(t.dtype)) continue;
+    for (const auto& o : g.model->owned) {
+      EXPECT_FALSE(t.data >= o.data() && t.data < o.data() + o.size()) << name << " was copied";
+    }
+  }
+}
 
 // --- Bad checkpoints: one-line errors with stable codes. ---
 
@@ -279,6 +314,52 @@ TEST(DeepseekV4ConfigTest, ReleaseAndTransformersKeysGiveTheSameSchedule) {
     EXPECT_EQ(d.compress_rope_mscale, 1.0f);
     EXPECT_EQ(c->rope_theta, 10000.0f);
   }
+}
+
+void PatchScale(model::CheckpointCopy& c, const std::string& scale, int64_t index, uint8_t value) {
+  const size_t off = c.TensorOffset("model.safetensors", scale);
+  c.Patch("model.safetensors", off + index, &value, 1);
+}
+
+TEST(DeepseekV4SchemaTest, E8M0NanScaleIsReported) {
+  model::CheckpointCopy c("v4_flash_tiny_fp8", kFamily);
+  PatchScale(c, "layers.1.attn.wq_b.scale", 0, 0xff);
+  ExpectLoadOrCreateError(c.dir(), "nan_in_weights");
+  model::CheckpointCopy d("v4_flash_tiny_fp8", kFamily);
+  PatchScale(d, "layers.2.ffn.experts.3.w2.scale", 1, 0xff);
+  ExpectLoadOrCreateError(d.dir(), "nan_in_weights");
+}
+
+TEST(DeepseekV4SchemaTest, ScaleGridOfTheWrongShapeIsReported) {
+  // 128x128 blocks: a config claiming 32x32 blocks needs a finer scale grid than stored.
+  model::CheckpointCopy c("v4_flash_tiny_fp8", kFamily);
+  nlohmann::json q = {{"quant_method", "fp8"}, {"fmt", "e4m3"}, {"weight_block_size", {32, 32}}};
+  c.EditConfig("quantization_config", q);
+  ExpectLoadOrCreateError(c.dir(), "shape_mismatch");
+}
+
+TEST(DeepseekV4SchemaTest, Fp4DataOfTheWrongLengthIsReported) {
+  // An expert's packed rows shorter than its scales imply: the header says [out, in/2 - 8].
+  model::CheckpointCopy c("v4_flash_tiny_fp8", kFamily);
+  auto st = model::SafetensorsFile::Open(c.path("model.safetensors"));
+  ASSERT_TRUE(st.ok());
+  std::ifstream in(c.path("model.safetensors"), std::ios::binary);
+  std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  auto header = nlohmann::json::parse(file.substr(8, n));
+  auto& t = header["layers.0.ffn.experts.0.w1.weight"];
+  ASSERT_EQ(t["dtype"], "I8");
+  const int64_t rows = t["shape"][0], cols = t["shape"][1];
+  t["shape"] = {rows, cols - 8};
+  const uint64_t begin = t["data_offsets"][0];
+  t["data_offsets"] = {begin, begin + static_cast<uint64_t>(rows * (cols - 8))};
+  std::string h = header.dump();
+  h.append(n - std::min<size_t>(n, h.size()), ' ');
+  ASSERT_EQ(h.size(), n);
+  std::ofstream(c.path("model.safetensors"), std::ios::binary)
+      << file.substr(0, 8) << h << file.substr(8 + n);
+  ExpectLoadOrCreateError(c.dir(), "shape_mismatch");
 }
 
 }  // namespace

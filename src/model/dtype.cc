@@ -38,6 +38,9 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kBF16, "BF16", 1, 2, false},
     {DType::kF8E4M3, "F8_E4M3", 1, 1, false},
     {DType::kI64, "I64", 1, 8, false},
+    {DType::kFp4E2M1, "FP4_E2M1", 2, 1, false},
+    {DType::kE8M0, "F8_E8M0", 1, 1, false},
+    {DType::kI8, "I8", 1, 1, false},
     {DType::kQ4_0, "Q4_0", 32, sizeof(BlockQ4_0), true},
     {DType::kQ4_1, "Q4_1", 32, sizeof(BlockQ4_1), true},
     {DType::kQ8_0, "Q8_0", 32, sizeof(BlockQ8_0), true},
@@ -49,20 +52,21 @@ constexpr DTypeInfo kDTypes[] = {
 
 namespace {
 
-// FindDType indexes the table by the type's value: the GGML ids are 0..30 and F8_E4M3 and I64,
-// outside GGUF, take the slots after them. kSlotOf[slot] is the row of kDTypes, or -1. (A type whose
+// FindDType indexes the table by the type's value: the GGML ids are 0..30, and the types
+// outside GGUF take the slots after them. kSlotOf[slot] is the row of kDTypes, or -1. (A type whose
 // value has no slot fails to compile here.)
 constexpr int kGgmlSlots = 31;
-constexpr int kF8E4M3Slot = kGgmlSlots;
-constexpr int kI64Slot = kGgmlSlots + 1;
+// The types outside GGUF have consecutive values from 1000 and take the slots after the GGML ids.
+constexpr int kFirstOwn = static_cast<int>(DType::kF8E4M3);
+constexpr int kLastOwn = static_cast<int>(DType::kI8);
 constexpr int Slot(DType t) {
   const int v = static_cast<int>(t);
   if (v >= 0 && v < kGgmlSlots) return v;
-  if (t == DType::kF8E4M3) return kF8E4M3Slot;
-  return t == DType::kI64 ? kI64Slot : -1;
+  if (v >= kFirstOwn && v <= kLastOwn) return kGgmlSlots + (v - kFirstOwn);
+  return -1;
 }
 constexpr auto kSlotOf = [] {
-  std::array<int8_t, kGgmlSlots + 2> rows{};
+  std::array<int8_t, kGgmlSlots + (kLastOwn - kFirstOwn + 1)> rows{};
   rows.fill(-1);
   for (size_t i = 0; i < std::size(kDTypes); ++i) {
     rows[static_cast<size_t>(Slot(kDTypes[i].type))] = static_cast<int8_t>(i);

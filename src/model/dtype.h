@@ -25,6 +25,12 @@ enum class DType : int32_t {
   // such as DeepSeek-V4's hash-routing tid2eid, never a matmul operand).
   kF8E4M3 = 1000,
   kI64 = 1001,
+  // DeepSeek-V4's release formats: FP4 E2M1 packed two per byte (low nibble = even element), and
+  // E8M0 power-of-two scales (byte b = 2^(b - 127), 255 = NaN). Block-scaled FP8 / FP4 weights
+  // carry their scale tensor in TensorView::scale. I8 is the on-disk dtype of packed FP4 data.
+  kFp4E2M1 = 1002,
+  kE8M0 = 1003,
+  kI8 = 1004,
   kInvalid = -1,
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "model/block_scales.h"
 #include "model/deepseek_v4_names.h"
 #include "model/fp8.h"
 #include "model/hf_config.h"
@@ -97,9 +98,12 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
     }
   }
   if (model->config.architecture == "deepseek_v4") {
+    // V4 keeps its FP8 / FP4 weights as released; the kernels read them with their scales.
     DI_RETURN_IF_ERROR(NormalizeDeepseekV4Names(*model));
+    DI_RETURN_IF_ERROR(AttachBlockScales(*model, parts.fp8));
+  } else {
+    DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.fp8, /*release_pages=*/mapped));
   }
-  DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.fp8, /*release_pages=*/mapped));
   AlignTensors(*model);
   if (parts.bos_id) model->tokenizer.bos_id = *parts.bos_id;
   if (parts.eos_id) model->tokenizer.eos_id = *parts.eos_id;

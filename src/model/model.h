@@ -24,6 +24,12 @@ struct TensorView {
   std::vector<int64_t> shape;
   const uint8_t* data = nullptr;
   size_t size_bytes = 0;
+  // Block-scaled weights (kF8E4M3 / kFp4E2M1): E8M0 scales [ceil(rows / scale_block_rows),
+  // ceil(cols / scale_block_cols)] row-major, element (r, c) multiplied by the scale of its block.
+  // Null for every other tensor. Points into the model's mapped files like `data`.
+  const uint8_t* scale = nullptr;
+  int32_t scale_block_rows = 0;
+  int32_t scale_block_cols = 0;
 
   int64_t num_elements() const {
     int64_t n = 1;

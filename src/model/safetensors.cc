@@ -29,6 +29,8 @@ DType DTypeFromName(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
   if (s == "F8_E4M3") return DType::kF8E4M3;
   if (s == "I64") return DType::kI64;
+  if (s == "I8") return DType::kI8;
+  if (s == "F8_E8M0") return DType::kE8M0;
   return DType::kInvalid;
 }
 
@@ -107,7 +109,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(const ui
     if (t.dtype == DType::kInvalid) {
       return UnimplementedError("unsupported_dtype",
                                 fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, "
-                                            "BF16, F8_E4M3, I64)",
+                                            "BF16, F8_E4M3, F8_E8M0, I8, I64)",
                                             label, name, dtype_name));
     }
     if (sh->size() > static_cast<size_t>(kMaxDims)) {

@@ -25,7 +25,7 @@ namespace deepinfer::model {
 // Errors: DataLoss "truncated_file" (shorter than its header or a tensor's end); DataLoss
 //   "bad_header" (malformed JSON, missing/ill-typed fields, negative extents, byte count not
 //   matching the shape; overlapping or out-of-order offsets are accepted, being harmless here);
-//   Unimplemented "unsupported_dtype" (anything but F32, F16, BF16, F8_E4M3, I64); NotFound
+//   Unimplemented "unsupported_dtype" (anything but F32, F16, BF16, F8_E4M3, F8_E8M0, I8, I64); NotFound
 //   "file_not_found" / Internal "io_error" from Open.
 // Threads: immutable after parsing.
 // Lifetime: views die with the SafetensorsFile (or with the MappedFile taken from it).

@@ -4,6 +4,8 @@
 #include <openssl/sha.h>
 
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "fmt/format.h"
 #include "gtest/gtest.h"
+#include "model/block_scales.h"
 #include "model/fp8.h"
 #include "model/model.h"
 #include "model/synthetic_checkpoint_testing.h"
@@ -129,6 +132,94 @@ TEST(SyntheticCheckpointTest, WeightsEqualThePythonGeneratorsBitForBit) {
     for (unsigned char c : md) hex += fmt::format("{:02x}", c);
     EXPECT_EQ(hex, nlohmann::json::parse(g)["weights_sha256"].get<std::string>()) << name;
   }
+}
+
+std::string Sha256Hex(const void* data, size_t n) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  unsigned int md_size = 0;
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr);
+  EVP_DigestUpdate(ctx.get(), data, n);
+  EVP_DigestFinal_ex(ctx.get(), md, &md_size);
+  std::string hex;
+  for (unsigned char c : md) hex += fmt::format("{:02x}", c);
+  return hex;
+}
+
+// The release-format quantizers (FP8 e4m3 + E8M0 blocks, FP4 e2m1 + E8M0 1x32) against the
+// sha256s of the reference's codes, scales and dequantized values: the V4 golden (128x128) and,
+// when ../shared is there, the V4.1 golden (32x32, made with the V4.1 reference's own helpers).
+void ExpectQuantizersMatch(const std::string& case_dir) {
+  std::ifstream r(case_dir + "/weights.json");
+  ASSERT_TRUE(r) << case_dir;
+  const auto recipe = nlohmann::json::parse(r);
+  const auto& quant = recipe.at("quant");
+  auto tensors = DrawSyntheticTensors(recipe);
+  ASSERT_TRUE(tensors.ok()) << tensors.status();
+  int checked = 0;
+  for (const auto& [key, section] : quant.items()) {
+    int64_t br = 1, bc = 32;
+    const bool fp4 = key == "fp4_e2m1_ue8m0_1x32";
+    if (!fp4 && std::sscanf(key.c_str(), "fp8_e4m3_ue8m0_%ldx%ld", &br, &bc) != 2) continue;
+    if (key.rfind("fp8_e4m3_ue8m0_", 0) != 0 && !fp4) continue;
+    for (const auto& name : section.at("tensors")) {
+      const SafetensorsEntry* t = nullptr;
+      for (const auto& e : *tensors) {
+        if (e.name == name.get<std::string>()) t = &e;
+      }
+      ASSERT_NE(t, nullptr) << name;
+      const int64_t rows = t->shape[0], cols = t->shape[1];
+      std::vector<float> w(rows * cols);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        if (t->dtype == "BF16") {
+          uint16_t h;
+          std::memcpy(&h, t->bytes.data() + 2 * i, 2);
+          w[i] = Bf16ToFp32(h);
+        } else {
+          std::memcpy(&w[i], t->bytes.data() + 4 * i, 4);
+        }
+      }
+      const BlockQuantized q =
+          fp4 ? QuantizeFp4E8M0(w.data(), rows, cols) : QuantizeFp8E8M0(w.data(), rows, cols, br, bc);
+      const auto& want = quant.at("sha256").at(name.get<std::string>());
+      EXPECT_EQ(Sha256Hex(q.codes.data(), q.codes.size()), want.at("q")) << name;
+      EXPECT_EQ(Sha256Hex(q.scales.data(), q.scales.size()), want.at("scale")) << name;
+      EXPECT_EQ(Sha256Hex(q.dequant.data(), q.dequant.size() * 4), want.at("dequant_f32")) << name;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 10);
+  std::printf("%s: %d quantized tensors bit-identical to the reference\n", case_dir.c_str(),
+              checked);
+}
+
+TEST(SyntheticCheckpointTest, ReleaseQuantizersEqualTheReferenceBitForBit) {
+  ExpectQuantizersMatch(DeepseekGoldenDir("v4_flash_tiny_fp8", "deepseek_v4"));
+  const std::string v41 = std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41/v41_full_fp8";
+  if (!std::filesystem::exists(v41)) {
+    GTEST_SKIP() << "../shared/goldens/deepseek_v41 is absent (a user's clone has none); the V4 "
+                    "golden was checked";
+  }
+  ExpectQuantizersMatch(v41);
+}
+
+TEST(SyntheticCheckpointTest, Fp4EncodingRoundsToNearestEven) {
+  EXPECT_EQ(Fp32ToFp4E2M1(0.25f), 0);  // tie between 0 and 0.5: even code 0
+  EXPECT_EQ(Fp32ToFp4E2M1(0.75f), 2);  // tie between 0.5 and 1: even code 2
+  EXPECT_EQ(Fp32ToFp4E2M1(1.25f), 2);
+  EXPECT_EQ(Fp32ToFp4E2M1(1.75f), 4);
+  EXPECT_EQ(Fp32ToFp4E2M1(2.5f), 4);
+  EXPECT_EQ(Fp32ToFp4E2M1(3.5f), 6);
+  EXPECT_EQ(Fp32ToFp4E2M1(5.0f), 6);
+  EXPECT_EQ(Fp32ToFp4E2M1(5.01f), 7);
+  EXPECT_EQ(Fp32ToFp4E2M1(-1.0f), 8 | 2);
+  for (int c = 0; c < 16; ++c) {
+    if (c == 8) continue;  // -0 reads back as +0
+    EXPECT_EQ(Fp32ToFp4E2M1(Fp4E2M1ToFp32(static_cast<uint8_t>(c))), c) << c;
+  }
+  EXPECT_EQ(PowerOfTwoCeilExponent(1.0f), 0);
+  EXPECT_EQ(PowerOfTwoCeilExponent(1.5f), 1);
+  EXPECT_EQ(PowerOfTwoCeilExponent(0.25f), -2);
 }
 
 TEST(SyntheticCheckpointTest, Fp8EncodingRoundsToNearestEven) {

@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "fmt/format.h"
+#include "model/block_scales.h"
 #include "model/dtype.h"
+#include "model/fp8.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -70,7 +75,146 @@ void QuantizeFp8(const SafetensorsEntry& w, int block, SafetensorsEntry& q, Safe
   }
 }
 
+// Float value of a drawn BF16 / F32 element.
+float DrawnValue(const SafetensorsEntry& w, int64_t i) {
+  if (w.dtype == "BF16") {
+    uint16_t h;
+    std::memcpy(&h, w.bytes.data() + 2 * i, 2);
+    return Bf16ToFp32(h);
+  }
+  float f;
+  std::memcpy(&f, w.bytes.data() + 4 * i, 4);
+  return f;
+}
+
+// The recipe's "quant" section (DeepSeek-V4 / V4.1 release formats): "fp8_e4m3_ue8m0_RxC" and
+// "fp4_e2m1_ue8m0_1x32" entries, each {"tensors": [names]}; other keys are notes.
+struct ReleaseQuant {
+  absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> fp8;  // name -> block
+  absl::flat_hash_set<std::string> fp4;
+};
+
+absl::StatusOr<ReleaseQuant> ParseReleaseQuant(const nlohmann::json& recipe) {
+  ReleaseQuant q;
+  if (!recipe.contains("quant")) return q;
+  for (const auto& [key, v] : recipe.at("quant").items()) {
+    int64_t br = 0, bc = 0;
+    bool fp4 = false;
+    if (key == "fp4_e2m1_ue8m0_1x32") {
+      fp4 = true;
+    } else if (std::sscanf(key.c_str(), "fp8_e4m3_ue8m0_%ldx%ld", &br, &bc) == 2) {
+      if (br <= 0 || bc <= 0 || key != fmt::format("fp8_e4m3_ue8m0_{}x{}", br, bc)) {
+        return BadRecipe("bad quant block " + key);
+      }
+    } else {
+      continue;  // notes, checksums, formats this writer does not make
+    }
+    for (const auto& n : v.at("tensors")) {
+      if (fp4) {
+        q.fp4.insert(n.get<std::string>());
+      } else {
+        q.fp8[n.get<std::string>()] = {br, bc};
+      }
+    }
+  }
+  return q;
+}
+
+// "<prefix>.weight" -> "<prefix>.scale".
+std::string ScaleName(const std::string& weight) {
+  constexpr std::string_view kWeight = ".weight";
+  if (weight.size() > kWeight.size() &&
+      weight.compare(weight.size() - kWeight.size(), kWeight.size(), kWeight) == 0) {
+    return weight.substr(0, weight.size() - kWeight.size()) + ".scale";
+  }
+  return weight + ".scale";
+}
+
 }  // namespace
+
+int PowerOfTwoCeilExponent(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  return static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
+}
+
+uint8_t Fp32ToFp4E2M1(float v) {
+  const uint8_t sign = v < 0 ? 8 : 0;
+  const float m = std::fabs(v);
+  uint8_t code;
+  if (m <= 0.25f) {
+    code = 0;
+  } else if (m < 0.75f) {
+    code = 1;
+  } else if (m <= 1.25f) {
+    code = 2;
+  } else if (m < 1.75f) {
+    code = 3;
+  } else if (m <= 2.5f) {
+    code = 4;
+  } else if (m < 3.5f) {
+    code = 5;
+  } else if (m <= 5.0f) {
+    code = 6;
+  } else {
+    code = 7;
+  }
+  return sign | code;
+}
+
+BlockQuantized QuantizeFp8E8M0(const float* w, int64_t rows, int64_t cols, int64_t br,
+                               int64_t bc) {
+  const int64_t nbr = (rows + br - 1) / br, nbc = (cols + bc - 1) / bc;
+  BlockQuantized q;
+  q.codes.resize(static_cast<size_t>(rows * cols));
+  q.scales.resize(static_cast<size_t>(nbr * nbc));
+  q.dequant.resize(static_cast<size_t>(rows * cols));
+  for (int64_t bi = 0; bi < nbr; ++bi) {
+    for (int64_t bj = 0; bj < nbc; ++bj) {
+      const int64_t r0 = bi * br, r1 = std::min(rows, r0 + br);
+      const int64_t c0 = bj * bc, c1 = std::min(cols, c0 + bc);
+      float amax = 0;
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
+      }
+      amax = std::max(amax, std::ldexp(1.0f, -100));
+      const int e = PowerOfTwoCeilExponent(amax * (1.0f / 448.0f));
+      q.scales[bi * nbc + bj] = static_cast<uint8_t>(e + 127);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const uint8_t code = Fp32ToFp8E4M3(std::ldexp(w[r * cols + c], -e));
+          q.codes[r * cols + c] = code;
+          q.dequant[r * cols + c] = std::ldexp(Fp8E4M3ToFp32(code), e);
+        }
+      }
+    }
+  }
+  return q;
+}
+
+BlockQuantized QuantizeFp4E8M0(const float* w, int64_t rows, int64_t cols) {
+  BlockQuantized q;
+  q.codes.assign(static_cast<size_t>(rows * cols / 2), 0);
+  q.scales.resize(static_cast<size_t>(rows * cols / 32));
+  q.dequant.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols / 32; ++b) {
+      const float* x = w + r * cols + b * 32;
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+      amax = std::max(amax, 6.0f * std::ldexp(1.0f, -126));
+      const int e = PowerOfTwoCeilExponent(amax * (1.0f / 6.0f));
+      q.scales[r * (cols / 32) + b] = static_cast<uint8_t>(e + 127);
+      for (int i = 0; i < 32; ++i) {
+        const int64_t c = b * 32 + i;
+        const uint8_t code = Fp32ToFp4E2M1(std::clamp(std::ldexp(x[i], -e), -6.0f, 6.0f));
+        q.codes[(r * cols + c) / 2] |= static_cast<uint8_t>(code << (4 * (c & 1)));
+        q.dequant[r * cols + c] = std::ldexp(Fp4E2M1ToFp32(code), e);
+      }
+    }
+  }
+  return q;
+}
 
 uint8_t Fp32ToFp8E4M3(float f) {
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
@@ -188,7 +332,35 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
       if (block <= 0) return BadRecipe("bad fp8 block");
       for (const auto& n : f.at("tensors")) fp8.insert(n.get<std::string>());
     }
+    DI_ASSIGN_OR_RETURN(ReleaseQuant release, ParseReleaseQuant(recipe));
     for (auto& t : drawn) {
+      auto fp8_block = release.fp8.find(t.name);
+      if (fp8_block != release.fp8.end() || release.fp4.contains(t.name)) {
+        if ((t.dtype != "BF16" && t.dtype != "F32") || t.shape.size() != 2) {
+          return BadRecipe("release quantization needs a 2-D float tensor: " + t.name);
+        }
+        const int64_t rows = t.shape[0], cols = t.shape[1];
+        std::vector<float> w(static_cast<size_t>(rows * cols));
+        for (int64_t i = 0; i < rows * cols; ++i) w[i] = DrawnValue(t, i);
+        BlockQuantized q;
+        SafetensorsEntry qt{t.name, "F8_E4M3", t.shape, {}}, st{ScaleName(t.name), "F8_E8M0", {}, {}};
+        if (fp8_block != release.fp8.end()) {
+          const auto [br, bc] = fp8_block->second;
+          q = QuantizeFp8E8M0(w.data(), rows, cols, br, bc);
+          st.shape = {(rows + br - 1) / br, (cols + bc - 1) / bc};
+        } else {
+          if (cols % 32 != 0) return BadRecipe("FP4 needs columns in multiples of 32: " + t.name);
+          q = QuantizeFp4E8M0(w.data(), rows, cols);
+          qt.dtype = "I8";
+          qt.shape = {rows, cols / 2};
+          st.shape = {rows, cols / 32};
+        }
+        qt.bytes = std::move(q.codes);
+        st.bytes = std::move(q.scales);
+        tensors.push_back(std::move(qt));
+        tensors.push_back(std::move(st));
+        continue;
+      }
       if (!fp8.contains(t.name)) {
         tensors.push_back(std::move(t));
         continue;

@@ -8,7 +8,8 @@
 // Recipe JSON: {"generator": "splitmix64-uniform/1", "seed": S, "shards": N,
 //   "tensors": [{"name", "shape": [..], "dtype": "BF16" | "F32", "center", "half_width"} or
 //   {"name", "shape": [rows, k], "dtype": "I64", "modulus": m}, ...],
-//   optional "fp8": {"format": "e4m3fn", "block": 128, "tensors": [names]}}.
+//   optional "fp8": {"format": "e4m3fn", "block": 128, "tensors": [names]} (V3: F32
+//   "_scale_inv"), optional "quant" (V4 / V4.1 release formats, below)}.
 // I64 tables (DeepSeek-V4's tid2eid): row r is (b_r + j) mod m for j < k, with b_r = z >> 40 of
 // the row's first element (so k distinct values per row when k <= m).
 // Element i of tensor t: key = mix64((S << 32) | t), z = mix64(key + (i + 1) * 0x9E3779B97F4A7C15),
@@ -46,6 +47,30 @@ absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohman
 // Rounds a float to the nearest-even FP8 E4M3 ("fn": no infinities, 0x7e = 448) code; values
 // beyond 448 in magnitude clamp to +-448 (the recipe never produces them).
 uint8_t Fp32ToFp8E4M3(float f);
+
+// DeepSeek-V4 / V4.1 release formats, as the goldens' recipes describe them ("quant" section:
+// "fp8_e4m3_ue8m0_RxC" and "fp4_e2m1_ue8m0_1x32" tensor lists; the weight is stored quantized
+// and "<prefix>.scale" holds its E8M0 scale bytes).
+// FP8: per R x C block, amax = max |w| (at least 2^-100), s = 2^e with e the power-of-two ceiling
+//   of float32(amax * float32(1 / 448)) read off its bits (exponent - 127 + (mantissa != 0)),
+//   code = e4m3fn round-to-nearest-even of w / s; scale byte e + 127.
+// FP4: per 1 x 32 block along a row, amax at least 6 * 2^-126, e from float32(amax * (1 / 6)),
+//   code = e2m1 round-to-nearest-even of clamp(w / s, -6, 6) (sign bit 3, set for w < 0), packed
+//   two per byte, the even element in the low nibble.
+// dequant is code value * s (exact).
+struct BlockQuantized {
+  std::vector<uint8_t> codes;   // FP8: [rows, cols]; FP4: [rows, cols / 2] packed
+  std::vector<uint8_t> scales;  // E8M0: FP8 [ceil(rows / R), ceil(cols / C)]; FP4 [rows, cols / 32]
+  std::vector<float> dequant;   // [rows, cols]
+};
+BlockQuantized QuantizeFp8E8M0(const float* w, int64_t rows, int64_t cols, int64_t block_rows,
+                               int64_t block_cols);
+// REQUIRES: cols % 32 == 0.
+BlockQuantized QuantizeFp4E8M0(const float* w, int64_t rows, int64_t cols);
+// The power-of-two ceiling's exponent of a positive normal float, from its bits.
+int PowerOfTwoCeilExponent(float x);
+// e2m1 code of v in [-6, 6], round to nearest even (see above).
+uint8_t Fp32ToFp4E2M1(float v);
 
 // Writes `tensors` as one safetensors file (header padded to 8 bytes, {"format": "pt"}
 // metadata), atomically (temporary file + rename).

@@ -27,6 +27,8 @@ bool IsNonFinite(DType t, const uint8_t* p, int64_t i) {
     }
     case DType::kF8E4M3:
       return (p[i] & 0x7f) == 0x7f;
+    case DType::kE8M0:
+      return p[i] == 0xff;
     default:
       return false;
   }

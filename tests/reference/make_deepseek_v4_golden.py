@@ -3,7 +3,8 @@
 
 Writes tests/golden/deepseek_v4/<case>/ (same files as the V3 goldens, see
 make_deepseek_v3_golden.py): config.json, weights.json (the recipe; no weights are committed),
-golden.json (prompts, sha256 of the generated weights, per-case notes) and logits.json.gz
+golden.json (prompts, sha256 of the generated weights, 16 greedy tokens after the 64-token
+prompt decoded through transformers' cache, per-case notes) and logits.json.gz
 (transformers' float32 logits at every position of 1-, 7-, 64- and 300-token prompts).
 
 Reference: transformers 5.24.0 `models/deepseek_v4` (PyPI), float32, eager attention, one forward
@@ -20,6 +21,10 @@ Cases:
                   `num_hash_layers`, `rope_scaling` yarn), native tensor names.
   v4_rates        `layer_types` + `compress_rates` (CSA 4 / HCA 16), `mlp_layer_types`, plain
                   compress rope, wider model with head_dim 96, two safetensors shards.
+  v4_flash_tiny_fp8  the v4_flash_tiny weights in the release formats: attention and shared
+                  experts FP8 e4m3 with E8M0 128x128 block scales, routed experts FP4 e2m1
+                  packed with E8M0 1x32 scales (the recipe's "quant" section); transformers runs
+                  on the exactly dequantized values (it cannot load these formats itself).
   v4_hf_names     as v4_flash_tiny but stored under transformers' own module names
                   (`model.layers.N.self_attn.q_a_proj.weight`, fused `mlp.experts.gate_up_proj`
                   [E, 2I, H] and `down_proj` [E, H, I], ...), loaded with load_state_dict.
@@ -52,6 +57,7 @@ from make_deepseek_v3_golden import make_weights, write_config, write_logits
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "tests", "golden", "deepseek_v4")
 PROMPT_LENGTHS = [1, 7, 64, 300]
+GREEDY_STEPS = 16
 
 BASE = dict(
     architectures=["DeepseekV4ForCausalLM"],
@@ -109,6 +115,11 @@ CASES = [
                      compress_rates={"compressed_sparse_attention": 4,
                                      "heavily_compressed_attention": 16},
                      mlp_layer_types=["hash_moe", "moe", "moe", "moe", "moe"])),
+    dict(name="v4_flash_tiny_fp8", seed=11, layout="native", quant=True,
+         config=dict(compress_ratios=[0, 4, 128, 4], num_hash_layers=2,
+                     rope_scaling=dict(type="yarn", factor=4.0,
+                                       original_max_position_embeddings=128,
+                                       beta_fast=32, beta_slow=1))),
     dict(name="v4_hf_names", seed=13, layout="hf",
          config=dict(compress_ratios=[0, 4, 128, 4], num_hash_layers=2,
                      rope_scaling=dict(type="yarn", factor=4.0,
@@ -295,6 +306,126 @@ def make_recipe(c, tensors, seed, shards):
     return dict(generator=synthetic_weights.GENERATOR, seed=seed, shards=shards, tensors=out)
 
 
+# ----------------------------------------------------------------------------------------------
+# Release weight formats (FP8 e4m3 / FP4 e2m1 with E8M0 power-of-two scales), written out as the
+# V4.1 goldens' recipes describe them (../shared/goldens/deepseek_v41/README.md); cross-checked
+# against those goldens' sha256s when ../shared is there.
+# ----------------------------------------------------------------------------------------------
+
+
+def pow2_ceil_exponent(x):
+    """Exponent of the power-of-two ceiling of positive normal float32 values, from their bits."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    return ((bits >> 23) & 0xFF).astype(np.int32) - 127 + ((bits & 0x7FFFFF) != 0)
+
+
+def quant_fp8_blocks(w, br, bc):
+    """Returns (e4m3 codes uint8 [R, C], E8M0 scales uint8 [ceil(R/br), ceil(C/bc)], dequant f32)."""
+    R, C = w.shape
+    nbr, nbc = -(-R // br), -(-C // bc)
+    codes = np.zeros((R, C), np.uint8)
+    scales = np.zeros((nbr, nbc), np.uint8)
+    deq = np.zeros((R, C), np.float32)
+    for i in range(nbr):
+        for j in range(nbc):
+            blk = w[i * br:(i + 1) * br, j * bc:(j + 1) * bc]
+            amax = np.float32(max(np.abs(blk).max(), np.float32(2.0**-100)))
+            e = int(pow2_ceil_exponent(amax * np.float32(1.0 / 448.0)))
+            q = torch.from_numpy(np.ldexp(blk, -e).astype(np.float32)).to(torch.float8_e4m3fn)
+            codes[i * br:(i + 1) * br, j * bc:(j + 1) * bc] = q.view(torch.uint8).numpy()
+            deq[i * br:(i + 1) * br, j * bc:(j + 1) * bc] = np.ldexp(q.float().numpy(), e)
+            scales[i, j] = e + 127
+    return codes, scales, deq
+
+
+# Code 8 (sign with magnitude 0) dequantizes to +0, as the V4.1 reference's table does.
+FP4_VALUES = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, 0, -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
+
+
+def e2m1_codes(v):
+    """Round to nearest even on the e2m1 grid; sign in bit 3 for v < 0."""
+    m = np.abs(v)
+    code = np.select([m <= 0.25, m < 0.75, m <= 1.25, m < 1.75, m <= 2.5, m < 3.5, m <= 5.0],
+                     [0, 1, 2, 3, 4, 5, 6], 7).astype(np.uint8)
+    return code | np.where(v < 0, 8, 0).astype(np.uint8)
+
+
+def quant_fp4_rows(w):
+    """Returns (packed uint8 [R, C/2], E8M0 scales [R, C/32], dequant f32 [R, C])."""
+    R, C = w.shape
+    blk = w.reshape(R, C // 32, 32)
+    amax = np.maximum(np.abs(blk).max(-1), np.float32(6.0 * 2.0**-126)).astype(np.float32)
+    e = pow2_ceil_exponent(amax * np.float32(1.0 / 6.0))
+    codes = e2m1_codes(np.clip(np.ldexp(blk, -e[..., None]), -6.0, 6.0).astype(np.float32))
+    deq = np.ldexp(FP4_VALUES[codes], e[..., None]).astype(np.float32).reshape(R, C)
+    codes = codes.reshape(R, C)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
+    return packed, (e + 127).astype(np.uint8), deq
+
+
+def sha256(a):
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
+
+
+def check_against_v41_goldens():
+    """The quantizers above against the V4.1 goldens' sha256s (their 32x32 FP8 and FP4 tensors)."""
+    case = os.path.join(ROOT, "..", "shared", "goldens", "deepseek_v41", "v41_full_fp8")
+    if not os.path.isdir(case):
+        print("(../shared/goldens/deepseek_v41 absent: quantizer cross-check skipped)")
+        return
+    recipe = json.load(open(os.path.join(case, "weights.json")))
+    quant = recipe["quant"]
+    fp8 = set(quant["fp8_e4m3_ue8m0_32x32"]["tensors"])
+    fp4 = set(quant["fp4_e2m1_ue8m0_1x32"]["tensors"])
+    checked = 0
+    for name, _, dtype, v in synthetic_weights.tensors(recipe):
+        if name not in fp8 and name not in fp4:
+            continue
+        w = (v.astype(np.uint32) << 16).view(np.float32) if dtype == "BF16" else v
+        q, sc, d = quant_fp8_blocks(w, 32, 32) if name in fp8 else quant_fp4_rows(w)
+        want = quant["sha256"][name]
+        assert (sha256(q), sha256(sc), sha256(d)) == (want["q"], want["scale"],
+                                                       want["dequant_f32"]), name
+        checked += 1
+    print(f"quantizers agree with the V4.1 goldens on {checked} tensors")
+
+
+def fp8_targets(names):
+    """Which native tensors the release stores in FP8 (128x128) and FP4 (experts)."""
+    fp8, fp4 = [], []
+    for n in names:
+        if ".ffn.experts." in n:
+            fp4.append(n)
+        elif n.endswith(("attn.wq_a.weight", "attn.wq_b.weight", "attn.wkv.weight",
+                         "attn.wo_a.weight", "attn.wo_b.weight", "indexer.wq_b.weight")) or \
+                ".shared_experts." in n:
+            fp8.append(n)
+    return fp8, fp4
+
+
+def quantize(weights, recipe):
+    """Dequantized float32 weights for transformers, and the recipe's quant section."""
+    fp8, fp4 = fp8_targets([t["name"] for t in recipe["tensors"]])
+    deq, shas = dict(weights), {}
+    for name in fp8 + fp4:
+        w = weights[name].float().numpy()
+        q, sc, d = quant_fp8_blocks(w, 128, 128) if name in fp8 else quant_fp4_rows(w)
+        deq[name] = torch.from_numpy(d)
+        shas[name] = dict(q=sha256(q), scale=sha256(sc), dequant_f32=sha256(d))
+    section = {
+        "note": "Quantize the recipe's (bf16-rounded) tensors as the V4 release stores them; "
+                "store `<prefix>.weight` (quantized) and `<prefix>.scale` (F8_E8M0 bytes: value "
+                "2^(b-127)). Algorithms as ../shared/goldens/deepseek_v41/README.md, with "
+                "128x128 FP8 blocks.",
+        "fp8_e4m3_ue8m0_128x128": dict(tensors=fp8, dtype="F8_E4M3", scale_dtype="F8_E8M0",
+                                       scale_shape="[ceil(out/128), ceil(in/128)]"),
+        "fp4_e2m1_ue8m0_1x32": dict(tensors=fp4, dtype="I8", packed_shape="[out, in/2]",
+                                    scale_dtype="F8_E8M0", scale_shape="[out, in/32]"),
+        "sha256": shas,
+    }
+    return deq, section
+
+
 def hf_config_json(c):
     j = dict(c)
     return j
@@ -374,6 +505,11 @@ def make_case(case):
     recipe = make_recipe(c, tensors, case["seed"], case.get("shards", 1))
     weights, weights_sha = make_weights(recipe)
     cfg_json = hf_config_json(c)
+    if case.get("quant"):
+        weights, recipe["quant"] = quantize(weights, recipe)
+        cfg_json["quantization_config"] = dict(
+            quant_method="fp8", fmt="e4m3", scale_fmt="ue8m0", activation_scheme="dynamic",
+            weight_block_size=[128, 128], expert_dtype="fp4")
     rng = np.random.default_rng(case["seed"] + 100)
     prompts = [rng.integers(0, c["vocab_size"], size=n).tolist() for n in PROMPT_LENGTHS]
     model = build_model(cfg_json, to_state_dict(c, weights, case["layout"]))
@@ -393,8 +529,22 @@ def make_case(case):
             cache = r.past_key_values
             chunked.append(r.logits[0].float())
         chunk_diff = float((torch.cat(chunked) - out["logits_300"]).abs().max())
+    # Greedy continuation of the 64-token prompt through the cache (prefill, then one token per
+    # forward), with the smallest top-1 / top-2 margin on the way.
+    with torch.no_grad():
+        r = model(input_ids=torch.tensor([prompts[2]]), use_cache=True)
+        cache, greedy, margin = r.past_key_values, [], math.inf
+        last = r.logits[0, -1].float()
+        for _ in range(GREEDY_STEPS):
+            top2 = torch.topk(last, 2).values
+            margin = min(margin, float(top2[0] - top2[1]))
+            greedy.append(int(last.argmax()))
+            r = model(input_ids=torch.tensor([[greedy[-1]]]), past_key_values=cache,
+                      use_cache=True)
+            cache, last = r.past_key_values, r.logits[0, -1].float()
     kinds, hashed = layer_kinds(c)
-    golden = dict(config=name, prompts=prompts, vocab=c["vocab_size"], weights_sha256=weights_sha,
+    golden = dict(greedy_prompt_index=2, greedy_tokens=greedy, greedy_min_top2_margin=margin,
+                  config=name, prompts=prompts, vocab=c["vocab_size"], weights_sha256=weights_sha,
                   layout=case["layout"], layer_kinds=[k for k, _ in kinds],
                   compress_ratios=[r for _, r in kinds], hash_layers=hashed,
                   reference="transformers 5.24.0 models/deepseek_v4, float32, eager",
@@ -420,6 +570,7 @@ def main():
     torch.manual_seed(0)
     torch.set_num_threads(1)
     os.makedirs(OUT, exist_ok=True)
+    check_against_v41_goldens()
     for case in CASES:
         print(make_case(case), flush=True)
 

@@ -118,6 +118,28 @@ const internal::TypeKernels& KernelsFor(DType t, const KernelTable& k) {
   }
 }
 
+// Block-scaled weights are multiplied by decoding kDecodeRows rows at a time to f32 (thread-local,
+// so the matrix is never copied whole) and running the f32 kernel on them: each output keeps
+// the f32 kernel's arithmetic, so results do not depend on the batch.
+constexpr int64_t kDecodeRows = 8;
+
+void GemmBlockScaled(const GemmArgs& a) {
+  thread_local std::vector<float> rows;
+  if (static_cast<int64_t>(rows.size()) < kDecodeRows * a.k) rows.resize(kDecodeRows * a.k);
+  for (int64_t r0 = a.row_begin; r0 < a.row_end; r0 += kDecodeRows) {
+    const int64_t r1 = std::min(a.row_end, r0 + kDecodeRows);
+    for (int64_t r = r0; r < r1; ++r) DequantizeScaledRow(*a.scaled, r, rows.data() + (r - r0) * a.k);
+    GemmArgs f = a;
+    f.w = reinterpret_cast<const uint8_t*>(rows.data());
+    f.w_row_bytes = static_cast<size_t>(a.k) * sizeof(float);
+    f.y = a.y + r0;
+    f.row_begin = 0;
+    f.row_end = r1 - r0;
+    f.scaled = nullptr;
+    a.inner(f);
+  }
+}
+
 // Grows but never shrinks, so steady-state calls do not allocate.
 uint8_t* Scratch(size_t bytes) {
   thread_local std::vector<uint8_t> buf;
@@ -136,11 +158,21 @@ Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens,
   DI_CHECK(w.shape.size() >= 2);
   const int64_t in = w.cols();
   const int64_t out = w.rows();
-  DI_CHECK(HasCpuKernel(w.dtype));
+  DI_CHECK(HasCpuMatMul(w));
   const int64_t wb = model::BlockSize(w.dtype);
   DI_CHECK(in % wb == 0);
   Prepared p{};
-  p.kernels = &KernelsFor(w.dtype, table);
+  if (IsBlockScaled(w.dtype)) {
+    // The f32 kernel's activation format (f32 as is), with the decoding gemm in front.
+    static constexpr internal::TypeKernels kBlockScaled = {
+        GemmBlockScaled, nullptr, [](int64_t k) { return static_cast<size_t>(k) * sizeof(float); }};
+    DI_CHECK(table.f32.quantize == nullptr);
+    p.kernels = &kBlockScaled;
+    p.args.scaled = &w;
+    p.args.inner = table.f32.gemm;
+  } else {
+    p.kernels = &KernelsFor(w.dtype, table);
+  }
   p.args.w = w.data;
   p.args.w_row_bytes = model::BlockBytes(w.dtype) * static_cast<size_t>(in / wb);
   DI_CHECK(w.data != nullptr && p.args.w_row_bytes * static_cast<size_t>(out) <= w.size_bytes);

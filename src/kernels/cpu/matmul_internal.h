@@ -34,6 +34,10 @@ struct GemmArgs {
   int64_t y_stride;
   int64_t row_begin;
   int64_t row_end;
+  // Block-scaled weights (F8_E4M3 / FP4_E2M1 with E8M0 scales): the tensor, whose rows are
+  // decoded a few at a time, and the f32 kernel that multiplies the decoded rows. Null otherwise.
+  const model::TensorView* scaled = nullptr;
+  void (*inner)(const GemmArgs& args) = nullptr;
 };
 using GemmFn = void (*)(const GemmArgs& args);
 // Converts one token's `k` activations to the layout `gemm` reads (act_row_bytes(k) bytes).

@@ -1,10 +1,13 @@
 #include "kernels/cpu/quant.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "model/block_scales.h"
+#include "model/fp8.h"
 #include "util/status.h"
 
 namespace deepinfer::kernels {
@@ -112,7 +115,41 @@ float AbsMax32(const float* x) {
 }  // namespace
 
 bool HasCpuKernel(DType t) {
-  return model::BlockSize(t) > 0 && t != DType::kF8E4M3 && t != DType::kI64;
+  return model::BlockSize(t) > 0 && !IsBlockScaled(t) && t != DType::kI64 &&
+         t != DType::kE8M0 && t != DType::kI8;
+}
+
+bool IsBlockScaled(DType t) { return t == DType::kF8E4M3 || t == DType::kFp4E2M1; }
+
+bool HasCpuMatMul(const model::TensorView& w) {
+  if (HasCpuKernel(w.dtype)) return true;
+  return IsBlockScaled(w.dtype) && w.scale != nullptr && w.scale_block_rows > 0 &&
+         w.scale_block_cols > 0;
+}
+
+void DequantizeScaledRow(const model::TensorView& w, int64_t r, float* dst) {
+  DI_CHECK(HasCpuMatMul(w) && IsBlockScaled(w.dtype));
+  static const auto* fp8 = [] {
+    auto* t = new float[256];
+    for (int b = 0; b < 256; ++b) t[b] = model::Fp8E4M3ToFp32(static_cast<uint8_t>(b));
+    return t;
+  }();
+  const int64_t cols = w.cols(), bc = w.scale_block_cols;
+  const int64_t scale_cols = (cols + bc - 1) / bc;
+  const uint8_t* scale = w.scale + (r / w.scale_block_rows) * scale_cols;
+  const uint8_t* row = w.row(r);
+  for (int64_t c0 = 0, b = 0; c0 < cols; c0 += bc, ++b) {
+    const float s = std::ldexp(1.0f, static_cast<int>(scale[b]) - 127);
+    const int64_t c1 = std::min(cols, c0 + bc);
+    if (w.dtype == DType::kF8E4M3) {
+      for (int64_t c = c0; c < c1; ++c) dst[c] = fp8[row[c]] * s;
+    } else {
+      for (int64_t c = c0; c < c1; ++c) {
+        const uint8_t code = (c & 1) ? row[c >> 1] >> 4 : row[c >> 1] & 0x0f;
+        dst[c] = model::Fp4E2M1ToFp32(code) * s;
+      }
+    }
+  }
 }
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "model/dtype.h"
+#include "model/model.h"
 
 namespace deepinfer::kernels {
 
@@ -34,9 +35,21 @@ void QuantizeRowQ8_K(const float* x, model::BlockQ8_K* y, int64_t n);
 void QuantizeRowQ8_0Cpu(const float* x, model::BlockQ8_0* y, int64_t n);
 void QuantizeRowQ8_1Cpu(const float* x, model::BlockQ8_1* y, int64_t n);
 
-// True when DequantizeRow and the matmul kernels handle `t`: every type of model/dtype.h's table
-// but F8_E4M3, which the safetensors loader dequantizes before any kernel sees it. Block sizes
-// and bytes come from that table (model::BlockSize, model::BlockBytes).
+// True when DequantizeRow and the matmul kernels handle `t` on its own: every weight type of
+// model/dtype.h's table but the block-scaled ones (their rows need the tensor's scales) and the
+// non-matrix types (I64, I8, E8M0). Block sizes and bytes come from that table
+// (model::BlockSize, model::BlockBytes).
 bool HasCpuKernel(model::DType t);
+
+// F8_E4M3 and FP4_E2M1: weights whose values need the E8M0 block scales of TensorView::scale
+// (model/block_scales.h). (A V3 checkpoint's F8_E4M3 weights are dequantized at load instead.)
+bool IsBlockScaled(model::DType t);
+
+// True when MatMul accepts `w`: HasCpuKernel(w.dtype), or a block-scaled weight with its scales.
+bool HasCpuMatMul(const model::TensorView& w);
+
+// Row r of a block-scaled weight as f32: value(code) * 2^(scale - 127), exact.
+// Shapes: dst [w.cols()]. REQUIRES: HasCpuMatMul(w) and IsBlockScaled(w.dtype).
+void DequantizeScaledRow(const model::TensorView& w, int64_t r, float* dst);
 
 }  // namespace deepinfer::kernels

@@ -1,0 +1,122 @@
+"""A tiny DeepSeek-V4 checkpoint (random weights written at test time from the recipe of
+tests/golden/deepseek_v4/v4_flash_tiny, made by tests/reference/make_deepseek_v4_golden.py) run
+by `deepinfer generate` against transformers' greedy tokens, and served by a real
+`deepinfer serve` driven by the official openai and anthropic SDKs with the deepseek-v4 encoder,
+which serve picks by itself from the checkpoint's model_type."""
+
+import json
+import subprocess
+
+import openai
+import pytest
+
+from conftest import REPO, Server, binary
+from test_deepseek import synthetic_checkpoint
+
+GOLDEN = REPO / "tests" / "golden" / "deepseek_v4" / "v4_flash_tiny"
+TOKENIZER = REPO / "tests" / "golden" / "deepseek_v3" / "v3_direct_q"  # the toy BPE, 320 ids
+NAME = "tiny-deepseek-v4"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_deepseek_v4")
+    for f in ("config.json", "weights.json"):
+        (d / f).write_bytes((GOLDEN / f).read_bytes())
+    synthetic_checkpoint(d, d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def chat_checkpoint(checkpoint, tmp_path_factory):
+    """The same weights with the toy tokenizer beside them (its vocabulary is the model's)."""
+    d = tmp_path_factory.mktemp("tiny_deepseek_v4_chat")
+    for f in checkpoint.iterdir():
+        (d / f.name).symlink_to(f)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (d / f).write_bytes((TOKENIZER / f).read_bytes())
+    return d
+
+
+@pytest.fixture(scope="module")
+def server(chat_checkpoint):
+    s = Server(chat_checkpoint, NAME, ["--threads", "2"])
+    yield s
+    s.stop()
+
+
+def generate(*args):
+    return subprocess.run([str(binary()), "generate", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_greedy_tokens_equal_transformers(checkpoint):
+    """Prefill of the 64-token prompt, then 16 decode steps through the engine: transformers'
+    greedy tokens (decoded through its own cache) exactly."""
+    golden = json.loads((GOLDEN / "golden.json").read_text())
+    prompt = golden["prompts"][golden["greedy_prompt_index"]]
+    r = generate("--model", str(checkpoint), "--prompt-ids", ",".join(map(str, prompt)),
+                 "--max-tokens", str(len(golden["greedy_tokens"])), "--ignore-eos",
+                 "--threads", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ",".join(map(str, golden["greedy_tokens"])), r.stderr
+
+
+def client(s):
+    return openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+MESSAGES = [{"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Count to five, please."}]
+
+
+def test_chat_streaming_equals_non_streaming(server):
+    c = client(server)
+    assert [m.id for m in c.models.list().data] == [NAME]
+    full = c.chat.completions.create(model=NAME, messages=MESSAGES, max_tokens=24, temperature=0)
+    assert full.usage.completion_tokens == 24
+    text = ""
+    for chunk in c.chat.completions.create(model=NAME, messages=MESSAGES, max_tokens=24,
+                                           temperature=0, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+    assert text == full.choices[0].message.content
+    again = c.chat.completions.create(model=NAME, messages=MESSAGES, max_tokens=24, temperature=0)
+    assert again.choices[0].message.content == full.choices[0].message.content
+    assert again.usage.prompt_tokens_details.cached_tokens > 0  # the prefix cache served it
+
+
+def test_thinking_mode_returns_reasoning_separately(server):
+    c = client(server)
+    kw = dict(model=NAME, messages=MESSAGES, max_tokens=16, temperature=0,
+              extra_body={"chat_template_kwargs": {"thinking": True}})
+    r = c.chat.completions.create(**kw)
+    msg = r.choices[0].message.model_dump()
+    # The V4 thinking prompt opens <think>; random weights never close it: all is reasoning.
+    assert msg["reasoning_content"]
+    assert msg["content"] == ""
+    streamed = ""
+    for chunk in c.chat.completions.create(**kw, stream=True):
+        if chunk.choices:
+            streamed += chunk.choices[0].delta.model_dump().get("reasoning_content") or ""
+    assert streamed == msg["reasoning_content"]
+
+
+def test_anthropic_messages_with_tools_rendered_by_the_v4_encoder(server):
+    anthropic = pytest.importorskip("anthropic")
+    a = anthropic.Anthropic(base_url=server.base_url, api_key="unused", max_retries=0, timeout=60)
+    tools = [{"name": "get_weather", "description": "Weather of a city",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                               "required": ["city"]}}]
+    kw = dict(model=NAME, max_tokens=12, system="You are terse.", tools=tools,
+              messages=[{"role": "user", "content": "Weather in Paris?"}],
+              extra_body={"temperature": 0})
+    msg = a.messages.create(**kw)
+    assert msg.usage.output_tokens == 12 and msg.stop_reason == "max_tokens"
+    with a.messages.stream(**kw) as stream:
+        final = stream.get_final_message()
+    assert [b.model_dump() for b in final.content] == [b.model_dump() for b in msg.content]
+    # The tool definitions reach the prompt: it is longer than without them.
+    count = lambda **k: a.messages.count_tokens(**k).input_tokens  # noqa: E731
+    base = {k: v for k, v in kw.items() if k not in ("max_tokens", "extra_body", "tools")}
+    assert count(**base, tools=tools) > count(**base)
