@@ -112,7 +112,10 @@ class CausalLm {
   //
   // Number of MTP modules the checkpoint holds (0: no speculative drafts).
   virtual int num_mtp_layers() const { return 0; }
-  // Final hidden states [num_tokens of the last Forward call, hidden] f32.
+  // f32 values per token of the state an MTP module reads (FinalHidden, ForwardMtp's prev_hidden
+  // and hidden_out): the hidden size, or hc_mult * hidden for DeepSeek-V4's residual streams.
+  virtual int64_t mtp_hidden_size() const { return config().hidden; }
+  // Final hidden states [num_tokens of the last Forward call, mtp_hidden_size()] f32.
   virtual void FinalHidden(float* out) const {}
   // Runs MTP module k over `batch` (token i at position p is x_{p+1}, prev_hidden row i is the
   // main model's final hidden state at p) writing draft logits for the last num_logits tokens

@@ -69,6 +69,11 @@ struct Layer {
   std::vector<Expert> experts;
   Expert shared;
   bool has_shared = false;
+  // MTP module extras: x0_k = e_proj(enorm(Emb(x))) + h_proj(hnorm(X_k)); its own hc head + norm.
+  const TensorView* e_proj = nullptr;
+  const TensorView* h_proj = nullptr;
+  std::vector<float> enorm, hnorm, head_norm;
+  HcSite hc_head;
   // Float offsets inside a token's cache slot.
   int64_t off_a = 0, off_z = 0, off_entry = 0, off_ia = 0, off_iz = 0, off_ikey = 0;
   int64_t slot_floats = 0;
@@ -84,6 +89,11 @@ class DeepseekV4Impl final : public CausalLm {
   int64_t kv_floats_per_token() const override { return kv_floats_; }
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
+  int num_mtp_layers() const override { return static_cast<int>(mtp_.size()); }
+  int64_t mtp_hidden_size() const override { return int64_t{ds_.hc_mult} * cfg_.hidden; }
+  void FinalHidden(float* out) const override;
+  void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden, KvCache& mtp_kv,
+                  float* logits, float* hidden_out, util::ThreadPool& pool) override;
 
  private:
   absl::StatusOr<const TensorView*> Checked(const std::string& name,
@@ -96,7 +106,12 @@ class DeepseekV4Impl final : public CausalLm {
   absl::StatusOr<Compressor> LoadCompressor(const std::string& prefix, int dim, int coff,
                                             int ratio);
   absl::StatusOr<std::vector<int32_t>> LoadTid2eid(const std::string& name);
-  absl::StatusOr<Layer> LoadLayer(int l);
+  absl::StatusOr<Layer> LoadLayer(const std::string& prefix, int l);
+  absl::StatusOr<HcSite> LoadHead(const std::string& prefix);
+  void RunBlock(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
+                util::ThreadPool& pool);
+  void Logits(const ForwardBatch& batch, const HcSite& head, const std::vector<float>& norm,
+              float* logits, util::ThreadPool& pool);
 
   void Prepare(const ForwardBatch& batch);
   void HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool);
@@ -116,6 +131,8 @@ class DeepseekV4Impl final : public CausalLm {
   model::DeepseekV4Config ds_;
   absl::flat_hash_set<std::string> used_;
   std::vector<Layer> layers_;
+  std::vector<Layer> mtp_;
+  int64_t last_tokens_ = 0;  // tokens of the last Forward (FinalHidden)
   const TensorView* embed_ = nullptr;
   const TensorView* head_ = nullptr;
   std::vector<float> final_norm_;
@@ -246,8 +263,9 @@ absl::StatusOr<std::vector<int32_t>> DeepseekV4Impl::LoadTid2eid(const std::stri
   return out;
 }
 
-absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(int l) {
-  const std::string p = fmt::format("layers.{}.", l), a = p + "attn.", f = p + "ffn.";
+// Block `l` (main layers, then MTP modules) under `p` ("layers.N." or "mtp.K.").
+absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(const std::string& p, int l) {
+  const std::string a = p + "attn.", f = p + "ffn.";
   const int64_t H = cfg_.hidden, nh = cfg_.num_heads, hd = cfg_.head_dim;
   const int64_t hc = ds_.hc_mult, mix = (2 + hc) * hc;
   Layer L;
@@ -314,7 +332,7 @@ absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(int l) {
 }
 
 absl::Status DeepseekV4Impl::Init() {
-  const int64_t H = cfg_.hidden, hc = ds_.hc_mult;
+  const int64_t H = cfg_.hidden;
   if (cfg_.head_dim % 2 != 0 || cfg_.rope_dim > cfg_.head_dim || ds_.n_routed_experts <= 0 ||
       static_cast<int>(ds_.attention.size()) < cfg_.num_layers ||
       static_cast<int>(ds_.hash_routed.size()) < cfg_.num_layers || ds_.index_topk <= 0) {
@@ -331,18 +349,29 @@ absl::Status DeepseekV4Impl::Init() {
   } else {
     DI_ASSIGN_OR_RETURN(head_, Mat("head.weight", cfg_.vocab, H));
   }
-  DI_ASSIGN_OR_RETURN(hc_head_.fn, Mat("hc_head_fn", hc, hc * H));
-  DI_RETURN_IF_ERROR(model::CheckFinite(*hc_head_.fn, /*full=*/true));
-  DI_ASSIGN_OR_RETURN(hc_head_.base, Vec("hc_head_base", {hc}));
-  DI_ASSIGN_OR_RETURN(hc_head_.scale, Vec("hc_head_scale", {1}));
+  DI_ASSIGN_OR_RETURN(hc_head_, LoadHead(""));
   for (int l = 0; l < cfg_.num_layers; ++l) {
-    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
+    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(fmt::format("layers.{}.", l), l));
     kv_floats_ = std::max(kv_floats_, L.slot_floats);
     layers_.push_back(std::move(L));
   }
-  // The MTP block ("mtp.*") is not read yet; every other tensor must have a place.
+  // MTP modules present in the checkpoint (a checkpoint may leave them out).
+  for (int k = 0; k < ds_.num_nextn_predict_layers; ++k) {
+    const std::string p = fmt::format("mtp.{}.", k);
+    if (model_.Find(p + "e_proj.weight") == nullptr) break;
+    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(p, cfg_.num_layers + k));
+    DI_ASSIGN_OR_RETURN(L.e_proj, Mat(p + "e_proj.weight", H, H));
+    DI_ASSIGN_OR_RETURN(L.h_proj, Mat(p + "h_proj.weight", H, H));
+    DI_ASSIGN_OR_RETURN(L.enorm, Vec(p + "enorm.weight", {H}));
+    DI_ASSIGN_OR_RETURN(L.hnorm, Vec(p + "hnorm.weight", {H}));
+    DI_ASSIGN_OR_RETURN(L.head_norm, Vec(p + "norm.weight", {H}));
+    DI_ASSIGN_OR_RETURN(L.hc_head, LoadHead(p));
+    kv_floats_ = std::max(kv_floats_, L.slot_floats);
+    mtp_.push_back(std::move(L));
+  }
+  // Every tensor must have a place.
   for (const auto& [name, t] : model_.tensors) {
-    if (used_.contains(name) || name.rfind("mtp.", 0) == 0) continue;
+    if (used_.contains(name)) continue;
     return InvalidArgumentError("unexpected_tensor",
                                 fmt::format("tensor '{}' is not part of a DeepSeek-V4 model "
                                             "with this config",
@@ -353,6 +382,29 @@ absl::Status DeepseekV4Impl::Init() {
       ComputeRopeFrequencies(cfg_.rope_dim, ds_.compress_rope_theta, ds_.compress_yarn).inv_freq;
   compress_mscale_ = ds_.compress_rope_mscale;
   return absl::OkStatus();
+}
+
+// An hc head (fn [hc, hc H], base [hc], scale [1]) under `p` ("" or "mtp.K.").
+absl::StatusOr<HcSite> DeepseekV4Impl::LoadHead(const std::string& p) {
+  const int64_t hc = ds_.hc_mult;
+  HcSite h;
+  DI_ASSIGN_OR_RETURN(h.fn, Mat(p + "hc_head_fn", hc, hc * cfg_.hidden));
+  DI_RETURN_IF_ERROR(model::CheckFinite(*h.fn, /*full=*/true));
+  DI_ASSIGN_OR_RETURN(h.base, Vec(p + "hc_head_base", {hc}));
+  DI_ASSIGN_OR_RETURN(h.scale, Vec(p + "hc_head_scale", {1}));
+  return h;
+}
+
+// x / sqrt(mean(x^2) + eps) per row, no weight (transformers' DeepseekV4UnweightedRMSNorm; also
+// the per-head norm of the queries). Shapes: x, out [rows, dim] (may alias).
+void UnweightedRmsNorm(const float* x, int64_t rows, int64_t dim, float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xs = x + r * dim;
+    float acc = 0;
+    for (int64_t i = 0; i < dim; ++i) acc += xs[i] * xs[i];
+    const float rs = 1.0f / std::sqrt(acc / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) out[r * dim + i] = xs[i] * rs;
+  }
 }
 
 // cos/sin of `position` for a table, float32 angle as transformers (inv_freq @ position).
@@ -403,14 +455,7 @@ void DeepseekV4Impl::HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool
   const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H, mix = (2 + hc) * hc;
   const float eps = cfg_.rms_norm_eps, heps = ds_.hc_eps;
   Grow(tmp_, T * D);
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xs = streams_.data() + t * D;
-    float acc = 0;
-    for (int64_t i = 0; i < D; ++i) acc += xs[i] * xs[i];
-    const float rs = 1.0f / std::sqrt(acc / static_cast<float>(D) + eps);
-    float* out = tmp_.data() + t * D;
-    for (int64_t i = 0; i < D; ++i) out[i] = xs[i] * rs;
-  }
+  UnweightedRmsNorm(streams_.data(), T, D, eps, tmp_.data());
   Grow(hc_mix_, T * mix);
   kernels::MatMul(*site.fn, tmp_.data(), T, hc_mix_.data(), pool);
   Grow(hc_post_, T * hc);
@@ -621,10 +666,7 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < nh; ++h) {
       float* q = q_.data() + (t * nh + h) * hd;
-      float ss = 0;
-      for (int64_t d = 0; d < hd; ++d) ss += q[d] * q[d];
-      const float rs = 1.0f / std::sqrt(ss / static_cast<float>(hd) + cfg_.rms_norm_eps);
-      for (int64_t d = 0; d < hd; ++d) q[d] *= rs;
+      UnweightedRmsNorm(q, 1, hd, cfg_.rms_norm_eps, q);
       RopeRow(q + hd - rd, cosv + t * half, sinv + t * half, false);
     }
   }
@@ -853,6 +895,19 @@ void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,
   }
 }
 
+void DeepseekV4Impl::RunBlock(const Layer& L, int kv_layer, const ForwardBatch& batch,
+                              KvCache& kv, util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, H = cfg_.hidden;
+  HcPre(L.hc_attn, T, pool);
+  kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+  Attention(L, kv_layer, batch, kv, pool);
+  HcPost(T);
+  HcPre(L.hc_ffn, T, pool);
+  kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+  Moe(L, batch.tokens, T, pool);
+  HcPost(T);
+}
+
 void DeepseekV4Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                              util::ThreadPool& pool) {
   DI_CHECK(kv.floats_per_token == kv_floats_ && kv.num_layers >= cfg_.num_layers);
@@ -866,21 +921,54 @@ void DeepseekV4Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logi
       std::memcpy(streams_.data() + (t * hc + j) * H, h_.data() + t * H, H * sizeof(float));
     }
   }
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    const Layer& L = layers_[l];
-    HcPre(L.hc_attn, T, pool);
-    kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
-    Attention(L, l, batch, kv, pool);
-    HcPost(T);
-    HcPre(L.hc_ffn, T, pool);
-    kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
-    Moe(L, batch.tokens, T, pool);
-    HcPost(T);
+  for (int l = 0; l < cfg_.num_layers; ++l) RunBlock(layers_[l], l, batch, kv, pool);
+  last_tokens_ = T;
+  Logits(batch, hc_head_, final_norm_, logits, pool);
+}
+
+void DeepseekV4Impl::FinalHidden(float* out) const {
+  std::memcpy(out, streams_.data(), last_tokens_ * mtp_hidden_size() * sizeof(float));
+}
+
+// The MTP module (DeepSeek's MTPBlock): stream k of token x_{p+1} at position p starts as
+// e_proj(enorm(Emb(x_{p+1}))) + h_proj(hnorm(X_k)) with X the main model's final streams at p,
+// runs one window-only block, and predicts x_{p+2} through its own hc head and norm and the
+// shared output head. hidden_out is the block's output streams (for chaining drafts).
+void DeepseekV4Impl::ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden,
+                                KvCache& mtp_kv, float* logits, float* hidden_out,
+                                util::ThreadPool& pool) {
+  DI_CHECK(k >= 0 && k < num_mtp_layers());
+  DI_CHECK(mtp_kv.floats_per_token == kv_floats_ && mtp_kv.num_layers > k);
+  const Layer& L = mtp_[k];
+  const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult, D = hc * H;
+  Prepare(batch);
+  Grow(h_, T * H);
+  Grow(tmp_, T * D);
+  Grow(x_, T * H);
+  kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
+  kernels::RmsNorm(h_.data(), L.enorm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+  kernels::MatMul(*L.e_proj, h_.data(), T, x_.data(), pool);
+  kernels::RmsNorm(prev_hidden, L.hnorm.data(), T * hc, H, cfg_.rms_norm_eps, tmp_.data());
+  Grow(streams_, T * D);
+  kernels::MatMul(*L.h_proj, tmp_.data(), T * hc, streams_.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < hc; ++j) {
+      kernels::AddInPlace(streams_.data() + t * D + j * H, x_.data() + t * H, H);
+    }
   }
+  RunBlock(L, k, batch, mtp_kv, pool);
+  if (hidden_out != nullptr) std::memcpy(hidden_out, streams_.data(), T * D * sizeof(float));
+  Logits(batch, L.hc_head, L.head_norm, logits, pool);
+}
+
+// The hc head on the rows that need logits (pre_j = sigmoid(m_j scale + base_j) + eps, collapse),
+// the final norm and the output head.
+void DeepseekV4Impl::Logits(const ForwardBatch& batch, const HcSite& head,
+                            const std::vector<float>& norm, float* logits,
+                            util::ThreadPool& pool) {
+  const int64_t H = cfg_.hidden, hc = ds_.hc_mult, D = hc * H;
   const int32_t num_rows = batch.num_logit_rows();
   if (num_rows == 0 || logits == nullptr) return;
-  // The hc head on the rows that need logits: pre_j = sigmoid(m_j scale + base_j) + eps.
-  const int64_t D = hc * H;
   Grow(rows_, int64_t{num_rows} * D);
   int32_t r = 0;
   for (const auto& s : batch.seqs) {
@@ -890,34 +978,25 @@ void DeepseekV4Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logi
       ++r;
     }
   }
-  std::swap(streams_, rows_);  // HcPre-style normalization reads streams_
   Grow(tmp_, int64_t{num_rows} * D);
-  for (int64_t t = 0; t < num_rows; ++t) {
-    const float* xs = streams_.data() + t * D;
-    float acc = 0;
-    for (int64_t i = 0; i < D; ++i) acc += xs[i] * xs[i];
-    const float rs = 1.0f / std::sqrt(acc / static_cast<float>(D) + cfg_.rms_norm_eps);
-    for (int64_t i = 0; i < D; ++i) tmp_[t * D + i] = xs[i] * rs;
-  }
+  UnweightedRmsNorm(rows_.data(), num_rows, D, cfg_.rms_norm_eps, tmp_.data());
   Grow(hc_mix_, int64_t{num_rows} * hc);
-  kernels::MatMul(*hc_head_.fn, tmp_.data(), num_rows, hc_mix_.data(), pool);
+  kernels::MatMul(*head.fn, tmp_.data(), num_rows, hc_mix_.data(), pool);
   Grow(x_, int64_t{num_rows} * H);
   for (int64_t t = 0; t < num_rows; ++t) {
     float pre[64];
     for (int64_t j = 0; j < hc; ++j) {
-      pre[j] = 1.0f / (1.0f + std::exp(-(hc_mix_[t * hc + j] * hc_head_.scale[0] +
-                                         hc_head_.base[j]))) +
+      pre[j] = 1.0f / (1.0f + std::exp(-(hc_mix_[t * hc + j] * head.scale[0] + head.base[j]))) +
                ds_.hc_eps;
     }
-    const float* xs = streams_.data() + t * D;
+    const float* xs = rows_.data() + t * D;
     for (int64_t i = 0; i < H; ++i) {
       float acc = 0;
       for (int64_t j = 0; j < hc; ++j) acc += pre[j] * xs[j * H + i];
       x_[t * H + i] = acc;
     }
   }
-  std::swap(streams_, rows_);
-  kernels::RmsNorm(x_.data(), final_norm_.data(), num_rows, H, cfg_.rms_norm_eps, x_.data());
+  kernels::RmsNorm(x_.data(), norm.data(), num_rows, H, cfg_.rms_norm_eps, x_.data());
   kernels::MatMul(*head_, x_.data(), num_rows, logits, pool);
 }
 

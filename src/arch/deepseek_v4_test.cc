@@ -200,6 +200,54 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekV4ConsistencyTest,
                          ::testing::Values("v4_flash_tiny", "v4_rates", "v4_flash_tiny_fp8"),
                          [](const auto& info) { return std::string(info.param); });
 
+// The MTP module (no transformers reference: DeepSeek's MTPBlock is the description, the greedy
+// identity under speculation in engine_spec_test the end-to-end check): its prefill form over a
+// prompt and its one-token-at-a-time draft form give the same logits, and drafts depend on the
+// main model's streams.
+TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
+  Golden g = Load("v4_flash_tiny");
+  ASSERT_TRUE(g.lm);
+  ASSERT_EQ(g.lm->num_mtp_layers(), 1);
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[2];  // 64 tokens: past the window
+  const int n = static_cast<int>(prompt.size()), V = g.vocab;
+  const int64_t D = g.lm->mtp_hidden_size();
+  EXPECT_EQ(D, 4 * g.model->config.hidden);
+  Cache cache(*g.lm, g.model->config.num_layers, n);
+  ForwardBatch b;
+  b.tokens = prompt.data();
+  b.num_tokens = n;
+  b.seqs.push_back(cache.Slice(0, n, 0, 0));
+  g.lm->Forward(b, cache.kv, nullptr, pool);
+  std::vector<float> streams(n * D);
+  g.lm->FinalHidden(streams.data());
+  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  Cache mtp(*g.lm, 1, n);
+  ForwardBatch m;
+  m.tokens = next.data();
+  m.num_tokens = n - 1;
+  m.seqs.push_back(mtp.Slice(0, n - 1, 0, n - 1));
+  std::vector<float> all((n - 1) * V), out((n - 1) * D);
+  g.lm->ForwardMtp(0, m, streams.data(), mtp.kv, all.data(), out.data(), pool);
+  Cache mtp2(*g.lm, 1, n);
+  std::vector<float> step(V);
+  double worst = 0;
+  for (int i = 0; i < n - 1; ++i) {
+    ForwardBatch s;
+    s.tokens = next.data() + i;
+    s.num_tokens = 1;
+    s.seqs.push_back(mtp2.Slice(0, 1, i, 1));
+    g.lm->ForwardMtp(0, s, streams.data() + int64_t{i} * D, mtp2.kv, step.data(), nullptr, pool);
+    worst = std::max(worst, MaxAbsDiff(step.data(), all.data() + int64_t{i} * V, V));
+  }
+  EXPECT_EQ(worst, 0.0);
+  // Other main-model streams give other drafts.
+  std::vector<float> zeros(n * D, 0.5f), other((n - 1) * V);
+  Cache mtp3(*g.lm, 1, n);
+  g.lm->ForwardMtp(0, m, zeros.data(), mtp3.kv, other.data(), nullptr, pool);
+  EXPECT_GT(MaxAbsDiff(other.data(), all.data(), int64_t{n - 1} * V), 1e-3);
+}
+
 // The release formats are used as they are: FP8 and FP4 weights stay in the mapped files (no
 // copy at load), so the weights in memory are the bytes on disk.
 TEST(DeepseekV4FormatTest, ReleaseFormatsAreReadInPlace) {
@@ -218,8 +266,9 @@ TEST(DeepseekV4FormatTest, ReleaseFormatsAreReadInPlace) {
     }
     EXPECT_TRUE(t.scale == nullptr || kernels::IsBlockScaled(t.dtype)) << name;
   }
-  EXPECT_EQ(fp8, 4 * 8 + 2);   // wq_a, wq_b, wkv, wo_a, wo_b, shared w1-3 per layer; 2 indexers
-  EXPECT_EQ(fp4, 4 * 8 * 3);  // routed experts
+  // wq_a, wq_b, wkv, wo_a, wo_b, shared w1-3 per block (4 layers, the MTP module); 2 indexers.
+  EXPECT_EQ(fp8, 5 * 8 + 2);
+  EXPECT_EQ(fp4, 5 * 8 * 3);  // routed experts
   // None of them was copied (only small plain tensors that sit misaligned in this tiny file are).
   for (const auto& [name, t] : g.model->tensors) {
     if (!kernels::IsBlockScaled(t.dtype)) continue;

@@ -1,6 +1,6 @@
-// Speculative decoding with the MTP module of a tiny DeepSeek-V3 checkpoint (random weights from
-// the recipe of tests/reference/make_deepseek_v3_golden.py, generated at test time): whatever the
-// drafts, greedy output must equal plain greedy decoding, token for token.
+// Speculative decoding with the MTP module of tiny DeepSeek-V3 and V4 checkpoints (random weights
+// from the recipes of tests/reference/make_deepseek_v{3,4}_golden.py, generated at test time):
+// whatever the drafts, greedy output must equal plain greedy decoding, token for token.
 
 #include <chrono>
 #include <fstream>
@@ -17,8 +17,8 @@
 namespace deepinfer::engine {
 namespace {
 
-std::string CheckpointDir(const std::string& name) {
-  auto dir = model::DeepseekTestCheckpoint(name);
+std::string CheckpointDir(const std::string& name, const std::string& family = "deepseek_v3") {
+  auto dir = model::DeepseekTestCheckpoint(name, family);
   EXPECT_TRUE(dir.ok()) << dir.status();
   return dir.ok() ? *dir : "";
 }
@@ -41,10 +41,13 @@ std::vector<int32_t> Generate(Engine& engine, GenerateRequest r, StreamUpdate* f
   return out;
 }
 
-class EngineSpeculativeTest : public ::testing::Test {
+// (golden family, case) of a checkpoint with one MTP module.
+using Case = std::pair<const char*, const char*>;
+
+class EngineSpeculativeTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    auto m = model::LoadModel(CheckpointDir("v3_groups_yarn"));
+    auto m = model::LoadModel(CheckpointDir(GetParam().second, GetParam().first));
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
   }
@@ -75,7 +78,7 @@ class EngineSpeculativeTest : public ::testing::Test {
   std::unique_ptr<model::Model> model_;
 };
 
-TEST_F(EngineSpeculativeTest, GreedyOutputIsIdenticalWithAndWithoutDrafts) {
+TEST_P(EngineSpeculativeTest, GreedyOutputIsIdenticalWithAndWithoutDrafts) {
   auto plain = Make(0);
   std::vector<std::vector<int32_t>> want;
   for (const auto& r : Requests()) want.push_back(Generate(*plain, r));
@@ -92,7 +95,7 @@ TEST_F(EngineSpeculativeTest, GreedyOutputIsIdenticalWithAndWithoutDrafts) {
   }
 }
 
-TEST_F(EngineSpeculativeTest, ConcurrentMixedRequestsStayExact) {
+TEST_P(EngineSpeculativeTest, ConcurrentMixedRequestsStayExact) {
   auto plain = Make(0);
   auto reqs = Requests();
   std::vector<std::vector<int32_t>> want;
@@ -121,7 +124,13 @@ TEST_F(EngineSpeculativeTest, ConcurrentMixedRequestsStayExact) {
   }
 }
 
-TEST_F(EngineSpeculativeTest, ModelWithoutMtpRejectsSpeculation) {
+INSTANTIATE_TEST_SUITE_P(Checkpoints, EngineSpeculativeTest,
+                         ::testing::Values(Case{"deepseek_v3", "v3_groups_yarn"},
+                                           Case{"deepseek_v4", "v4_flash_tiny"},
+                                           Case{"deepseek_v4", "v4_flash_tiny_fp8"}),
+                         [](const auto& info) { return std::string(info.param.second); });
+
+TEST(EngineSpeculativeModelTest, ModelWithoutMtpRejectsSpeculation) {
   auto m = model::LoadModel(CheckpointDir("v3_qlora"));
   ASSERT_TRUE(m.ok()) << m.status();
   EngineOptions o;

@@ -26,7 +26,7 @@ StepOutputs& Executor::Run(const StepPlan& plan) {
   if (static_cast<int64_t>(logits_.size()) < rows * vocab_) logits_.resize(rows * vocab_);
   lm_.Forward(batch_, kv_, logits_.data(), pool_);
   if (keep_hidden_) {
-    hidden_.resize(static_cast<size_t>(batch_.num_tokens) * lm_.config().hidden);
+    hidden_.resize(static_cast<size_t>(batch_.num_tokens) * lm_.mtp_hidden_size());
     lm_.FinalHidden(hidden_.data());
   }
   Sample(plan);

@@ -12,7 +12,7 @@ namespace deepinfer::engine {
 // Runs StepPlans on a CausalLm: builds the token batch and slice table, calls Forward once, and
 // samples every slice that produced logits (verifying its drafts, see speculative.h).
 //
-// Shapes: logits scratch [rows, vocab] f32; hidden() [plan.num_tokens, hidden] f32.
+// Shapes: logits scratch [rows, vocab] f32; hidden() [plan.num_tokens, lm.mtp_hidden_size()] f32.
 // Threads: engine thread only (it drives the model and the pool).
 // Lifetime: borrows the model, KV cache and pool. Reuses its buffers: no allocation per step
 //   once they have grown to the largest step.

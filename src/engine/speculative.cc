@@ -28,7 +28,7 @@ Drafter::Drafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& po
       num_spec_tokens_(num_spec_tokens),
       max_model_len_(max_model_len),
       vocab_(lm.config().vocab),
-      hidden_size_(lm.config().hidden) {}
+      hidden_size_(lm.mtp_hidden_size()) {}
 
 void Drafter::Draft(const StepPlan& plan, const float* hidden) {
   if (!DraftFirst(plan, hidden)) return;

@@ -43,7 +43,8 @@ class Drafter {
 
   // Fills seq->drafts for the unfinished sequences of `plan`, which has just been executed and
   // applied (Scheduler::Update).
-  // Shapes: hidden [plan.num_tokens, hidden] f32: the main model's final hidden states.
+  // Shapes: hidden [plan.num_tokens, lm.mtp_hidden_size()] f32: the main model's final hidden
+  //   states (the residual streams for DeepSeek-V4).
   void Draft(const StepPlan& plan, const float* hidden);
 
  private:

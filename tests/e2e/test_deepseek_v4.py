@@ -32,7 +32,12 @@ def chat_checkpoint(checkpoint, tmp_path_factory):
     """The same weights with the toy tokenizer beside them (its vocabulary is the model's)."""
     d = tmp_path_factory.mktemp("tiny_deepseek_v4_chat")
     for f in checkpoint.iterdir():
-        (d / f.name).symlink_to(f)
+        if f.name != "config.json":
+            (d / f.name).symlink_to(f)
+    # Byte-level toy tokens make the V4 tool prompt long: allow more than the recipe's 512.
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    (d / "config.json").write_text(json.dumps(config))
     for f in ("tokenizer.json", "tokenizer_config.json"):
         (d / f).write_bytes((TOKENIZER / f).read_bytes())
     return d
@@ -120,3 +125,27 @@ def test_anthropic_messages_with_tools_rendered_by_the_v4_encoder(server):
     count = lambda **k: a.messages.count_tokens(**k).input_tokens  # noqa: E731
     base = {k: v for k, v in kw.items() if k not in ("max_tokens", "extra_body", "tools")}
     assert count(**base, tools=tools) > count(**base)
+
+
+@pytest.fixture(scope="module")
+def speculative(chat_checkpoint):
+    s = Server(chat_checkpoint, NAME, ["--threads", "2", "--speculative-tokens", "2"])
+    yield s
+    s.stop()
+
+
+def test_speculative_decoding_with_the_mtp_module_gives_the_same_greedy_text(server, speculative):
+    for stream in (False, True):
+        for max_tokens in (1, 9, 40):
+            kw = dict(model=NAME, messages=MESSAGES, max_tokens=max_tokens, temperature=0)
+            want = client(server).chat.completions.create(**kw).choices[0].message.content
+            if stream:
+                got = "".join(c.choices[0].delta.content or ""
+                              for c in client(speculative).chat.completions.create(**kw, stream=True)
+                              if c.choices)
+            else:
+                got = client(speculative).chat.completions.create(**kw).choices[0].message.content
+            assert got == want, (stream, max_tokens)
+    r = client(speculative).chat.completions.create(model=NAME, messages=MESSAGES, max_tokens=40,
+                                                    temperature=0)
+    assert r.model_dump()["usage"]["speculative"]["draft_tokens"] > 0

@@ -18,7 +18,8 @@ layers (`tid2eid`, int64), the clamped SwiGLU and the shared expert, YaRN on the
 
 Cases:
   v4_flash_tiny   release layout and config keys (`compress_ratios` [0, 4, 128, 4],
-                  `num_hash_layers`, `rope_scaling` yarn), native tensor names.
+                  `num_hash_layers`, `rope_scaling` yarn), native tensor names, one MTP module
+                  (`mtp.0.*`; transformers has none, so it adds no logits here).
   v4_rates        `layer_types` + `compress_rates` (CSA 4 / HCA 16), `mlp_layer_types`, plain
                   compress rope, wider model with head_dim 96, two safetensors shards.
   v4_flash_tiny_fp8  the v4_flash_tiny weights in the release formats: attention and shared
@@ -101,7 +102,7 @@ BASE = dict(
 
 CASES = [
     dict(name="v4_flash_tiny", seed=11, layout="native",
-         config=dict(compress_ratios=[0, 4, 128, 4], num_hash_layers=2,
+         config=dict(compress_ratios=[0, 4, 128, 4], num_hash_layers=2, num_nextn_predict_layers=1,
                      rope_scaling=dict(type="yarn", factor=4.0,
                                        original_max_position_embeddings=128,
                                        beta_fast=32, beta_slow=1))),
@@ -116,7 +117,7 @@ CASES = [
                                      "heavily_compressed_attention": 16},
                      mlp_layer_types=["hash_moe", "moe", "moe", "moe", "moe"])),
     dict(name="v4_flash_tiny_fp8", seed=11, layout="native", quant=True,
-         config=dict(compress_ratios=[0, 4, 128, 4], num_hash_layers=2,
+         config=dict(compress_ratios=[0, 4, 128, 4], num_hash_layers=2, num_nextn_predict_layers=1,
                      rope_scaling=dict(type="yarn", factor=4.0,
                                        original_max_position_embeddings=128,
                                        beta_fast=32, beta_slow=1))),
@@ -152,60 +153,73 @@ def layer_kinds(c):
     return kinds, hashed
 
 
-def native_tensors(c):
-    """(name, shape, kind) in the release's native names; kind picks the recipe's distribution."""
+def block_tensors(c, p, kind, ratio, hashed):
+    """(name, shape, kind) of one block (a main layer "layers.N." or an MTP module "mtp.K.")."""
     H, V, hc = c["hidden_size"], c["vocab_size"], c["hc_mult"]
     nh, hd = c["num_attention_heads"], c["head_dim"]
     G, olr, qlr = c["o_groups"], c["o_lora_rank"], c["q_lora_rank"]
     E, I, K = c["n_routed_experts"], c["moe_intermediate_size"], c["num_experts_per_tok"]
     ih, ihd = c["index_n_heads"], c["index_head_dim"]
     mix = (2 + hc) * hc
+    out = [(p + "attn_norm.weight", [H], "norm"), (p + "ffn_norm.weight", [H], "norm")]
+    for site in ("attn", "ffn"):
+        out += [(p + f"hc_{site}_fn", [mix, hc * H], "hc_fn"),
+                (p + f"hc_{site}_base", [mix], "hc_base"),
+                (p + f"hc_{site}_scale", [3], "hc_scale")]
+    a = p + "attn."
+    out += [(a + "attn_sink", [nh], "sink"),
+            (a + "wq_a.weight", [qlr, H], "linear"), (a + "q_norm.weight", [qlr], "norm"),
+            (a + "wq_b.weight", [nh * hd, qlr], "linear"),
+            (a + "wkv.weight", [hd, H], "linear"), (a + "kv_norm.weight", [hd], "norm"),
+            (a + "wo_a.weight", [G * olr, nh * hd // G], "linear"),
+            (a + "wo_b.weight", [H, G * olr], "linear")]
+    if kind != "sliding":
+        coff = 2 if kind == "csa" else 1
+        cp = a + "compressor."
+        out += [(cp + "wkv.weight", [coff * hd, H], "linear"),
+                (cp + "wgate.weight", [coff * hd, H], "gate"),
+                (cp + "ape", [ratio, coff * hd], "ape"),
+                (cp + "norm.weight", [hd], "norm")]
+    if kind == "csa":
+        ip = a + "indexer."
+        out += [(ip + "wq_b.weight", [ih * ihd, qlr], "linear"),
+                (ip + "weights_proj.weight", [ih, H], "linear"),
+                (ip + "compressor.wkv.weight", [2 * ihd, H], "linear"),
+                (ip + "compressor.wgate.weight", [2 * ihd, H], "gate"),
+                (ip + "compressor.ape", [ratio, 2 * ihd], "ape"),
+                (ip + "compressor.norm.weight", [ihd], "norm")]
+    f = p + "ffn."
+    out.append((f + "gate.weight", [E, H], "gate"))
+    out.append((f + "gate.tid2eid", [V, K], "tid2eid") if hashed else (f + "gate.bias", [E], "bias"))
+    for e in range(E):
+        out += [(f + f"experts.{e}.w1.weight", [I, H], "linear"),
+                (f + f"experts.{e}.w2.weight", [H, I], "linear"),
+                (f + f"experts.{e}.w3.weight", [I, H], "linear")]
+    out += [(f + "shared_experts.w1.weight", [I, H], "linear"),
+            (f + "shared_experts.w2.weight", [H, I], "linear"),
+            (f + "shared_experts.w3.weight", [I, H], "linear")]
+    return out
+
+
+def native_tensors(c):
+    """(name, shape, kind) in the release's native names; kind picks the recipe's distribution.
+    MTP modules ("mtp.K.*", window-only blocks plus e_proj / h_proj / enorm / hnorm / norm / hc
+    head) come last, so they leave the other tensors' draws unchanged; transformers ignores them."""
+    H, V, hc = c["hidden_size"], c["vocab_size"], c["hc_mult"]
     kinds, hashed = layer_kinds(c)
     out = [("embed.weight", [V, H], "embed")]
     for l in range(c["num_hidden_layers"]):
-        p = f"layers.{l}."
-        out += [(p + "attn_norm.weight", [H], "norm"), (p + "ffn_norm.weight", [H], "norm")]
-        for site in ("attn", "ffn"):
-            out += [(p + f"hc_{site}_fn", [mix, hc * H], "hc_fn"),
-                    (p + f"hc_{site}_base", [mix], "hc_base"),
-                    (p + f"hc_{site}_scale", [3], "hc_scale")]
-        a = p + "attn."
-        out += [(a + "attn_sink", [nh], "sink"),
-                (a + "wq_a.weight", [qlr, H], "linear"), (a + "q_norm.weight", [qlr], "norm"),
-                (a + "wq_b.weight", [nh * hd, qlr], "linear"),
-                (a + "wkv.weight", [hd, H], "linear"), (a + "kv_norm.weight", [hd], "norm"),
-                (a + "wo_a.weight", [G * olr, nh * hd // G], "linear"),
-                (a + "wo_b.weight", [H, G * olr], "linear")]
-        kind, ratio = kinds[l]
-        if kind != "sliding":
-            coff = 2 if kind == "csa" else 1
-            cp = a + "compressor."
-            out += [(cp + "wkv.weight", [coff * hd, H], "linear"),
-                    (cp + "wgate.weight", [coff * hd, H], "gate"),
-                    (cp + "ape", [ratio, coff * hd], "ape"),
-                    (cp + "norm.weight", [hd], "norm")]
-        if kind == "csa":
-            ip = a + "indexer."
-            out += [(ip + "wq_b.weight", [ih * ihd, qlr], "linear"),
-                    (ip + "weights_proj.weight", [ih, H], "linear"),
-                    (ip + "compressor.wkv.weight", [2 * ihd, H], "linear"),
-                    (ip + "compressor.wgate.weight", [2 * ihd, H], "gate"),
-                    (ip + "compressor.ape", [ratio, 2 * ihd], "ape"),
-                    (ip + "compressor.norm.weight", [ihd], "norm")]
-        f = p + "ffn."
-        out.append((f + "gate.weight", [E, H], "gate"))
-        out.append((f + "gate.tid2eid", [V, K], "tid2eid") if hashed[l]
-                   else (f + "gate.bias", [E], "bias"))
-        for e in range(E):
-            out += [(f + f"experts.{e}.w1.weight", [I, H], "linear"),
-                    (f + f"experts.{e}.w2.weight", [H, I], "linear"),
-                    (f + f"experts.{e}.w3.weight", [I, H], "linear")]
-        out += [(f + "shared_experts.w1.weight", [I, H], "linear"),
-                (f + "shared_experts.w2.weight", [H, I], "linear"),
-                (f + "shared_experts.w3.weight", [I, H], "linear")]
-    out += [("norm.weight", [H], "norm"), ("head.weight", [V, H], "linear"),
-            ("hc_head_fn", [hc, hc * H], "hc_fn"), ("hc_head_base", [hc], "hc_base"),
+        out += block_tensors(c, f"layers.{l}.", kinds[l][0], kinds[l][1], hashed[l])
+    head = [("hc_head_fn", [hc, hc * H], "hc_fn"), ("hc_head_base", [hc], "hc_base"),
             ("hc_head_scale", [1], "hc_scale")]
+    out += [("norm.weight", [H], "norm"), ("head.weight", [V, H], "linear")] + head
+    for k in range(c.get("num_nextn_predict_layers", 0)):
+        p = f"mtp.{k}."
+        out += block_tensors(c, p, "sliding", 0, False)
+        out += [(p + "e_proj.weight", [H, H], "linear"), (p + "h_proj.weight", [H, H], "linear"),
+                (p + "enorm.weight", [H], "norm"), (p + "hnorm.weight", [H], "norm"),
+                (p + "norm.weight", [H], "norm")]
+        out += [(p + n, shape, kind) for n, shape, kind in head]
     return out
 
 
@@ -439,6 +453,8 @@ def to_state_dict(c, weights, layout):
     E = c["n_routed_experts"]
     by_layer = {}
     for name, t in weights.items():
+        if name.startswith("mtp."):
+            continue  # transformers has no MTP module (its checkpoints' mtp.* are ignored)
         if ".experts." in name and ".shared_experts." not in name:
             parts = name.split(".")
             by_layer.setdefault(int(parts[1]), {})[(int(parts[4]), parts[5])] = t.float()
