@@ -43,6 +43,12 @@ def encode(dtype, vals):
         return struct.pack("<%de" % len(vals), *vals)
     if dtype == "F8_E4M3":
         return bytes((0x30 + i) & 0x7E for i in range(len(vals)))  # finite codes only
+    if dtype == "I8":  # packed FP4 e2m1, two codes per byte
+        return bytes((i * 37) & 0xFF for i in range(len(vals)))
+    if dtype == "F8_E8M0":  # power-of-two scales around 1 (never the 255 NaN)
+        return bytes(120 + i % 12 for i in range(len(vals)))
+    if dtype == "I64":  # expert ids
+        return struct.pack("<%dq" % len(vals), *[i % 2 for i in range(len(vals))])
     raise ValueError(dtype)
 
 
@@ -122,6 +128,39 @@ TINY_V3 = {
 }
 
 
+TINY_V4 = {
+    "model_type": "deepseek_v4", "vocab_size": 8, "hidden_size": 8, "num_hidden_layers": 2,
+    "num_attention_heads": 2, "head_dim": 8, "qk_rope_head_dim": 2, "q_lora_rank": 4,
+    "o_lora_rank": 4, "o_groups": 2, "moe_intermediate_size": 32, "n_routed_experts": 2,
+    "num_experts_per_tok": 1, "num_hash_layers": 1, "index_n_heads": 2, "index_head_dim": 4,
+    "index_topk": 2, "sliding_window": 4, "hc_mult": 2, "compress_ratios": [0, 4, 0],
+    "num_nextn_predict_layers": 1,
+    "quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
+                            "weight_block_size": [4, 4]},
+    "rope_scaling": {"type": "yarn", "factor": 4, "original_max_position_embeddings": 16},
+}
+
+
+def v4_tensors(hf_names=False):
+    """A few tensors of each kind DeepSeek-V4 loads: FP8 with an E8M0 grid, FP4 experts with
+    1x32 scales, the I64 hash table, and (hf_names) transformers' names with fused experts."""
+    if hf_names:
+        return [("model.embed_tokens.weight", "BF16", [8, 8]),
+                ("model.layers.0.self_attn.q_a_proj.weight", "F8_E4M3", [4, 8]),
+                ("model.layers.0.self_attn.q_a_proj.scale", "F8_E8M0", [1, 2]),
+                ("model.layers.0.mlp.gate.tid2eid", "I64", [8, 1]),
+                ("model.layers.1.mlp.experts.gate_up_proj", "BF16", [2, 64, 8]),
+                ("model.layers.1.mlp.experts.down_proj", "BF16", [2, 8, 32]),
+                ("model.hc_head.hc_fn", "F32", [2, 16]), ("lm_head.weight", "BF16", [8, 8])]
+    return [("embed.weight", "BF16", [8, 8]),
+            ("layers.0.attn.wq_a.weight", "F8_E4M3", [4, 8]),
+            ("layers.0.attn.wq_a.scale", "F8_E8M0", [1, 2]),
+            ("layers.0.ffn.gate.tid2eid", "I64", [8, 1]),
+            ("layers.1.ffn.experts.0.w1.weight", "I8", [32, 16]),
+            ("layers.1.ffn.experts.0.w1.scale", "F8_E8M0", [32, 1]),
+            ("layers.1.hc_attn_fn", "F32", [8, 16]), ("head.weight", "BF16", [8, 8])]
+
+
 def model_seed(cfg, **kw):
     return compact(cfg).encode() + b"\0" + safetensors(deepseek_tensors(cfg, **kw), {"format": "pt"})
 
@@ -140,6 +179,20 @@ def make_safetensors():
     write("safetensors", "tiny_v3_fp8",
           model_seed(fp8, fp8=("model.layers.0.self_attn.q_proj.weight",
                                "model.layers.0.mlp.up_proj.weight")))
+    v4 = compact(TINY_V4).encode() + b"\0"
+    write("safetensors", "tiny_v4_release", v4 + safetensors(v4_tensors(), {"format": "pt"}))
+    write("safetensors", "tiny_v4_hf_names",
+          v4 + safetensors(v4_tensors(hf_names=True), {"format": "pt"}))
+    hf_keys = dict(TINY_V4, layer_types=["sliding_attention", "heavily_compressed_attention"],
+                   compress_rates={"heavily_compressed_attention": 8},
+                   mlp_layer_types=["hash_moe", "moe"],
+                   rope_parameters={"main": {"rope_type": "default", "rope_theta": 10000.0},
+                                    "compress": {"rope_type": "yarn", "rope_theta": 160000.0,
+                                                 "factor": 4,
+                                                 "original_max_position_embeddings": 16}})
+    for k in ("compress_ratios", "num_hash_layers", "rope_scaling"):
+        del hf_keys[k]
+    write("safetensors", "v4_transformers_keys.json", compact(hf_keys))
     # Only a config (no shard) and a header-only shard: the parsers on their own.
     write("safetensors", "config_only.json", compact(dict(TINY_V3, num_nextn_predict_layers=1)))
     write("safetensors", "plain_file",

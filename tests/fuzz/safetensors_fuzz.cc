@@ -1,7 +1,7 @@
 // libFuzzer target for Hugging Face checkpoints: the safetensors header
-// (model::SafetensorsFile::Parse), config.json (ParseHfConfig) and the assembly of both into a
-// DeepSeek model (HfModelFromParts: shard merge, FP8 dequantization with its scale checks,
-// alignment). A malformed file must give an error status, never a crash, an out-of-bounds view
+// (model::SafetensorsFile::Parse), config.json (ParseHfConfig, V3/V2 and V4) and the assembly of
+// both into a DeepSeek model (HfModelFromParts: shard merge, V3 FP8 dequantization with its scale
+// checks, V4's name mapping with fused-expert views and its FP8 / FP4 block scales, alignment). A malformed file must give an error status, never a crash, an out-of-bounds view
 // or a huge allocation.
 //
 // Input layout: when it starts with '{', the config.json text up to the first NUL byte, then
@@ -28,6 +28,12 @@ volatile uint8_t g_sink;
 
 void Touch(const dm::TensorView& t) {
   if (t.size_bytes > 0) g_sink = t.data[0] ^ t.data[t.size_bytes - 1];
+  if (t.scale != nullptr) {  // a block-scaled weight: its whole scale grid is readable
+    if (t.shape.size() != 2 || t.scale_block_rows <= 0 || t.scale_block_cols <= 0) __builtin_trap();
+    const int64_t n = (t.shape[0] + t.scale_block_rows - 1) / t.scale_block_rows *
+                      ((t.shape[1] + t.scale_block_cols - 1) / t.scale_block_cols);
+    g_sink = t.scale[0] ^ t.scale[n - 1];
+  }
 }
 
 absl::StatusOr<std::unique_ptr<dm::SafetensorsFile>> ParseShard(const std::vector<uint8_t>& b) {
@@ -53,7 +59,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string config(input.substr(0, nul));
   auto parsed = dm::ParseHfConfig(config);
   if (parsed.ok()) {
-    if (!parsed->deepseek || parsed->head_dim < 0 || parsed->rope_dim % 2 != 0) __builtin_trap();
+    if (!parsed->deepseek && !parsed->deepseek_v4) __builtin_trap();
+    if (parsed->head_dim < 0 || parsed->rope_dim % 2 != 0) __builtin_trap();
+    if (parsed->deepseek_v4 &&
+        (parsed->deepseek_v4->attention.size() < static_cast<size_t>(parsed->num_layers) ||
+         parsed->deepseek_v4->hash_routed.size() != static_cast<size_t>(parsed->num_layers))) {
+      __builtin_trap();
+    }
   }
   // A copy of the shard, so that ASan catches a view past its end.
   std::vector<uint8_t> shard;
