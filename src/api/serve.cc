@@ -165,6 +165,10 @@ absl::Status Serve(ServeOptions o) {
     spdlog::info("serving {} on {} (ready)", served_name, url);
     spdlog::info("context {} tokens, {} chat template", served.max_model_len,
                  text->chat_template->name());
+    const int64_t per_token = (*engine)->kv_bytes_per_token();
+    spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB); numerics {}",
+                 (*engine)->kv_capacity_tokens(), per_token, per_token / 1024.0,
+                 (*engine)->numerics_name());
     spdlog::info(
         "try: curl {}/v1/chat/completions -H 'Content-Type: application/json' "
         "-d '{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'",

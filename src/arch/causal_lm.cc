@@ -38,6 +38,25 @@ absl::Status KvCache::Allocate(int layers_count, int block_size_tokens, int bloc
   return absl::OkStatus();
 }
 
+std::optional<Numerics> NumericsFromName(std::string_view name) {
+  for (Numerics n : {Numerics::kFast, Numerics::kGgml, Numerics::kDeepseekQat}) {
+    if (name == NumericsName(n)) return n;
+  }
+  return std::nullopt;
+}
+
+const char* NumericsName(Numerics numerics) {
+  switch (numerics) {
+    case Numerics::kFast:
+      return "fast";
+    case Numerics::kGgml:
+      return "ggml";
+    case Numerics::kDeepseekQat:
+      return "deepseek-qat";
+  }
+  return "?";
+}
+
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model) {
   if (model.config.architecture == "llama") return CreateLlama(model);
   if (model.config.architecture == "deepseek_v3" || model.config.architecture == "deepseek_v2") {

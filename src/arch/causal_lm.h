@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -86,7 +88,16 @@ enum class Numerics {
   // steps (a Forward batch plays the part of one llama.cpp ubatch). See docs/parity.md and
   // kernels/cpu/ggml_numerics.h. Supported by the Llama architecture.
   kGgml,
+  // DeepSeek's own inference numerics for DeepSeek-V4: the cached values are fake-quantized as
+  // its released inference code stores them (window and compressed KV as FP8 E4M3 with a
+  // power-of-two scale per 64 values, indexer queries and keys Hadamard-rotated and FP4 E2M1 per
+  // 32), which the model was trained for (QAT). Batch invariant. arch/deepseek_v4.h.
+  kDeepseekQat,
 };
+
+// "fast", "ggml", "deepseek-qat"; nullopt for another name.
+std::optional<Numerics> NumericsFromName(std::string_view name);
+const char* NumericsName(Numerics numerics);
 
 // A decoder-only language model's forward pass over a paged KV cache.
 //
@@ -103,9 +114,12 @@ class CausalLm {
   // REQUIRES: token ids in [0, vocab); block tables cover all positions; slices disjoint.
   virtual void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                        util::ThreadPool& pool) = 0;
-  // Selects the arithmetic of later Forward calls; returns false (and keeps kFast) where the
-  // architecture has no such mode. Not thread-safe; set it before the first Forward.
+  // Selects the arithmetic of later Forward calls; returns false (and keeps the current one) where
+  // the architecture has no such mode. Not thread-safe; set it before the first Forward.
   virtual bool SetNumerics(Numerics numerics) { return numerics == Numerics::kFast; }
+  // The arithmetic a model runs with unless told otherwise: kFast, or kDeepseekQat for a
+  // DeepSeek-V4 checkpoint in the released (FP8 / FP4) formats.
+  virtual Numerics default_numerics() const { return Numerics::kFast; }
 
   // --- Speculative decoding hooks (multi-token prediction heads). ---
   // Models without MTP modules keep these defaults; see arch/deepseek_v3.h for the contract.

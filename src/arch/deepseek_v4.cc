@@ -19,6 +19,8 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
+#include "model/block_scales.h"
+#include "model/fp8.h"
 #include "model/tensor_values.h"
 #include "util/status.h"
 
@@ -90,6 +92,14 @@ class DeepseekV4Impl final : public CausalLm {
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
   int num_mtp_layers() const override { return static_cast<int>(mtp_.size()); }
+  bool SetNumerics(Numerics numerics) override {
+    if (numerics != Numerics::kFast && numerics != Numerics::kDeepseekQat) return false;
+    qat_ = numerics == Numerics::kDeepseekQat;
+    return true;
+  }
+  Numerics default_numerics() const override {
+    return released_formats_ ? Numerics::kDeepseekQat : Numerics::kFast;
+  }
   int64_t mtp_hidden_size() const override { return int64_t{ds_.hc_mult} * cfg_.hidden; }
   void FinalHidden(float* out) const override;
   void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden, KvCache& mtp_kv,
@@ -120,7 +130,10 @@ class DeepseekV4Impl final : public CausalLm {
   void Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                  util::ThreadPool& pool);
   void EmitEntries(const Layer& L, const Compressor& c, int64_t off_a, int64_t off_z,
-                   int64_t off_out, int kv_layer, const SequenceSlice& s, KvCache& kv);
+                   int64_t off_out, bool index_keys, int kv_layer, const SequenceSlice& s,
+                   KvCache& kv);
+  void QuantizeKv(float* x, int64_t dim) const;
+  void QuantizeIndex(float* x) const;
   void SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                      util::ThreadPool& pool);
   void Moe(const Layer& L, const int32_t* tokens, int64_t T, util::ThreadPool& pool);
@@ -140,6 +153,8 @@ class DeepseekV4Impl final : public CausalLm {
   std::vector<float> inv_freq_main_, inv_freq_compress_;
   float compress_mscale_ = 1.0f;
   int64_t kv_floats_ = 0;
+  bool qat_ = false;               // Numerics::kDeepseekQat
+  bool released_formats_ = false;  // some weights are FP8 / FP4 with E8M0 scales
 
   // Scratch, grown on demand.
   std::vector<float> streams_, streams_next_, hc_mix_, hc_post_, hc_comb_, x_, h_, qr_, q_, kvrow_;
@@ -369,6 +384,7 @@ absl::Status DeepseekV4Impl::Init() {
     kv_floats_ = std::max(kv_floats_, L.slot_floats);
     mtp_.push_back(std::move(L));
   }
+  for (const auto& [name, t] : model_.tensors) released_formats_ |= t.scale != nullptr;
   // Every tensor must have a place.
   for (const auto& [name, t] : model_.tensors) {
     if (used_.contains(name)) continue;
@@ -405,6 +421,52 @@ void UnweightedRmsNorm(const float* x, int64_t rows, int64_t dim, float eps, flo
     const float rs = 1.0f / std::sqrt(acc / static_cast<float>(dim) + eps);
     for (int64_t i = 0; i < dim; ++i) out[r * dim + i] = xs[i] * rs;
   }
+}
+
+// --- DeepSeek's inference numerics (Numerics::kDeepseekQat). ---
+// Fake quantization to FP8 E4M3 with one power-of-two scale per `block` values (the last block may
+// be shorter): s = 2^ceil(log2(max(amax, 1e-4) / 448)), x = e4m3(x / s) * s.
+void FakeQuantFp8(float* x, int64_t n, int64_t block) {
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    float amax = 1e-4f;
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 448.0f));
+    for (int64_t i = b0; i < b1; ++i) {
+      x[i] = std::ldexp(model::Fp8E4M3ToFp32(model::Fp32ToFp8E4M3(std::ldexp(x[i], -e))), e);
+    }
+  }
+}
+
+// Fake quantization to FP4 E2M1 per 32 values: s = 2^ceil(log2(max(amax, 6 * 2^-126) / 6)),
+// x = e2m1(clamp(x / s, -6, 6)) * s.
+void FakeQuantFp4(float* x, int64_t n) {
+  for (int64_t b0 = 0; b0 < n; b0 += 32) {
+    const int64_t b1 = std::min(n, b0 + 32);
+    float amax = 6.0f * std::ldexp(1.0f, -126);
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 6.0f));
+    for (int64_t i = b0; i < b1; ++i) {
+      const float v = std::clamp(std::ldexp(x[i], -e), -6.0f, 6.0f);
+      x[i] = std::ldexp(model::Fp4E2M1ToFp32(model::Fp32ToFp4E2M1(v)), e);
+    }
+  }
+}
+
+// Orthonormal Walsh-Hadamard transform in place (n a power of two): the rotation DeepSeek applies
+// to the indexer's queries and keys before their FP4 quantization (dot products unchanged).
+void Hadamard(float* x, int64_t n) {
+  for (int64_t h = 1; h < n; h *= 2) {
+    for (int64_t i = 0; i < n; i += 2 * h) {
+      for (int64_t j = i; j < i + h; ++j) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
 // cos/sin of `position` for a table, float32 angle as transformers (inv_freq @ position).
@@ -447,6 +509,21 @@ void DeepseekV4Impl::RopeRow(float* x, const float* c, const float* s, bool inve
     x[2 * i] = a * c[i] - b * (sign * s[i]);
     x[2 * i + 1] = b * c[i] + a * (sign * s[i]);
   }
+}
+
+// A cached key/value (window or compressed entry) under kDeepseekQat: its non-rotary part as FP8
+// per 64 values (the rotary tail stays float, as DeepSeek stores it).
+void DeepseekV4Impl::QuantizeKv(float* x, int64_t dim) const {
+  if (qat_) FakeQuantFp8(x, dim - cfg_.rope_dim, 64);
+}
+
+// An indexer query head or key under kDeepseekQat: Hadamard-rotated (when index_head_dim is a
+// power of two), then FP4 per 32.
+void DeepseekV4Impl::QuantizeIndex(float* x) const {
+  if (!qat_) return;
+  const int64_t n = ds_.index_head_dim;
+  if ((n & (n - 1)) == 0) Hadamard(x, n);
+  FakeQuantFp4(x, n);
 }
 
 // mHC at one site: from the streams X [T, hc, H] computes post [T, hc], comb [T, hc, hc] (in
@@ -531,7 +608,7 @@ void DeepseekV4Impl::HcPost(int64_t T) {
 // z + ape over those tokens, then kv norm and RoPE at position r j; stored in the slot of
 // position r (j + 1) - 1 at `off_out`.
 void DeepseekV4Impl::EmitEntries(const Layer& L, const Compressor& c, int64_t off_a,
-                                 int64_t off_z, int64_t off_out, int kv_layer,
+                                 int64_t off_z, int64_t off_out, bool index_keys, int kv_layer,
                                  const SequenceSlice& s, KvCache& kv) {
   const int r = L.ratio, dim = c.dim, coff = c.coff;
   const int half = cfg_.rope_dim / 2;
@@ -579,6 +656,11 @@ void DeepseekV4Impl::EmitEntries(const Layer& L, const Compressor& c, int64_t of
     kernels::RmsNorm(num, c.norm.data(), 1, dim, cfg_.rms_norm_eps, out);
     RopeAt(inv_freq_compress_, compress_mscale_, first, cs, sn);
     RopeRow(out + dim - cfg_.rope_dim, cs, sn, /*inverse=*/false);
+    if (index_keys) {
+      QuantizeIndex(out);
+    } else {
+      QuantizeKv(out, dim);
+    }
   }
 }
 
@@ -596,8 +678,10 @@ void DeepseekV4Impl::SelectIndexed(const Layer& L, int kv_layer, const ForwardBa
   const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < ih; ++h) {
-      RopeRow(iq_.data() + (t * ih + h) * ihd + ihd - cfg_.rope_dim, cos_comp_.data() + t * half,
-              sin_comp_.data() + t * half, false);
+      float* q = iq_.data() + (t * ih + h) * ihd;
+      RopeRow(q + ihd - cfg_.rope_dim, cos_comp_.data() + t * half, sin_comp_.data() + t * half,
+              false);
+      QuantizeIndex(q);
       iw_[t * ih + h] *= wscale;
     }
   }
@@ -674,7 +758,10 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
   Grow(kvrow_, T * hd);
   kernels::MatMul(*L.wkv, h_.data(), T, kvrow_.data(), pool);
   kernels::RmsNorm(kvrow_.data(), L.kv_norm.data(), T, hd, cfg_.rms_norm_eps, kvrow_.data());
-  for (int64_t t = 0; t < T; ++t) RopeRow(kvrow_.data() + t * hd + hd - rd, cosv + t * half, sinv + t * half, false);
+  for (int64_t t = 0; t < T; ++t) {
+    RopeRow(kvrow_.data() + t * hd + hd - rd, cosv + t * half, sinv + t * half, false);
+    QuantizeKv(kvrow_.data() + t * hd, hd);
+  }
   const int64_t ca_width = compressed ? int64_t{L.comp.coff} * hd : 0;
   const int64_t ia_width = L.kind == Attn::kCsa ? 2 * int64_t{ds_.index_head_dim} : 0;
   if (compressed) {
@@ -709,9 +796,9 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
   }
   if (compressed) {
     for (const auto& s : batch.seqs) {
-      EmitEntries(L, L.comp, L.off_a, L.off_z, L.off_entry, kv_layer, s, kv);
+      EmitEntries(L, L.comp, L.off_a, L.off_z, L.off_entry, false, kv_layer, s, kv);
       if (L.kind == Attn::kCsa) {
-        EmitEntries(L, L.index_comp, L.off_ia, L.off_iz, L.off_ikey, kv_layer, s, kv);
+        EmitEntries(L, L.index_comp, L.off_ia, L.off_iz, L.off_ikey, true, kv_layer, s, kv);
       }
     }
   }

@@ -248,6 +248,50 @@ TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
   EXPECT_GT(MaxAbsDiff(other.data(), all.data(), int64_t{n - 1} * V), 1e-3);
 }
 
+// DeepSeek's inference numerics (fake-quantized cache values) are the default for a checkpoint in
+// the released formats; transformers' (float) numerics stay selectable and are the default
+// otherwise. The quantized path is still exactly chunking and batching invariant.
+TEST(DeepseekV4NumericsTest, ReleaseFormatsDefaultToDeepseekQat) {
+  Golden fp8 = Load("v4_flash_tiny_fp8");
+  Golden bf16 = Load("v4_flash_tiny");
+  ASSERT_TRUE(fp8.lm && bf16.lm);
+  EXPECT_EQ(fp8.lm->default_numerics(), Numerics::kDeepseekQat);
+  EXPECT_EQ(bf16.lm->default_numerics(), Numerics::kFast);
+  EXPECT_FALSE(bf16.lm->SetNumerics(Numerics::kGgml));
+  EXPECT_EQ(NumericsFromName("deepseek-qat"), Numerics::kDeepseekQat);
+  EXPECT_EQ(NumericsFromName("auto"), std::nullopt);
+}
+
+TEST(DeepseekV4NumericsTest, QatMovesLogitsSlightlyAndKeepsChunkingExact) {
+  Golden g = Load("v4_flash_tiny_fp8");
+  ASSERT_TRUE(g.lm);
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[3];
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const std::vector<float> fast = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+  ASSERT_TRUE(g.lm->SetNumerics(Numerics::kDeepseekQat));
+  const std::vector<float> qat = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+  const double moved = MaxAbsDiff(qat.data(), fast.data(), n * g.vocab);
+  int agree = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    agree += ArgMax(qat.data() + t * g.vocab, g.vocab) == ArgMax(fast.data() + t * g.vocab, g.vocab);
+  }
+  std::printf("deepseek-qat vs fast: max |diff| %.3g, top-1 agrees %d/%lld\n", moved, agree,
+              static_cast<long long>(n));
+  // The quantizers act, and only perturb: on this random model (FP8 keeps 3 mantissa bits; FP4
+  // index scores reorder the top-k) about 1.6 at most, three quarters of the top-1 kept.
+  EXPECT_GT(moved, 1e-4);
+  EXPECT_LT(moved, 5.0);
+  EXPECT_GT(agree, n / 2);
+  for (int chunk : {1, 3, 128}) {
+    const std::vector<float> got = RunTokens(*g.lm, prompt, chunk, pool);
+    EXPECT_EQ(MaxAbsDiff(got.data(), qat.data(), n * g.vocab), 0.0) << chunk;
+  }
+  ASSERT_TRUE(g.lm->SetNumerics(Numerics::kFast));
+  const std::vector<float> back = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+  EXPECT_EQ(MaxAbsDiff(back.data(), fast.data(), n * g.vocab), 0.0);
+}
+
 // The release formats are used as they are: FP8 and FP4 weights stay in the mapped files (no
 // copy at load), so the weights in memory are the bytes on disk.
 TEST(DeepseekV4FormatTest, ReleaseFormatsAreReadInPlace) {

@@ -14,6 +14,7 @@
 #include "cli/chat_input.h"
 #include "cli/commands.h"
 #include "cli/exit_code.h"
+#include "cli/numerics_flag.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
 #include "model/model.h"
@@ -49,7 +50,7 @@ struct GenerateFlags {
   bool json = false;
   std::string system;
   std::string chat_template;
-  std::string numerics = "fast";
+  std::optional<arch::Numerics> numerics;  // unset: the model's default
 };
 
 struct TurnStats {
@@ -207,7 +208,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags&
   o.kv_cache_tokens = (int64_t{capacity} + o.block_size - 1) / o.block_size * o.block_size;
   o.num_threads = f.threads;
   o.seed = std::random_device{}();  // for unseeded sampling; --seed is the request's own
-  o.numerics = f.numerics == "ggml" ? arch::Numerics::kGgml : arch::Numerics::kFast;
+  o.numerics = f.numerics;
   return engine::Engine::Create(m, o);
 }
 
@@ -395,12 +396,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--seed", flags->seed, "sampling seed (same seed, same tokens)");
   cmd->add_option("--threads", flags->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--numerics", flags->numerics,
-                  "fast (default), or ggml: float arithmetic bit-identical to llama.cpp's CPU "
-                  "backend, so greedy output is token-identical to it (Llama models; slower; "
-                  "see docs/parity.md)")
-      ->check(CLI::IsMember({"fast", "ggml"}))
-      ->capture_default_str();
+  AddNumericsOption(cmd, &flags->numerics);
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--json", flags->json, "print timings as one JSON line on stdout");
   cmd->callback([flags, exit_code, cmd] {

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_code.h"
+#include "cli/numerics_flag.h"
 #include "spdlog/spdlog.h"
 #include "util/byte_size.h"
 #include "util/log.h"
@@ -55,6 +56,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--chat-template", flags->options.chat_template,
                   "chat encoder by name instead of the model's own: chatml, plain, deepseek-v3, "
                   "deepseek-v3.1, deepseek-v3.2, deepseek-v4, deepseek-v4.1");
+  AddNumericsOption(cmd, &flags->options.engine.numerics);
   cmd->add_option("--speculative-tokens", flags->options.engine.speculative_tokens,
                   "draft tokens per step from the model's MTP layers (greedy requests; 0: off)")
       ->check(CLI::Range(0, 8));

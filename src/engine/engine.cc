@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "fmt/format.h"
 #include "arch/causal_lm.h"
 #include "engine/block_manager.h"
 #include "engine/executor.h"
@@ -51,6 +52,8 @@ class EngineImpl final : public Engine {
   }
   int32_t max_model_len() const override { return max_model_len_; }
   int64_t kv_capacity_tokens() const override { return int64_t{kv_.num_blocks} * kv_.block_size; }
+  int64_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
+  const char* numerics_name() const override { return arch::NumericsName(numerics_); }
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   const model::Model& model() const override { return model_; }
 
@@ -66,6 +69,7 @@ class EngineImpl final : public Engine {
   const model::Model& model_;
   EngineOptions options_;
   std::unique_ptr<arch::CausalLm> lm_;
+  arch::Numerics numerics_ = arch::Numerics::kFast;  // set once, before the engine thread starts
   std::unique_ptr<util::ThreadPool> pool_;
   arch::KvCache kv_;
   arch::KvCache mtp_kv_;  // MTP modules' KV, same block geometry as kv_ (speculative only)
@@ -126,10 +130,15 @@ absl::Status EngineImpl::Init() {
 
 absl::Status EngineImpl::CreateModel() {
   DI_ASSIGN_OR_RETURN(lm_, arch::CreateCausalLm(model_));
-  if (options_.numerics != arch::Numerics::kFast && !lm_->SetNumerics(options_.numerics)) {
-    return UnimplementedError(util::codes::kUnsupportedNumerics,
-                              "--numerics ggml is implemented for Llama-architecture models only.");
+  const arch::Numerics numerics = options_.numerics.value_or(lm_->default_numerics());
+  if (!lm_->SetNumerics(numerics)) {
+    return UnimplementedError(
+        util::codes::kUnsupportedNumerics,
+        fmt::format("--numerics {} is not implemented for the {} architecture (ggml: Llama; "
+                    "deepseek-qat: DeepSeek-V4).",
+                    arch::NumericsName(numerics), model_.config.architecture));
   }
+  numerics_ = numerics;
   const int threads = options_.num_threads > 0
                           ? options_.num_threads
                           : static_cast<int>(std::thread::hardware_concurrency());

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,9 +31,10 @@ struct EngineOptions {
   // Draft tokens per step from the model's MTP modules (0: off). Greedy requests only; their
   // output is identical to non-speculative greedy decoding.
   int32_t speculative_tokens = 0;
-  // Forward-pass arithmetic. kGgml (bit-identical to llama.cpp, Llama models only) is for one
-  // sequence at a time, as `generate` runs it: it is not batch invariant (docs/parity.md).
-  arch::Numerics numerics = arch::Numerics::kFast;
+  // Forward-pass arithmetic; unset: the model's default (arch::CausalLm::default_numerics).
+  // kGgml (bit-identical to llama.cpp, Llama models only) is for one sequence at a time, as
+  // `generate` runs it: it is not batch invariant (docs/parity.md).
+  std::optional<arch::Numerics> numerics;
 };
 
 // Latency histograms (seconds) use the shared bucket shape.
@@ -79,6 +81,10 @@ class Engine {
   virtual EngineStats Stats() const = 0;
   virtual int32_t max_model_len() const = 0;
   virtual int64_t kv_capacity_tokens() const = 0;
+  // KV cache bytes one token occupies (all layers), and the arithmetic the model runs with:
+  // what serve prints at start-up.
+  virtual int64_t kv_bytes_per_token() const = 0;
+  virtual const char* numerics_name() const = 0;  // arch::NumericsName
   // True once the model is loaded and a warm-up step has run.
   virtual bool ready() const = 0;
   virtual const model::Model& model() const = 0;

@@ -71,6 +71,24 @@ absl::StatusOr<std::vector<float>> ReadScales(const Model& m, const TensorView& 
 
 }  // namespace
 
+uint8_t Fp32ToFp8E4M3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 448.0) return sign | 0x7e;
+  if (a < std::ldexp(1.0, -6)) {  // subnormal: multiples of 2^-9
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0));
+  }
+  int e;
+  const double m = std::frexp(a, &e) * 2.0;  // a = m * 2^(e-1), m in [1, 2)
+  int exponent = e - 1;
+  int mantissa = static_cast<int>(std::nearbyint((m - 1.0) * 8.0));  // ties to even
+  if (mantissa == 8) {
+    mantissa = 0;
+    ++exponent;
+  }
+  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | mantissa);
+}
+
 float Fp8E4M3ToFp32(uint8_t b) {
   const bool neg = (b & 0x80) != 0;
   const int exp = (b >> 3) & 0xf;

@@ -132,36 +132,6 @@ std::string ScaleName(const std::string& weight) {
 
 }  // namespace
 
-int PowerOfTwoCeilExponent(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  return static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
-}
-
-uint8_t Fp32ToFp4E2M1(float v) {
-  const uint8_t sign = v < 0 ? 8 : 0;
-  const float m = std::fabs(v);
-  uint8_t code;
-  if (m <= 0.25f) {
-    code = 0;
-  } else if (m < 0.75f) {
-    code = 1;
-  } else if (m <= 1.25f) {
-    code = 2;
-  } else if (m < 1.75f) {
-    code = 3;
-  } else if (m <= 2.5f) {
-    code = 4;
-  } else if (m < 3.5f) {
-    code = 5;
-  } else if (m <= 5.0f) {
-    code = 6;
-  } else {
-    code = 7;
-  }
-  return sign | code;
-}
-
 BlockQuantized QuantizeFp8E8M0(const float* w, int64_t rows, int64_t cols, int64_t br,
                                int64_t bc) {
   const int64_t nbr = (rows + br - 1) / br, nbc = (cols + bc - 1) / bc;
@@ -216,23 +186,6 @@ BlockQuantized QuantizeFp4E8M0(const float* w, int64_t rows, int64_t cols) {
   return q;
 }
 
-uint8_t Fp32ToFp8E4M3(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  const double a = std::fabs(static_cast<double>(f));
-  if (a >= 448.0) return sign | 0x7e;
-  if (a < std::ldexp(1.0, -6)) {  // subnormal: multiples of 2^-9
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0));
-  }
-  int e;
-  const double m = std::frexp(a, &e) * 2.0;  // a = m * 2^(e-1), m in [1, 2)
-  int exponent = e - 1;
-  int mantissa = static_cast<int>(std::nearbyint((m - 1.0) * 8.0));  // ties to even
-  if (mantissa == 8) {
-    mantissa = 0;
-    ++exponent;
-  }
-  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | mantissa);
-}
 
 absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohmann::json& recipe) {
   try {

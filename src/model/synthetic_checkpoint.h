@@ -27,6 +27,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/block_scales.h"
+#include "model/fp8.h"
 #include "nlohmann/json.hpp"
 
 namespace deepinfer::model {
@@ -44,9 +46,6 @@ struct SafetensorsEntry {
 // Cost: one pass, ~5 ns per element.
 absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohmann::json& recipe);
 
-// Rounds a float to the nearest-even FP8 E4M3 ("fn": no infinities, 0x7e = 448) code; values
-// beyond 448 in magnitude clamp to +-448 (the recipe never produces them).
-uint8_t Fp32ToFp8E4M3(float f);
 
 // DeepSeek-V4 / V4.1 release formats, as the goldens' recipes describe them ("quant" section:
 // "fp8_e4m3_ue8m0_RxC" and "fp4_e2m1_ue8m0_1x32" tensor lists; the weight is stored quantized
@@ -67,10 +66,6 @@ BlockQuantized QuantizeFp8E8M0(const float* w, int64_t rows, int64_t cols, int64
                                int64_t block_cols);
 // REQUIRES: cols % 32 == 0.
 BlockQuantized QuantizeFp4E8M0(const float* w, int64_t rows, int64_t cols);
-// The power-of-two ceiling's exponent of a positive normal float, from its bits.
-int PowerOfTwoCeilExponent(float x);
-// e2m1 code of v in [-6, 6], round to nearest even (see above).
-uint8_t Fp32ToFp4E2M1(float v);
 
 // Writes `tensors` as one safetensors file (header padded to 8 bytes, {"format": "pt"}
 // metadata), atomically (temporary file + rename).

@@ -149,3 +149,21 @@ def test_speculative_decoding_with_the_mtp_module_gives_the_same_greedy_text(ser
     r = client(speculative).chat.completions.create(model=NAME, messages=MESSAGES, max_tokens=40,
                                                     temperature=0)
     assert r.model_dump()["usage"]["speculative"]["draft_tokens"] > 0
+
+
+def test_numerics_switch(checkpoint):
+    """--numerics deepseek-qat runs DeepSeek's fake-quantized cache numerics (greedy stays
+    reproducible); an arithmetic the architecture lacks is one line and exit 2."""
+    golden = json.loads((GOLDEN / "golden.json").read_text())
+    prompt = ",".join(map(str, golden["prompts"][2]))
+    args = ("--model", str(checkpoint), "--prompt-ids", prompt, "--max-tokens", "8",
+            "--ignore-eos", "--threads", "2")
+    a = generate(*args, "--numerics", "deepseek-qat")
+    b = generate(*args, "--numerics", "deepseek-qat")
+    assert a.returncode == 0, a.stderr
+    assert a.stdout == b.stdout and len(a.stdout.strip().split(",")) == 8
+    bad = generate(*args, "--numerics", "ggml")
+    assert bad.returncode == 2, bad.stderr
+    # (A note that this checkpoint has no tokenizer may precede the error line.)
+    errors = [l for l in bad.stderr.strip().splitlines() if "no tokenizer" not in l]
+    assert len(errors) == 1 and "unsupported_numerics" in errors[0], bad.stderr

@@ -57,6 +57,8 @@ class FakeEngine : public engine::Engine {
   engine::EngineStats Stats() const override;
   int32_t max_model_len() const override { return options_.max_model_len; }
   int64_t kv_capacity_tokens() const override { return 4096; }
+  int64_t kv_bytes_per_token() const override { return 0; }
+  const char* numerics_name() const override { return "fast"; }
   bool ready() const override { return options_.ready; }
   const model::Model& model() const override { return model_; }
 
