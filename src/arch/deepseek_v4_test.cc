@@ -5,6 +5,8 @@
 
 #include "arch/deepseek_v4.h"
 
+#include <openssl/sha.h>
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -15,6 +17,7 @@
 
 #include "arch/causal_lm.h"
 #include "arch/deepseek_testing.h"
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant.h"
 #include "model/hf_config.h"
@@ -320,6 +323,31 @@ TEST(DeepseekV4FormatTest, ReleaseFormatsAreReadInPlace) {
       EXPECT_FALSE(t.data >= o.data() && t.data < o.data() + o.size()) << name << " was copied";
     }
   }
+}
+
+// The reader's decoding of the FP8 / FP4 weights equals the reference's dequantized values bit for
+// bit (golden sha256 of every quantized tensor's float32 values).
+TEST(DeepseekV4FormatTest, DequantizedWeightsAreBitIdenticalToTheReference) {
+  Golden g = Load("v4_flash_tiny_fp8");
+  ASSERT_TRUE(g.lm);
+  std::ifstream r(model::DeepseekGoldenDir("v4_flash_tiny_fp8", kFamily) + "/weights.json");
+  const auto shas = nlohmann::json::parse(r)["quant"]["sha256"];
+  int checked = 0;
+  for (const auto& [name, want] : shas.items()) {
+    const model::TensorView* t = g.model->Find(name);
+    ASSERT_NE(t, nullptr) << name;
+    std::vector<float> values(static_cast<size_t>(t->num_elements()));
+    for (int64_t row = 0; row < t->rows(); ++row) {
+      kernels::DequantizeScaledRow(*t, row, values.data() + row * t->cols());
+    }
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256(reinterpret_cast<const unsigned char*>(values.data()), values.size() * 4, md);
+    std::string hex;
+    for (unsigned char c : md) hex += fmt::format("{:02x}", c);
+    EXPECT_EQ(hex, want["dequant_f32"].get<std::string>()) << name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 42 + 120);
 }
 
 // --- Bad checkpoints: one-line errors with stable codes. ---

@@ -74,7 +74,7 @@ const KernelTable& Table(Isa isa) {
     for (int i = 1; i < 3; ++i) {
       internal::TypeKernels* lower = &t[i - 1].f32;
       internal::TypeKernels* mine = &t[i].f32;
-      for (int k = 0; k < 8; ++k)
+      for (int k = 0; k < internal::kKernelTableEntries; ++k)
         if (mine[k].gemm == nullptr) mine[k] = lower[k];
     }
     return t;
@@ -112,31 +112,13 @@ const internal::TypeKernels& KernelsFor(DType t, const KernelTable& k) {
       return k.q4_k;
     case DType::kQ6_K:
       return k.q6_k;
+    case DType::kF8E4M3:
+      return k.fp8;
+    case DType::kFp4E2M1:
+      return k.fp4;
     default:
       DI_CHECK(false && "MatMul: unsupported weight dtype");
       return k.f32;
-  }
-}
-
-// Block-scaled weights are multiplied by decoding kDecodeRows rows at a time to f32 (thread-local,
-// so the matrix is never copied whole) and running the f32 kernel on them: each output keeps
-// the f32 kernel's arithmetic, so results do not depend on the batch.
-constexpr int64_t kDecodeRows = 8;
-
-void GemmBlockScaled(const GemmArgs& a) {
-  thread_local std::vector<float> rows;
-  if (static_cast<int64_t>(rows.size()) < kDecodeRows * a.k) rows.resize(kDecodeRows * a.k);
-  for (int64_t r0 = a.row_begin; r0 < a.row_end; r0 += kDecodeRows) {
-    const int64_t r1 = std::min(a.row_end, r0 + kDecodeRows);
-    for (int64_t r = r0; r < r1; ++r) DequantizeScaledRow(*a.scaled, r, rows.data() + (r - r0) * a.k);
-    GemmArgs f = a;
-    f.w = reinterpret_cast<const uint8_t*>(rows.data());
-    f.w_row_bytes = static_cast<size_t>(a.k) * sizeof(float);
-    f.y = a.y + r0;
-    f.row_begin = 0;
-    f.row_end = r1 - r0;
-    f.scaled = nullptr;
-    a.inner(f);
   }
 }
 
@@ -162,16 +144,14 @@ Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens,
   const int64_t wb = model::BlockSize(w.dtype);
   DI_CHECK(in % wb == 0);
   Prepared p{};
+  p.kernels = &KernelsFor(w.dtype, table);
   if (IsBlockScaled(w.dtype)) {
-    // The f32 kernel's activation format (f32 as is), with the decoding gemm in front.
-    static constexpr internal::TypeKernels kBlockScaled = {
-        GemmBlockScaled, nullptr, [](int64_t k) { return static_cast<size_t>(k) * sizeof(float); }};
-    DI_CHECK(table.f32.quantize == nullptr);
-    p.kernels = &kBlockScaled;
-    p.args.scaled = &w;
-    p.args.inner = table.f32.gemm;
-  } else {
-    p.kernels = &KernelsFor(w.dtype, table);
+    p.args.scale = w.scale;
+    p.args.scale_block_rows = w.scale_block_rows;
+    p.args.scale_block_cols = w.scale_block_cols;
+    p.args.scale_cols = (in + w.scale_block_cols - 1) / w.scale_block_cols;
+    // The SIMD kernels take one scale per 16 columns; other block widths run the portable one.
+    if (w.scale_block_cols % 16 != 0) p.kernels = &KernelsFor(w.dtype, Table(Isa::kScalar));
   }
   p.args.w = w.data;
   p.args.w_row_bytes = model::BlockBytes(w.dtype) * static_cast<size_t>(in / wb);

@@ -36,6 +36,7 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
+#include "model/fp8.h"
 
 namespace deepinfer::kernels::internal {
 namespace {
@@ -422,6 +423,136 @@ static void Bf16Gemm(const GemmArgs& g) {
   }
 }
 
+// --- Block-scaled weights (DeepSeek-V4's released formats). ---
+//
+// FP8 E4M3: 16 codes widen to int32 lanes; (code & 0x7f) << 20 is an f32 whose value is the
+// code's magnitude times 2^-120 (normal and subnormal codes alike), so multiplies by 2^120 and
+// by the block's 2^(scale - 127) give the exact weight, and the sign bit moves to bit 31. FP4 E2M1: 16
+// bytes hold 32 codes; the low nibbles are the even elements and the high nibbles the odd ones,
+// each looked up in a 16-float table register, and the activations are repacked per 32 as
+// [16 even | 16 odd] (as for BF16). Either way the weights are decoded exactly, once per tile,
+// and every output accumulates in the same 16 lanes over k in order, whatever the tile: the
+// results do not depend on how many tokens share the call.
+
+static inline __m512 Fp8Weights(const uint8_t* codes, __m512 scale) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7f)), 20);
+  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
+  // Two exact multiplies (2^120, then the block's 2^(b - 127)): one folded constant would
+  // overflow for large scales.
+  const __m512 m = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(mag),
+                                               _mm512_set1_ps(1.329227995784916e36f /* 2^120 */)),
+                                 scale);
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(m), sign));
+}
+
+static inline __m512 Fp8Scale(uint8_t b) { return _mm512_set1_ps(E8M0Value(b)); }
+
+template <int R, int T>
+static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const uint8_t* rows[R];
+  const uint8_t* scales[R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = g.w + (r0 + r) * g.w_row_bytes;
+    scales[r] = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
+  }
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
+  int64_t i = 0;
+  for (; i + 16 <= g.k; i += 16) {
+    __m512 w[R];
+    const int64_t b = i / g.scale_block_cols;
+    for (int r = 0; r < R; ++r) w[r] = Fp8Weights(rows[r] + i, Fp8Scale(scales[r][b]));
+    for (int t = 0; t < T; ++t) {
+      const __m512 x = _mm512_loadu_ps(xs[t] + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w[r], x, acc[r][t]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float s = _mm512_reduce_add_ps(acc[r][t]);
+      for (int64_t j = i; j < g.k; ++j) {
+        s += model::Fp8E4M3ToFp32(rows[r][j]) * E8M0Value(scales[r][j / g.scale_block_cols]) *
+             xs[t][j];
+      }
+      g.y[(t0 + t) * g.y_stride + r0 + r] = s;
+    }
+  }
+}
+
+template <int R, int T>
+static inline void Fp4Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
+  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3,
+                                      -4, -6);
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const uint8_t* rows[R];
+  const uint8_t* scales[R];
+  for (int r = 0; r < R; ++r) {
+    rows[r] = g.w + (r0 + r) * g.w_row_bytes;
+    scales[r] = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
+  }
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
+  const __m512i low = _mm512_set1_epi32(0x0f);
+  for (int64_t i = 0; i < g.k; i += 32) {  // k % 32 == 0: one scale per 32 along the row
+    __m512 even[R], odd[R];
+    const int64_t b = i / g.scale_block_cols;
+    for (int r = 0; r < R; ++r) {
+      const __m512i v =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + i / 2)));
+      const __m512 s = _mm512_set1_ps(E8M0Value(scales[r][b]));
+      even[r] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, low), table), s);
+      odd[r] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), s);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 xe = _mm512_loadu_ps(xs[t] + i), xo = _mm512_loadu_ps(xs[t] + i + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(even[r], xe, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(odd[r], xo, acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <bool kFp4>
+static void ScaledGemm(const GemmArgs& g) {
+  for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
+    const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
+    int64_t r = g.row_begin;
+    for (; r + 4 <= g.row_end; r += 4) {
+      PrefetchRows(g, r, 4);
+      int64_t t = tc;
+      if constexpr (kFp4) {
+        for (; t + 4 <= te; t += 4) Fp4Tile<4, 4>(g, r, t);
+        for (; t + 2 <= te; t += 2) Fp4Tile<4, 2>(g, r, t);
+        for (; t < te; ++t) Fp4Tile<4, 1>(g, r, t);
+      } else {
+        for (; t + 4 <= te; t += 4) Fp8Tile<4, 4>(g, r, t);
+        for (; t + 2 <= te; t += 2) Fp8Tile<4, 2>(g, r, t);
+        for (; t < te; ++t) Fp8Tile<4, 1>(g, r, t);
+      }
+    }
+    for (; r < g.row_end; ++r) {
+      for (int64_t t = tc; t < te; ++t) {
+        if constexpr (kFp4) {
+          Fp4Tile<1, 1>(g, r, t);
+        } else {
+          Fp8Tile<1, 1>(g, r, t);
+        }
+      }
+    }
+  }
+}
+
+static size_t F32ActivationBytes(int64_t k) { return static_cast<size_t>(k) * 4; }
+
 }  // namespace
 
 void FillAvx512Kernels(KernelTable* t) {
@@ -429,6 +560,8 @@ void FillAvx512Kernels(KernelTable* t) {
   t->q4_0 = {PairGemm<WKind::kQ4_0>, QuantizePairs<ActKind::kBias8>, PairRowBytes};
   t->q4_1 = {PairGemm<WKind::kQ4_1>, QuantizePairs<ActKind::kQ8_1>, PairRowBytes};
   t->q8_0 = {PairGemm<WKind::kQ8_0>, QuantizePairs<ActKind::kBias128>, PairRowBytes};
+  t->fp8 = {ScaledGemm<false>, nullptr, F32ActivationBytes};
+  t->fp4 = {ScaledGemm<true>, DeinterleaveBf16Activations, Bf16ActivationBytes};
 }
 
 void FillAvx512GgmlKernels(KernelTable* t) {

@@ -34,10 +34,13 @@ struct GemmArgs {
   int64_t y_stride;
   int64_t row_begin;
   int64_t row_end;
-  // Block-scaled weights (F8_E4M3 / FP4_E2M1 with E8M0 scales): the tensor, whose rows are
-  // decoded a few at a time, and the f32 kernel that multiplies the decoded rows. Null otherwise.
-  const model::TensorView* scaled = nullptr;
-  void (*inner)(const GemmArgs& args) = nullptr;
+  // Block-scaled weights (F8_E4M3 / FP4_E2M1): E8M0 scales [ceil(rows / scale_block_rows),
+  // scale_cols] row-major; element (r, c) is value(code) * 2^(scale - 127) of its block. Null for
+  // other types.
+  const uint8_t* scale = nullptr;
+  int64_t scale_cols = 0;
+  int64_t scale_block_rows = 0;
+  int64_t scale_block_cols = 0;
 };
 using GemmFn = void (*)(const GemmArgs& args);
 // Converts one token's `k` activations to the layout `gemm` reads (act_row_bytes(k) bytes).
@@ -54,8 +57,26 @@ struct TypeKernels {
 
 // Kernel table of one ISA; entries with a null gemm fall back to the scalar ones.
 struct KernelTable {
-  TypeKernels f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k;
+  TypeKernels f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k, fp8, fp4;
 };
+constexpr int kKernelTableEntries = sizeof(KernelTable) / sizeof(TypeKernels);
+
+// E8M0 byte b -> 2^(b - 127) as f32 (0 below the smallest denormal; b = 255, NaN, never reaches
+// a kernel: the loader refuses it).
+static inline float E8M0Value(uint8_t b) {
+  const int e = static_cast<int>(b) - 127;
+  if (e >= -126) {
+    const uint32_t bits = static_cast<uint32_t>(e + 127) << 23;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+  }
+  if (e < -149) return 0.0f;
+  const uint32_t bits = 1u << (e + 149);  // denormal 2^e
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 
 void FillScalarKernels(KernelTable* t);
 // The table MatMul uses for `isa_index` (0 scalar, 1 AVX2, 2 AVX-512), after fallbacks; tests

@@ -4,6 +4,9 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
+#include "model/fp8.h"
+
+#include <vector>
 
 namespace deepinfer::kernels::internal {
 namespace {
@@ -149,6 +152,30 @@ float DotQ6_K(const void* wv, const void* av, int64_t k) {
   return sum;
 }
 
+// Block-scaled weights: each row decoded exactly (code value times its block's power of two) into
+// a thread-local buffer, then DotF32 with every token.
+template <bool kFp4>
+void ScaledGemm(const GemmArgs& g) {
+  static constexpr float kFp4Values[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6,
+                                           0, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+  thread_local std::vector<float> row;
+  if (static_cast<int64_t>(row.size()) < g.k) row.resize(g.k);
+  for (int64_t r = g.row_begin; r < g.row_end; ++r) {
+    const uint8_t* w = g.w + r * g.w_row_bytes;
+    const uint8_t* sc = g.scale + (r / g.scale_block_rows) * g.scale_cols;
+    for (int64_t c = 0; c < g.k; ++c) {
+      const float s = E8M0Value(sc[c / g.scale_block_cols]);
+      if constexpr (kFp4) {
+        row[c] = kFp4Values[(c & 1) ? w[c >> 1] >> 4 : w[c >> 1] & 0x0f] * s;
+      } else {
+        row[c] = model::Fp8E4M3ToFp32(w[c]) * s;
+      }
+    }
+    for (int64_t t = 0; t < g.num_tokens; ++t)
+      g.y[t * g.y_stride + r] = DotF32(row.data(), g.a + t * g.a_row_bytes, g.k);
+  }
+}
+
 template <float (*Dot)(const void*, const void*, int64_t)>
 void Gemm(const GemmArgs& g) {
   for (int64_t r = g.row_begin; r < g.row_end; ++r) {
@@ -183,6 +210,8 @@ void FillScalarKernels(KernelTable* t) {
   t->q8_0 = {Gemm<DotQ8_0>, QuantQ8_0, RowBytesQ8_0};
   t->q4_k = {Gemm<DotQ4_K>, QuantQ8_K, RowBytesQ8_K};
   t->q6_k = {Gemm<DotQ6_K>, QuantQ8_K, RowBytesQ8_K};
+  t->fp8 = {ScaledGemm<false>, nullptr, RowBytesF32};
+  t->fp4 = {ScaledGemm<true>, nullptr, RowBytesF32};
 }
 
 }  // namespace deepinfer::kernels::internal

@@ -398,3 +398,87 @@ TEST(IsaTest, EnvironmentOverrideIsHonouredAndClampedToHardware) {
 
 }  // namespace
 }  // namespace deepinfer::kernels
+
+namespace deepinfer::kernels {
+namespace {
+
+// DeepSeek-V4's released formats: FP8 E4M3 with E8M0 block scales and FP4 E2M1 (packed two per
+// byte) with 1x32 scales, read in place. Every ISA matches a double-precision reference on the
+// exactly dequantized weights, and a token's outputs do not depend on how many tokens share the
+// call (batch invariance).
+struct ScaledCase {
+  model::DType type;
+  int64_t rows, cols, block_rows, block_cols;
+};
+
+class BlockScaledMatMulTest : public ::testing::TestWithParam<ScaledCase> {
+ protected:
+  void TearDown() override { SetIsaForTest(DetectIsa()); }
+};
+
+TEST_P(BlockScaledMatMulTest, MatchesReferenceAndIsBatchInvariantOnEveryIsa) {
+  const ScaledCase c = GetParam();
+  std::mt19937 rng(99);
+  const bool fp4 = c.type == DType::kFp4E2M1;
+  std::vector<uint8_t> w(static_cast<size_t>(fp4 ? c.rows * c.cols / 2 : c.rows * c.cols));
+  for (auto& b : w) {
+    b = static_cast<uint8_t>(rng() & 0xff);
+    if (!fp4 && (b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+  }
+  const int64_t sr = (c.rows + c.block_rows - 1) / c.block_rows;
+  const int64_t sc = (c.cols + c.block_cols - 1) / c.block_cols;
+  std::vector<uint8_t> scales(static_cast<size_t>(sr * sc));
+  for (auto& s : scales) s = static_cast<uint8_t>(112 + rng() % 24);
+  model::TensorView view;
+  view.name = "w";
+  view.dtype = c.type;
+  view.shape = {c.rows, c.cols};
+  view.data = w.data();
+  view.size_bytes = w.size();
+  view.scale = scales.data();
+  view.scale_block_rows = static_cast<int32_t>(c.block_rows);
+  view.scale_block_cols = static_cast<int32_t>(c.block_cols);
+  ASSERT_TRUE(HasCpuMatMul(view));
+  std::vector<float> dense(static_cast<size_t>(c.rows * c.cols));
+  for (int64_t r = 0; r < c.rows; ++r) DequantizeScaledRow(view, r, dense.data() + r * c.cols);
+  const int64_t n = 9;
+  std::vector<float> x(static_cast<size_t>(n * c.cols));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& v : x) v = normal(rng);
+  util::ThreadPool pool(2);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    SetIsaForTest(isa);
+    if (ActiveIsa() != isa) continue;
+    std::vector<float> y(static_cast<size_t>(n * c.rows));
+    MatMul(view, x.data(), n, y.data(), pool);
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<float> one(static_cast<size_t>(c.rows));
+      MatMul(view, x.data() + t * c.cols, 1, one.data(), pool);
+      for (int64_t r = 0; r < c.rows; ++r) {
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < c.cols; ++k) {
+          ref += double{dense[r * c.cols + k]} * x[t * c.cols + k];
+          mag += std::fabs(double{dense[r * c.cols + k]} * x[t * c.cols + k]);
+        }
+        ASSERT_NEAR(y[t * c.rows + r], ref, 2e-6 * mag + 1e-30)
+            << IsaName(isa) << " token " << t << " row " << r;
+        ASSERT_EQ(one[r], y[t * c.rows + r]) << IsaName(isa) << " token " << t << " row " << r;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, BlockScaledMatMulTest,
+    ::testing::Values(ScaledCase{DType::kF8E4M3, 37, 320, 128, 128},  // partial blocks
+                      ScaledCase{DType::kF8E4M3, 40, 96, 32, 32},     // V4.1's 32x32
+                      ScaledCase{DType::kF8E4M3, 9, 40, 4, 8},        // not SIMD-friendly
+                      ScaledCase{DType::kFp4E2M1, 37, 256, 1, 32}),
+    [](const auto& info) {
+      const ScaledCase& c = info.param;
+      return std::string(c.type == DType::kFp4E2M1 ? "Fp4" : "Fp8") + "_" +
+             std::to_string(c.block_rows) + "x" + std::to_string(c.block_cols);
+    });
+
+}  // namespace
+}  // namespace deepinfer::kernels
