@@ -425,28 +425,29 @@ static void Bf16Gemm(const GemmArgs& g) {
 
 // --- Block-scaled weights (DeepSeek-V4's released formats). ---
 //
-// FP8 E4M3: 16 codes widen to int32 lanes; (code & 0x7f) << 20 is an f32 whose value is the
-// code's magnitude times 2^-120 (normal and subnormal codes alike), so multiplies by 2^120 and
-// by the block's 2^(scale - 127) give the exact weight, and the sign bit moves to bit 31. FP4 E2M1: 16
+// FP8 E4M3: 32 codes widen to 16-bit lanes that read as IEEE halves (Fp8Weights32). FP4 E2M1: 16
 // bytes hold 32 codes; the low nibbles are the even elements and the high nibbles the odd ones,
 // each looked up in a 16-float table register, and the activations are repacked per 32 as
 // [16 even | 16 odd] (as for BF16). Either way the weights are decoded exactly, once per tile,
 // and every output accumulates in the same 16 lanes over k in order, whatever the tile: the
 // results do not depend on how many tokens share the call.
 
-static inline __m512 Fp8Weights(const uint8_t* codes, __m512 scale) {
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-  const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7f)), 20);
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
-  // Two exact multiplies (2^120, then the block's 2^(b - 127)): one folded constant would
-  // overflow for large scales.
-  const __m512 m = _mm512_mul_ps(_mm512_mul_ps(_mm512_castsi512_ps(mag),
-                                               _mm512_set1_ps(1.329227995784916e36f /* 2^120 */)),
-                                 scale);
-  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(m), sign));
+// 32 FP8 codes -> two vectors of 16 f32 weights. An E4M3 code's bits placed as an IEEE half —
+// magnitude (code & 0x7f) << 7, sign at bit 15 — is the code's value times 2^-8 (normal and
+// subnormal codes alike), so one half-to-float conversion and one multiply by the block's
+// 2^(scale - 127 + 8) give the exact weights. (A scale of 2^119 or more would overflow here; no
+// finite weight quantizes to one.)
+static inline void Fp8Weights32(const uint8_t* codes, __m512 scale, __m512* lo, __m512* hi) {
+  const __m512i v =
+      _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
+  const __m512i half = _mm512_or_si512(
+      _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(0x3f80)),
+      _mm512_and_si512(_mm512_slli_epi16(v, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000))));
+  *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(half)), scale);
+  *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1)), scale);
 }
 
-static inline __m512 Fp8Scale(uint8_t b) { return _mm512_set1_ps(E8M0Value(b)); }
+static inline __m512 Fp8Scale(uint8_t b) { return _mm512_set1_ps(E8M0Value(b) * 256.0f); }
 
 template <int R, int T>
 static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
@@ -462,13 +463,34 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
   int64_t i = 0;
-  for (; i + 16 <= g.k; i += 16) {
-    __m512 w[R];
+  // 32 columns at a time share one scale (blocks are multiples of 16 wide: a 32-column step
+  // straddles two blocks when the width is 16 mod 32, so then it takes 16 at a time).
+  const bool wide = g.scale_block_cols % 32 == 0;
+  for (; wide && i + 32 <= g.k; i += 32) {
+    __m512 lo[R], hi[R];
     const int64_t b = i / g.scale_block_cols;
-    for (int r = 0; r < R; ++r) w[r] = Fp8Weights(rows[r] + i, Fp8Scale(scales[r][b]));
+    for (int r = 0; r < R; ++r) Fp8Weights32(rows[r] + i, Fp8Scale(scales[r][b]), &lo[r], &hi[r]);
     for (int t = 0; t < T; ++t) {
-      const __m512 x = _mm512_loadu_ps(xs[t] + i);
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(w[r], x, acc[r][t]);
+      const __m512 x0 = _mm512_loadu_ps(xs[t] + i), x1 = _mm512_loadu_ps(xs[t] + i + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(lo[r], x0, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(hi[r], x1, acc[r][t]);
+      }
+    }
+  }
+  for (; i + 32 <= g.k; i += 32) {  // narrow blocks: each half with its own scale
+    __m512 lo[R], hi[R], unused;
+    for (int r = 0; r < R; ++r) {
+      Fp8Weights32(rows[r] + i, Fp8Scale(scales[r][i / g.scale_block_cols]), &lo[r], &unused);
+      Fp8Weights32(rows[r] + i, Fp8Scale(scales[r][(i + 16) / g.scale_block_cols]), &unused,
+                   &hi[r]);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 x0 = _mm512_loadu_ps(xs[t] + i), x1 = _mm512_loadu_ps(xs[t] + i + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(lo[r], x0, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(hi[r], x1, acc[r][t]);
+      }
     }
   }
   for (int r = 0; r < R; ++r) {

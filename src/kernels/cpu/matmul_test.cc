@@ -473,6 +473,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(ScaledCase{DType::kF8E4M3, 37, 320, 128, 128},  // partial blocks
                       ScaledCase{DType::kF8E4M3, 40, 96, 32, 32},     // V4.1's 32x32
                       ScaledCase{DType::kF8E4M3, 9, 40, 4, 8},        // not SIMD-friendly
+                      ScaledCase{DType::kF8E4M3, 12, 80, 16, 16},     // 16-wide blocks, tail
                       ScaledCase{DType::kFp4E2M1, 37, 256, 1, 32}),
     [](const auto& info) {
       const ScaledCase& c = info.param;

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""DeepSeek-V4-shaped speed in the released weight formats: decode at 1 and 8 streams, prefill at
+512 and 4,096 tokens, active weight bytes per decode token over the measured bandwidth, resident
+memory next to the bytes on disk, and decode at 512 vs 16,384 tokens of context.
+
+The checkpoint (made on first use under --models by build/synthetic_checkpoint from a recipe of
+tests/reference/deepseek_v4_shapes.py): about 1.9B parameters, 8 layers with V4-Flash's schedule
+(two window-only layers, then CSA ratio 4 and HCA ratio 128 alternating, a window-only last
+layer), hidden 2048, 16 heads of 512 (rotary 64), q LoRA 512, 4 output groups of 512, window 128,
+indexer 64 heads x 128 keeping 512, 48 routed experts of 512 top-6 + 1 shared (2 hash layers), hc
+4, V4's 129,280-token vocabulary (DeepSeek-V3's tokenizer from ../shared stands in for serving).
+Attention and shared experts are FP8 E4M3 with E8M0 128x128 scales, routed experts FP4 E2M1 with
+1x32 scales, embeddings, head, router and compressors BF16, as released.
+
+Measured:
+  1 stream   `deepinfer generate --random-prompt-tokens P --max-tokens G --ignore-eos --json`
+             (median of --repeats for P = 512): prefill and decode tokens/s, peak RSS.
+  bandwidth  active weight bytes per decode token (as stored: FP8 1 byte, FP4 0.5 + 1/32 scale,
+             BF16 2, F32 4; attention, compressors, indexer, hc mixers, router, 6 + 1 experts,
+             head) x decode tokens/s, over bench/membw.cc's measured read bandwidth.
+  8 streams  `deepinfer serve` + `deepinfer bench` (random prompts of 256 tokens, 64 output
+             tokens, 16 requests): output tokens/s, TPOT.
+
+Usage: python bench/deepseek_v4_speed.py [--deepinfer build/deepinfer] [--models /tmp/ds4-bench]
+           [--json bench/results/deepseek_v4.json] > bench/results/deepseek_v4.md
+"""
+
+import argparse
+import json
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "tests" / "reference"))
+from deepseek_v4_shapes import fp8_targets, make_recipe, native_tensors  # noqa: E402
+from deepseek_speed import generate, level, serve_and_bench  # noqa: E402
+from runtime_vs_llamacpp import build_membw, load_average  # noqa: E402
+
+TOKENIZER = REPO.parent / "shared" / "models" / "deepseek-v3-tokenizer"
+
+CONFIG = dict(
+    architectures=["DeepseekV4ForCausalLM"], model_type="deepseek_v4", vocab_size=129280,
+    hidden_size=2048, moe_intermediate_size=512, num_hidden_layers=8, num_attention_heads=16,
+    num_key_value_heads=1, head_dim=512, qk_rope_head_dim=64, q_lora_rank=512, o_lora_rank=512,
+    o_groups=4, n_routed_experts=48, n_shared_experts=1, num_experts_per_tok=6,
+    num_hash_layers=2, scoring_func="sqrtsoftplus", norm_topk_prob=True,
+    routed_scaling_factor=1.5, swiglu_limit=10.0, hidden_act="silu", sliding_window=128,
+    index_n_heads=64, index_head_dim=128, index_topk=512, hc_mult=4, hc_sinkhorn_iters=20,
+    hc_eps=1e-6, rope_theta=10000.0, compress_rope_theta=160000.0,
+    rope_scaling=dict(type="yarn", factor=16, original_max_position_embeddings=65536,
+                      beta_fast=32, beta_slow=1),
+    compress_ratios=[0, 0, 4, 128, 4, 128, 4, 0], max_position_embeddings=32768,
+    rms_norm_eps=1e-6, num_nextn_predict_layers=0, tie_word_embeddings=False, bos_token_id=0,
+    eos_token_id=1,
+    quantization_config=dict(quant_method="fp8", fmt="e4m3", scale_fmt="ue8m0",
+                             activation_scheme="dynamic", weight_block_size=[128, 128],
+                             expert_dtype="fp4"),
+)
+
+
+def ensure_checkpoint(models: pathlib.Path, tool: pathlib.Path) -> pathlib.Path:
+    d = models / "v4"
+    if (d / "model.safetensors.index.json").exists():
+        return d
+    d.mkdir(parents=True, exist_ok=True)
+    tensors = native_tensors(CONFIG)
+    recipe = make_recipe(CONFIG, tensors, seed=4, shards=8)
+    fp8, fp4 = fp8_targets([t["name"] for t in recipe["tensors"]])
+    recipe["quant"] = {"fp8_e4m3_ue8m0_128x128": {"tensors": fp8},
+                       "fp4_e2m1_ue8m0_1x32": {"tensors": fp4}}
+    (d / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    (d / "weights.json").write_text(json.dumps(recipe))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if (TOKENIZER / f).exists():
+            shutil.copy(TOKENIZER / f, d / f)
+    subprocess.run([str(tool), str(d), str(d)], check=True)
+    return d
+
+
+def active_bytes(model: pathlib.Path) -> dict:
+    """Bytes one decode token reads, by part, from the shard headers (as stored)."""
+    header = {}
+    for shard in sorted(model.glob("*.safetensors")):
+        with open(shard, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header.update(json.loads(f.read(n)))
+    k = CONFIG["num_experts_per_tok"]
+    e = CONFIG["n_routed_experts"]
+    parts = {"attention": 0, "experts": 0, "shared+router": 0, "head": 0, "mixers": 0}
+    total_on_disk = 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        size = t["data_offsets"][1] - t["data_offsets"][0]
+        total_on_disk += size
+        if name == "embed.weight":
+            continue  # one row per token
+        if ".ffn.experts." in name:
+            parts["experts"] += size * k / e
+        elif ".ffn." in name:
+            parts["shared+router"] += size
+        elif name == "head.weight":
+            parts["head"] += size
+        elif ".attn." in name:
+            parts["attention"] += size
+        else:
+            parts["mixers"] += size
+    parts["per_token"] = sum(parts.values())
+    parts["on_disk"] = total_on_disk
+    return parts
+
+
+def run_generate(args, model, prompt, gen, repeats):
+    a = argparse.Namespace(**vars(args))
+    a.prompt_tokens, a.gen_tokens = prompt, gen
+    runs = [generate(a, model) for _ in range(repeats)]
+    return {"runs": runs,
+            "prefill": statistics.median(r["prefill_tokens_per_s"] for r in runs),
+            "decode": statistics.median(r["decode_tokens_per_s"] for r in runs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--deepinfer", default=str(REPO / "build" / "deepinfer"))
+    ap.add_argument("--models", default="/tmp/ds4-bench", help="where the checkpoint is made")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--long-context", type=int, default=16384)
+    ap.add_argument("--json", help="write raw results here")
+    args = ap.parse_args()
+    tool = pathlib.Path(args.deepinfer).parent / "synthetic_checkpoint"
+    model = ensure_checkpoint(pathlib.Path(args.models), tool)
+    weights = active_bytes(model)
+
+    load_before = load_average()
+    membw = json.loads(subprocess.run([str(build_membw(pathlib.Path(tempfile.gettempdir()))),
+                                       "--threads", f"1,{args.threads}", "--json"],
+                                      capture_output=True, text=True, check=True).stdout)
+    bw_gbps = max(membw["read_gbps"].values())
+    results = {"load_before": load_before, "membw": membw, "active_bytes": weights,
+               "config": CONFIG}
+    print(f"DeepSeek-V4-shaped random checkpoint in the released formats, {args.threads} threads. "
+          f"Load average before: {load_before}. Measured read bandwidth: "
+          + ", ".join(f"{k} thread(s) {v:.1f} GB/s" for k, v in membw["read_gbps"].items())
+          + f". Bytes on disk: {weights['on_disk'] / 1e9:.2f} GB. Active bytes per decode token: "
+          f"{weights['per_token'] / 1e6:.0f} MB (attention {weights['attention'] / 1e6:.0f}, "
+          f"experts {weights['experts'] / 1e6:.0f}, shared + router "
+          f"{weights['shared+router'] / 1e6:.0f}, head {weights['head'] / 1e6:.0f}, hc mixers and "
+          f"norms {weights['mixers'] / 1e6:.0f}).\n")
+
+    print("| run | prompt tokens | prefill tok/s | decode tok/s | active weight GB/s | of measured BW"
+          " | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|")
+    for name, prompt, gen, repeats in (("decode, short context", 512, 64, args.repeats),
+                                       ("prefill 4,096", 4096, 8, 1),
+                                       ("decode, long context", args.long_context, 32, 1)):
+        r = run_generate(args, model, prompt, gen, repeats)
+        gbps = r["decode"] * weights["per_token"] / 1e9
+        r["weight_gbps"], r["bw_fraction"] = gbps, gbps / bw_gbps
+        results[name] = r
+        print(f"| {name} | {prompt} | {r['prefill']:.1f} | {r['decode']:.2f} | {gbps:.1f} | "
+              f"{100 * gbps / bw_gbps:.0f}% | {r['peak_rss_mib']:.0f} |", flush=True)
+
+    if (model / "tokenizer.json").exists():
+        print("\nServing: random prompts of 256 tokens, 64 output tokens, 16 requests per level:\n")
+        print("| streams | out tok/s | TPOT p50 ms | TTFT p50 ms | peak RSS MiB |")
+        print("|---|---|---|---|---|")
+        r = serve_and_bench(args, model, "1,8", [], 256, 64, 16)
+        results["streams"] = r
+        for c in (1, 8):
+            m = level(r, c)
+            print(f"| {c} | {m['output_throughput']:.1f} | {m['tpot_ms']['p50']:.1f} | "
+                  f"{m['ttft_ms']['p50']:.0f} | {r['peak_rss_mib']:.0f} |", flush=True)
+    results["load_after"] = load_average()
+    print(f"\nLoad average after: {results['load_after']}.")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
