@@ -163,6 +163,7 @@ class DeepseekV4Impl final : public CausalLm {
   std::vector<float> router_logits_, route_w_, moe_in_, moe_gate_, moe_up_, moe_out_;
   std::vector<float> thread_scratch_;
   std::vector<int32_t> thread_order_;
+  std::vector<float> index_keys_, index_scores_;
   std::vector<const float*> thread_keys_;
   std::vector<int32_t> positions_, route_idx_, expert_count_, expert_tokens_, expert_fill_;
   std::vector<float> expert_weights_;
@@ -686,52 +687,67 @@ void DeepseekV4Impl::SelectIndexed(const Layer& L, int kv_layer, const ForwardBa
     }
   }
   Grow(selected_, T * K);
-  std::vector<int32_t> token_seq(static_cast<size_t>(T));
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const auto& s = batch.seqs[si];
-    for (int32_t i = 0; i < s.num_tokens; ++i) token_seq[s.token_offset + i] = static_cast<int32_t>(si);
-  }
-  int64_t max_entries = 0;
+  // Per slice: the index keys its tokens can see, gathered once into a dense [V, ihd] matrix,
+  // scored against kIndexTokens tokens' heads at a time by the matmul kernel (the lightning
+  // indexer is quadratic in the context; as a matmul it runs at the kernel's speed). Each score
+  // is one matmul output, so its value does not depend on the batch.
+  constexpr int64_t kIndexTokens = 16;
   for (const auto& s : batch.seqs) {
-    max_entries = std::max<int64_t>(max_entries, (s.start_pos + s.num_tokens) / L.ratio);
-  }
-  const int64_t stride = max_entries + 1;
-  Grow(thread_scratch_, int64_t{pool.num_threads()} * stride);
-  Grow(thread_order_, int64_t{pool.num_threads()} * stride);
-  pool.ParallelFor(T, [&](int64_t begin, int64_t end, int thread) {
-    float* score = thread_scratch_.data() + thread * stride;
-    int32_t* order = thread_order_.data() + thread * stride;
-    for (int64_t t = begin; t < end; ++t) {
-      const SequenceSlice& s = batch.seqs[token_seq[t]];
-      const int32_t p = positions_[t];
-      const int32_t visible = (p + 1) / L.ratio;
-      int32_t* sel = selected_.data() + t * K;
+    const int64_t V = (s.start_pos + s.num_tokens) / L.ratio;
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      int32_t* sel = selected_.data() + (s.token_offset + i) * K;
       std::fill(sel, sel + K, -1);
-      if (visible <= K) {
-        for (int32_t j = 0; j < visible; ++j) sel[j] = j;
-        continue;
-      }
-      const float* q = iq_.data() + t * ih * ihd;
-      const float* w = iw_.data() + t * ih;
-      for (int32_t j = 0; j < visible; ++j) {
-        const int32_t pos = L.ratio * (j + 1) - 1;
-        const float* key =
-            kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size) +
-            L.off_ikey;
-        float acc = 0;
-        for (int64_t h = 0; h < ih; ++h) {
-          const float d = kernels::Dot(q + h * ihd, key, ihd);
-          acc += std::max(d, 0.0f) * qscale * w[h];
-        }
-        score[j] = acc;
-        order[j] = j;
-      }
-      std::partial_sort(order, order + K, order + visible, [&](int32_t a, int32_t b) {
-        return score[a] > score[b] || (score[a] == score[b] && a < b);
-      });
-      std::copy(order, order + K, sel);
+      const int32_t visible = (s.start_pos + i + 1) / L.ratio;
+      for (int32_t j = 0; j < std::min<int64_t>(visible, K); ++j) sel[j] = j;
     }
-  });
+    if (V <= K) continue;  // every token keeps all it sees
+    Grow(index_keys_, V * ihd);
+    for (int64_t j = 0; j < V; ++j) {
+      const int64_t pos = L.ratio * (j + 1) - 1;
+      std::memcpy(index_keys_.data() + j * ihd,
+                  kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size) +
+                      L.off_ikey,
+                  ihd * sizeof(float));
+    }
+    TensorView keys;
+    keys.name = "index_keys";
+    keys.dtype = model::DType::kF32;
+    keys.shape = {V, ihd};
+    keys.data = reinterpret_cast<const uint8_t*>(index_keys_.data());
+    keys.size_bytes = static_cast<size_t>(V * ihd) * sizeof(float);
+    Grow(index_scores_, kIndexTokens * ih * V);
+    Grow(thread_scratch_, int64_t{pool.num_threads()} * V);
+    Grow(thread_order_, int64_t{pool.num_threads()} * V);
+    // Only tokens that see more than K entries need scores.
+    const int32_t first = std::max<int32_t>(0, static_cast<int32_t>((K + 1) * L.ratio - 1) -
+                                                    s.start_pos);
+    for (int32_t i0 = first; i0 < s.num_tokens; i0 += kIndexTokens) {
+      const int32_t n = std::min<int32_t>(kIndexTokens, s.num_tokens - i0);
+      const int64_t t0 = s.token_offset + i0;
+      kernels::MatMul(keys, iq_.data() + t0 * ih * ihd, n * ih, index_scores_.data(), pool);
+      pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {
+        float* score = thread_scratch_.data() + thread * V;
+        int32_t* order = thread_order_.data() + thread * V;
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t t = t0 + i;
+          const int32_t visible = (positions_[t] + 1) / L.ratio;
+          if (visible <= K) continue;
+          const float* w = iw_.data() + t * ih;
+          const float* sh = index_scores_.data() + i * ih * V;
+          for (int32_t j = 0; j < visible; ++j) {
+            float acc = 0;
+            for (int64_t h = 0; h < ih; ++h) acc += std::max(sh[h * V + j], 0.0f) * qscale * w[h];
+            score[j] = acc;
+            order[j] = j;
+          }
+          std::partial_sort(order, order + K, order + visible, [&](int32_t a, int32_t b) {
+            return score[a] > score[b] || (score[a] == score[b] && a < b);
+          });
+          std::copy(order, order + K, selected_.data() + t * K);
+        }
+      });
+    }
+  }
 }
 
 void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch& batch,
@@ -804,7 +820,12 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
   }
   if (L.kind == Attn::kCsa) SelectIndexed(L, kv_layer, batch, kv, pool);
 
-  // Attention of every (token, head) over its window and compressed entries.
+  // Attention of every token over its window and compressed entries, kHeadGroup heads at a time:
+  // the heads share one key/value per entry (MQA), so each entry is read once per group while it
+  // is hot, for every head's score and then every head's weighted sum. The per-head arithmetic
+  // is the same whatever the batch.
+  constexpr int64_t kHeadGroup = 8;
+  const int64_t groups = (nh + kHeadGroup - 1) / kHeadGroup;
   std::vector<int32_t> token_seq(static_cast<size_t>(T));
   int64_t max_keys = 0;
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
@@ -814,16 +835,17 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
     max_keys = std::max<int64_t>(max_keys, ds_.sliding_window + (compressed ? ctx / L.ratio : 0));
   }
   Grow(attn_, T * nh * hd);
-  const int64_t stride = max_keys + 1;
+  const int64_t stride = kHeadGroup * (max_keys + 1);
   Grow(thread_scratch_, int64_t{pool.num_threads()} * stride);
-  Grow(thread_keys_, int64_t{pool.num_threads()} * stride);
+  Grow(thread_keys_, int64_t{pool.num_threads()} * (max_keys + 1));
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t K = ds_.index_topk;
-  pool.ParallelFor(T * nh, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = thread_scratch_.data() + thread * stride;
-    const float** keys = thread_keys_.data() + thread * stride;
+  pool.ParallelFor(T * groups, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = thread_scratch_.data() + thread * stride;  // [head in group][entry]
+    const float** keys = thread_keys_.data() + thread * (max_keys + 1);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / nh, h = item % nh;
+      const int64_t t = item / groups, h0 = (item % groups) * kHeadGroup;
+      const int64_t heads = std::min(kHeadGroup, nh - h0);
       const SequenceSlice& s = batch.seqs[token_seq[t]];
       const int32_t p = positions_[t];
       int64_t n = 0;
@@ -841,21 +863,31 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
           keys[n++] = slot(L.ratio * (sel[k] + 1) - 1) + L.off_entry;
         }
       }
-      const float* q = q_.data() + (t * nh + h) * hd;
-      float mx = L.sink[h];
+      const float* q = q_.data() + (t * nh + h0) * hd;
       for (int64_t e = 0; e < n; ++e) {
-        scores[e] = kernels::Dot(q, keys[e], hd) * scale;
-        mx = std::max(mx, scores[e]);
+        for (int64_t h = 0; h < heads; ++h) {
+          scores[h * n + e] = kernels::Dot(q + h * hd, keys[e], hd) * scale;
+        }
       }
-      float den = std::exp(L.sink[h] - mx);
+      float* o = attn_.data() + (t * nh + h0) * hd;
+      std::fill(o, o + heads * hd, 0.0f);
+      for (int64_t h = 0; h < heads; ++h) {
+        float* sc = scores + h * n;
+        float mx = L.sink[h0 + h];
+        for (int64_t e = 0; e < n; ++e) mx = std::max(mx, sc[e]);
+        float den = std::exp(L.sink[h0 + h] - mx);
+        for (int64_t e = 0; e < n; ++e) {
+          sc[e] = std::exp(sc[e] - mx);
+          den += sc[e];
+        }
+        for (int64_t e = 0; e < n; ++e) sc[e] /= den;
+      }
       for (int64_t e = 0; e < n; ++e) {
-        scores[e] = std::exp(scores[e] - mx);
-        den += scores[e];
+        for (int64_t h = 0; h < heads; ++h) kernels::Axpy(scores[h * n + e], keys[e], o + h * hd, hd);
       }
-      float* o = attn_.data() + (t * nh + h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      for (int64_t e = 0; e < n; ++e) kernels::Axpy(scores[e] / den, keys[e], o, hd);
-      RopeRow(o + hd - rd, cosv + t * half, sinv + t * half, /*inverse=*/true);
+      for (int64_t h = 0; h < heads; ++h) {
+        RopeRow(o + h * hd + hd - rd, cosv + t * half, sinv + t * half, /*inverse=*/true);
+      }
     }
   });
   // Grouped low-rank output: group g's heads through its block of wo_a, then wo_b.

@@ -167,3 +167,27 @@ def test_numerics_switch(checkpoint):
     # (A note that this checkpoint has no tokenizer may precede the error line.)
     errors = [l for l in bad.stderr.strip().splitlines() if "no tokenizer" not in l]
     assert len(errors) == 1 and "unsupported_numerics" in errors[0], bad.stderr
+
+
+def test_operator_tools_work_on_the_v4_folder(server, chat_checkpoint, tmp_path):
+    """count-tokens counts what serve counts (the deepseek-v4 encoder picked the same way), and
+    verify-model writes and checks a manifest of the folder, unchanged for V4."""
+    body = {"model": NAME, "messages": MESSAGES, "max_tokens": 4}
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps(body))
+    r = subprocess.run([str(binary()), "count-tokens", "--model", str(chat_checkpoint),
+                        "--request", str(req), "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    counted = json.loads(r.stdout)["input_tokens"]
+    served = client(server).chat.completions.create(**body, temperature=0)
+    assert counted == served.usage.prompt_tokens
+    manifest = tmp_path / "manifest.json"
+    w = subprocess.run([str(binary()), "verify-model", "--root", str(chat_checkpoint),
+                        "--write-manifest", str(manifest), "--no-progress"],
+                       capture_output=True, text=True, timeout=120)
+    assert w.returncode == 0, w.stderr
+    v = subprocess.run([str(binary()), "verify-model", "--root", str(chat_checkpoint),
+                        "--manifest", str(manifest), "--full", "--no-progress"],
+                       capture_output=True, text=True, timeout=120)
+    assert v.returncode == 0, v.stdout + v.stderr

@@ -32,6 +32,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -543,15 +544,95 @@ static inline void Fp4Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
     for (int t = 0; t < T; ++t) g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
+// Prefill: a panel of 4 rows decoded once into thread-local f32 (FP8 in natural order, FP4 as
+// [16 even | 16 odd] per 32, matching its activations) and multiplied with every token of the
+// chunk by plain f32 tiles. The tiles issue the same FMAs in the same order as Fp8Tile / Fp4Tile
+// on the same (exactly decoded) weights, so a token's outputs are bit-identical either way.
+constexpr int64_t kPanelRows = 4;
+constexpr int64_t kPanelMinTokens = 8;
+
+template <bool kFp4>
+static void DecodePanel(const GemmArgs& g, int64_t r0, float* panel) {
+  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3,
+                                      -4, -6);
+  const __m512i low = _mm512_set1_epi32(0x0f);
+  for (int64_t r = 0; r < kPanelRows; ++r) {
+    const uint8_t* row = g.w + (r0 + r) * g.w_row_bytes;
+    const uint8_t* sc = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
+    float* out = panel + r * g.k;
+    int64_t i = 0;
+    for (; i + 32 <= g.k; i += 32) {
+      if constexpr (kFp4) {
+        const __m512i v =
+            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i / 2)));
+        const __m512 s = _mm512_set1_ps(E8M0Value(sc[i / g.scale_block_cols]));
+        _mm512_storeu_ps(out + i,
+                         _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, low), table), s));
+        _mm512_storeu_ps(out + i + 16,
+                         _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), s));
+      } else {
+        __m512 lo, hi, unused;
+        Fp8Weights32(row + i, Fp8Scale(sc[i / g.scale_block_cols]), &lo, &unused);
+        Fp8Weights32(row + i, Fp8Scale(sc[(i + 16) / g.scale_block_cols]), &unused, &hi);
+        _mm512_storeu_ps(out + i, lo);
+        _mm512_storeu_ps(out + i + 16, hi);
+      }
+    }
+    for (; i < g.k; ++i) {  // FP8 only (FP4 rows are whole 32s)
+      out[i] = model::Fp8E4M3ToFp32(row[i]) * E8M0Value(sc[i / g.scale_block_cols]);
+    }
+  }
+}
+
+template <int T>
+static inline void PanelTile(const GemmArgs& g, const float* panel, int64_t r0, int64_t t0) {
+  constexpr int R = kPanelRows;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const float* xs[T];
+  for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
+  int64_t i = 0;
+  for (; i + 32 <= g.k; i += 32) {
+    __m512 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      lo[r] = _mm512_loadu_ps(panel + r * g.k + i);
+      hi[r] = _mm512_loadu_ps(panel + r * g.k + i + 16);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512 x0 = _mm512_loadu_ps(xs[t] + i), x1 = _mm512_loadu_ps(xs[t] + i + 16);
+      for (int r = 0; r < R; ++r) {
+        acc[r][t] = _mm512_fmadd_ps(lo[r], x0, acc[r][t]);
+        acc[r][t] = _mm512_fmadd_ps(hi[r], x1, acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      float s = _mm512_reduce_add_ps(acc[r][t]);
+      for (int64_t j = i; j < g.k; ++j) s += panel[r * g.k + j] * xs[t][j];
+      g.y[(t0 + t) * g.y_stride + r0 + r] = s;
+    }
+  }
+}
+
 template <bool kFp4>
 static void ScaledGemm(const GemmArgs& g) {
+  thread_local std::vector<float> panel;
   for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
     const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
     int64_t r = g.row_begin;
+    // The panel path needs the 32-column step of the direct tiles' wide loop.
+    const bool panels = te - tc >= kPanelMinTokens && (kFp4 || g.scale_block_cols % 32 == 0);
     for (; r + 4 <= g.row_end; r += 4) {
       PrefetchRows(g, r, 4);
       int64_t t = tc;
-      if constexpr (kFp4) {
+      if (panels) {
+        if (static_cast<int64_t>(panel.size()) < kPanelRows * g.k) panel.resize(kPanelRows * g.k);
+        DecodePanel<kFp4>(g, r, panel.data());
+        for (; t + 4 <= te; t += 4) PanelTile<4>(g, panel.data(), r, t);
+        for (; t < te; ++t) PanelTile<1>(g, panel.data(), r, t);
+      } else if constexpr (kFp4) {
         for (; t + 4 <= te; t += 4) Fp4Tile<4, 4>(g, r, t);
         for (; t + 2 <= te; t += 2) Fp4Tile<4, 2>(g, r, t);
         for (; t < te; ++t) Fp4Tile<4, 1>(g, r, t);
