@@ -5,6 +5,7 @@
 // prompt through a CausalLm in chunks.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -92,6 +93,55 @@ inline std::vector<float> RunTokens(CausalLm& lm, const std::vector<int32_t>& to
     lm.Forward(b, cache.kv, out.data() + off * V, pool);
   }
   return out;
+}
+
+inline double MaxAbsDiff(const float* a, const float* b, int64_t n);
+
+// Batching: one Forward over one shared cache with c's decode token (299 tokens of the 300-token
+// prompt cached), the whole 7-token prompt a and the last 4 tokens of the 64-token prompt b (60
+// cached), each sequence with its own block table. Returns the largest difference of each from
+// its single-sequence run: {decode, prefill, chunk}.
+// REQUIRES: prompts as the golden.json of the DeepSeek goldens (1, 7, 64 and 300 tokens).
+inline std::array<double, 3> BatchedVsSingle(CausalLm& lm,
+                                             const std::vector<std::vector<int32_t>>& prompts,
+                                             util::ThreadPool& pool) {
+  const std::vector<int32_t>& a = prompts[1];
+  const std::vector<int32_t>& b = prompts[2];
+  const std::vector<int32_t>& c = prompts[3];
+  const int V = lm.config().vocab, L = lm.config().num_layers;
+  const std::vector<float> ra = RunTokens(lm, a, 7, pool);
+  const std::vector<float> rb = RunTokens(lm, b, 64, pool);
+  const std::vector<float> rc = RunTokens(lm, c, 300, pool);
+  KvCache shared;
+  const int blocks_a = 1, blocks_b = 4, blocks_c = 19;
+  EXPECT_TRUE(shared.Allocate(L, 16, blocks_a + blocks_b + blocks_c, lm.kv_floats_per_token()).ok());
+  std::vector<int32_t> ta(blocks_a), tb(blocks_b), tc(blocks_c);
+  std::iota(tc.begin(), tc.end(), 0);
+  std::iota(tb.begin(), tb.end(), blocks_c);
+  std::iota(ta.begin(), ta.end(), blocks_c + blocks_b);
+  auto prefill = [&](const std::vector<int32_t>& t, int n, std::vector<int32_t>& table) {
+    ForwardBatch fb;
+    fb.tokens = t.data();
+    fb.num_tokens = n;
+    fb.seqs.push_back({0, n, 0, 0, table.data(), static_cast<int32_t>(table.size())});
+    lm.Forward(fb, shared, nullptr, pool);
+  };
+  prefill(b, 60, tb);
+  prefill(c, 299, tc);
+  std::vector<int32_t> tokens = {c[299]};
+  tokens.insert(tokens.end(), a.begin(), a.end());
+  tokens.insert(tokens.end(), b.begin() + 60, b.end());
+  ForwardBatch fb;
+  fb.tokens = tokens.data();
+  fb.num_tokens = static_cast<int32_t>(tokens.size());
+  fb.seqs.push_back({0, 1, 299, 1, tc.data(), blocks_c});
+  fb.seqs.push_back({1, 7, 0, 7, ta.data(), blocks_a});
+  fb.seqs.push_back({8, 4, 60, 2, tb.data(), blocks_b});
+  std::vector<float> out(10 * V);
+  lm.Forward(fb, shared, out.data(), pool);
+  return {MaxAbsDiff(out.data(), rc.data() + 299 * V, V),
+          MaxAbsDiff(out.data() + V, ra.data(), 7 * V),
+          MaxAbsDiff(out.data() + 8 * V, rb.data() + 62 * V, 2 * V)};
 }
 
 inline double MaxAbsDiff(const float* a, const float* b, int64_t n) {

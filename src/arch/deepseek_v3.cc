@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/moe.h"
 #include "arch/rope.h"
 #include "fmt/format.h"
 #include "kernels/cpu/attention.h"
@@ -115,11 +116,11 @@ class DeepseekImpl final : public DeepseekV3Lm {
   // Scratch, grown on demand and reused across steps.
   int64_t last_tokens_ = 0;
   std::vector<float> x_, h_, qa_, q_, kva_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
-  std::vector<float> thread_scratch_, ctx_lat_, ctx_kv_, router_logits_, moe_in_, moe_out_;
-  std::vector<float> moe_gate_, moe_up_, route_w_;
-  std::vector<int32_t> positions_, token_seq_, route_idx_, expert_count_, expert_tokens_;
-  std::vector<int32_t> expert_fill_;
-  std::vector<float> expert_weights_, route_score_, route_choice_, route_gscore_;
+  std::vector<float> thread_scratch_, ctx_lat_, ctx_kv_, router_logits_, moe_out_;
+  std::vector<float> route_w_;
+  std::vector<int32_t> positions_, token_seq_, route_idx_;
+  MoeDispatch moe_;
+  std::vector<float> route_score_, route_choice_, route_gscore_;
   std::vector<int> route_order_;
   std::vector<char> route_keep_;
   int64_t thread_stride_ = 0;
@@ -701,39 +702,11 @@ void DeepseekImpl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
   for (int64_t t = 0; t < T; ++t) {
     Route(L, router_logits_.data() + t * E, route_idx_.data() + t * K, route_w_.data() + t * K);
   }
-  // Group the (token, weight) pairs by expert, in token order.
-  expert_count_.assign(E + 1, 0);
-  for (int64_t i = 0; i < T * K; ++i) ++expert_count_[route_idx_[i] + 1];
-  for (int e = 0; e < E; ++e) expert_count_[e + 1] += expert_count_[e];
-  grow(expert_tokens_, T * K);
-  grow(expert_weights_, T * K);
-  expert_fill_.assign(expert_count_.begin(), expert_count_.end() - 1);
-  std::vector<int32_t>& fill = expert_fill_;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int k = 0; k < K; ++k) {
-      const int e = route_idx_[t * K + k];
-      expert_tokens_[fill[e]] = static_cast<int32_t>(t);
-      expert_weights_[fill[e]] = route_w_[t * K + k];
-      ++fill[e];
-    }
-  }
   grow(moe_out_, T * H);
-  std::fill(moe_out_.begin(), moe_out_.begin() + T * H, 0.0f);
-  for (int e = 0; e < E; ++e) {
-    const int32_t begin = expert_count_[e], n = expert_count_[e + 1] - begin;
-    if (n == 0) continue;
-    grow(moe_in_, int64_t{n} * H);
-    grow(moe_gate_, int64_t{n} * H);
-    for (int32_t i = 0; i < n; ++i) {
-      std::memcpy(moe_in_.data() + int64_t{i} * H,
-                  h_.data() + int64_t{expert_tokens_[begin + i]} * H, H * sizeof(float));
-    }
-    RunMlp(L.experts[e], moe_in_.data(), n, moe_gate_.data(), pool);
-    for (int32_t i = 0; i < n; ++i) {
-      kernels::Axpy(expert_weights_[begin + i], moe_gate_.data() + int64_t{i} * H,
-                    moe_out_.data() + int64_t{expert_tokens_[begin + i]} * H, H);
-    }
-  }
+  moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
+           [&](int e, const float* in, int64_t n, float* result) {
+             RunMlp(L.experts[e], in, n, result, pool);
+           });
   if (L.shared.gate != nullptr) {
     RunMlp(L.shared, h_.data(), T, tmp_.data(), pool);
     kernels::AddInPlace(tmp_.data(), moe_out_.data(), T * H);

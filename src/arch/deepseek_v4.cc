@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "arch/moe.h"
 #include "arch/rope.h"
 #include "fmt/format.h"
 #include "kernels/cpu/matmul.h"
@@ -160,13 +161,13 @@ class DeepseekV4Impl final : public CausalLm {
   std::vector<float> streams_, streams_next_, hc_mix_, hc_post_, hc_comb_, x_, h_, qr_, q_, kvrow_;
   std::vector<float> ca_, cz_, ia_, iz_, iq_, iw_, attn_, grouped_, oa_, out_, tmp_;
   std::vector<float> cos_main_, sin_main_, cos_comp_, sin_comp_, rows_;
-  std::vector<float> router_logits_, route_w_, moe_in_, moe_gate_, moe_up_, moe_out_;
+  std::vector<float> router_logits_, route_w_, moe_gate_, moe_up_, moe_out_;
   std::vector<float> thread_scratch_;
   std::vector<int32_t> thread_order_;
   std::vector<float> index_keys_, index_scores_;
   std::vector<const float*> thread_keys_;
-  std::vector<int32_t> positions_, route_idx_, expert_count_, expert_tokens_, expert_fill_;
-  std::vector<float> expert_weights_;
+  std::vector<int32_t> positions_, route_idx_;
+  MoeDispatch moe_;
   // Selected compressed entries per token of a CSA layer: [T, index_topk], -1 padded.
   std::vector<int32_t> selected_;
   int64_t thread_stride_ = 0;
@@ -971,39 +972,12 @@ void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,
     }
     for (int k = 0; k < K; ++k) w[k] = w[k] / (sum + 1e-20f) * ds_.routed_scaling_factor;
   }
-  // Group (token, weight) pairs by expert, in token order.
-  expert_count_.assign(E + 1, 0);
-  for (int64_t i = 0; i < T * K; ++i) ++expert_count_[route_idx_[i] + 1];
-  for (int e = 0; e < E; ++e) expert_count_[e + 1] += expert_count_[e];
-  Grow(expert_tokens_, T * K);
-  Grow(expert_weights_, T * K);
-  expert_fill_.assign(expert_count_.begin(), expert_count_.end() - 1);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int k = 0; k < K; ++k) {
-      const int e = route_idx_[t * K + k];
-      expert_tokens_[expert_fill_[e]] = static_cast<int32_t>(t);
-      expert_weights_[expert_fill_[e]] = route_w_[t * K + k];
-      ++expert_fill_[e];
-    }
-  }
   Grow(moe_out_, T * H);
-  std::fill(moe_out_.begin(), moe_out_.begin() + T * H, 0.0f);
-  for (int e = 0; e < E; ++e) {
-    const int32_t begin = expert_count_[e], n = expert_count_[e + 1] - begin;
-    if (n == 0) continue;
-    Grow(moe_in_, int64_t{n} * H);
-    Grow(tmp_, int64_t{n} * H);
-    for (int32_t i = 0; i < n; ++i) {
-      std::memcpy(moe_in_.data() + int64_t{i} * H,
-                  h_.data() + int64_t{expert_tokens_[begin + i]} * H, H * sizeof(float));
-    }
-    RunExpert(L.experts[e], moe_in_.data(), n, tmp_.data(), pool);
-    for (int32_t i = 0; i < n; ++i) {
-      // transformers applies the routing weight after w2.
-      kernels::Axpy(expert_weights_[begin + i], tmp_.data() + int64_t{i} * H,
-                    moe_out_.data() + int64_t{expert_tokens_[begin + i]} * H, H);
-    }
-  }
+  // transformers applies the routing weight after w2 (MoeDispatch scales each expert's output).
+  moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
+           [&](int e, const float* in, int64_t n, float* result) {
+             RunExpert(L.experts[e], in, n, result, pool);
+           });
   Grow(out_, T * H);
   if (L.has_shared) {
     RunExpert(L.shared, h_.data(), T, out_.data(), pool);

@@ -153,45 +153,7 @@ TEST_P(DeepseekV4ConsistencyTest, BatchedSequencesEqualSingleSequences) {
   Golden g = Load(GetParam());
   ASSERT_TRUE(g.lm);
   util::ThreadPool pool(2);
-  const auto prompts = g.Prompts();
-  const std::vector<int32_t>& a = prompts[1];  // 7 tokens, one prefill
-  const std::vector<int32_t>& b = prompts[2];  // 64 tokens: 60 cached, then 4 in the batch
-  const std::vector<int32_t>& c = prompts[3];  // 300 tokens: 299 cached, then 1 decode token
-  const int V = g.vocab, L = g.model->config.num_layers;
-  const std::vector<float> ra = RunTokens(*g.lm, a, 7, pool);
-  const std::vector<float> rb = RunTokens(*g.lm, b, 64, pool);
-  const std::vector<float> rc = RunTokens(*g.lm, c, 300, pool);
-  KvCache shared;
-  const int blocks_a = 1, blocks_b = 4, blocks_c = 19;
-  ASSERT_TRUE(
-      shared.Allocate(L, 16, blocks_a + blocks_b + blocks_c, g.lm->kv_floats_per_token()).ok());
-  std::vector<int32_t> ta(blocks_a), tb(blocks_b), tc(blocks_c);
-  std::iota(tc.begin(), tc.end(), 0);
-  std::iota(tb.begin(), tb.end(), blocks_c);
-  std::iota(ta.begin(), ta.end(), blocks_c + blocks_b);
-  auto prefill = [&](const std::vector<int32_t>& t, int n, std::vector<int32_t>& table) {
-    ForwardBatch fb;
-    fb.tokens = t.data();
-    fb.num_tokens = n;
-    fb.seqs.push_back({0, n, 0, 0, table.data(), static_cast<int32_t>(table.size())});
-    g.lm->Forward(fb, shared, nullptr, pool);
-  };
-  prefill(b, 60, tb);
-  prefill(c, 299, tc);
-  std::vector<int32_t> tokens = {c[299]};
-  tokens.insert(tokens.end(), a.begin(), a.end());
-  tokens.insert(tokens.end(), b.begin() + 60, b.end());
-  ForwardBatch fb;
-  fb.tokens = tokens.data();
-  fb.num_tokens = static_cast<int32_t>(tokens.size());
-  fb.seqs.push_back({0, 1, 299, 1, tc.data(), blocks_c});
-  fb.seqs.push_back({1, 7, 0, 7, ta.data(), blocks_a});
-  fb.seqs.push_back({8, 4, 60, 2, tb.data(), blocks_b});
-  std::vector<float> out(10 * V);
-  g.lm->Forward(fb, shared, out.data(), pool);
-  const double dc = MaxAbsDiff(out.data(), rc.data() + 299 * V, V);
-  const double da = MaxAbsDiff(out.data() + V, ra.data(), 7 * V);
-  const double db = MaxAbsDiff(out.data() + 8 * V, rb.data() + 62 * V, 2 * V);
+  const auto [dc, da, db] = testing::BatchedVsSingle(*g.lm, g.Prompts(), pool);
   std::printf("%s: batched vs single: decode %.3g, prefill %.3g, chunk %.3g\n", GetParam(), dc, da,
               db);
   EXPECT_LT(dc, 1e-5);

@@ -450,6 +450,16 @@ static inline void Fp8Weights32(const uint8_t* codes, __m512 scale, __m512* lo, 
 
 static inline __m512 Fp8Scale(uint8_t b) { return _mm512_set1_ps(E8M0Value(b) * 256.0f); }
 
+// 32 FP4 codes (16 bytes) -> the 16 even and the 16 odd elements, exact, times `scale`.
+static inline void Fp4Weights32(const uint8_t* bytes, __m512 scale, __m512* even, __m512* odd) {
+  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3,
+                                      -4, -6);
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+  *even = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f)), table),
+                        scale);
+  *odd = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), scale);
+}
+
 template <int R, int T>
 static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   __m512 acc[R][T];
@@ -508,8 +518,6 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
 
 template <int R, int T>
 static inline void Fp4Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
-  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3,
-                                      -4, -6);
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -521,16 +529,11 @@ static inline void Fp4Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
   }
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
-  const __m512i low = _mm512_set1_epi32(0x0f);
   for (int64_t i = 0; i < g.k; i += 32) {  // k % 32 == 0: one scale per 32 along the row
     __m512 even[R], odd[R];
     const int64_t b = i / g.scale_block_cols;
     for (int r = 0; r < R; ++r) {
-      const __m512i v =
-          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + i / 2)));
-      const __m512 s = _mm512_set1_ps(E8M0Value(scales[r][b]));
-      even[r] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, low), table), s);
-      odd[r] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), s);
+      Fp4Weights32(rows[r] + i / 2, _mm512_set1_ps(E8M0Value(scales[r][b])), &even[r], &odd[r]);
     }
     for (int t = 0; t < T; ++t) {
       const __m512 xe = _mm512_loadu_ps(xs[t] + i), xo = _mm512_loadu_ps(xs[t] + i + 16);
@@ -553,9 +556,6 @@ constexpr int64_t kPanelMinTokens = 8;
 
 template <bool kFp4>
 static void DecodePanel(const GemmArgs& g, int64_t r0, float* panel) {
-  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3,
-                                      -4, -6);
-  const __m512i low = _mm512_set1_epi32(0x0f);
   for (int64_t r = 0; r < kPanelRows; ++r) {
     const uint8_t* row = g.w + (r0 + r) * g.w_row_bytes;
     const uint8_t* sc = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
@@ -563,13 +563,11 @@ static void DecodePanel(const GemmArgs& g, int64_t r0, float* panel) {
     int64_t i = 0;
     for (; i + 32 <= g.k; i += 32) {
       if constexpr (kFp4) {
-        const __m512i v =
-            _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i / 2)));
-        const __m512 s = _mm512_set1_ps(E8M0Value(sc[i / g.scale_block_cols]));
-        _mm512_storeu_ps(out + i,
-                         _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, low), table), s));
-        _mm512_storeu_ps(out + i + 16,
-                         _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), s));
+        __m512 even, odd;
+        Fp4Weights32(row + i / 2, _mm512_set1_ps(E8M0Value(sc[i / g.scale_block_cols])), &even,
+                     &odd);
+        _mm512_storeu_ps(out + i, even);
+        _mm512_storeu_ps(out + i + 16, odd);
       } else {
         __m512 lo, hi, unused;
         Fp8Weights32(row + i, Fp8Scale(sc[i / g.scale_block_cols]), &lo, &unused);
