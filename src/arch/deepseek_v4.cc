@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "arch/deepseek_v4_ops.h"
 #include "arch/moe.h"
 #include "arch/rope.h"
 #include "fmt/format.h"
@@ -30,6 +31,17 @@ namespace {
 
 using model::TensorView;
 using Attn = model::DeepseekV4Config::Attention;
+using dsv4::AttendSharedKv;
+using dsv4::FakeQuantFp4;
+using dsv4::FakeQuantFp8;
+using dsv4::Hadamard;
+using dsv4::HcCoefficients;
+using dsv4::HcCollapse;
+using dsv4::HcExpand;
+using dsv4::RopeAt;
+using dsv4::RopeInterleaved;
+using dsv4::SqrtSoftplus;
+using dsv4::UnweightedRmsNorm;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // One mHC site: fn [(2 + hc) hc, hc H] f32, base [(2 + hc) hc], scale [3].
@@ -413,75 +425,6 @@ absl::StatusOr<HcSite> DeepseekV4Impl::LoadHead(const std::string& p) {
   return h;
 }
 
-// x / sqrt(mean(x^2) + eps) per row, no weight (transformers' DeepseekV4UnweightedRMSNorm; also
-// the per-head norm of the queries). Shapes: x, out [rows, dim] (may alias).
-void UnweightedRmsNorm(const float* x, int64_t rows, int64_t dim, float eps, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xs = x + r * dim;
-    float acc = 0;
-    for (int64_t i = 0; i < dim; ++i) acc += xs[i] * xs[i];
-    const float rs = 1.0f / std::sqrt(acc / static_cast<float>(dim) + eps);
-    for (int64_t i = 0; i < dim; ++i) out[r * dim + i] = xs[i] * rs;
-  }
-}
-
-// --- DeepSeek's inference numerics (Numerics::kDeepseekQat). ---
-// Fake quantization to FP8 E4M3 with one power-of-two scale per `block` values (the last block may
-// be shorter): s = 2^ceil(log2(max(amax, 1e-4) / 448)), x = e4m3(x / s) * s.
-void FakeQuantFp8(float* x, int64_t n, int64_t block) {
-  for (int64_t b0 = 0; b0 < n; b0 += block) {
-    const int64_t b1 = std::min(n, b0 + block);
-    float amax = 1e-4f;
-    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 448.0f));
-    for (int64_t i = b0; i < b1; ++i) {
-      x[i] = std::ldexp(model::Fp8E4M3ToFp32(model::Fp32ToFp8E4M3(std::ldexp(x[i], -e))), e);
-    }
-  }
-}
-
-// Fake quantization to FP4 E2M1 per 32 values: s = 2^ceil(log2(max(amax, 6 * 2^-126) / 6)),
-// x = e2m1(clamp(x / s, -6, 6)) * s.
-void FakeQuantFp4(float* x, int64_t n) {
-  for (int64_t b0 = 0; b0 < n; b0 += 32) {
-    const int64_t b1 = std::min(n, b0 + 32);
-    float amax = 6.0f * std::ldexp(1.0f, -126);
-    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 6.0f));
-    for (int64_t i = b0; i < b1; ++i) {
-      const float v = std::clamp(std::ldexp(x[i], -e), -6.0f, 6.0f);
-      x[i] = std::ldexp(model::Fp4E2M1ToFp32(model::Fp32ToFp4E2M1(v)), e);
-    }
-  }
-}
-
-// Orthonormal Walsh-Hadamard transform in place (n a power of two): the rotation DeepSeek applies
-// to the indexer's queries and keys before their FP4 quantization (dot products unchanged).
-void Hadamard(float* x, int64_t n) {
-  for (int64_t h = 1; h < n; h *= 2) {
-    for (int64_t i = 0; i < n; i += 2 * h) {
-      for (int64_t j = i; j < i + h; ++j) {
-        const float a = x[j], b = x[j + h];
-        x[j] = a + b;
-        x[j + h] = a - b;
-      }
-    }
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
-  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
-}
-
-// cos/sin of `position` for a table, float32 angle as transformers (inv_freq @ position).
-void RopeAt(const std::vector<float>& inv_freq, float mscale, int32_t position, float* cos,
-            float* sin) {
-  const float p = static_cast<float>(position);
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    const float angle = inv_freq[i] * p;
-    cos[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * mscale;
-    sin[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * mscale;
-  }
-}
-
 void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
   const int64_t T = batch.num_tokens, half = cfg_.rope_dim / 2;
   Grow(positions_, T);
@@ -504,19 +447,13 @@ void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
 // rotary slice; `inverse` rotates by the conjugate (-sin), as transformers undoes the rotation
 // that V picked up.
 void DeepseekV4Impl::RopeRow(float* x, const float* c, const float* s, bool inverse) const {
-  const int half = cfg_.rope_dim / 2;
-  const float sign = inverse ? -1.0f : 1.0f;
-  for (int i = 0; i < half; ++i) {
-    const float a = x[2 * i], b = x[2 * i + 1];
-    x[2 * i] = a * c[i] - b * (sign * s[i]);
-    x[2 * i + 1] = b * c[i] + a * (sign * s[i]);
-  }
+  RopeInterleaved(x, c, s, cfg_.rope_dim / 2, inverse);
 }
 
 // A cached key/value (window or compressed entry) under kDeepseekQat: its non-rotary part as FP8
 // per 64 values (the rotary tail stays float, as DeepSeek stores it).
 void DeepseekV4Impl::QuantizeKv(float* x, int64_t dim) const {
-  if (qat_) FakeQuantFp8(x, dim - cfg_.rope_dim, 64);
+  if (qat_) FakeQuantFp8(x, dim - cfg_.rope_dim, 64, 1e-4f);
 }
 
 // An indexer query head or key under kDeepseekQat: Hadamard-rotated (when index_head_dim is a
@@ -525,7 +462,7 @@ void DeepseekV4Impl::QuantizeIndex(float* x) const {
   if (!qat_) return;
   const int64_t n = ds_.index_head_dim;
   if ((n & (n - 1)) == 0) Hadamard(x, n);
-  FakeQuantFp4(x, n);
+  FakeQuantFp4(x, n, 32);
 }
 
 // mHC at one site: from the streams X [T, hc, H] computes post [T, hc], comb [T, hc, hc] (in
@@ -541,45 +478,11 @@ void DeepseekV4Impl::HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool
   Grow(hc_comb_, T * hc * hc);
   Grow(x_, T * H);
   for (int64_t t = 0; t < T; ++t) {
-    const float* m = hc_mix_.data() + t * mix;
     float pre[64];
-    for (int64_t j = 0; j < hc; ++j) {
-      pre[j] = 1.0f / (1.0f + std::exp(-(m[j] * site.scale[0] + site.base[j]))) + heps;
-      hc_post_[t * hc + j] =
-          2.0f / (1.0f + std::exp(-(m[hc + j] * site.scale[1] + site.base[hc + j])));
-    }
-    float* comb = hc_comb_.data() + t * hc * hc;  // [j][k]
-    for (int64_t j = 0; j < hc; ++j) {
-      float* row = comb + j * hc;
-      for (int64_t k = 0; k < hc; ++k) {
-        row[k] = m[2 * hc + j * hc + k] * site.scale[2] + site.base[2 * hc + j * hc + k];
-      }
-      kernels::SoftmaxInPlace(row, hc);
-      for (int64_t k = 0; k < hc; ++k) row[k] += heps;
-    }
-    auto col_norm = [&] {
-      for (int64_t k = 0; k < hc; ++k) {
-        float sum = 0;
-        for (int64_t j = 0; j < hc; ++j) sum += comb[j * hc + k];
-        for (int64_t j = 0; j < hc; ++j) comb[j * hc + k] /= sum + heps;
-      }
-    };
-    col_norm();
-    for (int it = 1; it < ds_.hc_sinkhorn_iters; ++it) {
-      for (int64_t j = 0; j < hc; ++j) {
-        float sum = 0;
-        for (int64_t k = 0; k < hc; ++k) sum += comb[j * hc + k];
-        for (int64_t k = 0; k < hc; ++k) comb[j * hc + k] /= sum + heps;
-      }
-      col_norm();
-    }
-    float* x = x_.data() + t * H;
-    const float* xs = streams_.data() + t * D;
-    for (int64_t i = 0; i < H; ++i) {
-      float acc = 0;
-      for (int64_t j = 0; j < hc; ++j) acc += pre[j] * xs[j * H + i];
-      x[i] = acc;
-    }
+    HcCoefficients(hc_mix_.data() + t * mix, site.base.data(), site.scale.data(),
+                   static_cast<int>(hc), heps, ds_.hc_sinkhorn_iters, pre, hc_post_.data() + t * hc,
+                   hc_comb_.data() + t * hc * hc);
+    HcCollapse(streams_.data() + t * D, pre, static_cast<int>(hc), H, x_.data() + t * H);
   }
 }
 
@@ -588,19 +491,8 @@ void DeepseekV4Impl::HcPost(int64_t T) {
   const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H;
   Grow(streams_next_, T * D);
   for (int64_t t = 0; t < T; ++t) {
-    const float* xs = streams_.data() + t * D;
-    const float* y = out_.data() + t * H;
-    const float* comb = hc_comb_.data() + t * hc * hc;
-    float* dst = streams_next_.data() + t * D;
-    for (int64_t k = 0; k < hc; ++k) {
-      const float post = hc_post_[t * hc + k];
-      float* d = dst + k * H;
-      for (int64_t i = 0; i < H; ++i) {
-        float acc = post * y[i];
-        for (int64_t j = 0; j < hc; ++j) acc += comb[j * hc + k] * xs[j * H + i];
-        d[i] = acc;
-      }
-    }
+    HcExpand(streams_.data() + t * D, out_.data() + t * H, hc_post_.data() + t * hc,
+             hc_comb_.data() + t * hc * hc, static_cast<int>(hc), H, streams_next_.data() + t * D);
   }
   std::swap(streams_, streams_next_);
 }
@@ -864,28 +756,9 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
           keys[n++] = slot(L.ratio * (sel[k] + 1) - 1) + L.off_entry;
         }
       }
-      const float* q = q_.data() + (t * nh + h0) * hd;
-      for (int64_t e = 0; e < n; ++e) {
-        for (int64_t h = 0; h < heads; ++h) {
-          scores[h * n + e] = kernels::Dot(q + h * hd, keys[e], hd) * scale;
-        }
-      }
       float* o = attn_.data() + (t * nh + h0) * hd;
-      std::fill(o, o + heads * hd, 0.0f);
-      for (int64_t h = 0; h < heads; ++h) {
-        float* sc = scores + h * n;
-        float mx = L.sink[h0 + h];
-        for (int64_t e = 0; e < n; ++e) mx = std::max(mx, sc[e]);
-        float den = std::exp(L.sink[h0 + h] - mx);
-        for (int64_t e = 0; e < n; ++e) {
-          sc[e] = std::exp(sc[e] - mx);
-          den += sc[e];
-        }
-        for (int64_t e = 0; e < n; ++e) sc[e] /= den;
-      }
-      for (int64_t e = 0; e < n; ++e) {
-        for (int64_t h = 0; h < heads; ++h) kernels::Axpy(scores[h * n + e], keys[e], o + h * hd, hd);
-      }
+      AttendSharedKv(q_.data() + (t * nh + h0) * hd, heads, keys, n, hd, scale,
+                     L.sink.data() + h0, scores, o);
       for (int64_t h = 0; h < heads; ++h) {
         RopeRow(o + h * hd + hd - rd, cosv + t * half, sinv + t * half, /*inverse=*/true);
       }
@@ -930,12 +803,6 @@ void DeepseekV4Impl::RunExpert(const Expert& e, const float* in, int64_t n, floa
   }
   kernels::SiluMul(moe_gate_.data(), moe_up_.data(), n * I, moe_gate_.data());
   kernels::MatMul(*e.w2, moe_gate_.data(), n, out, pool);
-}
-
-// sqrt(softplus(x)) with torch's softplus (beta 1, threshold 20).
-float SqrtSoftplus(float x) {
-  const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
-  return std::sqrt(sp);
 }
 
 void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,

@@ -1,0 +1,170 @@
+#include "arch/deepseek_v4_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/ops.h"
+#include "model/block_scales.h"
+#include "model/fp8.h"
+
+namespace deepinfer::arch::dsv4 {
+
+void UnweightedRmsNorm(const float* x, int64_t rows, int64_t dim, float eps, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xs = x + r * dim;
+    float acc = 0;
+    for (int64_t i = 0; i < dim; ++i) acc += xs[i] * xs[i];
+    const float rs = 1.0f / std::sqrt(acc / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) out[r * dim + i] = xs[i] * rs;
+  }
+}
+
+void RopeAt(const std::vector<float>& inv_freq, float mscale, int32_t position, float* cos,
+            float* sin) {
+  const float p = static_cast<float>(position);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    const float angle = inv_freq[i] * p;
+    cos[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * mscale;
+    sin[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * mscale;
+  }
+}
+
+void RopeInterleaved(float* x, const float* c, const float* s, int half, bool inverse) {
+  const float sign = inverse ? -1.0f : 1.0f;
+  for (int i = 0; i < half; ++i) {
+    const float a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * c[i] - b * (sign * s[i]);
+    x[2 * i + 1] = b * c[i] + a * (sign * s[i]);
+  }
+}
+
+void HcCoefficients(const float* m, const float* base, const float* scale, int hc, float hc_eps,
+                    int sinkhorn_iters, float* pre, float* post, float* comb) {
+  for (int j = 0; j < hc; ++j) {
+    pre[j] = 1.0f / (1.0f + std::exp(-(m[j] * scale[0] + base[j]))) + hc_eps;
+    post[j] = 2.0f / (1.0f + std::exp(-(m[hc + j] * scale[1] + base[hc + j])));
+  }
+  for (int j = 0; j < hc; ++j) {
+    float* row = comb + j * hc;
+    for (int k = 0; k < hc; ++k) row[k] = m[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+    kernels::SoftmaxInPlace(row, hc);
+    for (int k = 0; k < hc; ++k) row[k] += hc_eps;
+  }
+  auto col_norm = [&] {
+    for (int k = 0; k < hc; ++k) {
+      float sum = 0;
+      for (int j = 0; j < hc; ++j) sum += comb[j * hc + k];
+      for (int j = 0; j < hc; ++j) comb[j * hc + k] /= sum + hc_eps;
+    }
+  };
+  col_norm();
+  for (int it = 1; it < sinkhorn_iters; ++it) {
+    for (int j = 0; j < hc; ++j) {
+      float sum = 0;
+      for (int k = 0; k < hc; ++k) sum += comb[j * hc + k];
+      for (int k = 0; k < hc; ++k) comb[j * hc + k] /= sum + hc_eps;
+    }
+    col_norm();
+  }
+}
+
+void HcCollapse(const float* streams, const float* pre, int hc, int64_t H, float* out) {
+  for (int64_t i = 0; i < H; ++i) {
+    float acc = 0;
+    for (int j = 0; j < hc; ++j) acc += pre[j] * streams[j * H + i];
+    out[i] = acc;
+  }
+}
+
+void HcExpand(const float* streams, const float* y, const float* post, const float* comb, int hc,
+              int64_t H, float* out) {
+  for (int k = 0; k < hc; ++k) {
+    float* d = out + k * H;
+    for (int64_t i = 0; i < H; ++i) {
+      float acc = post[k] * y[i];
+      for (int j = 0; j < hc; ++j) acc += comb[j * hc + k] * streams[j * H + i];
+      d[i] = acc;
+    }
+  }
+}
+
+void AttendSharedKv(const float* q, int64_t heads, const float* const* keys, int64_t n,
+                    int64_t dim, float scale, const float* sinks, float* scratch, float* out) {
+  // Entry-major: each shared key/value is read once for all heads while it is hot.
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t h = 0; h < heads; ++h) scratch[h * n + e] = kernels::Dot(q + h * dim, keys[e], dim) * scale;
+  }
+  std::fill(out, out + heads * dim, 0.0f);
+  for (int64_t h = 0; h < heads; ++h) {
+    float* sc = scratch + h * n;
+    float mx = sinks[h];
+    for (int64_t e = 0; e < n; ++e) mx = std::max(mx, sc[e]);
+    float den = std::exp(sinks[h] - mx);
+    for (int64_t e = 0; e < n; ++e) {
+      sc[e] = std::exp(sc[e] - mx);
+      den += sc[e];
+    }
+    for (int64_t e = 0; e < n; ++e) sc[e] /= den;
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t h = 0; h < heads; ++h) kernels::Axpy(scratch[h * n + e], keys[e], out + h * dim, dim);
+  }
+}
+
+float SqrtSoftplus(float x) {
+  const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
+  return std::sqrt(sp);
+}
+
+void FakeQuantFp8(float* x, int64_t n, int64_t block, float amax_floor) {
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    float amax = amax_floor;
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 448.0f));
+    for (int64_t i = b0; i < b1; ++i) {
+      x[i] = std::ldexp(model::Fp8E4M3ToFp32(model::Fp32ToFp8E4M3(std::ldexp(x[i], -e))), e);
+    }
+  }
+}
+
+void FakeQuantFp4(float* x, int64_t n, int64_t block) {
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
+    float amax = 6.0f * std::ldexp(1.0f, -126);
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 6.0f));
+    for (int64_t i = b0; i < b1; ++i) {
+      const float v = std::clamp(std::ldexp(x[i], -e), -6.0f, 6.0f);
+      x[i] = std::ldexp(model::Fp4E2M1ToFp32(model::Fp32ToFp4E2M1(v)), e);
+    }
+  }
+}
+
+void FakeQuantFp4E4M3Scale(float* x, int64_t n, int64_t block) {
+  for (int64_t b0 = 0; b0 + block <= n; b0 += block) {
+    float amax = 6.0f * std::ldexp(1.0f, -9);
+    for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float s = model::Fp8E4M3ToFp32(model::Fp32ToFp8E4M3(amax / 6.0f));
+    for (int64_t i = b0; i < b0 + block; ++i) {
+      const float v = std::clamp(x[i] / s, -6.0f, 6.0f);
+      x[i] = model::Fp4E2M1ToFp32(model::Fp32ToFp4E2M1(v)) * s;
+    }
+  }
+}
+
+void Hadamard(float* x, int64_t n) {
+  for (int64_t h = 1; h < n; h *= 2) {
+    for (int64_t i = 0; i < n; i += 2 * h) {
+      for (int64_t j = i; j < i + h; ++j) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+    }
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
+}  // namespace deepinfer::arch::dsv4
