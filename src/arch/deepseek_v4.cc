@@ -97,7 +97,7 @@ struct Layer {
 class DeepseekV4Impl final : public CausalLm {
  public:
   explicit DeepseekV4Impl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4) {}
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m) {}
 
   absl::Status Init();
   const model::ModelConfig& config() const override { return cfg_; }
@@ -119,11 +119,11 @@ class DeepseekV4Impl final : public CausalLm {
                   float* logits, float* hidden_out, util::ThreadPool& pool) override;
 
  private:
-  absl::StatusOr<const TensorView*> Checked(const std::string& name,
-                                            const std::vector<int64_t>& shape);
-  absl::StatusOr<std::vector<float>> Vec(const std::string& name, std::vector<int64_t> shape);
+  absl::StatusOr<std::vector<float>> Vec(const std::string& name, std::vector<int64_t> shape) {
+    return schema_.Vec(name, std::move(shape));
+  }
   absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
-    return Checked(name, {rows, cols});
+    return schema_.Mat(name, rows, cols);
   }
   absl::StatusOr<HcSite> LoadHc(const std::string& prefix, int64_t mix_rows);
   absl::StatusOr<Compressor> LoadCompressor(const std::string& prefix, int dim, int coff,
@@ -155,7 +155,7 @@ class DeepseekV4Impl final : public CausalLm {
   const model::Model& model_;
   model::ModelConfig cfg_;
   model::DeepseekV4Config ds_;
-  absl::flat_hash_set<std::string> used_;
+  dsv4::TensorSchema schema_;
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
   int64_t last_tokens_ = 0;  // tokens of the last Forward (FinalHidden)
@@ -188,46 +188,6 @@ class DeepseekV4Impl final : public CausalLm {
 template <typename V>
 void Grow(V& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
-absl::StatusOr<const TensorView*> DeepseekV4Impl::Checked(const std::string& name,
-                                                          const std::vector<int64_t>& shape) {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-  if (t->shape != shape) {
-    return InvalidArgumentError(
-        "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                                      model::ShapeString(t->shape), model::ShapeString(shape)));
-  }
-  // Matrices may be block-scaled (FP8 / FP4 with their E8M0 scales); vectors are plain floats.
-  if (kernels::IsBlockScaled(t->dtype) && shape.size() == 2 && t->scale == nullptr) {
-    const std::string scale = name.substr(0, name.rfind('.')) + ".scale";
-    return NotFoundError("missing_tensor", fmt::format("{} tensor '{}' has no scale '{}'",
-                                                       model::DTypeName(t->dtype), name, scale));
-  }
-  const bool ok = shape.size() == 2 ? kernels::HasCpuMatMul(*t) : kernels::HasCpuKernel(t->dtype);
-  if (!ok) {
-    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
-                                                               model::DTypeName(t->dtype)));
-  }
-  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/shape.size() == 1));
-  used_.insert(name);
-  return t;
-}
-
-absl::StatusOr<std::vector<float>> DeepseekV4Impl::Vec(const std::string& name,
-                                                       std::vector<int64_t> shape) {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, Checked(name, shape));
-  if (!kernels::HasCpuKernel(t->dtype)) {
-    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
-                                                               model::DTypeName(t->dtype)));
-  }
-  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/true));
-  const int64_t n = t->num_elements();
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t r = 0; r < t->rows(); ++r) {
-    kernels::DequantizeRow(t->dtype, t->row(r), v.data() + r * t->cols(), t->cols());
-  }
-  return v;
 }
 
 absl::StatusOr<HcSite> DeepseekV4Impl::LoadHc(const std::string& p, int64_t mix_rows) {
@@ -288,7 +248,7 @@ absl::StatusOr<std::vector<int32_t>> DeepseekV4Impl::LoadTid2eid(const std::stri
       out[r * k + j] = static_cast<int32_t>(v);
     }
   }
-  used_.insert(name);
+  schema_.MarkUsed(name);
   return out;
 }
 
@@ -400,13 +360,7 @@ absl::Status DeepseekV4Impl::Init() {
   }
   for (const auto& [name, t] : model_.tensors) released_formats_ |= t.scale != nullptr;
   // Every tensor must have a place.
-  for (const auto& [name, t] : model_.tensors) {
-    if (used_.contains(name)) continue;
-    return InvalidArgumentError("unexpected_tensor",
-                                fmt::format("tensor '{}' is not part of a DeepSeek-V4 model "
-                                            "with this config",
-                                            name));
-  }
+  DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4"));
   inv_freq_main_ = ComputeRopeFrequencies(cfg_.rope_dim, cfg_.rope_theta, std::nullopt).inv_freq;
   inv_freq_compress_ =
       ComputeRopeFrequencies(cfg_.rope_dim, ds_.compress_rope_theta, ds_.compress_yarn).inv_freq;

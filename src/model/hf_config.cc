@@ -1,5 +1,6 @@
 #include "model/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -337,13 +338,162 @@ absl::StatusOr<ModelConfig> ParseDeepseekV4(const Json& j, const ConfigReader& r
   return c;
 }
 
+// A list of integers (`key` absent: empty).
+absl::StatusOr<std::vector<int>> IntList(const Json& j, const ConfigReader& r, const char* key) {
+  std::vector<int> out;
+  if (!r.Has(key)) return out;
+  const Json& v = j.at(key);
+  if (!v.is_array()) return r.Error(fmt::format("'{}' must be a list", key));
+  for (const Json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < -1 || e.get<int64_t>() > kMaxSize) {
+      return r.Error(fmt::format("'{}' must hold small integers", key));
+    }
+    out.push_back(e.get<int>());
+  }
+  return out;
+}
+
+// DeepSeek-V4.1: the composite config's text_config (or a bare deepseek_v41_text config).
+absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader& top_reader,
+                                             const std::string& label) {
+  const Json* tj = &top;
+  auto it = top.find("text_config");
+  if (it != top.end() && !it->is_null()) {
+    if (!it->is_object()) return top_reader.Error("'text_config' must be an object");
+    tj = &*it;
+  }
+  const Json& j = *tj;
+  ConfigReader r(j, label + " text_config");
+  using A = DeepseekV4Config::Attention;
+  ModelConfig c;
+  c.architecture = "deepseek_v41";
+  DeepseekV4Config d;
+  d.v41 = true;
+  DI_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab_size", 129280));
+  DI_ASSIGN_OR_RETURN(c.hidden, r.Int("hidden_size", 5120));
+  DI_ASSIGN_OR_RETURN(c.num_layers, r.Int("num_hidden_layers", 40));
+  DI_ASSIGN_OR_RETURN(c.num_heads, r.Int("num_attention_heads", 64));
+  DI_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", 1));
+  if (c.num_kv_heads != 1) return r.Unsupported("num_key_value_heads other than 1 (shared KV)");
+  DI_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", 512));
+  DI_ASSIGN_OR_RETURN(c.rope_dim, r.Int("qk_rope_head_dim", 64));
+  DI_ASSIGN_OR_RETURN(c.max_context, r.Int("max_position_embeddings", 1048576));
+  DI_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Float("rms_norm_eps", 1e-20f));
+  DI_ASSIGN_OR_RETURN(c.rope_theta, r.Float("rope_theta", 10000.0f));
+  DI_ASSIGN_OR_RETURN(c.tied_embeddings, r.Bool("tie_word_embeddings", false));
+  DI_ASSIGN_OR_RETURN(d.q_lora_rank, r.Int("q_lora_rank", 1280));
+  DI_ASSIGN_OR_RETURN(d.o_lora_rank, r.Int("o_lora_rank", 1024));
+  DI_ASSIGN_OR_RETURN(d.o_groups, r.Int("o_groups", 8));
+  DI_ASSIGN_OR_RETURN(d.sliding_window, r.Int("sliding_window", 128));
+  DI_ASSIGN_OR_RETURN(d.index_n_heads, r.Int("index_n_heads", 32));
+  DI_ASSIGN_OR_RETURN(d.index_head_dim, r.Int("index_head_dim", 128));
+  DI_ASSIGN_OR_RETURN(d.index_topk, r.Int("index_topk", 512));
+  DI_ASSIGN_OR_RETURN(d.hc_mult, r.Int("hc_mult", 4, 1, 64));
+  DI_ASSIGN_OR_RETURN(d.hc_sinkhorn_iters, r.Int("hc_sinkhorn_iters", 20, 1, 1000));
+  DI_ASSIGN_OR_RETURN(d.hc_eps, r.Float("hc_eps", 1e-6f));
+  DI_ASSIGN_OR_RETURN(d.n_routed_experts, r.Int("n_routed_experts", 384));
+  DI_ASSIGN_OR_RETURN(d.n_shared_experts, r.Int("n_shared_experts", 1, 0, 1));
+  DI_ASSIGN_OR_RETURN(d.num_experts_per_tok, r.Int("num_experts_per_tok", 6));
+  DI_ASSIGN_OR_RETURN(d.moe_intermediate_size, r.Int("moe_intermediate_size", 2304));
+  DI_ASSIGN_OR_RETURN(d.routed_scaling_factor, r.Float("routed_scaling_factor", 1.5f));
+  DI_ASSIGN_OR_RETURN(d.swiglu_limit, r.Float("swiglu_limit", 10.0f, /*positive=*/false));
+  DI_ASSIGN_OR_RETURN(d.compress_rope_theta, r.Float("compress_rope_theta", 160000.0f));
+  DI_ASSIGN_OR_RETURN(d.gate_temp, r.Float("gate_temp", 1.0f));
+  DI_ASSIGN_OR_RETURN(d.norm_topk_prob, r.Bool("norm_topk_prob", true));
+  DI_ASSIGN_OR_RETURN(d.candidate_source_layer_id, r.Int("candidate_source_layer_id", -1, -1));
+  DI_ASSIGN_OR_RETURN(d.candidate_topk_blocks, r.Int("candidate_topk_blocks", 2048));
+  DI_ASSIGN_OR_RETURN(d.candidate_block_size, r.Int("candidate_block_size", 8));
+  DI_ASSIGN_OR_RETURN(d.kv_source_layer_ids, IntList(j, r, "kv_source_layer_ids"));
+  DI_ASSIGN_OR_RETURN(d.index_source_layer_ids, IntList(j, r, "index_source_layer_ids"));
+  DI_ASSIGN_OR_RETURN(d.engram_layer_ids, IntList(j, r, "engram_layer_ids"));
+  DI_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
+  if (act != "silu") return r.Unsupported(fmt::format("hidden_act '{}' (supported: silu)", act));
+  DI_ASSIGN_OR_RETURN(std::string scoring, r.String("scoring_func", "sqrtsoftplus"));
+  if (scoring != "sqrtsoftplus") {
+    return r.Unsupported(fmt::format("scoring_func '{}' (supported: sqrtsoftplus)", scoring));
+  }
+  if (d.num_experts_per_tok > d.n_routed_experts) {
+    return r.Error(fmt::format("top-{} routing over {} experts", d.num_experts_per_tok,
+                               d.n_routed_experts));
+  }
+  if (c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim || c.rope_dim > d.index_head_dim) {
+    return r.Error(fmt::format("rotary dims {} must be even and fit head_dim {} and "
+                               "index_head_dim {}",
+                               c.rope_dim, c.head_dim, d.index_head_dim));
+  }
+  if (c.num_heads % d.o_groups != 0) {
+    return r.Error(fmt::format("{} heads do not split into {} output groups", c.num_heads,
+                               d.o_groups));
+  }
+  DI_ASSIGN_OR_RETURN(std::vector<int> ratios, IntList(j, r, "compress_ratios"));
+  if (static_cast<int>(ratios.size()) < c.num_layers) {
+    return r.Error(fmt::format("'compress_ratios' must list one ratio for each of {} layers",
+                               c.num_layers));
+  }
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (ratios[l] < 0 || ratios[l] > 2) {
+      return r.Unsupported(
+          fmt::format("compress_ratios[{}] = {} (supported: 0 window only, 1, 2)", l, ratios[l]));
+    }
+    d.attention.push_back(ratios[l] == 0 ? A::kSliding : A::kCsa);
+    d.compress_ratio.push_back(ratios[l]);
+    d.hash_routed.push_back(false);
+  }
+  // The CSA2 schedule: every source a compressed layer, KV sources also index sources, every
+  // compressed layer behind a KV source and an index source of its ratio, sources in order.
+  auto in = [](const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  for (const auto* ids : {&d.kv_source_layer_ids, &d.index_source_layer_ids}) {
+    for (size_t i = 0; i < ids->size(); ++i) {
+      const int l = (*ids)[i];
+      if (l < 0 || l >= c.num_layers || d.compress_ratio[l] == 0 || (i > 0 && l <= (*ids)[i - 1])) {
+        return r.Error(fmt::format("source layer {} must be a compressed layer, listed in order", l));
+      }
+    }
+  }
+  for (int l : d.kv_source_layer_ids) {
+    if (!in(d.index_source_layer_ids, l)) {
+      return r.Unsupported(fmt::format("KV source layer {} that is not an index source", l));
+    }
+  }
+  int kv_source = -1, index_source = -1;
+  for (int l = 0; l < c.num_layers; ++l) {
+    if (in(d.kv_source_layer_ids, l)) kv_source = l;
+    if (in(d.index_source_layer_ids, l)) index_source = l;
+    if (d.compress_ratio[l] == 0) continue;
+    if (kv_source < 0 || index_source < 0 || d.compress_ratio[kv_source] != d.compress_ratio[l]) {
+      return r.Error(fmt::format("compressed layer {} (ratio {}) has no KV source and index "
+                                 "source of its ratio before it",
+                                 l, d.compress_ratio[l]));
+    }
+  }
+  if (d.candidate_source_layer_id >= 0 &&
+      !in(d.index_source_layer_ids, d.candidate_source_layer_id)) {
+    return r.Error(fmt::format("candidate_source_layer_id {} is not an index source",
+                               d.candidate_source_layer_id));
+  }
+  c.rope_style = RopeStyle::kAdjacentPairs;
+  c.ffn_hidden = d.moe_intermediate_size;
+  float unused_theta = d.compress_rope_theta;
+  DI_ASSIGN_OR_RETURN(d.compress_yarn, ParseRope(j, r, label, c.max_context, &unused_theta));
+  if (d.compress_yarn && d.compress_yarn->attention_factor > 0) {
+    d.compress_rope_mscale = d.compress_yarn->attention_factor;
+  }
+  c.deepseek_v4 = std::move(d);
+  return c;
+}
+
 absl::StatusOr<ModelConfig> ParseModelConfig(const Json& j, const std::string& label) {
   ConfigReader r(j, label);
   DI_ASSIGN_OR_RETURN(std::string type, r.String("model_type", ""));
   if (type == "deepseek_v4") return ParseDeepseekV4(j, r, label);
+  if (type == "deepseek_v41" || type == "deepseek_v41_text") return ParseDeepseekV41(j, r, label);
   if (type != "deepseek_v3" && type != "deepseek_v2") {
     return r.Unsupported(
-        fmt::format("model_type '{}' (supported: deepseek_v3, deepseek_v2, deepseek_v4)", type));
+        fmt::format("model_type '{}' (supported: deepseek_v3, deepseek_v2, deepseek_v4, "
+                    "deepseek_v41)",
+                    type));
   }
   const bool v3 = type == "deepseek_v3";
   ModelConfig c;

@@ -131,6 +131,21 @@ struct DeepseekV4Config {
   float routed_scaling_factor = 1.0f;
   float swiglu_limit = 10.0f;  // gate <= limit, |up| <= limit (applied as configured)
   int num_nextn_predict_layers = 0;
+
+  // DeepSeek-V4.1 (model_type deepseek_v41; its text_config): lagged mHC, CSA2. A layer with
+  // compress_ratio r > 0 attends to the compressed KV of the latest KV source at or before it,
+  // through the entries the latest index source selected; KV sources own the compressor (r 2:
+  // pooled pairs, r 1: one entry per token) and the index keys. The candidate source's block
+  // mask (candidate_topk_blocks blocks of candidate_block_size entries) constrains later index
+  // sources. `attention` is kCsa for every r > 0 layer.
+  bool v41 = false;
+  std::vector<int> kv_source_layer_ids, index_source_layer_ids;
+  int candidate_source_layer_id = -1;
+  int candidate_topk_blocks = 0;
+  int candidate_block_size = 1;
+  float gate_temp = 1.0f;
+  bool norm_topk_prob = true;
+  std::vector<int> engram_layer_ids;
 };
 
 // Hyperparameters of a decoder-only transformer, filled by a file-format reader.
