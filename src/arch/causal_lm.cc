@@ -4,6 +4,7 @@
 
 #include "arch/deepseek_v3.h"
 #include "arch/deepseek_v4.h"
+#include "arch/deepseek_v41.h"
 #include "arch/llama.h"
 #include "util/status.h"
 
@@ -64,6 +65,7 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& mod
     return std::unique_ptr<CausalLm>(std::move(lm));
   }
   if (model.config.architecture == "deepseek_v4") return CreateDeepseekV4(model);
+  if (model.config.architecture == "deepseek_v41") return CreateDeepseekV41(model);
   return UnimplementedError("unsupported_architecture",
                             "no forward pass for architecture '" + model.config.architecture + "'");
 }

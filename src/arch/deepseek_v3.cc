@@ -704,7 +704,7 @@ void DeepseekImpl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
   }
   grow(moe_out_, T * H);
   moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
-           [&](int e, const float* in, int64_t n, float* result) {
+           [&](int e, const float* in, int64_t n, const float*, float* result) {
              RunMlp(L.experts[e], in, n, result, pool);
            });
   if (L.shared.gate != nullptr) {

@@ -796,7 +796,7 @@ void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,
   Grow(moe_out_, T * H);
   // transformers applies the routing weight after w2 (MoeDispatch scales each expert's output).
   moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
-           [&](int e, const float* in, int64_t n, float* result) {
+           [&](int e, const float* in, int64_t n, const float*, float* result) {
              RunExpert(L.experts[e], in, n, result, pool);
            });
   Grow(out_, T * H);

@@ -8,7 +8,8 @@
 namespace deepinfer::arch {
 
 void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K, int num_experts,
-                      const float* x, int64_t H, float* out, const ExpertFn& run_expert) {
+                      const float* x, int64_t H, float* out, const ExpertFn& run_expert,
+                      bool weights_in_expert) {
   const int E = num_experts;
   count_.assign(E + 1, 0);
   for (int64_t i = 0; i < T * K; ++i) ++count_[idx[i] + 1];
@@ -38,10 +39,15 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
       std::memcpy(in_.data() + int64_t{i} * H, x + int64_t{tokens_[begin + i]} * H,
                   H * sizeof(float));
     }
-    run_expert(e, in_.data(), n, result_.data());
+    run_expert(e, in_.data(), n, token_weights_.data() + begin, result_.data());
     for (int32_t i = 0; i < n; ++i) {
-      kernels::Axpy(token_weights_[begin + i], result_.data() + int64_t{i} * H,
-                    out + int64_t{tokens_[begin + i]} * H, H);
+      float* dst = out + int64_t{tokens_[begin + i]} * H;
+      const float* src = result_.data() + int64_t{i} * H;
+      if (weights_in_expert) {
+        kernels::AddInPlace(dst, src, H);
+      } else {
+        kernels::Axpy(token_weights_[begin + i], src, dst, H);
+      }
     }
   }
 }

@@ -12,13 +12,17 @@ namespace deepinfer::arch {
 // The summation order per token is expert order, whatever the batch.
 //
 // Shapes: idx, weights [T, K] (expert ids in [0, num_experts)); x [T, H] f32; out [T, H] f32,
-//   overwritten. run_expert(e, in [n, H], n, result [n, H]).
+//   overwritten. run_expert(e, in [n, H], n, row_weights [n], result [n, H]).
+// With `weights_in_expert` the expert applies each row's weight itself (DeepSeek-V4.1 scales
+// before w2) and its result is added as it is; otherwise the result is scaled by the weight.
 // Threads: not thread-safe (scratch); run_expert may use a thread pool.
 class MoeDispatch {
  public:
-  using ExpertFn = std::function<void(int e, const float* in, int64_t n, float* result)>;
+  using ExpertFn = std::function<void(int e, const float* in, int64_t n, const float* row_weights,
+                                      float* result)>;
   void Run(const int32_t* idx, const float* weights, int64_t T, int K, int num_experts,
-           const float* x, int64_t H, float* out, const ExpertFn& run_expert);
+           const float* x, int64_t H, float* out, const ExpertFn& run_expert,
+           bool weights_in_expert = false);
 
  private:
   std::vector<int32_t> count_, fill_, tokens_;

@@ -97,9 +97,12 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
       model->files.push_back(std::move(file));
     }
   }
-  if (model->config.architecture == "deepseek_v4") {
-    // V4 keeps its FP8 / FP4 weights as released; the kernels read them with their scales.
-    DI_RETURN_IF_ERROR(NormalizeDeepseekV4Names(*model));
+  if (model->config.architecture == "deepseek_v4" || model->config.architecture == "deepseek_v41") {
+    // V4 / V4.1 keep their FP8 / FP4 weights as released; the kernels read them with their
+    // scales. (V4.1's transformers names are the native ones.)
+    if (model->config.architecture == "deepseek_v4") {
+      DI_RETURN_IF_ERROR(NormalizeDeepseekV4Names(*model));
+    }
     DI_RETURN_IF_ERROR(AttachBlockScales(*model, parts.fp8));
   } else {
     DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.fp8, /*release_pages=*/mapped));

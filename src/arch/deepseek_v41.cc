@@ -1,0 +1,734 @@
+// DeepSeek-V4.1 forward pass over a paged per-token cache (see deepseek_v41.h). Shares its
+// building blocks with V4 (deepseek_v4_ops.h); the CSA2 data flow — which layer's compressed
+// entries and which selection a layer uses — is fixed at load from the config's source lists.
+
+#include "arch/deepseek_v41.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "arch/deepseek_v4_ops.h"
+#include "arch/moe.h"
+#include "arch/rope.h"
+#include "fmt/format.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
+#include "model/tensor_values.h"
+#include "util/status.h"
+
+namespace deepinfer::arch {
+namespace {
+
+using model::TensorView;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Site {
+  const TensorView* fn = nullptr;  // [(2 + hc) hc, hc H]
+  std::vector<float> base, scale;
+};
+
+struct Expert {
+  const TensorView* w1 = nullptr;
+  const TensorView* w3 = nullptr;
+  const TensorView* w2 = nullptr;
+};
+
+struct Layer {
+  int ratio = 0;
+  bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
+  int kv_src = -1;  // the layer whose compressed entries this layer reads (ratio > 0)
+  Site hc_attn, hc_ffn;
+  std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sink;
+  const TensorView* wq_a = nullptr;
+  const TensorView* wq_b = nullptr;
+  const TensorView* wkv = nullptr;
+  const TensorView* wo_a = nullptr;
+  const TensorView* wo_b = nullptr;
+  // KV source: the compressor (wgate only at ratio 2) and the index keys' wk / k_norm.
+  const TensorView* c_wkv = nullptr;
+  const TensorView* c_wgate = nullptr;
+  std::vector<float> c_norm, k_norm;
+  const TensorView* i_wk = nullptr;
+  // Index source: its queries and head weights.
+  const TensorView* i_wq_b = nullptr;
+  const TensorView* i_weights = nullptr;
+  const TensorView* router = nullptr;
+  std::vector<float> router_bias;
+  std::vector<Expert> experts;
+  Expert shared;
+  bool has_shared = false;
+  int64_t off_a = 0, off_z = 0, off_entry = 0, off_ikey = 0, slot_floats = 0;
+};
+
+template <typename V>
+void Grow(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+class DeepseekV41Impl final : public CausalLm {
+ public:
+  explicit DeepseekV41Impl(const model::Model& m)
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m) {}
+
+  absl::Status Init();
+  const model::ModelConfig& config() const override { return cfg_; }
+  int64_t kv_floats_per_token() const override { return kv_floats_; }
+  bool SetNumerics(Numerics numerics) override {
+    if (numerics != Numerics::kFast && numerics != Numerics::kDeepseekQat) return false;
+    qat_ = numerics == Numerics::kDeepseekQat;
+    return true;
+  }
+  Numerics default_numerics() const override { return Numerics::kDeepseekQat; }
+  void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+               util::ThreadPool& pool) override;
+
+ private:
+  absl::StatusOr<Site> LoadSite(const std::string& prefix);
+  absl::StatusOr<Layer> LoadLayer(int l);
+  void Mixes(const Site& site, int64_t T, float* pre, util::ThreadPool& pool);
+  void Collapse(const float* pre, int64_t T);
+  void Expand(int64_t T);
+  void Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
+                 util::ThreadPool& pool);
+  void Compress(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
+                util::ThreadPool& pool);
+  void Select(const Layer& L, const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
+  void Moe(const Layer& L, int64_t T, util::ThreadPool& pool);
+  void RunExpert(const Expert& e, const float* in, int64_t n, const float* row_weights,
+                 float* out, util::ThreadPool& pool);
+
+  const model::Model& model_;
+  model::ModelConfig cfg_;
+  model::DeepseekV4Config ds_;
+  dsv4::TensorSchema schema_;
+  std::vector<Layer> layers_;
+  const TensorView* embed_ = nullptr;
+  const TensorView* head_ = nullptr;
+  std::vector<float> final_norm_;
+  std::vector<float> inv_freq_main_, inv_freq_compress_;
+  float compress_mscale_ = 1.0f;
+  int64_t kv_floats_ = 0;
+  bool qat_ = true;
+
+  // Scratch, grown on demand.
+  std::vector<float> streams_, streams_next_, flat_, mix_, pre_mix_, pre_attn_, pre_ffn_, post_, comb_;
+  std::vector<float> x_, h_, qr_, q_, kvrow_, ca_, cz_, latent_, ikey_, iq_, iw_, attn_, grouped_;
+  std::vector<float> oa_, out_, tmp_, rows_, cos_main_, sin_main_, cos_comp_, sin_comp_, cs_;
+  std::vector<float> router_logits_, route_w_, moe_gate_, moe_up_, moe_out_, index_keys_;
+  std::vector<float> index_scores_, thread_scratch_;
+  std::vector<int32_t> positions_, route_idx_, thread_order_, token_seq_;
+  std::vector<const float*> thread_keys_;
+  // Per token: the entries the latest index source selected [T, index_topk] (-1 padded), and the
+  // candidate source's blocks [T, blocks] (1 kept).
+  std::vector<int32_t> selected_;
+  std::vector<uint8_t> candidates_;
+  int64_t candidate_stride_ = 0;
+  MoeDispatch moe_;
+};
+
+absl::StatusOr<Site> DeepseekV41Impl::LoadSite(const std::string& p) {
+  const int64_t hc = ds_.hc_mult, mix = (2 + hc) * hc;
+  Site s;
+  DI_ASSIGN_OR_RETURN(s.fn, schema_.Mat(p + "fn", mix, hc * cfg_.hidden));
+  DI_RETURN_IF_ERROR(model::CheckFinite(*s.fn, /*full=*/true));
+  DI_ASSIGN_OR_RETURN(s.base, schema_.Vec(p + "base", {mix}));
+  DI_ASSIGN_OR_RETURN(s.scale, schema_.Vec(p + "scale", {3}));
+  return s;
+}
+
+absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
+  const std::string p = fmt::format("layers.{}.", l), a = p + "attn.", f = p + "ffn.";
+  const int64_t H = cfg_.hidden, nh = cfg_.num_heads, hd = cfg_.head_dim;
+  const int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
+  auto in = [](const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  Layer L;
+  L.ratio = ds_.compress_ratio[l];
+  L.kv_source = in(ds_.kv_source_layer_ids, l);
+  L.index_source = in(ds_.index_source_layer_ids, l);
+  L.candidate_source = l == ds_.candidate_source_layer_id;
+  L.uses_candidates = ds_.candidate_source_layer_id >= 0 && ds_.candidate_source_layer_id < l;
+  DI_ASSIGN_OR_RETURN(L.hc_attn, LoadSite(p + "hc_attn_"));
+  DI_ASSIGN_OR_RETURN(L.hc_ffn, LoadSite(p + "hc_ffn_"));
+  DI_ASSIGN_OR_RETURN(L.attn_norm, schema_.Vec(p + "attn_norm.weight", {H}));
+  DI_ASSIGN_OR_RETURN(L.ffn_norm, schema_.Vec(p + "ffn_norm.weight", {H}));
+  DI_ASSIGN_OR_RETURN(L.sink, schema_.Vec(a + "attn_sink", {nh}));
+  DI_ASSIGN_OR_RETURN(L.wq_a, schema_.Mat(a + "wq_a.weight", ds_.q_lora_rank, H));
+  DI_ASSIGN_OR_RETURN(L.q_norm, schema_.Vec(a + "q_norm.weight", {ds_.q_lora_rank}));
+  DI_ASSIGN_OR_RETURN(L.wq_b, schema_.Mat(a + "wq_b.weight", nh * hd, ds_.q_lora_rank));
+  DI_ASSIGN_OR_RETURN(L.wkv, schema_.Mat(a + "wkv.weight", hd, H));
+  DI_ASSIGN_OR_RETURN(L.kv_norm, schema_.Vec(a + "kv_norm.weight", {hd}));
+  DI_ASSIGN_OR_RETURN(L.wo_a, schema_.Mat(a + "wo_a.weight",
+                                          int64_t{ds_.o_groups} * ds_.o_lora_rank,
+                                          nh * hd / ds_.o_groups));
+  DI_ASSIGN_OR_RETURN(L.wo_b, schema_.Mat(a + "wo_b.weight", H,
+                                          int64_t{ds_.o_groups} * ds_.o_lora_rank));
+  int64_t off = hd;
+  if (L.kv_source) {
+    DI_ASSIGN_OR_RETURN(L.c_wkv, schema_.Mat(a + "compressor.wkv.weight", hd, H));
+    if (L.ratio > 1) {
+      DI_ASSIGN_OR_RETURN(L.c_wgate, schema_.Mat(a + "compressor.wgate.weight", hd, H));
+      L.off_a = off;
+      L.off_z = off + hd;
+      off += 2 * hd;
+    }
+    DI_ASSIGN_OR_RETURN(L.c_norm, schema_.Vec(a + "compressor.norm.weight", {hd}));
+    DI_ASSIGN_OR_RETURN(L.i_wk, schema_.Mat(a + "indexer.wk.weight", ihd, hd));
+    DI_ASSIGN_OR_RETURN(L.k_norm, schema_.Vec(a + "indexer.k_norm.weight", {ihd}));
+    L.off_entry = off;
+    L.off_ikey = off + hd;
+    off += hd + ihd;
+  }
+  if (L.index_source) {
+    DI_ASSIGN_OR_RETURN(L.i_wq_b, schema_.Mat(a + "indexer.wq_b.weight", ih * ihd,
+                                              ds_.q_lora_rank));
+    DI_ASSIGN_OR_RETURN(L.i_weights, schema_.Mat(a + "indexer.weights_proj.weight", ih, H));
+  }
+  L.slot_floats = off;
+  const int64_t E = ds_.n_routed_experts, I = ds_.moe_intermediate_size;
+  DI_ASSIGN_OR_RETURN(L.router, schema_.Mat(f + "gate.weight", E, H));
+  DI_ASSIGN_OR_RETURN(L.router_bias, schema_.Vec(f + "gate.bias", {E}));
+  if (schema_.Has(f + "gate.bias_vl")) {  // image-token routing bias: loaded, unused for text
+    DI_RETURN_IF_ERROR(schema_.Vec(f + "gate.bias_vl", {E}).status());
+  }
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string x = fmt::format("{}experts.{}.", f, e);
+    Expert ex;
+    DI_ASSIGN_OR_RETURN(ex.w1, schema_.Mat(x + "w1.weight", I, H));
+    DI_ASSIGN_OR_RETURN(ex.w3, schema_.Mat(x + "w3.weight", I, H));
+    DI_ASSIGN_OR_RETURN(ex.w2, schema_.Mat(x + "w2.weight", H, I));
+    L.experts.push_back(ex);
+  }
+  if (ds_.n_shared_experts > 0) {
+    const std::string x = f + "shared_experts.";
+    DI_ASSIGN_OR_RETURN(L.shared.w1, schema_.Mat(x + "w1.weight", I, H));
+    DI_ASSIGN_OR_RETURN(L.shared.w3, schema_.Mat(x + "w3.weight", I, H));
+    DI_ASSIGN_OR_RETURN(L.shared.w2, schema_.Mat(x + "w2.weight", H, I));
+    L.has_shared = true;
+  }
+  return L;
+}
+
+absl::Status DeepseekV41Impl::Init() {
+  const int64_t H = cfg_.hidden;
+  if (!ds_.engram_layer_ids.empty()) {
+    return UnimplementedError("unsupported_config",
+                              "DeepSeek-V4.1 Engram layers (engram_layer_ids) are not "
+                              "implemented yet");
+  }
+  if (ds_.hc_mult > 64 || cfg_.rope_dim > cfg_.head_dim || ds_.n_routed_experts <= 0 ||
+      ds_.index_topk <= 0 || ds_.candidate_block_size <= 0) {
+    return InvalidArgumentError("bad_config", "inconsistent DeepSeek-V4.1 dimensions");
+  }
+  DI_ASSIGN_OR_RETURN(embed_, schema_.Mat("embed.weight", cfg_.vocab, H));
+  if (!kernels::HasCpuKernel(embed_->dtype)) {
+    return UnimplementedError("unsupported_dtype", fmt::format("embed.weight has dtype {}",
+                                                               model::DTypeName(embed_->dtype)));
+  }
+  DI_ASSIGN_OR_RETURN(final_norm_, schema_.Vec("norm.weight", {H}));
+  const char* head = schema_.Has("lm_head.weight") ? "lm_head.weight" : "head.weight";
+  if (cfg_.tied_embeddings && !schema_.Has(head)) {
+    head_ = embed_;
+  } else {
+    DI_ASSIGN_OR_RETURN(head_, schema_.Mat(head, cfg_.vocab, H));
+  }
+  int kv_src = -1;
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
+    if (L.kv_source) kv_src = l;
+    L.kv_src = L.ratio > 0 ? kv_src : -1;
+    kv_floats_ = std::max(kv_floats_, L.slot_floats);
+    layers_.push_back(std::move(L));
+  }
+  // The DSpark stages ("mtp.*"), the vision tower and the image embeddings are not read yet.
+  for (const auto& [name, t] : model_.tensors) {
+    for (const char* prefix : {"mtp.", "vision.", "aligner.", "image_"}) {
+      if (name.rfind(prefix, 0) == 0) schema_.MarkUsed(name);
+    }
+  }
+  DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4.1"));
+  inv_freq_main_ = ComputeRopeFrequencies(cfg_.rope_dim, cfg_.rope_theta, std::nullopt).inv_freq;
+  inv_freq_compress_ =
+      ComputeRopeFrequencies(cfg_.rope_dim, ds_.compress_rope_theta, ds_.compress_yarn).inv_freq;
+  compress_mscale_ = ds_.compress_rope_mscale;
+  return absl::OkStatus();
+}
+
+// The site's mixes from the current streams: pre into `pre` [T, hc], post_ / comb_.
+void DeepseekV41Impl::Mixes(const Site& site, int64_t T, float* pre, util::ThreadPool& pool) {
+  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H, mix = (2 + hc) * hc;
+  Grow(flat_, T * D);
+  dsv4::UnweightedRmsNorm(streams_.data(), T, D, cfg_.rms_norm_eps, flat_.data());
+  Grow(mix_, T * mix);
+  kernels::MatMul(*site.fn, flat_.data(), T, mix_.data(), pool);
+  Grow(post_, T * hc);
+  Grow(comb_, T * hc * hc);
+  for (int64_t t = 0; t < T; ++t) {
+    dsv4::HcCoefficients(mix_.data() + t * mix, site.base.data(), site.scale.data(),
+                         static_cast<int>(hc), ds_.hc_eps, ds_.hc_sinkhorn_iters, pre + t * hc,
+                         post_.data() + t * hc, comb_.data() + t * hc * hc);
+  }
+}
+
+void DeepseekV41Impl::Collapse(const float* pre, int64_t T) {
+  const int64_t hc = ds_.hc_mult, H = cfg_.hidden;
+  Grow(x_, T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    dsv4::HcCollapse(streams_.data() + t * hc * H, pre + t * hc, static_cast<int>(hc), H,
+                     x_.data() + t * H);
+  }
+}
+
+void DeepseekV41Impl::Expand(int64_t T) {
+  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H;
+  Grow(streams_next_, T * D);
+  for (int64_t t = 0; t < T; ++t) {
+    dsv4::HcExpand(streams_.data() + t * D, out_.data() + t * H, post_.data() + t * hc,
+                   comb_.data() + t * hc * hc, static_cast<int>(hc), H,
+                   streams_next_.data() + t * D);
+  }
+  std::swap(streams_, streams_next_);
+}
+
+// A KV source: the groups its slices' tokens complete become compressed entries and index keys.
+// latent_j = norm(sum over the group's tokens of softmax_t(z_t) * a_t) at ratio 2 (per channel,
+// fp32), norm(wkv x_t) at ratio 1; index key = fp4(RoPE(k_norm(wk latent_j), r j)); entry =
+// fp4e4m3(RoPE(latent_j, r j)); both in the slot of the group's last token.
+void DeepseekV41Impl::Compress(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
+                               util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, hd = cfg_.head_dim, ihd = ds_.index_head_dim;
+  const int r = L.ratio, half = cfg_.rope_dim / 2;
+  auto slot = [&](const SequenceSlice& s, int32_t pos) {
+    return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
+  };
+  Grow(ca_, T * hd);
+  if (r > 1) {
+    Grow(cz_, T * hd);
+    const TensorView* ws[2] = {L.c_wkv, L.c_wgate};
+    float* ys[2] = {ca_.data(), cz_.data()};
+    kernels::MatMulGroup(ws, ys, 2, h_.data(), T, pool);
+  } else {
+    kernels::MatMul(*L.c_wkv, h_.data(), T, ca_.data(), pool);
+  }
+  // The latents of every group completed here, in batch order.
+  Grow(latent_, T * hd);
+  std::vector<std::pair<const SequenceSlice*, int32_t>> groups;  // (slice, closing position)
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      const int32_t p = s.start_pos + i;
+      const int64_t t = s.token_offset + i;
+      if (r > 1) {
+        float* sl = slot(s, p);
+        std::memcpy(sl + L.off_a, ca_.data() + t * hd, hd * sizeof(float));
+        std::memcpy(sl + L.off_z, cz_.data() + t * hd, hd * sizeof(float));
+      }
+      if ((p + 1) % r != 0) continue;
+      float* lat = latent_.data() + static_cast<int64_t>(groups.size()) * hd;
+      if (r == 1) {
+        std::memcpy(lat, ca_.data() + t * hd, hd * sizeof(float));
+      } else {
+        const int32_t first = p + 1 - r;
+        for (int64_t d = 0; d < hd; ++d) {
+          float mx = kNegInf;
+          for (int32_t u = first; u <= p; ++u) mx = std::max(mx, slot(s, u)[L.off_z + d]);
+          float den = 0;
+          for (int32_t u = first; u <= p; ++u) den += std::exp(slot(s, u)[L.off_z + d] - mx);
+          float acc = 0;
+          for (int32_t u = first; u <= p; ++u) {
+            const float* su = slot(s, u);
+            acc += su[L.off_a + d] * (std::exp(su[L.off_z + d] - mx) / den);
+          }
+          lat[d] = acc;
+        }
+      }
+      groups.emplace_back(&s, p);
+    }
+  }
+  const int64_t G = static_cast<int64_t>(groups.size());
+  if (G == 0) return;
+  kernels::RmsNorm(latent_.data(), L.c_norm.data(), G, hd, cfg_.rms_norm_eps, latent_.data());
+  Grow(ikey_, G * ihd);
+  kernels::MatMul(*L.i_wk, latent_.data(), G, ikey_.data(), pool);
+  kernels::RmsNorm(ikey_.data(), L.k_norm.data(), G, ihd, cfg_.rms_norm_eps, ikey_.data());
+  Grow(cs_, int64_t{2} * half);
+  for (int64_t g = 0; g < G; ++g) {
+    const auto [s, p] = groups[g];
+    dsv4::RopeAt(inv_freq_compress_, compress_mscale_, p + 1 - r, cs_.data(), cs_.data() + half);
+    float* sl = slot(*s, p);
+    float* key = sl + L.off_ikey;
+    std::memcpy(key, ikey_.data() + g * ihd, ihd * sizeof(float));
+    dsv4::RopeInterleaved(key + ihd - cfg_.rope_dim, cs_.data(), cs_.data() + half, half, false);
+    if (qat_ && ihd % 32 == 0) dsv4::FakeQuantFp4(key, ihd, 32);
+    float* entry = sl + L.off_entry;
+    std::memcpy(entry, latent_.data() + g * hd, hd * sizeof(float));
+    dsv4::RopeInterleaved(entry + hd - cfg_.rope_dim, cs_.data(), cs_.data() + half, half, false);
+    if (qat_ && hd % 16 == 0) dsv4::FakeQuantFp4E4M3Scale(entry, hd, 16);
+  }
+}
+
+// An index source: for every token, the index_topk entries of its KV source it attends (all it
+// sees when fewer), scored sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim) with its own queries;
+// the candidate source first keeps candidate_topk_blocks blocks (block score = max, the block of
+// the newest visible entry pinned) for later index sources, which score only inside them.
+void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache& kv,
+                             util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
+  const int64_t K = ds_.index_topk, half = cfg_.rope_dim / 2, bs = ds_.candidate_block_size;
+  const Layer& src = layers_[L.kv_src];
+  Grow(iq_, T * ih * ihd);
+  Grow(iw_, T * ih);
+  kernels::MatMul(*L.i_wq_b, qr_.data(), T, iq_.data(), pool);
+  kernels::MatMul(*L.i_weights, h_.data(), T, iw_.data(), pool);
+  const float wscale = 1.0f / std::sqrt(static_cast<float>(ih));
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < ih; ++h) {
+      float* q = iq_.data() + (t * ih + h) * ihd;
+      dsv4::RopeInterleaved(q + ihd - cfg_.rope_dim, cos_comp_.data() + t * half,
+                            sin_comp_.data() + t * half, static_cast<int>(half), false);
+      if (qat_ && ihd % 32 == 0) dsv4::FakeQuantFp4(q, ihd, 32);
+      iw_[t * ih + h] *= wscale;
+    }
+  }
+  Grow(selected_, T * K);
+  std::fill(selected_.begin(), selected_.begin() + T * K, -1);
+  int64_t max_visible = 0;
+  for (const auto& s : batch.seqs) {
+    max_visible = std::max<int64_t>(max_visible, (s.start_pos + s.num_tokens) / L.ratio);
+  }
+  if (L.candidate_source) {
+    candidate_stride_ = (max_visible + bs - 1) / bs;
+    Grow(candidates_, T * std::max<int64_t>(candidate_stride_, 1));
+    std::fill(candidates_.begin(), candidates_.end(), 0);
+  }
+  constexpr int64_t kIndexTokens = 16;
+  for (const auto& s : batch.seqs) {
+    const int64_t V = (s.start_pos + s.num_tokens) / L.ratio;
+    if (V == 0) continue;
+    Grow(index_keys_, V * ihd);
+    for (int64_t j = 0; j < V; ++j) {
+      const int64_t pos = L.ratio * (j + 1) - 1;
+      std::memcpy(index_keys_.data() + j * ihd,
+                  kv.Slot(L.kv_src, s.block_table[pos / kv.block_size], pos % kv.block_size) +
+                      src.off_ikey,
+                  ihd * sizeof(float));
+    }
+    TensorView keys;
+    keys.name = "index_keys";
+    keys.dtype = model::DType::kF32;
+    keys.shape = {V, ihd};
+    keys.data = reinterpret_cast<const uint8_t*>(index_keys_.data());
+    keys.size_bytes = static_cast<size_t>(V * ihd) * sizeof(float);
+    Grow(index_scores_, kIndexTokens * ih * V);
+    const int64_t stride = V + (V + bs - 1) / bs + 1;
+    Grow(thread_scratch_, int64_t{pool.num_threads()} * stride);
+    Grow(thread_order_, int64_t{pool.num_threads()} * stride);
+    for (int32_t i0 = 0; i0 < s.num_tokens; i0 += kIndexTokens) {
+      const int32_t n = std::min<int32_t>(kIndexTokens, s.num_tokens - i0);
+      const int64_t t0 = s.token_offset + i0;
+      kernels::MatMul(keys, iq_.data() + t0 * ih * ihd, n * ih, index_scores_.data(), pool);
+      pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {
+        float* score = thread_scratch_.data() + thread * stride;
+        int32_t* order = thread_order_.data() + thread * stride;
+        for (int64_t i = begin; i < end; ++i) {
+          const int64_t t = t0 + i;
+          const int32_t visible = (positions_[t] + 1) / L.ratio;
+          if (visible == 0) continue;
+          const float* w = iw_.data() + t * ih;
+          const float* sh = index_scores_.data() + i * ih * V;
+          for (int32_t j = 0; j < visible; ++j) {
+            float acc = 0;
+            for (int64_t h = 0; h < ih; ++h) acc += std::max(sh[h * V + j], 0.0f) * qscale * w[h];
+            score[j] = acc;
+          }
+          if (L.candidate_source) {
+            // Blocks of bs entries, score = max; the newest block pinned; keep the best.
+            const int32_t nb = static_cast<int32_t>((visible + bs - 1) / bs);
+            float* bscore = score + V;
+            for (int32_t b = 0; b < nb; ++b) {
+              float m = kNegInf;
+              for (int64_t j = b * bs; j < std::min<int64_t>(visible, (b + 1) * bs); ++j) {
+                m = std::max(m, score[j]);
+              }
+              bscore[b] = b == nb - 1 ? std::numeric_limits<float>::infinity() : m;
+              order[b] = b;
+            }
+            const int32_t keep = static_cast<int32_t>(std::min<int64_t>(ds_.candidate_topk_blocks, nb));
+            std::partial_sort(order, order + keep, order + nb, [&](int32_t a, int32_t b) {
+              return bscore[a] > bscore[b] || (bscore[a] == bscore[b] && a < b);
+            });
+            uint8_t* cand = candidates_.data() + t * candidate_stride_;
+            for (int32_t b = 0; b < keep; ++b) cand[order[b]] = 1;
+          }
+          int32_t m = 0;
+          for (int32_t j = 0; j < visible; ++j) {
+            if (L.uses_candidates && !candidates_[t * candidate_stride_ + j / bs]) continue;
+            order[m++] = j;
+          }
+          const int32_t keep = static_cast<int32_t>(std::min<int64_t>(K, m));
+          std::partial_sort(order, order + keep, order + m, [&](int32_t a, int32_t b) {
+            return score[a] > score[b] || (score[a] == score[b] && a < b);
+          });
+          std::copy(order, order + keep, selected_.data() + t * K);
+        }
+      });
+    }
+  }
+}
+
+void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
+                                util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, nh = cfg_.num_heads, hd = cfg_.head_dim;
+  const int64_t H = cfg_.hidden, half = cfg_.rope_dim / 2, rd = cfg_.rope_dim;
+  const float* cosv = L.ratio > 0 ? cos_comp_.data() : cos_main_.data();
+  const float* sinv = L.ratio > 0 ? sin_comp_.data() : sin_main_.data();
+  Grow(qr_, T * ds_.q_lora_rank);
+  Grow(q_, T * nh * hd);
+  kernels::MatMul(*L.wq_a, h_.data(), T, qr_.data(), pool);
+  kernels::RmsNorm(qr_.data(), L.q_norm.data(), T, ds_.q_lora_rank, cfg_.rms_norm_eps, qr_.data());
+  kernels::MatMul(*L.wq_b, qr_.data(), T, q_.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t h = 0; h < nh; ++h) {
+      dsv4::RopeInterleaved(q_.data() + (t * nh + h) * hd + hd - rd, cosv + t * half,
+                            sinv + t * half, static_cast<int>(half), false);
+    }
+  }
+  Grow(kvrow_, T * hd);
+  kernels::MatMul(*L.wkv, h_.data(), T, kvrow_.data(), pool);
+  kernels::RmsNorm(kvrow_.data(), L.kv_norm.data(), T, hd, cfg_.rms_norm_eps, kvrow_.data());
+  for (int64_t t = 0; t < T; ++t) {
+    float* k = kvrow_.data() + t * hd;
+    dsv4::RopeInterleaved(k + hd - rd, cosv + t * half, sinv + t * half, static_cast<int>(half),
+                          false);
+    if (qat_ && hd % 32 == 0) dsv4::FakeQuantFp8(k, hd, 32, 1e-4f);
+  }
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      const int32_t pos = s.start_pos + i;
+      std::memcpy(kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size),
+                  kvrow_.data() + (s.token_offset + i) * hd, hd * sizeof(float));
+    }
+  }
+  if (L.kv_source) Compress(L, l, batch, kv, pool);
+  if (L.index_source) Select(L, batch, kv, pool);
+
+  // Every token over its window and the selected entries of its KV source, 8 heads at a time.
+  constexpr int64_t kHeadGroup = 8;
+  const int64_t groups = (nh + kHeadGroup - 1) / kHeadGroup, K = ds_.index_topk;
+  Grow(token_seq_, T);
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const auto& s = batch.seqs[si];
+    for (int32_t i = 0; i < s.num_tokens; ++i) token_seq_[s.token_offset + i] = static_cast<int32_t>(si);
+  }
+  const int64_t max_keys = ds_.sliding_window + (L.ratio > 0 ? K : 0);
+  const int64_t entry_off = L.ratio > 0 ? layers_[L.kv_src].off_entry : 0;
+  Grow(attn_, T * nh * hd);
+  Grow(thread_scratch_, int64_t{pool.num_threads()} * kHeadGroup * (max_keys + 1));
+  Grow(thread_keys_, int64_t{pool.num_threads()} * (max_keys + 1));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  pool.ParallelFor(T * groups, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = thread_scratch_.data() + thread * kHeadGroup * (max_keys + 1);
+    const float** keys = thread_keys_.data() + thread * (max_keys + 1);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / groups, h0 = (item % groups) * kHeadGroup;
+      const int64_t heads = std::min(kHeadGroup, nh - h0);
+      const SequenceSlice& s = batch.seqs[token_seq_[t]];
+      const int32_t p = positions_[t];
+      int64_t n = 0;
+      for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
+        keys[n++] = kv.Slot(l, s.block_table[j / kv.block_size], j % kv.block_size);
+      }
+      if (L.ratio > 0) {
+        const int32_t* sel = selected_.data() + t * K;
+        for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
+          const int32_t pos = L.ratio * (sel[k] + 1) - 1;
+          keys[n++] = kv.Slot(L.kv_src, s.block_table[pos / kv.block_size], pos % kv.block_size) +
+                      entry_off;
+        }
+      }
+      float* o = attn_.data() + (t * nh + h0) * hd;
+      dsv4::AttendSharedKv(q_.data() + (t * nh + h0) * hd, heads, keys, n, hd, scale,
+                           L.sink.data() + h0, scores, o);
+      for (int64_t h = 0; h < heads; ++h) {
+        dsv4::RopeInterleaved(o + h * hd + hd - rd, cosv + t * half, sinv + t * half,
+                              static_cast<int>(half), /*inverse=*/true);
+      }
+    }
+  });
+  // Grouped low-rank output: group g's heads through its block of wo_a, then wo_b.
+  const int64_t G = ds_.o_groups, olr = ds_.o_lora_rank, gin = nh * hd / G;
+  Grow(grouped_, T * gin);
+  Grow(tmp_, T * olr);
+  Grow(oa_, T * G * olr);
+  for (int64_t g = 0; g < G; ++g) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(grouped_.data() + t * gin, attn_.data() + t * nh * hd + g * gin,
+                  gin * sizeof(float));
+    }
+    TensorView block = *L.wo_a;
+    block.shape = {olr, gin};
+    block.data = L.wo_a->row(g * olr);
+    block.size_bytes = static_cast<size_t>(olr) * L.wo_a->row_bytes();
+    kernels::MatMul(block, grouped_.data(), T, tmp_.data(), pool);
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(oa_.data() + t * G * olr + g * olr, tmp_.data() + t * olr, olr * sizeof(float));
+    }
+  }
+  Grow(out_, T * H);
+  kernels::MatMul(*L.wo_b, oa_.data(), T, out_.data(), pool);
+}
+
+// w2(w * silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)) per row (no clamp for limit 0;
+// w = 1 for the shared expert).
+void DeepseekV41Impl::RunExpert(const Expert& e, const float* in, int64_t n,
+                                const float* row_weights, float* out, util::ThreadPool& pool) {
+  const int64_t I = ds_.moe_intermediate_size;
+  Grow(moe_gate_, n * I);
+  Grow(moe_up_, n * I);
+  const TensorView* ws[2] = {e.w1, e.w3};
+  float* ys[2] = {moe_gate_.data(), moe_up_.data()};
+  kernels::MatMulGroup(ws, ys, 2, in, n, pool);
+  const float limit = ds_.swiglu_limit;
+  if (limit > 0) {
+    for (int64_t i = 0; i < n * I; ++i) {
+      moe_up_[i] = std::clamp(moe_up_[i], -limit, limit);
+      moe_gate_[i] = std::min(moe_gate_[i], limit);
+    }
+  }
+  kernels::SiluMul(moe_gate_.data(), moe_up_.data(), n * I, moe_gate_.data());
+  if (row_weights != nullptr) {
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < I; ++i) moe_gate_[r * I + i] = row_weights[r] * moe_gate_[r * I + i];
+    }
+  }
+  kernels::MatMul(*e.w2, moe_gate_.data(), n, out, pool);
+}
+
+void DeepseekV41Impl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
+  const int64_t H = cfg_.hidden;
+  const int E = ds_.n_routed_experts, K = ds_.num_experts_per_tok;
+  Grow(router_logits_, T * E);
+  Grow(route_idx_, T * K);
+  Grow(route_w_, T * K);
+  kernels::MatMul(*L.router, h_.data(), T, router_logits_.data(), pool);
+  std::vector<float> score(E), choice(E);
+  std::vector<int> order(E);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lg = router_logits_.data() + t * E;
+    for (int e = 0; e < E; ++e) {
+      score[e] = dsv4::SqrtSoftplus(lg[e] / ds_.gate_temp);
+      choice[e] = score[e] + L.router_bias[e];
+      order[e] = e;
+    }
+    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
+      return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
+    });
+    int32_t* idx = route_idx_.data() + t * K;
+    float* w = route_w_.data() + t * K;
+    float sum = 0;
+    for (int k = 0; k < K; ++k) {
+      idx[k] = order[k];
+      w[k] = score[order[k]];
+      sum += w[k];
+    }
+    for (int k = 0; k < K; ++k) {
+      if (ds_.norm_topk_prob && K > 1) w[k] = w[k] / (sum + 1e-20f);
+      w[k] *= ds_.routed_scaling_factor;
+    }
+  }
+  Grow(moe_out_, T * H);
+  // The reference scales each routed expert's activation before w2.
+  moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
+           [&](int e, const float* in, int64_t n, const float* row_weights, float* result) {
+             RunExpert(L.experts[e], in, n, row_weights, result, pool);
+           },
+           /*weights_in_expert=*/true);
+  Grow(out_, T * H);
+  if (L.has_shared) {
+    RunExpert(L.shared, h_.data(), T, nullptr, out_.data(), pool);
+    for (int64_t i = 0; i < T * H; ++i) out_[i] = moe_out_[i] + out_[i];
+  } else {
+    std::memcpy(out_.data(), moe_out_.data(), T * H * sizeof(float));
+  }
+}
+
+void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+                              util::ThreadPool& pool) {
+  DI_CHECK(kv.floats_per_token == kv_floats_ && kv.num_layers >= cfg_.num_layers);
+  const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult, half = cfg_.rope_dim / 2;
+  Grow(positions_, T);
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
+  }
+  Grow(cos_main_, T * half);
+  Grow(sin_main_, T * half);
+  Grow(cos_comp_, T * half);
+  Grow(sin_comp_, T * half);
+  for (int64_t t = 0; t < T; ++t) {
+    dsv4::RopeAt(inv_freq_main_, 1.0f, positions_[t], cos_main_.data() + t * half,
+                 sin_main_.data() + t * half);
+    dsv4::RopeAt(inv_freq_compress_, compress_mscale_, positions_[t], cos_comp_.data() + t * half,
+                 sin_comp_.data() + t * half);
+  }
+  Grow(h_, T * H);
+  kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
+  Grow(streams_, T * hc * H);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < hc; ++j) {
+      std::memcpy(streams_.data() + (t * hc + j) * H, h_.data() + t * H, H * sizeof(float));
+    }
+  }
+  // Layer 0's attention collapses stream 0 alone.
+  Grow(pre_mix_, T * hc);
+  Grow(pre_attn_, T * hc);
+  Grow(pre_ffn_, T * hc);
+  std::fill(pre_mix_.begin(), pre_mix_.begin() + T * hc, 0.0f);
+  for (int64_t t = 0; t < T; ++t) pre_mix_[t * hc] = 1.0f;
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    Mixes(L.hc_attn, T, pre_attn_.data(), pool);
+    Collapse(pre_mix_.data(), T);
+    kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+    Attention(L, l, batch, kv, pool);
+    Expand(T);
+    Mixes(L.hc_ffn, T, pre_ffn_.data(), pool);
+    Collapse(pre_attn_.data(), T);
+    kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+    Moe(L, T, pool);
+    Expand(T);
+    std::swap(pre_mix_, pre_ffn_);
+  }
+  const int32_t num_rows = batch.num_logit_rows();
+  if (num_rows == 0 || logits == nullptr) return;
+  Grow(rows_, int64_t{num_rows} * H);
+  int32_t r = 0;
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
+      const int64_t t = s.token_offset + i;
+      dsv4::HcCollapse(streams_.data() + t * hc * H, pre_mix_.data() + t * hc,
+                       static_cast<int>(hc), H, rows_.data() + int64_t{r} * H);
+      ++r;
+    }
+  }
+  kernels::RmsNorm(rows_.data(), final_norm_.data(), num_rows, H, cfg_.rms_norm_eps, rows_.data());
+  kernels::MatMul(*head_, rows_.data(), num_rows, logits, pool);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model) {
+  if (!model.config.deepseek_v4 || !model.config.deepseek_v4->v41) {
+    return InvalidArgumentError("bad_config", "model has no DeepSeek-V4.1 hyperparameters");
+  }
+  auto lm = std::make_unique<DeepseekV41Impl>(model);
+  DI_RETURN_IF_ERROR(lm->Init());
+  return std::unique_ptr<CausalLm>(std::move(lm));
+}
+
+}  // namespace deepinfer::arch

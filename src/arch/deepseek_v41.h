@@ -1,0 +1,37 @@
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "arch/causal_lm.h"
+#include "model/model.h"
+
+namespace deepinfer::arch {
+
+// DeepSeek-V4.1 forward pass (text model): lagged mHC (a site's mixes come from its own input
+// streams, but it collapses with the previous site's `pre`; layer 0 starts from stream 0; the
+// final collapse uses the last FFN site's `pre`, no hc head), shared-KV attention over a sliding
+// window plus CSA2 — compressed KV produced only by the KV-source layers (ratio 2: per-channel
+// softmax pooling of token pairs; ratio 1: one entry per token) and read by the layers after
+// them, entries selected by the index-source layers (queries of their own against the source's
+// index keys k_norm(wk(latent)); the candidate source's block mask constrains later index
+// sources) and reused by the layers between them — and MoE with sqrt-softplus scores over
+// gate_temp, the routed weight applied before w2, one shared expert. The quantization-aware
+// numerics of the reference (window KV FP8 per 32, compressed KV FP4 per 16 with E4M3 scales,
+// index queries and keys FP4 per 32; each skipped when the dimension is not a multiple of its
+// block) are part of the model and on by default (Numerics::kDeepseekQat; kFast turns them
+// off). Weights F32 / BF16 or the released FP8 (32 x 32 E8M0 blocks) / FP4 experts.
+//
+// KV cache: per token and layer the window key/value; a KV source's slots also hold the token's
+//   compressor projections (ratio 2), and the slot of the position that closes group j holds
+//   entry j (after RoPE and quantization) and its index key. kv_floats_per_token() is the largest
+//   layer's need. Chunking, prefix hits and batching leave every logit unchanged.
+// Not yet: Engram layers (a config with engram_layer_ids is refused, unsupported_config), the
+//   DSpark stages (mtp.*, skipped), images (bias_vl is loaded and unused).
+// Threads / Lifetime: as CausalLm.
+// Source: transformers models/deepseek_v41/modeling_deepseek_v41.py at commit 0a2080b4 (the
+//   reference of ../shared/goldens/deepseek_v41); research notes section 5.
+// Errors: as CreateDeepseekV4 (arch/deepseek_v4.h).
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model);
+
+}  // namespace deepinfer::arch
