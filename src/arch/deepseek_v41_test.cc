@@ -8,11 +8,13 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "arch/causal_lm.h"
 #include "arch/deepseek_testing.h"
+#include "arch/engram_hash.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/synthetic_checkpoint.h"
@@ -98,6 +100,74 @@ TEST(DeepseekV41ConsistencyTest, ChunksPrefixHitsAndBatchingChangeNothing) {
   EXPECT_EQ(dc, 0.0);
   EXPECT_EQ(da, 0.0);
   EXPECT_EQ(db, 0.0);
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
+
+namespace deepinfer::arch {
+namespace {
+
+// The Engram hash layout and hashes against the reference's own (golden.json "engram" of the
+// v41_full case: primes, offsets, numpy-drawn multipliers, and the row ids of every position of
+// the greedy prompt given the golden token-class map).
+TEST(EngramHashTest, LayoutAndHashesMatchTheReference) {
+  const std::string dir = GoldenDir("v41_full");
+  if (!std::filesystem::exists(dir)) {
+    GTEST_SKIP() << "../shared/goldens/deepseek_v41 is absent (a user's clone has none)";
+  }
+  std::ifstream gin(dir + "/golden.json"), cin(dir + "/config.json"), pin(dir + "/greedy.json");
+  const auto golden = nlohmann::json::parse(gin);
+  const auto config = nlohmann::json::parse(cin)["text_config"];
+  const auto& e = golden["engram"];
+  const auto layers = config["engram_layer_ids"].get<std::vector<int>>();
+  const EngramLayout l = EngramLayout::Make(
+      layers, config["engram_max_ngram_size"].get<int>(), config["engram_n_heads"].get<int>(),
+      config["engram_vocab_size"].get<int64_t>(), e["compressed_vocab_size"].get<int>());
+  ASSERT_EQ(l.multipliers.size(), layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    EXPECT_EQ(l.multipliers[i], e["multipliers"][i].get<std::vector<int64_t>>()) << i;
+    EXPECT_EQ(l.offsets[i], e["offsets"][i].get<std::vector<int64_t>>()) << i;
+    std::vector<int64_t> primes;
+    for (const auto& per_ngram : e["primes"][i]) {
+      for (const auto& p : per_ngram) primes.push_back(p.get<int64_t>());
+    }
+    EXPECT_EQ(l.primes[i], primes) << i;
+    EXPECT_EQ(l.table_rows[i], config["engram_num_embeddings"][i].get<int64_t>()) << i;
+  }
+  const auto token_map = e["token_map"].get<std::vector<int32_t>>();
+  const auto prompt = nlohmann::json::parse(pin)["prompt"].get<std::vector<int32_t>>();
+  const auto& want = e["hash_ids_of_greedy_prompt"];
+  const int N = l.max_ngram_size;
+  std::vector<int32_t> classes(N);
+  std::vector<int64_t> row(l.columns());
+  for (size_t p = 0; p < prompt.size(); ++p) {
+    for (int k = 0; k < N; ++k) {
+      classes[k] = static_cast<int64_t>(p) - k < 0 ? -1 : token_map[prompt[p - k]];
+    }
+    for (size_t i = 0; i < layers.size(); ++i) {
+      l.Hash(static_cast<int>(i), classes.data(), e["pad_class"].get<int32_t>(), row.data());
+      EXPECT_EQ(row, want[p][i].get<std::vector<int64_t>>()) << "position " << p << " layer " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
+
+namespace deepinfer::arch {
+namespace {
+
+// The released DeepSeek-V4.1-Flash config: its engram_num_embeddings are the prime sums this
+// layout computes (engram_layer_ids [1, 14], 4-grams, 8 heads, engram_vocab_size 16,000,000,
+// compressed vocabulary 99,092).
+TEST(EngramHashTest, ReleaseTableSizesFollowFromThePrimes) {
+  const EngramLayout l = EngramLayout::Make({1, 14}, 4, 8, 16000000, 99092);
+  EXPECT_EQ(l.table_rows, (std::vector<int64_t>{384006168, 384016682}));
+  EXPECT_EQ(l.columns(), 24);
+  for (const auto& m : l.multipliers) {
+    for (int64_t v : m) EXPECT_EQ(v % 2, 1);
+  }
 }
 
 }  // namespace
