@@ -32,3 +32,7 @@ echo "== DeepSeek-V3-shaped checkpoints: BF16 / FP8 decode and prefill, 8 stream
 "$PY" bench/deepseek_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
   --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds-bench}" --json bench/results/deepseek.json \
   | tee bench/results/deepseek.md
+echo "== DeepSeek-V4-shaped checkpoint in the released formats: decode, prefill, long context"
+"$PY" bench/deepseek_v4_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
+  --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds4-bench}" --json bench/results/deepseek_v4.json \
+  | tee bench/results/deepseek_v4.md

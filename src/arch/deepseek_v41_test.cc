@@ -16,6 +16,7 @@
 #include "arch/deepseek_testing.h"
 #include "arch/engram_hash.h"
 #include "gtest/gtest.h"
+#include "model/hf_config.h"
 #include "model/model.h"
 #include "model/synthetic_checkpoint.h"
 #include "util/status.h"
@@ -168,6 +169,44 @@ TEST(EngramHashTest, ReleaseTableSizesFollowFromThePrimes) {
   for (const auto& m : l.multipliers) {
     for (int64_t v : m) EXPECT_EQ(v % 2, 1);
   }
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
+
+namespace deepinfer::arch {
+namespace {
+
+// Bad CSA2 schedules are one-line config errors with stable codes, before any tensor is read.
+TEST(DeepseekV41ConfigTest, BadSourceSchedulesAreRefused) {
+  const std::string base = R"({"model_type": "deepseek_v41", "text_config": {
+    "num_hidden_layers": 4, "compress_ratios": [0, 2, 2, 1],
+    "kv_source_layer_ids": KV, "index_source_layer_ids": IDX, "engram_layer_ids": []}})";
+  auto config = [&](const std::string& kv, const std::string& idx) {
+    std::string s = base;
+    s.replace(s.find("KV"), 2, kv);
+    s.replace(s.find("IDX"), 3, idx);
+    return s;
+  };
+  const struct {
+    std::string kv, idx, code;
+  } cases[] = {
+      {"[1]", "[1]", "bad_config"},            // layer 3 (ratio 1) has no source of its ratio
+      {"[0]", "[0]", "bad_config"},            // a KV source without a compressor (ratio 0)
+      {"[1, 3]", "[3, 1]", "bad_config"},      // index sources out of order
+      {"[1, 3]", "[1]", "unsupported_config"}, // a KV source that is no index source
+      {"[1, 9]", "[1, 9]", "bad_config"},      // a layer that does not exist
+  };
+  for (const auto& c : cases) {
+    auto parsed = model::ParseHfConfig(config(c.kv, c.idx));
+    ASSERT_FALSE(parsed.ok()) << c.kv << " " << c.idx;
+    if (!c.code.empty()) EXPECT_EQ(ErrorCodeOf(parsed.status()), c.code) << parsed.status();
+    EXPECT_EQ(OneLineError(parsed.status()).find('\n'), std::string::npos);
+  }
+  auto ok = model::ParseHfConfig(config("[1, 3]", "[1, 3]"));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->architecture, "deepseek_v41");
+  EXPECT_TRUE(ok->deepseek_v4->v41);
 }
 
 }  // namespace
