@@ -171,15 +171,16 @@ class DeepseekV4Impl final : public CausalLm {
 
   // Scratch, grown on demand.
   std::vector<float> streams_, streams_next_, hc_mix_, hc_post_, hc_comb_, x_, h_, qr_, q_, kvrow_;
-  std::vector<float> ca_, cz_, ia_, iz_, iq_, iw_, attn_, grouped_, oa_, out_, tmp_;
+  std::vector<float> ca_, cz_, ia_, iz_, iq_, iw_, attn_, out_, tmp_;
   std::vector<float> cos_main_, sin_main_, cos_comp_, sin_comp_, rows_;
-  std::vector<float> router_logits_, route_w_, moe_gate_, moe_up_, moe_out_;
+  std::vector<float> router_logits_, route_w_, moe_out_;
   std::vector<float> thread_scratch_;
   std::vector<int32_t> thread_order_;
   std::vector<float> index_keys_, index_scores_;
   std::vector<const float*> thread_keys_;
   std::vector<int32_t> positions_, route_idx_;
   MoeDispatch moe_;
+  dsv4::Scratch out_scratch_, expert_scratch_;
   // Selected compressed entries per token of a CSA layer: [T, index_topk], -1 padded.
   std::vector<int32_t> selected_;
   int64_t thread_stride_ = 0;
@@ -718,45 +719,17 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
       }
     }
   });
-  // Grouped low-rank output: group g's heads through its block of wo_a, then wo_b.
-  const int64_t G = ds_.o_groups, olr = ds_.o_lora_rank, gin = nh * hd / G;
-  Grow(grouped_, T * gin);
-  Grow(tmp_, T * olr);
-  Grow(oa_, T * G * olr);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(grouped_.data() + t * gin, attn_.data() + t * nh * hd + g * gin,
-                  gin * sizeof(float));
-    }
-    TensorView block = *L.wo_a;
-    block.shape = {olr, gin};
-    block.data = L.wo_a->row(g * olr);
-    block.size_bytes = static_cast<size_t>(olr) * L.wo_a->row_bytes();
-    kernels::MatMul(block, grouped_.data(), T, tmp_.data(), pool);
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(oa_.data() + t * G * olr + g * olr, tmp_.data() + t * olr, olr * sizeof(float));
-    }
-  }
   Grow(out_, T * H);
-  kernels::MatMul(*L.wo_b, oa_.data(), T, out_.data(), pool);
+  dsv4::GroupedOutput(*L.wo_a, *L.wo_b, ds_.o_groups, ds_.o_lora_rank, attn_.data(), T, nh * hd,
+                      out_scratch_, out_.data(), pool);
 }
 
-// One expert on n rows: w2(silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)).
+// One expert on n rows: w2(silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)); transformers
+// clamps with the configured limit whatever it is.
 void DeepseekV4Impl::RunExpert(const Expert& e, const float* in, int64_t n, float* out,
                                util::ThreadPool& pool) {
-  const int64_t I = ds_.moe_intermediate_size;
-  Grow(moe_gate_, n * I);
-  Grow(moe_up_, n * I);
-  const TensorView* ws[2] = {e.w1, e.w3};
-  float* ys[2] = {moe_gate_.data(), moe_up_.data()};
-  kernels::MatMulGroup(ws, ys, 2, in, n, pool);
-  const float limit = ds_.swiglu_limit;
-  for (int64_t i = 0; i < n * I; ++i) {
-    moe_gate_[i] = std::min(moe_gate_[i], limit);
-    moe_up_[i] = std::clamp(moe_up_[i], -limit, limit);
-  }
-  kernels::SiluMul(moe_gate_.data(), moe_up_.data(), n * I, moe_gate_.data());
-  kernels::MatMul(*e.w2, moe_gate_.data(), n, out, pool);
+  dsv4::SwiGluExpert(*e.w1, *e.w3, *e.w2, in, n, ds_.swiglu_limit, /*clamp=*/true, nullptr,
+                     expert_scratch_, out, pool);
 }
 
 void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,

@@ -117,9 +117,9 @@ class DeepseekV41Impl final : public CausalLm {
 
   // Scratch, grown on demand.
   std::vector<float> streams_, streams_next_, flat_, mix_, pre_mix_, pre_attn_, pre_ffn_, post_, comb_;
-  std::vector<float> x_, h_, qr_, q_, kvrow_, ca_, cz_, latent_, ikey_, iq_, iw_, attn_, grouped_;
-  std::vector<float> oa_, out_, tmp_, rows_, cos_main_, sin_main_, cos_comp_, sin_comp_, cs_;
-  std::vector<float> router_logits_, route_w_, moe_gate_, moe_up_, moe_out_, index_keys_;
+  std::vector<float> x_, h_, qr_, q_, kvrow_, ca_, cz_, latent_, ikey_, iq_, iw_, attn_, out_;
+  std::vector<float> rows_, cos_main_, sin_main_, cos_comp_, sin_comp_, cs_;
+  std::vector<float> router_logits_, route_w_, moe_out_, index_keys_;
   std::vector<float> index_scores_, thread_scratch_;
   std::vector<int32_t> positions_, route_idx_, thread_order_, token_seq_;
   std::vector<const float*> thread_keys_;
@@ -129,6 +129,7 @@ class DeepseekV41Impl final : public CausalLm {
   std::vector<uint8_t> candidates_;
   int64_t candidate_stride_ = 0;
   MoeDispatch moe_;
+  dsv4::Scratch out_scratch_, expert_scratch_;
 };
 
 absl::StatusOr<Site> DeepseekV41Impl::LoadSite(const std::string& p) {
@@ -561,53 +562,17 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
       }
     }
   });
-  // Grouped low-rank output: group g's heads through its block of wo_a, then wo_b.
-  const int64_t G = ds_.o_groups, olr = ds_.o_lora_rank, gin = nh * hd / G;
-  Grow(grouped_, T * gin);
-  Grow(tmp_, T * olr);
-  Grow(oa_, T * G * olr);
-  for (int64_t g = 0; g < G; ++g) {
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(grouped_.data() + t * gin, attn_.data() + t * nh * hd + g * gin,
-                  gin * sizeof(float));
-    }
-    TensorView block = *L.wo_a;
-    block.shape = {olr, gin};
-    block.data = L.wo_a->row(g * olr);
-    block.size_bytes = static_cast<size_t>(olr) * L.wo_a->row_bytes();
-    kernels::MatMul(block, grouped_.data(), T, tmp_.data(), pool);
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(oa_.data() + t * G * olr + g * olr, tmp_.data() + t * olr, olr * sizeof(float));
-    }
-  }
   Grow(out_, T * H);
-  kernels::MatMul(*L.wo_b, oa_.data(), T, out_.data(), pool);
+  dsv4::GroupedOutput(*L.wo_a, *L.wo_b, ds_.o_groups, ds_.o_lora_rank, attn_.data(), T, nh * hd,
+                      out_scratch_, out_.data(), pool);
 }
 
-// w2(w * silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)) per row (no clamp for limit 0;
-// w = 1 for the shared expert).
+// w2(w * silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)) per row, clamped only for a
+// positive limit as the reference does (w = 1 for the shared expert).
 void DeepseekV41Impl::RunExpert(const Expert& e, const float* in, int64_t n,
                                 const float* row_weights, float* out, util::ThreadPool& pool) {
-  const int64_t I = ds_.moe_intermediate_size;
-  Grow(moe_gate_, n * I);
-  Grow(moe_up_, n * I);
-  const TensorView* ws[2] = {e.w1, e.w3};
-  float* ys[2] = {moe_gate_.data(), moe_up_.data()};
-  kernels::MatMulGroup(ws, ys, 2, in, n, pool);
-  const float limit = ds_.swiglu_limit;
-  if (limit > 0) {
-    for (int64_t i = 0; i < n * I; ++i) {
-      moe_up_[i] = std::clamp(moe_up_[i], -limit, limit);
-      moe_gate_[i] = std::min(moe_gate_[i], limit);
-    }
-  }
-  kernels::SiluMul(moe_gate_.data(), moe_up_.data(), n * I, moe_gate_.data());
-  if (row_weights != nullptr) {
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t i = 0; i < I; ++i) moe_gate_[r * I + i] = row_weights[r] * moe_gate_[r * I + i];
-    }
-  }
-  kernels::MatMul(*e.w2, moe_gate_.data(), n, out, pool);
+  dsv4::SwiGluExpert(*e.w1, *e.w3, *e.w2, in, n, ds_.swiglu_limit, ds_.swiglu_limit > 0,
+                     row_weights, expert_scratch_, out, pool);
 }
 
 void DeepseekV41Impl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "fmt/format.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "model/block_scales.h"
@@ -173,6 +175,62 @@ void AttendSharedKv(const float* q, int64_t heads, const float* const* keys, int
 float SqrtSoftplus(float x) {
   const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
   return std::sqrt(sp);
+}
+
+namespace {
+void Grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+}  // namespace
+
+void GroupedOutput(const model::TensorView& wo_a, const model::TensorView& wo_b, int64_t groups,
+                   int64_t olr, const float* attn, int64_t T, int64_t w, Scratch& scratch,
+                   float* out, util::ThreadPool& pool) {
+  const int64_t gin = w / groups;
+  Grow(scratch.a, T * gin);
+  Grow(scratch.b, T * olr);
+  Grow(scratch.c, T * groups * olr);
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(scratch.a.data() + t * gin, attn + t * w + g * gin, gin * sizeof(float));
+    }
+    model::TensorView block = wo_a;
+    block.shape = {olr, gin};
+    block.data = wo_a.row(g * olr);
+    block.size_bytes = static_cast<size_t>(olr) * wo_a.row_bytes();
+    kernels::MatMul(block, scratch.a.data(), T, scratch.b.data(), pool);
+    for (int64_t t = 0; t < T; ++t) {
+      std::memcpy(scratch.c.data() + t * groups * olr + g * olr, scratch.b.data() + t * olr,
+                  olr * sizeof(float));
+    }
+  }
+  kernels::MatMul(wo_b, scratch.c.data(), T, out, pool);
+}
+
+void SwiGluExpert(const model::TensorView& w1, const model::TensorView& w3,
+                  const model::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
+                  const float* row_weights, Scratch& scratch, float* out, util::ThreadPool& pool) {
+  const int64_t I = w1.rows();
+  Grow(scratch.a, n * I);
+  Grow(scratch.b, n * I);
+  float* gate = scratch.a.data();
+  float* up = scratch.b.data();
+  const model::TensorView* ws[2] = {&w1, &w3};
+  float* ys[2] = {gate, up};
+  kernels::MatMulGroup(ws, ys, 2, in, n, pool);
+  if (clamp) {
+    for (int64_t i = 0; i < n * I; ++i) {
+      gate[i] = std::min(gate[i], limit);
+      up[i] = std::clamp(up[i], -limit, limit);
+    }
+  }
+  kernels::SiluMul(gate, up, n * I, gate);
+  if (row_weights != nullptr) {
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < I; ++i) gate[r * I + i] = row_weights[r] * gate[r * I + i];
+    }
+  }
+  kernels::MatMul(w2, gate, n, out, pool);
 }
 
 void FakeQuantFp8(float* x, int64_t n, int64_t block, float amax_floor) {

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "model/model.h"
+#include "util/thread_pool.h"
 
 namespace deepinfer::arch::dsv4 {
 
@@ -77,6 +78,25 @@ void AttendSharedKv(const float* q, int64_t heads, const float* const* keys, int
 
 // sqrt(softplus(x)) with torch's softplus (beta 1, threshold 20).
 float SqrtSoftplus(float x);
+
+// Reusable buffers of the functions below (grown on demand, never shrunk).
+struct Scratch {
+  std::vector<float> a, b, c;
+};
+
+// The grouped low-rank output projection: group g's heads (columns [g w / G, (g + 1) w / G) of
+// attn) through rows [g olr, (g + 1) olr) of wo_a, then wo_b over the concatenation.
+// Shapes: attn [T, w]; wo_a [G olr, w / G]; wo_b [H, G olr]; out [T, H].
+void GroupedOutput(const model::TensorView& wo_a, const model::TensorView& wo_b, int64_t groups,
+                   int64_t olr, const float* attn, int64_t T, int64_t w, Scratch& scratch,
+                   float* out, util::ThreadPool& pool);
+
+// A SwiGLU expert: w2(r * silu(g) * u) with g = w1 x, u = w3 x, clamped (g <= limit, |u| <= limit)
+// when `clamp`, and r the row's routing weight (1 when row_weights is null).
+// Shapes: in [n, H]; out [n, H]; w1, w3 [I, H]; w2 [H, I].
+void SwiGluExpert(const model::TensorView& w1, const model::TensorView& w3,
+                  const model::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
+                  const float* row_weights, Scratch& scratch, float* out, util::ThreadPool& pool);
 
 // --- Quantization-aware numerics (fake quantization: quantize, then dequantize in place). ---
 // FP8 E4M3 per `block` values (a shorter last block is its own block), scale 2^ceil(log2(

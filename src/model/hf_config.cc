@@ -236,41 +236,49 @@ absl::Status ParseV4Layers(const Json& j, const ConfigReader& r, int num_layers,
   return absl::OkStatus();
 }
 
-// DeepSeek-V4: hyperparameters, layer schedule and the two rotary tables.
-absl::StatusOr<ModelConfig> ParseDeepseekV4(const Json& j, const ConfigReader& r,
-                                            const std::string& label) {
-  ModelConfig c;
-  c.architecture = "deepseek_v4";
-  DeepseekV4Config d;
-  DI_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab_size", 129280));
-  DI_ASSIGN_OR_RETURN(c.hidden, r.Int("hidden_size", 4096));
-  DI_ASSIGN_OR_RETURN(c.num_layers, r.Int("num_hidden_layers", 43));
-  DI_ASSIGN_OR_RETURN(c.num_heads, r.Int("num_attention_heads", 64));
-  DI_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", 1));
-  if (c.num_kv_heads != 1) return r.Unsupported("num_key_value_heads other than 1 (shared KV)");
-  DI_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", 512));
-  DI_ASSIGN_OR_RETURN(c.max_context, r.Int("max_position_embeddings", 1048576));
-  DI_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Float("rms_norm_eps", 1e-6f));
-  DI_ASSIGN_OR_RETURN(c.rope_theta, r.Float("rope_theta", 10000.0f));
-  DI_ASSIGN_OR_RETURN(c.tied_embeddings, r.Bool("tie_word_embeddings", false));
-  DI_ASSIGN_OR_RETURN(d.q_lora_rank, r.Int("q_lora_rank", 1024));
-  DI_ASSIGN_OR_RETURN(d.o_lora_rank, r.Int("o_lora_rank", 1024));
-  DI_ASSIGN_OR_RETURN(d.o_groups, r.Int("o_groups", 8));
-  DI_ASSIGN_OR_RETURN(d.sliding_window, r.Int("sliding_window", 128));
-  DI_ASSIGN_OR_RETURN(d.index_n_heads, r.Int("index_n_heads", 64));
-  DI_ASSIGN_OR_RETURN(d.index_head_dim, r.Int("index_head_dim", 128));
-  DI_ASSIGN_OR_RETURN(d.index_topk, r.Int("index_topk", 512));
-  DI_ASSIGN_OR_RETURN(d.hc_mult, r.Int("hc_mult", 4, 1, 64));
-  DI_ASSIGN_OR_RETURN(d.hc_sinkhorn_iters, r.Int("hc_sinkhorn_iters", 20, 1, 1000));
-  DI_ASSIGN_OR_RETURN(d.hc_eps, r.Float("hc_eps", 1e-6f));
-  DI_ASSIGN_OR_RETURN(d.n_routed_experts, r.Int("n_routed_experts", 256));
-  DI_ASSIGN_OR_RETURN(d.n_shared_experts, r.Int("n_shared_experts", 1, 0, 1));
-  DI_ASSIGN_OR_RETURN(d.num_experts_per_tok, r.Int("num_experts_per_tok", 6));
-  DI_ASSIGN_OR_RETURN(d.moe_intermediate_size, r.Int("moe_intermediate_size", 2048));
-  DI_ASSIGN_OR_RETURN(d.routed_scaling_factor, r.Float("routed_scaling_factor", 1.5f));
-  DI_ASSIGN_OR_RETURN(d.swiglu_limit, r.Float("swiglu_limit", 10.0f, /*positive=*/false));
-  DI_ASSIGN_OR_RETURN(d.compress_rope_theta, r.Float("compress_rope_theta", 160000.0f));
-  DI_ASSIGN_OR_RETURN(d.num_nextn_predict_layers, r.Int("num_nextn_predict_layers", 1, 0, 16));
+// The defaults of a V4-family config that differ between V4 and V4.1 (the released values).
+struct V4Defaults {
+  int hidden, layers, q_lora_rank, index_n_heads, n_routed_experts, moe_intermediate_size, mtp;
+  float rms_norm_eps;
+};
+constexpr V4Defaults kV4Defaults{4096, 43, 1024, 64, 256, 2048, 1, 1e-6f};
+constexpr V4Defaults kV41Defaults{5120, 40, 1280, 32, 384, 2304, 0, 1e-20f};
+
+// The keys V4 and V4.1 share: dimensions, mHC, indexer, MoE, rotary dims; checked for
+// consistency.
+absl::Status ReadV4Family(const ConfigReader& r, const V4Defaults& def, ModelConfig* c,
+                          DeepseekV4Config* d) {
+  DI_ASSIGN_OR_RETURN(c->vocab, r.Int("vocab_size", 129280));
+  DI_ASSIGN_OR_RETURN(c->hidden, r.Int("hidden_size", def.hidden));
+  DI_ASSIGN_OR_RETURN(c->num_layers, r.Int("num_hidden_layers", def.layers));
+  DI_ASSIGN_OR_RETURN(c->num_heads, r.Int("num_attention_heads", 64));
+  DI_ASSIGN_OR_RETURN(c->num_kv_heads, r.Int("num_key_value_heads", 1));
+  if (c->num_kv_heads != 1) return r.Unsupported("num_key_value_heads other than 1 (shared KV)");
+  DI_ASSIGN_OR_RETURN(c->head_dim, r.Int("head_dim", 512));
+  DI_ASSIGN_OR_RETURN(c->max_context, r.Int("max_position_embeddings", 1048576));
+  DI_ASSIGN_OR_RETURN(c->rms_norm_eps, r.Float("rms_norm_eps", def.rms_norm_eps));
+  DI_ASSIGN_OR_RETURN(c->rope_theta, r.Float("rope_theta", 10000.0f));
+  DI_ASSIGN_OR_RETURN(c->tied_embeddings, r.Bool("tie_word_embeddings", false));
+  DI_ASSIGN_OR_RETURN(d->q_lora_rank, r.Int("q_lora_rank", def.q_lora_rank));
+  DI_ASSIGN_OR_RETURN(d->o_lora_rank, r.Int("o_lora_rank", 1024));
+  DI_ASSIGN_OR_RETURN(d->o_groups, r.Int("o_groups", 8));
+  DI_ASSIGN_OR_RETURN(d->sliding_window, r.Int("sliding_window", 128));
+  DI_ASSIGN_OR_RETURN(d->index_n_heads, r.Int("index_n_heads", def.index_n_heads));
+  DI_ASSIGN_OR_RETURN(d->index_head_dim, r.Int("index_head_dim", 128));
+  DI_ASSIGN_OR_RETURN(d->index_topk, r.Int("index_topk", 512));
+  DI_ASSIGN_OR_RETURN(d->hc_mult, r.Int("hc_mult", 4, 1, 64));
+  DI_ASSIGN_OR_RETURN(d->hc_sinkhorn_iters, r.Int("hc_sinkhorn_iters", 20, 1, 1000));
+  DI_ASSIGN_OR_RETURN(d->hc_eps, r.Float("hc_eps", 1e-6f));
+  DI_ASSIGN_OR_RETURN(d->n_routed_experts, r.Int("n_routed_experts", def.n_routed_experts));
+  DI_ASSIGN_OR_RETURN(d->n_shared_experts, r.Int("n_shared_experts", 1, 0, 1));
+  DI_ASSIGN_OR_RETURN(d->num_experts_per_tok, r.Int("num_experts_per_tok", 6));
+  DI_ASSIGN_OR_RETURN(d->moe_intermediate_size,
+                      r.Int("moe_intermediate_size", def.moe_intermediate_size));
+  DI_ASSIGN_OR_RETURN(d->routed_scaling_factor, r.Float("routed_scaling_factor", 1.5f));
+  DI_ASSIGN_OR_RETURN(d->swiglu_limit, r.Float("swiglu_limit", 10.0f, /*positive=*/false));
+  DI_ASSIGN_OR_RETURN(d->compress_rope_theta, r.Float("compress_rope_theta", 160000.0f));
+  DI_ASSIGN_OR_RETURN(d->num_nextn_predict_layers,
+                      r.Int("num_nextn_predict_layers", def.mtp, 0, 16));
   DI_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
   if (act != "silu") return r.Unsupported(fmt::format("hidden_act '{}' (supported: silu)", act));
   DI_ASSIGN_OR_RETURN(std::string scoring, r.String("scoring_func", "sqrtsoftplus"));
@@ -280,60 +288,76 @@ absl::StatusOr<ModelConfig> ParseDeepseekV4(const Json& j, const ConfigReader& r
   DI_ASSIGN_OR_RETURN(bool attention_bias, r.Bool("attention_bias", false));
   DI_ASSIGN_OR_RETURN(bool mlp_bias, r.Bool("mlp_bias", false));
   if (attention_bias || mlp_bias) return r.Unsupported("attention_bias / mlp_bias = true");
-  if (d.num_experts_per_tok > d.n_routed_experts) {
-    return r.Error(fmt::format("top-{} routing over {} experts", d.num_experts_per_tok,
-                               d.n_routed_experts));
+  if (d->num_experts_per_tok > d->n_routed_experts) {
+    return r.Error(fmt::format("top-{} routing over {} experts", d->num_experts_per_tok,
+                               d->n_routed_experts));
   }
   // Rotary dims: the release's qk_rope_head_dim, else transformers' partial_rotary_factor.
   if (r.Has("qk_rope_head_dim")) {
-    DI_ASSIGN_OR_RETURN(c.rope_dim, r.Int("qk_rope_head_dim", 64));
+    DI_ASSIGN_OR_RETURN(c->rope_dim, r.Int("qk_rope_head_dim", 64));
   } else {
     DI_ASSIGN_OR_RETURN(float factor, r.Float("partial_rotary_factor", 0.125f));
-    c.rope_dim = static_cast<int>(static_cast<double>(c.head_dim) * factor);
+    c->rope_dim = static_cast<int>(static_cast<double>(c->head_dim) * factor);
   }
-  if (c.rope_dim % 2 != 0 || c.rope_dim <= 0 || c.rope_dim > c.head_dim ||
-      c.rope_dim > d.index_head_dim) {
+  if (c->rope_dim % 2 != 0 || c->rope_dim <= 0 || c->rope_dim > c->head_dim ||
+      c->rope_dim > d->index_head_dim) {
     return r.Error(fmt::format("rotary dims {} must be even and fit head_dim {} and "
                                "index_head_dim {}",
-                               c.rope_dim, c.head_dim, d.index_head_dim));
+                               c->rope_dim, c->head_dim, d->index_head_dim));
   }
-  if (c.num_heads % d.o_groups != 0) {
-    return r.Error(fmt::format("{} heads do not split into {} output groups", c.num_heads,
-                               d.o_groups));
+  if (c->num_heads % d->o_groups != 0) {
+    return r.Error(fmt::format("{} heads do not split into {} output groups", c->num_heads,
+                               d->o_groups));
   }
-  c.rope_style = RopeStyle::kAdjacentPairs;
-  c.ffn_hidden = d.moe_intermediate_size;
-  DI_RETURN_IF_ERROR(ParseV4Layers(j, r, c.num_layers, d.num_nextn_predict_layers, &d));
-  // The compress rope: transformers nests {"main", "compress"} in rope_parameters; the release
-  // has one flat rope_scaling, which applies to the compress rope only.
+  c->rope_style = RopeStyle::kAdjacentPairs;
+  c->ffn_hidden = d->moe_intermediate_size;
+  return absl::OkStatus();
+}
+
+// The two rotary tables of V4 / V4.1: transformers nests {"main", "compress"} in
+// rope_parameters; the release has one flat rope_scaling, which applies to the compress rope
+// only. transformers sets attention_factor = 1.0 for the compress rope unless the config gives
+// one (DeepSeek's reference does not scale cos/sin by YaRN's mscale).
+absl::Status ReadV4Rope(const Json& j, const ConfigReader& r, const std::string& label,
+                        ModelConfig* c, DeepseekV4Config* d) {
   const Json* rp = nullptr;
   auto it = j.find("rope_parameters");
   if (it != j.end() && it->is_object() && it->contains("compress")) rp = &*it;
-  float main_theta = c.rope_theta;
+  float main_theta = c->rope_theta;
   if (rp != nullptr) {
     const Json& main = rp->at("main");
     const Json& compress = rp->at("compress");
     if (!main.is_object() || !compress.is_object()) {
       return r.Error("'rope_parameters' main / compress must be objects");
     }
-    // Their partial_rotary_factor is the rotary share already read above.
+    // Their partial_rotary_factor is the rotary share already read.
     Json wrap_main = {{"rope_parameters", main}}, wrap = {{"rope_parameters", compress}};
     wrap_main["rope_parameters"].erase("partial_rotary_factor");
     wrap["rope_parameters"].erase("partial_rotary_factor");
-    DI_ASSIGN_OR_RETURN(auto main_yarn, ParseRope(wrap_main, r, label, c.max_context, &main_theta));
+    DI_ASSIGN_OR_RETURN(auto main_yarn, ParseRope(wrap_main, r, label, c->max_context, &main_theta));
     if (main_yarn) return r.Unsupported("YaRN on the main (window-only) rope");
-    DI_ASSIGN_OR_RETURN(d.compress_yarn,
-                        ParseRope(wrap, r, label, c.max_context, &d.compress_rope_theta));
-    c.rope_theta = main_theta;
+    DI_ASSIGN_OR_RETURN(d->compress_yarn,
+                        ParseRope(wrap, r, label, c->max_context, &d->compress_rope_theta));
+    c->rope_theta = main_theta;
   } else {
-    float unused_theta = d.compress_rope_theta;
-    DI_ASSIGN_OR_RETURN(d.compress_yarn, ParseRope(j, r, label, c.max_context, &unused_theta));
+    float unused_theta = d->compress_rope_theta;
+    DI_ASSIGN_OR_RETURN(d->compress_yarn, ParseRope(j, r, label, c->max_context, &unused_theta));
   }
-  // transformers sets attention_factor = 1.0 for the V4 compress rope unless the config gives
-  // one (DeepSeek's reference does not scale cos/sin by YaRN's mscale).
-  if (d.compress_yarn && d.compress_yarn->attention_factor > 0) {
-    d.compress_rope_mscale = d.compress_yarn->attention_factor;
+  if (d->compress_yarn && d->compress_yarn->attention_factor > 0) {
+    d->compress_rope_mscale = d->compress_yarn->attention_factor;
   }
+  return absl::OkStatus();
+}
+
+// DeepSeek-V4: hyperparameters, layer schedule and the two rotary tables.
+absl::StatusOr<ModelConfig> ParseDeepseekV4(const Json& j, const ConfigReader& r,
+                                            const std::string& label) {
+  ModelConfig c;
+  c.architecture = "deepseek_v4";
+  DeepseekV4Config d;
+  DI_RETURN_IF_ERROR(ReadV4Family(r, kV4Defaults, &c, &d));
+  DI_RETURN_IF_ERROR(ParseV4Layers(j, r, c.num_layers, d.num_nextn_predict_layers, &d));
+  DI_RETURN_IF_ERROR(ReadV4Rope(j, r, label, &c, &d));
   c.deepseek_v4 = std::move(d);
   return c;
 }
@@ -369,35 +393,7 @@ absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader
   c.architecture = "deepseek_v41";
   DeepseekV4Config d;
   d.v41 = true;
-  DI_ASSIGN_OR_RETURN(c.vocab, r.Int("vocab_size", 129280));
-  DI_ASSIGN_OR_RETURN(c.hidden, r.Int("hidden_size", 5120));
-  DI_ASSIGN_OR_RETURN(c.num_layers, r.Int("num_hidden_layers", 40));
-  DI_ASSIGN_OR_RETURN(c.num_heads, r.Int("num_attention_heads", 64));
-  DI_ASSIGN_OR_RETURN(c.num_kv_heads, r.Int("num_key_value_heads", 1));
-  if (c.num_kv_heads != 1) return r.Unsupported("num_key_value_heads other than 1 (shared KV)");
-  DI_ASSIGN_OR_RETURN(c.head_dim, r.Int("head_dim", 512));
-  DI_ASSIGN_OR_RETURN(c.rope_dim, r.Int("qk_rope_head_dim", 64));
-  DI_ASSIGN_OR_RETURN(c.max_context, r.Int("max_position_embeddings", 1048576));
-  DI_ASSIGN_OR_RETURN(c.rms_norm_eps, r.Float("rms_norm_eps", 1e-20f));
-  DI_ASSIGN_OR_RETURN(c.rope_theta, r.Float("rope_theta", 10000.0f));
-  DI_ASSIGN_OR_RETURN(c.tied_embeddings, r.Bool("tie_word_embeddings", false));
-  DI_ASSIGN_OR_RETURN(d.q_lora_rank, r.Int("q_lora_rank", 1280));
-  DI_ASSIGN_OR_RETURN(d.o_lora_rank, r.Int("o_lora_rank", 1024));
-  DI_ASSIGN_OR_RETURN(d.o_groups, r.Int("o_groups", 8));
-  DI_ASSIGN_OR_RETURN(d.sliding_window, r.Int("sliding_window", 128));
-  DI_ASSIGN_OR_RETURN(d.index_n_heads, r.Int("index_n_heads", 32));
-  DI_ASSIGN_OR_RETURN(d.index_head_dim, r.Int("index_head_dim", 128));
-  DI_ASSIGN_OR_RETURN(d.index_topk, r.Int("index_topk", 512));
-  DI_ASSIGN_OR_RETURN(d.hc_mult, r.Int("hc_mult", 4, 1, 64));
-  DI_ASSIGN_OR_RETURN(d.hc_sinkhorn_iters, r.Int("hc_sinkhorn_iters", 20, 1, 1000));
-  DI_ASSIGN_OR_RETURN(d.hc_eps, r.Float("hc_eps", 1e-6f));
-  DI_ASSIGN_OR_RETURN(d.n_routed_experts, r.Int("n_routed_experts", 384));
-  DI_ASSIGN_OR_RETURN(d.n_shared_experts, r.Int("n_shared_experts", 1, 0, 1));
-  DI_ASSIGN_OR_RETURN(d.num_experts_per_tok, r.Int("num_experts_per_tok", 6));
-  DI_ASSIGN_OR_RETURN(d.moe_intermediate_size, r.Int("moe_intermediate_size", 2304));
-  DI_ASSIGN_OR_RETURN(d.routed_scaling_factor, r.Float("routed_scaling_factor", 1.5f));
-  DI_ASSIGN_OR_RETURN(d.swiglu_limit, r.Float("swiglu_limit", 10.0f, /*positive=*/false));
-  DI_ASSIGN_OR_RETURN(d.compress_rope_theta, r.Float("compress_rope_theta", 160000.0f));
+  DI_RETURN_IF_ERROR(ReadV4Family(r, kV41Defaults, &c, &d));
   DI_ASSIGN_OR_RETURN(d.gate_temp, r.Float("gate_temp", 1.0f));
   DI_ASSIGN_OR_RETURN(d.norm_topk_prob, r.Bool("norm_topk_prob", true));
   DI_ASSIGN_OR_RETURN(d.candidate_source_layer_id, r.Int("candidate_source_layer_id", -1, -1));
@@ -406,25 +402,6 @@ absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader
   DI_ASSIGN_OR_RETURN(d.kv_source_layer_ids, IntList(j, r, "kv_source_layer_ids"));
   DI_ASSIGN_OR_RETURN(d.index_source_layer_ids, IntList(j, r, "index_source_layer_ids"));
   DI_ASSIGN_OR_RETURN(d.engram_layer_ids, IntList(j, r, "engram_layer_ids"));
-  DI_ASSIGN_OR_RETURN(std::string act, r.String("hidden_act", "silu"));
-  if (act != "silu") return r.Unsupported(fmt::format("hidden_act '{}' (supported: silu)", act));
-  DI_ASSIGN_OR_RETURN(std::string scoring, r.String("scoring_func", "sqrtsoftplus"));
-  if (scoring != "sqrtsoftplus") {
-    return r.Unsupported(fmt::format("scoring_func '{}' (supported: sqrtsoftplus)", scoring));
-  }
-  if (d.num_experts_per_tok > d.n_routed_experts) {
-    return r.Error(fmt::format("top-{} routing over {} experts", d.num_experts_per_tok,
-                               d.n_routed_experts));
-  }
-  if (c.rope_dim % 2 != 0 || c.rope_dim > c.head_dim || c.rope_dim > d.index_head_dim) {
-    return r.Error(fmt::format("rotary dims {} must be even and fit head_dim {} and "
-                               "index_head_dim {}",
-                               c.rope_dim, c.head_dim, d.index_head_dim));
-  }
-  if (c.num_heads % d.o_groups != 0) {
-    return r.Error(fmt::format("{} heads do not split into {} output groups", c.num_heads,
-                               d.o_groups));
-  }
   DI_ASSIGN_OR_RETURN(std::vector<int> ratios, IntList(j, r, "compress_ratios"));
   if (static_cast<int>(ratios.size()) < c.num_layers) {
     return r.Error(fmt::format("'compress_ratios' must list one ratio for each of {} layers",
@@ -473,13 +450,7 @@ absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader
     return r.Error(fmt::format("candidate_source_layer_id {} is not an index source",
                                d.candidate_source_layer_id));
   }
-  c.rope_style = RopeStyle::kAdjacentPairs;
-  c.ffn_hidden = d.moe_intermediate_size;
-  float unused_theta = d.compress_rope_theta;
-  DI_ASSIGN_OR_RETURN(d.compress_yarn, ParseRope(j, r, label, c.max_context, &unused_theta));
-  if (d.compress_yarn && d.compress_yarn->attention_factor > 0) {
-    d.compress_rope_mscale = d.compress_yarn->attention_factor;
-  }
+  DI_RETURN_IF_ERROR(ReadV4Rope(j, r, label, &c, &d));
   c.deepseek_v4 = std::move(d);
   return c;
 }
