@@ -20,6 +20,12 @@ Measured:
              head) x decode tokens/s, over bench/membw.cc's measured read bandwidth.
   8 streams  `deepinfer serve` + `deepinfer bench` (random prompts of 256 tokens, 64 output
              tokens, 16 requests): output tokens/s, TPOT.
+  llama.cpp  with --llama-bin DIR and --llama-gguf FILE (the same checkpoint converted by the
+             convert_hf_to_gguf.py that llama-cpp-python's sdist vendors: FP8 becomes Q8_0, FP4
+             becomes MXFP4), each of our runs is followed by the same one on llama.cpp:
+             `llama-bench` for prefill (pp) and decode at the same depth (tg with -d), and
+             `llama-server --parallel 8` driven by the same `deepinfer bench`. Weight repacking is
+             off (--repack 0): with it this build aborts in ggml_backend_sched_split_graph.
 
 Usage: python bench/deepseek_v4_speed.py [--deepinfer build/deepinfer] [--models /tmp/ds4-bench]
            [--json bench/results/deepseek_v4.json] > bench/results/deepseek_v4.md
@@ -39,7 +45,8 @@ sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 from deepseek_v4_shapes import fp8_targets, make_recipe, native_tensors  # noqa: E402
 from deepseek_speed import generate, level, serve_and_bench  # noqa: E402
-from runtime_vs_llamacpp import build_membw, load_average  # noqa: E402
+from runtime_vs_llamacpp import build_membw, load_average, run_timed  # noqa: E402
+from serve_vs_llamacpp import Engine, free_port  # noqa: E402
 
 TOKENIZER = REPO.parent / "shared" / "models" / "deepseek-v3-tokenizer"
 
@@ -125,6 +132,39 @@ def run_generate(args, model, prompt, gen, repeats):
             "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
 
 
+def llama_bench(args, prompt: int, gen: int, repeats: int) -> dict:
+    """llama-bench prefill of `prompt` tokens and decode of `gen` tokens after `prompt` tokens."""
+    base = [str(pathlib.Path(args.llama_bin) / "llama-bench"), "-m", args.llama_gguf, "-t",
+            str(args.threads), "--repack", "0", "-r", str(repeats), "-o", "json"]
+    out_pp, rss_pp = run_timed(base + ["-p", str(prompt), "-n", "0"])
+    out_tg, rss_tg = run_timed(base + ["-p", "0", "-n", str(gen), "-d", str(prompt)])
+    pp, tg = json.loads(out_pp)[0], json.loads(out_tg)[0]
+    return {"prefill": pp["avg_ts"], "decode": tg["avg_ts"], "peak_rss_mib": max(rss_pp, rss_tg),
+            "runs": [pp, tg]}
+
+
+def llama_serve_and_bench(args, input_len: int, output_len: int, num_prompts: int) -> dict:
+    port = free_port()
+    engine = Engine("llama-server", [str(pathlib.Path(args.llama_bin) / "llama-server"), "-m",
+                                     args.llama_gguf, "-t", str(args.threads), "-tb",
+                                     str(args.threads), "--parallel", "8", "-c", "4096",
+                                     "--no-repack", "--host", "127.0.0.1", "--port", str(port),
+                                     "--alias", "ds"], port, "/health")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = pathlib.Path(tmp) / "bench.json"
+            p = subprocess.run([args.deepinfer, "bench", "--base", engine.base, "--model", "ds",
+                                "--input-len", str(input_len), "--output-len", str(output_len),
+                                "--concurrency", "1,8", "--num-prompts", str(num_prompts),
+                                "--no-progress", "--json", str(out)], capture_output=True,
+                               text=True)
+            if p.returncode != 0:
+                sys.exit(f"deepinfer bench against llama-server failed: {p.stderr[-2000:]}")
+            return json.loads(out.read_text())
+    finally:
+        engine.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deepinfer", default=str(REPO / "build" / "deepinfer"))
@@ -133,6 +173,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--long-context", type=int, default=16384)
     ap.add_argument("--json", help="write raw results here")
+    ap.add_argument("--llama-bin", help="llama.cpp's build/bin (llama-bench, llama-server)")
+    ap.add_argument("--llama-gguf", help="the checkpoint converted to GGUF by llama.cpp")
     args = ap.parse_args()
     tool = pathlib.Path(args.deepinfer).parent / "synthetic_checkpoint"
     model = ensure_checkpoint(pathlib.Path(args.models), tool)
@@ -166,6 +208,11 @@ def main() -> None:
         results[name] = r
         print(f"| {name} | {prompt} | {r['prefill']:.1f} | {r['decode']:.2f} | {gbps:.1f} | "
               f"{100 * gbps / bw_gbps:.0f}% | {r['peak_rss_mib']:.0f} |", flush=True)
+        if args.llama_gguf:
+            r = llama_bench(args, prompt, gen, repeats)
+            results["llama.cpp " + name] = r
+            print(f"| llama.cpp: {name} | {prompt} | {r['prefill']:.1f} | {r['decode']:.2f} | "
+                  f"- | - | {r['peak_rss_mib']:.0f} |", flush=True)
 
     if (model / "tokenizer.json").exists():
         print("\nServing: random prompts of 256 tokens, 64 output tokens, 16 requests per level:\n")
@@ -173,10 +220,17 @@ def main() -> None:
         print("|---|---|---|---|---|")
         r = serve_and_bench(args, model, "1,8", [], 256, 64, 16)
         results["streams"] = r
+        peer = llama_serve_and_bench(args, 256, 64, 16) if args.llama_gguf else None
+        results["llama.cpp streams"] = peer
         for c in (1, 8):
-            m = level(r, c)
-            print(f"| {c} | {m['output_throughput']:.1f} | {m['tpot_ms']['p50']:.1f} | "
-                  f"{m['ttft_ms']['p50']:.0f} | {r['peak_rss_mib']:.0f} |", flush=True)
+            for engine, res in (("deepinfer", r), ("llama-server", peer)):
+                if res is None:
+                    continue
+                m = level(res, c)
+                rss = f"{res['peak_rss_mib']:.0f}" if "peak_rss_mib" in res else "-"
+                print(f"| {c} ({engine}) | {m['output_throughput']:.1f} | "
+                      f"{m['tpot_ms']['p50']:.1f} | {m['ttft_ms']['p50']:.0f} | {rss} |",
+                      flush=True)
     results["load_after"] = load_average()
     print(f"\nLoad average after: {results['load_after']}.")
     if args.json:
