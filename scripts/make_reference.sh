@@ -31,6 +31,8 @@ $PY tests/reference/make_llama_cpp_golden.py "$MODEL" tests/golden/llama_cpp/smo
 echo "reference: DeepSeek tokenizers (Hugging Face tokenizers)"
 $PY tests/reference/make_deepseek_tokenizer_golden.py \
   --transformers4-python .venv-reference4/bin/python
+echo "reference: DeepSeek-V4.1 Engram token classes (Hugging Face tokenizers)"
+$PY tests/reference/make_engram_token_map_golden.py
 echo "reference: DeepSeek chat encodings"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -16,7 +16,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build clang pkg-config git unzip curl ca-certificates
   python3 python3-venv python3-pip
   libabsl-dev libboost1.81-dev nlohmann-json3-dev libsimdjson-dev libspdlog-dev libfmt-dev libcli11-dev
-  libpcre2-dev libxxhash-dev libssl-dev zlib1g-dev libopenblas-dev libedit-dev
+  libpcre2-dev libicu-dev libxxhash-dev libssl-dev zlib1g-dev libopenblas-dev libedit-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus shellcheck redis-server libhiredis-dev caddy
 )

@@ -21,6 +21,7 @@ class FakeTokenizer final : public Tokenizer {
     out->append(pieces_[id]);
   }
   std::string TokenPiece(int32_t id) const override { return pieces_[id]; }
+  std::string TokenEntry(int32_t id) const override { return pieces_[id]; }
   int32_t TokenId(std::string_view) const override { return -1; }
   int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
   int32_t bos_id() const override { return 0; }

@@ -85,6 +85,9 @@ class HfBpeTokenizer final : public Tokenizer {
   std::string TokenPiece(int32_t id) const override {
     return id >= 0 && id < vocab_size() ? pieces_[id] : std::string();
   }
+  std::string TokenEntry(int32_t id) const override {
+    return id >= 0 && id < vocab_size() ? entries_[id] : std::string();
+  }
   int32_t TokenId(std::string_view piece) const override {
     auto it = ids_.find(absl::string_view(piece.data(), piece.size()));
     return it == ids_.end() ? -1 : it->second;
@@ -145,6 +148,7 @@ class HfBpeTokenizer final : public Tokenizer {
   int32_t byte_id_[256];
   absl::flat_hash_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // pair -> (rank, result)
   std::vector<std::string> pieces_;                                    // id -> decoded bytes
+  std::vector<std::string> entries_;                                   // id -> stored entry
   std::vector<bool> special_;
   absl::flat_hash_set<int32_t> eog_;
   int32_t bos_id_ = -1;
@@ -225,6 +229,7 @@ absl::StatusOr<std::unique_ptr<HfBpeTokenizer>> HfBpeTokenizer::Create(
     t->pieces_[id] = DecodeByteLevelToken(text);
   }
   for (const HfAddedToken& a : t->added_) t->ids_[a.content] = a.id;
+  t->entries_ = data.tokens;
 
   const ByteLevelMap& map = ByteLevelMap::Get();
   for (int b = 0; b < 256; ++b) {

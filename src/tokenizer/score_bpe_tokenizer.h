@@ -40,6 +40,9 @@ class ScoreBpeTokenizer final : public Tokenizer {
   void AppendDecoded(int32_t prev_id, int32_t id, bool skip_special,
                      std::string* out) const override;
   std::string TokenPiece(int32_t id) const override;
+  std::string TokenEntry(int32_t id) const override {
+    return vocab_.Contains(id) ? vocab_.text(id) : std::string();
+  }
   int32_t TokenId(std::string_view piece) const override { return vocab_.Find(piece); }
   int32_t vocab_size() const override { return vocab_.size(); }
   int32_t bos_id() const override { return bos_id_; }

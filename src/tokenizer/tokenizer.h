@@ -54,6 +54,11 @@ class Tokenizer {
   // empty for an out-of-range id.
   virtual std::string TokenPiece(int32_t id) const = 0;
 
+  // Returns token `id`'s vocabulary entry as the tokenizer file stores it (byte-level BPE:
+  // "Ġthe"; an added token: its content), as Hugging Face's id_to_token; empty for an
+  // out-of-range id.
+  virtual std::string TokenEntry(int32_t id) const = 0;
+
   // Returns the id whose vocabulary entry is exactly `piece` (for byte-level BPE, the entry as
   // stored, e.g. "<|im_end|>" or "Ġthe"), or -1.
   virtual int32_t TokenId(std::string_view piece) const = 0;
