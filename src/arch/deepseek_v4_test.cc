@@ -399,6 +399,19 @@ TEST(DeepseekV4ConfigTest, ReleaseAndTransformersKeysGiveTheSameSchedule) {
   }
 }
 
+TEST(DeepseekV4ConfigTest, NestedRopeWithoutMainIsABadConfig) {
+  // Found by the safetensors fuzz target: a missing "main" used to throw out of the parser.
+  for (const char* rope : {R"({"compress": {"rope_type": "default"}})",
+                           R"({"compress": {"rope_type": "default"}, "main": 3})",
+                           R"({"compress": 1, "main": {"rope_type": "default"}})"}) {
+    const std::string cfg = std::string(R"({"model_type": "deepseek_v4", "num_hidden_layers": 2,
+      "compress_ratios": [0, 4], "qk_rope_head_dim": 64, "rope_parameters": )") + rope + "}";
+    auto c = model::ParseHfConfig(cfg);
+    ASSERT_FALSE(c.ok()) << rope;
+    EXPECT_EQ(ErrorCodeOf(c.status()), "bad_config") << rope << ": " << c.status();
+  }
+}
+
 void PatchScale(model::CheckpointCopy& c, const std::string& scale, int64_t index, uint8_t value) {
   const size_t off = c.TensorOffset("model.safetensors", scale);
   c.Patch("model.safetensors", off + index, &value, 1);

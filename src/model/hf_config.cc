@@ -325,8 +325,10 @@ absl::Status ReadV4Rope(const Json& j, const ConfigReader& r, const std::string&
   if (it != j.end() && it->is_object() && it->contains("compress")) rp = &*it;
   float main_theta = c->rope_theta;
   if (rp != nullptr) {
-    const Json& main = rp->at("main");
-    const Json& compress = rp->at("compress");
+    auto main_it = rp->find("main");
+    if (main_it == rp->end()) return r.Error("'rope_parameters' has 'compress' but no 'main'");
+    const Json& main = *main_it;
+    const Json& compress = (*rp)["compress"];
     if (!main.is_object() || !compress.is_object()) {
       return r.Error("'rope_parameters' main / compress must be objects");
     }
