@@ -136,6 +136,8 @@ def llama_bench(args, prompt: int, gen: int, repeats: int) -> dict:
     """llama-bench prefill of `prompt` tokens and decode of `gen` tokens after `prompt` tokens."""
     base = [str(pathlib.Path(args.llama_bin) / "llama-bench"), "-m", args.llama_gguf, "-t",
             str(args.threads), "--repack", "0", "-r", str(repeats), "-o", "json"]
+    if repeats == 1:
+        base.append("--no-warmup")  # the long runs: a warm-up would prefill the depth again
     out_pp, rss_pp = run_timed(base + ["-p", str(prompt), "-n", "0"])
     out_tg, rss_tg = run_timed(base + ["-p", "0", "-n", str(gen), "-d", str(prompt)])
     pp, tg = json.loads(out_pp)[0], json.loads(out_tg)[0]
