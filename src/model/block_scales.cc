@@ -64,6 +64,9 @@ absl::Status AttachBlockScales(Model& m, const Fp8Blocks& blocks) {
   constexpr std::string_view kSuffix = ".scale";
   std::vector<std::string> scale_names;
   for (const auto& [name, t] : m.tensors) {
+    // DeepSeek-V4.1's Engram tables carry per-row scales of their own (1 x 32 along the head
+    // dimension, F32 ones in float checkpoints): the architecture reads those, not the matmul.
+    if (name.find(".engram.embed.") != std::string::npos) continue;
     if (name.size() > kSuffix.size() &&
         name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0) {
       scale_names.push_back(name);

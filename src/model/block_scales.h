@@ -30,7 +30,8 @@ uint8_t Fp32ToFp4E2M1(float v);
 // For every "<p>.weight" with an E8M0 "<p>.scale" beside it: an F8_E4M3 weight [out, in] takes
 // scales [ceil(out / blocks.rows), ceil(in / blocks.cols)]; an I8 weight [out, in / 2] becomes
 // kFp4E2M1 [out, in] with scales [out, in / 32]. The scale tensors leave the name map (their
-// bytes stay mapped, referenced by the weights).
+// bytes stay mapped, referenced by the weights). DeepSeek-V4.1's Engram tables
+// ("*.engram.embed.weight" / ".scale") are left to the architecture.
 // Errors: InvalidArgument "shape_mismatch" (a scale grid that does not fit its weight, FP4 data
 //   of the wrong length, a scale that is not E8M0, a scaled weight of another dtype); DataLoss
 //   "nan_in_weights" (an E8M0 NaN scale). Messages name the tensor.
