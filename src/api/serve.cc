@@ -15,6 +15,7 @@
 #include "http/server.h"
 #include "model/model.h"
 #include "spdlog/spdlog.h"
+#include "tokenizer/engram_token_map.h"
 #include "tokenizer/model_text.h"
 #include "util/error_codes.h"
 #include "util/log.h"
@@ -142,6 +143,9 @@ absl::Status Serve(ServeOptions o) {
   if (!model.ok()) return Failed("cannot load model", model.status());
   auto text = tokenizer::LoadModelText(**model, o.chat_template);
   if (!text.ok()) return Failed("cannot build tokenizer or chat template", text.status());
+  if (auto st = tokenizer::AttachEngramTokenClasses(*text->tokenizer, model->get()); !st.ok()) {
+    return Failed("cannot build the Engram token classes", st);
+  }
   auto engine = engine::Engine::Create(**model, o.engine);
   if (!engine.ok()) return Failed("cannot start engine", engine.status());
 

@@ -12,12 +12,15 @@
 #include <vector>
 
 #include "arch/deepseek_v4_ops.h"
+#include "arch/engram_hash.h"
 #include "arch/moe.h"
 #include "arch/rope.h"
 #include "fmt/format.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
+#include "model/block_scales.h"
+#include "model/fp8.h"
 #include "model/tensor_values.h"
 #include "util/status.h"
 
@@ -38,8 +41,19 @@ struct Expert {
   const TensorView* w2 = nullptr;
 };
 
+// One Engram layer: the n-gram table (F32/BF16, or FP8 E4M3 rows with E8M0 scales per 32),
+// wkv [(hc + 1) H, columns head_dim] and the gate weights q, k [hc, H].
+struct Engram {
+  int index = -1;  // position in engram_layer_ids
+  const TensorView* table = nullptr;
+  const TensorView* table_scale = nullptr;  // FP8 tables only
+  const TensorView* wkv = nullptr;
+  std::vector<float> qk;  // q_weight * k_weight [hc, H]: the reference uses only the product
+};
+
 struct Layer {
   int ratio = 0;
+  Engram engram;
   bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
   int kv_src = -1;  // the layer whose compressed entries this layer reads (ratio > 0)
   Site hc_attn, hc_ffn;
@@ -99,8 +113,10 @@ class DeepseekV41Impl final : public CausalLm {
                 util::ThreadPool& pool);
   void Select(const Layer& L, const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
   void Moe(const Layer& L, int64_t T, util::ThreadPool& pool);
-  void RunExpert(const Expert& e, const float* in, int64_t n, const float* row_weights,
-                 float* out, util::ThreadPool& pool);
+  void EngramHashes(const ForwardBatch& batch, KvCache& kv);
+  void ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& pool);
+  void RunExpert(const Expert& e, const float* in, int64_t n, const float* row_weights, float* out,
+                 util::ThreadPool& pool);
 
   const model::Model& model_;
   model::ModelConfig cfg_;
@@ -114,9 +130,18 @@ class DeepseekV41Impl final : public CausalLm {
   float compress_mscale_ = 1.0f;
   int64_t kv_floats_ = 0;
   bool qat_ = true;
+  // Engram: the layout, token classes, the pad token's class, and the slot offset (in layer
+  // 0's slot) where each token's class is kept for later positions' look-back.
+  EngramLayout engram_;
+  std::vector<int32_t> token_class_;
+  int32_t pad_class_ = 0;
+  int64_t off_class_ = -1;
+  std::vector<int64_t> hash_ids_;  // [T, engram layers, columns]
+  std::vector<float> engram_rows_, engram_kv_;
 
   // Scratch, grown on demand.
-  std::vector<float> streams_, streams_next_, flat_, mix_, pre_mix_, pre_attn_, pre_ffn_, post_, comb_;
+  std::vector<float> streams_, streams_next_, flat_, mix_, pre_mix_, pre_attn_, pre_ffn_, post_,
+      comb_;
   std::vector<float> x_, h_, qr_, q_, kvrow_, ca_, cz_, latent_, ikey_, iq_, iw_, attn_, out_;
   std::vector<float> rows_, cos_main_, sin_main_, cos_comp_, sin_comp_, cs_;
   std::vector<float> router_logits_, route_w_, moe_out_, index_keys_;
@@ -165,11 +190,11 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
   DI_ASSIGN_OR_RETURN(L.wq_b, schema_.Mat(a + "wq_b.weight", nh * hd, ds_.q_lora_rank));
   DI_ASSIGN_OR_RETURN(L.wkv, schema_.Mat(a + "wkv.weight", hd, H));
   DI_ASSIGN_OR_RETURN(L.kv_norm, schema_.Vec(a + "kv_norm.weight", {hd}));
-  DI_ASSIGN_OR_RETURN(L.wo_a, schema_.Mat(a + "wo_a.weight",
-                                          int64_t{ds_.o_groups} * ds_.o_lora_rank,
-                                          nh * hd / ds_.o_groups));
-  DI_ASSIGN_OR_RETURN(L.wo_b, schema_.Mat(a + "wo_b.weight", H,
-                                          int64_t{ds_.o_groups} * ds_.o_lora_rank));
+  DI_ASSIGN_OR_RETURN(L.wo_a,
+                      schema_.Mat(a + "wo_a.weight", int64_t{ds_.o_groups} * ds_.o_lora_rank,
+                                  nh * hd / ds_.o_groups));
+  DI_ASSIGN_OR_RETURN(L.wo_b,
+                      schema_.Mat(a + "wo_b.weight", H, int64_t{ds_.o_groups} * ds_.o_lora_rank));
   int64_t off = hd;
   if (L.kv_source) {
     DI_ASSIGN_OR_RETURN(L.c_wkv, schema_.Mat(a + "compressor.wkv.weight", hd, H));
@@ -187,11 +212,55 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
     off += hd + ihd;
   }
   if (L.index_source) {
-    DI_ASSIGN_OR_RETURN(L.i_wq_b, schema_.Mat(a + "indexer.wq_b.weight", ih * ihd,
-                                              ds_.q_lora_rank));
+    DI_ASSIGN_OR_RETURN(L.i_wq_b,
+                        schema_.Mat(a + "indexer.wq_b.weight", ih * ihd, ds_.q_lora_rank));
     DI_ASSIGN_OR_RETURN(L.i_weights, schema_.Mat(a + "indexer.weights_proj.weight", ih, H));
   }
   L.slot_floats = off;
+  if (in(ds_.engram_layer_ids, l)) {
+    Engram& e = L.engram;
+    e.index =
+        static_cast<int>(std::find(ds_.engram_layer_ids.begin(), ds_.engram_layer_ids.end(), l) -
+                         ds_.engram_layer_ids.begin());
+    const std::string g = p + "engram.";
+    const int64_t rows = engram_.table_rows[e.index], hd_e = ds_.engram_head_dim;
+    const int64_t hc = ds_.hc_mult;
+    e.table = model_.Find(g + "embed.weight");
+    if (e.table == nullptr) {
+      return NotFoundError("missing_tensor", fmt::format("tensor '{}embed.weight' is missing", g));
+    }
+    schema_.MarkUsed(g + "embed.weight");
+    if (e.table->shape != std::vector<int64_t>{rows, hd_e}) {
+      return InvalidArgumentError("shape_mismatch",
+                                  fmt::format("{}embed.weight is {}, expected [{}, {}]", g,
+                                              model::ShapeString(e.table->shape), rows, hd_e));
+    }
+    if (e.table->dtype == model::DType::kF8E4M3) {
+      e.table_scale = model_.Find(g + "embed.scale");
+      if (e.table_scale == nullptr) {
+        return NotFoundError("missing_tensor", fmt::format("tensor '{}embed.scale' is missing", g));
+      }
+      schema_.MarkUsed(g + "embed.scale");
+      if (e.table_scale->dtype != model::DType::kE8M0 ||
+          e.table_scale->shape != std::vector<int64_t>{rows, hd_e / 32} || hd_e % 32 != 0) {
+        return InvalidArgumentError(
+            "shape_mismatch",
+            fmt::format("{}embed.scale must be E8M0 [{}, {}]", g, rows, hd_e / 32));
+      }
+    } else if (e.table->dtype != model::DType::kF32 && e.table->dtype != model::DType::kBF16) {
+      return UnimplementedError("unsupported_dtype", fmt::format("{}embed.weight has dtype {}", g,
+                                                                 model::DTypeName(e.table->dtype)));
+    } else {
+      DI_RETURN_IF_ERROR(schema_.Mat(g + "embed.weight", rows, hd_e).status());
+      if (schema_.Has(g + "embed.scale")) schema_.MarkUsed(g + "embed.scale");  // unused ones
+    }
+    DI_ASSIGN_OR_RETURN(
+        e.wkv, schema_.Mat(g + "wkv.weight", (hc + 1) * H, int64_t{engram_.columns()} * hd_e));
+    DI_ASSIGN_OR_RETURN(std::vector<float> q, schema_.Vec(g + "q_weight", {hc, H}));
+    DI_ASSIGN_OR_RETURN(std::vector<float> k, schema_.Vec(g + "k_weight", {hc, H}));
+    e.qk.resize(q.size());
+    for (size_t i = 0; i < q.size(); ++i) e.qk[i] = q[i] * k[i];
+  }
   const int64_t E = ds_.n_routed_experts, I = ds_.moe_intermediate_size;
   DI_ASSIGN_OR_RETURN(L.router, schema_.Mat(f + "gate.weight", E, H));
   DI_ASSIGN_OR_RETURN(L.router_bias, schema_.Vec(f + "gate.bias", {E}));
@@ -219,9 +288,43 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
 absl::Status DeepseekV41Impl::Init() {
   const int64_t H = cfg_.hidden;
   if (!ds_.engram_layer_ids.empty()) {
-    return UnimplementedError("unsupported_config",
-                              "DeepSeek-V4.1 Engram layers (engram_layer_ids) are not "
-                              "implemented yet");
+    if (model_.engram_token_classes.empty()) {
+      return UnimplementedError("unsupported_config",
+                                "DeepSeek-V4.1 Engram layers (engram_layer_ids) need the "
+                                "tokenizer's token classes, which serving does not supply yet");
+    }
+    // Bounds keep the prime search at load short (the release: 4-grams, 8 heads).
+    if (ds_.engram_max_ngram_size < 2 || ds_.engram_max_ngram_size > 16 ||
+        ds_.engram_n_heads <= 0 || ds_.engram_n_heads > 256 || ds_.engram_head_dim <= 0 ||
+        ds_.engram_layer_ids.size() > 64 ||
+        ds_.engram_compressed_vocab_size <= 0 ||
+        ds_.engram_num_embeddings.size() != ds_.engram_layer_ids.size()) {
+      return InvalidArgumentError("bad_config", "inconsistent DeepSeek-V4.1 Engram settings");
+    }
+    engram_ =
+        EngramLayout::Make(ds_.engram_layer_ids, ds_.engram_max_ngram_size, ds_.engram_n_heads,
+                           ds_.engram_vocab_size, ds_.engram_compressed_vocab_size);
+    for (size_t e = 0; e < ds_.engram_layer_ids.size(); ++e) {
+      if (engram_.table_rows[e] != ds_.engram_num_embeddings[e]) {
+        return InvalidArgumentError(
+            "bad_config", fmt::format("engram_num_embeddings[{}] is {}; its primes sum to {}", e,
+                                      ds_.engram_num_embeddings[e], engram_.table_rows[e]));
+      }
+    }
+    token_class_ = model_.engram_token_classes;
+    int32_t classes = 0;
+    for (int32_t c : token_class_) classes = std::max(classes, c + 1);
+    if (classes != ds_.engram_compressed_vocab_size ||
+        static_cast<int64_t>(token_class_.size()) < 1) {
+      return InvalidArgumentError(
+          "bad_config", fmt::format("the tokenizer gives {} Engram token classes; the config's "
+                                    "engram_compressed_vocab_size is {}",
+                                    classes, ds_.engram_compressed_vocab_size));
+    }
+    if (ds_.engram_pad_id < 0 || ds_.engram_pad_id >= static_cast<int>(token_class_.size())) {
+      return InvalidArgumentError("bad_config", "engram_pad_id is not a token of the tokenizer");
+    }
+    pad_class_ = token_class_[ds_.engram_pad_id];
   }
   if (ds_.hc_mult > 64 || cfg_.rope_dim > cfg_.head_dim || ds_.n_routed_experts <= 0 ||
       ds_.index_topk <= 0 || ds_.candidate_block_size <= 0) {
@@ -247,6 +350,7 @@ absl::Status DeepseekV41Impl::Init() {
     kv_floats_ = std::max(kv_floats_, L.slot_floats);
     layers_.push_back(std::move(L));
   }
+  if (!ds_.engram_layer_ids.empty()) off_class_ = kv_floats_++;
   // The DSpark stages ("mtp.*"), the vision tower and the image embeddings are not read yet.
   for (const auto& [name, t] : model_.tensors) {
     for (const char* prefix : {"mtp.", "vision.", "aligner.", "image_"}) {
@@ -415,10 +519,10 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
     Grow(index_keys_, V * ihd);
     for (int64_t j = 0; j < V; ++j) {
       const int64_t pos = L.ratio * (j + 1) - 1;
-      std::memcpy(index_keys_.data() + j * ihd,
-                  kv.Slot(L.kv_src, s.block_table[pos / kv.block_size], pos % kv.block_size) +
-                      src.off_ikey,
-                  ihd * sizeof(float));
+      std::memcpy(
+          index_keys_.data() + j * ihd,
+          kv.Slot(L.kv_src, s.block_table[pos / kv.block_size], pos % kv.block_size) + src.off_ikey,
+          ihd * sizeof(float));
     }
     TensorView keys;
     keys.name = "index_keys";
@@ -460,7 +564,8 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
               bscore[b] = b == nb - 1 ? std::numeric_limits<float>::infinity() : m;
               order[b] = b;
             }
-            const int32_t keep = static_cast<int32_t>(std::min<int64_t>(ds_.candidate_topk_blocks, nb));
+            const int32_t keep =
+                static_cast<int32_t>(std::min<int64_t>(ds_.candidate_topk_blocks, nb));
             std::partial_sort(order, order + keep, order + nb, [&](int32_t a, int32_t b) {
               return bscore[a] > bscore[b] || (bscore[a] == bscore[b] && a < b);
             });
@@ -525,7 +630,8 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
   Grow(token_seq_, T);
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
     const auto& s = batch.seqs[si];
-    for (int32_t i = 0; i < s.num_tokens; ++i) token_seq_[s.token_offset + i] = static_cast<int32_t>(si);
+    for (int32_t i = 0; i < s.num_tokens; ++i)
+      token_seq_[s.token_offset + i] = static_cast<int32_t>(si);
   }
   const int64_t max_keys = ds_.sliding_window + (L.ratio > 0 ? K : 0);
   const int64_t entry_off = L.ratio > 0 ? layers_[L.kv_src].off_entry : 0;
@@ -609,17 +715,104 @@ void DeepseekV41Impl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
   }
   Grow(moe_out_, T * H);
   // The reference scales each routed expert's activation before w2.
-  moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
-           [&](int e, const float* in, int64_t n, const float* row_weights, float* result) {
-             RunExpert(L.experts[e], in, n, row_weights, result, pool);
-           },
-           /*weights_in_expert=*/true);
+  moe_.Run(
+      route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
+      [&](int e, const float* in, int64_t n, const float* row_weights, float* result) {
+        RunExpert(L.experts[e], in, n, row_weights, result, pool);
+      },
+      /*weights_in_expert=*/true);
   Grow(out_, T * H);
   if (L.has_shared) {
     RunExpert(L.shared, h_.data(), T, nullptr, out_.data(), pool);
     for (int64_t i = 0; i < T * H; ++i) out_[i] = moe_out_[i] + out_[i];
   } else {
     std::memcpy(out_.data(), moe_out_.data(), T * H * sizeof(float));
+  }
+}
+
+// Each token's class goes into its slot (layer 0) so that later chunks and decode steps can look
+// back at it; then every position hashes the classes at p, p - 1, ..., p - (N - 1) (those before
+// this step read from their slots). Token ids outside the tokenizer hash as the pad class.
+void DeepseekV41Impl::EngramHashes(const ForwardBatch& batch, KvCache& kv) {
+  const int N = engram_.max_ngram_size, cols = engram_.columns();
+  const int64_t T = batch.num_tokens, layers = static_cast<int64_t>(ds_.engram_layer_ids.size());
+  auto class_of = [&](int32_t token) {
+    return token >= 0 && token < static_cast<int32_t>(token_class_.size()) ? token_class_[token]
+                                                                           : pad_class_;
+  };
+  auto slot = [&](const SequenceSlice& s, int32_t pos) {
+    return kv.Slot(0, s.block_table[pos / kv.block_size], pos % kv.block_size);
+  };
+  Grow(hash_ids_, T * layers * cols);
+  std::vector<int32_t> classes(static_cast<size_t>(N));
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      slot(s, s.start_pos + i)[off_class_] =
+          static_cast<float>(class_of(batch.tokens[s.token_offset + i]));
+    }
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      const int32_t p = s.start_pos + i;
+      for (int k = 0; k < N; ++k) {
+        const int32_t q = p - k;
+        classes[k] = q < 0 ? -1 : static_cast<int32_t>(slot(s, q)[off_class_]);
+      }
+      for (int64_t e = 0; e < layers; ++e) {
+        engram_.Hash(static_cast<int>(e), classes.data(), pad_class_,
+                     hash_ids_.data() + ((s.token_offset + i) * layers + e) * cols);
+      }
+    }
+  }
+}
+
+// streams_ += gate * value per (token, stream), before the layer's attention site:
+// kv = wkv(rows) = [keys (hc x H), value (H)];
+// dot_k = sum(X_k * q_k * k_k * key_k) * rsqrt(mean X_k^2 + eps) * rsqrt(mean key_k^2 + eps) /
+// sqrt(H); gate_k = sigmoid(sign(dot_k) sqrt(max(|dot_k|, 1e-6))). Source:
+// DeepseekV41Engram.forward.
+void DeepseekV41Impl::ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& pool) {
+  const int cols = engram_.columns();
+  const int64_t hd = ds_.engram_head_dim, H = cfg_.hidden, hc = ds_.hc_mult;
+  const int64_t layers = static_cast<int64_t>(ds_.engram_layer_ids.size());
+  const int64_t in = cols * hd;
+  Grow(engram_rows_, T * in);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int c = 0; c < cols; ++c) {
+      const int64_t row = hash_ids_[(t * layers + e.index) * cols + c];
+      float* out = engram_rows_.data() + t * in + c * hd;
+      if (e.table_scale != nullptr) {
+        const uint8_t* codes = e.table->data + row * hd;
+        const uint8_t* scales = e.table_scale->data + row * (hd / 32);
+        for (int64_t d = 0; d < hd; ++d) {
+          out[d] = model::Fp8E4M3ToFp32(codes[d]) * model::E8M0ToFp32(scales[d / 32]);
+        }
+      } else {
+        const int32_t id = static_cast<int32_t>(row);
+        kernels::EmbeddingLookup(*e.table, &id, 1, out);
+      }
+    }
+  }
+  Grow(engram_kv_, T * (hc + 1) * H);
+  kernels::MatMul(*e.wkv, engram_rows_.data(), T, engram_kv_.data(), pool);
+  const float eps = cfg_.rms_norm_eps, inv_sqrt_h = 1.0f / std::sqrt(static_cast<float>(H));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* key = engram_kv_.data() + t * (hc + 1) * H;
+    const float* value = key + hc * H;
+    for (int64_t k = 0; k < hc; ++k) {
+      float* x = streams_.data() + (t * hc + k) * H;
+      const float* kk = key + k * H;
+      const float* w = e.qk.data() + k * H;
+      float xx = 0, key2 = 0, dot = 0;
+      for (int64_t d = 0; d < H; ++d) {
+        xx += x[d] * x[d];
+        key2 += kk[d] * kk[d];
+        dot += x[d] * w[d] * kk[d];
+      }
+      const float rstd = (1.0f / std::sqrt(xx / H + eps)) * (1.0f / std::sqrt(key2 / H + eps));
+      const float g = dot * rstd * inv_sqrt_h;
+      const float gate =
+          1.0f / (1.0f + std::exp(-std::copysign(std::sqrt(std::max(std::fabs(g), 1e-6f)), g)));
+      for (int64_t d = 0; d < H; ++d) x[d] += gate * value[d];
+    }
   }
 }
 
@@ -655,8 +848,10 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   Grow(pre_ffn_, T * hc);
   std::fill(pre_mix_.begin(), pre_mix_.begin() + T * hc, 0.0f);
   for (int64_t t = 0; t < T; ++t) pre_mix_[t * hc] = 1.0f;
+  if (off_class_ >= 0) EngramHashes(batch, kv);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];
+    if (L.engram.index >= 0) ApplyEngram(L.engram, T, pool);
     Mixes(L.hc_attn, T, pre_attn_.data(), pool);
     Collapse(pre_mix_.data(), T);
     kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
@@ -676,8 +871,8 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   for (const auto& s : batch.seqs) {
     for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
       const int64_t t = s.token_offset + i;
-      dsv4::HcCollapse(streams_.data() + t * hc * H, pre_mix_.data() + t * hc,
-                       static_cast<int>(hc), H, rows_.data() + int64_t{r} * H);
+      dsv4::HcCollapse(streams_.data() + t * hc * H, pre_mix_.data() + t * hc, static_cast<int>(hc),
+                       H, rows_.data() + int64_t{r} * H);
       ++r;
     }
   }

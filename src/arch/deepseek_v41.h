@@ -26,8 +26,13 @@ namespace deepinfer::arch {
 //   compressor projections (ratio 2), and the slot of the position that closes group j holds
 //   entry j (after RoPE and quantization) and its index key. kv_floats_per_token() is the largest
 //   layer's need. Chunking, prefix hits and batching leave every logit unchanged.
-// Not yet: Engram layers (a config with engram_layer_ids is refused, unsupported_config), the
-//   DSpark stages (mtp.*, skipped), images (bias_vl is loaded and unused).
+// Engram (engram_layer_ids): before the layer's attention site, each position's n-gram row ids
+//   (engram_hash.h, over model.engram_token_classes, which the caller fills from the tokenizer:
+//   tokenizer::AttachEngramTokenClasses) gather rows of the layer's table (F32/BF16, or FP8 with
+//   E8M0 per 32), wkv turns them into a key per stream and one value, and each stream adds
+//   sigmoid(signed sqrt(normalized dot(stream, q*k*key))) * value. Each token's class is kept in
+//   its layer-0 slot for later positions' look-back. Without the classes: unsupported_config.
+// Not yet: the DSpark stages (mtp.*, skipped), images (bias_vl is loaded and unused).
 // Threads / Lifetime: as CausalLm.
 // Source: transformers models/deepseek_v41/modeling_deepseek_v41.py at commit 0a2080b4 (the
 //   reference of ../shared/goldens/deepseek_v41); research notes section 5.

@@ -7,6 +7,7 @@
 #include "arch/deepseek_v41.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -38,24 +39,28 @@ struct Golden : testing::GoldenFiles {
 };
 
 // Loads a case, or skips the test when ../shared is not there.
-#define LOAD_OR_SKIP(g, name)                                                                \
-  if (!std::filesystem::exists(GoldenDir(name))) {                                           \
-    GTEST_SKIP() << "../shared/goldens/deepseek_v41 is absent (a user's clone has none)";    \
-  }                                                                                          \
-  Golden g = Load(name);                                                                     \
+#define LOAD_OR_SKIP(g, name)                                                             \
+  if (!std::filesystem::exists(GoldenDir(name))) {                                        \
+    GTEST_SKIP() << "../shared/goldens/deepseek_v41 is absent (a user's clone has none)"; \
+  }                                                                                       \
+  Golden g = Load(name);                                                                  \
   ASSERT_TRUE(g.lm)
 
 Golden Load(const std::string& name) {
   Golden g;
   if (!g.Load(GoldenDir(name))) return g;
-  auto dir = model::SyntheticCheckpoint(GoldenDir(name),
-                                        std::string(DI_TESTDATA_DIR) + "/deepseek_v41");
+  auto dir =
+      model::SyntheticCheckpoint(GoldenDir(name), std::string(DI_TESTDATA_DIR) + "/deepseek_v41");
   EXPECT_TRUE(dir.ok()) << dir.status();
   if (!dir.ok()) return g;
   auto m = model::LoadModel(*dir);
   EXPECT_TRUE(m.ok()) << m.status();
   if (!m.ok()) return g;
   g.model = std::move(*m);
+  // Engram cases: the token classes of the case's toy tokenizer, as the reference built them.
+  if (g.json.contains("engram")) {
+    g.model->engram_token_classes = g.json["engram"]["token_map"].get<std::vector<int32_t>>();
+  }
   auto lm = CreateCausalLm(*g.model);
   EXPECT_TRUE(lm.ok()) << lm.status();
   if (lm.ok()) g.lm = std::move(*lm);
@@ -87,20 +92,98 @@ TEST(DeepseekV41ParityTest, NoQatCaseMatchesTheReferenceTightly) {
   EXPECT_LT(worst, 1e-4);  // the README's bound for the case without fake quantization
 }
 
-TEST(DeepseekV41ConsistencyTest, ChunksPrefixHitsAndBatchingChangeNothing) {
-  LOAD_OR_SKIP(g, "v41_noengram_noqat");
+// The full cases: Engram on layers 1 and 4 and every QAT fake-quant active. A float-order change
+// of 1e-7 can move a fake-quantized value across a rounding boundary, and every later query reads
+// it (README "QAT fragility": the reference's own re-chunkings move the 300-token logits by up to
+// 0.41). Such a flip shows as a run of positions off by 1e-4 .. 1e-1 between runs at 1e-6 (the
+// value leaves the window or the selection again); a wrong formula would not recover. So: the 1-
+// and 7-token prompts within 1e-4; longer ones with at least half the positions within 1e-4 and
+// 98% of top-1 choices the same; the 16 greedy tokens exactly (fed one token per step, so Engram
+// looks back through the cache). DI_V41_DIFFS=1 prints every position's difference.
+void ExpectFullCaseParity(const char* name) {
+  LOAD_OR_SKIP(g, name);
   util::ThreadPool pool(2);
-  const auto prompt = g.Prompts().back();  // 300 tokens
+  for (const auto& prompt : g.Prompts()) {
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    const std::string key = "logits_" + std::to_string(n);
+    const float* ref = g.Ref(key, n);
+    ASSERT_NE(ref, nullptr);
+    // No entry (the 1-token prompt): nothing to re-chunk, so nothing moved.
+    const nlohmann::json frag = g.json["fragility"].contains(key)
+                                    ? g.json["fragility"][key]["per_position_max_abs"]
+                                    : nlohmann::json::array();
+    const std::vector<float> got = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
+    double worst = 0;
+    int agree = 0, stable = 0, stable_close = 0, close = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const double d = MaxAbsDiff(got.data() + t * g.vocab, ref + t * g.vocab, g.vocab);
+      worst = std::max(worst, d);
+      if (std::getenv("DI_V41_DIFFS") != nullptr) std::printf("  %lld %.3g\n", (long long)t, d);
+      close += d < 1e-4;
+      if (frag.empty() || frag[t].get<double>() < 1e-4) {
+        ++stable;
+        stable_close += d < 1e-3;
+      }
+      agree += ArgMax(ref + t * g.vocab, g.vocab) == ArgMax(got.data() + t * g.vocab, g.vocab);
+    }
+    std::printf(
+        "parity %s %3lld tokens: max |logit diff| %.3g, %d positions within 1e-4, %d of "
+        "%d the reference calls stable within 1e-3, top-1 %d/%lld\n",
+        name, static_cast<long long>(n), worst, close, stable_close, stable, agree,
+        static_cast<long long>(n));
+    if (n <= 7) {
+      EXPECT_LT(worst, 1e-4) << name << " prompt " << n;
+    } else {
+      EXPECT_GE(close * 2, n) << name << " prompt " << n;
+      EXPECT_GE(agree * 100, n * 98) << name << " prompt " << n;
+    }
+  }
+  std::ifstream in(GoldenDir(name) + "/greedy.json");
+  const auto greedy = nlohmann::json::parse(in);
+  std::vector<int32_t> seq = greedy["prompt"].get<std::vector<int32_t>>();
+  const auto want = greedy["tokens"].get<std::vector<int32_t>>();
+  const size_t p = seq.size();
+  seq.insert(seq.end(), want.begin(), want.end() - 1);
+  const std::vector<float> got = RunTokens(*g.lm, seq, 1, pool);
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(ArgMax(got.data() + (p - 1 + i) * g.vocab, g.vocab), want[i])
+        << name << " step " << i;
+  }
+}
+
+TEST(DeepseekV41ParityTest, FullCaseWithEngramAndQatMatchesTheReference) {
+  ExpectFullCaseParity("v41_full");
+}
+
+TEST(DeepseekV41ParityTest, FullCaseInReleaseFormatsMatchesTheReference) {
+  ExpectFullCaseParity("v41_full_fp8");
+}
+
+// Chunked prefill and batching give exactly the logits of one full prefill of prompt `index`.
+void ExpectChunksAndBatchingChangeNothing(const char* name, size_t index,
+                                          std::vector<int> chunks) {
+  LOAD_OR_SKIP(g, name);
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[index];
   const int64_t n = static_cast<int64_t>(prompt.size());
   const std::vector<float> full = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
-  for (int chunk : {1, 2, 7, 128}) {
+  for (int chunk : chunks) {
     const std::vector<float> got = RunTokens(*g.lm, prompt, chunk, pool);
-    EXPECT_EQ(MaxAbsDiff(got.data(), full.data(), n * g.vocab), 0.0) << "chunk " << chunk;
+    EXPECT_EQ(MaxAbsDiff(got.data(), full.data(), n * g.vocab), 0.0) << name << " chunk " << chunk;
   }
   const auto [dc, da, db] = testing::BatchedVsSingle(*g.lm, g.Prompts(), pool);
-  EXPECT_EQ(dc, 0.0);
-  EXPECT_EQ(da, 0.0);
-  EXPECT_EQ(db, 0.0);
+  EXPECT_EQ(dc, 0.0) << name;
+  EXPECT_EQ(da, 0.0) << name;
+  EXPECT_EQ(db, 0.0) << name;
+}
+
+TEST(DeepseekV41ConsistencyTest, ChunksPrefixHitsAndBatchingChangeNothing) {
+  ExpectChunksAndBatchingChangeNothing("v41_noengram_noqat", 3, {1, 2, 7, 128});  // 300 tokens
+}
+
+TEST(DeepseekV41ConsistencyTest, EngramChunksAndBatchingChangeNothing) {
+  // Engram looks back through the cached token classes across chunk boundaries.
+  ExpectChunksAndBatchingChangeNothing("v41_full", 2, {1, 3, 7});  // 64 tokens
 }
 
 }  // namespace
@@ -191,11 +274,11 @@ TEST(DeepseekV41ConfigTest, BadSourceSchedulesAreRefused) {
   const struct {
     std::string kv, idx, code;
   } cases[] = {
-      {"[1]", "[1]", "bad_config"},            // layer 3 (ratio 1) has no source of its ratio
-      {"[0]", "[0]", "bad_config"},            // a KV source without a compressor (ratio 0)
-      {"[1, 3]", "[3, 1]", "bad_config"},      // index sources out of order
-      {"[1, 3]", "[1]", "unsupported_config"}, // a KV source that is no index source
-      {"[1, 9]", "[1, 9]", "bad_config"},      // a layer that does not exist
+      {"[1]", "[1]", "bad_config"},             // layer 3 (ratio 1) has no source of its ratio
+      {"[0]", "[0]", "bad_config"},             // a KV source without a compressor (ratio 0)
+      {"[1, 3]", "[3, 1]", "bad_config"},       // index sources out of order
+      {"[1, 3]", "[1]", "unsupported_config"},  // a KV source that is no index source
+      {"[1, 9]", "[1, 9]", "bad_config"},       // a layer that does not exist
   };
   for (const auto& c : cases) {
     auto parsed = model::ParseHfConfig(config(c.kv, c.idx));

@@ -21,6 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
+#include "tokenizer/engram_token_map.h"
 #include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error_codes.h"
@@ -330,8 +331,13 @@ int RunChat(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tok
 int Run(const GenerateFlags& f) {
   auto model = model::LoadModel(f.model, f.tokenizer);
   if (!model.ok()) return Fail(model.status());
-  const model::Model& m = **model;
+  model::Model& m = **model;
   auto text = tokenizer::LoadModelText(m, f.chat_template);
+  if (text.ok()) {
+    if (auto st = tokenizer::AttachEngramTokenClasses(*text->tokenizer, &m); !st.ok()) {
+      return Fail(st);
+    }
+  }
   // Token ids in and out need no tokenizer: a checkpoint without one (the synthetic parity
   // checkpoints) still runs.
   const bool ids_only = !f.prompt_ids.empty() || (f.random_prompt_tokens > 0 && f.print_ids);

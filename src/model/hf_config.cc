@@ -404,6 +404,16 @@ absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader
   DI_ASSIGN_OR_RETURN(d.kv_source_layer_ids, IntList(j, r, "kv_source_layer_ids"));
   DI_ASSIGN_OR_RETURN(d.index_source_layer_ids, IntList(j, r, "index_source_layer_ids"));
   DI_ASSIGN_OR_RETURN(d.engram_layer_ids, IntList(j, r, "engram_layer_ids"));
+  if (!d.engram_layer_ids.empty()) {
+    DI_ASSIGN_OR_RETURN(d.engram_max_ngram_size, r.Int("engram_max_ngram_size", std::nullopt, 2));
+    DI_ASSIGN_OR_RETURN(d.engram_n_heads, r.Int("engram_n_heads", std::nullopt));
+    DI_ASSIGN_OR_RETURN(d.engram_head_dim, r.Int("engram_head_dim", std::nullopt));
+    DI_ASSIGN_OR_RETURN(d.engram_vocab_size, r.Int("engram_vocab_size", std::nullopt));
+    DI_ASSIGN_OR_RETURN(d.engram_compressed_vocab_size,
+                        r.Int("engram_compressed_vocab_size", std::nullopt));
+    DI_ASSIGN_OR_RETURN(d.engram_pad_id, r.Int("engram_pad_id", 2, 0));
+    DI_ASSIGN_OR_RETURN(d.engram_num_embeddings, IntList(j, r, "engram_num_embeddings"));
+  }
   DI_ASSIGN_OR_RETURN(std::vector<int> ratios, IntList(j, r, "compress_ratios"));
   if (static_cast<int>(ratios.size()) < c.num_layers) {
     return r.Error(fmt::format("'compress_ratios' must list one ratio for each of {} layers",

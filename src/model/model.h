@@ -146,6 +146,12 @@ struct DeepseekV4Config {
   float gate_temp = 1.0f;
   bool norm_topk_prob = true;
   std::vector<int> engram_layer_ids;
+  // Engram (when engram_layer_ids is not empty): n-grams 2..max_ngram_size, heads per n-gram,
+  // table row width, the hash vocabulary (primes are drawn above it), the token-class count,
+  // each layer's table rows and the pad token.
+  int engram_max_ngram_size = 0, engram_n_heads = 0, engram_head_dim = 0;
+  int engram_vocab_size = 0, engram_compressed_vocab_size = 0, engram_pad_id = 0;
+  std::vector<int> engram_num_embeddings;
 };
 
 // Hyperparameters of a decoder-only transformer, filled by a file-format reader.
@@ -166,8 +172,8 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   int rope_dim = 0;  // rotated dims per head (== head_dim for llama)
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
-  bool tied_embeddings = false;            // output projection reuses token_embd
-  std::optional<DeepseekConfig> deepseek;  // set for "deepseek_v3" / "deepseek_v2"
+  bool tied_embeddings = false;                 // output projection reuses token_embd
+  std::optional<DeepseekConfig> deepseek;       // set for "deepseek_v3" / "deepseek_v2"
   std::optional<DeepseekV4Config> deepseek_v4;  // set for "deepseek_v4"
 };
 
@@ -226,6 +232,9 @@ struct Model {
   std::vector<std::unique_ptr<util::MappedFile>> files;
   // Owned storage for tensors that had to be converted at load (e.g. llama2.c's tied layout).
   std::vector<std::vector<uint8_t>> owned;
+  // DeepSeek-V4.1 Engram: the token class of every token id (tokenizer/engram_token_map.h), set
+  // by whoever holds the tokenizer before arch::CreateCausalLm; empty when not supplied.
+  std::vector<int32_t> engram_token_classes;
 
   // Returns the tensor or NotFound "missing_tensor".
   absl::StatusOr<const TensorView*> Get(const std::string& name) const;

@@ -87,8 +87,10 @@ float DrawnValue(const SafetensorsEntry& w, int64_t i) {
   return f;
 }
 
-// The recipe's "quant" section (DeepSeek-V4 / V4.1 release formats): "fp8_e4m3_ue8m0_RxC" and
-// "fp4_e2m1_ue8m0_1x32" entries, each {"tensors": [names]}; other keys are notes.
+// The recipe's "quant" section (DeepSeek-V4 / V4.1 release formats): "fp8_e4m3_ue8m0_RxC",
+// "engram_fp8_e4m3_ue8m0_1x32" and "fp4_e2m1_ue8m0_1x32" entries, each {"tensors": [names]};
+// other keys are notes. A quantized tensor's E8M0 scales replace a recipe tensor of the same
+// name (the Engram tables' F32 ones).
 struct ReleaseQuant {
   absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> fp8;  // name -> block
   absl::flat_hash_set<std::string> fp4;
@@ -102,6 +104,9 @@ absl::StatusOr<ReleaseQuant> ParseReleaseQuant(const nlohmann::json& recipe) {
     bool fp4 = false;
     if (key == "fp4_e2m1_ue8m0_1x32") {
       fp4 = true;
+    } else if (key == "engram_fp8_e4m3_ue8m0_1x32") {
+      br = 1;  // V4.1's Engram tables: FP8 rows with one scale per 32 values
+      bc = 32;
     } else if (std::sscanf(key.c_str(), "fp8_e4m3_ue8m0_%ldx%ld", &br, &bc) == 2) {
       if (br <= 0 || bc <= 0 || key != fmt::format("fp8_e4m3_ue8m0_{}x{}", br, bc)) {
         return BadRecipe("bad quant block " + key);
@@ -132,8 +137,7 @@ std::string ScaleName(const std::string& weight) {
 
 }  // namespace
 
-BlockQuantized QuantizeFp8E8M0(const float* w, int64_t rows, int64_t cols, int64_t br,
-                               int64_t bc) {
+BlockQuantized QuantizeFp8E8M0(const float* w, int64_t rows, int64_t cols, int64_t br, int64_t bc) {
   const int64_t nbr = (rows + br - 1) / br, nbc = (cols + bc - 1) / bc;
   BlockQuantized q;
   q.codes.resize(static_cast<size_t>(rows * cols));
@@ -185,7 +189,6 @@ BlockQuantized QuantizeFp4E8M0(const float* w, int64_t rows, int64_t cols) {
   }
   return q;
 }
-
 
 absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohmann::json& recipe) {
   try {
@@ -286,7 +289,11 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
       for (const auto& n : f.at("tensors")) fp8.insert(n.get<std::string>());
     }
     DI_ASSIGN_OR_RETURN(ReleaseQuant release, ParseReleaseQuant(recipe));
+    absl::flat_hash_set<std::string> replaced_scales;
+    for (const auto& [name, block] : release.fp8) replaced_scales.insert(ScaleName(name));
+    for (const auto& name : release.fp4) replaced_scales.insert(ScaleName(name));
     for (auto& t : drawn) {
+      if (replaced_scales.contains(t.name)) continue;
       auto fp8_block = release.fp8.find(t.name);
       if (fp8_block != release.fp8.end() || release.fp4.contains(t.name)) {
         if ((t.dtype != "BF16" && t.dtype != "F32") || t.shape.size() != 2) {
@@ -296,7 +303,8 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
         std::vector<float> w(static_cast<size_t>(rows * cols));
         for (int64_t i = 0; i < rows * cols; ++i) w[i] = DrawnValue(t, i);
         BlockQuantized q;
-        SafetensorsEntry qt{t.name, "F8_E4M3", t.shape, {}}, st{ScaleName(t.name), "F8_E8M0", {}, {}};
+        SafetensorsEntry qt{t.name, "F8_E4M3", t.shape, {}},
+            st{ScaleName(t.name), "F8_E8M0", {}, {}};
         if (fp8_block != release.fp8.end()) {
           const auto [br, bc] = fp8_block->second;
           q = QuantizeFp8E8M0(w.data(), rows, cols, br, bc);
@@ -355,7 +363,8 @@ absl::Status WriteSyntheticWeights(const std::string& recipe_path, const std::st
 
 namespace {
 
-// The case's inputs: config, recipe, tokenizer files; not its goldens (golden.json, logits.json.gz).
+// The case's inputs: config, recipe, tokenizer files; not its goldens (golden.json,
+// logits.json.gz).
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CaseInputs(
     const fs::path& case_dir) {
   std::vector<std::pair<std::string, std::string>> inputs;

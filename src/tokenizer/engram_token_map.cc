@@ -136,4 +136,12 @@ absl::StatusOr<EngramTokenMap> BuildEngramTokenMap(const Tokenizer& tokenizer) {
   return map;
 }
 
+absl::Status AttachEngramTokenClasses(const Tokenizer& tokenizer, model::Model* model) {
+  const auto& ds = model->config.deepseek_v4;
+  if (!ds || !ds->v41 || ds->engram_layer_ids.empty()) return absl::OkStatus();
+  DI_ASSIGN_OR_RETURN(EngramTokenMap map, BuildEngramTokenMap(tokenizer));
+  model->engram_token_classes = std::move(map.class_of);
+  return absl::OkStatus();
+}
+
 }  // namespace deepinfer::tokenizer

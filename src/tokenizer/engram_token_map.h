@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::tokenizer {
@@ -50,5 +51,11 @@ struct EngramTokenMap {
 // Errors: InvalidArgument "bad_tokenizer" when the tokenizer has no tokens.
 // Cost: about 0.3 s for a 129,280-token vocabulary on one core.
 absl::StatusOr<EngramTokenMap> BuildEngramTokenMap(const Tokenizer& tokenizer);
+
+// For a DeepSeek-V4.1 model with Engram layers, fills model->engram_token_classes from
+// `tokenizer` (the architecture checks the class count against the config); otherwise does
+// nothing. Call after loading the tokenizer, before creating the engine.
+// Errors: BuildEngramTokenMap's.
+absl::Status AttachEngramTokenClasses(const Tokenizer& tokenizer, model::Model* model);
 
 }  // namespace deepinfer::tokenizer
