@@ -159,6 +159,35 @@ TEST(DeepseekV41ParityTest, FullCaseInReleaseFormatsMatchesTheReference) {
   ExpectFullCaseParity("v41_full_fp8");
 }
 
+// transformers saves V4.1 under its module tree: the release's names with "model." in front
+// (lm_head.weight at the top). The same recipe under those names gives the same logits.
+TEST(DeepseekV41LoadTest, TransformersPrefixedNamesLoadAsTheNativeOnes) {
+  LOAD_OR_SKIP(g, "v41_noengram_noqat");
+  const std::string dir = std::string(DI_TESTDATA_DIR) + "/deepseek_v41/hf_prefixed_case";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(GoldenDir("v41_noengram_noqat") + "/config.json", dir + "/config.json");
+  std::ifstream in(GoldenDir("v41_noengram_noqat") + "/weights.json");
+  nlohmann::json recipe = nlohmann::json::parse(in);
+  for (auto& t : recipe["tensors"]) {
+    const std::string name = t["name"].get<std::string>();
+    if (name != "lm_head.weight") t["name"] = "model." + name;
+  }
+  std::ofstream(dir + "/weights.json") << recipe.dump();
+  ASSERT_TRUE(model::WriteSyntheticCheckpoint(dir, dir).ok());
+  auto m = model::LoadModel(dir);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto lm = CreateCausalLm(**m);
+  ASSERT_TRUE(lm.ok()) << lm.status();
+  util::ThreadPool pool(2);
+  const auto prompt = g.Prompts()[1];
+  const int n = static_cast<int>(prompt.size());
+  const std::vector<float> native = RunTokens(*g.lm, prompt, n, pool);
+  const std::vector<float> prefixed = RunTokens(**lm, prompt, n, pool);
+  EXPECT_EQ(MaxAbsDiff(native.data(), prefixed.data(), int64_t{n} * g.vocab), 0.0);
+  std::filesystem::remove_all(dir);
+}
+
 // Chunked prefill and batching give exactly the logits of one full prefill of prompt `index`.
 void ExpectChunksAndBatchingChangeNothing(const char* name, size_t index,
                                           std::vector<int> chunks) {

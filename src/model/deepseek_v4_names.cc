@@ -141,4 +141,23 @@ absl::Status NormalizeDeepseekV4Names(Model& m) {
   return absl::OkStatus();
 }
 
+absl::Status StripDeepseekV41ModelPrefix(Model& m) {
+  constexpr std::string_view kPrefix = "model.";
+  std::vector<std::string> names;
+  for (const auto& [name, t] : m.tensors) {
+    if (name.rfind(kPrefix, 0) == 0) names.push_back(name);
+  }
+  for (const std::string& name : names) {
+    TensorView v = m.tensors.at(name);
+    v.name = name.substr(kPrefix.size());
+    m.tensors.erase(name);
+    const std::string key = v.name;
+    if (!m.tensors.emplace(key, std::move(v)).second) {
+      return DataLossError("bad_header", fmt::format("tensor '{}' is stored under two names ('{}')",
+                                                     key, name));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace deepinfer::model

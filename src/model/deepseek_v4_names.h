@@ -21,4 +21,11 @@ namespace deepinfer::model {
 //   renames and of its MergeModulelist + Concatenate expert fusion).
 absl::Status NormalizeDeepseekV4Names(Model& m);
 
+// DeepSeek-V4.1: transformers' module tree uses the release's names under "model." (and
+// "lm_head.weight" at the top), so a checkpoint saved by transformers has "model.embed.weight",
+// "model.layers.3.attn.wq_a.weight", ...: the prefix is dropped. Native checkpoints are unchanged.
+// Errors: DataLoss "bad_header" (a tensor present with and without the prefix).
+// Source: transformers deepseek_v41 (commit 0a2080b4), base_model_prefix "model".
+absl::Status StripDeepseekV41ModelPrefix(Model& m);
+
 }  // namespace deepinfer::model

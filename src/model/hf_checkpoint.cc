@@ -99,9 +99,11 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
   }
   if (model->config.architecture == "deepseek_v4" || model->config.architecture == "deepseek_v41") {
     // V4 / V4.1 keep their FP8 / FP4 weights as released; the kernels read them with their
-    // scales. (V4.1's transformers names are the native ones.)
+    // scales. (V4.1's transformers names are the native ones under "model.".)
     if (model->config.architecture == "deepseek_v4") {
       DI_RETURN_IF_ERROR(NormalizeDeepseekV4Names(*model));
+    } else {
+      DI_RETURN_IF_ERROR(StripDeepseekV41ModelPrefix(*model));
     }
     DI_RETURN_IF_ERROR(AttachBlockScales(*model, parts.fp8));
   } else {

@@ -48,8 +48,9 @@ absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohman
 
 
 // DeepSeek-V4 / V4.1 release formats, as the goldens' recipes describe them ("quant" section:
-// "fp8_e4m3_ue8m0_RxC" and "fp4_e2m1_ue8m0_1x32" tensor lists; the weight is stored quantized
-// and "<prefix>.scale" holds its E8M0 scale bytes).
+// "fp8_e4m3_ue8m0_RxC", "engram_fp8_e4m3_ue8m0_1x32" (1 x 32) and "fp4_e2m1_ue8m0_1x32" tensor
+// lists; the weight is stored quantized and "<prefix>.scale" holds its E8M0 scale bytes,
+// replacing a recipe tensor of that name).
 // FP8: per R x C block, amax = max |w| (at least 2^-100), s = 2^e with e the power-of-two ceiling
 //   of float32(amax * float32(1 / 448)) read off its bits (exponent - 127 + (mantissa != 0)),
 //   code = e4m3fn round-to-nearest-even of w / s; scale byte e + 127.
