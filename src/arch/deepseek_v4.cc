@@ -740,8 +740,8 @@ void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,
   Grow(route_idx_, T * K);
   Grow(route_w_, T * K);
   kernels::MatMul(*L.router, h_.data(), T, router_logits_.data(), pool);
-  std::vector<float> score(E), choice(E);
-  std::vector<int> order(E);
+  std::vector<float> score(E);
+  std::vector<int> order;
   for (int64_t t = 0; t < T; ++t) {
     const float* lg = router_logits_.data() + t * E;
     for (int e = 0; e < E; ++e) score[e] = SqrtSoftplus(lg[e]);
@@ -749,14 +749,7 @@ void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,
     if (!L.tid2eid.empty()) {
       for (int k = 0; k < K; ++k) idx[k] = L.tid2eid[int64_t{tokens[t]} * K + k];
     } else {
-      for (int e = 0; e < E; ++e) {
-        choice[e] = score[e] + L.router_bias[e];
-        order[e] = e;
-      }
-      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
-        return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
-      });
-      for (int k = 0; k < K; ++k) idx[k] = order[k];
+      dsv4::SelectExperts(score.data(), L.router_bias.data(), E, K, order, idx);
     }
     float* w = route_w_.data() + t * K;
     float sum = 0;
@@ -803,11 +796,7 @@ void DeepseekV4Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logi
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
   Grow(streams_, T * hc * H);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < hc; ++j) {
-      std::memcpy(streams_.data() + (t * hc + j) * H, h_.data() + t * H, H * sizeof(float));
-    }
-  }
+  dsv4::HcReplicate(h_.data(), T, hc, H, streams_.data());
   for (int l = 0; l < cfg_.num_layers; ++l) RunBlock(layers_[l], l, batch, kv, pool);
   last_tokens_ = T;
   Logits(batch, hc_head_, final_norm_, logits, pool);

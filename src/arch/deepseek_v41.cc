@@ -688,24 +688,17 @@ void DeepseekV41Impl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
   Grow(route_idx_, T * K);
   Grow(route_w_, T * K);
   kernels::MatMul(*L.router, h_.data(), T, router_logits_.data(), pool);
-  std::vector<float> score(E), choice(E);
-  std::vector<int> order(E);
+  std::vector<float> score(E);
+  std::vector<int> order;
   for (int64_t t = 0; t < T; ++t) {
     const float* lg = router_logits_.data() + t * E;
-    for (int e = 0; e < E; ++e) {
-      score[e] = dsv4::SqrtSoftplus(lg[e] / ds_.gate_temp);
-      choice[e] = score[e] + L.router_bias[e];
-      order[e] = e;
-    }
-    std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
-      return choice[a] > choice[b] || (choice[a] == choice[b] && a < b);
-    });
+    for (int e = 0; e < E; ++e) score[e] = dsv4::SqrtSoftplus(lg[e] / ds_.gate_temp);
     int32_t* idx = route_idx_.data() + t * K;
+    dsv4::SelectExperts(score.data(), L.router_bias.data(), E, K, order, idx);
     float* w = route_w_.data() + t * K;
     float sum = 0;
     for (int k = 0; k < K; ++k) {
-      idx[k] = order[k];
-      w[k] = score[order[k]];
+      w[k] = score[idx[k]];
       sum += w[k];
     }
     for (int k = 0; k < K; ++k) {
@@ -837,11 +830,7 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
   Grow(streams_, T * hc * H);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t j = 0; j < hc; ++j) {
-      std::memcpy(streams_.data() + (t * hc + j) * H, h_.data() + t * H, H * sizeof(float));
-    }
-  }
+  dsv4::HcReplicate(h_.data(), T, hc, H, streams_.data());
   // Layer 0's attention collapses stream 0 alone.
   Grow(pre_mix_, T * hc);
   Grow(pre_attn_, T * hc);

@@ -177,6 +177,26 @@ float SqrtSoftplus(float x) {
   return std::sqrt(sp);
 }
 
+void SelectExperts(const float* score, const float* bias, int E, int K, std::vector<int>& order,
+                   int32_t* idx) {
+  order.resize(static_cast<size_t>(E));
+  for (int e = 0; e < E; ++e) order[e] = e;
+  auto choice = [&](int e) { return score[e] + bias[e]; };
+  std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int a, int b) {
+    const float ca = choice(a), cb = choice(b);
+    return ca > cb || (ca == cb && a < b);
+  });
+  for (int k = 0; k < K; ++k) idx[k] = order[k];
+}
+
+void HcReplicate(const float* h, int64_t T, int64_t hc, int64_t H, float* streams) {
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t j = 0; j < hc; ++j) {
+      std::memcpy(streams + (t * hc + j) * H, h + t * H, H * sizeof(float));
+    }
+  }
+}
+
 namespace {
 void Grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));

@@ -79,6 +79,15 @@ void AttendSharedKv(const float* q, int64_t heads, const float* const* keys, int
 // sqrt(softplus(x)) with torch's softplus (beta 1, threshold 20).
 float SqrtSoftplus(float x);
 
+// The K experts of the largest score + bias (the bias for selection only), ties to the lower
+// index, in descending order. Shapes: score, bias [E]; order: scratch resized to E; idx [K].
+void SelectExperts(const float* score, const float* bias, int E, int K, std::vector<int>& order,
+                   int32_t* idx);
+
+// Every one of the hc residual streams starts as the token's embedding.
+// Shapes: h [T, H]; streams [T, hc, H].
+void HcReplicate(const float* h, int64_t T, int64_t hc, int64_t H, float* streams);
+
 // Reusable buffers of the functions below (grown on demand, never shrunk).
 struct Scratch {
   std::vector<float> a, b, c;
