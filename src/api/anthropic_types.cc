@@ -10,13 +10,6 @@
 
 namespace deepinfer::api {
 
-bool IsImagePart(const util::Json& part) {
-  if (!part.is_object()) return false;
-  auto type = part.find("type");
-  return type != part.end() && type->is_string() &&
-         (*type == "image_url" || *type == "input_image" || *type == "image");
-}
-
 namespace {
 
 // Text of a tool_result's content: a string or an array of text (and image) blocks.
@@ -222,6 +215,31 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
 
 namespace {
 
+// Where the first image block of `body`'s messages is (a message's content or a tool_result's),
+// e.g. "messages[1].content[0]"; "messages" when none is found.
+std::string FirstImageParam(const util::Json& body) {
+  auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array()) return "messages";
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const util::Json& msg = (*messages)[i];
+    if (!msg.is_object()) continue;
+    auto content = msg.find("content");
+    if (content == msg.end() || !content->is_array()) continue;
+    for (size_t k = 0; k < content->size(); ++k) {
+      const util::Json& block = (*content)[k];
+      const std::string param = fmt::format("messages[{}].content[{}]", i, k);
+      if (IsImagePart(block)) return param;
+      if (!block.is_object() || block.value("type", "") != "tool_result") continue;
+      auto inner = block.find("content");
+      if (inner == block.end() || !inner->is_array()) continue;
+      for (size_t j = 0; j < inner->size(); ++j) {
+        if (IsImagePart((*inner)[j])) return fmt::format("{}.content[{}]", param, j);
+      }
+    }
+  }
+  return "messages";
+}
+
 // Anthropic's tool_choice: {"type": "auto" | "any" | "tool" | "none", ...}.
 absl::StatusOr<bool> ToolsOff(const util::Json& body) {
   auto it = body.find("tool_choice");
@@ -280,10 +298,7 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
   DI_RETURN_IF_ERROR(ParseStopSequences(json, &r.params));
   DI_ASSIGN_OR_RETURN(r.tools_off, ToolsOff(json));
   DI_ASSIGN_OR_RETURN(r.chat, ParseAnthropicChat(json));
-  if (r.chat.num_images > 0) {
-    return http::RequestError("messages", util::codes::kUnsupportedValue,
-                              "The served model does not read images.");
-  }
+  if (r.chat.num_images > 0) return ImageUnsupportedError(FirstImageParam(json));
   return r;
 }
 

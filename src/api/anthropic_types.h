@@ -17,9 +17,6 @@
 
 namespace deepinfer::api {
 
-// True for an image content part or block ("image_url", "input_image", "image").
-bool IsImagePart(const util::Json& part);
-
 // Converts the `system` and `messages` of an Anthropic Messages request into chat messages:
 // text blocks are joined, tool_use blocks become assistant tool_calls, tool_result blocks become
 // "tool" messages (before the text of their user turn), thinking blocks are dropped, image blocks
@@ -55,8 +52,9 @@ struct AnthropicMessagesRequest {
 };
 
 // Errors: InvalidArgument with a `param`: "invalid_json", "invalid_type", "invalid_value",
-//   "missing_field" (max_tokens, messages), "unsupported_value" (images, server tools), and
-//   those of ParseGenerationParams and ParseAnthropicChat.
+//   "missing_field" (max_tokens, messages), "unsupported_value" (server tools),
+//   "unsupported_content" (an image block, in a message or a tool_result: ImageUnsupportedError,
+//   `param` naming the first one), and those of ParseGenerationParams and ParseAnthropicChat.
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::string_view body,
                                                                        const ParseLimits& limits);

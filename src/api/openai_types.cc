@@ -322,6 +322,7 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
           return http::RequestError(param, util::codes::kMissingField,
                                     "Content parts need a string 'type'.");
         }
+        if (IsImagePart(part)) return ImageUnsupportedError(param);
         if (*type != "text" && *type != "input_text") {
           return http::RequestError(param, util::codes::kUnsupportedValue,
                                     fmt::format("Content part type '{}' is not supported; only "
@@ -484,6 +485,19 @@ absl::StatusOr<CompletionRequest> ParseCompletion(const util::Json& json,
 }
 
 }  // namespace
+
+bool IsImagePart(const util::Json& part) {
+  if (!part.is_object()) return false;
+  auto type = part.find("type");
+  return type != part.end() && type->is_string() &&
+         (*type == "image_url" || *type == "input_image" || *type == "image");
+}
+
+absl::Status ImageUnsupportedError(std::string_view param) {
+  return http::RequestError(param, util::codes::kUnsupportedContent,
+                            "Images are not supported by this server yet: the served model reads "
+                            "text only. Send the message without image content.");
+}
 
 absl::Status ParseGenerationParams(const util::Json& json, const ParseLimits& limits,
                                    GenerationParams* params) {

@@ -109,9 +109,17 @@ struct ParseLimits {
   int32_t vocab_size = 0;  // token ids (prompt, logit_bias, stop_token_ids) must be below it
 };
 
+// True for an image content part or block ("image_url", "input_image", "image").
+bool IsImagePart(const util::Json& part);
+
+// InvalidArgument "unsupported_content" for an image at `param` (a content part or block): no
+// model served here reads images yet. Every route refuses them with it, before any stream byte.
+absl::Status ImageUnsupportedError(std::string_view param);
+
 // Parses and validates a request body. Unknown fields are ignored; `null` counts as absent.
 // Errors: InvalidArgument with a `param` payload (see errors.h): "invalid_json",
-//   "invalid_type", "invalid_value", "missing_field", "unsupported_value".
+//   "invalid_type", "invalid_value", "missing_field", "unsupported_value",
+//   "unsupported_content" (an image part: ImageUnsupportedError).
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseLimits& limits);
 

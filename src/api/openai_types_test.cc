@@ -1,5 +1,6 @@
 #include "api/openai_types.h"
 
+#include "api/anthropic_types.h"
 #include "api/responses_types.h"
 #include "gtest/gtest.h"
 #include "http/errors.h"
@@ -133,9 +134,58 @@ TEST(ParseChatRequestTest, RejectsBadMessages) {
             "invalid_type");
   EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user"}]})", "messages[0].content"),
             "missing_field");
-  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user","content":[{"type":"input_audio"}]}]})",
                        "messages[0].content[0]"),
             "unsupported_value");
+}
+
+// Images are refused as unsupported_content, with a message that says so, on every API: the
+// OpenAI chat part, the Responses input_image and the Anthropic image block (in a message or a
+// tool_result).
+TEST(ImageContentTest, IsUnsupportedContentOnEveryApi) {
+  auto expect_image_error = [](const absl::Status& status, const std::string& param,
+                               const std::string& body) {
+    http::ApiError e = http::ApiErrorFromStatus(status);
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.code, "unsupported_content") << body << " -> " << status;
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_NE(e.message.find("Images are not supported"), std::string::npos) << e.message;
+  };
+  for (const char* body :
+       {R"({"messages":[{"role":"user","content":[{"type":"text","text":"What is it?"},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]})",
+        R"({"stream":true,"messages":[{"role":"user","content":"x"},{"role":"user",)"
+        R"("content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]})"}) {
+    auto r = ParseChatRequest(body, Limits());
+    ASSERT_FALSE(r.ok()) << body;
+    const bool second = std::string(body).find("https") != std::string::npos;
+    expect_image_error(r.status(), second ? "messages[1].content[0]" : "messages[0].content[1]",
+                       body);
+  }
+  {
+    const std::string body =
+        R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})";
+    auto r = ParseResponsesRequest(body, Limits());
+    ASSERT_FALSE(r.ok());
+    expect_image_error(r.status(), "input[0].content[0]", body);
+  }
+  const std::string image =
+      R"({"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}})";
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"max_tokens":8,"messages":[{"role":"user","content":[)" + image + "]}]}",
+            "messages[0].content[0]"},
+           {R"({"max_tokens":8,"stream":true,"messages":[{"role":"user","content":"x"},)"
+            R"({"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f",)"
+            R"("input":{}}]},{"role":"user","content":[{"type":"tool_result",)"
+            R"("tool_use_id":"t1","content":[{"type":"text","text":"ok"},)" +
+                image + "]}]}]}",
+            "messages[2].content[0].content[1]"}}) {
+    auto r = ParseAnthropicMessagesRequest(body, Limits());
+    ASSERT_FALSE(r.ok()) << body;
+    expect_image_error(r.status(), param, body);
+  }
+  EXPECT_TRUE(IsImagePart(util::Json::parse(image)));
+  EXPECT_FALSE(IsImagePart(util::Json::parse(R"({"type":"text","text":"image"})")));
 }
 
 TEST(ParseChatRequestTest, RejectsOutOfRangeValues) {

@@ -33,6 +33,7 @@ absl::Status ContentText(const util::Json& content, const std::string& param, st
     const std::string p = fmt::format("{}[{}]", param, k);
     if (!part.is_object())
       return http::RequestError(p, util::codes::kInvalidType, "Content parts must be objects.");
+    if (IsImagePart(part)) return ImageUnsupportedError(p);
     const std::string type = StringField(part, "type").value_or("");
     if (type != "input_text" && type != "output_text" && type != "text") {
       return http::RequestError(p, util::codes::kUnsupportedValue,

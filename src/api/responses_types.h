@@ -38,8 +38,9 @@ struct ResponsesRequest : ChatExtras {
 //   server does not do (previous_response_id, conversation, background: true, store: true,
 //   prompt, include, max_tool_calls, top_logprobs, truncation: "auto", service tiers other than
 //   auto/default, prompt_cache_retention "24h", n other than 1, text.verbosity other than
-//   medium, images and files, built-in tools such as web_search, text formats other than plain
-//   text); and those of ParseGenerationParams.
+//   medium, files, built-in tools such as web_search, text formats other than plain text);
+//   "unsupported_content" for an image part (ImageUnsupportedError); and those of
+//   ParseGenerationParams.
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
                                                        const ParseLimits& limits);

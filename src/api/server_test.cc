@@ -783,6 +783,46 @@ TEST_F(ApiServerTest, AnthropicErrorsHaveAnthropicShape) {
   EXPECT_FALSE(w.streaming());
 }
 
+// An image is refused before any stream byte on every generation route, in the route's shape,
+// with the code unsupported_content (in the request log on the Anthropic route, whose error body
+// has no code).
+TEST_F(ApiServerTest, ImagesAreUnsupportedContentBeforeAnyStreamByte) {
+  for (const char* stream : {"false", "true"}) {
+    CaptureWriter chat =
+        Call("POST", "/v1/chat/completions",
+             std::string(R"({"stream":)") + stream +
+                 R"(,"messages":[{"role":"user","content":[{"type":"image_url","image_url":)"
+                 R"({"url":"data:image/png;base64,AAAA"}}]}]})");
+    EXPECT_EQ(chat.status(), 400) << stream;
+    EXPECT_FALSE(chat.streaming());
+    EXPECT_EQ(chat.json()["error"]["code"], "unsupported_content");
+    EXPECT_EQ(chat.json()["error"]["param"], "messages[0].content[0]");
+    EXPECT_EQ(chat.log().error, "unsupported_content");
+
+    CaptureWriter responses = Call(
+        "POST", "/v1/responses",
+        std::string(R"({"stream":)") + stream +
+            R"(,"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})");
+    EXPECT_EQ(responses.status(), 400) << stream;
+    EXPECT_FALSE(responses.streaming());
+    EXPECT_EQ(responses.json()["error"]["code"], "unsupported_content");
+
+    CaptureWriter messages =
+        Call("POST", "/v1/messages",
+             std::string(R"({"max_tokens":8,"stream":)") + stream +
+                 R"(,"messages":[{"role":"user","content":[{"type":"image","source":)"
+                 R"({"type":"base64","media_type":"image/png","data":"AAAA"}}]}]})");
+    EXPECT_EQ(messages.status(), 400) << stream;
+    EXPECT_FALSE(messages.streaming());
+    EXPECT_EQ(messages.json()["type"], "error");
+    EXPECT_EQ(messages.json()["error"]["type"], "invalid_request_error");
+    EXPECT_NE(
+        messages.json()["error"]["message"].get<std::string>().find("Images are not supported"),
+        std::string::npos);
+    EXPECT_EQ(messages.log().error, "unsupported_content");
+  }
+}
+
 TEST_F(ApiServerTest, AnthropicClientGoneMidStreamCancelsTheEngineRequest) {
   engine_->SetScript(ByteTokens(std::string(200, 'x')));
   CaptureWriter w = Messages(R"(,"max_tokens":200,"stream":true)", /*close_after_writes=*/3);

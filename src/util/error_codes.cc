@@ -14,6 +14,7 @@ constexpr ErrorCode kAll[] = {
     codes::kInvalidValue,
     codes::kMissingField,
     codes::kUnsupportedValue,
+    codes::kUnsupportedContent,
     codes::kInvalidToken,
     codes::kEmptyPrompt,
     codes::kInvalidMaxTokens,

@@ -62,8 +62,11 @@ inline constexpr ErrorCode kMissingField{"missing_field", absl::StatusCode::kInv
                                          "A required field is absent; `param` names it."};
 inline constexpr ErrorCode kUnsupportedValue{
     "unsupported_value", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
-    "A value the API defines but this server does not implement (images, built-in tools, JSON "
-    "schemas, ...)."};
+    "A value the API defines but this server does not implement (built-in tools, JSON schemas, "
+    "audio and file parts, ...)."};
+inline constexpr ErrorCode kUnsupportedContent{
+    "unsupported_content", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
+    "A message carries content the served model cannot read yet (images); `param` names it."};
 inline constexpr ErrorCode kInvalidToken{
     "invalid_token", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A token id outside the vocabulary (prompt, logit_bias, stop_token_ids)."};
