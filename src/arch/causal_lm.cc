@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+
 #include "arch/deepseek_v3.h"
 #include "arch/deepseek_v4.h"
 #include "arch/deepseek_v41.h"
@@ -11,23 +13,36 @@
 namespace deepinfer::arch {
 
 KvCache::~KvCache() {
-  size_t bytes = static_cast<size_t>(num_blocks) * block_size * floats_per_token * sizeof(float);
-  for (float* p : layers) {
-    if (p != nullptr) ::munmap(p, bytes);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const size_t bytes =
+        static_cast<size_t>(num_blocks) * block_size * layer_floats[l] * sizeof(float);
+    if (layers[l] != nullptr) ::munmap(layers[l], bytes);
   }
 }
 
 absl::Status KvCache::Allocate(int layers_count, int block_size_tokens, int blocks,
                                int64_t per_token) {
+  return AllocateLayers(block_size_tokens, blocks,
+                        std::vector<int64_t>(static_cast<size_t>(layers_count), per_token));
+}
+
+absl::Status KvCache::AllocateLayers(int block_size_tokens, int blocks,
+                                     const std::vector<int64_t>& per_layer) {
   DI_CHECK(layers.empty());
-  num_layers = layers_count;
+  num_layers = static_cast<int>(per_layer.size());
   block_size = block_size_tokens;
   num_blocks = blocks;
-  floats_per_token = per_token;
-  size_t bytes = static_cast<size_t>(blocks) * block_size * per_token * sizeof(float);
-  for (int l = 0; l < layers_count; ++l) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
+  layer_floats = per_layer;
+  floats_per_token = 0;
+  for (int64_t f : per_layer) floats_per_token = std::max(floats_per_token, f);
+  for (int l = 0; l < num_layers; ++l) {
+    const size_t bytes = static_cast<size_t>(blocks) * block_size * per_layer[l] * sizeof(float);
+    if (bytes == 0) {
+      layers.push_back(nullptr);
+      continue;
+    }
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
       return ResourceExhaustedError("out_of_memory", "cannot reserve the KV cache");
     }
@@ -37,6 +52,12 @@ absl::Status KvCache::Allocate(int layers_count, int block_size_tokens, int bloc
     layers.push_back(static_cast<float*>(p));
   }
   return absl::OkStatus();
+}
+
+int64_t KvCache::bytes_per_token() const {
+  int64_t floats = 0;
+  for (int64_t f : layer_floats) floats += f;
+  return floats * int64_t{sizeof(float)};
 }
 
 std::optional<Numerics> NumericsFromName(std::string_view name) {

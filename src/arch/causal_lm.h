@@ -13,22 +13,28 @@
 namespace deepinfer::arch {
 
 // Paged KV storage: for every layer, `num_blocks` blocks of `block_size` token slots, each block
-// holding block_size * floats_per_token f32 values whose layout belongs to the architecture
+// holding block_size * layer_floats[layer] f32 values whose layout belongs to the architecture
 // (kernels::GqaKvLayout for grouped-query attention; [block_size, latent] for MLA). The engine
-// only moves block ids, never their contents.
+// only moves block ids, never their contents. A layer with 0 floats keeps nothing here.
 //
-// Shapes: layers[l] is [num_blocks, block_size * floats_per_token] f32; Slot() addresses the
+// Architectures with sliding-window attention (DeepSeek-V4.1) use a second cache, `window`,
+// addressed by a second block table (SequenceSlice::window_block_table): it holds what only the
+// last KvLayout::window_tokens positions need (window keys/values, pending compressor inputs), so
+// a sequence keeps a few window blocks however long it grows. The owner sets the pointer.
+//
+// Shapes: layers[l] is [num_blocks, block_size * layer_floats[l]] f32; Slot() addresses the
 //   token-major layout.
-// Units: block_size in tokens; memory = num_layers * num_blocks * block_size * floats_per_token * 4
-//   bytes.
+// Units: block_size in tokens; memory = num_blocks * block_size * sum(layer_floats) * 4 bytes.
 // Threads: written only by the forward pass on the engine thread.
 // Source: Kwon et al. 2023, "Efficient Memory Management for LLM Serving with PagedAttention".
 struct KvCache {
   int num_layers = 0;
   int block_size = 16;
   int num_blocks = 0;
-  int64_t floats_per_token = 0;
+  int64_t floats_per_token = 0;        // the largest layer_floats entry
+  std::vector<int64_t> layer_floats;   // [num_layers]
   std::vector<float*> layers;
+  KvCache* window = nullptr;           // not owned; null for architectures without one
 
   KvCache() = default;
   ~KvCache();
@@ -36,14 +42,30 @@ struct KvCache {
   KvCache& operator=(const KvCache&) = delete;
 
   // Reserves storage with anonymous mmap: pages are committed only when first written, so a
-  // large cache costs memory only for the blocks actually used.
+  // large cache costs memory only for the blocks actually used. Every layer gets `per_token`.
   // Errors: ResourceExhausted "out_of_memory" when the address space cannot be reserved.
   absl::Status Allocate(int layers_count, int block_size_tokens, int blocks, int64_t per_token);
+  // As Allocate, with layer l holding per_layer[l] floats per token.
+  absl::Status AllocateLayers(int block_size_tokens, int blocks,
+                              const std::vector<int64_t>& per_layer);
   float* Slot(int layer, int32_t block, int32_t offset) {
-    return layers[layer] + (static_cast<int64_t>(block) * block_size + offset) * floats_per_token;
+    return layers[layer] +
+           (static_cast<int64_t>(block) * block_size + offset) * layer_floats[layer];
   }
   // Bytes held per token slot across all layers.
-  int64_t bytes_per_token() const { return num_layers * floats_per_token * 4; }
+  int64_t bytes_per_token() const;
+};
+
+// How an architecture lays out its KV cache (see KvCache).
+//
+// Units: floats per token slot; window_tokens in positions.
+struct KvLayout {
+  std::vector<int64_t> floats;         // per layer of the main cache (every position is kept)
+  std::vector<int64_t> window_floats;  // per layer of the window cache; empty: no window cache
+  // A step starting at position p reads window slots of positions >= p - window_tokens + 1 only,
+  // so the engine may release window blocks wholly below that.
+  int32_t window_tokens = 0;
+  bool has_window() const { return !window_floats.empty(); }
 };
 
 // One sequence's part of a forward batch.
@@ -59,6 +81,9 @@ struct SequenceSlice {
   int32_t num_logits = 1;
   const int32_t* block_table = nullptr;  // covers positions [0, start_pos + num_tokens)
   int32_t num_blocks = 0;
+  // Blocks of KvCache::window, indexed as block_table; entries of blocks wholly below
+  // start_pos - KvLayout::window_tokens + 1 may be -1 (released). Null without a window cache.
+  const int32_t* window_block_table = nullptr;
 };
 
 // A step's worth of tokens from one or more sequences (continuous batching).
@@ -110,6 +135,13 @@ class CausalLm {
   virtual const model::ModelConfig& config() const = 0;
   // f32 values one token occupies in one layer of the KV cache.
   virtual int64_t kv_floats_per_token() const = 0;
+  // The caches Forward expects for blocks of `block_size` tokens: by default num_layers layers
+  // of kv_floats_per_token() and no window cache.
+  virtual KvLayout kv_layout(int32_t block_size) const {
+    KvLayout layout;
+    layout.floats.assign(static_cast<size_t>(config().num_layers), kv_floats_per_token());
+    return layout;
+  }
   // Runs the batch: writes new tokens' KV into `kv` and their logits into `logits`.
   // REQUIRES: token ids in [0, vocab); block tables cover all positions; slices disjoint.
   virtual void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,

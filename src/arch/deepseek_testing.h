@@ -62,19 +62,43 @@ struct GoldenFiles {
   }
 };
 
-// A KV cache with a scrambled block table, so paging bugs show up.
+// Allocates `kv` (and `window`, attached to it, when the layout has a window cache) as
+// lm.kv_layout(block_size) asks, `blocks` blocks each.
+inline void AllocateKv(const CausalLm& lm, int block_size, int blocks, KvCache& kv,
+                       KvCache& window) {
+  const KvLayout layout = lm.kv_layout(block_size);
+  EXPECT_TRUE(kv.AllocateLayers(block_size, blocks, layout.floats).ok());
+  if (layout.has_window()) {
+    EXPECT_TRUE(window.AllocateLayers(block_size, blocks, layout.window_floats).ok());
+    kv.window = &window;
+  }
+}
+
+// A KV cache with a scrambled block table, so paging bugs show up. The window cache (if the
+// layout has one) uses the same block ids through its own table, whose entries behind the window
+// Release() sets to -1 as the engine does, so a read outside the window shows up too.
 struct Cache {
-  KvCache kv;
-  std::vector<int32_t> table;
-  Cache(const CausalLm& lm, int layers, int tokens, int block_size = 16) {
+  KvCache kv, window;
+  std::vector<int32_t> table, window_table;
+  int32_t window_tokens = 0;
+  Cache(const CausalLm& lm, int tokens, int block_size = 16) {
     const int blocks = (tokens + block_size - 1) / block_size;
-    EXPECT_TRUE(kv.Allocate(layers, block_size, blocks, lm.kv_floats_per_token()).ok());
+    AllocateKv(lm, block_size, blocks, kv, window);
+    window_tokens = lm.kv_layout(block_size).window_tokens;
     table.resize(blocks);
     for (int i = 0; i < blocks; ++i) table[i] = (i * 7 + 3) % blocks;
     if (std::gcd(7, blocks) != 1) std::iota(table.begin(), table.end(), 0);
+    window_table = table;
+  }
+  // Forgets the window blocks that a step starting at `start` never reads.
+  void Release(int32_t start) {
+    if (kv.window == nullptr) return;
+    const int32_t dead = std::max(0, start - window_tokens + 1) / kv.block_size;
+    for (int32_t b = 0; b < dead; ++b) window_table[b] = -1;
   }
   SequenceSlice Slice(int32_t offset, int32_t n, int32_t start, int32_t logits) const {
-    return {offset, n, start, logits, table.data(), static_cast<int32_t>(table.size())};
+    return {offset, n, start, logits, table.data(), static_cast<int32_t>(table.size()),
+            kv.window != nullptr ? window_table.data() : nullptr};
   }
 };
 
@@ -82,13 +106,14 @@ struct Cache {
 inline std::vector<float> RunTokens(CausalLm& lm, const std::vector<int32_t>& tokens, int chunk,
                                     util::ThreadPool& pool, int block_size = 16) {
   const int V = lm.config().vocab;
-  Cache cache(lm, lm.config().num_layers, static_cast<int>(tokens.size()), block_size);
+  Cache cache(lm, static_cast<int>(tokens.size()), block_size);
   std::vector<float> out(tokens.size() * V);
   for (size_t off = 0; off < tokens.size(); off += chunk) {
     const int n = static_cast<int>(std::min<size_t>(chunk, tokens.size() - off));
     ForwardBatch b;
     b.tokens = tokens.data() + off;
     b.num_tokens = n;
+    cache.Release(static_cast<int32_t>(off));
     b.seqs.push_back(cache.Slice(0, n, static_cast<int32_t>(off), n));
     lm.Forward(b, cache.kv, out.data() + off * V, pool);
   }
@@ -108,13 +133,14 @@ inline std::array<double, 3> BatchedVsSingle(CausalLm& lm,
   const std::vector<int32_t>& a = prompts[1];
   const std::vector<int32_t>& b = prompts[2];
   const std::vector<int32_t>& c = prompts[3];
-  const int V = lm.config().vocab, L = lm.config().num_layers;
+  const int V = lm.config().vocab;
   const std::vector<float> ra = RunTokens(lm, a, 7, pool);
   const std::vector<float> rb = RunTokens(lm, b, 64, pool);
   const std::vector<float> rc = RunTokens(lm, c, 300, pool);
-  KvCache shared;
+  KvCache shared, shared_window;
   const int blocks_a = 1, blocks_b = 4, blocks_c = 19;
-  EXPECT_TRUE(shared.Allocate(L, 16, blocks_a + blocks_b + blocks_c, lm.kv_floats_per_token()).ok());
+  AllocateKv(lm, 16, blocks_a + blocks_b + blocks_c, shared, shared_window);
+  // The window tables are the main ones (window blocks are never released here).
   std::vector<int32_t> ta(blocks_a), tb(blocks_b), tc(blocks_c);
   std::iota(tc.begin(), tc.end(), 0);
   std::iota(tb.begin(), tb.end(), blocks_c);
@@ -123,7 +149,8 @@ inline std::array<double, 3> BatchedVsSingle(CausalLm& lm,
     ForwardBatch fb;
     fb.tokens = t.data();
     fb.num_tokens = n;
-    fb.seqs.push_back({0, n, 0, 0, table.data(), static_cast<int32_t>(table.size())});
+    fb.seqs.push_back({0, n, 0, 0, table.data(), static_cast<int32_t>(table.size()),
+                       table.data()});
     lm.Forward(fb, shared, nullptr, pool);
   };
   prefill(b, 60, tb);
@@ -134,9 +161,9 @@ inline std::array<double, 3> BatchedVsSingle(CausalLm& lm,
   ForwardBatch fb;
   fb.tokens = tokens.data();
   fb.num_tokens = static_cast<int32_t>(tokens.size());
-  fb.seqs.push_back({0, 1, 299, 1, tc.data(), blocks_c});
-  fb.seqs.push_back({1, 7, 0, 7, ta.data(), blocks_a});
-  fb.seqs.push_back({8, 4, 60, 2, tb.data(), blocks_b});
+  fb.seqs.push_back({0, 1, 299, 1, tc.data(), blocks_c, tc.data()});
+  fb.seqs.push_back({1, 7, 0, 7, ta.data(), blocks_a, ta.data()});
+  fb.seqs.push_back({8, 4, 60, 2, tb.data(), blocks_b, tb.data()});
   std::vector<float> out(10 * V);
   lm.Forward(fb, shared, out.data(), pool);
   return {MaxAbsDiff(out.data(), rc.data() + 299 * V, V),

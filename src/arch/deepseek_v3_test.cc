@@ -183,7 +183,7 @@ TEST_P(DeepseekMtpTest, MtpLogitsMatchReference) {
   const auto prompt = g.Prompts()[g.json["mtp_prompt_index"].get<int>()];
   const int n = static_cast<int>(prompt.size());
   const int V = g.vocab, H = g.model->config.hidden;
-  Cache cache(*g.lm, g.model->config.num_layers, n);
+  Cache cache(*g.lm, n);
   ForwardBatch b;
   b.tokens = prompt.data();
   b.num_tokens = n;

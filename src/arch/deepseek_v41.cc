@@ -76,7 +76,11 @@ struct Layer {
   std::vector<Expert> experts;
   Expert shared;
   bool has_shared = false;
-  int64_t off_a = 0, off_z = 0, off_entry = 0, off_ikey = 0, slot_floats = 0;
+  // Window cache slot: [window key/value (head_dim), a, z (head_dim each, ratio > 1 sources)].
+  // Main cache slot of a source: entry j and its index key, [head_dim + index_head_dim], either
+  // spread over its group's ratio slots (entry_floats / ratio per slot) or, when the block size
+  // or the entry does not divide by the ratio, whole in the group's last slot.
+  int64_t off_a = 0, off_z = 0, window_floats = 0, entry_floats = 0;
 };
 
 template <typename V>
@@ -92,6 +96,7 @@ class DeepseekV41Impl final : public CausalLm {
   absl::Status Init();
   const model::ModelConfig& config() const override { return cfg_; }
   int64_t kv_floats_per_token() const override { return kv_floats_; }
+  KvLayout kv_layout(int32_t block_size) const override;
   bool SetNumerics(Numerics numerics) override {
     if (numerics != Numerics::kFast && numerics != Numerics::kDeepseekQat) return false;
     qat_ = numerics == Numerics::kDeepseekQat;
@@ -114,6 +119,15 @@ class DeepseekV41Impl final : public CausalLm {
   void Select(const Layer& L, const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
   void Moe(const Layer& L, int64_t T, util::ThreadPool& pool);
   void EngramHashes(const ForwardBatch& batch, KvCache& kv);
+  // Layer l's window-cache slot of position pos (within the slice's window).
+  static float* WindowSlot(KvCache& kv, const SequenceSlice& s, int l, int32_t pos) {
+    return kv.window->Slot(l, s.window_block_table[pos / kv.block_size], pos % kv.block_size);
+  }
+  // KV source l's compressed entry j, followed by its index key.
+  float* EntrySlot(KvCache& kv, const SequenceSlice& s, int l, int64_t j) const {
+    const int32_t pos = static_cast<int32_t>(layers_[l].ratio * j) + entry_shift_[l];
+    return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
+  }
   void ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& pool);
   void RunExpert(const Expert& e, const float* in, int64_t n, const float* row_weights, float* out,
                  util::ThreadPool& pool);
@@ -128,14 +142,18 @@ class DeepseekV41Impl final : public CausalLm {
   std::vector<float> final_norm_;
   std::vector<float> inv_freq_main_, inv_freq_compress_;
   float compress_mscale_ = 1.0f;
-  int64_t kv_floats_ = 0;
+  int64_t kv_floats_ = 0;  // the largest main-cache slot (for kv_floats_per_token)
+  int32_t window_tokens_ = 0;
+  // Per layer, the offset from a group's first position to the slot holding its entry: 0 when
+  // the entry spreads over the group's slots, ratio - 1 when it sits whole in the last one.
+  std::vector<int32_t> entry_shift_;
   bool qat_ = true;
-  // Engram: the layout, token classes, the pad token's class, and the slot offset (in layer
-  // 0's slot) where each token's class is kept for later positions' look-back.
+  // Engram: the layout, token classes, the pad token's class; each token's class is kept in
+  // the main cache's extra layer num_layers (one float) for later positions' look-back.
   EngramLayout engram_;
   std::vector<int32_t> token_class_;
   int32_t pad_class_ = 0;
-  int64_t off_class_ = -1;
+  bool keep_classes_ = false;
   std::vector<int64_t> hash_ids_;  // [T, engram layers, columns]
   std::vector<float> engram_rows_, engram_kv_;
 
@@ -195,28 +213,25 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
                                   nh * hd / ds_.o_groups));
   DI_ASSIGN_OR_RETURN(L.wo_b,
                       schema_.Mat(a + "wo_b.weight", H, int64_t{ds_.o_groups} * ds_.o_lora_rank));
-  int64_t off = hd;
+  L.window_floats = hd;
   if (L.kv_source) {
     DI_ASSIGN_OR_RETURN(L.c_wkv, schema_.Mat(a + "compressor.wkv.weight", hd, H));
     if (L.ratio > 1) {
       DI_ASSIGN_OR_RETURN(L.c_wgate, schema_.Mat(a + "compressor.wgate.weight", hd, H));
-      L.off_a = off;
-      L.off_z = off + hd;
-      off += 2 * hd;
+      L.off_a = hd;
+      L.off_z = 2 * hd;
+      L.window_floats = 3 * hd;
     }
     DI_ASSIGN_OR_RETURN(L.c_norm, schema_.Vec(a + "compressor.norm.weight", {hd}));
     DI_ASSIGN_OR_RETURN(L.i_wk, schema_.Mat(a + "indexer.wk.weight", ihd, hd));
     DI_ASSIGN_OR_RETURN(L.k_norm, schema_.Vec(a + "indexer.k_norm.weight", {ihd}));
-    L.off_entry = off;
-    L.off_ikey = off + hd;
-    off += hd + ihd;
+    L.entry_floats = hd + ihd;
   }
   if (L.index_source) {
     DI_ASSIGN_OR_RETURN(L.i_wq_b,
                         schema_.Mat(a + "indexer.wq_b.weight", ih * ihd, ds_.q_lora_rank));
     DI_ASSIGN_OR_RETURN(L.i_weights, schema_.Mat(a + "indexer.weights_proj.weight", ih, H));
   }
-  L.slot_floats = off;
   if (in(ds_.engram_layer_ids, l)) {
     Engram& e = L.engram;
     e.index =
@@ -347,10 +362,13 @@ absl::Status DeepseekV41Impl::Init() {
     DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
     if (L.kv_source) kv_src = l;
     L.kv_src = L.ratio > 0 ? kv_src : -1;
-    kv_floats_ = std::max(kv_floats_, L.slot_floats);
+    kv_floats_ = std::max(kv_floats_, L.entry_floats);
+    if (L.kv_source) window_tokens_ = std::max(window_tokens_, L.ratio);
     layers_.push_back(std::move(L));
   }
-  if (!ds_.engram_layer_ids.empty()) off_class_ = kv_floats_++;
+  window_tokens_ = std::max(window_tokens_, ds_.sliding_window);
+  keep_classes_ = !ds_.engram_layer_ids.empty();
+  if (keep_classes_) kv_floats_ = std::max<int64_t>(kv_floats_, 1);
   // The DSpark stages ("mtp.*"), the vision tower and the image embeddings are not read yet.
   for (const auto& [name, t] : model_.tensors) {
     for (const char* prefix : {"mtp.", "vision.", "aligner.", "image_"}) {
@@ -409,9 +427,7 @@ void DeepseekV41Impl::Compress(const Layer& L, int l, const ForwardBatch& batch,
                                util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, hd = cfg_.head_dim, ihd = ds_.index_head_dim;
   const int r = L.ratio, half = cfg_.rope_dim / 2;
-  auto slot = [&](const SequenceSlice& s, int32_t pos) {
-    return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
-  };
+  auto slot = [&](const SequenceSlice& s, int32_t pos) { return WindowSlot(kv, s, l, pos); };
   Grow(ca_, T * hd);
   if (r > 1) {
     Grow(cz_, T * hd);
@@ -465,12 +481,11 @@ void DeepseekV41Impl::Compress(const Layer& L, int l, const ForwardBatch& batch,
   for (int64_t g = 0; g < G; ++g) {
     const auto [s, p] = groups[g];
     dsv4::RopeAt(inv_freq_compress_, compress_mscale_, p + 1 - r, cs_.data(), cs_.data() + half);
-    float* sl = slot(*s, p);
-    float* key = sl + L.off_ikey;
+    float* entry = EntrySlot(kv, *s, l, (p + 1) / r - 1);
+    float* key = entry + hd;
     std::memcpy(key, ikey_.data() + g * ihd, ihd * sizeof(float));
     dsv4::RopeInterleaved(key + ihd - cfg_.rope_dim, cs_.data(), cs_.data() + half, half, false);
     if (qat_ && ihd % 32 == 0) dsv4::FakeQuantFp4(key, ihd, 32);
-    float* entry = sl + L.off_entry;
     std::memcpy(entry, latent_.data() + g * hd, hd * sizeof(float));
     dsv4::RopeInterleaved(entry + hd - cfg_.rope_dim, cs_.data(), cs_.data() + half, half, false);
     if (qat_ && hd % 16 == 0) dsv4::FakeQuantFp4E4M3Scale(entry, hd, 16);
@@ -485,7 +500,6 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
                              util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
   const int64_t K = ds_.index_topk, half = cfg_.rope_dim / 2, bs = ds_.candidate_block_size;
-  const Layer& src = layers_[L.kv_src];
   Grow(iq_, T * ih * ihd);
   Grow(iw_, T * ih);
   kernels::MatMul(*L.i_wq_b, qr_.data(), T, iq_.data(), pool);
@@ -518,11 +532,8 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
     if (V == 0) continue;
     Grow(index_keys_, V * ihd);
     for (int64_t j = 0; j < V; ++j) {
-      const int64_t pos = L.ratio * (j + 1) - 1;
-      std::memcpy(
-          index_keys_.data() + j * ihd,
-          kv.Slot(L.kv_src, s.block_table[pos / kv.block_size], pos % kv.block_size) + src.off_ikey,
-          ihd * sizeof(float));
+      std::memcpy(index_keys_.data() + j * ihd, EntrySlot(kv, s, L.kv_src, j) + cfg_.head_dim,
+                  ihd * sizeof(float));
     }
     TensorView keys;
     keys.name = "index_keys";
@@ -617,8 +628,7 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int32_t pos = s.start_pos + i;
-      std::memcpy(kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size),
-                  kvrow_.data() + (s.token_offset + i) * hd, hd * sizeof(float));
+      std::memcpy(WindowSlot(kv, s, l, pos), kvrow_.data() + (s.token_offset + i) * hd, hd * sizeof(float));
     }
   }
   if (L.kv_source) Compress(L, l, batch, kv, pool);
@@ -634,7 +644,6 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
       token_seq_[s.token_offset + i] = static_cast<int32_t>(si);
   }
   const int64_t max_keys = ds_.sliding_window + (L.ratio > 0 ? K : 0);
-  const int64_t entry_off = L.ratio > 0 ? layers_[L.kv_src].off_entry : 0;
   Grow(attn_, T * nh * hd);
   Grow(thread_scratch_, int64_t{pool.num_threads()} * kHeadGroup * (max_keys + 1));
   Grow(thread_keys_, int64_t{pool.num_threads()} * (max_keys + 1));
@@ -649,14 +658,12 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
       const int32_t p = positions_[t];
       int64_t n = 0;
       for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
-        keys[n++] = kv.Slot(l, s.block_table[j / kv.block_size], j % kv.block_size);
+        keys[n++] = WindowSlot(kv, s, l, j);
       }
       if (L.ratio > 0) {
         const int32_t* sel = selected_.data() + t * K;
         for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
-          const int32_t pos = L.ratio * (sel[k] + 1) - 1;
-          keys[n++] = kv.Slot(L.kv_src, s.block_table[pos / kv.block_size], pos % kv.block_size) +
-                      entry_off;
+          keys[n++] = EntrySlot(kv, s, L.kv_src, sel[k]);
         }
       }
       float* o = attn_.data() + (t * nh + h0) * hd;
@@ -734,20 +741,20 @@ void DeepseekV41Impl::EngramHashes(const ForwardBatch& batch, KvCache& kv) {
                                                                            : pad_class_;
   };
   auto slot = [&](const SequenceSlice& s, int32_t pos) {
-    return kv.Slot(0, s.block_table[pos / kv.block_size], pos % kv.block_size);
+    return kv.Slot(cfg_.num_layers, s.block_table[pos / kv.block_size], pos % kv.block_size);
   };
   Grow(hash_ids_, T * layers * cols);
   std::vector<int32_t> classes(static_cast<size_t>(N));
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
-      slot(s, s.start_pos + i)[off_class_] =
+      *slot(s, s.start_pos + i) =
           static_cast<float>(class_of(batch.tokens[s.token_offset + i]));
     }
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int32_t p = s.start_pos + i;
       for (int k = 0; k < N; ++k) {
         const int32_t q = p - k;
-        classes[k] = q < 0 ? -1 : static_cast<int32_t>(slot(s, q)[off_class_]);
+        classes[k] = q < 0 ? -1 : static_cast<int32_t>(*slot(s, q));
       }
       for (int64_t e = 0; e < layers; ++e) {
         engram_.Hash(static_cast<int>(e), classes.data(), pad_class_,
@@ -809,9 +816,32 @@ void DeepseekV41Impl::ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& 
   }
 }
 
+KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
+  KvLayout layout;
+  layout.window_tokens = window_tokens_;
+  for (const Layer& L : layers_) {
+    layout.window_floats.push_back(L.window_floats);
+    const bool spread =
+        L.kv_source && L.entry_floats % L.ratio == 0 && block_size % L.ratio == 0;
+    layout.floats.push_back(spread ? L.entry_floats / L.ratio : L.entry_floats);
+  }
+  if (keep_classes_) layout.floats.push_back(1);
+  return layout;
+}
+
 void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                               util::ThreadPool& pool) {
-  DI_CHECK(kv.floats_per_token == kv_floats_ && kv.num_layers >= cfg_.num_layers);
+  DI_CHECK(kv.window != nullptr && kv.num_layers >= cfg_.num_layers + (keep_classes_ ? 1 : 0) &&
+           kv.window->num_layers >= cfg_.num_layers && kv.window->block_size == kv.block_size);
+  entry_shift_.assign(static_cast<size_t>(cfg_.num_layers), 0);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    DI_CHECK(kv.window->layer_floats[l] == L.window_floats);
+    if (!L.kv_source) continue;
+    const bool whole = kv.layer_floats[l] == L.entry_floats;
+    DI_CHECK(whole || kv.layer_floats[l] * L.ratio == L.entry_floats);
+    entry_shift_[l] = whole ? L.ratio - 1 : 0;
+  }
   const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult, half = cfg_.rope_dim / 2;
   Grow(positions_, T);
   for (const auto& s : batch.seqs) {
@@ -837,7 +867,7 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   Grow(pre_ffn_, T * hc);
   std::fill(pre_mix_.begin(), pre_mix_.begin() + T * hc, 0.0f);
   for (int64_t t = 0; t < T; ++t) pre_mix_[t * hc] = 1.0f;
-  if (off_class_ >= 0) EngramHashes(batch, kv);
+  if (keep_classes_) EngramHashes(batch, kv);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];
     if (L.engram.index >= 0) ApplyEngram(L.engram, T, pool);

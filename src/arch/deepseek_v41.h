@@ -22,10 +22,16 @@ namespace deepinfer::arch {
 // block) are part of the model and on by default (Numerics::kDeepseekQat; kFast turns them
 // off). Weights F32 / BF16 or the released FP8 (32 x 32 E8M0 blocks) / FP4 experts.
 //
-// KV cache: per token and layer the window key/value; a KV source's slots also hold the token's
-//   compressor projections (ratio 2), and the slot of the position that closes group j holds
-//   entry j (after RoPE and quantization) and its index key. kv_floats_per_token() is the largest
-//   layer's need. Chunking, prefix hits and batching leave every logit unchanged.
+// KV cache (kv_layout): two caches. The window cache holds per token and layer the window
+//   key/value and, in a ratio-2 KV source, the token's compressor projections a, z (still needed
+//   by its group's last token); only the last max(sliding_window, ratio) positions are read, so
+//   the engine keeps a few window blocks per sequence however long it grows. The main cache
+//   keeps what every later position may read: each KV source's compressed entries with their
+//   index keys (head_dim + index_head_dim floats per entry, spread over the group's ratio slots,
+//   so ratio 2 costs half per token), and, with Engram, one float per token (its class) in an
+//   extra layer num_layers. Real V4.1-Flash: 4 sources -> 2.5 x 640 f32 + 1 = 6.4 KB per token
+//   (1,048,576 tokens in 6.7 GB), against 40 x 512 f32 = 80 KiB for full attention's keys alone.
+//   Chunking, prefix hits and batching leave every logit unchanged.
 // Engram (engram_layer_ids): before the layer's attention site, each position's n-gram row ids
 //   (engram_hash.h, over model.engram_token_classes, which the caller fills from the tokenizer:
 //   tokenizer::AttachEngramTokenClasses) gather rows of the layer's table (F32/BF16, or FP8 with

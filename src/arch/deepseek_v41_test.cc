@@ -200,6 +200,10 @@ void ExpectChunksAndBatchingChangeNothing(const char* name, size_t index,
     const std::vector<float> got = RunTokens(*g.lm, prompt, chunk, pool);
     EXPECT_EQ(MaxAbsDiff(got.data(), full.data(), n * g.vocab), 0.0) << name << " chunk " << chunk;
   }
+  // An odd block size: ratio-2 entries sit whole in their group's last slot instead of spreading
+  // over the group's two slots (KvLayout), and groups straddle blocks.
+  const std::vector<float> odd = RunTokens(*g.lm, prompt, 7, pool, /*block_size=*/5);
+  EXPECT_EQ(MaxAbsDiff(odd.data(), full.data(), n * g.vocab), 0.0) << name << " block size 5";
   const auto [dc, da, db] = testing::BatchedVsSingle(*g.lm, g.Prompts(), pool);
   EXPECT_EQ(dc, 0.0) << name;
   EXPECT_EQ(da, 0.0) << name;

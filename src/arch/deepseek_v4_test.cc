@@ -119,14 +119,14 @@ TEST_P(DeepseekV4ConsistencyTest, PrefixCacheHitAtBlockBoundaryEqualsFullRecompu
   for (int block : {4, 16}) {
     const std::vector<float> full = RunTokens(*g.lm, prompt, n, pool, block);
     for (int cut : {block * 3, block * 9, block * (n / block - 1)}) {
-      Cache shared(*g.lm, L, n, block);
+      Cache shared(*g.lm, n, block);
       ForwardBatch a;
       a.tokens = prompt.data();
       a.num_tokens = cut + 2;  // the first sequence ran past the cut; its later slots are unused
       a.seqs.push_back(shared.Slice(0, cut + 2, 0, 0));
       g.lm->Forward(a, shared.kv, nullptr, pool);
       // The second sequence: the first cut/block blocks of the first, then its own blocks.
-      Cache own(*g.lm, L, n, block);
+      Cache own(*g.lm, n, block);
       std::vector<int32_t> table(own.table);
       for (int b = 0; b < cut / block; ++b) {
         for (int l = 0; l < L; ++l) {
@@ -178,7 +178,7 @@ TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
   const int n = static_cast<int>(prompt.size()), V = g.vocab;
   const int64_t D = g.lm->mtp_hidden_size();
   EXPECT_EQ(D, 4 * g.model->config.hidden);
-  Cache cache(*g.lm, g.model->config.num_layers, n);
+  Cache cache(*g.lm, n);
   ForwardBatch b;
   b.tokens = prompt.data();
   b.num_tokens = n;

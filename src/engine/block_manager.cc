@@ -77,16 +77,36 @@ bool BlockManager::Allocate(int32_t n, std::vector<int32_t>& out) {
 
 void BlockManager::Free(const std::vector<int32_t>& blocks) {
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-    int32_t b = *it;
-    DI_CHECK(ref_[b] > 0);
-    if (--ref_[b] > 0) continue;
-    if (cached_[b]) {
-      LinkEvictable(b);
-    } else {
-      free_list_.push_back(b);
-      ++num_free_;
-    }
+    if (*it >= 0) FreeBlock(*it);
   }
+}
+
+void BlockManager::FreeBlock(int32_t b) {
+  DI_CHECK(ref_[b] > 0);
+  if (--ref_[b] > 0) return;
+  if (cached_[b]) {
+    LinkEvictable(b);
+  } else {
+    free_list_.push_back(b);
+    ++num_free_;
+  }
+}
+
+int32_t BlockManager::Find(uint64_t hash, const int32_t* tokens) const {
+  if (!enable_prefix_caching_) return -1;
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return -1;
+  const int32_t b = it->second;
+  if (std::memcmp(&tokens_[static_cast<size_t>(b) * block_size_], tokens,
+                  sizeof(int32_t) * block_size_) != 0) {
+    return -1;
+  }
+  return b;
+}
+
+void BlockManager::Acquire(int32_t b) {
+  if (ref_[b] == 0) UnlinkEvictable(b);
+  ++ref_[b];
 }
 
 int32_t BlockManager::MatchPrefix(const int32_t* tokens, int32_t max_blocks, uint64_t salt,
@@ -96,16 +116,10 @@ int32_t BlockManager::MatchPrefix(const int32_t* tokens, int32_t max_blocks, uin
   int32_t matched = 0;
   for (int32_t i = 0; i < max_blocks; ++i) {
     const int32_t* t = tokens + static_cast<size_t>(i) * block_size_;
-    uint64_t h = HashBlock(parent, t, block_size_, salt);
-    auto it = by_hash_.find(h);
-    if (it == by_hash_.end()) break;
-    int32_t b = it->second;
-    if (std::memcmp(&tokens_[static_cast<size_t>(b) * block_size_], t,
-                    sizeof(int32_t) * block_size_) != 0) {
-      break;
-    }
-    if (ref_[b] == 0) UnlinkEvictable(b);
-    ++ref_[b];
+    const uint64_t h = HashBlock(parent, t, block_size_, salt);
+    const int32_t b = Find(h, t);
+    if (b < 0) break;
+    Acquire(b);
     blocks.push_back(b);
     hashes.push_back(h);
     parent = h;

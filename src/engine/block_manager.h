@@ -31,8 +31,15 @@ class BlockManager {
   // `n` are available.
   bool Allocate(int32_t n, std::vector<int32_t>& out);
 
-  // Drops one reference to each block, iterating from the back.
+  // Drops one reference to each block, iterating from the back; entries of -1 are skipped.
   void Free(const std::vector<int32_t>& blocks);
+  // Drops one reference to `block`.
+  void FreeBlock(int32_t block);
+
+  // The cached block that Commit registered under `hash` for these block_size `tokens`, or -1.
+  int32_t Find(uint64_t hash, const int32_t* tokens) const;
+  // Takes a reference on a block that Find returned.
+  void Acquire(int32_t block);
 
   // Finds the longest cached run of full blocks for `tokens` (at most `max_blocks` blocks),
   // takes a reference on each, appends them to `blocks` and their hashes to `hashes`.

@@ -53,6 +53,8 @@ class EngineImpl final : public Engine {
   int32_t max_model_len() const override { return max_model_len_; }
   int64_t kv_capacity_tokens() const override { return int64_t{kv_.num_blocks} * kv_.block_size; }
   int64_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
+  int64_t kv_window_cache_bytes() const override { return window_bytes_; }
+  int32_t kv_window_tokens() const override { return window_tokens_; }
   const char* numerics_name() const override { return arch::NumericsName(numerics_); }
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   const model::Model& model() const override { return model_; }
@@ -73,6 +75,10 @@ class EngineImpl final : public Engine {
   std::unique_ptr<util::ThreadPool> pool_;
   arch::KvCache kv_;
   arch::KvCache mtp_kv_;  // MTP modules' KV, same block geometry as kv_ (speculative only)
+  arch::KvCache window_kv_;                     // the layout's window cache, if it has one
+  std::unique_ptr<BlockManager> window_blocks_;  // its blocks; null without one
+  int64_t window_bytes_ = 0;
+  int32_t window_tokens_ = 0;
   int32_t spec_tokens_ = 0;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
@@ -113,7 +119,8 @@ absl::Status EngineImpl::Init() {
   so.max_num_seqs = options_.max_num_seqs;
   so.prefill_budget = options_.prefill_budget;
   so.max_model_len = max_model_len_;
-  scheduler_ = std::make_unique<Scheduler>(so, *blocks_, std::move(is_eog));
+  scheduler_ = std::make_unique<Scheduler>(
+      so, *blocks_, std::move(is_eog), WindowPool{window_blocks_.get(), window_tokens_});
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
   if (spec_tokens_ > 0) {
     drafter_ =
@@ -148,30 +155,64 @@ absl::Status EngineImpl::CreateModel() {
 }
 
 absl::Status EngineImpl::AllocateKv() {
-  const auto& cfg = model_.config;
-  const int64_t per_token = lm_->kv_floats_per_token();
-  const int64_t bytes_per_token = per_token * cfg.num_layers * int64_t{sizeof(float)};
-  const int64_t capacity = options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens
-                                                        : options_.kv_cache_memory_bytes /
-                                                              std::max<int64_t>(1, bytes_per_token);
-  int64_t num_blocks = capacity / options_.block_size;
+  const arch::KvLayout layout = lm_->kv_layout(options_.block_size);
+  const int32_t bs = options_.block_size;
+  int64_t main_floats = 0;
+  for (int64_t f : layout.floats) main_floats += f;
+  const int64_t bytes_per_token = std::max<int64_t>(1, main_floats * int64_t{sizeof(float)});
+  int64_t memory = options_.kv_cache_memory_bytes;
+  if (layout.has_window()) {
+    // The window cache holds, per running sequence, the blocks its window reads plus the blocks
+    // of one step's chunk; twice that (when it takes at most half the memory) keeps recently
+    // finished windows for prefix-cache hits.
+    int64_t window_floats = 0;
+    for (int64_t f : layout.window_floats) window_floats += f;
+    const int64_t block_bytes = bs * window_floats * int64_t{sizeof(float)};
+    const int64_t per_seq = (layout.window_tokens + bs - 1) / bs + 2;
+    int64_t window_blocks =
+        int64_t{options_.max_num_seqs} * per_seq + (options_.prefill_budget + bs - 1) / bs;
+    if (2 * window_blocks * block_bytes <= memory / 2) window_blocks *= 2;
+    window_bytes_ = window_blocks * block_bytes;
+    window_tokens_ = layout.window_tokens;
+    if (options_.kv_cache_tokens == 0 && window_bytes_ >= memory) {
+      return InvalidArgumentError(
+          util::codes::kBadOption,
+          fmt::format("--kv-cache-memory {} MiB is less than the window cache needs ({} MiB for "
+                      "{} sequences of {} window tokens and a {}-token step); raise it or lower "
+                      "--max-num-seqs",
+                      memory >> 20, window_bytes_ >> 20, options_.max_num_seqs,
+                      layout.window_tokens, options_.prefill_budget));
+    }
+    memory -= window_bytes_;
+    DI_RETURN_IF_ERROR(window_kv_.AllocateLayers(bs, static_cast<int>(window_blocks),
+                                                 layout.window_floats));
+    window_blocks_ = std::make_unique<BlockManager>(static_cast<int32_t>(window_blocks), bs,
+                                                    options_.enable_prefix_caching);
+    kv_.window = &window_kv_;
+  }
+  const int64_t capacity =
+      options_.kv_cache_tokens > 0 ? options_.kv_cache_tokens : memory / bytes_per_token;
+  int64_t num_blocks = capacity / bs;
   if (num_blocks < 2) {
     return InvalidArgumentError(util::codes::kBadOption,
                                 "the KV cache must hold at least two blocks");
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
-  DI_RETURN_IF_ERROR(
-      kv_.Allocate(cfg.num_layers, options_.block_size, static_cast<int>(num_blocks), per_token));
+  DI_RETURN_IF_ERROR(kv_.AllocateLayers(bs, static_cast<int>(num_blocks), layout.floats));
   if (options_.speculative_tokens > 0) {
     if (lm_->num_mtp_layers() == 0) {
       return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
                                   "--speculative-tokens needs a model with MTP (NextN) layers");
     }
+    if (layout.has_window()) {
+      return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
+                                  "the MTP drafter does not keep a window cache");
+    }
     spec_tokens_ = std::min(options_.speculative_tokens, 8);
-    DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->num_mtp_layers(), options_.block_size,
-                                        static_cast<int>(num_blocks), per_token));
+    DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->num_mtp_layers(), bs, static_cast<int>(num_blocks),
+                                        lm_->kv_floats_per_token()));
   }
-  blocks_ = std::make_unique<BlockManager>(static_cast<int32_t>(num_blocks), options_.block_size,
+  blocks_ = std::make_unique<BlockManager>(static_cast<int32_t>(num_blocks), bs,
                                            options_.enable_prefix_caching);
   return absl::OkStatus();
 }
@@ -218,12 +259,14 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
 void EngineImpl::Warmup() {
   // One short forward pass touches every weight page and sizes the scratch buffers, so the
   // first real request does not pay for it.
-  std::vector<int32_t> blocks;
-  if (blocks_->Allocate(1, blocks)) {
+  std::vector<int32_t> blocks, window;
+  if (blocks_->Allocate(1, blocks) && (!window_blocks_ || window_blocks_->Allocate(1, window))) {
     const int32_t bos = model_.tokenizer.bos_id;
-    executor_->Warmup(bos >= 0 && bos < vocab_ ? bos : 0, blocks[0]);
-    blocks_->Free(blocks);
+    executor_->Warmup(bos >= 0 && bos < vocab_ ? bos : 0, blocks[0],
+                      window.empty() ? -1 : window[0]);
+    if (window_blocks_) window_blocks_->Free(window);
   }
+  blocks_->Free(blocks);
   ready_.store(true, std::memory_order_release);
 }
 

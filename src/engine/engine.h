@@ -84,6 +84,10 @@ class Engine {
   // KV cache bytes one token occupies (all layers), and the arithmetic the model runs with:
   // what serve prints at start-up.
   virtual int64_t kv_bytes_per_token() const = 0;
+  // The window cache (arch::KvLayout): bytes reserved for it, and the positions of each
+  // sequence it keeps; 0 for architectures without one.
+  virtual int64_t kv_window_cache_bytes() const { return 0; }
+  virtual int32_t kv_window_tokens() const { return 0; }
   virtual const char* numerics_name() const = 0;  // arch::NumericsName
   // True once the model is loaded and a warm-up step has run.
   virtual bool ready() const = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_testing.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
 #include "model/synthetic_checkpoint_testing.h"
@@ -23,23 +24,7 @@ std::string CheckpointDir(const std::string& name, const std::string& family = "
   return dir.ok() ? *dir : "";
 }
 
-std::vector<int32_t> Generate(Engine& engine, GenerateRequest r, StreamUpdate* final_out = nullptr) {
-  auto stream = engine.Submit(std::move(r));
-  EXPECT_TRUE(stream.ok()) << stream.status();
-  std::vector<int32_t> out;
-  StreamUpdate u;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!(*stream)->Wait(u, std::chrono::milliseconds(100))) continue;
-    for (const auto& t : u.tokens) out.push_back(t.token);
-    if (u.finish != FinishReason::kNone) {
-      if (final_out) *final_out = u;
-      return out;
-    }
-  }
-  ADD_FAILURE() << "stream did not finish";
-  return out;
-}
+using testing::Generate;
 
 // (golden family, case) of a checkpoint with one MTP module.
 using Case = std::pair<const char*, const char*>;

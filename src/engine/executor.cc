@@ -11,11 +11,11 @@ Executor::Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool
                    bool keep_hidden)
     : lm_(lm), kv_(kv), pool_(pool), keep_hidden_(keep_hidden), vocab_(lm.config().vocab) {}
 
-void Executor::Warmup(int32_t token, int32_t block) {
+void Executor::Warmup(int32_t token, int32_t block, int32_t window_block) {
   arch::ForwardBatch b;
   b.tokens = &token;
   b.num_tokens = 1;
-  b.seqs.push_back({0, 1, 0, 1, &block, 1});
+  b.seqs.push_back({0, 1, 0, 1, &block, 1, window_block >= 0 ? &window_block : nullptr});
   logits_.resize(vocab_);
   lm_.Forward(b, kv_, logits_.data(), pool_);
 }
@@ -45,6 +45,7 @@ void Executor::BuildBatch(const StepPlan& plan) {
     s.num_logits = p.num_logits;
     s.block_table = seq.blocks.data();
     s.num_blocks = static_cast<int32_t>(seq.blocks.size());
+    if (kv_.window != nullptr) s.window_block_table = seq.window_blocks.data();
     const auto first = seq.tokens.begin() + p.start_pos;
     batch_tokens_.insert(batch_tokens_.end(), first, first + p.num_real_tokens());
     batch_tokens_.insert(batch_tokens_.end(), seq.drafts.begin(),

@@ -25,9 +25,10 @@ class Executor {
   // Each slice's sequence must have a sampler and KV blocks covering the slice.
   StepOutputs& Run(const StepPlan& plan);
 
-  // One forward pass of `token` at position 0 in `block`: touches every weight page and sizes
-  // the scratch buffers before the first request.
-  void Warmup(int32_t token, int32_t block);
+  // One forward pass of `token` at position 0 in `block` (and `window_block` of the window
+  // cache, -1 without one): touches every weight page and sizes the scratch buffers before the
+  // first request.
+  void Warmup(int32_t token, int32_t block, int32_t window_block);
 
   // Final hidden states of the last Run (only with keep_hidden).
   const float* hidden() const { return hidden_.data(); }

@@ -26,8 +26,8 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks,
-                     std::vector<bool> is_eog)
-    : options_(options), blocks_(blocks), is_eog_(std::move(is_eog)) {
+                     std::vector<bool> is_eog, WindowPool window)
+    : options_(options), blocks_(blocks), window_(window), is_eog_(std::move(is_eog)) {
   running_.reserve(options_.max_num_seqs);
   retired_.reserve(options_.max_num_seqs);
   plan_.seqs.reserve(options_.max_num_seqs);
@@ -91,7 +91,7 @@ int32_t Scheduler::RunningSlice(Sequence& seq, int32_t budget, int32_t& num_draf
     num_drafts = std::max(0, n);
     chunk = 1 + num_drafts;
   }
-  while (!EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) {
+  while (!EnsureBlocks(blocks_, window_, seq, seq.num_computed + chunk)) {
     // Out of blocks: preempt the newest running sequence (never one already in the plan, which
     // holds only older ones).
     const bool self = running_.back().get() == &seq;
@@ -109,9 +109,7 @@ int32_t Scheduler::RunningSlice(Sequence& seq, int32_t budget, int32_t& num_draf
 void Scheduler::PreemptNewest() {
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
-  blocks_.Free(victim->blocks);
-  victim->blocks.clear();
-  victim->block_hashes.clear();
+  FreeBlocks(blocks_, window_, *victim);
   victim->num_computed = 0;
   victim->drafts.clear();
   ++counters_.num_preemptions;
@@ -147,10 +145,35 @@ void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
 
 void Scheduler::LookUpPrefix(Sequence& seq) {
   // Never reuse the block holding the last token: its logits must be computed.
-  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / blocks_.block_size();
-  const int32_t matched = blocks_.MatchPrefix(seq.tokens.data(), max_blocks, seq.req.cache_salt,
-                                              seq.blocks, seq.block_hashes);
-  seq.num_computed = matched * blocks_.block_size();
+  const int32_t bs = blocks_.block_size();
+  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
+  int32_t matched = blocks_.MatchPrefix(seq.tokens.data(), max_blocks, seq.req.cache_salt,
+                                        seq.blocks, seq.block_hashes);
+  if (window_.blocks != nullptr && matched > 0) {
+    // Resuming at block k also needs the window blocks of positions k*B - window_tokens + 1 ..
+    // k*B - 1: keep the longest match whose window is still cached.
+    for (; matched > 0; --matched) {
+      const int32_t first = std::max(0, matched * bs - window_.window_tokens + 1) / bs;
+      bool all = true;
+      for (int32_t b = first; b < matched && all; ++b) {
+        all = window_.blocks->Find(seq.block_hashes[b], seq.tokens.data() + b * bs) >= 0;
+      }
+      if (!all) continue;
+      seq.window_blocks.assign(first, -1);
+      for (int32_t b = first; b < matched; ++b) {
+        const int32_t w = window_.blocks->Find(seq.block_hashes[b], seq.tokens.data() + b * bs);
+        window_.blocks->Acquire(w);
+        seq.window_blocks.push_back(w);
+      }
+      break;
+    }
+    for (size_t b = seq.blocks.size(); b-- > static_cast<size_t>(matched);) {
+      blocks_.FreeBlock(seq.blocks[b]);
+    }
+    seq.blocks.resize(matched);
+    seq.block_hashes.resize(matched);
+  }
+  seq.num_computed = matched * bs;
   if (seq.cached_tokens < 0) {  // first admission only; a preempted sequence is not a query
     seq.cached_tokens = seq.num_computed;
     counters_.prefix_cache_queries += seq.prompt_len;
@@ -159,14 +182,20 @@ void Scheduler::LookUpPrefix(Sequence& seq) {
 }
 
 Scheduler::Fit Scheduler::FitWaiting(Sequence& seq, int32_t& chunk) {
-  if (EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) return Fit::kFits;
+  if (EnsureBlocks(blocks_, window_, seq, seq.num_computed + chunk)) return Fit::kFits;
   if (!running_.empty() || !plan_.seqs.empty()) return Fit::kWait;  // they will free blocks
   // Nothing else holds blocks, so waiting cannot help; shrink the chunk to what fits.
-  const int32_t fit =
+  int32_t fit =
       (static_cast<int32_t>(seq.blocks.size()) + blocks_.num_available()) * blocks_.block_size() -
       seq.num_computed;
+  if (window_.blocks != nullptr) {
+    fit = std::min(fit, (static_cast<int32_t>(seq.window_blocks.size()) +
+                         window_.blocks->num_available()) *
+                                blocks_.block_size() -
+                            seq.num_computed);
+  }
   chunk = std::min(chunk, fit);
-  if (chunk <= 0 || !EnsureBlocks(blocks_, seq, seq.num_computed + chunk)) return Fit::kNever;
+  if (chunk <= 0 || !EnsureBlocks(blocks_, window_, seq, seq.num_computed + chunk)) return Fit::kNever;
   return Fit::kFits;
 }
 
@@ -248,9 +277,13 @@ void Scheduler::CommitFullBlocks(Sequence& seq) {
   while (static_cast<int32_t>(seq.block_hashes.size()) < seq.num_computed / bs) {
     const size_t i = seq.block_hashes.size();
     const uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
-    seq.block_hashes.push_back(
-        blocks_.Commit(seq.blocks[i], parent, seq.tokens.data() + i * bs, seq.req.cache_salt));
+    const int32_t* tokens = seq.tokens.data() + i * bs;
+    seq.block_hashes.push_back(blocks_.Commit(seq.blocks[i], parent, tokens, seq.req.cache_salt));
+    if (window_.blocks != nullptr && seq.window_blocks[i] >= 0) {
+      window_.blocks->Commit(seq.window_blocks[i], parent, tokens, seq.req.cache_salt);
+    }
   }
+  ReleaseWindowBlocks(window_, seq);
 }
 
 void Scheduler::RetireFinished() {
@@ -268,11 +301,7 @@ void Scheduler::RetireFinished() {
 }
 
 void Scheduler::Finish(Sequence& seq, FinishReason reason, const util::ErrorCode* error) {
-  if (!seq.blocks.empty()) {
-    blocks_.Free(seq.blocks);
-    seq.blocks.clear();
-    seq.block_hashes.clear();
-  }
+  FreeBlocks(blocks_, window_, seq);
   const Clock::time_point now = Clock::now();
   if (reason != FinishReason::kError) {
     counters_.e2e.Observe(Seconds(now - seq.arrival));

@@ -62,7 +62,9 @@ struct SchedulerCounters {
 class Scheduler {
  public:
   // `is_eog` [vocab]: the model's end-of-generation tokens.
-  Scheduler(const SchedulerOptions& options, BlockManager& blocks, std::vector<bool> is_eog);
+  // `window`: the window cache's pool, for architectures that have one (sequence.h).
+  Scheduler(const SchedulerOptions& options, BlockManager& blocks, std::vector<bool> is_eog,
+            WindowPool window = {});
 
   // Queues a sequence behind those already waiting.
   void Add(std::unique_ptr<Sequence> seq);
@@ -113,6 +115,7 @@ class Scheduler {
 
   const SchedulerOptions options_;
   BlockManager& blocks_;
+  const WindowPool window_;
   const std::vector<bool> is_eog_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order

@@ -1,6 +1,9 @@
 #include "engine/sequence.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "util/status.h"
 
 namespace deepinfer::engine {
 
@@ -17,11 +20,36 @@ std::unique_ptr<Sequence> Sequence::Create(uint64_t id, GenerateRequest request,
   return seq;
 }
 
-bool EnsureBlocks(BlockManager& blocks, Sequence& seq, int32_t num_tokens) {
-  const int32_t need = (num_tokens + blocks.block_size() - 1) / blocks.block_size() -
-                       static_cast<int32_t>(seq.blocks.size());
-  if (need <= 0) return true;
-  return blocks.Allocate(need, seq.blocks);
+bool EnsureBlocks(BlockManager& blocks, const WindowPool& window, Sequence& seq,
+                  int32_t num_tokens) {
+  const int32_t total = (num_tokens + blocks.block_size() - 1) / blocks.block_size();
+  const int32_t need = total - static_cast<int32_t>(seq.blocks.size());
+  const int32_t need_window =
+      window.blocks == nullptr ? 0 : total - static_cast<int32_t>(seq.window_blocks.size());
+  if (need > blocks.num_available()) return false;
+  if (need_window > 0 && need_window > window.blocks->num_available()) return false;
+  if (need > 0) DI_CHECK(blocks.Allocate(need, seq.blocks));
+  if (need_window > 0) DI_CHECK(window.blocks->Allocate(need_window, seq.window_blocks));
+  return true;
+}
+
+void ReleaseWindowBlocks(const WindowPool& window, Sequence& seq) {
+  if (window.blocks == nullptr) return;
+  // Block b is dead once its last position (b + 1) * B - 1 < num_computed - window_tokens + 1.
+  const int32_t dead = (seq.num_computed - window.window_tokens + 1) / window.blocks->block_size();
+  const int32_t n = std::min(dead, static_cast<int32_t>(seq.window_blocks.size()));
+  for (int32_t b = n - 1; b >= 0 && seq.window_blocks[b] >= 0; --b) {
+    window.blocks->FreeBlock(seq.window_blocks[b]);
+    seq.window_blocks[b] = -1;
+  }
+}
+
+void FreeBlocks(BlockManager& blocks, const WindowPool& window, Sequence& seq) {
+  blocks.Free(seq.blocks);
+  if (window.blocks != nullptr) window.blocks->Free(seq.window_blocks);
+  seq.blocks.clear();
+  seq.window_blocks.clear();
+  seq.block_hashes.clear();
 }
 
 }  // namespace deepinfer::engine

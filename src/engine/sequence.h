@@ -32,6 +32,8 @@ struct Sequence {
   int32_t cached_tokens = -1;        // prefix-cache hit at first admission; -1 until admitted
   std::vector<int32_t> blocks;
   std::vector<uint64_t> block_hashes;  // one per committed full block, in order
+  // Window-cache blocks, indexed as `blocks`; -1 once released behind the window (WindowPool).
+  std::vector<int32_t> window_blocks;
   Clock::time_point arrival, first_scheduled, first_token, last_token;
   bool scheduled_once = false;
   FinishReason finish = FinishReason::kNone;  // set once, when the stream is finished
@@ -50,9 +52,27 @@ struct Sequence {
   }
 };
 
-// Grows `seq.blocks` so that its first `num_tokens` positions have KV slots; all or nothing.
-// Returns false (nothing allocated) when the block manager has too few free blocks.
-bool EnsureBlocks(BlockManager& blocks, Sequence& seq, int32_t num_tokens);
+// The window cache's blocks, for architectures whose KvLayout has one: a second pool, addressed
+// by Sequence::window_blocks, from which a sequence holds only the blocks its window still reads.
+// Full blocks are committed to its prefix cache under the same hashes as the main pool's, so a
+// prefix hit can also restore the window in front of it.
+struct WindowPool {
+  BlockManager* blocks = nullptr;  // null: no window cache
+  int32_t window_tokens = 0;       // KvLayout::window_tokens
+};
+
+// Grows `seq.blocks` (and `seq.window_blocks` when `window` has a pool) so that its first
+// `num_tokens` positions have KV slots; all or nothing. Returns false (nothing allocated) when a
+// block manager has too few free blocks.
+bool EnsureBlocks(BlockManager& blocks, const WindowPool& window, Sequence& seq,
+                  int32_t num_tokens);
+
+// Releases the window blocks that no step of `seq` reads again: those wholly below
+// seq.num_computed - window_tokens + 1. Call after committing them.
+void ReleaseWindowBlocks(const WindowPool& window, Sequence& seq);
+
+// Frees every block `seq` holds in both pools and forgets its tables and hashes.
+void FreeBlocks(BlockManager& blocks, const WindowPool& window, Sequence& seq);
 
 // One sequence's share of a step.
 enum class Phase {

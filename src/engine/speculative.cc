@@ -92,7 +92,7 @@ bool Drafter::DraftNext(int32_t k) {
     Sequence& seq = *drafting_[d];
     const int32_t pos = seq.num_computed + k;  // input x_{pos+1} is draft k
     if (static_cast<int32_t>(seq.drafts.size()) != k || pos + 1 >= max_model_len_ ||
-        seq.num_generated + k + 1 >= seq.req.max_tokens || !EnsureBlocks(blocks_, seq, pos + 1)) {
+        seq.num_generated + k + 1 >= seq.req.max_tokens || !EnsureBlocks(blocks_, WindowPool{}, seq, pos + 1)) {
       continue;
     }
     arch::SequenceSlice s;
