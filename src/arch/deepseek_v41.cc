@@ -262,6 +262,9 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
             "shape_mismatch",
             fmt::format("{}embed.scale must be E8M0 [{}, {}]", g, rows, hd_e / 32));
       }
+      // The release's tables are ~98 GB each: sampled rows only, as for every large matrix.
+      DI_RETURN_IF_ERROR(model::CheckFinite(*e.table, /*full=*/false));
+      DI_RETURN_IF_ERROR(model::CheckFinite(*e.table_scale, /*full=*/false));
     } else if (e.table->dtype != model::DType::kF32 && e.table->dtype != model::DType::kBF16) {
       return UnimplementedError("unsupported_dtype", fmt::format("{}embed.weight has dtype {}", g,
                                                                  model::DTypeName(e.table->dtype)));

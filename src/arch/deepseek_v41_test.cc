@@ -325,5 +325,48 @@ TEST(DeepseekV41ConfigTest, BadSourceSchedulesAreRefused) {
   EXPECT_TRUE(ok->deepseek_v4->v41);
 }
 
+// Broken Engram tables: one-line errors with stable codes at load, never a crash.
+TEST(DeepseekV41SchemaTest, BrokenEngramTablesAreRefused) {
+  const std::string golden = GoldenDir("v41_full_fp8");
+  if (!std::filesystem::exists(golden)) {
+    GTEST_SKIP() << "../shared/goldens/deepseek_v41 is absent (a user's clone has none)";
+  }
+  auto dir = model::SyntheticCheckpoint(golden, std::string(DI_TESTDATA_DIR) + "/deepseek_v41");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  std::ifstream golden_json(golden + "/golden.json");
+  const auto classes =
+      nlohmann::json::parse(golden_json)["engram"]["token_map"].get<std::vector<int32_t>>();
+  auto expect_error = [&](const std::string& folder, const std::string& code) {
+    auto m = model::LoadModel(folder);
+    absl::Status st = m.status();
+    if (m.ok()) {
+      (*m)->engram_token_classes = classes;
+      st = CreateCausalLm(**m).status();
+    }
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(ErrorCodeOf(st), code) << st;
+    EXPECT_EQ(OneLineError(st).find('\n'), std::string::npos);
+  };
+  {
+    // An E8M0 NaN scale (0xff) in a sampled row of an FP8 table.
+    model::CheckpointCopy c(model::CheckpointCopy::Folder{*dir});
+    const uint8_t nan = 0xff;
+    c.Patch("model.safetensors", c.TensorOffset("model.safetensors", "layers.4.engram.embed.scale"),
+            &nan, 1);
+    expect_error(c.dir(), "nan_in_weights");
+  }
+  {
+    // A table size the config's primes do not give.
+    model::CheckpointCopy c(model::CheckpointCopy::Folder{*dir});
+    std::ifstream in(c.path("config.json"));
+    auto cfg = nlohmann::json::parse(in);
+    in.close();
+    auto& rows = cfg["text_config"]["engram_num_embeddings"];
+    rows[0] = rows[0].get<int64_t>() + 1;
+    std::ofstream(c.path("config.json")) << cfg.dump();
+    expect_error(c.dir(), "bad_config");
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::arch

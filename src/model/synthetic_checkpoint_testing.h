@@ -35,12 +35,15 @@ inline std::string DeepseekGoldenDir(const std::string& name,
 class CheckpointCopy {
  public:
   explicit CheckpointCopy(const std::string& name, const std::string& family = "deepseek_v3") {
-    char tmpl[] = "/tmp/di_hf_test_XXXXXX";
-    dir_ = mkdtemp(tmpl);
     auto source = DeepseekTestCheckpoint(name, family);
     EXPECT_TRUE(source.ok()) << source.status();
-    if (source.ok()) std::filesystem::copy(*source, dir_, std::filesystem::copy_options::recursive);
+    CopyFrom(source.ok() ? *source : "");
   }
+  // A copy of the checkpoint folder `folder` (e.g. one SyntheticCheckpoint wrote).
+  struct Folder {
+    std::string path;
+  };
+  explicit CheckpointCopy(const Folder& folder) { CopyFrom(folder.path); }
   ~CheckpointCopy() { std::filesystem::remove_all(dir_); }
   const std::string& dir() const { return dir_; }
   std::string path(const std::string& f) const { return dir_ + "/" + f; }
@@ -72,6 +75,14 @@ class CheckpointCopy {
   }
 
  private:
+  void CopyFrom(const std::string& source) {
+    char tmpl[] = "/tmp/di_hf_test_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    if (!source.empty()) {
+      std::filesystem::copy(source, dir_, std::filesystem::copy_options::recursive);
+    }
+  }
+
   std::string dir_;
 };
 
