@@ -48,7 +48,7 @@ struct StatsSnapshot {
 
 std::string EngineStatsLine(const engine::EngineStats& a, const engine::EngineStats& b,
                             double seconds) {
-  const int64_t prompt = b.prompt_tokens - a.prompt_tokens;
+  const int64_t prompt = b.prefill_tokens - a.prefill_tokens;
   const int64_t generated = b.generation_tokens - a.generation_tokens;
   if (seconds <= 0 || (prompt == 0 && generated == 0 && b.num_running == 0 && b.num_waiting == 0)) {
     return "";

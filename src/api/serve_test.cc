@@ -19,12 +19,12 @@ TEST(ServeTest, DefaultServedNameIsTheFileNameWithoutItsExtension) {
 
 TEST(ServeTest, StatsLineGivesRatesOverTheIntervalAndTheStateNow) {
   engine::EngineStats a, b;
-  a.prompt_tokens = 100;
+  a.prefill_tokens = 100;
   a.generation_tokens = 10;
   a.prefix_cache_queries = 50;
   a.prefix_cache_hits = 0;
   b = a;
-  b.prompt_tokens = 300;     // 200 in 2 s
+  b.prefill_tokens = 300;    // 200 computed in 2 s
   b.generation_tokens = 50;  // 40 in 2 s
   b.prefix_cache_queries = 150;
   b.prefix_cache_hits = 25;  // 25 of 100

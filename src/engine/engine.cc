@@ -119,6 +119,7 @@ absl::Status EngineImpl::Init() {
   so.max_num_seqs = options_.max_num_seqs;
   so.prefill_budget = options_.prefill_budget;
   so.max_model_len = max_model_len_;
+  so.long_prefill_token_threshold = options_.long_prefill_token_threshold;
   scheduler_ = std::make_unique<Scheduler>(
       so, *blocks_, std::move(is_eog), WindowPool{window_blocks_.get(), window_tokens_});
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
@@ -321,6 +322,7 @@ void EngineImpl::PublishStats() {
   stats_.prefix_cache_queries = c.prefix_cache_queries;
   stats_.prefix_cache_hits = c.prefix_cache_hits;
   stats_.prompt_tokens = c.prompt_tokens;
+  stats_.prefill_tokens = c.prefill_tokens;
   stats_.generation_tokens = c.generation_tokens;
   for (int i = 0; i < 5; ++i) stats_.num_requests_finished[i] = c.num_finished[i];
   stats_.spec_num_drafts = c.spec_num_drafts;

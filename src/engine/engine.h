@@ -21,6 +21,10 @@ namespace deepinfer::engine {
 struct EngineOptions {
   int32_t max_num_seqs = 64;      // running sequences at once
   int32_t prefill_budget = 2048;  // tokens per step (prefill chunks + decodes)
+  // Fairness (SchedulerOptions::long_prefill_token_threshold): the largest prefill chunk, and
+  // long prefills step aside for newly admitted requests; 0: off (one request at a time, as
+  // `generate` runs, gains nothing from it).
+  int32_t long_prefill_token_threshold = 0;
   int32_t block_size = 16;        // tokens per KV block
   int64_t kv_cache_tokens = 0;    // capacity in tokens; 0: from kv_cache_memory_bytes
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;
@@ -50,6 +54,7 @@ struct EngineStats {
   int64_t prefix_cache_queries = 0;  // tokens looked up
   int64_t prefix_cache_hits = 0;     // tokens found
   int64_t prompt_tokens = 0;         // total prompt tokens of finished + running requests
+  int64_t prefill_tokens = 0;        // prompt tokens computed so far, chunk by chunk
   int64_t generation_tokens = 0;
   int64_t num_requests_finished[5] = {0, 0, 0, 0, 0};  // by FinishReason
   // Speculative decoding: verification steps that carried drafts, drafted tokens, accepted ones.

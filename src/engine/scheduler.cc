@@ -41,8 +41,11 @@ const StepPlan& Scheduler::Schedule(Clock::time_point now) {
   plan_.seqs.clear();
   plan_.num_tokens = 0;
   int32_t budget = options_.prefill_budget;
+  deferred_.clear();
   ScheduleRunning(budget);
+  const size_t before = plan_.seqs.size();
   ScheduleWaiting(budget, now);
+  ScheduleDeferred(budget, plan_.seqs.size() > before);
   return plan_;
 }
 
@@ -66,10 +69,23 @@ void Scheduler::DropCancelled() {
   }
 }
 
+int32_t Scheduler::PrefillCap(int32_t budget) const {
+  const int32_t t = options_.long_prefill_token_threshold;
+  return t > 0 ? std::min(budget, t) : budget;
+}
+
 void Scheduler::ScheduleRunning(int32_t& budget) {
+  const int32_t threshold = options_.long_prefill_token_threshold;
+  const bool admitting =
+      !waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_num_seqs;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence& seq = *running_[i];
     if (seq.stream->Full()) continue;  // slow client: pause this sequence
+    if (threshold > 0 && admitting && seq.num_uncomputed() > threshold && !seq.stepped_aside) {
+      deferred_.push_back(&seq);  // a long prefill: the waiting go first this step
+      continue;
+    }
+    seq.stepped_aside = false;
     int32_t num_drafts = 0;
     const int32_t chunk = RunningSlice(seq, budget, num_drafts);
     if (chunk == 0) break;  // it was preempted itself: nothing newer is left to run
@@ -78,9 +94,23 @@ void Scheduler::ScheduleRunning(int32_t& budget) {
   }
 }
 
+void Scheduler::ScheduleDeferred(int32_t& budget, bool admitted) {
+  for (Sequence* seq : deferred_) {
+    seq->stepped_aside = true;
+    if (admitted || budget <= 0) continue;
+    // Nobody was admitted after all: run it now, without preempting (the plan holds newer
+    // sequences than it) — when its blocks do not fit, it waits a step.
+    const int32_t chunk = std::min(seq->num_uncomputed(), PrefillCap(budget));
+    if (!EnsureBlocks(blocks_, window_, *seq, seq->num_computed + chunk)) continue;
+    seq->stepped_aside = false;
+    AddToPlan(*seq, chunk, 0);
+    budget -= chunk;
+  }
+}
+
 int32_t Scheduler::RunningSlice(Sequence& seq, int32_t budget, int32_t& num_drafts) {
   const int32_t remaining = seq.num_uncomputed();
-  int32_t chunk = std::min(remaining, budget);
+  int32_t chunk = std::min(remaining, remaining > 1 ? PrefillCap(budget) : budget);
   num_drafts = 0;
   if (remaining == 1 && !seq.drafts.empty()) {
     // Verify drafts in this step, but never past max_tokens or the context window.
@@ -109,6 +139,7 @@ int32_t Scheduler::RunningSlice(Sequence& seq, int32_t budget, int32_t& num_draf
 void Scheduler::PreemptNewest() {
   std::unique_ptr<Sequence> victim = std::move(running_.back());
   running_.pop_back();
+  deferred_.erase(std::remove(deferred_.begin(), deferred_.end(), victim.get()), deferred_.end());
   FreeBlocks(blocks_, window_, *victim);
   victim->num_computed = 0;
   victim->drafts.clear();
@@ -121,7 +152,7 @@ void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
          static_cast<int32_t>(running_.size()) < options_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
     if (seq.num_computed == 0 && seq.blocks.empty()) LookUpPrefix(seq);
-    int32_t chunk = std::min(seq.num_uncomputed(), budget);
+    int32_t chunk = std::min(seq.num_uncomputed(), PrefillCap(budget));
     const Fit fit = FitWaiting(seq, chunk);
     if (fit == Fit::kWait) break;
     if (fit == Fit::kNever) {
@@ -224,6 +255,7 @@ void Scheduler::Update(const StepPlan& plan, StepOutputs& outputs, Clock::time_p
 void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledToken* tokens,
                           Clock::time_point now) {
   Sequence& seq = *s.seq;
+  if (s.phase == Phase::kPrefill) counters_.prefill_tokens += s.num_real_tokens();
   if (s.num_logits == 0) {
     seq.num_computed += s.num_tokens;
     CommitFullBlocks(seq);

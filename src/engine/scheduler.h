@@ -19,6 +19,11 @@ struct SchedulerOptions {
   int32_t max_num_seqs = 64;      // running sequences at once
   int32_t prefill_budget = 2048;  // tokens per step: decodes, drafts and prefill chunks together
   int32_t max_model_len = 4096;   // a sequence finishes with kLength when it reaches this
+  // Fairness under long prompts (0: off): a prefill chunk takes at most this many tokens, and a
+  // prefill with more left than this that already ran yields one step to newly admitted
+  // requests (never two steps in a row), so a short request waits for at most one such chunk.
+  // Anchor: vLLM's long_prefill_token_threshold; Sarathi-Serve's bounded step time.
+  int32_t long_prefill_token_threshold = 0;
 };
 
 // vLLM's TTFT buckets (seconds, 1 ms to 640 s), used by every latency histogram of the engine.
@@ -32,6 +37,7 @@ struct SchedulerCounters {
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up at first admission
   int64_t prefix_cache_hits = 0;     // of which found in the cache
   int64_t prompt_tokens = 0;         // of sequences scheduled at least once
+  int64_t prefill_tokens = 0;        // prompt (and recomputed) tokens computed, chunk by chunk
   int64_t generation_tokens = 0;
   int64_t num_finished[5] = {0, 0, 0, 0, 0};  // by FinishReason
   int64_t spec_num_drafts = 0;                // verification slices that carried drafts
@@ -47,7 +53,9 @@ struct SchedulerCounters {
 // Schedule(): drops cancelled sequences; gives every running sequence (in admission order) its
 // next slice — one decode token plus the drafts it may verify, or a prefill chunk — then admits
 // waiting sequences first come first served, each after a prefix-cache lookup, while the
-// per-step token budget, max_num_seqs and free blocks allow. A sequence whose stream is Full()
+// per-step token budget, max_num_seqs and free blocks allow. With a long-prefill threshold,
+// chunks are capped at it and a long prefill that ran last step steps aside while requests
+// wait to be admitted: it runs after them only if none was admitted. A sequence whose stream is Full()
 // is paused. When blocks run out, the newest running sequence not yet in the plan is preempted:
 // its blocks are freed (full ones stay in the prefix cache) and it goes back to the front of the
 // waiting queue, to be recomputed from its tokens. Update(): appends the sampled tokens,
@@ -96,6 +104,10 @@ class Scheduler {
  private:
   void DropCancelled();
   void ScheduleRunning(int32_t& budget);
+  // The long prefills that stepped aside in ScheduleRunning, if nothing was admitted after them.
+  void ScheduleDeferred(int32_t& budget, bool admitted);
+  // A prefill chunk's cap for `seq` (the threshold, or no cap).
+  int32_t PrefillCap(int32_t budget) const;
   void ScheduleWaiting(int32_t& budget, Clock::time_point now);
   // The decode or prefill slice for a running sequence; 0 tokens when it was preempted itself.
   int32_t RunningSlice(Sequence& seq, int32_t budget, int32_t& num_drafts);
@@ -120,6 +132,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // admission order
   std::vector<std::unique_ptr<Sequence>> retired_;  // finished in the last Update()
+  std::vector<Sequence*> deferred_;  // long prefills stepping aside this step
   StepPlan plan_;
   SchedulerCounters counters_;
 };

@@ -72,6 +72,60 @@ class SchedulerTest : public ::testing::Test {
   uint64_t next_id_ = 1;
 };
 
+TEST_F(SchedulerTest, ALongPrefillIsChunkedAndStepsAsideOnceForNewArrivals) {
+  SchedulerOptions o;
+  o.prefill_budget = 64;
+  o.long_prefill_token_threshold = 8;
+  Make(64, o);
+  auto long_stream = Add(40, 2);
+  {
+    const StepPlan& p = Schedule();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    EXPECT_EQ(p.seqs[0].num_tokens, 8);  // capped although the budget is 64
+    Apply(p);
+  }
+  EXPECT_EQ(scheduler_->counters().prefill_tokens, 8);  // counted as computed
+  // A short request arrives: this step is its alone; the long prefill steps aside once.
+  auto short_stream = Add(5, 2);
+  {
+    const StepPlan& p = Schedule();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    EXPECT_EQ(p.seqs[0].num_tokens, 5);
+    EXPECT_EQ(p.seqs[0].num_logits, 1);
+    Apply(p);
+  }
+  // Another arrival the next step: the long prefill does not step aside twice in a row, and the
+  // short one decodes beside both.
+  Add(6, 2);
+  {
+    const StepPlan& p = Schedule();
+    ASSERT_EQ(p.seqs.size(), 3u);
+    EXPECT_EQ(p.seqs[0].num_tokens, 8);                // the long prefill's next chunk
+    EXPECT_EQ(p.seqs[1].phase, Phase::kDecode);         // the short one's decode
+    EXPECT_EQ(p.seqs[2].num_tokens, 6);                // the new arrival
+    Apply(p);
+  }
+  EXPECT_EQ(scheduler_->counters().prefill_tokens, 8 + 5 + 8 + 6);
+}
+
+TEST_F(SchedulerTest, ALongPrefillDoesNotStepAsideForRequestsWithoutASeat) {
+  SchedulerOptions o;
+  o.prefill_budget = 64;
+  o.long_prefill_token_threshold = 8;
+  o.max_num_seqs = 1;
+  Make(64, o);
+  Add(40, 2);
+  Apply(Schedule());
+  Add(4, 2);  // waits for the seat whatever the long prefill does
+  for (int32_t step = 1; step < 5; ++step) {
+    const StepPlan& p = Schedule();
+    ASSERT_EQ(p.seqs.size(), 1u);
+    EXPECT_EQ(p.seqs[0].start_pos, 8 * step);
+    EXPECT_EQ(p.seqs[0].num_tokens, 8);
+    Apply(p);
+  }
+}
+
 TEST_F(SchedulerTest, AnEmptySchedulerPlansNothing) {
   Make(8);
   EXPECT_TRUE(Schedule().empty());
