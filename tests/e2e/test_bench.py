@@ -1,13 +1,21 @@
 """`deepinfer bench` against a real `deepinfer serve` on stories260K: the JSON result is complete,
-the numbers are sane, and exit codes mean what they say."""
+the numbers are sane, and exit codes mean what they say. Against llama.cpp's `llama-server`: a
+fake speaking its API (CI does not build llama-server), and the real one when it is built
+(bench/build_llama_server.sh)."""
 
+import http.server
 import json
 import math
+import os
+import pathlib
 import subprocess
+import threading
+import time
 
+import httpx
 import pytest
 
-from conftest import STORIES, Server, binary, free_port
+from conftest import REPO, STORIES, Server, binary, free_port, smollm_path
 
 PERCENTILES = ["p50", "p90", "p99"]
 DISTRIBUTION_KEYS = {"count", "mean", "std", "min", "max", *PERCENTILES}
@@ -171,3 +179,205 @@ def test_unreachable_server_exits_1():
     r = bench("--base", f"http://127.0.0.1:{free_port()}", "--timeout", "5")
     assert r.returncode == 1
     assert "connect" in r.stderr
+
+
+class FakeLlamaServer:
+    """The API shapes of llama.cpp's `llama-server` (the llama-cpp-python 0.3.36 sdist's tree,
+    tools/server/, answers captured from the real one): /v1/models says owned_by "llamacpp" and
+    no max_model_len, /props has the slot context; POST /tokenize reads only "content" (anything
+    else tokenizes nothing) and adds BOS with add_special; /detokenize answers {"content"};
+    /v1/completions streams one token per chunk, honors `ignore_eos` (an answer without it ends
+    at EOS after 3 tokens), has no `min_tokens`, and puts usage in the final chunk when
+    stream_options.include_usage is set. One word is one token; BOS is id 1."""
+
+    BOS, EOS_AFTER, N_CTX = 1, 3, 512
+
+    def __init__(self):
+        self.vocab, self.words = {}, {}
+        self.completions = []  # request bodies seen
+        self.lock = threading.Lock()
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def send_json(self, obj, status=200):
+                body = json.dumps(obj).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self.send_json({"object": "list", "data": [{
+                        "id": "smollm2", "object": "model", "owned_by": "llamacpp",
+                        "meta": {"n_ctx": fake.N_CTX, "n_ctx_train": 8192}}]})
+                elif self.path == "/props":
+                    self.send_json({"default_generation_settings": {"n_ctx": fake.N_CTX},
+                                    "total_slots": 2})
+                else:
+                    self.send_json({"error": {"code": 404, "message": "File Not Found"}}, 404)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/tokenize":
+                    tokens = []
+                    if "content" in body:
+                        tokens = fake.tokenize(body["content"])
+                        if body.get("add_special", False):
+                            tokens.insert(0, fake.BOS)
+                    self.send_json({"tokens": tokens})
+                elif self.path == "/detokenize":
+                    self.send_json({"content": " ".join(fake.words[t] for t in body["tokens"]
+                                                        if t != fake.BOS)})
+                elif self.path == "/v1/completions":
+                    self.complete(body)
+                else:
+                    self.send_json({"error": {"code": 404, "message": "File Not Found"}}, 404)
+
+            def complete(self, body):
+                with fake.lock:
+                    fake.completions.append(body)
+                prompt_tokens = 1 + len(fake.tokenize(body["prompt"]))
+                n = body["max_tokens"]
+                if not body.get("ignore_eos", False):
+                    n = min(n, fake.EOS_AFTER)
+                finish = "length" if n == body["max_tokens"] else "stop"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+                def event(obj):
+                    data = f"data: {json.dumps(obj)}\n\n".encode()
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+
+                for i in range(n):
+                    time.sleep(0.002)
+                    event({"choices": [{"text": f" w{i}", "index": 0, "logprobs": None,
+                                        "finish_reason": None}], "object": "text_completion"})
+                final = {"choices": [{"text": "", "index": 0, "logprobs": None,
+                                      "finish_reason": finish}], "object": "text_completion"}
+                if body.get("stream_options", {}).get("include_usage"):
+                    final["usage"] = {"completion_tokens": n, "prompt_tokens": prompt_tokens,
+                                      "total_tokens": n + prompt_tokens,
+                                      "prompt_tokens_details": {"cached_tokens": 0}}
+                event(final)
+                done = b"data: [DONE]\n\n"
+                self.wfile.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+                self.wfile.flush()
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def tokenize(self, text):
+        with self.lock:
+            ids = []
+            for w in text.split():
+                if w not in self.vocab:
+                    self.vocab[w] = len(self.vocab) + 10
+                    self.words[self.vocab[w]] = w
+                ids.append(self.vocab[w])
+            return ids
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def fake_llama_server():
+    s = FakeLlamaServer()
+    yield s
+    s.stop()
+
+
+def check_llama_server_result(result, n, input_len, output_len, bos_tokens, window):
+    assert result["server"] == {"kind": "llama.cpp", "model": "smollm2",
+                                "max_model_len": window, "tokenizer": "llama.cpp"}
+    assert result["config"]["exact_input_lengths"] is True
+    assert result["config"]["bos_tokens"] == bos_tokens
+    assert result["ok"] is True and result["errors"] == []
+    for run in result["runs"]:
+        m = run["metrics"]
+        assert m["completed"] == n and m["failed"] == 0
+        assert m["token_counts_from"] == "usage"
+        # Exact prompt lengths through POST /tokenize {content}, and exactly --output-len
+        # tokens out: llama-server has no min_tokens, its ignore_eos does it.
+        assert m["total_input_tokens"] == n * input_len
+        assert m["total_output_tokens"] == n * output_len
+        assert m["tpot_ms"]["count"] == n and m["itl_ms"]["count"] == n * (output_len - 1)
+
+
+def test_llama_server_dialect_exact_lengths(fake_llama_server, tmp_path):
+    out = tmp_path / "llama.json"
+    r = bench("--base", fake_llama_server.base_url, "--input-len", "40", "--output-len", "12",
+              "--concurrency", "1,2", "--num-prompts", "4", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert "llama.cpp server, window 512, tokenizer llama.cpp" in r.stderr
+    check_llama_server_result(json.loads(out.read_text()), 4, 40, 12, 1, 512)
+    measured = [b for b in fake_llama_server.completions if b["max_tokens"] == 12]
+    assert len(measured) == 8
+    assert all(b["ignore_eos"] is True and b["stream"] is True and
+               b["stream_options"] == {"include_usage": True} for b in measured)
+
+
+def test_llama_server_window_from_props(fake_llama_server):
+    # /v1/models has no max_model_len: the slot context of /props (512) bounds the requests.
+    r = bench("--base", fake_llama_server.base_url, "--input-len", "500", "--output-len", "64")
+    assert r.returncode == 2
+    assert "window of 512" in r.stderr
+
+
+def llama_server_bin():
+    cache = pathlib.Path(os.environ.get("DEEPINFER_CACHE") or
+                         pathlib.Path.home() / ".cache" / "deepinfer")
+    for d in (os.environ.get("LLAMA_BIN"), cache / "llama.cpp" / "build" / "bin"):
+        if d and (pathlib.Path(d) / "llama-server").exists():
+            return pathlib.Path(d) / "llama-server"
+    return None
+
+
+def test_real_llama_server(tmp_path):
+    """The real llama-server, when bench/build_llama_server.sh has built it (never in CI)."""
+    exe = llama_server_bin()
+    if exe is None:
+        pytest.skip("llama-server not built (bench/build_llama_server.sh, or LLAMA_BIN=DIR)")
+    if not smollm_path().exists():
+        pytest.skip(f"SmolLM2 not found at {smollm_path()}")
+    port = free_port()
+    log = tmp_path / "llama-server.log"
+    # --no-repack: ggml's AMX kernels crash on some hosts; this test is about the API.
+    with open(log, "w") as f:
+        proc = subprocess.Popen([str(exe), "-m", str(smollm_path()), "-a", "smollm2", "-t", "1",
+                                 "--parallel", "2", "-c", "2048", "--no-repack", "--host",
+                                 "127.0.0.1", "--port", str(port)], stdout=f,
+                                stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        out = tmp_path / "real.json"
+        r = bench("--base", base, "--input-len", "48", "--output-len", "8", "--concurrency",
+                  "2", "--num-prompts", "4", "--json", str(out))
+        assert r.returncode == 0, r.stderr
+        # SmolLM2 adds no BOS; each slot holds 2048 / 2 tokens.
+        check_llama_server_result(json.loads(out.read_text()), 4, 48, 8, 0, 1024)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
