@@ -23,6 +23,9 @@ Measured:
 Usage: python bench/deepseek_speed.py [--deepinfer build/deepinfer] [--models /tmp/ds-bench]
            [--json bench/results/deepseek.json] > bench/results/deepseek.md
 Needs numpy (for the generator), /usr/bin/time and a C++ compiler (membw).
+
+bench/deepseek_v4_speed.py and bench/deepseek_v41_speed.py use its helpers: generate /
+run_generate, serve_and_bench, measure_bandwidth and active_bytes (V4-family shard headers).
 """
 
 import argparse
@@ -88,6 +91,67 @@ def generate(args, model: pathlib.Path) -> dict:
     return r
 
 
+def run_generate(args, model: pathlib.Path, prompt: int, gen: int, repeats: int) -> dict:
+    """`generate` of a random prompt of `prompt` tokens and `gen` new ones, `repeats` times:
+    the runs and the medians of prefill and decode tokens/s, the highest peak RSS."""
+    a = argparse.Namespace(**vars(args))
+    a.prompt_tokens, a.gen_tokens = prompt, gen
+    runs = [generate(a, model) for _ in range(repeats)]
+    return {"runs": runs,
+            "prefill": statistics.median(r["prefill_tokens_per_s"] for r in runs),
+            "decode": statistics.median(r["decode_tokens_per_s"] for r in runs),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
+
+
+def measure_bandwidth(args) -> dict:
+    """bench/membw.cc at 1 and --threads threads (its binary beside --deepinfer when the build
+    made one, else compiled into the temporary folder); `read_gbps` by thread count."""
+    exe = pathlib.Path(args.deepinfer).parent / "membw"
+    if not exe.exists():
+        exe = build_membw(pathlib.Path(tempfile.gettempdir()))
+    return json.loads(subprocess.run([str(exe), "--threads", f"1,{args.threads}", "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+
+
+def active_bytes(model: pathlib.Path, experts_per_tok: int, n_experts: int,
+                 engram_columns: int = 0) -> dict:
+    """Bytes one decode token reads, by part, from the safetensors headers (as stored) of a
+    DeepSeek-V4 / V4.1 checkpoint in native names: routed experts k/E of theirs, every other
+    matrix whole, the embedding one row (left out), an Engram table `engram_columns` rows."""
+    header = {}
+    for shard in sorted(model.glob("*.safetensors")):
+        with open(shard, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header.update(json.loads(f.read(n)))
+    parts = {"attention": 0, "experts": 0, "shared+router": 0, "head": 0, "engram": 0,
+             "mixers": 0}
+    total_on_disk = 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        size = t["data_offsets"][1] - t["data_offsets"][0]
+        total_on_disk += size
+        if name == "embed.weight":
+            continue  # one row per token
+        if ".engram.embed." in name:  # the table (and its scales): the hashed rows only
+            parts["engram"] += size / t["shape"][0] * engram_columns
+        elif ".engram." in name:
+            parts["engram"] += size
+        elif ".ffn.experts." in name:
+            parts["experts"] += size * experts_per_tok / n_experts
+        elif ".ffn." in name:
+            parts["shared+router"] += size
+        elif name in ("head.weight", "lm_head.weight"):
+            parts["head"] += size
+        elif ".attn." in name:
+            parts["attention"] += size
+        else:
+            parts["mixers"] += size
+    parts["per_token"] = sum(parts.values())
+    parts["on_disk"] = total_on_disk
+    return parts
+
+
 def metric_sum(base: str, name: str) -> float:
     with urllib.request.urlopen(base + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
@@ -114,6 +178,10 @@ def serve_and_bench(args, model: pathlib.Path, concurrency: str, extra_serve: li
                 sys.exit(f"deepinfer bench failed: {p.stderr[-2000:]}")
             result = json.loads(out.read_text())
         result["peak_rss_mib"] = rss.peak_kib / 1024
+        # serve's start-up lines on the cache ("KV cache: N tokens, B bytes per token ...",
+        # "window cache: ..."), logged once the engine is ready
+        result["startup_log"] = [line for line in pathlib.Path(engine.log.name).read_text(
+            errors="replace").splitlines() if "KV cache:" in line or "window cache:" in line]
         result["drafts"] = metric_sum(engine.base, "vllm:spec_decode_num_drafts_total")
         result["draft_tokens"] = metric_sum(engine.base, "vllm:spec_decode_num_draft_tokens_total")
         result["accepted"] = metric_sum(engine.base, "vllm:spec_decode_num_accepted_tokens_total")
@@ -141,9 +209,7 @@ def main() -> None:
     mtp_dirs = {name: ensure_checkpoint(models, name) for name in ("mtp-moe", "mtp-dense")}
 
     load_before = load_average()
-    membw = json.loads(subprocess.run([str(build_membw(pathlib.Path(tempfile.gettempdir()))),
-                                       "--threads", f"1,{args.threads}", "--json"],
-                                      capture_output=True, text=True, check=True).stdout)
+    membw = measure_bandwidth(args)
     bw_gbps = max(membw["read_gbps"].values())
     config = json.loads((main_dir / "bf16" / "config.json").read_text())
     weights = active_weights(config)

@@ -35,7 +35,6 @@ import argparse
 import json
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -44,8 +43,9 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 from deepseek_v4_shapes import fp8_targets, make_recipe, native_tensors  # noqa: E402
-from deepseek_speed import generate, level, serve_and_bench  # noqa: E402
-from runtime_vs_llamacpp import build_membw, load_average, run_timed  # noqa: E402
+from deepseek_speed import (active_bytes, level, measure_bandwidth, run_generate,  # noqa: E402
+                            serve_and_bench)
+from runtime_vs_llamacpp import load_average, run_timed  # noqa: E402
 from serve_vs_llamacpp import Engine, free_port  # noqa: E402
 
 TOKENIZER = REPO.parent / "shared" / "models" / "deepseek-v3-tokenizer"
@@ -87,49 +87,6 @@ def ensure_checkpoint(models: pathlib.Path, tool: pathlib.Path) -> pathlib.Path:
             shutil.copy(TOKENIZER / f, d / f)
     subprocess.run([str(tool), str(d), str(d)], check=True)
     return d
-
-
-def active_bytes(model: pathlib.Path) -> dict:
-    """Bytes one decode token reads, by part, from the shard headers (as stored)."""
-    header = {}
-    for shard in sorted(model.glob("*.safetensors")):
-        with open(shard, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header.update(json.loads(f.read(n)))
-    k = CONFIG["num_experts_per_tok"]
-    e = CONFIG["n_routed_experts"]
-    parts = {"attention": 0, "experts": 0, "shared+router": 0, "head": 0, "mixers": 0}
-    total_on_disk = 0
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        size = t["data_offsets"][1] - t["data_offsets"][0]
-        total_on_disk += size
-        if name == "embed.weight":
-            continue  # one row per token
-        if ".ffn.experts." in name:
-            parts["experts"] += size * k / e
-        elif ".ffn." in name:
-            parts["shared+router"] += size
-        elif name == "head.weight":
-            parts["head"] += size
-        elif ".attn." in name:
-            parts["attention"] += size
-        else:
-            parts["mixers"] += size
-    parts["per_token"] = sum(parts.values())
-    parts["on_disk"] = total_on_disk
-    return parts
-
-
-def run_generate(args, model, prompt, gen, repeats):
-    a = argparse.Namespace(**vars(args))
-    a.prompt_tokens, a.gen_tokens = prompt, gen
-    runs = [generate(a, model) for _ in range(repeats)]
-    return {"runs": runs,
-            "prefill": statistics.median(r["prefill_tokens_per_s"] for r in runs),
-            "decode": statistics.median(r["decode_tokens_per_s"] for r in runs),
-            "peak_rss_mib": max(r["peak_rss_mib"] for r in runs)}
 
 
 def llama_bench(args, prompt: int, gen: int, repeats: int) -> dict:
@@ -180,12 +137,10 @@ def main() -> None:
     args = ap.parse_args()
     tool = pathlib.Path(args.deepinfer).parent / "synthetic_checkpoint"
     model = ensure_checkpoint(pathlib.Path(args.models), tool)
-    weights = active_bytes(model)
+    weights = active_bytes(model, CONFIG["num_experts_per_tok"], CONFIG["n_routed_experts"])
 
     load_before = load_average()
-    membw = json.loads(subprocess.run([str(build_membw(pathlib.Path(tempfile.gettempdir()))),
-                                       "--threads", f"1,{args.threads}", "--json"],
-                                      capture_output=True, text=True, check=True).stdout)
+    membw = measure_bandwidth(args)
     bw_gbps = max(membw["read_gbps"].values())
     results = {"load_before": load_before, "membw": membw, "active_bytes": weights,
                "config": CONFIG}
