@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# `make bench`: the benchmarks of docs/benchmarks.md: deepinfer vs llama.cpp (llama-cpp-python)
-# on the default model, and the DeepSeek-V3-shaped checkpoints (made on first use, ~3 GB under
-# $DEEPINFER_BENCH_MODELS, default /tmp/ds-bench). Writes bench/results/{runtime,serve}.{md,json}.
-# Usage: bench/run_all.sh [BUILD_DIR]   (PYTHON=... picks an interpreter with llama-cpp-python)
+# `make bench`: the benchmarks of docs/benchmarks.md: deepinfer vs llama.cpp on the default model
+# (runtime through llama-cpp-python; serving against llama.cpp's own `llama-server`, built by
+# bench/build_llama_server.sh from the same sdist on first use, ~12 minutes on 2 cores), and the
+# DeepSeek-V3-shaped checkpoints (made on first use, ~3 GB under $DEEPINFER_BENCH_MODELS, default
+# /tmp/ds-bench). Writes bench/results/{runtime,serve}.{md,json}.
+# Usage: bench/run_all.sh [BUILD_DIR]   (PYTHON=... picks an interpreter with llama-cpp-python;
+#   LLAMA_BIN=DIR uses an existing llama-server build instead of building one)
 # Run it on a quiet machine: both engines share the cores with everything else; the scripts
 # record the load average next to the numbers.
 set -euo pipefail
@@ -20,14 +23,17 @@ if [ ! -x "$PY" ]; then
 fi
 # llama-cpp-python compiles llama.cpp on first install (minutes); the server extras are quick.
 "$PY" -m pip install -q -r bench/requirements.txt gguf numpy
+# The serving peer: llama-server and llama-bench from the same llama.cpp (prints its bin folder).
+LLAMA_BIN=$(bench/build_llama_server.sh)
 
 mkdir -p bench/results
 echo "== runtime: generate vs llama.cpp (prefill 512, decode 128, $THREADS threads)"
 "$PY" bench/runtime_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --model "$MODEL" \
   --threads "$THREADS" --json bench/results/runtime.json | tee bench/results/runtime.md
-echo "== serving: serve vs llama-cpp-python's server (1/4/8/16 streams, shared prefix)"
-"$PY" bench/serve_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --python "$PY" \
-  --model "$MODEL" --threads "$THREADS" --out-dir bench/results/serve | tee bench/results/serve.md
+echo "== serving: serve vs llama-server --parallel C (1/4/8/16 streams, shared prefix)"
+"$PY" bench/serve_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --llama-bin "$LLAMA_BIN" \
+  --python "$PY" --model "$MODEL" --threads "$THREADS" --out-dir bench/results/serve \
+  | tee bench/results/serve.md
 echo "== DeepSeek-V3-shaped checkpoints: BF16 / FP8 decode and prefill, 8 streams, MTP"
 "$PY" bench/deepseek_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
   --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds-bench}" --json bench/results/deepseek.json \
