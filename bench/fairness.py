@@ -79,7 +79,10 @@ def start(name: str, args, slots: int) -> Engine:
         return Engine(name, cmd, port, "/health")
     cmd = [str(pathlib.Path(args.llama_bin) / "llama-server"), "-m", args.model, "-t",
            str(args.threads), "--parallel", str(slots), "-c", str(ctx * slots), "--host",
-           "127.0.0.1", "--port", str(port)]
+           "127.0.0.1", "--port", str(port),
+           # ggml's AMX kernels crash in the warm-up on this host (bench/serve_vs_llamacpp.py
+           # probes for it); the AVX-512 path without repacked weights runs.
+           "--no-repack"]
     return Engine(name, cmd, port, "/health")
 
 

@@ -3,7 +3,7 @@
 # (runtime through llama-cpp-python; serving against llama.cpp's own `llama-server`, built by
 # bench/build_llama_server.sh from the same sdist on first use, ~12 minutes on 2 cores), and the
 # DeepSeek-V3-shaped checkpoints (made on first use, ~3 GB under $DEEPINFER_BENCH_MODELS, default
-# /tmp/ds-bench). Writes bench/results/{runtime,serve}.{md,json}.
+# /tmp/ds-bench). Writes bench/results/{runtime,serve,fairness,deepseek*}.{md,json}.
 # Usage: bench/run_all.sh [BUILD_DIR]   (PYTHON=... picks an interpreter with llama-cpp-python;
 #   LLAMA_BIN=DIR uses an existing llama-server build instead of building one)
 # Run it on a quiet machine: both engines share the cores with everything else; the scripts
@@ -34,6 +34,10 @@ echo "== serving: serve vs llama-server --parallel C (1/4/8/16 streams, shared p
 "$PY" bench/serve_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --llama-bin "$LLAMA_BIN" \
   --python "$PY" --model "$MODEL" --threads "$THREADS" --out-dir bench/results/serve \
   | tee bench/results/serve.md
+echo "== fairness: short chats during an 8,000-token prefill, vs llama-server --parallel 4"
+"$PY" bench/fairness.py --deepinfer "$BUILD/deepinfer" --model "$MODEL" --llama-bin "$LLAMA_BIN" \
+  --threads "$THREADS" --repeats 2 --json bench/results/fairness.json \
+  | tee bench/results/fairness.md
 echo "== DeepSeek-V3-shaped checkpoints: BF16 / FP8 decode and prefill, 8 streams, MTP"
 "$PY" bench/deepseek_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
   --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds-bench}" --json bench/results/deepseek.json \
@@ -42,3 +46,7 @@ echo "== DeepSeek-V4-shaped checkpoint in the released formats: decode, prefill,
 "$PY" bench/deepseek_v4_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
   --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds4-bench}" --json bench/results/deepseek_v4.json \
   | tee bench/results/deepseek_v4.md
+echo "== DeepSeek-V4.1-shaped checkpoint (Engram, CSA2, compact cache): decode, prefill, 65,536 context"
+"$PY" bench/deepseek_v41_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
+  --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds41-bench}" --json bench/results/deepseek_v41.json \
+  | tee bench/results/deepseek_v41.md
