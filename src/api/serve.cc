@@ -174,9 +174,11 @@ absl::Status Serve(ServeOptions o) {
                  (*engine)->kv_capacity_tokens(), per_token, per_token / 1024.0,
                  (*engine)->numerics_name());
     if ((*engine)->kv_window_cache_bytes() > 0) {
-      spdlog::info("window cache: {:.1f} MiB for the last {} positions of each sequence",
-                   (*engine)->kv_window_cache_bytes() / 1048576.0,
-                   (*engine)->kv_window_tokens());
+      spdlog::info(
+          "window cache: {:.1f} MiB shared by the running sequences (each keeps the blocks of "
+          "its last {} positions and its step's chunk; the rest holds finished windows for "
+          "prefix hits)",
+          (*engine)->kv_window_cache_bytes() / 1048576.0, (*engine)->kv_window_tokens());
     }
     spdlog::info(
         "try: curl {}/v1/chat/completions -H 'Content-Type: application/json' "

@@ -86,12 +86,17 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   // Serving shares the engine: a long prompt's prefill must not hold up everyone else
   // (bench/fairness.py measured the default; docs/benchmarks.md "Fairness").
-  flags->options.engine.long_prefill_token_threshold = 32;
+  flags->options.engine.long_prefill_token_threshold = 1024;
   cmd->add_option("--long-prefill-token-threshold",
                   flags->options.engine.long_prefill_token_threshold,
-                  "largest prefill chunk per sequence and step; a longer prefill steps aside one "
-                  "step for newly arrived requests (0: off)")
+                  "a request with more prompt tokens than this to prefill is a long prefill: "
+                  "it runs in chunks of --long-prefill-chunk and steps aside one step for newly "
+                  "arrived requests (0: off)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--long-prefill-chunk", flags->options.engine.long_prefill_chunk,
+                  "prompt tokens a long prefill computes per step")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-num-seqs", flags->options.engine.max_num_seqs, "sequences running at once")
       ->check(CLI::Range(1, 1 << 16))

@@ -120,6 +120,7 @@ absl::Status EngineImpl::Init() {
   so.prefill_budget = options_.prefill_budget;
   so.max_model_len = max_model_len_;
   so.long_prefill_token_threshold = options_.long_prefill_token_threshold;
+  so.long_prefill_chunk = options_.long_prefill_chunk;
   scheduler_ = std::make_unique<Scheduler>(
       so, *blocks_, std::move(is_eog), WindowPool{window_blocks_.get(), window_tokens_});
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);

@@ -21,10 +21,11 @@ namespace deepinfer::engine {
 struct EngineOptions {
   int32_t max_num_seqs = 64;      // running sequences at once
   int32_t prefill_budget = 2048;  // tokens per step (prefill chunks + decodes)
-  // Fairness (SchedulerOptions::long_prefill_token_threshold): the largest prefill chunk, and
-  // long prefills step aside for newly admitted requests; 0: off (one request at a time, as
-  // `generate` runs, gains nothing from it).
+  // Fairness (SchedulerOptions): a request with more than long_prefill_token_threshold tokens to
+  // prefill computes long_prefill_chunk tokens per step and steps aside for newly admitted ones;
+  // 0: off (one request at a time, as `generate` runs, gains nothing from it).
   int32_t long_prefill_token_threshold = 0;
+  int32_t long_prefill_chunk = 32;
   int32_t block_size = 16;        // tokens per KV block
   int64_t kv_cache_tokens = 0;    // capacity in tokens; 0: from kv_cache_memory_bytes
   int64_t kv_cache_memory_bytes = int64_t{2} << 30;

@@ -69,19 +69,17 @@ void Scheduler::DropCancelled() {
   }
 }
 
-int32_t Scheduler::PrefillCap(int32_t budget) const {
-  const int32_t t = options_.long_prefill_token_threshold;
-  return t > 0 ? std::min(budget, t) : budget;
+int32_t Scheduler::PrefillCap(const Sequence& seq, int32_t budget) const {
+  return seq.long_prefill ? std::min(budget, std::max(1, options_.long_prefill_chunk)) : budget;
 }
 
 void Scheduler::ScheduleRunning(int32_t& budget) {
-  const int32_t threshold = options_.long_prefill_token_threshold;
   const bool admitting =
       !waiting_.empty() && static_cast<int32_t>(running_.size()) < options_.max_num_seqs;
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence& seq = *running_[i];
     if (seq.stream->Full()) continue;  // slow client: pause this sequence
-    if (threshold > 0 && admitting && seq.num_uncomputed() > threshold && !seq.stepped_aside) {
+    if (seq.long_prefill && admitting && seq.num_uncomputed() > 1 && !seq.stepped_aside) {
       deferred_.push_back(&seq);  // a long prefill: the waiting go first this step
       continue;
     }
@@ -100,7 +98,7 @@ void Scheduler::ScheduleDeferred(int32_t& budget, bool admitted) {
     if (admitted || budget <= 0) continue;
     // Nobody was admitted after all: run it now, without preempting (the plan holds newer
     // sequences than it) — when its blocks do not fit, it waits a step.
-    const int32_t chunk = std::min(seq->num_uncomputed(), PrefillCap(budget));
+    const int32_t chunk = std::min(seq->num_uncomputed(), PrefillCap(*seq, budget));
     if (!EnsureBlocks(blocks_, window_, *seq, seq->num_computed + chunk)) continue;
     seq->stepped_aside = false;
     AddToPlan(*seq, chunk, 0);
@@ -110,7 +108,7 @@ void Scheduler::ScheduleDeferred(int32_t& budget, bool admitted) {
 
 int32_t Scheduler::RunningSlice(Sequence& seq, int32_t budget, int32_t& num_drafts) {
   const int32_t remaining = seq.num_uncomputed();
-  int32_t chunk = std::min(remaining, remaining > 1 ? PrefillCap(budget) : budget);
+  int32_t chunk = std::min(remaining, remaining > 1 ? PrefillCap(seq, budget) : budget);
   num_drafts = 0;
   if (remaining == 1 && !seq.drafts.empty()) {
     // Verify drafts in this step, but never past max_tokens or the context window.
@@ -152,7 +150,9 @@ void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
          static_cast<int32_t>(running_.size()) < options_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
     if (seq.num_computed == 0 && seq.blocks.empty()) LookUpPrefix(seq);
-    int32_t chunk = std::min(seq.num_uncomputed(), PrefillCap(budget));
+    const int32_t threshold = options_.long_prefill_token_threshold;
+    seq.long_prefill = threshold > 0 && seq.num_uncomputed() > threshold;
+    int32_t chunk = std::min(seq.num_uncomputed(), PrefillCap(seq, budget));
     const Fit fit = FitWaiting(seq, chunk);
     if (fit == Fit::kWait) break;
     if (fit == Fit::kNever) {

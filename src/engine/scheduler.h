@@ -19,11 +19,13 @@ struct SchedulerOptions {
   int32_t max_num_seqs = 64;      // running sequences at once
   int32_t prefill_budget = 2048;  // tokens per step: decodes, drafts and prefill chunks together
   int32_t max_model_len = 4096;   // a sequence finishes with kLength when it reaches this
-  // Fairness under long prompts (0: off): a prefill chunk takes at most this many tokens, and a
-  // prefill with more left than this that already ran yields one step to newly admitted
-  // requests (never two steps in a row), so a short request waits for at most one such chunk.
+  // Fairness under long prompts (0: off): a sequence admitted with more than this many tokens to
+  // prefill is a long prefill: it computes at most long_prefill_chunk tokens per step and steps
+  // aside for one step (never two in a row) while requests wait for a seat, so a short request
+  // waits for at most one such chunk. Shorter prompts prefill as the budget allows.
   // Anchor: vLLM's long_prefill_token_threshold; Sarathi-Serve's bounded step time.
   int32_t long_prefill_token_threshold = 0;
+  int32_t long_prefill_chunk = 32;
 };
 
 // vLLM's TTFT buckets (seconds, 1 ms to 640 s), used by every latency histogram of the engine.
@@ -53,9 +55,9 @@ struct SchedulerCounters {
 // Schedule(): drops cancelled sequences; gives every running sequence (in admission order) its
 // next slice — one decode token plus the drafts it may verify, or a prefill chunk — then admits
 // waiting sequences first come first served, each after a prefix-cache lookup, while the
-// per-step token budget, max_num_seqs and free blocks allow. With a long-prefill threshold,
-// chunks are capped at it and a long prefill that ran last step steps aside while requests
-// wait to be admitted: it runs after them only if none was admitted. A sequence whose stream is Full()
+// per-step token budget, max_num_seqs and free blocks allow. With a long-prefill threshold, a
+// long prefill's chunks are capped and it steps aside one step while requests wait to be
+// admitted: it runs after them only if none was admitted. A sequence whose stream is Full()
 // is paused. When blocks run out, the newest running sequence not yet in the plan is preempted:
 // its blocks are freed (full ones stay in the prefix cache) and it goes back to the front of the
 // waiting queue, to be recomputed from its tokens. Update(): appends the sampled tokens,
@@ -106,8 +108,8 @@ class Scheduler {
   void ScheduleRunning(int32_t& budget);
   // The long prefills that stepped aside in ScheduleRunning, if nothing was admitted after them.
   void ScheduleDeferred(int32_t& budget, bool admitted);
-  // A prefill chunk's cap for `seq` (the threshold, or no cap).
-  int32_t PrefillCap(int32_t budget) const;
+  // The most prompt tokens `seq` may compute this step out of `budget`.
+  int32_t PrefillCap(const Sequence& seq, int32_t budget) const;
   void ScheduleWaiting(int32_t& budget, Clock::time_point now);
   // The decode or prefill slice for a running sequence; 0 tokens when it was preempted itself.
   int32_t RunningSlice(Sequence& seq, int32_t budget, int32_t& num_drafts);

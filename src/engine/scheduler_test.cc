@@ -76,6 +76,7 @@ TEST_F(SchedulerTest, ALongPrefillIsChunkedAndStepsAsideOnceForNewArrivals) {
   SchedulerOptions o;
   o.prefill_budget = 64;
   o.long_prefill_token_threshold = 8;
+  o.long_prefill_chunk = 8;
   Make(64, o);
   auto long_stream = Add(40, 2);
   {
@@ -108,10 +109,25 @@ TEST_F(SchedulerTest, ALongPrefillIsChunkedAndStepsAsideOnceForNewArrivals) {
   EXPECT_EQ(scheduler_->counters().prefill_tokens, 8 + 5 + 8 + 6);
 }
 
+TEST_F(SchedulerTest, PromptsUpToTheThresholdPrefillAsTheBudgetAllows) {
+  SchedulerOptions o;
+  o.prefill_budget = 64;
+  o.long_prefill_token_threshold = 24;
+  o.long_prefill_chunk = 8;
+  Make(64, o);
+  Add(24, 2);
+  Add(25, 2);
+  const StepPlan& p = Schedule();
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].num_tokens, 24);  // not long: whole
+  EXPECT_EQ(p.seqs[1].num_tokens, 8);   // long: a chunk
+}
+
 TEST_F(SchedulerTest, ALongPrefillDoesNotStepAsideForRequestsWithoutASeat) {
   SchedulerOptions o;
   o.prefill_budget = 64;
   o.long_prefill_token_threshold = 8;
+  o.long_prefill_chunk = 8;
   o.max_num_seqs = 1;
   Make(64, o);
   Add(40, 2);

@@ -36,7 +36,8 @@ struct Sequence {
   std::vector<int32_t> window_blocks;
   Clock::time_point arrival, first_scheduled, first_token, last_token;
   bool scheduled_once = false;
-  bool stepped_aside = false;  // a long prefill that yielded the last step (Scheduler)
+  bool long_prefill = false;   // admitted with more to prefill than the threshold (Scheduler)
+  bool stepped_aside = false;  // a long prefill that yielded the last step
   FinishReason finish = FinishReason::kNone;  // set once, when the stream is finished
   // Speculative decoding: drafts for the next step, and this request's totals.
   std::vector<int32_t> drafts;

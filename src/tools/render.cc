@@ -44,6 +44,7 @@ constexpr ServeParam kServeParams[] = {
     {"prefill_budget", "--prefill-budget", ParamType::kInt, 1, int64_t{1} << 20},
     {"long_prefill_token_threshold", "--long-prefill-token-threshold", ParamType::kInt, 0,
      int64_t{1} << 20},
+    {"long_prefill_chunk", "--long-prefill-chunk", ParamType::kInt, 1, int64_t{1} << 20},
     {"max_num_seqs", "--max-num-seqs", ParamType::kInt, 1, int64_t{1} << 16},
     {"block_size", "--block-size", ParamType::kInt, 1, 1024},
     {"kv_cache_tokens", "--kv-cache-tokens", ParamType::kInt, 0, int64_t{1} << 40},
