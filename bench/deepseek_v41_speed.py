@@ -114,7 +114,7 @@ def engine_kv(startup_log: list) -> dict:
         m = re.search(r"KV cache: (\d+) tokens, (\d+) bytes per token", line)
         if m:
             out["tokens"], out["bytes_per_token"] = int(m.group(1)), int(m.group(2))
-        m = re.search(r"window cache: ([\d.]+) MiB for the last (\d+) positions", line)
+        m = re.search(r"window cache: ([\d.]+) MiB .*?last (\d+) positions", line)
         if m:
             out["window_mib"], out["window_positions"] = float(m.group(1)), int(m.group(2))
     return out
@@ -209,9 +209,10 @@ def main() -> None:
         print(f"\nserve (default --kv-cache-memory, --max-num-seqs): KV cache of "
               f"{engine['tokens']:,} tokens", end="")
         if engine.get("window_mib") is not None:
-            print(f", plus a window cache of {engine['window_mib']:.1f} MiB for the last "
-                  f"{engine['window_positions']} positions of each running sequence (whatever "
-                  "its length)", end="")
+            print(f", plus a window cache of {engine['window_mib']:.1f} MiB shared by the "
+                  f"running sequences (each keeps its last {engine['window_positions']} "
+                  "positions whatever its length; the rest keeps finished windows for prefix "
+                  "hits)", end="")
         print(".")
     results["load_after"] = load_average()
     print(f"\nLoad average after: {results['load_after']}.")
