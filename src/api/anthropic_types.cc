@@ -124,6 +124,10 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
     return http::RequestError("messages", util::codes::kInvalidType,
                               "'messages' must be an array.");
   }
+  if (messages->empty()) {  // as Anthropic's API and our chat route: nothing to answer
+    return http::RequestError("messages", util::codes::kInvalidValue,
+                              "'messages' must contain at least one message.");
+  }
   for (size_t i = 0; i < messages->size(); ++i) {
     const util::Json& msg = (*messages)[i];
     std::string prefix = fmt::format("messages[{}]", i);

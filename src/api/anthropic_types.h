@@ -21,8 +21,9 @@ namespace deepinfer::api {
 // text blocks are joined, tool_use blocks become assistant tool_calls, tool_result blocks become
 // "tool" messages (before the text of their user turn), thinking blocks are dropped, image blocks
 // are counted in *num_images.
-// Errors: InvalidArgument "missing_field", "invalid_type", "invalid_value", "unsupported_value"
-//   (documents and other block types no model here reads), each with its `param`.
+// Errors: InvalidArgument "missing_field", "invalid_type", "invalid_value" (an empty `messages`
+//   too), "unsupported_value" (documents and other block types no model here reads), each with
+//   its `param`.
 // Source: Anthropic API reference, Messages and "Count message tokens".
 absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Json& body,
                                                                  int32_t* num_images);

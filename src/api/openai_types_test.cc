@@ -188,6 +188,19 @@ TEST(ImageContentTest, IsUnsupportedContentOnEveryApi) {
   EXPECT_FALSE(IsImagePart(util::Json::parse(R"({"type":"text","text":"image"})")));
 }
 
+TEST(ParseAnthropicMessagesRequestTest, EmptyMessagesAreInvalid) {
+  // Found by trying the server as a new user: [] used to be answered from the system prompt.
+  for (const char* body : {R"({"max_tokens":8,"messages":[]})",
+                           R"({"max_tokens":8,"system":"be brief","stream":true,"messages":[]})"}) {
+    auto r = ParseAnthropicMessagesRequest(body, Limits());
+    ASSERT_FALSE(r.ok()) << body;
+    http::ApiError e = http::ApiErrorFromStatus(r.status());
+    EXPECT_EQ(e.http_status, 400) << body;
+    EXPECT_EQ(e.code, "invalid_value") << body;
+    EXPECT_EQ(e.param, "messages") << body;
+  }
+}
+
 TEST(ParseChatRequestTest, RejectsOutOfRangeValues) {
   const std::string m = R"("messages":[{"role":"user","content":"x"}])";
   auto body = [&](const std::string& field) { return "{" + m + "," + field + "}"; };
