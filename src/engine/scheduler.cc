@@ -185,19 +185,17 @@ void Scheduler::LookUpPrefix(Sequence& seq) {
     // k*B - 1: keep the longest match whose window is still cached.
     for (; matched > 0; --matched) {
       const int32_t first = std::max(0, matched * bs - window_.window_tokens + 1) / bs;
-      bool all = true;
-      for (int32_t b = first; b < matched && all; ++b) {
-        all = window_.blocks->Find(seq.block_hashes[b], seq.tokens.data() + b * bs) >= 0;
-      }
-      if (!all) continue;
       seq.window_blocks.assign(first, -1);
       for (int32_t b = first; b < matched; ++b) {
         const int32_t w = window_.blocks->Find(seq.block_hashes[b], seq.tokens.data() + b * bs);
-        window_.blocks->Acquire(w);
+        if (w < 0) break;
         seq.window_blocks.push_back(w);
       }
+      if (static_cast<int32_t>(seq.window_blocks.size()) < matched) continue;
+      for (int32_t b = first; b < matched; ++b) window_.blocks->Acquire(seq.window_blocks[b]);
       break;
     }
+    if (matched == 0) seq.window_blocks.clear();
     for (size_t b = seq.blocks.size(); b-- > static_cast<size_t>(matched);) {
       blocks_.FreeBlock(seq.blocks[b]);
     }
