@@ -194,6 +194,15 @@ def level(result: dict, c: int) -> dict:
     return next(r["metrics"] for r in result["runs"] if r["concurrency"] == c)
 
 
+def finish(results: dict, json_path) -> None:
+    """Records and prints the load average after a run, and writes the raw results to
+    `json_path` (if given): the common end of the DeepSeek speed scripts."""
+    results["load_after"] = load_average()
+    print(f"\nLoad average after: {results['load_after']}.")
+    if json_path:
+        pathlib.Path(json_path).write_text(json.dumps(results, indent=1) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--deepinfer", default=str(REPO / "build" / "deepinfer"))
@@ -271,10 +280,7 @@ def main() -> None:
             print(f"| {name} | {n} | {m['output_throughput']:.1f} | {m['tpot_ms']['p50']:.2f} | "
                   f"{100 * rate:.0f}% | {length:.2f} | {m['output_throughput'] / base:.2f}x |",
                   flush=True)
-    results["load_after"] = load_average()
-    print(f"\nLoad average after: {results['load_after']}.")
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    finish(results, args.json)
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ sys.path.insert(0, str(REPO / "tests" / "reference"))
 from deepseek_v41_shapes import (config_json, full_attention_kv_bytes_per_token,  # noqa: E402
                                  kv_bytes_per_token, make_recipe, native_tensors, quant_section,
                                  with_engram_sizes)
-from deepseek_speed import (active_bytes, level, measure_bandwidth, run_generate,  # noqa: E402
-                            serve_and_bench)
+from deepseek_speed import (active_bytes, finish, level, measure_bandwidth,  # noqa: E402
+                            run_generate, serve_and_bench)
 from runtime_vs_llamacpp import load_average  # noqa: E402
 
 TOKENIZER = REPO.parent / "shared" / "models" / "deepseek-v3-tokenizer"
@@ -214,10 +214,7 @@ def main() -> None:
                   "positions whatever its length; the rest keeps finished windows for prefix "
                   "hits)", end="")
         print(".")
-    results["load_after"] = load_average()
-    print(f"\nLoad average after: {results['load_after']}.")
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    finish(results, args.json)
 
 
 if __name__ == "__main__":

@@ -43,8 +43,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "tests" / "reference"))
 from deepseek_v4_shapes import fp8_targets, make_recipe, native_tensors  # noqa: E402
-from deepseek_speed import (active_bytes, level, measure_bandwidth, run_generate,  # noqa: E402
-                            serve_and_bench)
+from deepseek_speed import (active_bytes, finish, level, measure_bandwidth,  # noqa: E402
+                            run_generate, serve_and_bench)
 from runtime_vs_llamacpp import load_average, run_timed  # noqa: E402
 from serve_vs_llamacpp import Engine, free_port  # noqa: E402
 
@@ -188,10 +188,7 @@ def main() -> None:
                 print(f"| {c} ({engine}) | {m['output_throughput']:.1f} | "
                       f"{m['tpot_ms']['p50']:.1f} | {m['ttft_ms']['p50']:.0f} | {rss} |",
                       flush=True)
-    results["load_after"] = load_average()
-    print(f"\nLoad average after: {results['load_after']}.")
-    if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    finish(results, args.json)
 
 
 if __name__ == "__main__":
