@@ -59,6 +59,15 @@ class SchedulerTest : public ::testing::Test {
 
   const StepPlan& Schedule() { return scheduler_->Schedule(Clock::now()); }
 
+  // A 64-token step budget; prompts over `threshold` tokens are long prefills of 8-token chunks.
+  static SchedulerOptions LongPrefillOptions(int32_t threshold) {
+    SchedulerOptions o;
+    o.prefill_budget = 64;
+    o.long_prefill_token_threshold = threshold;
+    o.long_prefill_chunk = 8;
+    return o;
+  }
+
   static StreamUpdate Final(RequestStream& stream) {
     StreamUpdate u;
     EXPECT_TRUE(stream.finished());
@@ -73,11 +82,7 @@ class SchedulerTest : public ::testing::Test {
 };
 
 TEST_F(SchedulerTest, ALongPrefillIsChunkedAndStepsAsideOnceForNewArrivals) {
-  SchedulerOptions o;
-  o.prefill_budget = 64;
-  o.long_prefill_token_threshold = 8;
-  o.long_prefill_chunk = 8;
-  Make(64, o);
+  Make(64, LongPrefillOptions(8));
   auto long_stream = Add(40, 2);
   {
     const StepPlan& p = Schedule();
@@ -110,11 +115,7 @@ TEST_F(SchedulerTest, ALongPrefillIsChunkedAndStepsAsideOnceForNewArrivals) {
 }
 
 TEST_F(SchedulerTest, PromptsUpToTheThresholdPrefillAsTheBudgetAllows) {
-  SchedulerOptions o;
-  o.prefill_budget = 64;
-  o.long_prefill_token_threshold = 24;
-  o.long_prefill_chunk = 8;
-  Make(64, o);
+  Make(64, LongPrefillOptions(24));
   Add(24, 2);
   Add(25, 2);
   const StepPlan& p = Schedule();
@@ -124,10 +125,7 @@ TEST_F(SchedulerTest, PromptsUpToTheThresholdPrefillAsTheBudgetAllows) {
 }
 
 TEST_F(SchedulerTest, ALongPrefillDoesNotStepAsideForRequestsWithoutASeat) {
-  SchedulerOptions o;
-  o.prefill_budget = 64;
-  o.long_prefill_token_threshold = 8;
-  o.long_prefill_chunk = 8;
+  SchedulerOptions o = LongPrefillOptions(8);
   o.max_num_seqs = 1;
   Make(64, o);
   Add(40, 2);

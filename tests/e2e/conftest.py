@@ -38,6 +38,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_healthy(base_url: str, proc: subprocess.Popen, timeout_s: float, what: str, logs):
+    """Polls GET base_url/health until it answers 200; fails the test (with `logs()`, the
+    server's log tail) when `proc` exits first or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited with {proc.returncode}:\n{logs()}")
+        try:
+            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"{what} was not ready within {timeout_s}s:\n{logs()}")
+
+
 class Server:
     """A running `deepinfer serve` process."""
 
@@ -56,18 +72,11 @@ class Server:
         self._wait_ready(timeout_s=120)
 
     def _wait_ready(self, timeout_s: float):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"deepinfer serve exited with {self.proc.returncode}:\n{self.logs()}")
-            try:
-                if httpx.get(self.base_url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        pytest.fail(f"deepinfer serve was not ready within {timeout_s}s:\n{self.logs()}")
+        try:
+            wait_healthy(self.base_url, self.proc, timeout_s, "deepinfer serve", self.logs)
+        except BaseException:
+            self.stop()
+            raise
 
     def logs(self) -> str:
         self.log.flush()

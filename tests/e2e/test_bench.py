@@ -12,10 +12,9 @@ import subprocess
 import threading
 import time
 
-import httpx
 import pytest
 
-from conftest import REPO, STORIES, Server, binary, free_port, smollm_path
+from conftest import REPO, STORIES, Server, binary, free_port, smollm_path, wait_healthy
 
 PERCENTILES = ["p50", "p90", "p99"]
 DISTRIBUTION_KEYS = {"count", "mean", "std", "min", "max", *PERCENTILES}
@@ -363,15 +362,7 @@ def test_real_llama_server(tmp_path):
                                 stderr=subprocess.STDOUT, cwd=REPO)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        wait_healthy(base, proc, 120, "llama-server", lambda: log.read_text()[-3000:])
         out = tmp_path / "real.json"
         r = bench("--base", base, "--input-len", "48", "--output-len", "8", "--concurrency",
                   "2", "--num-prompts", "4", "--json", str(out))

@@ -6,12 +6,11 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import httpx
 import pytest
 
-from conftest import binary, free_port, smollm_path
+from conftest import binary, free_port, smollm_path, wait_healthy
 
 # The request log's format (util/log.h): "2026-11-29T16:55:01.123Z info ...".
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (info|warning|error) \S")
@@ -47,16 +46,7 @@ def test_no_model_serves_the_cached_default_and_every_line_is_timestamped(tmp_pa
                                 stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert proc.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, "not ready:\n" + log_path.read_text()
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        wait_healthy(base, proc, 120, "deepinfer serve", log_path.read_text)
         models = httpx.get(base + "/v1/models", timeout=10).json()
         assert [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct.Q4_1"]
         r = httpx.post(base + "/v1/chat/completions", timeout=60,
