@@ -170,9 +170,9 @@ absl::Status Serve(ServeOptions o) {
     spdlog::info("context {} tokens, {} chat template", served.max_model_len,
                  text->chat_template->name());
     const int64_t per_token = (*engine)->kv_bytes_per_token();
-    spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB); numerics {}",
+    spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
                  (*engine)->kv_capacity_tokens(), per_token, per_token / 1024.0,
-                 (*engine)->numerics_name());
+                 kernels::KvDtypeName(o.engine.kv_cache_dtype), (*engine)->numerics_name());
     if ((*engine)->kv_window_cache_bytes() > 0) {
       spdlog::info(
           "window cache: {:.1f} MiB shared by the running sequences (each keeps the blocks of "

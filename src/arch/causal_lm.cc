@@ -15,7 +15,7 @@ namespace deepinfer::arch {
 KvCache::~KvCache() {
   for (size_t l = 0; l < layers.size(); ++l) {
     const size_t bytes =
-        static_cast<size_t>(num_blocks) * block_size * layer_floats[l] * sizeof(float);
+        static_cast<size_t>(num_blocks) * block_size * layer_floats[l] * kernels::KvDtypeBytes(dtype);
     if (layers[l] != nullptr) ::munmap(layers[l], bytes);
   }
 }
@@ -36,7 +36,8 @@ absl::Status KvCache::AllocateLayers(int block_size_tokens, int blocks,
   floats_per_token = 0;
   for (int64_t f : per_layer) floats_per_token = std::max(floats_per_token, f);
   for (int l = 0; l < num_layers; ++l) {
-    const size_t bytes = static_cast<size_t>(blocks) * block_size * per_layer[l] * sizeof(float);
+    const size_t bytes =
+        static_cast<size_t>(blocks) * block_size * per_layer[l] * kernels::KvDtypeBytes(dtype);
     if (bytes == 0) {
       layers.push_back(nullptr);
       continue;
@@ -57,7 +58,7 @@ absl::Status KvCache::AllocateLayers(int block_size_tokens, int blocks,
 int64_t KvCache::bytes_per_token() const {
   int64_t floats = 0;
   for (int64_t f : layer_floats) floats += f;
-  return floats * int64_t{sizeof(float)};
+  return floats * kernels::KvDtypeBytes(dtype);
 }
 
 std::optional<Numerics> NumericsFromName(std::string_view name) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/attention.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
 
@@ -22,9 +23,14 @@ namespace deepinfer::arch {
 // last KvLayout::window_tokens positions need (window keys/values, pending compressor inputs), so
 // a sequence keeps a few window blocks however long it grows. The owner sets the pointer.
 //
-// Shapes: layers[l] is [num_blocks, block_size * layer_floats[l]] f32; Slot() addresses the
-//   token-major layout.
-// Units: block_size in tokens; memory = num_blocks * block_size * sum(layer_floats) * 4 bytes.
+// `dtype` is the element type of the main cache (set before Allocate; the window cache is always
+// f32): f32, or a 16-bit type for architectures whose SupportsKvDtype accepts it, whose layers
+// are then addressed in bytes (layer_bytes) with the layout the architecture documents.
+//
+// Shapes: layers[l] is [num_blocks, block_size * layer_floats[l]] values of `dtype` (float* only
+//   meaningful for f32); Slot() addresses the token-major f32 layout.
+// Units: block_size in tokens; memory = num_blocks * block_size * sum(layer_floats) *
+//   KvDtypeBytes(dtype) bytes.
 // Threads: written only by the forward pass on the engine thread.
 // Source: Kwon et al. 2023, "Efficient Memory Management for LLM Serving with PagedAttention".
 struct KvCache {
@@ -35,6 +41,7 @@ struct KvCache {
   std::vector<int64_t> layer_floats;   // [num_layers]
   std::vector<float*> layers;
   KvCache* window = nullptr;           // not owned; null for architectures without one
+  kernels::KvDtype dtype = kernels::KvDtype::kF32;
 
   KvCache() = default;
   ~KvCache();
@@ -48,6 +55,8 @@ struct KvCache {
   // As Allocate, with layer l holding per_layer[l] floats per token.
   absl::Status AllocateLayers(int block_size_tokens, int blocks,
                               const std::vector<int64_t>& per_layer);
+  // Start of layer l's storage whatever the dtype.
+  uint8_t* layer_bytes(int l) const { return reinterpret_cast<uint8_t*>(layers[l]); }
   float* Slot(int layer, int32_t block, int32_t offset) {
     return layers[layer] +
            (static_cast<int64_t>(block) * block_size + offset) * layer_floats[layer];
@@ -149,6 +158,11 @@ class CausalLm {
   // Selects the arithmetic of later Forward calls; returns false (and keeps the current one) where
   // the architecture has no such mode. Not thread-safe; set it before the first Forward.
   virtual bool SetNumerics(Numerics numerics) { return numerics == Numerics::kFast; }
+  // Whether Forward reads and writes a main KV cache of `dtype` under the numerics set now.
+  // Every architecture takes f32; Llama with fast numerics also f16 and bf16.
+  virtual bool SupportsKvDtype(kernels::KvDtype dtype) const {
+    return dtype == kernels::KvDtype::kF32;
+  }
   // The arithmetic a model runs with unless told otherwise: kFast, or kDeepseekQat for a
   // DeepSeek-V4 checkpoint in the released (FP8 / FP4) formats.
   virtual Numerics default_numerics() const { return Numerics::kFast; }

@@ -72,6 +72,10 @@ class LlamaLm final : public CausalLm {
     numerics_ = numerics;
     return true;
   }
+  // The ggml-order attention reads f32 rows (llama.cpp's own f16 cache is emulated there).
+  bool SupportsKvDtype(kernels::KvDtype dtype) const override {
+    return dtype == kernels::KvDtype::kF32 || numerics_ == Numerics::kFast;
+  }
 
  private:
   absl::StatusOr<const TensorView*> Checked(const std::string& name,
@@ -87,7 +91,7 @@ class LlamaLm final : public CausalLm {
   bool ggml() const { return numerics_ == Numerics::kGgml; }
   void Reserve(int64_t num_tokens, int num_threads);
   kernels::GqaKvLayout KvLayout(const KvCache& kv) const {
-    return {kv.block_size, cfg_.num_kv_heads, cfg_.head_dim};
+    return {kv.block_size, cfg_.num_kv_heads, cfg_.head_dim, kv.dtype};
   }
 
   const model::Model& model_;
@@ -297,8 +301,8 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
     for (const auto& s : batch.seqs) {
       for (int32_t i = 0; i < s.num_tokens; ++i) {
         int32_t pos = s.start_pos + i;
-        float* block =
-            kv.layers[l] + int64_t{s.block_table[pos / kv.block_size]} * layout.block_floats();
+        uint8_t* block =
+            kv.layer_bytes(l) + int64_t{s.block_table[pos / kv.block_size]} * layout.block_bytes();
         int64_t t = s.token_offset + i;
         kernels::StoreKv(layout, block, pos % kv.block_size, k_.data() + t * kvd,
                          v_.data() + t * kvd);
@@ -377,6 +381,7 @@ void LlamaLm::WriteDump(const char* name, int layer, const float* data, int64_t 
 
 void LlamaLm::AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv,
                             util::ThreadPool& pool) {
+  DI_CHECK(kv.dtype == kernels::KvDtype::kF32);
   const int D = cfg_.head_dim, num_kv_heads = cfg_.num_kv_heads;
   const int group = cfg_.num_heads / num_kv_heads;
   const int64_t token_stride = int64_t{cfg_.num_heads} * D;
@@ -400,7 +405,7 @@ void LlamaLm::AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv,
       if (static_cast<int64_t>(scratch.size()) < 2 * pad) scratch.resize(2 * pad);
       for (int j = 0; j < ctx; ++j) {
         const float* block =
-            kv.layers[layer] + int64_t{s.block_table[j / B]} * layout.block_floats();
+            kv.layers[layer] + int64_t{s.block_table[j / B]} * layout.block_values();
         const int slot = j % B;
         const float* kt = block + int64_t{g} * D * B + slot;
         const float* vr = block + layout.v_offset() + (int64_t{slot} * num_kv_heads + g) * D;

@@ -52,6 +52,7 @@ struct GenerateFlags {
   std::string system;
   std::string chat_template;
   std::optional<arch::Numerics> numerics;  // unset: the model's default
+  kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
 };
 
 struct TurnStats {
@@ -210,6 +211,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags&
   o.num_threads = f.threads;
   o.seed = std::random_device{}();  // for unseeded sampling; --seed is the request's own
   o.numerics = f.numerics;
+  o.kv_cache_dtype = f.kv_cache_dtype;
   return engine::Engine::Create(m, o);
 }
 
@@ -403,6 +405,7 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", flags->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   AddNumericsOption(cmd, &flags->numerics);
+  AddKvCacheDtypeOption(cmd, &flags->kv_cache_dtype);
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--json", flags->json, "print timings as one JSON line on stdout");
   cmd->callback([flags, exit_code, cmd] {

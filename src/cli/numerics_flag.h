@@ -25,4 +25,19 @@ inline void AddNumericsOption(CLI::App* cmd, std::optional<arch::Numerics>* out)
       ->each([out, name](const std::string& v) { *out = arch::NumericsFromName(v); });
 }
 
+// --kv-cache-dtype f32|f16|bf16 (also float32/float16/bfloat16, vLLM's spellings; "auto" is
+// f32) for generate and serve.
+inline void AddKvCacheDtypeOption(CLI::App* cmd, kernels::KvDtype* out) {
+  auto name = std::make_shared<std::string>("auto");
+  cmd->add_option("--kv-cache-dtype", *name,
+                  "element type of the KV cache: auto (f32), f32, f16 or bf16; the 16-bit types "
+                  "halve its memory per token and the bytes attention reads (Llama-family "
+                  "models with fast numerics; docs/engine.md)")
+      ->check(CLI::IsMember({"auto", "f32", "float32", "f16", "float16", "bf16", "bfloat16"}))
+      ->capture_default_str()
+      ->each([out, name](const std::string& v) {
+        *out = kernels::KvDtypeFromName(v).value_or(kernels::KvDtype::kF32);
+      });
+}
+
 }  // namespace deepinfer::cli

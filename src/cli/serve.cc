@@ -57,6 +57,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
                   "chat encoder by name instead of the model's own: chatml, plain, deepseek-v3, "
                   "deepseek-v3.1, deepseek-v3.2, deepseek-v4, deepseek-v4.1");
   AddNumericsOption(cmd, &flags->options.engine.numerics);
+  AddKvCacheDtypeOption(cmd, &flags->options.engine.kv_cache_dtype);
   cmd->add_option("--speculative-tokens", flags->options.engine.speculative_tokens,
                   "draft tokens per step from the model's MTP layers (greedy requests; 0: off)")
       ->check(CLI::Range(0, 8));

@@ -159,9 +159,19 @@ absl::Status EngineImpl::CreateModel() {
 absl::Status EngineImpl::AllocateKv() {
   const arch::KvLayout layout = lm_->kv_layout(options_.block_size);
   const int32_t bs = options_.block_size;
+  if (!lm_->SupportsKvDtype(options_.kv_cache_dtype)) {
+    return UnimplementedError(
+        util::codes::kUnsupportedKvCacheDtype,
+        fmt::format("--kv-cache-dtype {} is not implemented for the {} architecture with "
+                    "--numerics {} (f16 and bf16: Llama-family models with fast numerics)",
+                    kernels::KvDtypeName(options_.kv_cache_dtype), model_.config.architecture,
+                    arch::NumericsName(numerics_)));
+  }
+  kv_.dtype = options_.kv_cache_dtype;
   int64_t main_floats = 0;
   for (int64_t f : layout.floats) main_floats += f;
-  const int64_t bytes_per_token = std::max<int64_t>(1, main_floats * int64_t{sizeof(float)});
+  const int64_t bytes_per_token =
+      std::max<int64_t>(1, main_floats * kernels::KvDtypeBytes(options_.kv_cache_dtype));
   int64_t memory = options_.kv_cache_memory_bytes;
   if (layout.has_window()) {
     // The window cache holds, per running sequence, the blocks its window reads plus the blocks

@@ -40,6 +40,9 @@ struct EngineOptions {
   // kGgml (bit-identical to llama.cpp, Llama models only) is for one sequence at a time, as
   // `generate` runs it: it is not batch invariant (docs/parity.md).
   std::optional<arch::Numerics> numerics;
+  // Element type of the main KV cache: f32, or f16 / bf16 (half the memory per token and half
+  // the bytes attention reads; Llama with fast numerics; arch::CausalLm::SupportsKvDtype).
+  kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
 };
 
 // Latency histograms (seconds) use the shared bucket shape.
@@ -100,7 +103,9 @@ class Engine {
   virtual const model::Model& model() const = 0;
 
   // Creates the engine and starts its thread (which runs a warm-up step).
-  // Errors: those of arch::CreateCausalLm; Unimplemented "unsupported_numerics" when the
+  // Errors: those of arch::CreateCausalLm; Unimplemented "unsupported_kv_cache_dtype" when the
+  //   architecture's attention does not read options.kv_cache_dtype under the numerics chosen;
+  //   Unimplemented "unsupported_numerics" when the
   //   architecture lacks options.numerics; InvalidArgument "bad_option" for nonsensical options;
   //   InvalidArgument "speculative_unsupported" when speculative_tokens > 0 and the model has no
   //   MTP modules.

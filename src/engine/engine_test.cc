@@ -121,6 +121,42 @@ TEST_F(EngineTest, ConcurrentRequestsMatchTheirSoloOutputs) {
   }
 }
 
+// A 16-bit KV cache (f32 weights here, so only the cache's rounding differs): the greedy
+// reference continuation is unchanged, and batching with chunked prefills still gives each
+// request exactly its solo output.
+TEST_F(EngineTest, SixteenBitKvCacheKeepsTheReferenceGreedyOutputWhenBatched) {
+  for (kernels::KvDtype dtype : {kernels::KvDtype::kF16, kernels::KvDtype::kBF16}) {
+    SCOPED_TRACE(kernels::KvDtypeName(dtype));
+    EngineOptions opt;
+    opt.kv_cache_dtype = dtype;
+    auto solo_engine = MakeEngine(opt);
+    std::vector<std::vector<int32_t>> solo;
+    for (const auto& seq : sequences_) {
+      solo.push_back(Drain(**solo_engine->Submit(Greedy(seq))).tokens);
+      EXPECT_EQ(solo.back(), Expected(seq));
+    }
+    opt.prefill_budget = 9;
+    auto engine = MakeEngine(opt);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int rep = 0; rep < 2; ++rep) {
+      for (const auto& seq : sequences_) streams.push_back(*engine->Submit(Greedy(seq)));
+    }
+    for (size_t i = 0; i < streams.size(); ++i)
+      EXPECT_EQ(Drain(*streams[i]).tokens, solo[i % solo.size()]) << i;
+  }
+}
+
+TEST_F(EngineTest, SixteenBitKvCacheWithGgmlNumericsIsRefusedAtStart) {
+  EngineOptions opt;
+  opt.numerics = arch::Numerics::kGgml;
+  opt.kv_cache_dtype = kernels::KvDtype::kF16;
+  auto e = Engine::Create(*model_, opt);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(ErrorCodeOf(e.status()), "unsupported_kv_cache_dtype");
+  EXPECT_NE(e.status().message().find("--kv-cache-dtype f16"), std::string::npos)
+      << e.status();
+}
+
 TEST_F(EngineTest, RepeatedPrefixReportsCachedTokens) {
   auto engine = MakeEngine();
   GenerateRequest r = Greedy(sequences_[0]);

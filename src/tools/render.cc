@@ -49,6 +49,7 @@ constexpr ServeParam kServeParams[] = {
     {"block_size", "--block-size", ParamType::kInt, 1, 1024},
     {"kv_cache_tokens", "--kv-cache-tokens", ParamType::kInt, 0, int64_t{1} << 40},
     {"kv_cache_memory", "--kv-cache-memory", ParamType::kSize, 0, 0},
+    {"kv_cache_dtype", "--kv-cache-dtype", ParamType::kName, 0, 0},
     {"threads", "--threads", ParamType::kInt, 0, 1024},
     {"seed", "--seed", ParamType::kUint, 0, 0},
     {"prefix_caching", "--no-prefix-caching", ParamType::kEnableFlag, 0, 0},

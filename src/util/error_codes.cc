@@ -76,6 +76,7 @@ constexpr ErrorCode kAll[] = {
     codes::kNoRedis,
     codes::kNoModel,
     codes::kUnsupportedNumerics,
+    codes::kUnsupportedKvCacheDtype,
     codes::kBadTokenizer,
     codes::kUnsupportedTokenizer,
     codes::kVocabMismatch,

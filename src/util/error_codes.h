@@ -250,6 +250,9 @@ inline constexpr ErrorCode kNoModel{
 inline constexpr ErrorCode kUnsupportedNumerics{
     "unsupported_numerics", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
     "--numerics ggml was asked of a model it does not cover."};
+inline constexpr ErrorCode kUnsupportedKvCacheDtype{
+    "unsupported_kv_cache_dtype", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
+    "--kv-cache-dtype f16/bf16 was asked of a model or numerics whose attention reads f32 only."};
 inline constexpr ErrorCode kBadTokenizer{"bad_tokenizer", absl::StatusCode::kInvalidArgument, 400,
                                          ErrorSurface::kCommand,
                                          "The tokenizer data of the model is malformed."};

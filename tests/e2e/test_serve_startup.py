@@ -10,7 +10,7 @@ import subprocess
 import httpx
 import pytest
 
-from conftest import binary, free_port, smollm_path, wait_healthy
+from conftest import Server, binary, free_port, smollm_path, wait_healthy
 
 # The request log's format (util/log.h): "2026-11-29T16:55:01.123Z info ...".
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (info|warning|error) \S")
@@ -72,3 +72,38 @@ def test_no_model_serves_the_cached_default_and_every_line_is_timestamped(tmp_pa
     assert " try: curl " in text
     assert " info request POST /v1/chat/completions 200 " in text
     assert "shutting down" in text
+
+
+def test_kv_cache_dtype_f16_halves_bytes_per_token_and_serves():
+    """--kv-cache-dtype f16 stores half the bytes per token (so the same --kv-cache-memory holds
+    twice the tokens), says so at start, and answers; a numerics whose attention reads f32 only
+    is refused at start with one line."""
+    if not smollm_path().exists():
+        pytest.skip(f"SmolLM2 not found at {smollm_path()}")
+    sizes = {}
+    for dtype in ("f32", "f16"):
+        server = Server(smollm_path(), "smol", ("--threads", "2", "--kv-cache-memory", "64MiB",
+                                                "--kv-cache-dtype", dtype))
+        try:
+            r = httpx.post(server.base_url + "/v1/chat/completions", timeout=60,
+                           json={"max_tokens": 8, "temperature": 0,
+                                 "messages": [{"role": "user", "content": "Hi"}]})
+            assert r.status_code == 200, r.text
+            assert r.json()["usage"]["completion_tokens"] >= 1
+            m = re.search(r"KV cache: (\d+) tokens, (\d+) bytes per token \([\d.]+ KiB, (\w+)\)",
+                          server.logs())
+            assert m, server.logs()
+            assert m.group(3) == dtype
+            sizes[dtype] = (int(m.group(1)), int(m.group(2)))
+        finally:
+            server.stop()
+    # SmolLM2-135M: 30 layers x K and V x 3 KV heads x 64 dims.
+    assert sizes["f32"][1] == 30 * 2 * 3 * 64 * 4 and sizes["f16"][1] == sizes["f32"][1] // 2
+    assert sizes["f16"][0] == 2 * sizes["f32"][0]
+    bad = subprocess.run([str(binary()), "serve", "--model", str(smollm_path()), "--port", "0",
+                          "--numerics", "ggml", "--kv-cache-dtype", "bf16"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2, bad.stderr
+    errors = [l for l in bad.stderr.splitlines() if " error " in l]
+    assert len(errors) == 1 and "unsupported_kv_cache_dtype" in errors[0], bad.stderr
+    assert "--kv-cache-dtype bf16" in errors[0]

@@ -68,7 +68,8 @@ class Deployment:
                           "sha256": sha256_of(runtime / "bin" / "deepinfer"),
                           "docker_image": "debian@sha256:" + "0" * 64},
             "serve": {"served_model_name": "stories260K", "max_model_len": 512,
-                      "kv_cache_memory": "16MiB", "threads": 1, "max_num_seqs": 4},
+                      "kv_cache_memory": "16MiB", "kv_cache_dtype": "f16", "threads": 1,
+                      "max_num_seqs": 4},
         }
         self.host = {
             "format": "deepinfer-host/1",

@@ -4,6 +4,14 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/matmul.h"
+#include "model/dtype.h"
+
 // target_clones lets one portable binary run this with AVX-512 / AVX2 registers, chosen once at
 // load time through an ifunc. The 16-lane vectors below are GCC vector extensions: one zmm in the
 // AVX-512 clone, split into narrower registers by the compiler in the others.
@@ -16,6 +24,10 @@
 
 // The helpers pass 64-byte vectors by value but are always inlined, so no call ABI is involved.
 #pragma GCC diagnostic ignored "-Wpsabi"
+// GCC 12 warns inside its own avx512fintrin.h (_mm512_undefined_*) when intrinsics are used in
+// a function with a target attribute.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace deepinfer::kernels {
 namespace {
@@ -179,22 +191,128 @@ DI_INLINE void AttendBlockGeneric(const AttentionQuery& q, int head_dim, int blo
   }
 }
 
+
+// ---- 16-bit KV values -> f32 -------------------------------------------------------------------
+// Exact in every variant (a 16-bit float is a subset of f32), so which one runs never changes a
+// result. The SIMD ones carry their own target attributes: the attention kernels are
+// target_clones, whose generic clone cannot hold intrinsics.
+
+using WidenFn = void (*)(const uint16_t* src, float* dst, int64_t n);
+
+void WidenF16Scalar(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = internal::HalfToFloat(src[i]);
+}
+void WidenBf16Scalar(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = internal::BitsToFloat(uint32_t{src[i]} << 16);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void WidenF16Avx512(const uint16_t* src, float* dst,
+                                                        int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+  }
+  WidenF16Scalar(src + i, dst + i, n - i);
+}
+__attribute__((target("avx512f"))) void WidenBf16Avx512(const uint16_t* src, float* dst,
+                                                         int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_si512(dst + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  WidenBf16Scalar(src + i, dst + i, n - i);
+}
+__attribute__((target("avx2,f16c"))) void WidenF16Avx2(const uint16_t* src, float* dst,
+                                                        int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  WidenF16Scalar(src + i, dst + i, n - i);
+}
+__attribute__((target("avx2"))) void WidenBf16Avx2(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  WidenBf16Scalar(src + i, dst + i, n - i);
+}
+#endif
+
+// The widest variant the CPU runs (DetectIsa: AVX2 there includes F16C), chosen once.
+WidenFn WidenFor(KvDtype dtype) {
+  struct Fns {
+    WidenFn f16, bf16;
+  };
+  static const Fns fns = [] {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (DetectIsa() == Isa::kAvx512) return Fns{WidenF16Avx512, WidenBf16Avx512};
+    if (DetectIsa() == Isa::kAvx2) return Fns{WidenF16Avx2, WidenBf16Avx2};
+#endif
+    return Fns{WidenF16Scalar, WidenBf16Scalar};
+  }();
+  return dtype == KvDtype::kF16 ? fns.f16 : fns.bf16;
+}
+
 }  // namespace
 
-void StoreKv(const GqaKvLayout& layout, float* block, int slot, const float* k, const float* v) {
-  const int B = layout.block_size, D = layout.head_dim, Hk = layout.num_kv_heads;
-  for (int g = 0; g < Hk; ++g) {
-    float* kt = block + int64_t{g} * D * B + slot;
-    for (int d = 0; d < D; ++d) kt[int64_t{d} * B] = k[g * D + d];
+int KvDtypeBytes(KvDtype dtype) { return dtype == KvDtype::kF32 ? 4 : 2; }
+
+const char* KvDtypeName(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      return "f32";
+    case KvDtype::kF16:
+      return "f16";
+    case KvDtype::kBF16:
+      return "bf16";
   }
-  std::memcpy(block + layout.v_offset() + int64_t{slot} * Hk * D, v, sizeof(float) * Hk * D);
+  return "f32";
+}
+
+std::optional<KvDtype> KvDtypeFromName(std::string_view name) {
+  if (name == "f32" || name == "float32") return KvDtype::kF32;
+  if (name == "f16" || name == "float16") return KvDtype::kF16;
+  if (name == "bf16" || name == "bfloat16") return KvDtype::kBF16;
+  return std::nullopt;
+}
+
+void StoreKv(const GqaKvLayout& layout, void* block, int slot, const float* k, const float* v) {
+  const int B = layout.block_size, D = layout.head_dim, Hk = layout.num_kv_heads;
+  if (layout.dtype == KvDtype::kF32) {
+    float* b = static_cast<float*>(block);
+    for (int g = 0; g < Hk; ++g) {
+      float* kt = b + int64_t{g} * D * B + slot;
+      for (int d = 0; d < D; ++d) kt[int64_t{d} * B] = k[g * D + d];
+    }
+    std::memcpy(b + layout.v_offset() + int64_t{slot} * Hk * D, v, sizeof(float) * Hk * D);
+    return;
+  }
+  const bool f16 = layout.dtype == KvDtype::kF16;
+  auto narrow = [f16](float x) {
+    return f16 ? internal::FloatToHalf(x) : model::Fp32ToBf16(x);
+  };
+  for (int g = 0; g < Hk; ++g) {
+    uint16_t* head = static_cast<uint16_t*>(block) + int64_t{g} * 2 * D * B;
+    for (int d = 0; d < D; ++d) head[int64_t{d} * B + slot] = narrow(k[g * D + d]);
+    uint16_t* vr = head + int64_t{D} * B + int64_t{slot} * D;
+    for (int d = 0; d < D; ++d) vr[d] = narrow(v[g * D + d]);
+  }
 }
 
 int64_t AttentionScratchFloats(const GqaKvLayout& layout, int rows) {
-  return int64_t{rows} * (layout.head_dim + std::max(layout.block_size, kLanes));
+  const int64_t widened =
+      layout.dtype == KvDtype::kF32 ? 0 : 2 * int64_t{layout.block_size} * layout.head_dim;
+  return int64_t{rows} * (layout.head_dim + std::max(layout.block_size, kLanes)) + widened;
 }
 
-DI_ATTENTION_CLONES void AttendRange(const GqaKvLayout& layout, const float* layer,
+DI_ATTENTION_CLONES void AttendRange(const GqaKvLayout& layout, const void* layer,
                                      const int32_t* block_table, const AttentionQuery& query,
                                      int32_t pos_begin, int32_t pos_end, float* scratch,
                                      const AttentionPartial& out) {
@@ -209,14 +327,30 @@ DI_ATTENTION_CLONES void AttendRange(const GqaKvLayout& layout, const float* lay
   }
   std::fill(out.o, out.o + int64_t{rows} * D, 0.0f);
   const bool fast = B == kLanes && D % 16 == 0;
-  const int64_t v_stride = int64_t{layout.num_kv_heads} * D;
+  const bool wide = layout.dtype == KvDtype::kF32;
+  // 16-bit blocks: this head's K and V are widened into `widened` ([D][B] then [B][D]) first.
+  float* widened = s + int64_t{rows} * std::max(B, kLanes);
+  const WidenFn widen = wide ? nullptr : WidenFor(layout.dtype);
+  const int64_t v_stride = wide ? int64_t{layout.num_kv_heads} * D : D;
+  const auto* base = static_cast<const uint8_t*>(layer);
   for (int32_t p0 = pos_begin; p0 < pos_end; p0 += B) {
     const int valid = std::min(B, pos_end - p0);
     const int row_begin = FirstActiveRow(query, p0);
     if (row_begin >= rows) break;
-    const float* block = layer + int64_t{block_table[p0 / B]} * layout.block_floats();
-    const float* kt = block + int64_t{query.kv_head} * D * B;
-    const float* v0 = block + layout.v_offset() + int64_t{query.kv_head} * D;
+    const uint8_t* block = base + int64_t{block_table[p0 / B]} * layout.block_bytes();
+    const float* kt;
+    const float* v0;
+    if (wide) {
+      const float* b = reinterpret_cast<const float*>(block);
+      kt = b + int64_t{query.kv_head} * D * B;
+      v0 = b + layout.v_offset() + int64_t{query.kv_head} * D;
+    } else {
+      const uint16_t* head = reinterpret_cast<const uint16_t*>(block) + int64_t{query.kv_head} * 2 * D * B;
+      // K whole (its lanes past `valid` are masked), V only the rows that are read.
+      widen(head, widened, int64_t{D} * B + int64_t{valid} * D);
+      kt = widened;
+      v0 = widened + int64_t{D} * B;
+    }
     if (fast) {
       AttendBlock16(query, D, row_begin, p0, valid, kt, v0, v_stride, qs, s, out);
     } else {

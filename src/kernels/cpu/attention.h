@@ -8,28 +8,52 @@
 // "Flash-Decoding for long-context inference" (split-K over positions, log-sum-exp merge).
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace deepinfer::kernels {
 
+// Element type of the values a KV cache stores. The 16-bit types halve the cache's memory and
+// the bytes attention reads per position; a value is rounded to nearest even when stored and
+// widened exactly to f32 when read, so attention over a 16-bit cache computes the same f32
+// arithmetic as over an f32 cache holding the rounded values (tested bit for bit).
+// f16 keeps 11 significant bits up to 65504; bf16 keeps 8 bits over f32's whole range.
+enum class KvDtype : uint8_t { kF32, kF16, kBF16 };
+// Bytes per stored value: 4 or 2.
+int KvDtypeBytes(KvDtype dtype);
+// "f32", "f16", "bf16".
+const char* KvDtypeName(KvDtype dtype);
+// Parses those names (also "float32", "float16", "bfloat16", vLLM's spellings); nullopt for
+// another name.
+std::optional<KvDtype> KvDtypeFromName(std::string_view name);
+
 // Layout of one KV-cache block for grouped-query attention.
 //
-// A block holds `block_size` (B) token slots for `num_kv_heads` (Hk) heads of `head_dim` (D):
-//   K: [Hk][D][B] f32 (transposed per head, so Q·K over a block is D broadcast-FMAs of B lanes
+// A block holds `block_size` (B) token slots for `num_kv_heads` (Hk) heads of `head_dim` (D).
+// f32:
+//   K: [Hk][D][B] (transposed per head, so Q·K over a block is D broadcast-FMAs of B lanes
 //      with no horizontal sums), then
-//   V: [B][Hk][D] f32 (token-major, so the weighted sum streams whole rows).
-// Units: block_floats() floats = 2 * B * Hk * D (the same as B tokens of K then V).
+//   V: [B][Hk][D] (token-major, so the weighted sum streams whole rows).
+// f16 / bf16: per head, K [D][B] then V [B][D] ([Hk][2][D * B] values), so one head's part of a
+//   block is one contiguous run that attention widens to f32 in a single pass.
+// Units: block_values() values = 2 * B * Hk * D (the same as B tokens of K then V);
+//   block_bytes() = block_values() * KvDtypeBytes(dtype).
 struct GqaKvLayout {
   int block_size = 16;
   int num_kv_heads = 1;
   int head_dim = 1;
+  KvDtype dtype = KvDtype::kF32;
 
-  int64_t block_floats() const { return 2 * int64_t{block_size} * num_kv_heads * head_dim; }
+  int64_t block_values() const { return 2 * int64_t{block_size} * num_kv_heads * head_dim; }
+  int64_t block_bytes() const { return block_values() * KvDtypeBytes(dtype); }
+  // f32 layout: offset of V in a block, in values.
   int64_t v_offset() const { return int64_t{block_size} * num_kv_heads * head_dim; }
 };
 
-// Writes one token's K and V into slot `slot` (0 <= slot < block_size) of `block`.
-// Shapes: k, v [Hk * D] f32; block [layout.block_floats()] f32.
-void StoreKv(const GqaKvLayout& layout, float* block, int slot, const float* k, const float* v);
+// Writes one token's K and V into slot `slot` (0 <= slot < block_size) of `block`, rounding
+// them to the layout's dtype.
+// Shapes: k, v [Hk * D] f32; block: layout.block_bytes() bytes.
+void StoreKv(const GqaKvLayout& layout, void* block, int slot, const float* k, const float* v);
 
 // The queries of one attention work item: `num_tokens` consecutive tokens of one sequence and
 // the `group` query heads that share KV head `kv_head`. Row r of the item is token r / group,
@@ -56,15 +80,17 @@ struct AttentionPartial {
   float* l = nullptr;
 };
 
-// Floats of scratch AttendRange needs for an item of `rows` rows.
+// Floats of scratch AttendRange needs for an item of `rows` rows (16-bit layouts add room for
+// one head's block widened to f32).
 int64_t AttentionScratchFloats(const GqaKvLayout& layout, int rows);
 
 // Attends the item's rows to positions [pos_begin, pos_end) (clipped per row by the causal
 // mask) and writes, not accumulates, their partial state.
+// `layer` is the layer's first block (block b at layer + b * layout.block_bytes() bytes).
 // REQUIRES: pos_begin a multiple of block_size; pos_end <= first_pos + num_tokens; block_table
 //   covers every position below pos_end; scratch holds AttentionScratchFloats floats.
 // Threads: pure function of its arguments; callers run disjoint items on different threads.
-void AttendRange(const GqaKvLayout& layout, const float* layer, const int32_t* block_table,
+void AttendRange(const GqaKvLayout& layout, const void* layer, const int32_t* block_table,
                  const AttentionQuery& query, int32_t pos_begin, int32_t pos_end, float* scratch,
                  const AttentionPartial& out);
 

@@ -2,9 +2,12 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/half.h"
+#include "model/dtype.h"
 
 namespace deepinfer::kernels {
 namespace {
@@ -44,33 +47,41 @@ std::vector<float> Reference(const Case& c, const std::vector<float>& q,
   return out;
 }
 
-void Check(const Case& c) {
-  SCOPED_TRACE(testing::Message() << "B=" << c.block_size << " Hk=" << c.num_kv_heads
-                                  << " D=" << c.head_dim << " group=" << c.group
-                                  << " tokens=" << c.num_tokens << " first=" << c.first_pos
-                                  << " parts=" << c.parts);
-  const GqaKvLayout layout{c.block_size, c.num_kv_heads, c.head_dim};
+// Random q, k, v of a case, token-major ([tokens][heads][D]).
+struct Inputs {
+  std::vector<float> q, k, v;
+};
+
+Inputs MakeInputs(const Case& c) {
+  const int D = c.head_dim, Hk = c.num_kv_heads, Hq = Hk * c.group;
+  const int ctx = c.first_pos + c.num_tokens;
+  std::mt19937 rng(ctx * 31 + D);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  Inputs in{std::vector<float>(static_cast<size_t>(c.num_tokens) * Hq * D),
+            std::vector<float>(size_t(ctx) * Hk * D), std::vector<float>(size_t(ctx) * Hk * D)};
+  for (float& x : in.q) x = dist(rng);
+  for (float& x : in.k) x = dist(rng);
+  for (float& x : in.v) x = dist(rng);
+  return in;
+}
+
+// Stores k and v in a paged cache of `dtype` and attends every query through AttendRange split
+// into c.parts parts, then FinishAttention.
+std::vector<float> Attend(const Case& c, KvDtype dtype, const Inputs& in) {
+  const GqaKvLayout layout{c.block_size, c.num_kv_heads, c.head_dim, dtype};
   const int D = c.head_dim, Hk = c.num_kv_heads, Hq = Hk * c.group;
   const int ctx = c.first_pos + c.num_tokens;
   const int blocks = (ctx + c.block_size - 1) / c.block_size;
-  std::mt19937 rng(ctx * 31 + D);
-  std::normal_distribution<float> dist(0.0f, 1.5f);
-  std::vector<float> q(static_cast<size_t>(c.num_tokens) * Hq * D), k(size_t(ctx) * Hk * D),
-      v(size_t(ctx) * Hk * D);
-  for (float& x : q) x = dist(rng);
-  for (float& x : k) x = dist(rng);
-  for (float& x : v) x = dist(rng);
-  // Blocks in reverse order, with a spare block, and stale NaNs in unused slots: the kernel must
-  // follow the table and never read past the context.
-  std::vector<float> cache(size_t(blocks + 1) * layout.block_floats(), NAN);
+  // Blocks in reverse order, with a spare block, and stale NaNs in unused slots (all-ones bytes
+  // are NaN in every dtype): the kernel must follow the table and never read past the context.
+  std::vector<uint8_t> cache(size_t(blocks + 1) * layout.block_bytes(), 0xff);
   std::vector<int32_t> table(blocks);
   for (int b = 0; b < blocks; ++b) table[b] = blocks - b;
   for (int p = 0; p < ctx; ++p) {
-    StoreKv(layout, cache.data() + int64_t{table[p / c.block_size]} * layout.block_floats(),
-            p % c.block_size, &k[size_t(p) * Hk * D], &v[size_t(p) * Hk * D]);
+    StoreKv(layout, cache.data() + int64_t{table[p / c.block_size]} * layout.block_bytes(),
+            p % c.block_size, &in.k[size_t(p) * Hk * D], &in.v[size_t(p) * Hk * D]);
   }
-  const std::vector<float> want = Reference(c, q, k, v);
-  std::vector<float> got(want.size(), -1.0f);
+  std::vector<float> got(in.q.size(), -1.0f);
   const int rows = c.num_tokens * c.group;
   std::vector<float> scratch(AttentionScratchFloats(layout, rows));
   std::vector<float> o(size_t(c.parts) * rows * D), m(size_t(c.parts) * rows),
@@ -78,7 +89,7 @@ void Check(const Case& c) {
   const int per_part = (blocks + c.parts - 1) / c.parts * c.block_size;
   for (int g = 0; g < Hk; ++g) {
     AttentionQuery query;
-    query.q = q.data() + g * c.group * D;
+    query.q = in.q.data() + g * c.group * D;
     query.token_stride = int64_t{Hq} * D;
     query.num_tokens = c.num_tokens;
     query.first_pos = c.first_pos;
@@ -94,9 +105,45 @@ void Check(const Case& c) {
     FinishAttention(query, D, {o.data(), m.data(), l.data()}, c.parts, rows,
                     got.data() + g * c.group * D);
   }
+  return got;
+}
+
+std::string Describe(const Case& c) {
+  return testing::PrintToString(std::vector<int>{c.block_size, c.num_kv_heads, c.head_dim,
+                                                 c.group, c.num_tokens, c.first_pos, c.parts});
+}
+
+void Check(const Case& c) {
+  SCOPED_TRACE("B, Hk, D, group, tokens, first, parts = " + Describe(c));
+  const Inputs in = MakeInputs(c);
+  const std::vector<float> want = Reference(c, in.q, in.k, in.v);
+  const std::vector<float> got = Attend(c, KvDtype::kF32, in);
   double max_err = 0;
   for (size_t i = 0; i < want.size(); ++i) max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
   EXPECT_LT(max_err, 2e-5);
+}
+
+// A 16-bit cache gives exactly the f32 cache's result on the rounded K and V (the kernel only
+// widens them), and stays near the f32 reference on the unrounded ones.
+void CheckSixteenBit(const Case& c, KvDtype dtype, double tolerance) {
+  SCOPED_TRACE(std::string(KvDtypeName(dtype)) + " B, Hk, D, group, tokens, first, parts = " +
+               Describe(c));
+  const Inputs in = MakeInputs(c);
+  Inputs rounded = in;
+  for (auto* values : {&rounded.k, &rounded.v}) {
+    for (float& x : *values) {
+      x = dtype == KvDtype::kF16 ? internal::HalfToFloat(internal::FloatToHalf(x))
+                                 : model::Bf16ToFp32(model::Fp32ToBf16(x));
+    }
+  }
+  const std::vector<float> got = Attend(c, dtype, in);
+  const std::vector<float> exact = Attend(c, KvDtype::kF32, rounded);
+  ASSERT_EQ(got.size(), exact.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], exact[i]) << "output " << i;
+  const std::vector<float> want = Reference(c, in.q, in.k, in.v);
+  double max_err = 0;
+  for (size_t i = 0; i < want.size(); ++i) max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
+  EXPECT_LT(max_err, tolerance);
 }
 
 TEST(AttentionTest, FastPathMatchesReferenceForPrefillTiles) {
@@ -120,9 +167,40 @@ TEST(AttentionTest, GenericPathMatchesReference) {
   Check({32, 1, 64, 2, 3, 50, 2});  // block size other than 16
 }
 
+// Both widening paths (the fast 16-slot kernel and the generic one), prefill tiles and decode
+// split into parts. Tolerances: inputs ~N(0, 1.5); f16 keeps 11 significant bits, bf16 8.
+TEST(AttentionTest, SixteenBitCacheEqualsF32OnRoundedValues) {
+  for (KvDtype dtype : {KvDtype::kF16, KvDtype::kBF16}) {
+    const double tol = dtype == KvDtype::kF16 ? 3e-3 : 3e-2;
+    CheckSixteenBit({16, 3, 64, 3, 16, 37, 1}, dtype, tol);
+    CheckSixteenBit({16, 2, 128, 4, 5, 100, 1}, dtype, tol);
+    for (int parts : {1, 3}) CheckSixteenBit({16, 3, 64, 3, 1, 512, parts}, dtype, tol);
+    CheckSixteenBit({4, 4, 8, 2, 6, 9, 1}, dtype, tol);
+    CheckSixteenBit({8, 2, 24, 3, 9, 13, 2}, dtype, tol);
+  }
+}
+
+TEST(AttentionTest, SixteenBitStoreRoundsToNearestEvenPerHead) {
+  const GqaKvLayout layout{4, 2, 3, KvDtype::kF16};
+  std::vector<uint16_t> block(layout.block_values(), 0);
+  // 1 + 2^-11 is halfway between two halves: rounds to even (1.0); 65520 overflows to +inf.
+  const float k[6] = {1.0f + 0x1p-11f, 2, 3, 4, 5, 65520.0f}, v[6] = {7, 8, 9, 10, 11, -0.5f};
+  StoreKv(layout, block.data(), 2, k, v);
+  // Head g: K [3][4] at g * 24, then V [4][3] at g * 24 + 12.
+  EXPECT_EQ(block[0 * 4 + 2], 0x3c00);            // head 0, dim 0, slot 2: 1.0
+  EXPECT_EQ(block[24 + 2 * 4 + 2], 0x7c00);       // head 1, dim 2: +inf
+  EXPECT_EQ(block[12 + 2 * 3 + 1], 0x4800);       // head 0 V slot 2 dim 1: 8.0
+  EXPECT_EQ(block[24 + 12 + 2 * 3 + 2], 0xb800);  // head 1 V slot 2 dim 2: -0.5
+  EXPECT_STREQ(KvDtypeName(KvDtype::kBF16), "bf16");
+  EXPECT_EQ(KvDtypeFromName("bfloat16"), KvDtype::kBF16);
+  EXPECT_EQ(KvDtypeFromName("float16"), KvDtype::kF16);
+  EXPECT_EQ(KvDtypeFromName("fp8"), std::nullopt);
+  EXPECT_EQ(KvDtypeBytes(KvDtype::kF16), 2);
+}
+
 TEST(AttentionTest, StoreKvTransposesKAndKeepsVTokenMajor) {
   const GqaKvLayout layout{4, 2, 3};
-  std::vector<float> block(layout.block_floats(), 0.0f);
+  std::vector<float> block(layout.block_values(), 0.0f);
   const float k[6] = {1, 2, 3, 4, 5, 6}, v[6] = {7, 8, 9, 10, 11, 12};
   StoreKv(layout, block.data(), 2, k, v);
   EXPECT_EQ(block[0 * 12 + 1 * 4 + 2], 2);   // head 0, dim 1, slot 2
