@@ -22,7 +22,7 @@ if [ ! -x "$PY" ]; then
   python3 -m venv .venv-reference
 fi
 # llama-cpp-python compiles llama.cpp on first install (minutes); the server extras are quick.
-"$PY" -m pip install -q -r bench/requirements.txt gguf numpy
+"$PY" -m pip install -q -r bench/requirements.txt gguf numpy httpx
 # The serving peer: llama-server and llama-bench from the same llama.cpp (prints its bin folder).
 LLAMA_BIN=$(bench/build_llama_server.sh)
 
@@ -30,10 +30,18 @@ mkdir -p bench/results
 echo "== runtime: generate vs llama.cpp (prefill 512, decode 128, $THREADS threads)"
 "$PY" bench/runtime_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --model "$MODEL" \
   --threads "$THREADS" --json bench/results/runtime.json | tee bench/results/runtime.md
-echo "== serving: serve vs llama-server --parallel C (1/4/8/16 streams, shared prefix)"
+echo "== prefill at every prompt length, decode against context: generate vs llama-bench"
+"$PY" bench/runtime_vs_llama_bench.py --deepinfer "$BUILD/deepinfer" --llama-bin "$LLAMA_BIN" \
+  --model "$MODEL" --threads "$THREADS" --json bench/results/runtime_llama_bench.json \
+  --plot docs/images/decode_vs_context.png | tee bench/results/runtime_llama_bench.md
+echo "== serving: serve (f32 and f16 KV) vs llama-server --parallel C (1/4/8/16 streams, shared prefix)"
 "$PY" bench/serve_vs_llamacpp.py --deepinfer "$BUILD/deepinfer" --llama-bin "$LLAMA_BIN" \
   --python "$PY" --model "$MODEL" --threads "$THREADS" --out-dir bench/results/serve \
+  --engines deepinfer,deepinfer-f16,llama-server --plot docs/images/serve_throughput.png \
   | tee bench/results/serve.md
+echo "== data-parallel ranks: throughput by ranks and cores, prefix affinity vs round-robin"
+"$PY" bench/data_parallel.py --deepinfer "$BUILD/deepinfer" --model "$MODEL" \
+  --threads "$THREADS" --json bench/results/data_parallel.json | tee bench/results/data_parallel.md
 echo "== fairness: short chats during an 8,000-token prefill, vs llama-server --parallel 4"
 "$PY" bench/fairness.py --deepinfer "$BUILD/deepinfer" --model "$MODEL" --llama-bin "$LLAMA_BIN" \
   --threads "$THREADS" --repeats 2 --json bench/results/fairness.json \

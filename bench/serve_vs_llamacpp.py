@@ -22,8 +22,9 @@ every measurement; per-repeat lines go to stderr; raw bench JSON and summary.jso
 Flash attention: llama-server runs with its default `-fa auto` (or --llama-flash-attn); a short
 probe start with `-lv 4` reads what auto resolved to, and the output says it. deepinfer has no
 switch: its attention is always the block-wise online-softmax kernel (flash-attention style,
-src/kernels/cpu/attention.h), i.e. the counterpart of `-fa on`; its KV cache is f32, llama-server's
-default is f16.
+src/kernels/cpu/attention.h), i.e. the counterpart of `-fa on`; its KV cache is f32 by default,
+llama-server's is f16; the engine `deepinfer-f16` is deepinfer with `--kv-cache-dtype f16`.
+--plot PNG draws output tokens/s against streams for every engine (bench/plots.py).
 
 The same probe checks that llama-server survives its warm-up with the default extra buffer types:
 on a CPU with AMX, ggml 0.25.3's AMX matmul for this model's Q4_1/Q8_0 weights dies with SIGILL /
@@ -57,7 +58,7 @@ import urllib.request
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CACHE = pathlib.Path(os.environ.get("DEEPINFER_CACHE", pathlib.Path.home() / ".cache/deepinfer"))
-ENGINES = ("deepinfer", "llama-server", "llama-cpp-python")
+ENGINES = ("deepinfer", "deepinfer-f16", "llama-server", "llama-cpp-python")
 
 
 def load_average() -> str:
@@ -200,10 +201,12 @@ def probe_llama_server(args) -> dict:
 
 def start_engine(name: str, args, parallel: int) -> Engine:
     port = free_port()
-    if name == "deepinfer":
+    if name.startswith("deepinfer"):
         cmd = [args.deepinfer, "serve", "--model", args.model, "--threads", str(args.threads),
                "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "smollm2",
                "--max-model-len", str(args.n_ctx), *args.deepinfer_args.split()]
+        if name == "deepinfer-f16":
+            cmd += ["--kv-cache-dtype", "f16"]
         return Engine(name, cmd, port, "/health")
     if name == "llama-server":
         return Engine(name, llama_server_cmd(args, parallel, port), port, "/health")
@@ -271,6 +274,7 @@ def main() -> None:
     ap.add_argument("--deepinfer-args", default="",
                     help="more `deepinfer serve` flags, space-separated")
     ap.add_argument("--out-dir", default=str(pathlib.Path(tempfile.gettempdir()) / "serve-bench"))
+    ap.add_argument("--plot", help="write a PNG of throughput against streams here")
     args = ap.parse_args()
     engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     for e in engines:
@@ -377,7 +381,9 @@ def main() -> None:
     extra = f" {args.deepinfer_args.strip()}" if args.deepinfer_args.strip() else ""
     print(f"- deepinfer: `deepinfer serve --threads {args.threads} --max-model-len {args.n_ctx}"
           f"{extra}` (KV cache f32 by default; attention is always the block-wise online-softmax "
-          f"kernel, the counterpart of llama.cpp's `-fa on`; it has no switch)")
+          f"kernel, the counterpart of llama.cpp's `-fa on`; it has no switch)"
+          + ("; deepinfer-f16: the same with `--kv-cache-dtype f16`" if "deepinfer-f16" in engines
+             else ""))
     if "llama-server" in engines:
         shown = llama_server_cmd(args, 1, 0)[1:]
         shown[shown.index("--parallel") + 1] = "C"
@@ -427,20 +433,23 @@ def main() -> None:
                       f"{fmt(agg(name, c, 'rss'))} | {fmt(agg(name, c, 'failed'))} |")
 
     table(main_engines)
-    if "deepinfer" in engines and "llama-server" in engines:
-        print("\n| streams | throughput deepinfer / llama-server | TTFT p50 llama-server / "
-              "deepinfer | TPOT p50 llama-server / deepinfer | per-repeat out tok/s deepinfer "
-              "| per-repeat out tok/s llama-server |")
+    for ours in [e for e in engines if e.startswith("deepinfer")]:
+        if "llama-server" not in engines:
+            break
+        peer = "llama-server"
+        print(f"\n| streams | throughput {ours} / {peer} | TTFT p50 {peer} / {ours} | "
+              f"TPOT p50 {peer} / {ours} | per-repeat out tok/s {ours} "
+              f"| per-repeat out tok/s {peer} |")
         print("|---|---|---|---|---|---|")
         for c in levels:
             per = {n: " / ".join(fmt(r["metrics"]["output_throughput"], 1) if r["metrics"]
                                  else "failed" for r in results[n][c])
-                   for n in ("deepinfer", "llama-server")}
-            ours, peer = "deepinfer", "llama-server"
+                   for n in (ours, peer)}
             print(f"| {c} | **{ratio(agg(ours, c, 'tput'), agg(peer, c, 'tput'))}** | "
                   f"{ratio(agg(peer, c, 'ttft50'), agg(ours, c, 'ttft50'))} | "
                   f"{ratio(agg(peer, c, 'tpot50'), agg(ours, c, 'tpot50'))} | "
                   f"{per[ours]} | {per[peer]} |")
+    if "llama-server" in engines and any(e.startswith("deepinfer") for e in engines):
         print("\nRatios above 1 favour deepinfer (more tokens/s; first token or next token "
               "sooner).")
     if "llama-cpp-python" in engines:
@@ -482,6 +491,11 @@ def main() -> None:
          "loads": loads, "levels": levels, "elapsed_s": elapsed,
          "results": {n: {str(c): results[n][c] for c in levels} for n in engines},
          "prefix": prefix}, indent=1) + "\n")
+    if args.plot:
+        from plots import serve_throughput
+
+        serve_throughput(json.loads((out_dir / "summary.json").read_text()),
+                         pathlib.Path(args.plot))
 
 
 if __name__ == "__main__":
