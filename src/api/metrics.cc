@@ -55,77 +55,96 @@ void HttpMetrics::Format(int64_t open_connections, std::string* out) const {
                  open_connections);
 }
 
-void FormatEngineMetrics(const engine::EngineStats& s, std::string_view model_name,
-                         int64_t stop_string_finishes, std::string* out) {
-  const std::string labels = fmt::format("model_name=\"{}\"", util::EscapeLabelValue(model_name));
-  auto gauge = [&](std::string_view name, std::string_view help, double v) {
-    util::AppendMetricHeader(out, name, "gauge", help);
-    util::AppendSample(out, name, labels, v);
+void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
+                         std::string_view model_name, int64_t stop_string_finishes,
+                         std::string* out) {
+  const std::string model = fmt::format("model_name=\"{}\"", util::EscapeLabelValue(model_name));
+  // One engine: the series as vLLM has them; data-parallel ranks: one sample per rank, labelled
+  // engine="<rank>" as vLLM labels its DP engines.
+  std::vector<std::string> labels;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    labels.push_back(ranks.size() == 1 ? model : fmt::format("{},engine=\"{}\"", model, r));
+  }
+  auto each = [&](std::string_view name, const char* type, std::string_view help, auto value) {
+    util::AppendMetricHeader(out, name, type, help);
+    for (size_t r = 0; r < ranks.size(); ++r) util::AppendSample(out, name, labels[r], value(ranks[r]));
   };
-  auto counter = [&](std::string_view name, std::string_view help, double v) {
-    util::AppendMetricHeader(out, name, "counter", help);
-    util::AppendSample(out, name, labels, v);
+  auto gauge = [&](std::string_view name, std::string_view help, auto value) {
+    each(name, "gauge", help, value);
   };
-  auto histogram = [&](std::string_view name, std::string_view help, const util::Histogram& h) {
+  auto counter = [&](std::string_view name, std::string_view help, auto value) {
+    each(name, "counter", help, value);
+  };
+  auto histogram = [&](std::string_view name, std::string_view help,
+                       util::Histogram engine::EngineStats::*field) {
     util::AppendMetricHeader(out, name, "histogram", help);
-    util::AppendHistogram(out, name, labels, h);
+    for (size_t r = 0; r < ranks.size(); ++r)
+      util::AppendHistogram(out, name, labels[r], ranks[r].*field);
   };
+  using S = engine::EngineStats;
+  auto d = [](int64_t v) { return static_cast<double>(v); };
 
   gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-        static_cast<double>(s.num_running));
+        [&](const S& s) { return d(s.num_running); });
   gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-        static_cast<double>(s.num_waiting));
-  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", s.kv_cache_usage);
+        [&](const S& s) { return d(s.num_waiting); });
+  gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+        [](const S& s) { return s.kv_cache_usage; });
   gauge("vllm:gpu_cache_usage_perc", "KV-cache usage (old name of vllm:kv_cache_usage_perc).",
-        s.kv_cache_usage);
+        [](const S& s) { return s.kv_cache_usage; });
   counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of tokens.",
-          static_cast<double>(s.prefix_cache_queries));
+          [&](const S& s) { return d(s.prefix_cache_queries); });
   counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of tokens.",
-          static_cast<double>(s.prefix_cache_hits));
+          [&](const S& s) { return d(s.prefix_cache_hits); });
   counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
-          static_cast<double>(s.prompt_tokens));
+          [&](const S& s) { return d(s.prompt_tokens); });
   counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
-          static_cast<double>(s.generation_tokens));
+          [&](const S& s) { return d(s.generation_tokens); });
   counter("vllm:num_preemptions_total", "Cumulative number of preemptions by the scheduler.",
-          static_cast<double>(s.num_preemptions));
+          [&](const S& s) { return d(s.num_preemptions); });
   // Speculative decoding (MTP drafts): acceptance length = 1 + accepted / drafts, acceptance
   // rate = accepted / draft tokens (vLLM's spec_decode counters).
   counter("vllm:spec_decode_num_drafts_total", "Verification steps that carried drafts.",
-          static_cast<double>(s.spec_num_drafts));
+          [&](const S& s) { return d(s.spec_num_drafts); });
   counter("vllm:spec_decode_num_draft_tokens_total", "Draft tokens proposed.",
-          static_cast<double>(s.spec_num_draft_tokens));
+          [&](const S& s) { return d(s.spec_num_draft_tokens); });
   counter("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
-          static_cast<double>(s.spec_num_accepted_tokens));
+          [&](const S& s) { return d(s.spec_num_accepted_tokens); });
   gauge("deepinfer_spec_decode_acceptance_length",
         "Mean tokens produced per verification step with drafts (1 + accepted / drafts).",
-        s.spec_num_drafts > 0 ? 1.0 + static_cast<double>(s.spec_num_accepted_tokens) /
-                                          static_cast<double>(s.spec_num_drafts)
-                              : 0.0);
+        [&](const S& s) {
+          return s.spec_num_drafts > 0 ? 1.0 + d(s.spec_num_accepted_tokens) / d(s.spec_num_drafts)
+                                       : 0.0;
+        });
 
   // FinishReason order: kNone, kStop, kLength, kCancelled, kError. A stop string is found by the
-  // API layer, which cancels the engine request; count those as "stop" like vLLM does.
-  const int64_t* f = s.num_requests_finished;
-  int64_t moved = std::clamp<int64_t>(stop_string_finishes, 0, f[3]);
+  // API layer, which cancels the engine request; count those as "stop" like vLLM does (spread
+  // over the ranks' cancellations in rank order: the API layer does not know the rank).
   const char* name = "vllm:request_success_total";
   util::AppendMetricHeader(out, name, "counter", "Count of finished requests, by finished reason.");
-  util::AppendSample(out, name, labels + ",finished_reason=\"stop\"",
-                     static_cast<double>(f[1] + moved));
-  util::AppendSample(out, name, labels + ",finished_reason=\"length\"", static_cast<double>(f[2]));
-  util::AppendSample(out, name, labels + ",finished_reason=\"abort\"",
-                     static_cast<double>(f[3] - moved));
-  util::AppendSample(out, name, labels + ",finished_reason=\"error\"", static_cast<double>(f[4]));
+  int64_t left = stop_string_finishes;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const int64_t* f = ranks[r].num_requests_finished;
+    const int64_t moved = std::clamp<int64_t>(left, 0, f[3]);
+    left -= moved;
+    const std::string& l = labels[r];
+    util::AppendSample(out, name, l + ",finished_reason=\"stop\"", d(f[1] + moved));
+    util::AppendSample(out, name, l + ",finished_reason=\"length\"", d(f[2]));
+    util::AppendSample(out, name, l + ",finished_reason=\"abort\"", d(f[3] - moved));
+    util::AppendSample(out, name, l + ",finished_reason=\"error\"", d(f[4]));
+  }
 
   histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-            s.ttft);
+            &S::ttft);
   histogram("vllm:time_per_output_token_seconds", "Histogram of time per output token in seconds.",
-            s.tpot);
+            &S::tpot);
   histogram("vllm:inter_token_latency_seconds",
             "Histogram of inter-token latency in seconds (new name of time per output token).",
-            s.tpot);
+            &S::tpot);
   histogram("vllm:e2e_request_latency_seconds",
-            "Histogram of end to end request latency in seconds.", s.e2e);
+            "Histogram of end to end request latency in seconds.", &S::e2e);
   histogram("vllm:request_queue_time_seconds",
-            "Histogram of time spent in the waiting queue in seconds.", s.queue_time);
+            "Histogram of time spent in the waiting queue in seconds.", &S::queue_time);
 }
 
 }  // namespace deepinfer::api

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 #include <string_view>
 #include <tuple>
 
@@ -47,9 +48,12 @@ class HttpMetrics {
   std::atomic<int64_t> stop_string_finishes_{0};
 };
 
-// Appends the vllm:* series for `stats`, each labelled model_name="<model_name>".
-// `stop_string_finishes` moves that many finishes from finished_reason="abort" to "stop".
-void FormatEngineMetrics(const engine::EngineStats& stats, std::string_view model_name,
-                         int64_t stop_string_finishes, std::string* out);
+// Appends the vllm:* series, each labelled model_name="<model_name>": one sample per metric for
+// one engine, one per data-parallel rank (also labelled engine="<rank>", vLLM's DP label) when
+// `ranks` holds several. `stop_string_finishes` moves that many finishes from
+// finished_reason="abort" to "stop".
+void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
+                         std::string_view model_name, int64_t stop_string_finishes,
+                         std::string* out);
 
 }  // namespace deepinfer::api

@@ -27,7 +27,7 @@ TEST(MetricsTest, EngineMetricsUseVllmNamesWithModelLabel) {
   s.num_requests_finished[3] = 2;
   s.ttft = SmallHistogram();
   std::string out;
-  FormatEngineMetrics(s, "m\"x", 1, &out);
+  FormatEngineMetrics({s}, "m\"x", 1, &out);
   EXPECT_NE(out.find("# TYPE vllm:num_requests_running gauge\n"
                      "vllm:num_requests_running{model_name=\"m\\\"x\"} 3\n"),
             std::string::npos);
@@ -45,7 +45,7 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeAndEndWithInf) {
   engine::EngineStats s;
   s.ttft = SmallHistogram();
   std::string out;
-  FormatEngineMetrics(s, "m", 0, &out);
+  FormatEngineMetrics({s}, "m", 0, &out);
   EXPECT_NE(out.find("vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"0.1\"} 2\n"
                      "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"1\"} 3\n"
                      "vllm:time_to_first_token_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 4\n"
@@ -55,6 +55,32 @@ TEST(MetricsTest, HistogramBucketsAreCumulativeAndEndWithInf) {
   // An empty histogram still has its +Inf bucket, sum and count.
   EXPECT_NE(out.find("vllm:e2e_request_latency_seconds_bucket{model_name=\"m\",le=\"+Inf\"} 0\n"),
             std::string::npos);
+}
+
+TEST(MetricsTest, DataParallelRanksGetOneSampleEachUnderOneHeader) {
+  engine::EngineStats a, b;
+  a.num_running = 3;
+  b.num_running = 4;
+  a.num_requests_finished[3] = 1;
+  b.num_requests_finished[3] = 2;
+  std::string out;
+  FormatEngineMetrics({a, b}, "m", 2, &out);
+  EXPECT_NE(out.find("# TYPE vllm:num_requests_running gauge\n"
+                     "vllm:num_requests_running{model_name=\"m\",engine=\"0\"} 3\n"
+                     "vllm:num_requests_running{model_name=\"m\",engine=\"1\"} 4\n"),
+            std::string::npos)
+      << out;
+  size_t headers = 0;
+  for (size_t at = 0; (at = out.find("# TYPE vllm:num_requests_running ", at)) != std::string::npos;
+       ++at) {
+    ++headers;
+  }
+  EXPECT_EQ(headers, 1u);
+  // Two stop-string finishes: rank 0's one cancellation, then one of rank 1's two.
+  EXPECT_NE(out.find("engine=\"0\",finished_reason=\"stop\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("engine=\"0\",finished_reason=\"abort\"} 0\n"), std::string::npos);
+  EXPECT_NE(out.find("engine=\"1\",finished_reason=\"stop\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("engine=\"1\",finished_reason=\"abort\"} 1\n"), std::string::npos);
 }
 
 TEST(MetricsTest, HttpCountersByRouteMethodAndStatus) {

@@ -12,9 +12,29 @@ namespace {
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 
+// The X-data-parallel-rank header (vLLM's): -1 when absent.
+// Errors: InvalidArgument "invalid_dp_rank" for anything but a decimal integer >= 0; a rank the
+//   server does not have is refused by the engine.
+absl::StatusOr<int32_t> PinnedRank(const http::Request& request) {
+  std::string_view v = request.Header("x-data-parallel-rank");
+  if (v.empty()) return -1;
+  int64_t rank = 0;
+  bool digits = v.size() <= 9;
+  for (char c : v) {
+    digits = digits && c >= '0' && c <= '9';
+    rank = rank * 10 + (c - '0');
+  }
+  if (!digits) {
+    return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kInvalidDpRank,
+                     "X-data-parallel-rank must be a rank number such as 0.");
+  }
+  return static_cast<int32_t>(rank);
+}
+
 // Steps 1-6 of ServeRoute (route.h); a failure is answered by the caller.
 absl::Status RunRoute(Route& route, const http::Request& request, http::ResponseWriter& writer) {
   const ServedModel& model = route.model();
+  DI_ASSIGN_OR_RETURN(const int32_t dp_rank, PinnedRank(request));
   DI_RETURN_IF_ERROR(route.Parse(request.body, ParseLimits{model.tokenizer->vocab_size()}));
   const GenerationParams& params = route.params();
   DI_RETURN_IF_ERROR(CheckModel(model, params.model));
@@ -33,6 +53,7 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
       ChoiceSpec spec;
       const int32_t index = static_cast<int32_t>(p) * params.n + i;
       spec.request = MakeEngineRequest(params, prompts[p], max_tokens, index, route.id());
+      spec.request.dp_rank = dp_rank;
       spec.prompt_index = static_cast<int32_t>(p);
       spec.stops = params.stop;
       specs.push_back(std::move(spec));

@@ -5,13 +5,18 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 #include <memory>
 #include <utility>
 
 #include "api/served_model.h"
 #include "api/server.h"
+#include "api/warmup_file.h"
 #include "fmt/format.h"
+#include "http/client.h"
 #include "http/server.h"
 #include "model/model.h"
 #include "spdlog/spdlog.h"
@@ -19,6 +24,7 @@
 #include "tokenizer/model_text.h"
 #include "util/error_codes.h"
 #include "util/log.h"
+#include "util/mapped_file.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -38,11 +44,52 @@ int WaitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
   return sig > 0 ? sig : 0;
 }
 
-// What the periodic stats line compares against.
-struct StatsSnapshot {
-  std::chrono::steady_clock::time_point at;
-  engine::EngineStats stats;
-};
+// Sends the warm-up requests one after another to this server (host and port it listens on),
+// each to every data-parallel rank (X-data-parallel-rank) when there are several, and checks
+// each answer: 200, and for a stream the closing [DONE] with no error event before it.
+// Errors: InvalidArgument "bad_warmup" naming the request, its line and the server's answer.
+absl::Status RunWarmup(const std::vector<WarmupRequest>& requests, const std::string& host,
+                       int port, int32_t ranks) {
+  // A server listening on every address is reached on loopback.
+  const std::string to = host == "0.0.0.0" || host == "::" || host.empty() ? "127.0.0.1" : host;
+  const http::Url url(to, port);
+  http::FetchOptions fetch;
+  fetch.idle_timeout_ms = 0;
+  fetch.total_timeout_ms = 30 * 60 * 1000;  // a long generation on a slow machine
+  for (size_t k = 0; k < requests.size() * static_cast<size_t>(ranks); ++k) {
+    const size_t i = k / static_cast<size_t>(ranks);
+    const int32_t rank = static_cast<int32_t>(k % static_cast<size_t>(ranks));
+    const WarmupRequest& w = requests[i];
+    http::ClientRequest r;
+    r.method = "POST";
+    r.target = w.path;
+    r.body = w.body;
+    r.headers.push_back({"Content-Type", "application/json"});
+    if (ranks > 1) r.headers.push_back({"X-data-parallel-rank", std::to_string(rank)});
+    auto fail = [&](const std::string& why) {
+      return InvalidArgumentError(
+          util::codes::kBadWarmup,
+          fmt::format("warm-up request {} of {} (line {}, POST {}{}) failed: {}", i + 1,
+                      requests.size(), w.line, w.path,
+                      ranks > 1 ? fmt::format(", rank {}", rank) : "", why));
+    };
+    absl::StatusOr<http::ClientResponse> answer = http::Fetch(url, r, fetch);
+    if (!answer.ok()) return fail(OneLineError(answer.status()));
+    std::string_view body = answer->body;
+    if (answer->status != 200) {
+      constexpr size_t kShown = 300;
+      return fail(fmt::format("HTTP {}: {}", answer->status,
+                              body.size() > kShown ? std::string(body.substr(0, kShown)) + "..."
+                                                   : std::string(body)));
+    }
+    const bool sse = answer->Header("Content-Type").find("text/event-stream") != std::string::npos;
+    if (sse && (body.find("data: [DONE]") == std::string_view::npos ||
+                body.find("\"error\"") != std::string_view::npos)) {
+      return fail("the stream ended with an error or without [DONE]");
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -110,6 +157,20 @@ absl::Status Serve(ServeOptions o) {
   }
   const std::string served_name =
       o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
+  // The warm-up file is read and checked before anything slow, so a typo costs no model load.
+  std::vector<WarmupRequest> warmup;
+  if (!o.warmup_file.empty()) {
+    absl::StatusOr<std::string> text = util::ReadFile(o.warmup_file);
+    if (!text.ok()) {
+      return Failed("cannot read --warmup-file",
+                    InvalidArgumentError(util::codes::kBadWarmup,
+                                         fmt::format("{}: {}", o.warmup_file,
+                                                     std::string(text.status().message()))));
+    }
+    absl::StatusOr<std::vector<WarmupRequest>> parsed = ParseWarmupFile(*text);
+    if (!parsed.ok()) return Failed("bad --warmup-file", parsed.status());
+    warmup = *std::move(parsed);
+  }
 
   // Every thread created from here on inherits the mask, so only sigtimedwait sees the signals.
   sigset_t signals;
@@ -146,7 +207,8 @@ absl::Status Serve(ServeOptions o) {
   if (auto st = tokenizer::AttachEngramTokenClasses(*text->tokenizer, model->get()); !st.ok()) {
     return Failed("cannot build the Engram token classes", st);
   }
-  auto engine = engine::Engine::Create(**model, o.engine);
+  auto engine = engine::CreateDataParallelEngine(**model, o.engine, o.data_parallel_size,
+                                                 o.data_parallel_cores);
   if (!engine.ok()) return Failed("cannot start engine", engine.status());
 
   ServedModel served;
@@ -158,11 +220,49 @@ absl::Status Serve(ServeOptions o) {
   served.max_output_tokens = std::max(1, std::min(o.max_output_tokens, served.max_model_len));
   served.created_unix = UnixNow();
   served.metrics = &routes.metrics();
+  routes.set_warming_up(!warmup.empty());
   routes.SetServedModel(&served);
 
   int sig = 0;
   while (!(*engine)->ready() && sig == 0) {
     sig = WaitForSignal(signals, std::chrono::milliseconds(20));
+  }
+  if (sig == 0 && !warmup.empty()) {
+    // On a thread of its own, so that a signal still stops the start at once.
+    spdlog::info("warm-up: {} request(s) from {}{}; /health is 503 warming_up until they finish",
+                 warmup.size(), o.warmup_file,
+                 (*engine)->num_ranks() > 1
+                     ? fmt::format(", on each of {} ranks", (*engine)->num_ranks())
+                     : "");
+    const auto started = std::chrono::steady_clock::now();
+    std::atomic<bool> done{false};
+    absl::Status result;
+    std::thread runner([&] {
+      result = RunWarmup(warmup, o.host, (*server)->port(), (*engine)->num_ranks());
+      done.store(true, std::memory_order_release);
+    });
+    while (!done.load(std::memory_order_acquire) && sig == 0) {
+      sig = WaitForSignal(signals, std::chrono::milliseconds(20));
+    }
+    if (sig != 0) {
+      // Stopping the server ends the runner's request (its connection closes).
+      spdlog::info("signal {} during the warm-up, shutting down", sig);
+      (*server)->Stop(5000);
+      runner.join();
+      server->reset();
+      engine->reset();
+      return absl::OkStatus();
+    }
+    runner.join();
+    if (!result.ok()) {
+      (*server)->Stop(5000);
+      server->reset();
+      engine->reset();
+      return Failed("warm-up failed", result);
+    }
+    spdlog::info("warm-up: done in {:.1f} s",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    routes.set_warming_up(false);
   }
   if (sig == 0) {
     std::string url = fmt::format("http://{}:{}", o.host, (*server)->port());
@@ -173,6 +273,16 @@ absl::Status Serve(ServeOptions o) {
     spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
                  (*engine)->kv_capacity_tokens(), per_token, per_token / 1024.0,
                  kernels::KvDtypeName(o.engine.kv_cache_dtype), (*engine)->numerics_name());
+    if (const int32_t ranks = (*engine)->num_ranks(); ranks > 1) {
+      spdlog::info(
+          "data-parallel: {} ranks, each with its own scheduler, KV cache ({} tokens) and prefix "
+          "cache, {}; requests pinned by X-data-parallel-rank, else routed to the rank holding "
+          "their longest cached prefix, else the least loaded",
+          ranks, (*engine)->kv_capacity_tokens() / ranks,
+          o.data_parallel_cores == engine::DataParallelCores::kSplit
+              ? "the threads split between them"
+              : "all threads to each rank in turn");
+    }
     if ((*engine)->kv_window_cache_bytes() > 0) {
       spdlog::info(
           "window cache: {:.1f} MiB shared by the running sequences (each keeps the blocks of "
@@ -185,18 +295,29 @@ absl::Status Serve(ServeOptions o) {
         "-d '{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'",
         url, served_name);
   }
-  StatsSnapshot last{std::chrono::steady_clock::now(), (*engine)->Stats()};
+  // One stats line per rank (prefixed "rank=K") when there are several.
+  const int32_t ranks = (*engine)->num_ranks();
+  auto snapshot = [&] {
+    std::vector<engine::EngineStats> all;
+    for (int32_t r = 0; r < ranks; ++r) all.push_back((*engine)->RankStats(r));
+    return all;
+  };
+  auto last_at = std::chrono::steady_clock::now();
+  std::vector<engine::EngineStats> last = snapshot();
   while (sig == 0) {
     sig = WaitForSignal(signals, std::chrono::milliseconds(1000));
     if (o.log_stats_interval_s <= 0) continue;
     const auto now = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(now - last.at).count();
+    const double seconds = std::chrono::duration<double>(now - last_at).count();
     if (seconds < o.log_stats_interval_s) continue;
-    StatsSnapshot current{now, (*engine)->Stats()};
-    if (std::string line = EngineStatsLine(last.stats, current.stats, seconds); !line.empty()) {
-      spdlog::info("{}", line);
+    std::vector<engine::EngineStats> current = snapshot();
+    for (int32_t r = 0; r < ranks; ++r) {
+      if (std::string line = EngineStatsLine(last[r], current[r], seconds); !line.empty()) {
+        spdlog::info("{}{}", ranks > 1 ? fmt::format("rank={} ", r) : "", line);
+      }
     }
     last = std::move(current);
+    last_at = now;
   }
 
   spdlog::info("signal {}, shutting down", sig);

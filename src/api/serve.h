@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/data_parallel.h"
 #include "engine/engine.h"
 
 namespace deepinfer::api {
@@ -26,6 +27,13 @@ struct ServeOptions {
   int max_connections = 1024;
   bool log_requests = true;
   double log_stats_interval_s = 10;  // 0: no stats lines
+  // Request bodies (api/warmup_file.h) run after the model loads, before /health answers 200;
+  // "" = none.
+  std::string warmup_file;
+  // Engine ranks over one copy of the weights (engine/data_parallel.h); 1: one engine.
+  int32_t data_parallel_size = 1;
+  // How the ranks share --threads: split between them, or all of them to each rank in turn.
+  engine::DataParallelCores data_parallel_cores = engine::DataParallelCores::kSplit;
   engine::EngineOptions engine;      // max_model_len 0 = the model's
 };
 
@@ -35,8 +43,9 @@ struct ServeOptions {
 // routes go live and one "ready" line is logged.
 // Errors: every failure is logged first as one line naming its stage ("cannot listen", "cannot
 //   load model", ...), then returned: Unavailable "bind_failed", InvalidArgument "bad_address",
-//   NotFound "no_model", and those of model::LoadModel, tokenizer::LoadModelText and
-//   engine::Engine::Create.
+//   NotFound "no_model", InvalidArgument "bad_warmup" (the warm-up file is unreadable or
+//   malformed, checked before the model loads, or one of its requests failed), and those of
+//   model::LoadModel, tokenizer::LoadModelText and engine::Engine::Create.
 // Threads: call from the main thread before any other thread is started.
 absl::Status Serve(ServeOptions options);
 

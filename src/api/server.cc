@@ -109,7 +109,8 @@ bool ApiServer::IsLoggedRequest(const http::Request& request, int status,
   // Probes are frequent and, while the model loads, failing by design: logging them would bury
   // the requests. A probe failing for any other reason is logged.
   bool probe = request.method == "GET" && (request.path == "/health" || request.path == "/metrics");
-  return !(probe && (status < 400 || log.error == util::codes::kModelLoading));
+  return !(probe && (status < 400 || log.error == util::codes::kModelLoading ||
+                     log.error == util::codes::kWarmingUp));
 }
 
 void ApiServer::Observe(const http::Request& request, int status, double seconds,
@@ -158,7 +159,11 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
   if (info.route == RouteId::kMetrics) {
     std::string out;
     if (model != nullptr) {
-      FormatEngineMetrics(model->engine->Stats(), model->served_model_name,
+      std::vector<engine::EngineStats> ranks;
+      for (int32_t r = 0; r < model->engine->num_ranks(); ++r) {
+        ranks.push_back(model->engine->RankStats(r));
+      }
+      FormatEngineMetrics(ranks, model->served_model_name,
                           metrics_.stop_string_finishes(), &out);
     }
     const http::Server* server = http_server_.load(std::memory_order_acquire);
@@ -167,8 +172,26 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
     return;
   }
   if (info.route == RouteId::kHealth) {
-    if (ready) {
-      RespondJson(writer, 200, util::Json{{"status", "ok"}});
+    if (ready && warming_up_.load(std::memory_order_acquire)) {
+      RespondError(writer, UnavailableError(util::codes::kWarmingUp,
+                                            "The server is running its warm-up requests."));
+    } else if (ready) {
+      util::Json body{{"status", "ok"}};
+      const int32_t n = model->engine->num_ranks();
+      if (n > 1) {
+        // Data-parallel ranks: each one's state, for operators and the gateway's probes.
+        util::Json ranks = util::Json::array();
+        for (int32_t r = 0; r < n; ++r) {
+          const engine::EngineStats st = model->engine->RankStats(r);
+          ranks.push_back({{"rank", r},
+                           {"ready", model->engine->rank_ready(r)},
+                           {"running", st.num_running},
+                           {"waiting", st.num_waiting},
+                           {"kv_cache_usage", st.kv_cache_usage}});
+        }
+        body["ranks"] = std::move(ranks);
+      }
+      RespondJson(writer, 200, body);
     } else {
       RespondError(writer, UnavailableError(util::codes::kModelLoading, "The model is loading."));
     }

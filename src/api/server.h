@@ -23,6 +23,9 @@ class ApiServer {
   // Makes the model routes live. Until then /health answers 503 and model routes 503
   // "model_loading".
   void SetServedModel(const ServedModel* model) { model_.store(model, std::memory_order_release); }
+  // While true (set before SetServedModel, cleared once the --warmup-file requests are done),
+  // /health answers 503 "warming_up"; the model routes answer, so the warm-up requests run.
+  void set_warming_up(bool on) { warming_up_.store(on, std::memory_order_release); }
   // The server these routes answer on: /metrics reports its open connections
   // (deepinfer_http_open_connections; 0 until set).
   void SetHttpServer(const http::Server* server) {
@@ -39,8 +42,9 @@ class ApiServer {
   // scrapes are left out, see IsLoggedRequest.
   void set_log_requests(bool on) { log_requests_ = on; }
 
-  // False for GET /health and GET /metrics when they succeed or answer 503 model_loading (load
-  // balancers poll them; failing while the model loads is by design); true for everything else.
+  // False for GET /health and GET /metrics when they succeed or answer 503 model_loading or
+  // warming_up (load balancers poll them; failing while the model loads and warms up is by
+  // design); true for everything else.
   static bool IsLoggedRequest(const http::Request& request, int status,
                               const http::RequestLog& log);
 
@@ -62,6 +66,7 @@ class ApiServer {
 
   std::atomic<const ServedModel*> model_{nullptr};
   std::atomic<const http::Server*> http_server_{nullptr};
+  std::atomic<bool> warming_up_{false};
   bool log_requests_ = false;
   HttpMetrics metrics_;
 };

@@ -20,6 +20,7 @@ struct ServeFlags {
   api::ServeOptions options;
   std::string max_request_bytes = "32MiB";
   std::string kv_cache_memory = "2GiB";
+  std::string dp_cores = "split";
   bool enable_prompt_tokens_details = false;  // accepted for vLLM compatibility; always on
 };
 
@@ -39,6 +40,8 @@ int Run(ServeFlags f) {
   }
   f.options.max_request_bytes = *max_request_bytes;
   f.options.engine.kv_cache_memory_bytes = *kv_cache_memory;
+  f.options.data_parallel_cores = f.dp_cores == "turns" ? engine::DataParallelCores::kTurns
+                                                        : engine::DataParallelCores::kSplit;
   return ExitCodeFor(api::Serve(std::move(f.options)));
 }
 
@@ -110,6 +113,21 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--kv-cache-memory", flags->kv_cache_memory,
                   "KV-cache memory in bytes (suffixes KiB, MiB, GiB)")
+      ->capture_default_str();
+  cmd->add_option("--warmup-file", flags->options.warmup_file,
+                  "request bodies run after the model loads, before /health answers 200: JSON "
+                  "lines (or one JSON object), each a chat body (\"messages\") or a completion "
+                  "body (\"prompt\"); a failing one stops the start (exit status 2)");
+  cmd->add_option("--data-parallel-size", flags->options.data_parallel_size,
+                  "engine ranks over one copy of the weights, each with its own scheduler, KV "
+                  "cache and prefix cache; --kv-cache-memory/--kv-cache-tokens are split between "
+                  "them, --max-num-seqs is per rank (docs/engine.md)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  cmd->add_option("--data-parallel-cores", flags->dp_cores,
+                  "how ranks share --threads: split (each rank threads/ranks, stepping "
+                  "independently) or turns (every rank all threads, one rank steps at a time)")
+      ->check(CLI::IsMember({"split", "turns"}))
       ->capture_default_str();
   cmd->add_option("--threads", flags->options.engine.num_threads,
                   "worker threads (default: all cores)")

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -238,6 +239,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
                                   "prompt token id out of the vocabulary");
     }
   }
+  if (request.dp_rank > 0) {
+    return InvalidArgumentError(util::codes::kInvalidDpRank,
+                                fmt::format("data-parallel rank {} does not exist: this server "
+                                            "has rank 0 only",
+                                            request.dp_rank));
+  }
   if (request.max_tokens < 1) {
     return InvalidArgumentError(util::codes::kInvalidMaxTokens, "max_tokens must be at least 1");
   }
@@ -311,6 +318,9 @@ void EngineImpl::Loop() {
 }
 
 bool EngineImpl::Step() {
+  // Ranks stepping in turn (data_parallel.h) hold the shared lock for the whole step.
+  std::optional<absl::MutexLock> turn;
+  if (options_.step_lock) turn.emplace(options_.step_lock.get());
   const StepPlan& plan = scheduler_->Schedule(Clock::now());
   if (plan.empty()) return false;
   StepOutputs& outputs = executor_->Run(plan);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "arch/causal_lm.h"
 #include "engine/request.h"
 #include "model/model.h"
@@ -40,6 +41,8 @@ struct EngineOptions {
   // kGgml (bit-identical to llama.cpp, Llama models only) is for one sequence at a time, as
   // `generate` runs it: it is not batch invariant (docs/parity.md).
   std::optional<arch::Numerics> numerics;
+  // Data-parallel ranks stepping in turn share this lock (engine/data_parallel.h); null: none.
+  std::shared_ptr<absl::Mutex> step_lock;
   // Element type of the main KV cache: f32, or f16 / bf16 (half the memory per token and half
   // the bytes attention reads; Llama with fast numerics; arch::CausalLm::SupportsKvDtype).
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
@@ -87,7 +90,14 @@ class Engine {
   //   the request alone could never fit in the KV cache; Unavailable "shutting_down".
   virtual absl::StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) = 0;
 
+  // Errors also: InvalidArgument "invalid_dp_rank" when request.dp_rank names a rank the engine
+  //   does not have.
   virtual EngineStats Stats() const = 0;
+  // Data-parallel ranks (engine/data_parallel.h): how many, and each one's stats and readiness.
+  // A plain engine is rank 0 of 1. REQUIRES: 0 <= rank < num_ranks().
+  virtual int32_t num_ranks() const { return 1; }
+  virtual EngineStats RankStats(int32_t rank) const { return Stats(); }
+  virtual bool rank_ready(int32_t rank) const { return ready(); }
   virtual int32_t max_model_len() const = 0;
   virtual int64_t kv_capacity_tokens() const = 0;
   // KV cache bytes one token occupies (all layers), and the arithmetic the model runs with:

@@ -35,6 +35,8 @@ struct GenerateRequest {
   bool ignore_eos = false;              // benchmarks: keep generating past end-of-generation
   uint64_t cache_salt = 0;              // isolates prefix-cache entries (0: shared)
   std::string request_id;               // for logs only
+  // Data-parallel rank that must serve it (X-data-parallel-rank); -1: the engine chooses.
+  int32_t dp_rank = -1;
 };
 
 // One generated token.

@@ -119,7 +119,6 @@ check_paths() {
   [[ -d "$ARTIFACTS_DIR" ]] || missing+=("artifacts folder $ARTIFACTS_DIR")
   if [[ -n "$WARMUP_FILE" ]]; then
     [[ -f "$WARMUP_FILE" ]] || missing+=("warmup file $WARMUP_FILE")
-    command -v curl >/dev/null 2>&1 || missing+=("curl (sends the warmup request)")
   fi
   if ((${#missing[@]} > 0)); then
     local IFS=';'
@@ -283,24 +282,6 @@ stop_child() {
   fi
 }
 
-warmup() {
-  local i
-  for ((i = 0; i < WARMUP_WAIT_S; i++)); do
-    if curl -fsS -o /dev/null "http://127.0.0.1:$PORT/health" 2>/dev/null; then
-      if curl -fsS -o /dev/null -H 'Content-Type: application/json' \
-        --data-binary "@$WARMUP_FILE" "http://127.0.0.1:$PORT/v1/chat/completions"; then
-        echo "warmup: ok"
-      else
-        echo "warmup: the request failed"
-      fi
-      return 0
-    fi
-    kill -0 "$child" 2>/dev/null || return 0
-    sleep 1
-  done
-  echo "warmup: the server was not healthy within ${WARMUP_WAIT_S}s"
-}
-
 # The exit is recorded for `deepinfer watch`: a clean exit or a stop signal means an operator
 # stopped the instance; anything else is a crash.
 record_exit() {
@@ -331,7 +312,7 @@ start_server() {
       --publish "127.0.0.1:$PORT:$PORT" \
       --mount "type=bind,src=$MODEL_DIR,dst=/model,readonly" \
       --mount "type=bind,src=$RUNTIME_DIR,dst=/runtime,readonly" \
-      --mount "type=bind,src=$ARTIFACTS_DIR,dst=/artifacts" \
+      --mount "type=bind,src=$ARTIFACTS_DIR,dst=/artifacts" "${DOCKER_WARMUP_MOUNT[@]}" \
       --workdir /artifacts "${DOCKER_DEVICE_ARGS[@]}" \
       --entrypoint /runtime/bin/deepinfer "$DOCKER_IMAGE" "${SERVE_ARGS[@]}" \
       >>"$ARTIFACTS_DIR/serve.log" 2>&1 </dev/null &
@@ -342,7 +323,6 @@ start_server() {
   child=$!
   write_atomically "$ARTIFACTS_DIR/serve.pid" "$child"
   trap stop_child TERM INT HUP
-  if [[ -n "$WARMUP_FILE" ]]; then warmup & fi
   local status
   while :; do
     status=0
@@ -387,7 +367,8 @@ absl::StatusOr<std::string> RenderLaunchScript(const Recipe& recipe, const HostC
       return InvalidArgumentError("bad_recipe",
                                   "deepinfer.docker_image is required for --launcher docker");
     }
-    for (const std::string* p : {&host.model_dir, &host.runtime_dir, &host.artifacts_dir}) {
+    for (const std::string* p :
+         {&host.model_dir, &host.runtime_dir, &host.artifacts_dir, &host.warmup_file}) {
       if (p->find_first_of(",\"") != std::string::npos) {
         return InvalidArgumentError(
             "bad_host", fmt::format("{}: docker bind mounts cannot take ',' or '\"'", *p));
@@ -420,6 +401,16 @@ absl::StatusOr<std::string> RenderLaunchScript(const Recipe& recipe, const HostC
     args += value.empty() ? fmt::format("  {}\n", flag)
                           : fmt::format("  {} {}\n", flag, ShellQuote(value));
   }
+  // serve runs the warm-up requests itself, before /health answers 200.
+  constexpr const char* kDockerWarmup = "/warmup-requests";
+  if (!host.warmup_file.empty()) {
+    args += fmt::format("  --warmup-file {}\n", ShellQuote(docker ? kDockerWarmup : host.warmup_file));
+  }
+  const std::string docker_warmup_mount =
+      docker && !host.warmup_file.empty()
+          ? fmt::format("--mount {}", ShellQuote(fmt::format("type=bind,src={},dst={},readonly",
+                                                             host.warmup_file, kDockerWarmup)))
+          : std::string();
 
   std::vector<std::string> ids;
   for (int32_t id : host.devices.ids) ids.push_back(std::to_string(id));
@@ -468,7 +459,6 @@ absl::StatusOr<std::string> RenderLaunchScript(const Recipe& recipe, const HostC
   Var("DOCKER_IMAGE", recipe.docker_image);
   Var("ARTIFACTS_DIR", host.artifacts_dir);
   Var("WARMUP_FILE", host.warmup_file);
-  s += "readonly WARMUP_WAIT_S=1800\n";
   Var("DEVICE_KIND", host.devices.kind);
   s += fmt::format("readonly CPU_THREADS={}\n", recipe.threads);
   Var("MAX_LOAD", fmt::format("{}", host.devices.max_load));
@@ -476,6 +466,7 @@ absl::StatusOr<std::string> RenderLaunchScript(const Recipe& recipe, const HostC
   s += fmt::format("readonly MAX_GPU_UTILIZATION_PCT={}\n", host.devices.max_utilization_pct);
   s += fmt::format("readonly MAX_GPU_MEMORY_USED_MIB={}\n", host.devices.max_memory_used_mib);
   s += fmt::format("readonly DOCKER_DEVICE_ARGS=({})\n", docker_devices);
+  s += fmt::format("readonly DOCKER_WARMUP_MOUNT=({})\n", docker_warmup_mount);
   s += fmt::format("readonly SERVE_ARGS=(\n{})\n", args);
   s += "# Provenance, for reviewers and logs.\n";
   s += ": \"$MODEL_ID\" \"$MODEL_REVISION\"\n";

@@ -174,6 +174,27 @@ TEST(RenderTest, EveryScriptVariantPassesShellcheck) {
   }
 }
 
+TEST(RenderTest, TheHostsWarmupFileBecomesServesWarmupFlag) {
+  auto plain = RenderLaunchScript(*ParseRecipe(kRecipe), *ParseHost(kHost), Launcher::kPlain, {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_NE(plain->find("  --warmup-file '/srv/warmup.json'\n"), std::string::npos) << *plain;
+  EXPECT_EQ(plain->find("curl"), std::string::npos);  // serve sends the requests itself
+  auto docker = RenderLaunchScript(*ParseRecipe(kRecipe), *ParseHost(kHost), Launcher::kDocker, {});
+  ASSERT_TRUE(docker.ok());
+  EXPECT_NE(docker->find("  --warmup-file '/warmup-requests'\n"), std::string::npos);
+  EXPECT_NE(docker->find("readonly DOCKER_WARMUP_MOUNT=(--mount "
+                         "'type=bind,src=/srv/warmup.json,dst=/warmup-requests,readonly')"),
+            std::string::npos)
+      << *docker;
+  auto none = RenderLaunchScript(
+      *ParseRecipe(kRecipe),
+      *ParseHost(Replace(kHost, ",\n  \"warmup\": \"/srv/warmup.json\"", "")), Launcher::kDocker,
+      {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->find("--warmup-file"), std::string::npos);
+  EXPECT_NE(none->find("readonly DOCKER_WARMUP_MOUNT=()"), std::string::npos);
+}
+
 TEST(RenderTest, InstanceBindingNamesScriptBinaryAndPort) {
   std::string json = InstanceJson(*ParseRecipe(kRecipe), *ParseHost(kHost), Launcher::kPlain,
                                   "/x/run.sh", std::string(64, 'f'));

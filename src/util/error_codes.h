@@ -70,6 +70,9 @@ inline constexpr ErrorCode kUnsupportedContent{
 inline constexpr ErrorCode kInvalidToken{
     "invalid_token", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A token id outside the vocabulary (prompt, logit_bias, stop_token_ids)."};
+inline constexpr ErrorCode kInvalidDpRank{
+    "invalid_dp_rank", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
+    "X-data-parallel-rank is not an integer or names a rank the server does not have."};
 inline constexpr ErrorCode kEmptyPrompt{"empty_prompt", absl::StatusCode::kInvalidArgument, 400,
                                         ErrorSurface::kServe, "The prompt renders to no tokens."};
 inline constexpr ErrorCode kInvalidMaxTokens{
@@ -182,6 +185,10 @@ inline constexpr ErrorCode kBackendDisconnected{
 inline constexpr ErrorCode kModelLoading{
     "model_loading", absl::StatusCode::kUnavailable, 503, ErrorSurface::kServe,
     "The model is still loading (/health is 503 until it is ready)."};
+inline constexpr ErrorCode kWarmingUp{
+    "warming_up", absl::StatusCode::kUnavailable, 503, ErrorSurface::kServe,
+    "The model is loaded and the --warmup-file requests are running (/health is 503 until they "
+    "finish)."};
 inline constexpr ErrorCode kShuttingDown{"shutting_down", absl::StatusCode::kUnavailable, 503,
                                          ErrorSurface::kServe,
                                          "The server is stopping; the request was ended."};
@@ -253,6 +260,10 @@ inline constexpr ErrorCode kUnsupportedNumerics{
 inline constexpr ErrorCode kUnsupportedKvCacheDtype{
     "unsupported_kv_cache_dtype", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
     "--kv-cache-dtype f16/bf16 was asked of a model or numerics whose attention reads f32 only."};
+inline constexpr ErrorCode kBadWarmup{
+    "bad_warmup", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "--warmup-file is unreadable or malformed, or one of its requests failed: serve does not "
+    "start."};
 inline constexpr ErrorCode kBadTokenizer{"bad_tokenizer", absl::StatusCode::kInvalidArgument, 400,
                                          ErrorSurface::kCommand,
                                          "The tokenizer data of the model is malformed."};

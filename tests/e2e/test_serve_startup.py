@@ -6,6 +6,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -107,3 +108,95 @@ def test_kv_cache_dtype_f16_halves_bytes_per_token_and_serves():
     errors = [l for l in bad.stderr.splitlines() if " error " in l]
     assert len(errors) == 1 and "unsupported_kv_cache_dtype" in errors[0], bad.stderr
     assert "--kv-cache-dtype bf16" in errors[0]
+
+
+def serve_args(port, *extra):
+    return [str(binary()), "serve", "--model", str(smollm_path()), "--host", "127.0.0.1",
+            "--port", str(port), "--threads", "2", *extra]
+
+
+def test_warmup_file_runs_before_health_turns_200(tmp_path):
+    """--warmup-file: /health is 503 warming_up while the requests run (the API answers
+    meanwhile), 200 after; the log says how many ran and when they finished."""
+    if not smollm_path().exists():
+        pytest.skip(f"SmolLM2 not found at {smollm_path()}")
+    warmup = tmp_path / "warmup.jsonl"
+    # Long enough (a few seconds) that the poll below sees the warming_up state.
+    warmup.write_text(
+        '{"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 300, '
+        '"ignore_eos": true, "stream": true}\n\n'
+        '{"prompt": "Once upon a time", "max_tokens": 100, "ignore_eos": true}\n')
+    port = free_port()
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(serve_args(port, "--warmup-file", str(warmup)), stdout=log,
+                                stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    seen = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()
+            try:
+                r = httpx.get(base + "/health", timeout=2)
+            except httpx.HTTPError:
+                time.sleep(0.02)
+                continue
+            code = r.json().get("error", {}).get("code") if r.status_code != 200 else "ok"
+            if not seen or seen[-1] != code:
+                seen.append(code)
+            if r.status_code == 200:
+                break
+            if code == "warming_up":
+                # The routes answer while warming up: the warm-up requests use them.
+                m = httpx.get(base + "/v1/models", timeout=10)
+                assert m.status_code == 200, m.text
+            time.sleep(0.02)
+        assert seen[-1] == "ok", seen
+        assert "warming_up" in seen, seen
+        assert seen.index("warming_up") < seen.index("ok")
+        assert set(seen) <= {"model_loading", "warming_up", "ok"}, seen
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    text = log_path.read_text()
+    assert f"warm-up: 2 request(s) from {warmup}" in text, text
+    assert re.search(r"warm-up: done in [\d.]+ s", text), text
+    assert text.index("warm-up: done") < text.index("(ready)")
+    # Both warm-up requests went through the routes (and their log lines).
+    assert " info request POST /v1/chat/completions 200 " in text
+    assert " info request POST /v1/completions 200 " in text
+
+
+@pytest.mark.parametrize("content,expect", [
+    ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}\n{"prompt": ',
+     "line 2: not JSON"),
+    ('{"model": "x"}\n', "line 1: a body needs"),
+])
+def test_malformed_warmup_file_exits_2_before_loading(tmp_path, content, expect):
+    warmup = tmp_path / "warmup.jsonl"
+    warmup.write_text(content)
+    r = subprocess.run(serve_args(0, "--warmup-file", str(warmup)), capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "bad_warmup" in lines[0] and expect in lines[0], lines[0]
+    assert "loading" not in r.stderr  # refused before the model load
+
+
+def test_failing_warmup_request_stops_the_start_with_exit_2(tmp_path):
+    if not smollm_path().exists():
+        pytest.skip(f"SmolLM2 not found at {smollm_path()}")
+    warmup = tmp_path / "warmup.jsonl"
+    warmup.write_text('{"prompt": "ok", "max_tokens": 2}\n'
+                      '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}\n')
+    r = subprocess.run(serve_args(free_port(), "--warmup-file", str(warmup)),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    errors = [l for l in r.stderr.splitlines() if " error " in l]
+    assert len(errors) == 1, r.stderr
+    assert "warm-up failed: bad_warmup" in errors[0]
+    assert "request 2 of 2 (line 2, POST /v1/chat/completions)" in errors[0]
+    assert "HTTP 400" in errors[0]
+    assert "(ready)" not in r.stderr

@@ -191,6 +191,11 @@ def test_render_rejects_bad_recipes_before_writing(deployment):
 
 
 def test_good_machine_passes_preflight_and_the_script_serves_a_passing_smoke(deployment):
+    # The host's warmup file reaches serve as --warmup-file: it runs before /health is 200.
+    warmup = deployment.tmp / "warmup.jsonl"
+    warmup.write_text('{"prompt": "Once upon a time", "max_tokens": 8}\n'
+                      '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}\n')
+    deployment.host["warmup"] = str(warmup)
     result, script = deployment.render()
     assert result.returncode == 0, result.stderr
     check = preflight(script)
@@ -202,6 +207,8 @@ def test_good_machine_passes_preflight_and_the_script_serves_a_passing_smoke(dep
     proc = deployment.start(script)
     try:
         deployment.wait_healthy(proc)
+        log = (deployment.artifacts / "serve.log").read_text()
+        assert f"warm-up: 2 request(s) from {warmup}" in log and "warm-up: done" in log, log
         smoke = run([binary(), "smoke", "--base", f"http://127.0.0.1:{deployment.port}/v1"])
         assert smoke.returncode == 0, smoke.stdout + smoke.stderr
         # The server listens on loopback only, under the instance's process name.

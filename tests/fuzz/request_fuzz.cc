@@ -1,6 +1,6 @@
 // Feeds arbitrary bytes to the request parsers and validators of the HTTP API (chat,
-// completions, tokenize, detokenize, Anthropic messages, Responses) and to the error and SSE
-// encoders their results reach. They must never crash, whatever the bytes.
+// completions, tokenize, detokenize, Anthropic messages, Responses; the --warmup-file parser)
+// and to the error and SSE encoders their results reach. They must never crash, whatever the bytes.
 
 #include <cstddef>
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "api/anthropic_types.h"
 #include "api/openai_types.h"
 #include "api/responses_types.h"
+#include "api/warmup_file.h"
 #include "http/errors.h"
 #include "http/sse.h"
 
@@ -28,6 +29,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view body(reinterpret_cast<const char*>(data), size);
   // A vocabulary of SmolLM2's size, so token-id checks run on both sides of the bound.
   const deepinfer::api::ParseLimits limits{49152};
+  auto warmup = deepinfer::api::ParseWarmupFile(body);
+  Check(warmup);
+  if (warmup.ok()) {
+    if (warmup->empty()) __builtin_trap();
+    for (const auto& w : *warmup) {
+      if (w.path != "/v1/chat/completions" && w.path != "/v1/completions") __builtin_trap();
+      if (w.line < 1 || w.body.empty()) __builtin_trap();
+    }
+  }
   auto chat = deepinfer::api::ParseChatRequest(body, limits);
   Check(chat);
   if (chat.ok()) {
