@@ -157,6 +157,24 @@ absl::Status Serve(ServeOptions o) {
   }
   const std::string served_name =
       o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
+  // Batch telemetry from the environment: a missing folder or a reused run id stops the start
+  // before anything slow.
+  absl::StatusOr<engine::TelemetryConfig> telemetry = engine::TelemetryConfigFromEnv();
+  if (!telemetry.ok()) return Failed("bad batch telemetry settings", telemetry.status());
+  o.engine.telemetry = *telemetry;
+  if (telemetry->enabled()) {
+    for (int32_t r = 0; r < o.data_parallel_size; ++r) {
+      const std::string path = engine::TelemetryPath(*telemetry, r);
+      struct stat st;
+      if (::stat(path.c_str(), &st) == 0) {
+        return Failed("bad batch telemetry settings",
+                      InvalidArgumentError(util::codes::kBadTelemetry,
+                                fmt::format("{} exists: DEEPINFER_BATCH_TELEMETRY_RUN_ID {} was "
+                                            "used by an earlier run; give each run a new id",
+                                            path, telemetry->run_id)));
+      }
+    }
+  }
   // The warm-up file is read and checked before anything slow, so a typo costs no model load.
   std::vector<WarmupRequest> warmup;
   if (!o.warmup_file.empty()) {
@@ -273,6 +291,10 @@ absl::Status Serve(ServeOptions o) {
     spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
                  (*engine)->kv_capacity_tokens(), per_token, per_token / 1024.0,
                  kernels::KvDtypeName(o.engine.kv_cache_dtype), (*engine)->numerics_name());
+    if (o.engine.telemetry.enabled()) {
+      spdlog::info("batch telemetry: {} (one file per rank)",
+                   engine::TelemetryPath(o.engine.telemetry, 0));
+    }
     if (const int32_t ranks = (*engine)->num_ranks(); ranks > 1) {
       spdlog::info(
           "data-parallel: {} ranks, each with its own scheduler, KV cache ({} tokens) and prefix "

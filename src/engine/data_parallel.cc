@@ -230,6 +230,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateDataParallelEngine(const model::Mo
   for (int32_t r = 0; r < ranks; ++r) {
     EngineOptions o = per_rank;
     o.seed = options.seed + static_cast<uint64_t>(r) * 0x632BE59BD9B4E019ull;
+    o.dp_rank_index = r;
     DI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(model, o));
     engines.push_back(std::move(e));
   }

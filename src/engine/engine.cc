@@ -85,6 +85,8 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<Drafter> drafter_;  // null without speculative decoding
+  std::unique_ptr<Telemetry> telemetry_;  // null unless options_.telemetry is enabled
+  int64_t step_number_ = 0;
   int32_t max_model_len_ = 0;
   int32_t vocab_ = 0;
 
@@ -124,6 +126,10 @@ absl::Status EngineImpl::Init() {
   so.long_prefill_chunk = options_.long_prefill_chunk;
   scheduler_ = std::make_unique<Scheduler>(
       so, *blocks_, std::move(is_eog), WindowPool{window_blocks_.get(), window_tokens_});
+  if (options_.telemetry.enabled()) {
+    DI_ASSIGN_OR_RETURN(telemetry_, Telemetry::Open(options_.telemetry, options_.dp_rank_index));
+    scheduler_->set_telemetry(telemetry_.get());
+  }
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
   if (spec_tokens_ > 0) {
     drafter_ =
@@ -321,11 +327,36 @@ bool EngineImpl::Step() {
   // Ranks stepping in turn (data_parallel.h) hold the shared lock for the whole step.
   std::optional<absl::MutexLock> turn;
   if (options_.step_lock) turn.emplace(options_.step_lock.get());
-  const StepPlan& plan = scheduler_->Schedule(Clock::now());
+  const Clock::time_point start = Clock::now();
+  const int64_t preemptions = scheduler_->counters().num_preemptions;
+  const int64_t accepted = scheduler_->counters().spec_num_accepted_tokens;
+  const StepPlan& plan = scheduler_->Schedule(start);
   if (plan.empty()) return false;
   StepOutputs& outputs = executor_->Run(plan);
   scheduler_->Update(plan, outputs, Clock::now());
   if (drafter_ != nullptr) drafter_->Draft(plan, executor_->hidden());
+  ++step_number_;
+  if (telemetry_ != nullptr) {
+    StepRecord r;
+    r.step = step_number_;
+    r.start_unix = telemetry_->ToUnix(start);
+    r.duration_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    for (const ScheduledSeq& s : plan.seqs) {
+      if (s.phase == Phase::kDecode) {
+        ++r.decode_seqs;
+        r.draft_tokens += s.num_drafts;
+      } else {
+        ++r.prefill_seqs;
+        r.prefill_tokens += s.num_real_tokens();
+      }
+    }
+    r.accepted_tokens =
+        static_cast<int32_t>(scheduler_->counters().spec_num_accepted_tokens - accepted);
+    r.preemptions = scheduler_->counters().num_preemptions - preemptions;
+    r.running = scheduler_->num_running();
+    r.waiting = scheduler_->num_waiting();
+    telemetry_->Step(r);
+  }
   return true;
 }
 

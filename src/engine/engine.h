@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "arch/causal_lm.h"
 #include "engine/request.h"
+#include "engine/telemetry.h"
 #include "model/model.h"
 #include "util/histogram.h"
 
@@ -43,6 +44,10 @@ struct EngineOptions {
   std::optional<arch::Numerics> numerics;
   // Data-parallel ranks stepping in turn share this lock (engine/data_parallel.h); null: none.
   std::shared_ptr<absl::Mutex> step_lock;
+  // This engine's data-parallel rank (set by CreateDataParallelEngine): names its telemetry file.
+  int32_t dp_rank_index = 0;
+  // Batch telemetry (engine/telemetry.h); off unless telemetry.dir is set.
+  TelemetryConfig telemetry;
   // Element type of the main KV cache: f32, or f16 / bf16 (half the memory per token and half
   // the bytes attention reads; Llama with fast numerics; arch::CausalLm::SupportsKvDtype).
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
@@ -118,7 +123,7 @@ class Engine {
   //   Unimplemented "unsupported_numerics" when the
   //   architecture lacks options.numerics; InvalidArgument "bad_option" for nonsensical options;
   //   InvalidArgument "speculative_unsupported" when speculative_tokens > 0 and the model has no
-  //   MTP modules.
+  //   MTP modules; those of Telemetry::Open (InvalidArgument "bad_telemetry" for a used run id).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model,
                                                         const EngineOptions& options);
 };

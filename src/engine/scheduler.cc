@@ -33,7 +33,28 @@ Scheduler::Scheduler(const SchedulerOptions& options, BlockManager& blocks,
   plan_.seqs.reserve(options_.max_num_seqs);
 }
 
-void Scheduler::Add(std::unique_ptr<Sequence> seq) { waiting_.push_back(std::move(seq)); }
+void Scheduler::Add(std::unique_ptr<Sequence> seq) {
+  if (telemetry_ != nullptr) {
+    Event(*seq, RequestEvent::kArrived, seq->arrival);
+    Event(*seq, RequestEvent::kQueued, Clock::now());
+  }
+  waiting_.push_back(std::move(seq));
+}
+
+void Scheduler::Event(const Sequence& seq, RequestEvent event, Clock::time_point t) const {
+  if (telemetry_ == nullptr) return;
+  RequestRecord r;
+  r.event = event;
+  r.seq = seq.id;
+  r.request_id = seq.req.request_id;
+  r.t_unix = telemetry_->ToUnix(t);
+  if (event == RequestEvent::kFinished) {
+    r.reason = seq.finish;
+    r.prompt_tokens = seq.prompt_len;
+    r.completion_tokens = seq.num_generated;
+  }
+  telemetry_->Request(std::move(r));
+}
 
 const StepPlan& Scheduler::Schedule(Clock::time_point now) {
   retired_.clear();
@@ -164,6 +185,7 @@ void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
     if (!seq.scheduled_once) {
       seq.scheduled_once = true;
       seq.first_scheduled = now;
+      Event(seq, RequestEvent::kFirstScheduled, now);
       counters_.queue_time.Observe(Seconds(now - seq.arrival));
       counters_.prompt_tokens += seq.prompt_len;
     }
@@ -288,6 +310,7 @@ FinishReason Scheduler::Emit(Sequence& seq, SampledToken& tok, Clock::time_point
   counters_.generation_tokens++;
   if (seq.num_generated == 1) {
     seq.first_token = now;
+    Event(seq, RequestEvent::kFirstToken, now);
     counters_.ttft.Observe(Seconds(now - seq.arrival));
   }
   seq.last_token = now;
@@ -341,6 +364,7 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const util::ErrorCode
   }
   counters_.num_finished[static_cast<int>(reason)]++;
   seq.finish = reason;
+  Event(seq, RequestEvent::kFinished, now);
   RequestTimings t;
   t.queue_s = Seconds((seq.scheduled_once ? seq.first_scheduled : now) - seq.arrival);
   if (seq.num_generated > 0) {

@@ -7,6 +7,7 @@
 
 #include "engine/block_manager.h"
 #include "engine/sequence.h"
+#include "engine/telemetry.h"
 #include "util/histogram.h"
 #include "util/error_codes.h"
 
@@ -102,8 +103,12 @@ class Scheduler {
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const SchedulerCounters& counters() const { return counters_; }
+  // Request lifecycle events go here (engine/telemetry.h); null: none. Borrowed.
+  void set_telemetry(Telemetry* telemetry) { telemetry_ = telemetry; }
 
  private:
+  // Records a lifecycle event of `seq` at `t` when telemetry is on.
+  void Event(const Sequence& seq, RequestEvent event, Clock::time_point t) const;
   void DropCancelled();
   void ScheduleRunning(int32_t& budget);
   // The long prefills that stepped aside in ScheduleRunning, if nothing was admitted after them.
@@ -137,6 +142,7 @@ class Scheduler {
   std::vector<Sequence*> deferred_;  // long prefills stepping aside this step
   StepPlan plan_;
   SchedulerCounters counters_;
+  Telemetry* telemetry_ = nullptr;
 };
 
 }  // namespace deepinfer::engine

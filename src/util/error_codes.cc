@@ -80,6 +80,7 @@ constexpr ErrorCode kAll[] = {
     codes::kUnsupportedKvCacheDtype,
     codes::kBadWarmup,
     codes::kInvalidDpRank,
+    codes::kBadTelemetry,
     codes::kBadTokenizer,
     codes::kUnsupportedTokenizer,
     codes::kVocabMismatch,

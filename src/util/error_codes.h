@@ -264,6 +264,10 @@ inline constexpr ErrorCode kBadWarmup{
     "bad_warmup", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
     "--warmup-file is unreadable or malformed, or one of its requests failed: serve does not "
     "start."};
+inline constexpr ErrorCode kBadTelemetry{
+    "bad_telemetry", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "DEEPINFER_BATCH_TELEMETRY_DIR is not an existing folder, or the run id is missing, not a "
+    "plain name, or was used by an earlier run."};
 inline constexpr ErrorCode kBadTokenizer{"bad_tokenizer", absl::StatusCode::kInvalidArgument, 400,
                                          ErrorSurface::kCommand,
                                          "The tokenizer data of the model is malformed."};
