@@ -47,8 +47,9 @@ class DataParallelEngine final : public Engine {
     }
     const std::vector<uint64_t> hashes = BlockHashes(request);
     absl::MutexLock lock(&mu_);
+    const std::vector<int64_t> loads = Loads();
     int32_t rank = request.dp_rank;
-    if (rank < 0) rank = Route(hashes);
+    if (rank < 0) rank = Route(hashes, loads);
     request.dp_rank = -1;
     absl::StatusOr<std::shared_ptr<RequestStream>> stream =
         ranks_[rank]->Submit(std::move(request));
@@ -132,19 +133,10 @@ class DataParallelEngine final : public Engine {
     return out;
   }
 
-  // The rank for an unpinned request: the one holding the longest run of its blocks, else the
-  // least loaded.
-  int32_t Route(const std::vector<uint64_t>& hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    int32_t best = -1;
-    for (uint64_t h : hashes) {
-      auto it = owner_.find(h);
-      if (it == owner_.end()) break;
-      best = it->second.rank;
-    }
-    if (best >= 0) return best;
-    int32_t least = 0;
-    int64_t least_load = -1;
-    for (int32_t r = 0; r < num_ranks(); ++r) {
+  // Drops finished streams from every rank's list; returns each rank's unfinished count.
+  std::vector<int64_t> Loads() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<int64_t> loads(ranks_.size());
+    for (size_t r = 0; r < ranks_.size(); ++r) {
       auto& streams = inflight_[r];
       streams.erase(std::remove_if(streams.begin(), streams.end(),
                                    [](const std::weak_ptr<RequestStream>& w) {
@@ -152,18 +144,53 @@ class DataParallelEngine final : public Engine {
                                      return s == nullptr || s->finished();
                                    }),
                     streams.end());
-      const int64_t load = static_cast<int64_t>(streams.size());
-      if (least_load < 0 || load < least_load) {
-        least = r;
-        least_load = load;
+      loads[r] = static_cast<int64_t>(streams.size());
+    }
+    return loads;
+  }
+
+  // The rank for an unpinned request. Candidates are the ranks whose load is within
+  // AffinitySlack of the least loaded; among them the one holding the longest run of the
+  // prompt's blocks wins, then the less loaded, then the next in turn after the last choice.
+  // A prefix many prompts share (a system prompt) therefore ends up cached on every rank and
+  // stops deciding anything once the ranks' loads differ; the round-robin tie-break spreads
+  // requests that arrive while every rank is idle.
+  int32_t Route(const std::vector<uint64_t>& hashes, const std::vector<int64_t>& loads)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int32_t n = num_ranks();
+    const int64_t least = *std::min_element(loads.begin(), loads.end());
+    const int64_t bound = least + AffinitySlack(least);
+    // matched[r]: leading blocks rank r took.
+    std::vector<int32_t> matched(n, 0);
+    uint64_t alive = ~0ull;  // ranks whose run has not broken yet
+    for (size_t i = 0; i < hashes.size() && alive != 0; ++i) {
+      auto it = owner_.find(hashes[i]);
+      alive &= it == owner_.end() ? 0 : it->second.ranks;
+      for (int32_t r = 0; r < n; ++r) {
+        if (alive >> r & 1) matched[r] = static_cast<int32_t>(i + 1);
       }
     }
-    return least;
+    int32_t best = -1;
+    for (int32_t k = 0; k < n; ++k) {
+      const int32_t r = (next_ + k) % n;
+      if (loads[r] > bound) continue;
+      if (best < 0 || matched[r] > matched[best] ||
+          (matched[r] == matched[best] && loads[r] < loads[best])) {
+        best = r;
+      }
+    }
+    next_ = (best + 1) % n;
+    return best;
   }
+
+  // How many more unfinished requests than the least loaded rank a rank may hold and still be
+  // chosen for its cached prefix: a recompute of the prefix is cheaper than queueing behind a
+  // few sequences, not behind many (SGLang's balance thresholds play the same part).
+  static int64_t AffinitySlack(int64_t least) { return 2 + least / 2; }
 
   void Remember(uint64_t hash, int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Entry& e = owner_[hash];
-    e.rank = rank;
+    e.ranks |= 1ull << rank;
     e.stamp = ++clock_;
     order_.push_back({hash, e.stamp});
     // Forget the oldest entries past the bound (skipping queue records a later use replaced).
@@ -185,7 +212,7 @@ class DataParallelEngine final : public Engine {
   }
 
   struct Entry {
-    int32_t rank = 0;
+    uint64_t ranks = 0;  // bit r: rank r took this block (ranks <= 64)
     uint64_t stamp = 0;
   };
 
@@ -200,6 +227,7 @@ class DataParallelEngine final : public Engine {
   absl::flat_hash_map<uint64_t, Entry> owner_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<uint64_t, uint64_t>> order_ ABSL_GUARDED_BY(mu_);  // (hash, stamp)
   uint64_t clock_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t next_ ABSL_GUARDED_BY(mu_) = 0;  // where the round-robin tie-break starts
 };
 
 }  // namespace

@@ -92,11 +92,11 @@ class Engine {
   // Errors (returned, nothing queued): InvalidArgument "context_length_exceeded" when the prompt
   //   plus max_tokens exceed max_model_len; InvalidArgument "invalid_token" for ids outside the
   //   vocabulary; InvalidArgument "empty_prompt"; ResourceExhausted "kv_cache_too_small" when
-  //   the request alone could never fit in the KV cache; Unavailable "shutting_down".
+  //   the request alone could never fit in the KV cache; Unavailable "shutting_down";
+  //   InvalidArgument "invalid_dp_rank" when request.dp_rank names a rank the engine does not
+  //   have.
   virtual absl::StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) = 0;
 
-  // Errors also: InvalidArgument "invalid_dp_rank" when request.dp_rank names a rank the engine
-  //   does not have.
   virtual EngineStats Stats() const = 0;
   // Data-parallel ranks (engine/data_parallel.h): how many, and each one's stats and readiness.
   // A plain engine is rank 0 of 1. REQUIRES: 0 <= rank < num_ranks().
