@@ -16,10 +16,11 @@ constexpr auto kPollInterval = std::chrono::milliseconds(20);
 // Errors: InvalidArgument "invalid_dp_rank" for anything but a decimal integer >= 0; a rank the
 //   server does not have is refused by the engine.
 absl::StatusOr<int32_t> PinnedRank(const http::Request& request) {
-  std::string_view v = request.Header("x-data-parallel-rank");
-  if (v.empty()) return -1;
+  const std::string* header = request.FindHeader("x-data-parallel-rank");
+  if (header == nullptr) return -1;
+  const std::string_view v = *header;
   int64_t rank = 0;
-  bool digits = v.size() <= 9;
+  bool digits = !v.empty() && v.size() <= 9;
   for (char c : v) {
     digits = digits && c >= '0' && c <= '9';
     rank = rank * 10 + (c - '0');

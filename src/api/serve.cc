@@ -241,6 +241,15 @@ absl::Status Serve(ServeOptions o) {
   routes.set_warming_up(!warmup.empty());
   routes.SetServedModel(&served);
 
+  // Stops the HTTP server; when a connection is stuck in a write to a client that does not
+  // read, exits at once with `exit_code` instead of waiting for it.
+  auto stop_server_or_exit = [&](int exit_code) {
+    if ((*server)->Stop(5000)) return;
+    spdlog::warn("{} connection(s) still open; exiting anyway", (*server)->num_connections());
+    spdlog::default_logger()->flush();
+    std::_Exit(exit_code);
+  };
+
   int sig = 0;
   while (!(*engine)->ready() && sig == 0) {
     sig = WaitForSignal(signals, std::chrono::milliseconds(20));
@@ -265,7 +274,7 @@ absl::Status Serve(ServeOptions o) {
     if (sig != 0) {
       // Stopping the server ends the runner's request (its connection closes).
       spdlog::info("signal {} during the warm-up, shutting down", sig);
-      (*server)->Stop(5000);
+      stop_server_or_exit(0);
       runner.join();
       server->reset();
       engine->reset();
@@ -273,10 +282,11 @@ absl::Status Serve(ServeOptions o) {
     }
     runner.join();
     if (!result.ok()) {
-      (*server)->Stop(5000);
+      absl::Status failed = Failed("warm-up failed", result);
+      stop_server_or_exit(2);
       server->reset();
       engine->reset();
-      return Failed("warm-up failed", result);
+      return failed;
     }
     spdlog::info("warm-up: done in {:.1f} s",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
@@ -343,12 +353,7 @@ absl::Status Serve(ServeOptions o) {
   }
 
   spdlog::info("signal {}, shutting down", sig);
-  if (!(*server)->Stop(5000)) {
-    // A connection is stuck in a write to a client that does not read; do not wait for it.
-    spdlog::warn("{} connection(s) still open; exiting anyway", (*server)->num_connections());
-    spdlog::default_logger()->flush();
-    std::_Exit(0);
-  }
+  stop_server_or_exit(0);
   server->reset();
   engine->reset();
   return absl::OkStatus();

@@ -21,12 +21,17 @@ struct Request {
   bool keep_alive = true;
   int version = 11;  // 10 or 11
 
-  // First header named `name` (lower case), or "".
+  // First header named `name` (lower case), or "" (also for a header sent with no value).
   std::string_view Header(std::string_view name) const {
+    const std::string* v = FindHeader(name);
+    return v == nullptr ? std::string_view() : std::string_view(*v);
+  }
+  // First header named `name` (lower case), or nullptr when none was sent.
+  const std::string* FindHeader(std::string_view name) const {
     for (const auto& [key, value] : headers) {
-      if (key == name) return value;
+      if (key == name) return &value;
     }
-    return {};
+    return nullptr;
   }
 };
 

@@ -48,7 +48,8 @@ struct HostConfig {
   std::string model_dir;      // absolute paths
   std::string runtime_dir;    // holds bin/deepinfer
   std::string artifacts_dir;  // logs, pid file, last exit status
-  std::string warmup_file;    // optional: a chat request body sent once after start
+  std::string warmup_file;    // optional: request bodies (JSON lines or one object) that the
+                              // rendered script passes as `serve --warmup-file`
   DeviceSpec devices;
 };
 

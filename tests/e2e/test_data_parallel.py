@@ -39,7 +39,8 @@ def dp2(tmp_path_factory):
     warmup.write_text('{"prompt": "Hello", "max_tokens": 2}\n')
     server = Server(smollm_path(), "smol", ["--data-parallel-size", "2", "--threads", "2",
                                             "--kv-cache-memory", "256MiB", "--max-model-len",
-                                            "2048", "--warmup-file", str(warmup)])
+                                            "2048", "--warmup-file", str(warmup),
+                                            "--log-stats-interval", "1"])
     yield server
     assert server.alive(), server.logs()
     server.stop()
@@ -77,7 +78,7 @@ def test_pinned_requests_run_on_their_rank_with_the_same_greedy_answer(dp2):
     assert answers[0] == answers[1]
 
 
-@pytest.mark.parametrize("header", ["2", "-1", "x", "1.0", "99999999999"])
+@pytest.mark.parametrize("header", ["2", "-1", "x", "1.0", "99999999999", ""])
 def test_a_bad_rank_header_is_400_invalid_dp_rank(dp2, header):
     r = httpx.post(dp2.base_url + "/v1/completions", headers={"X-data-parallel-rank": header},
                    timeout=30, json={"prompt": "Hi", "max_tokens": 2})
@@ -108,6 +109,9 @@ def test_conversations_without_headers_stay_where_their_prefix_is_cached(dp2):
     assert all(c >= 64 for c in cached), cached
     assert eventually(lambda: all(metric(dp2.base_url, "vllm:prompt_tokens_total", r) > before[r]
                                   for r in (0, 1))), before
+    # The stats line is per rank.
+    assert eventually(lambda: " rank=0 stats running=" in dp2.logs()
+                      and " rank=1 stats running=" in dp2.logs(), 10), dp2.logs()[-3000:]
 
 
 def test_four_ranks_of_four_sequences_lose_nothing_under_32_streams():
