@@ -147,4 +147,42 @@ void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
             "Histogram of time spent in the waiting queue in seconds.", &S::queue_time);
 }
 
+void FormatCheckpointMetrics(const engine::CheckpointStore::Counters& c, int64_t bytes,
+                             std::string* out) {
+  auto one = [&](std::string_view name, const char* type, std::string_view help, double v) {
+    util::AppendMetricHeader(out, name, type, help);
+    util::AppendSample(out, name, "", v);
+  };
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  one("deepinfer_prefix_checkpoint_saved_total", "counter", "Prefix checkpoints written.",
+      d(c.saved));
+  one("deepinfer_prefix_checkpoint_saved_bytes_total", "counter",
+      "Bytes of prefix checkpoints written.", d(c.saved_bytes));
+  one("deepinfer_prefix_checkpoint_restored_total", "counter",
+      "Prefix checkpoints read, verified and restored.", d(c.restored));
+  one("deepinfer_prefix_checkpoint_restored_tokens_total", "counter",
+      "Prompt tokens restored from prefix checkpoints.", d(c.restored_tokens));
+  one("deepinfer_prefix_checkpoint_restore_seconds_total", "counter",
+      "Seconds spent reading and verifying restored prefix checkpoints.", c.restore_seconds);
+  const char* name = "deepinfer_prefix_checkpoint_rejected_total";
+  util::AppendMetricHeader(out, name, "counter",
+                           "Prefix checkpoints that failed a check (ignored and recomputed).");
+  for (int r = 0; r < engine::kNumCheckpointRejects; ++r) {
+    util::AppendSample(
+        out, name,
+        fmt::format("reason=\"{}\"",
+                    engine::CheckpointRejectName(static_cast<engine::CheckpointReject>(r))),
+        d(c.rejected[r]));
+  }
+  one("deepinfer_prefix_checkpoint_dropped_total", "counter",
+      "Prefix checkpoints not saved: the writer's queue was full or one exceeded the budget.",
+      d(c.dropped));
+  one("deepinfer_prefix_checkpoint_failed_total", "counter",
+      "Prefix checkpoint writes that failed (read-only or full folder).", d(c.failed));
+  one("deepinfer_prefix_checkpoint_evicted_total", "counter",
+      "Prefix checkpoint files removed to stay within --checkpoint-max-bytes.", d(c.evicted));
+  one("deepinfer_prefix_checkpoint_bytes", "gauge",
+      "Bytes of prefix checkpoint files in the folder.", d(bytes));
+}
+
 }  // namespace deepinfer::api

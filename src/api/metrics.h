@@ -56,4 +56,11 @@ void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
                          std::string_view model_name, int64_t stop_string_finishes,
                          std::string* out);
 
+// Appends the deepinfer_prefix_checkpoint_* series from a CheckpointStore's counters
+// (engine/prefix_checkpoint.h): saved / restored / rejected (by reason) / dropped / failed /
+// evicted counts, restored tokens, the time spent reading and verifying restores, and `bytes`,
+// what the folder's checkpoint files take.
+void FormatCheckpointMetrics(const engine::CheckpointStore::Counters& c, int64_t bytes,
+                             std::string* out);
+
 }  // namespace deepinfer::api

@@ -99,6 +99,29 @@ TEST(MetricsTest, HttpCountersByRouteMethodAndStatus) {
   EXPECT_NE(out.find("deepinfer_http_open_connections 1\n"), std::string::npos);
 }
 
+TEST(MetricsTest, PrefixCheckpointSeriesWithEveryRejectReason) {
+  engine::CheckpointStore::Counters c;
+  c.saved = 2;
+  c.restored = 1;
+  c.restored_tokens = 1024;
+  c.restore_seconds = 0.25;
+  c.rejected[static_cast<int>(engine::CheckpointReject::kCorrupt)] = 3;
+  std::string out;
+  FormatCheckpointMetrics(c, /*bytes=*/4096, &out);
+  EXPECT_NE(out.find("deepinfer_prefix_checkpoint_saved_total 2\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_prefix_checkpoint_restored_tokens_total 1024\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_prefix_checkpoint_restore_seconds_total 0.25\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_prefix_checkpoint_rejected_total{reason=\"corrupt\"} 3\n"),
+            std::string::npos);
+  for (const char* reason : {"truncated", "bad_format", "wrong_revision", "wrong_layout",
+                             "wrong_fingerprint"}) {
+    EXPECT_NE(out.find(std::string("{reason=\"") + reason + "\"} 0\n"), std::string::npos)
+        << reason;
+  }
+  EXPECT_NE(out.find("deepinfer_prefix_checkpoint_bytes 4096\n"), std::string::npos);
+  EXPECT_NE(out.find("# TYPE deepinfer_prefix_checkpoint_bytes gauge\n"), std::string::npos);
+}
+
 TEST(MetricsTest, EscapesLabelValues) {
   EXPECT_EQ(util::EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
 }

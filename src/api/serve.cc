@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "api/served_model.h"
 #include "api/server.h"
 #include "api/warmup_file.h"
+#include "engine/prefix_checkpoint.h"
 #include "fmt/format.h"
 #include "http/client.h"
 #include "http/server.h"
@@ -89,6 +91,23 @@ absl::Status RunWarmup(const std::vector<WarmupRequest>& requests, const std::st
     }
   }
   return absl::OkStatus();
+}
+
+// The revision a checkpoint is tied to when --model-revision is not given: the model's file
+// name and size in bytes (for a folder, the sum of the files directly inside it).
+std::string DefaultModelRevision(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  uintmax_t bytes = 0;
+  if (std::filesystem::is_directory(p, ec)) {
+    for (const auto& e : std::filesystem::directory_iterator(p, ec)) {
+      std::error_code e2;
+      if (e.is_regular_file(e2)) bytes += e.file_size(e2);
+    }
+  } else {
+    bytes = std::filesystem::file_size(p, ec);
+  }
+  return fmt::format("{}:{}", p.filename().string(), bytes);
 }
 
 }  // namespace
@@ -190,6 +209,19 @@ absl::Status Serve(ServeOptions o) {
     warmup = *std::move(parsed);
   }
 
+  std::shared_ptr<engine::CheckpointStore> checkpoints;
+  if (!o.prefix_checkpoint_dir.empty()) {
+    auto store = engine::CheckpointStore::Open(o.prefix_checkpoint_dir, o.checkpoint_max_bytes);
+    if (!store.ok()) return Failed("bad --prefix-checkpoint-dir", store.status());
+    checkpoints = std::shared_ptr<engine::CheckpointStore>(*std::move(store));
+    if (o.engine.model_revision.empty()) o.engine.model_revision = DefaultModelRevision(o.model);
+    o.engine.checkpoint_store = checkpoints;
+    spdlog::info("prefix checkpoints in {} ({} MiB of at most {} MiB), revision {}, prefixes of "
+                 ">= {} tokens",
+                 o.prefix_checkpoint_dir, checkpoints->bytes() >> 20, o.checkpoint_max_bytes >> 20,
+                 o.engine.model_revision, o.engine.checkpoint_min_tokens);
+  }
+
   // Every thread created from here on inherits the mask, so only sigtimedwait sees the signals.
   sigset_t signals;
   sigemptyset(&signals);
@@ -238,6 +270,7 @@ absl::Status Serve(ServeOptions o) {
   served.max_output_tokens = std::max(1, std::min(o.max_output_tokens, served.max_model_len));
   served.created_unix = UnixNow();
   served.metrics = &routes.metrics();
+  served.checkpoints = checkpoints.get();
   routes.set_warming_up(!warmup.empty());
   routes.SetServedModel(&served);
 

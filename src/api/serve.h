@@ -34,6 +34,12 @@ struct ServeOptions {
   int32_t data_parallel_size = 1;
   // How the ranks share --threads: split between them, or all of them to each rank in turn.
   engine::DataParallelCores data_parallel_cores = engine::DataParallelCores::kSplit;
+  // Persistent prefix checkpoints (engine/prefix_checkpoint.h): an existing folder, "" = off;
+  // the files there take at most checkpoint_max_bytes (oldest removed first). The revision and
+  // the least prefix length are engine.model_revision (default: the model's file name and size)
+  // and engine.checkpoint_min_tokens.
+  std::string prefix_checkpoint_dir;
+  int64_t checkpoint_max_bytes = int64_t{16} << 30;
   engine::EngineOptions engine;      // max_model_len 0 = the model's
 };
 

@@ -33,6 +33,7 @@ struct ServedModel {
   int32_t max_output_tokens = 0;  // per choice, already capped by max_model_len
   int64_t created_unix = 0;       // for the "created" field of /v1/models
   HttpMetrics* metrics = nullptr;
+  const engine::CheckpointStore* checkpoints = nullptr;  // null: no --prefix-checkpoint-dir
 };
 
 // The output budget of one choice.

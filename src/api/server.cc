@@ -165,6 +165,9 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
       }
       FormatEngineMetrics(ranks, model->served_model_name,
                           metrics_.stop_string_finishes(), &out);
+      if (model->checkpoints != nullptr) {
+        FormatCheckpointMetrics(model->checkpoints->counters(), model->checkpoints->bytes(), &out);
+      }
     }
     const http::Server* server = http_server_.load(std::memory_order_acquire);
     metrics_.Format(server != nullptr ? server->num_connections() : 0, &out);

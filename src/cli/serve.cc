@@ -21,6 +21,7 @@ struct ServeFlags {
   std::string max_request_bytes = "32MiB";
   std::string kv_cache_memory = "2GiB";
   std::string dp_cores = "split";
+  std::string checkpoint_max_bytes = "16GiB";
   bool enable_prompt_tokens_details = false;  // accepted for vLLM compatibility; always on
 };
 
@@ -38,6 +39,13 @@ int Run(ServeFlags f) {
     spdlog::error("bad_flags: --kv-cache-memory '{}' is not a size", f.kv_cache_memory);
     return kExitBadInput;
   }
+  auto checkpoint_max_bytes = util::ParseByteSize(f.checkpoint_max_bytes);
+  if (!checkpoint_max_bytes || *checkpoint_max_bytes < 1) {
+    spdlog::error("bad_flags: --checkpoint-max-bytes '{}' is not a positive size",
+                  f.checkpoint_max_bytes);
+    return kExitBadInput;
+  }
+  f.options.checkpoint_max_bytes = *checkpoint_max_bytes;
   f.options.max_request_bytes = *max_request_bytes;
   f.options.engine.kv_cache_memory_bytes = *kv_cache_memory;
   f.options.data_parallel_cores = f.dp_cores == "turns" ? engine::DataParallelCores::kTurns
@@ -118,6 +126,21 @@ void RegisterServe(CLI::App& app, int* exit_code) {
                   "request bodies run after the model loads, before /health answers 200: JSON "
                   "lines (or one JSON object), each a chat body (\"messages\") or a completion "
                   "body (\"prompt\"); a failing one stops the start (exit status 2)");
+  cmd->add_option("--prefix-checkpoint-dir", flags->options.prefix_checkpoint_dir,
+                  "an existing folder where prompts' prefixes of at least "
+                  "--checkpoint-min-tokens are saved after their prefill and restored (verified) "
+                  "instead of recomputed, also after a restart (docs/engine.md)");
+  cmd->add_option("--checkpoint-min-tokens", flags->options.engine.checkpoint_min_tokens,
+                  "least prefix length a checkpoint is saved or restored for")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-max-bytes", flags->checkpoint_max_bytes,
+                  "most bytes the checkpoint files may take; the oldest go first (suffixes KiB, "
+                  "MiB, GiB)")
+      ->capture_default_str();
+  cmd->add_option("--model-revision", flags->options.engine.model_revision,
+                  "the weights' revision, written into every checkpoint and required of every "
+                  "restored one (default: the model file's name and size)");
   cmd->add_option("--data-parallel-size", flags->options.data_parallel_size,
                   "engine ranks over one copy of the weights, each with its own scheduler, KV "
                   "cache and prefix cache; --kv-cache-memory/--kv-cache-tokens are split between "

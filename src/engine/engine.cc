@@ -9,18 +9,23 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <deque>
 #include <optional>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "fmt/format.h"
+#include "xxhash.h"
+#include "spdlog/spdlog.h"
 #include "arch/causal_lm.h"
 #include "engine/block_manager.h"
 #include "engine/executor.h"
+#include "engine/prefix_checkpoint.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
 #include "engine/speculative.h"
@@ -68,6 +73,19 @@ class EngineImpl final : public Engine {
   // One scheduling step; false when nothing could run.
   bool Step();
   void PublishStats();
+  // Prefix checkpoints (options_.checkpoint_store). The layout and regions are fixed in Init.
+  void InitCheckpoints();
+  // Caller thread: a verified checkpoint of the longest saved chain `request`'s prompt starts
+  // with, unless this rank restored or saved that chain itself; null otherwise.
+  std::shared_ptr<const PrefixCheckpoint> FindCheckpoint(const GenerateRequest& request);
+  // Engine thread: copies `seq.restore`'s blocks into free blocks of both caches and commits
+  // them to the prefix cache (all of them or none), so the lookup that follows finds them.
+  void InstallCheckpoint(Sequence& seq);
+  // Engine thread (the scheduler's prompt-computed hook): copies the prompt's full blocks out
+  // and queues them for the store's writer.
+  void SaveCheckpoint(const Sequence& seq);
+  // Remembers `chain_hash` as restored or saved by this rank (bounded).
+  void MarkResident(uint64_t chain_hash);
 
   const model::Model& model_;
   EngineOptions options_;
@@ -100,6 +118,25 @@ class EngineImpl final : public Engine {
   mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
+  // One cache layer as a checkpoint stores it: its storage, bytes per token slot, and whether
+  // it is addressed by the window cache's blocks.
+  struct CheckpointRegion {
+    arch::KvCache* cache;
+    int layer;
+    int64_t bytes_per_token;
+    bool window;
+  };
+  CheckpointLayout checkpoint_layout_;           // set in Init
+  // Mixed into every checkpoint's file name with the chain hash: servers of another revision or
+  // layout sharing the folder neither find nor block each other's files.
+  uint64_t checkpoint_key_ = 0;
+  uint64_t CheckpointName(uint64_t chain_hash) const {
+    return XXH3_64bits_withSeed(&chain_hash, sizeof(chain_hash), checkpoint_key_);
+  }
+  std::vector<CheckpointRegion> checkpoint_regions_;  // main layers, MTP layers, window layers
+  absl::Mutex resident_mu_;
+  absl::flat_hash_set<uint64_t> resident_ ABSL_GUARDED_BY(resident_mu_);
+
   std::atomic<bool> ready_{false};
   std::thread thread_;
 };
@@ -129,6 +166,10 @@ absl::Status EngineImpl::Init() {
   if (options_.telemetry.enabled()) {
     DI_ASSIGN_OR_RETURN(telemetry_, Telemetry::Open(options_.telemetry, options_.dp_rank_index));
     scheduler_->set_telemetry(telemetry_.get());
+  }
+  if (options_.checkpoint_store != nullptr) {
+    InitCheckpoints();
+    scheduler_->set_prompt_computed_hook([this](const Sequence& seq) { SaveCheckpoint(seq); });
   }
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
   if (spec_tokens_ > 0) {
@@ -267,7 +308,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
                                   "the request can never fit in the KV cache of " +
                                       std::to_string(kv_capacity_tokens()) + " tokens");
   }
+  std::shared_ptr<const PrefixCheckpoint> restore = FindCheckpoint(request);
   std::unique_ptr<Sequence> seq = Sequence::Create(0, std::move(request), Clock::now());
+  seq->restore = std::move(restore);
   auto stream = seq->stream;
   {
     absl::MutexLock lock(&mu_);
@@ -308,6 +351,7 @@ void EngineImpl::Loop() {
       incoming.swap(submitted_);
     }
     while (!incoming.empty()) {
+      if (incoming.front()->restore != nullptr) InstallCheckpoint(*incoming.front());
       scheduler_->Add(std::move(incoming.front()));
       incoming.pop_front();
     }
@@ -384,6 +428,192 @@ void EngineImpl::PublishStats() {
   stats_.tpot = c.tpot;
   stats_.e2e = c.e2e;
   stats_.queue_time = c.queue_time;
+}
+
+void EngineImpl::InitCheckpoints() {
+  CheckpointLayout& l = checkpoint_layout_;
+  l.architecture = model_.config.architecture;
+  l.kv_dtype = kernels::KvDtypeName(kv_.dtype);
+  l.numerics = arch::NumericsName(numerics_);
+  l.block_size = kv_.block_size;
+  l.window_tokens = window_tokens_;
+  auto add = [&](arch::KvCache& cache, bool window) {
+    for (int i = 0; i < cache.num_layers; ++i) {
+      const int64_t bytes = cache.layer_floats[i] * kernels::KvDtypeBytes(cache.dtype);
+      checkpoint_regions_.push_back({&cache, i, bytes, window});
+      (window ? l.window_layer_bytes : l.layer_bytes).push_back(bytes);
+    }
+  };
+  add(kv_, false);
+  if (spec_tokens_ > 0) add(mtp_kv_, false);  // the drafter reads the prefix's MTP KV too
+  if (window_blocks_ != nullptr) add(window_kv_, true);
+  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|", options_.model_revision, l.architecture,
+                                l.kv_dtype, l.numerics, l.block_size, l.window_tokens,
+                                l.window_layer_bytes.size());
+  for (int64_t b : l.layer_bytes) key += fmt::format("{},", b);
+  for (int64_t b : l.window_layer_bytes) key += fmt::format("{},", b);
+  checkpoint_key_ = XXH3_64bits(key.data(), key.size());
+}
+
+void EngineImpl::MarkResident(uint64_t chain_hash) {
+  absl::MutexLock lock(&resident_mu_);
+  if (resident_.size() >= 65536) resident_.clear();  // a hint only: forgetting costs a reload
+  resident_.insert(chain_hash);
+}
+
+std::shared_ptr<const PrefixCheckpoint> EngineImpl::FindCheckpoint(const GenerateRequest& r) {
+  CheckpointStore* store = options_.checkpoint_store.get();
+  if (store == nullptr || !options_.enable_prefix_caching) return nullptr;
+  const int32_t bs = kv_.block_size;
+  // Every full block of the prompt: a checkpoint is saved with them all, and one that ends with
+  // the prompt's last token still serves the blocks before it (the lookup recomputes the last).
+  const int32_t max_blocks = static_cast<int32_t>(r.prompt.size()) / bs;
+  const int32_t min_blocks = std::max(1, (options_.checkpoint_min_tokens + bs - 1) / bs);
+  if (max_blocks < min_blocks) return nullptr;
+  std::vector<uint64_t> hashes(static_cast<size_t>(max_blocks));
+  uint64_t parent = 0;
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    parent = BlockManager::HashBlock(parent, r.prompt.data() + static_cast<size_t>(i) * bs, bs,
+                                     r.cache_salt);
+    hashes[static_cast<size_t>(i)] = parent;
+  }
+  std::vector<uint64_t> names(hashes.size());
+  for (size_t i = 0; i < hashes.size(); ++i) names[i] = CheckpointName(hashes[i]);
+  const int32_t k = store->Longest(names, min_blocks);
+  if (k == 0) return nullptr;
+  const uint64_t chain = hashes[static_cast<size_t>(k - 1)];
+  const uint64_t name = names[static_cast<size_t>(k - 1)];
+  {
+    absl::MutexLock lock(&resident_mu_);
+    if (resident_.contains(chain)) return nullptr;
+  }
+  CheckpointExpect expect;
+  expect.model_revision = options_.model_revision;
+  expect.layout = checkpoint_layout_;
+  expect.cache_salt = r.cache_salt;
+  expect.tokens_sha256 = TokensSha256(r.prompt.data(), static_cast<size_t>(k) * bs);
+  absl::StatusOr<PrefixCheckpoint> c = store->Load(name, expect);
+  if (!c.ok()) {
+    if (!absl::IsNotFound(c.status())) {
+      spdlog::warn("prefix checkpoint {} ignored, the prefix is recomputed: {}",
+                   store->PathOf(name), OneLineError(c.status()));
+    }
+    return nullptr;
+  }
+  MarkResident(chain);
+  return std::make_shared<const PrefixCheckpoint>(*std::move(c));
+}
+
+void EngineImpl::InstallCheckpoint(Sequence& seq) {
+  const std::shared_ptr<const PrefixCheckpoint> c = std::move(seq.restore);
+  const int32_t bs = kv_.block_size;
+  const int32_t k = c->header.num_blocks();
+  const int32_t window_first = c->header.window_first_block;
+  // Room for every block at once: a prefix is restored whole or not at all (then recomputed).
+  if (blocks_->num_available() < k ||
+      (window_blocks_ != nullptr && window_blocks_->num_available() < k - window_first)) {
+    return;
+  }
+  const uint64_t salt = seq.req.cache_salt;
+  const char* payload = c->payload.data();
+  std::vector<int32_t> main(static_cast<size_t>(k)), window(static_cast<size_t>(k), -1);
+  std::vector<int32_t> fresh;
+  uint64_t parent = 0;
+  std::vector<uint64_t> parents(static_cast<size_t>(k));
+  for (int32_t i = 0; i < k; ++i) {
+    const int32_t* t = c->tokens.data() + static_cast<size_t>(i) * bs;
+    parents[static_cast<size_t>(i)] = parent;
+    const uint64_t h = BlockManager::HashBlock(parent, t, bs, salt);
+    // Hold every block until the end, so that allocating one never evicts another of the chain.
+    auto take = [&](BlockManager& pool, int32_t& slot) {
+      slot = pool.Find(h, t);
+      if (slot >= 0) {
+        pool.Acquire(slot);
+        return false;
+      }
+      fresh.clear();
+      pool.Allocate(1, fresh);  // room checked above
+      slot = fresh[0];
+      return true;
+    };
+    const bool copy_main = take(*blocks_, main[static_cast<size_t>(i)]);
+    const bool copy_window =
+        window_blocks_ != nullptr && i >= window_first && take(*window_blocks_, window[static_cast<size_t>(i)]);
+    size_t offset = 0;
+    for (const CheckpointRegion& r : checkpoint_regions_) {
+      const int64_t block_bytes = r.bytes_per_token * bs;
+      const int32_t first = r.window ? window_first : 0;
+      const bool copy = r.window ? copy_window : copy_main;
+      if (copy) {
+        const int32_t b = r.window ? window[static_cast<size_t>(i)] : main[static_cast<size_t>(i)];
+        std::memcpy(r.cache->layer_bytes(r.layer) + static_cast<size_t>(b) * block_bytes,
+                    payload + offset + static_cast<size_t>(i - first) * block_bytes,
+                    static_cast<size_t>(block_bytes));
+      }
+      offset += static_cast<size_t>(block_bytes) * static_cast<size_t>(k - first);
+    }
+    if (copy_main) blocks_->Commit(main[static_cast<size_t>(i)], parent, t, salt);
+    if (copy_window) window_blocks_->Commit(window[static_cast<size_t>(i)], parent, t, salt);
+    parent = h;
+  }
+  blocks_->Free(main);
+  if (window_blocks_ != nullptr) window_blocks_->Free(window);
+}
+
+void EngineImpl::SaveCheckpoint(const Sequence& seq) {
+  const int32_t bs = kv_.block_size;
+  const int32_t k = seq.prompt_len / bs;
+  if (k == 0 || int64_t{k} * bs < options_.checkpoint_min_tokens ||
+      static_cast<int32_t>(seq.block_hashes.size()) < k) {
+    return;
+  }
+  const uint64_t chain = seq.block_hashes[static_cast<size_t>(k - 1)];
+  {
+    absl::MutexLock lock(&resident_mu_);
+    if (resident_.contains(chain)) return;
+  }
+  CheckpointStore& store = *options_.checkpoint_store;
+  const uint64_t name = CheckpointName(chain);
+  if (store.Longest({name}, 1) == 1) {  // saved before (this process or another)
+    MarkResident(chain);
+    return;
+  }
+  // The window blocks that a resume at block k reads; released ones are still findable in the
+  // window cache's prefix cache unless evicted (then no checkpoint: it would be incomplete).
+  const int32_t window_first =
+      window_blocks_ != nullptr ? std::max(0, k * bs - window_tokens_ + 1) / bs : k;
+  std::vector<int32_t> window(static_cast<size_t>(k), -1);
+  for (int32_t b = window_first; b < k; ++b) {
+    int32_t w = b < static_cast<int32_t>(seq.window_blocks.size()) ? seq.window_blocks[b] : -1;
+    if (w < 0) {
+      w = window_blocks_->Find(seq.block_hashes[static_cast<size_t>(b)],
+                               seq.tokens.data() + static_cast<size_t>(b) * bs);
+    }
+    if (w < 0) return;
+    window[static_cast<size_t>(b)] = w;
+  }
+  PrefixCheckpoint c;
+  c.header.model_revision = options_.model_revision;
+  c.header.layout = checkpoint_layout_;
+  c.header.cache_salt = seq.req.cache_salt;
+  c.header.window_first_block = window_blocks_ != nullptr ? window_first : k;
+  c.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + static_cast<ptrdiff_t>(k) * bs);
+  size_t total = 0;
+  for (const CheckpointRegion& r : checkpoint_regions_) {
+    total += static_cast<size_t>(r.bytes_per_token * bs) * (r.window ? k - window_first : k);
+  }
+  c.payload.resize(total);
+  char* out = c.payload.data();
+  for (const CheckpointRegion& r : checkpoint_regions_) {
+    const size_t block_bytes = static_cast<size_t>(r.bytes_per_token) * bs;
+    for (int32_t b = r.window ? window_first : 0; b < k; ++b) {
+      const int32_t slot = r.window ? window[static_cast<size_t>(b)] : seq.blocks[static_cast<size_t>(b)];
+      std::memcpy(out, r.cache->layer_bytes(r.layer) + static_cast<size_t>(slot) * block_bytes,
+                  block_bytes);
+      out += block_bytes;
+    }
+  }
+  if (store.Save(name, std::move(c))) MarkResident(chain);
 }
 
 }  // namespace

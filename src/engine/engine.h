@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "arch/causal_lm.h"
+#include "engine/prefix_checkpoint.h"
 #include "engine/request.h"
 #include "engine/telemetry.h"
 #include "model/model.h"
@@ -51,6 +52,14 @@ struct EngineOptions {
   // Element type of the main KV cache: f32, or f16 / bf16 (half the memory per token and half
   // the bytes attention reads; Llama with fast numerics; arch::CausalLm::SupportsKvDtype).
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
+  // Persistent prefix checkpoints (engine/prefix_checkpoint.h); null: off. Shared by the ranks.
+  // A prompt's full blocks are saved once its prefill completes when they hold at least
+  // checkpoint_min_tokens tokens; a request whose prompt starts with a saved chain that this
+  // rank has not restored or saved itself gets it restored (verified against model_revision and
+  // the layout) before its prefix-cache lookup.
+  std::shared_ptr<CheckpointStore> checkpoint_store;
+  int32_t checkpoint_min_tokens = 1024;
+  std::string model_revision;
 };
 
 // Latency histograms (seconds) use the shared bucket shape.

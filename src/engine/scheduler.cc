@@ -293,6 +293,10 @@ void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledTo
   const int32_t accepted = std::min(emitted, out.num_accepted);
   seq.num_computed += s.num_real_tokens() + accepted;
   CommitFullBlocks(seq);
+  if (!seq.prompt_reported && seq.num_computed >= seq.prompt_len) {
+    seq.prompt_reported = true;
+    if (prompt_computed_) prompt_computed_(seq);
+  }
   if (s.num_drafts > 0) {
     seq.num_drafted += s.num_drafts;
     seq.num_accepted += accepted;

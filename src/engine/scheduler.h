@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -105,6 +106,12 @@ class Scheduler {
   const SchedulerCounters& counters() const { return counters_; }
   // Request lifecycle events go here (engine/telemetry.h); null: none. Borrowed.
   void set_telemetry(Telemetry* telemetry) { telemetry_ = telemetry; }
+  // Called on the engine thread once per sequence, in Update, when its whole prompt is in the
+  // KV cache and its full blocks are committed (before a finish can free them). Prefix
+  // checkpoints are taken here.
+  void set_prompt_computed_hook(std::function<void(const Sequence&)> hook) {
+    prompt_computed_ = std::move(hook);
+  }
 
  private:
   // Records a lifecycle event of `seq` at `t` when telemetry is on.
@@ -143,6 +150,7 @@ class Scheduler {
   StepPlan plan_;
   SchedulerCounters counters_;
   Telemetry* telemetry_ = nullptr;
+  std::function<void(const Sequence&)> prompt_computed_;
 };
 
 }  // namespace deepinfer::engine

@@ -16,6 +16,8 @@ namespace deepinfer::engine {
 
 using Clock = std::chrono::steady_clock;
 
+struct PrefixCheckpoint;  // engine/prefix_checkpoint.h
+
 // One request inside the engine: its tokens, KV blocks, timings and speculative drafts.
 //
 // Units: positions and counts in tokens; times from Clock.
@@ -42,6 +44,10 @@ struct Sequence {
   // Speculative decoding: drafts for the next step, and this request's totals.
   std::vector<int32_t> drafts;
   int32_t num_drafted = 0, num_accepted = 0;
+  // A verified prefix checkpoint for this prompt, installed into the caches by the engine thread
+  // before the first prefix-cache lookup (then released); null: none.
+  std::shared_ptr<const PrefixCheckpoint> restore;
+  bool prompt_reported = false;  // the prompt-computed hook ran (Scheduler)
 
   // A sequence for `request` (moved in) with a fresh stream; no sampler. The token vector is
   // reserved for prompt + max_tokens, so generating never reallocates it.

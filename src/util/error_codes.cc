@@ -81,6 +81,7 @@ constexpr ErrorCode kAll[] = {
     codes::kBadWarmup,
     codes::kInvalidDpRank,
     codes::kBadTelemetry,
+    codes::kBadPrefixCheckpoint,
     codes::kBadTokenizer,
     codes::kUnsupportedTokenizer,
     codes::kVocabMismatch,

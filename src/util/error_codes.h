@@ -268,6 +268,10 @@ inline constexpr ErrorCode kBadTelemetry{
     "bad_telemetry", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
     "DEEPINFER_BATCH_TELEMETRY_DIR is not an existing folder, or the run id is missing, not a "
     "plain name, or was used by an earlier run."};
+inline constexpr ErrorCode kBadPrefixCheckpoint{
+    "bad_prefix_checkpoint", absl::StatusCode::kDataLoss, 500, ErrorSurface::kCommand,
+    "A prefix checkpoint file failed a check (truncated, bad format, corrupt, another model "
+    "revision or layout, another prefix): it is ignored, counted and recomputed."};
 inline constexpr ErrorCode kBadTokenizer{"bad_tokenizer", absl::StatusCode::kInvalidArgument, 400,
                                          ErrorSurface::kCommand,
                                          "The tokenizer data of the model is malformed."};

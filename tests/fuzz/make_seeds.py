@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the seed corpora of the fuzz targets safetensors, llama2c, tokenizer_json and
-chat_template into tests/fuzz/corpus/<target>/ (tiny synthetic files, no model weights; the input
+"""Writes the seed corpora of the fuzz targets safetensors, llama2c, tokenizer_json,
+prefix_checkpoint and chat_template into tests/fuzz/corpus/<target>/ (tiny synthetic files, no model weights; the input
 layouts are described at the top of each tests/fuzz/<target>_fuzz.cc). Standard library only;
 deterministic, so rerunning it rewrites the same bytes:
     python3 tests/fuzz/make_seeds.py
@@ -357,10 +357,41 @@ def make_chat_template():
     return written
 
 
+# ---------------------------------------------------------------- prefix checkpoints
+
+def checkpoint_seed(blocks, window_first, revision="fuzz-rev", block_size=2):
+    """A prefix checkpoint file (engine/prefix_checkpoint.h) for the fuzzer's fixed layout:
+    main layers of 8 and 4 bytes per token, one window layer of 4."""
+    import hashlib
+    tokens = struct.pack("<%di" % (blocks * block_size),
+                         *[100 + i for i in range(blocks * block_size)])
+    payload_len = (8 + 4) * block_size * blocks + 4 * block_size * (blocks - window_first)
+    payload = bytes((i * 7) & 0xff for i in range(payload_len))
+    header = compact({
+        "format": "deepinfer-prefix-checkpoint", "version": 1, "model_revision": revision,
+        "layout": {"architecture": "llama", "kv_dtype": "f32", "numerics": "fast",
+                   "block_size": block_size, "layer_bytes": [8, 4], "window_layer_bytes": [4],
+                   "window_tokens": 3},
+        "cache_salt": "7", "num_tokens": blocks * block_size,
+        "window_first_block": window_first,
+        "tokens_sha256": hashlib.sha256(tokens).hexdigest(),
+        "payload_bytes": payload_len,
+        "payload_sha256": hashlib.sha256(payload).hexdigest()}).encode()
+    return b"DIPFXCK1" + struct.pack("<I", len(header)) + header + tokens + payload
+
+
+def make_prefix_checkpoint():
+    write("prefix_checkpoint", "one_block", checkpoint_seed(1, 0))
+    write("prefix_checkpoint", "three_blocks_window", checkpoint_seed(3, 1))
+    write("prefix_checkpoint", "other_revision", checkpoint_seed(2, 1, revision="rev-2"))
+    write("prefix_checkpoint", "truncated", checkpoint_seed(2, 0)[:-5])
+
+
 def main():
     make_safetensors()
     make_llama2c()
     make_tokenizer_json()
+    make_prefix_checkpoint()
     n = make_chat_template()
     print("seeds written under", CORPUS, "(%d chat cases)" % n)
 
