@@ -50,7 +50,8 @@ struct ServeOptions {
 // Errors: every failure is logged first as one line naming its stage ("cannot listen", "cannot
 //   load model", ...), then returned: Unavailable "bind_failed", InvalidArgument "bad_address",
 //   NotFound "no_model", InvalidArgument "bad_warmup" (the warm-up file is unreadable or
-//   malformed, checked before the model loads, or one of its requests failed), and those of
+//   malformed, checked before the model loads, or one of its requests failed), InvalidArgument
+//   "bad_option" (--prefix-checkpoint-dir is not an existing folder), and those of
 //   model::LoadModel, tokenizer::LoadModelText and engine::Engine::Create.
 // Threads: call from the main thread before any other thread is started.
 absl::Status Serve(ServeOptions options);
