@@ -10,9 +10,12 @@
    (the router keeps each conversation on the rank holding its prefix) and, as the control,
    round-robin (X-data-parallel-rank = turn number mod 2). Reported: TTFT p50 of the later turns
    and their mean cached tokens.
+3. Telemetry on vs off (one rank): output tokens/s and TPOT p50 at 16 streams with and without
+   DEEPINFER_BATCH_TELEMETRY_DIR, and the step time p50 the telemetry itself recorded.
 Settings alternate order between repeats; medians; load average recorded.
 
-Usage: python3 bench/data_parallel.py [--deepinfer build/deepinfer] [--json out.json] > out.md
+Usage: python3 bench/data_parallel.py [--deepinfer build/deepinfer] [--parts throughput,affinity,telemetry]
+       [--json out.json] > out.md
 """
 
 import argparse
@@ -37,7 +40,7 @@ CACHE = pathlib.Path(os.environ.get("DEEPINFER_CACHE", pathlib.Path.home() / ".c
 
 
 class Serve:
-    def __init__(self, args, ranks: int, cores: str):
+    def __init__(self, args, ranks: int, cores: str, env=None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile()
@@ -46,7 +49,7 @@ class Serve:
              "--threads", str(args.threads), "--max-model-len", "4096", "--served-model-name",
              "m", "--data-parallel-size", str(ranks), "--data-parallel-cores", cores,
              "--log-stats-interval", "0", "--no-log-requests"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -124,29 +127,56 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--parts", default="throughput,affinity,telemetry",
+                    help="which of the three parts to run (comma separated)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
 
     settings = [(1, "split"), (2, "split"), (2, "turns"), (4, "split"), (4, "turns")]
     tput = {s: {16: [], 32: []} for s in settings}
     affinity = {"affinity": [], "round-robin": []}
+    telemetry = {"off": [], "on": []}
+    tdir = tempfile.mkdtemp(prefix="dp-bench-telemetry-")
     loads = [load_average()]
     for rep in range(args.repeats):
         order = settings if rep % 2 == 0 else settings[::-1]
-        for ranks, cores in order:
+        for ranks, cores in (order if "throughput" in parts else []):
             server = Serve(args, ranks, cores)
             try:
                 for streams in (16, 32):
-                    tput[(ranks, cores)][streams].append(throughput(args, server, streams, rep))
+                    # A seed per (repeat, streams): the 32-stream run must not find the
+                    # 16-stream run's prompts in the prefix cache.
+                    tput[(ranks, cores)][streams].append(
+                        throughput(args, server, streams, 1000 * rep + streams))
             finally:
                 server.stop()
         modes = ["affinity", "round-robin"] if rep % 2 == 0 else ["round-robin", "affinity"]
-        for mode in modes:
+        for mode in (modes if "affinity" in parts else []):
             server = Serve(args, 2, "split")
             try:
                 affinity[mode].append(conversations(args, server, mode == "round-robin", rep))
             finally:
                 server.stop()
+        for on in (([False, True] if rep % 2 == 0 else [True, False])
+                   if "telemetry" in parts else []):
+            env = dict(os.environ)
+            run_id = f"dp-bench-{os.getpid()}-{rep}"
+            if on:
+                env.update(DEEPINFER_BATCH_TELEMETRY_DIR=tdir,
+                           DEEPINFER_BATCH_TELEMETRY_RUN_ID=run_id)
+            server = Serve(args, 1, "split", env)
+            try:
+                row = throughput(args, server, 16, 100 + rep)
+            finally:
+                server.stop()
+            if on:
+                steps = [json.loads(line) for line in
+                         pathlib.Path(tdir, f"{run_id}.rank0.jsonl").read_text().splitlines()]
+                row["step_ms_p50"] = statistics.median(
+                    r["duration_ms"] for r in steps if r["type"] == "step" and r["decode_seqs"] >= 8)
+                row["dropped"] = steps[-1]["dropped"]
+            telemetry["on" if on else "off"].append(row)
         loads.append(load_average())
         print(f"[{rep + 1}/{args.repeats}] load {loads[-1]}", file=sys.stderr)
 
@@ -156,24 +186,37 @@ def main() -> None:
     print(f"Model `{pathlib.Path(args.model).name}`, --threads {args.threads}, median of "
           f"{args.repeats} repeats; load average at start and after each repeat: "
           f"{' | '.join(loads)}.\n")
-    print("| ranks | cores | streams | out tok/s | TTFT p50 ms | TPOT p50 ms | failed |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for s in settings:
-        for streams in (16, 32):
-            rows = tput[s][streams]
-            print(f"| {s[0]} | {s[1]} | {streams} | {med(rows, 'tput'):.1f} | "
-                  f"{med(rows, 'ttft50'):.0f} | {med(rows, 'tpot50'):.1f} | "
-                  f"{sum(r['failed'] for r in rows)} |")
-    print(f"\n8 conversations of {args.turns} turns at once, 2 ranks (`split`), turns 2..{args.turns}:\n")
-    print("| routing | TTFT p50 ms | mean cached prompt tokens |")
-    print("|---|---:|---:|")
-    for mode in ("affinity", "round-robin"):
-        rows = affinity[mode]
-        print(f"| {mode} | {med(rows, 'ttft50'):.0f} | {med(rows, 'cached_mean'):.0f} |")
+    if "throughput" in parts:
+        print("| ranks | cores | streams | out tok/s | TTFT p50 ms | TPOT p50 ms | failed |")
+        print("|---:|---|---:|---:|---:|---:|---:|")
+        for s in settings:
+            for streams in (16, 32):
+                rows = tput[s][streams]
+                print(f"| {s[0]} | {s[1]} | {streams} | {med(rows, 'tput'):.1f} | "
+                      f"{med(rows, 'ttft50'):.0f} | {med(rows, 'tpot50'):.1f} | "
+                      f"{sum(r['failed'] for r in rows)} |")
+    if "affinity" in parts:
+        print(f"\n8 conversations of {args.turns} turns at once, 2 ranks (`split`), turns 2..{args.turns}:\n")
+        print("| routing | TTFT p50 ms | mean cached prompt tokens |")
+        print("|---|---:|---:|")
+        for mode in ("affinity", "round-robin"):
+            rows = affinity[mode]
+            print(f"| {mode} | {med(rows, 'ttft50'):.0f} | {med(rows, 'cached_mean'):.0f} |")
+    if "telemetry" in parts:
+        print("\nBatch telemetry, 1 rank, 16 streams:\n")
+        print("| telemetry | out tok/s | TPOT p50 ms | step ms p50 (steps of >= 8 decodes) | dropped |")
+        print("|---|---:|---:|---:|---:|")
+        for mode in ("off", "on"):
+            rows = telemetry[mode]
+            step = f"{med(rows, 'step_ms_p50'):.2f}" if mode == "on" else "-"
+            dropped = sum(r.get("dropped", 0) for r in rows) if mode == "on" else "-"
+            print(f"| {mode} | {med(rows, 'tput'):.1f} | {med(rows, 'tpot50'):.1f} | {step} | "
+                  f"{dropped} |")
+        print(f"\nTPOT on / off: {med(telemetry['on'], 'tpot50') / med(telemetry['off'], 'tpot50'):.3f}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
             {"loads": loads, "throughput": {f"{k[0]}-{k[1]}": v for k, v in tput.items()},
-             "affinity": affinity}, indent=1) + "\n")
+             "affinity": affinity, "telemetry": telemetry}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
