@@ -40,15 +40,17 @@ CACHE = pathlib.Path(os.environ.get("DEEPINFER_CACHE", pathlib.Path.home() / ".c
 
 
 class Serve:
-    def __init__(self, args, ranks: int, cores: str, env=None):
+    """A `deepinfer serve` on a free port with `extra` flags, healthy when constructed (bench
+    scripts share it: bench/prefix_checkpoint.py)."""
+
+    def __init__(self, args, extra, env=None):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [args.deepinfer, "serve", "--model", args.model, "--port", str(self.port),
-             "--threads", str(args.threads), "--max-model-len", "4096", "--served-model-name",
-             "m", "--data-parallel-size", str(ranks), "--data-parallel-cores", cores,
-             "--log-stats-interval", "0", "--no-log-requests"],
+             "--threads", str(args.threads), "--log-stats-interval", "0", "--no-log-requests",
+             *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -66,6 +68,11 @@ class Serve:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(timeout=30)
+
+
+def dp_serve(args, ranks: int, cores: str, env=None) -> Serve:
+    return Serve(args, ["--max-model-len", "4096", "--served-model-name", "m",
+                        "--data-parallel-size", str(ranks), "--data-parallel-cores", cores], env)
 
 
 def throughput(args, server: Serve, streams: int, seed: int) -> dict:
@@ -142,7 +149,7 @@ def main() -> None:
     for rep in range(args.repeats):
         order = settings if rep % 2 == 0 else settings[::-1]
         for ranks, cores in (order if "throughput" in parts else []):
-            server = Serve(args, ranks, cores)
+            server = dp_serve(args, ranks, cores)
             try:
                 for streams in (16, 32):
                     # A seed per (repeat, streams): the 32-stream run must not find the
@@ -153,7 +160,7 @@ def main() -> None:
                 server.stop()
         modes = ["affinity", "round-robin"] if rep % 2 == 0 else ["round-robin", "affinity"]
         for mode in (modes if "affinity" in parts else []):
-            server = Serve(args, 2, "split")
+            server = dp_serve(args, 2, "split")
             try:
                 affinity[mode].append(conversations(args, server, mode == "round-robin", rep))
             finally:
@@ -165,7 +172,7 @@ def main() -> None:
             if on:
                 env.update(DEEPINFER_BATCH_TELEMETRY_DIR=tdir,
                            DEEPINFER_BATCH_TELEMETRY_RUN_ID=run_id)
-            server = Serve(args, 1, "split", env)
+            server = dp_serve(args, 1, "split", env)
             try:
                 row = throughput(args, server, 16, 100 + rep)
             finally:

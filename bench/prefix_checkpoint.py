@@ -16,7 +16,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,36 +23,19 @@ import time
 import httpx
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import data_parallel  # noqa: E402
 from fairness import text  # noqa: E402
 from runtime_vs_llamacpp import load_average  # noqa: E402
-from serve_vs_llamacpp import free_port  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CACHE = pathlib.Path(os.environ.get("DEEPINFER_CACHE", pathlib.Path.home() / ".cache/deepinfer"))
 
 
-class Serve:
+class Serve(data_parallel.Serve):
     def __init__(self, args, folder: str):
-        self.base = f"http://127.0.0.1:{free_port()}"
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [args.deepinfer, "serve", "--model", args.model, "--port", self.base.rsplit(":", 1)[1],
-             "--threads", str(args.threads), "--max-model-len", "8192", "--kv-cache-memory",
-             "1GiB", "--prefix-checkpoint-dir", folder, "--checkpoint-min-tokens", "512",
-             "--log-stats-interval", "0", "--no-log-requests"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                sys.exit(f"serve exited:\n{self.log.read().decode()[-2000:]}")
-            try:
-                if httpx.get(self.base + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        sys.exit("serve did not become healthy")
+        super().__init__(args, ["--max-model-len", "8192", "--kv-cache-memory", "1GiB",
+                                "--prefix-checkpoint-dir", folder, "--checkpoint-min-tokens",
+                                "512"])
 
     def metric(self, name: str) -> float:
         for line in httpx.get(self.base + "/metrics", timeout=10).text.splitlines():
@@ -77,10 +59,6 @@ class Serve:
                 if event.get("usage"):
                     usage = event["usage"]
         return first, usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 def one(args, words: int, seed: int) -> dict:

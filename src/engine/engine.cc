@@ -519,10 +519,8 @@ void EngineImpl::InstallCheckpoint(Sequence& seq) {
   std::vector<int32_t> main(static_cast<size_t>(k)), window(static_cast<size_t>(k), -1);
   std::vector<int32_t> fresh;
   uint64_t parent = 0;
-  std::vector<uint64_t> parents(static_cast<size_t>(k));
   for (int32_t i = 0; i < k; ++i) {
     const int32_t* t = c->tokens.data() + static_cast<size_t>(i) * bs;
-    parents[static_cast<size_t>(i)] = parent;
     const uint64_t h = BlockManager::HashBlock(parent, t, bs, salt);
     // Hold every block until the end, so that allocating one never evicts another of the chain.
     auto take = [&](BlockManager& pool, int32_t& slot) {
