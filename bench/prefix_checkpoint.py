@@ -6,7 +6,9 @@ folder: read, verified, copied into the KV cache), and checkpoint bytes per toke
 For each prefix length: a fresh folder and server; the prompt (random words, a token each for
 SmolLM2) sent streamed with max_tokens 1 -> cold; again -> hot; the server stopped once its
 checkpoint is written; a new server on the folder; the prompt -> restored (its cached_tokens
-checked). Medians of --repeats, load average recorded.
+checked). Medians of --repeats, load average recorded. --deepseek-v4 DIR serves the tiny
+DeepSeek-V4 recipe (window raised to --max-model-len) with random token-id prompts, for
+prefixes longer than SmolLM2's 8,192-token window.
 
 Usage: python3 bench/prefix_checkpoint.py [--deepinfer build/deepinfer] [--json out.json] > out.md
 """
@@ -15,7 +17,9 @@ import argparse
 import json
 import os
 import pathlib
+import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -31,11 +35,29 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 CACHE = pathlib.Path(os.environ.get("DEEPINFER_CACHE", pathlib.Path.home() / ".cache/deepinfer"))
 
 
+def make_deepseek_v4(args, out: pathlib.Path) -> str:
+    """The tiny DeepSeek-V4 recipe (tests/golden/deepseek_v4/v4_flash_tiny: mHC, CSA/HCA
+    compression at 4 and 128, sliding window, MoE, MTP) with its window raised to
+    --max-model-len, written by the build's synthetic_checkpoint tool with the toy tokenizer."""
+    golden = REPO / "tests" / "golden" / "deepseek_v4" / "v4_flash_tiny"
+    out.mkdir(parents=True, exist_ok=True)
+    config = json.loads((golden / "config.json").read_text())
+    config["max_position_embeddings"] = args.max_model_len
+    (out / "config.json").write_text(json.dumps(config))
+    (out / "weights.json").write_bytes((golden / "weights.json").read_bytes())
+    toy = REPO / "tests" / "golden" / "deepseek_v3" / "v3_direct_q"
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        (out / f).write_bytes((toy / f).read_bytes())
+    tool = pathlib.Path(args.deepinfer).parent / "synthetic_checkpoint"
+    subprocess.run([str(tool), str(out), str(out)], check=True, capture_output=True)
+    return str(out)
+
+
 class Serve(data_parallel.Serve):
     def __init__(self, args, folder: str):
-        super().__init__(args, ["--max-model-len", "8192", "--kv-cache-memory", "1GiB",
-                                "--prefix-checkpoint-dir", folder, "--checkpoint-min-tokens",
-                                "512"])
+        super().__init__(args, ["--max-model-len", str(args.max_model_len), "--kv-cache-memory",
+                                args.kv_cache_memory, "--prefix-checkpoint-dir", folder,
+                                "--checkpoint-min-tokens", "512"])
 
     def metric(self, name: str) -> float:
         for line in httpx.get(self.base + "/metrics", timeout=10).text.splitlines():
@@ -62,7 +84,11 @@ class Serve(data_parallel.Serve):
 
 
 def one(args, words: int, seed: int) -> dict:
-    prompt = text(words, seed)
+    if args.token_ids:  # random token ids below the vocabulary given
+        rng = random.Random(seed)
+        prompt = [rng.randrange(3, args.token_ids) for _ in range(words)]
+    else:
+        prompt = text(words, seed)
     with tempfile.TemporaryDirectory(prefix="dipc-bench-") as folder:
         a = Serve(args, folder)
         try:
@@ -94,9 +120,20 @@ def main() -> None:
     ap.add_argument("--model", default=str(CACHE / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--lengths", default="1000,2000,7000", help="prompt words (about tokens)")
+    ap.add_argument("--lengths", default="1000,2000,7000",
+                    help="prompt words (about tokens), or tokens with --token-ids")
+    ap.add_argument("--token-ids", type=int, default=0,
+                    help="prompts of random token ids below this vocabulary size instead of words")
+    ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--kv-cache-memory", default="1GiB")
+    ap.add_argument("--deepseek-v4", metavar="DIR",
+                    help="serve the tiny DeepSeek-V4 recipe, written into DIR (implies "
+                         "--token-ids 320)")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.deepseek_v4:
+        args.model = make_deepseek_v4(args, pathlib.Path(args.deepseek_v4))
+        args.token_ids = args.token_ids or 320
     lengths = [int(x) for x in args.lengths.split(",")]
     rows = {n: [] for n in lengths}
     loads = [load_average()]

@@ -16,9 +16,59 @@ const std::vector<double>& DurationBounds() {
   return kBounds;
 }
 
+// Tokens: a suffix of a few tokens (the part of the prompt after its last full block) up to a
+// whole long prompt (recomputed).
+const std::vector<double>& SuffixBounds() {
+  static const std::vector<double> kBounds = {0,    1,    4,     16,    64,    256,
+                                              1024, 4096, 16384, 65536, 262144};
+  return kBounds;
+}
+
 }  // namespace
 
-HttpMetrics::HttpMetrics() = default;
+HttpMetrics::HttpMetrics()
+    : pd_transfer_(DurationBounds()), pd_prefill_(DurationBounds()), pd_suffix_(SuffixBounds()) {}
+
+void HttpMetrics::RecordPdTransfer(double transfer_s, double prefill_s,
+                                   int64_t checkpoint_tokens) {
+  absl::MutexLock lock(&mu_);
+  pd_transfer_.Observe(std::max(0.0, transfer_s));
+  pd_prefill_.Observe(std::max(0.0, prefill_s));
+  pd_checkpoint_tokens_ += checkpoint_tokens;
+}
+
+void HttpMetrics::RecordPdFailure() {
+  absl::MutexLock lock(&mu_);
+  ++pd_failures_;
+}
+
+void HttpMetrics::RecordPdSuffix(int64_t suffix_tokens) {
+  absl::MutexLock lock(&mu_);
+  pd_suffix_.Observe(static_cast<double>(std::max<int64_t>(0, suffix_tokens)));
+}
+
+void HttpMetrics::FormatPd(std::string* out) const {
+  absl::MutexLock lock(&mu_);
+  util::AppendMetricHeader(out, "deepinfer_pd_transfer_seconds", "histogram",
+                           "P/D decode side: time a request's KV cache took to move (the prefill "
+                           "side's checkpoint write, the calls, the read and verification here).");
+  util::AppendHistogram(out, "deepinfer_pd_transfer_seconds", "", pd_transfer_);
+  util::AppendMetricHeader(out, "deepinfer_pd_prefill_seconds", "histogram",
+                           "P/D decode side: time the prefill side computed a request's prompt.");
+  util::AppendHistogram(out, "deepinfer_pd_prefill_seconds", "", pd_prefill_);
+  util::AppendMetricHeader(out, "deepinfer_pd_suffix_tokens", "histogram",
+                           "P/D decode side: prompt tokens a request computed itself (not "
+                           "restored from its checkpoint or found in the prefix cache).");
+  util::AppendHistogram(out, "deepinfer_pd_suffix_tokens", "", pd_suffix_);
+  util::AppendMetricHeader(out, "deepinfer_pd_checkpoint_tokens_total", "counter",
+                           "P/D decode side: prompt tokens the prefill side's checkpoints covered.");
+  util::AppendSample(out, "deepinfer_pd_checkpoint_tokens_total", "",
+                     static_cast<double>(pd_checkpoint_tokens_));
+  util::AppendMetricHeader(out, "deepinfer_pd_prefill_failures_total", "counter",
+                           "P/D decode side: requests answered 503 pd_prefill_unavailable.");
+  util::AppendSample(out, "deepinfer_pd_prefill_failures_total", "",
+                     static_cast<double>(pd_failures_));
+}
 
 void HttpMetrics::Record(std::string_view route, std::string_view method, int status,
                          double seconds) {

@@ -37,6 +37,18 @@ class HttpMetrics {
     return stop_string_finishes_.load(std::memory_order_relaxed);
   }
 
+  // The decode side of a P/D pair (api/pd.h), per request: the time its KV cache took to move
+  // (the prefill calls less the prefill side's compute, plus reading and verifying the
+  // checkpoints here), the prefill side's compute, and the prompt tokens the checkpoints cover;
+  // a request whose prefill failed; the prompt tokens this side computed itself once the
+  // request finished (its prompt less the tokens restored or found in its prefix cache).
+  // Units: seconds, tokens.
+  void RecordPdTransfer(double transfer_s, double prefill_s, int64_t checkpoint_tokens);
+  void RecordPdFailure();
+  void RecordPdSuffix(int64_t suffix_tokens);
+  // Appends the deepinfer_pd_* series (serve calls it on a decode side only).
+  void FormatPd(std::string* out) const;
+
   // Appends the deepinfer_* series; `open_connections` (the HTTP server's count, read by the
   // caller at the scrape) is deepinfer_http_open_connections.
   void Format(int64_t open_connections, std::string* out) const;
@@ -46,6 +58,11 @@ class HttpMetrics {
   std::map<std::tuple<std::string, std::string, int>, uint64_t> requests_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, util::Histogram, std::less<>> durations_ ABSL_GUARDED_BY(mu_);  // by route
   std::atomic<int64_t> stop_string_finishes_{0};
+  util::Histogram pd_transfer_ ABSL_GUARDED_BY(mu_);
+  util::Histogram pd_prefill_ ABSL_GUARDED_BY(mu_);
+  util::Histogram pd_suffix_ ABSL_GUARDED_BY(mu_);
+  int64_t pd_checkpoint_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t pd_failures_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // Appends the vllm:* series, each labelled model_name="<model_name>": one sample per metric for

@@ -122,6 +122,30 @@ TEST(MetricsTest, PrefixCheckpointSeriesWithEveryRejectReason) {
   EXPECT_NE(out.find("# TYPE deepinfer_prefix_checkpoint_bytes gauge\n"), std::string::npos);
 }
 
+TEST(MetricsTest, PdSeriesOfTheDecodeSide) {
+  HttpMetrics m;
+  m.RecordPdTransfer(/*transfer_s=*/0.02, /*prefill_s=*/1.5, /*checkpoint_tokens=*/2048);
+  m.RecordPdTransfer(0.03, 0.5, 16);
+  m.RecordPdSuffix(5);
+  m.RecordPdSuffix(300);
+  m.RecordPdFailure();
+  std::string out;
+  m.FormatPd(&out);
+  EXPECT_NE(out.find("# TYPE deepinfer_pd_transfer_seconds histogram\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_transfer_seconds_count 2\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_transfer_seconds_bucket{le=\"0.025\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_prefill_seconds_sum 2\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_suffix_tokens_bucket{le=\"16\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_suffix_tokens_bucket{le=\"1024\"} 2\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_suffix_tokens_sum 305\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_checkpoint_tokens_total 2064\n"), std::string::npos);
+  EXPECT_NE(out.find("deepinfer_pd_prefill_failures_total 1\n"), std::string::npos);
+  // The HTTP series leave them out: serve adds them on a decode side only.
+  std::string http;
+  m.Format(0, &http);
+  EXPECT_EQ(http.find("deepinfer_pd_"), std::string::npos);
+}
+
 TEST(MetricsTest, EscapesLabelValues) {
   EXPECT_EQ(util::EscapeLabelValue("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
 }

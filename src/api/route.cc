@@ -1,8 +1,11 @@
 #include "api/route.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
+#include "api/metrics.h"
+#include "api/pd.h"
 #include "http/errors.h"
 #include "util/error_codes.h"
 #include "util/status.h"
@@ -36,7 +39,19 @@ absl::StatusOr<int32_t> PinnedRank(const http::Request& request) {
 absl::Status RunRoute(Route& route, const http::Request& request, http::ResponseWriter& writer) {
   const ServedModel& model = route.model();
   DI_ASSIGN_OR_RETURN(const int32_t dp_rank, PinnedRank(request));
-  DI_RETURN_IF_ERROR(route.Parse(request.body, ParseLimits{model.tokenizer->vocab_size()}));
+  const bool pd_decode = model.pd != nullptr && model.pd->role == PdRole::kDecode;
+  if (absl::Status parsed = route.Parse(request.body, ParseLimits{model.tokenizer->vocab_size()});
+      !parsed.ok()) {
+    // The decode side of a P/D pair restores text prefixes only; say so rather than "not yet".
+    // (Structured-output constraints join this once serve accepts them.)
+    if (pd_decode && ErrorCodeOf(parsed) == util::codes::kUnsupportedContent) {
+      const http::ApiError e = http::ApiErrorFromStatus(parsed);
+      return http::RequestError(e.param, util::codes::kUnsupportedOnPd,
+                                "This server is the decode side of a prefill/decode pair, which "
+                                "serves text prompts only: " + e.message);
+    }
+    return parsed;
+  }
   const GenerationParams& params = route.params();
   DI_RETURN_IF_ERROR(CheckModel(model, params.model));
   DI_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, route.Render());
@@ -60,14 +75,30 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
       specs.push_back(std::move(spec));
     }
   }
+  std::optional<PdPrefillCost> pd_cost;
+  if (pd_decode) {
+    DI_ASSIGN_OR_RETURN(pd_cost, PrefillOnPeer(model, specs, route.id()));
+  }
+  const auto submitted = std::chrono::steady_clock::now();
   DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*model.engine, *model.tokenizer,
                                                          std::move(specs), model.metrics));
+  if (pd_cost.has_value() && model.metrics != nullptr) {
+    // Start read and verified the checkpoints (Engine::Submit).
+    const double read_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+    model.metrics->RecordPdTransfer(pd_cost->call_s - pd_cost->prefill_s + read_s,
+                                    pd_cost->prefill_s, pd_cost->checkpoint_tokens);
+  }
   writer.log().id = route.id();
   writer.log().stream = params.stream;
   if (params.stream) {
     route.Stream(*generation, writer);
   } else {
     route.Complete(*generation, writer);
+  }
+  if (pd_cost.has_value() && model.metrics != nullptr && generation->done()) {
+    const UsageCounts u = generation->usage();
+    model.metrics->RecordPdSuffix(u.prompt_tokens - u.cached_tokens);
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,7 @@
 #include "fmt/format.h"
 #include "http/client.h"
 #include "http/server.h"
+#include "http/url.h"
 #include "model/model.h"
 #include "spdlog/spdlog.h"
 #include "tokenizer/engram_token_map.h"
@@ -108,6 +109,49 @@ std::string DefaultModelRevision(const std::string& path) {
     bytes = std::filesystem::file_size(p, ec);
   }
   return fmt::format("{}:{}", p.filename().string(), bytes);
+}
+
+// The P/D settings of `o` (reads DEEPINFER_PD_API_KEY into o.pd.api_key).
+// Errors: InvalidArgument "bad_option" naming the missing or conflicting setting.
+absl::Status CheckPdOptions(ServeOptions& o) {
+  auto bad = [](const std::string& why) {
+    return InvalidArgumentError(util::codes::kBadOption, why);
+  };
+  if (o.pd.role == PdRole::kCombined) {
+    if (!o.pd_checkpoint_dir.empty() || !o.pd.prefill_url.empty()) {
+      return bad("--pd-checkpoint-dir and --pd-prefill-url need --pd-role prefill or decode");
+    }
+    return absl::OkStatus();
+  }
+  const std::string role = PdRoleName(o.pd.role);
+  if (o.pd_checkpoint_dir.empty()) {
+    return bad(fmt::format("--pd-role {} needs --pd-checkpoint-dir (the folder both sides share)",
+                           role));
+  }
+  if (!o.prefix_checkpoint_dir.empty()) {
+    return bad(fmt::format("--pd-role {} keeps its checkpoints in --pd-checkpoint-dir; drop "
+                           "--prefix-checkpoint-dir",
+                           role));
+  }
+  if (o.engine.model_revision.empty()) {
+    return bad(fmt::format("--pd-role {} needs --model-revision (the same on both sides: a "
+                           "checkpoint of other weights is refused)",
+                           role));
+  }
+  const char* key = std::getenv(kPdApiKeyEnv);
+  if (key == nullptr || *key == '\0') {
+    return bad(fmt::format("--pd-role {} needs {} in the environment (the same on both sides)",
+                           role, kPdApiKeyEnv));
+  }
+  o.pd.api_key = key;
+  if (o.pd.role == PdRole::kDecode) {
+    if (o.pd.prefill_url.empty()) return bad("--pd-role decode needs --pd-prefill-url");
+    absl::StatusOr<http::Url> url = http::ParseUrl(o.pd.prefill_url);
+    if (!url.ok()) return bad("--pd-prefill-url: " + std::string(url.status().message()));
+  } else if (!o.pd.prefill_url.empty()) {
+    return bad("--pd-prefill-url is for --pd-role decode");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -209,8 +253,25 @@ absl::Status Serve(ServeOptions o) {
     warmup = *std::move(parsed);
   }
 
+  // Prefill/decode disaggregation: every setting checked before anything slow.
+  if (absl::Status st = CheckPdOptions(o); !st.ok()) return Failed("bad P/D settings", st);
   std::shared_ptr<engine::CheckpointStore> checkpoints;
-  if (!o.prefix_checkpoint_dir.empty()) {
+  if (o.pd.role != PdRole::kCombined) {
+    // The prefill side's writer queue holds one checkpoint per concurrent prefill call.
+    auto store = engine::CheckpointStore::Open(o.pd_checkpoint_dir, o.checkpoint_max_bytes,
+                                               o.pd.role == PdRole::kPrefill ? 16 : 4);
+    if (!store.ok()) return Failed("bad --pd-checkpoint-dir", store.status());
+    checkpoints = std::shared_ptr<engine::CheckpointStore>(*std::move(store));
+    o.engine.checkpoint_store = checkpoints;
+    // The decode side reads what its prefill side wrote and writes nothing there.
+    o.engine.checkpoint_save = o.pd.role == PdRole::kPrefill;
+    spdlog::info("P/D {} side: checkpoints in {} ({} MiB of at most {} MiB), revision {}{}",
+                 PdRoleName(o.pd.role), o.pd_checkpoint_dir, checkpoints->bytes() >> 20,
+                 o.checkpoint_max_bytes >> 20, o.engine.model_revision,
+                 o.pd.role == PdRole::kDecode
+                     ? fmt::format(", prompts prefilled by {}", o.pd.prefill_url)
+                     : std::string(", internal calls on POST /internal/pd/prefill"));
+  } else if (!o.prefix_checkpoint_dir.empty()) {
     auto store = engine::CheckpointStore::Open(o.prefix_checkpoint_dir, o.checkpoint_max_bytes);
     if (!store.ok()) return Failed("bad --prefix-checkpoint-dir", store.status());
     checkpoints = std::shared_ptr<engine::CheckpointStore>(*std::move(store));
@@ -271,6 +332,7 @@ absl::Status Serve(ServeOptions o) {
   served.created_unix = UnixNow();
   served.metrics = &routes.metrics();
   served.checkpoints = checkpoints.get();
+  served.pd = o.pd.role != PdRole::kCombined ? &o.pd : nullptr;
   routes.set_warming_up(!warmup.empty());
   routes.SetServedModel(&served);
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/pd.h"
 #include "engine/data_parallel.h"
 #include "engine/engine.h"
 
@@ -40,6 +41,11 @@ struct ServeOptions {
   // and engine.checkpoint_min_tokens.
   std::string prefix_checkpoint_dir;
   int64_t checkpoint_max_bytes = int64_t{16} << 30;
+  // Prefill/decode disaggregation (api/pd.h): the role, and for prefill and decode the shared
+  // folder (must exist; --prefix-checkpoint-dir is then not allowed) and, on the decode side, the
+  // prefill side's URL. pd.api_key is read from DEEPINFER_PD_API_KEY by Serve.
+  PdConfig pd;
+  std::string pd_checkpoint_dir;
   engine::EngineOptions engine;      // max_model_len 0 = the model's
 };
 
@@ -51,7 +57,9 @@ struct ServeOptions {
 //   load model", ...), then returned: Unavailable "bind_failed", InvalidArgument "bad_address",
 //   NotFound "no_model", InvalidArgument "bad_warmup" (the warm-up file is unreadable or
 //   malformed, checked before the model loads, or one of its requests failed), InvalidArgument
-//   "bad_option" (--prefix-checkpoint-dir is not an existing folder), and those of
+//   "bad_option" (--prefix-checkpoint-dir or --pd-checkpoint-dir is not an existing folder; a
+//   P/D role without its folder, --model-revision, DEEPINFER_PD_API_KEY or, decode side, a valid
+//   --pd-prefill-url), and those of
 //   model::LoadModel, tokenizer::LoadModelText and engine::Engine::Create.
 // Threads: call from the main thread before any other thread is started.
 absl::Status Serve(ServeOptions options);

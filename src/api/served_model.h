@@ -19,6 +19,7 @@
 namespace deepinfer::api {
 
 class HttpMetrics;
+struct PdConfig;
 
 // Everything a request needs once the model is loaded: the engine that runs it, its tokenizer and
 // chat encoder, and the limits and name it is served under.
@@ -33,7 +34,8 @@ struct ServedModel {
   int32_t max_output_tokens = 0;  // per choice, already capped by max_model_len
   int64_t created_unix = 0;       // for the "created" field of /v1/models
   HttpMetrics* metrics = nullptr;
-  const engine::CheckpointStore* checkpoints = nullptr;  // null: no --prefix-checkpoint-dir
+  engine::CheckpointStore* checkpoints = nullptr;  // null: no --prefix-checkpoint-dir
+  const PdConfig* pd = nullptr;  // prefill/decode disaggregation (api/pd.h); null: combined
 };
 
 // The output budget of one choice.

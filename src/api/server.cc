@@ -5,6 +5,7 @@
 
 #include "api/anthropic_count_tokens.h"
 #include "api/handlers.h"
+#include "api/pd.h"
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "spdlog/spdlog.h"
@@ -27,6 +28,7 @@ enum class RouteId {
   kCountTokens,
   kMessages,
   kResponses,
+  kPdPrefill,
   kUnknown
 };
 
@@ -47,6 +49,7 @@ RouteInfo Match(const std::string& path) {
   if (path == "/v1/messages/count_tokens") return {RouteId::kCountTokens, "POST"};
   if (path == "/v1/messages") return {RouteId::kMessages, "POST"};
   if (path == "/v1/responses") return {RouteId::kResponses, "POST"};
+  if (path == kPdPrefillPath) return {RouteId::kPdPrefill, "POST"};
   return {RouteId::kUnknown, ""};
 }
 
@@ -168,6 +171,7 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
       if (model->checkpoints != nullptr) {
         FormatCheckpointMetrics(model->checkpoints->counters(), model->checkpoints->bytes(), &out);
       }
+      if (model->pd != nullptr && model->pd->role == PdRole::kDecode) metrics_.FormatPd(&out);
     }
     const http::Server* server = http_server_.load(std::memory_order_acquire);
     metrics_.Format(server != nullptr ? server->num_connections() : 0, &out);
@@ -232,6 +236,9 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
       return;
     case RouteId::kCountTokens:
       HandleAnthropicCountTokens(*model, request, writer);
+      return;
+    case RouteId::kPdPrefill:
+      HandlePdPrefill(*model, request, writer);
       return;
     case RouteId::kMessages:
       HandleAnthropicMessages(*model, request, writer);

@@ -22,6 +22,7 @@ struct ServeFlags {
   std::string kv_cache_memory = "2GiB";
   std::string dp_cores = "split";
   std::string checkpoint_max_bytes = "16GiB";
+  std::string pd_role = "combined";
   bool enable_prompt_tokens_details = false;  // accepted for vLLM compatibility; always on
 };
 
@@ -46,6 +47,7 @@ int Run(ServeFlags f) {
     return kExitBadInput;
   }
   f.options.checkpoint_max_bytes = *checkpoint_max_bytes;
+  f.options.pd.role = api::ParsePdRole(f.pd_role).value_or(api::PdRole::kCombined);
   f.options.max_request_bytes = *max_request_bytes;
   f.options.engine.kv_cache_memory_bytes = *kv_cache_memory;
   f.options.data_parallel_cores = f.dp_cores == "turns" ? engine::DataParallelCores::kTurns
@@ -138,6 +140,18 @@ void RegisterServe(CLI::App& app, int* exit_code) {
                   "most bytes the checkpoint files may take; the oldest go first (suffixes KiB, "
                   "MiB, GiB)")
       ->capture_default_str();
+  cmd->add_option("--pd-role", flags->pd_role,
+                  "prefill/decode disaggregation (docs/engine.md): combined (one server does "
+                  "both), prefill (computes prompts' KV caches into --pd-checkpoint-dir for its "
+                  "decode side), decode (the side clients talk to: asks --pd-prefill-url to "
+                  "prefill, restores the checkpoint, computes the suffix and decodes); both sides "
+                  "need DEEPINFER_PD_API_KEY in the environment and --model-revision")
+      ->check(CLI::IsMember({"combined", "prefill", "decode"}))
+      ->capture_default_str();
+  cmd->add_option("--pd-checkpoint-dir", flags->options.pd_checkpoint_dir,
+                  "an existing folder both sides of a P/D pair share for its checkpoints");
+  cmd->add_option("--pd-prefill-url", flags->options.pd.prefill_url,
+                  "the decode side's prefill side, http://host:port");
   cmd->add_option("--model-revision", flags->options.engine.model_revision,
                   "the weights' revision, written into every checkpoint and required of every "
                   "restored one (default: the model file's name and size)");

@@ -64,6 +64,8 @@ class EngineImpl final : public Engine {
   const char* numerics_name() const override { return arch::NumericsName(numerics_); }
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   const model::Model& model() const override { return model_; }
+  CheckpointRef CheckpointFor(const std::vector<int32_t>& prompt,
+                              uint64_t cache_salt) const override;
 
  private:
   absl::Status CreateModel();
@@ -78,6 +80,8 @@ class EngineImpl final : public Engine {
   // Caller thread: a verified checkpoint of the longest saved chain `request`'s prompt starts
   // with, unless this rank restored or saved that chain itself; null otherwise.
   std::shared_ptr<const PrefixCheckpoint> FindCheckpoint(const GenerateRequest& request);
+  // FindCheckpoint for a request naming its checkpoint file (P/D decode side).
+  std::shared_ptr<const PrefixCheckpoint> LoadNamedCheckpoint(const GenerateRequest& request);
   // Engine thread: copies `seq.restore`'s blocks into free blocks of both caches and commits
   // them to the prefix cache (all of them or none), so the lookup that follows finds them.
   void InstallCheckpoint(Sequence& seq);
@@ -169,7 +173,9 @@ absl::Status EngineImpl::Init() {
   }
   if (options_.checkpoint_store != nullptr) {
     InitCheckpoints();
-    scheduler_->set_prompt_computed_hook([this](const Sequence& seq) { SaveCheckpoint(seq); });
+    scheduler_->set_prompt_computed_hook([this](const Sequence& seq) {
+      if (options_.checkpoint_save || seq.req.prefill_only) SaveCheckpoint(seq);
+    });
   }
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
   if (spec_tokens_ > 0) {
@@ -461,9 +467,57 @@ void EngineImpl::MarkResident(uint64_t chain_hash) {
   resident_.insert(chain_hash);
 }
 
+CheckpointRef EngineImpl::CheckpointFor(const std::vector<int32_t>& prompt,
+                                       uint64_t cache_salt) const {
+  const int32_t bs = kv_.block_size;
+  const size_t k = prompt.size() / static_cast<size_t>(bs);
+  if (options_.checkpoint_store == nullptr || k == 0) return {};
+  uint64_t chain = 0;
+  for (size_t i = 0; i < k; ++i) {
+    chain = BlockManager::HashBlock(chain, prompt.data() + i * bs, bs, cache_salt);
+  }
+  return {CheckpointFileName(CheckpointName(chain)), static_cast<int32_t>(k) * bs};
+}
+
+std::shared_ptr<const PrefixCheckpoint> EngineImpl::LoadNamedCheckpoint(const GenerateRequest& r) {
+  CheckpointStore& store = *options_.checkpoint_store;
+  const int32_t bs = kv_.block_size;
+  const int32_t n = r.checkpoint_tokens;
+  std::optional<uint64_t> name = ParseCheckpointFileName(r.checkpoint_file);
+  if (!name || n <= 0 || n % bs != 0 || n > static_cast<int32_t>(r.prompt.size())) {
+    spdlog::warn("request {}: '{}' ({} tokens) is not a checkpoint file of whole blocks within "
+                 "its {}-token prompt; the prompt is computed here",
+                 r.request_id, r.checkpoint_file.substr(0, 64), n, r.prompt.size());
+    return nullptr;
+  }
+  uint64_t chain = 0;
+  for (int32_t i = 0; i < n / bs; ++i) {
+    chain = BlockManager::HashBlock(chain, r.prompt.data() + static_cast<size_t>(i) * bs, bs,
+                                    r.cache_salt);
+  }
+  {
+    absl::MutexLock lock(&resident_mu_);
+    if (resident_.contains(chain)) return nullptr;
+  }
+  CheckpointExpect expect;
+  expect.model_revision = options_.model_revision;
+  expect.layout = checkpoint_layout_;
+  expect.cache_salt = r.cache_salt;
+  expect.tokens_sha256 = TokensSha256(r.prompt.data(), static_cast<size_t>(n));
+  absl::StatusOr<PrefixCheckpoint> c = store.Load(*name, expect);
+  if (!c.ok()) {
+    spdlog::warn("request {}: prefix checkpoint {} ignored, the prefix is computed here: {}",
+                 r.request_id, store.PathOf(*name), OneLineError(c.status()));
+    return nullptr;
+  }
+  MarkResident(chain);
+  return std::make_shared<const PrefixCheckpoint>(*std::move(c));
+}
+
 std::shared_ptr<const PrefixCheckpoint> EngineImpl::FindCheckpoint(const GenerateRequest& r) {
   CheckpointStore* store = options_.checkpoint_store.get();
   if (store == nullptr || !options_.enable_prefix_caching) return nullptr;
+  if (!r.checkpoint_file.empty()) return LoadNamedCheckpoint(r);
   const int32_t bs = kv_.block_size;
   // Every full block of the prompt: a checkpoint is saved with them all, and one that ends with
   // the prompt's last token still serves the blocks before it (the lookup recomputes the last).
@@ -561,18 +615,21 @@ void EngineImpl::InstallCheckpoint(Sequence& seq) {
 void EngineImpl::SaveCheckpoint(const Sequence& seq) {
   const int32_t bs = kv_.block_size;
   const int32_t k = seq.prompt_len / bs;
-  if (k == 0 || int64_t{k} * bs < options_.checkpoint_min_tokens ||
+  // A P/D prefill is saved whatever its length, and whenever its file is missing now: the
+  // decode side reads the file, and the one this process saved may have been evicted since.
+  const bool prefill_only = seq.req.prefill_only;
+  if (k == 0 || (!prefill_only && int64_t{k} * bs < options_.checkpoint_min_tokens) ||
       static_cast<int32_t>(seq.block_hashes.size()) < k) {
     return;
   }
   const uint64_t chain = seq.block_hashes[static_cast<size_t>(k - 1)];
-  {
+  if (!prefill_only) {
     absl::MutexLock lock(&resident_mu_);
     if (resident_.contains(chain)) return;
   }
   CheckpointStore& store = *options_.checkpoint_store;
   const uint64_t name = CheckpointName(chain);
-  if (store.Longest({name}, 1) == 1) {  // saved before (this process or another)
+  if (prefill_only ? store.Exists(name) : store.Known(name)) {  // saved before (here or not)
     MarkResident(chain);
     return;
   }

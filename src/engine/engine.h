@@ -60,6 +60,15 @@ struct EngineOptions {
   std::shared_ptr<CheckpointStore> checkpoint_store;
   int32_t checkpoint_min_tokens = 1024;
   std::string model_revision;
+  // False: never save (the decode side of a P/D pair only reads what its prefill side wrote);
+  // prefill_only requests are saved regardless.
+  bool checkpoint_save = true;
+};
+
+// A prefix checkpoint of a prompt (Engine::CheckpointFor).
+struct CheckpointRef {
+  std::string file;        // "<16 hex digits>.dipc"; "" for none
+  int32_t num_tokens = 0;  // prompt tokens it covers (whole blocks)
 };
 
 // Latency histograms (seconds) use the shared bucket shape.
@@ -125,6 +134,14 @@ class Engine {
   // True once the model is loaded and a warm-up step has run.
   virtual bool ready() const = 0;
   virtual const model::Model& model() const = 0;
+  // The checkpoint that holds, or would hold, the KV of `prompt`'s full blocks under
+  // `cache_salt`: its file name ("<16 hex digits>.dipc") and the tokens it covers. Empty without
+  // a checkpoint store or a full block. The name depends on the token ids, the model revision
+  // and the cache layout only (never on the rank). Threads: any.
+  virtual CheckpointRef CheckpointFor(const std::vector<int32_t>& prompt,
+                                      uint64_t cache_salt) const {
+    return {};
+  }
 
   // Creates the engine and starts its thread (which runs a warm-up step).
   // Errors: those of arch::CreateCausalLm; Unimplemented "unsupported_kv_cache_dtype" when the

@@ -276,24 +276,6 @@ absl::StatusOr<PrefixCheckpoint> DecodeCheckpoint(std::string_view bytes,
 
 // ---- CheckpointStore ----
 
-namespace {
-
-// The chain hash a checkpoint file name carries, or nullopt for another name.
-std::optional<uint64_t> HashOfName(std::string_view name) {
-  if (name.size() != 16 + kCheckpointSuffix.size() || !name.ends_with(kCheckpointSuffix)) {
-    return std::nullopt;
-  }
-  uint64_t h = 0;
-  for (char ch : name.substr(0, 16)) {
-    int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
-    if (v < 0) return std::nullopt;
-    h = h << 4 | static_cast<uint64_t>(v);
-  }
-  return h;
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(std::string dir,
                                                                         int64_t max_bytes,
                                                                         size_t queue_capacity) {
@@ -311,7 +293,7 @@ absl::StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(std::stri
   absl::MutexLock lock(&store->mu_);
   for (const auto& [path, size] : store->ListOldestFirst()) {
     total += size;
-    if (auto h = HashOfName(fs::path(path).filename().string())) store->known_.insert(*h);
+    if (auto h = ParseCheckpointFileName(fs::path(path).filename().string())) store->known_.insert(*h);
   }
   store->bytes_ = total;
   return store;
@@ -338,6 +320,11 @@ std::string CheckpointStore::PathOf(uint64_t chain_hash) const {
 bool CheckpointStore::Exists(uint64_t chain_hash) const {
   struct stat st;
   return ::stat(PathOf(chain_hash).c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool CheckpointStore::Known(uint64_t chain_hash) const {
+  absl::MutexLock lock(&mu_);
+  return known_.contains(chain_hash);
 }
 
 int32_t CheckpointStore::Longest(const std::vector<uint64_t>& chain_hashes,
@@ -429,7 +416,7 @@ std::vector<std::pair<std::string, int64_t>> CheckpointStore::ListOldestFirst() 
   std::vector<Item> items;
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!HashOfName(it->path().filename().string())) continue;
+    if (!ParseCheckpointFileName(it->path().filename().string())) continue;
     std::error_code e2;
     if (!it->is_regular_file(e2)) continue;
     const auto size = it->file_size(e2);
@@ -472,7 +459,7 @@ void CheckpointStore::WriteOne(uint64_t chain_hash, PrefixCheckpoint& checkpoint
     std::error_code ec;
     if (fs::remove(path, ec)) {
       total -= bytes;
-      if (auto h = HashOfName(fs::path(path).filename().string())) evicted.push_back(*h);
+      if (auto h = ParseCheckpointFileName(fs::path(path).filename().string())) evicted.push_back(*h);
     }
   }
   const absl::Status s = util::WriteFileAtomically(PathOf(chain_hash), *file, /*overwrite=*/false);

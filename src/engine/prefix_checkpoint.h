@@ -126,6 +126,21 @@ absl::StatusOr<PrefixCheckpoint> DecodeCheckpoint(std::string_view bytes,
 
 // "<hash as 16 lowercase hex digits>.dipc".
 std::string CheckpointFileName(uint64_t chain_hash);
+// The hash a CheckpointFileName names; nullopt for anything else (other lengths, upper case,
+// paths: a name from outside never reaches the file system unchecked). Inline: the API layer's
+// protocol code checks names without linking engine code.
+inline std::optional<uint64_t> ParseCheckpointFileName(std::string_view name) {
+  if (name.size() != 16 + kCheckpointSuffix.size() || !name.ends_with(kCheckpointSuffix)) {
+    return std::nullopt;
+  }
+  uint64_t h = 0;
+  for (char ch : name.substr(0, 16)) {
+    const int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+    if (v < 0) return std::nullopt;
+    h = h << 4 | static_cast<uint64_t>(v);
+  }
+  return h;
+}
 
 // A folder of checkpoint files with a byte budget, and a writer thread.
 //
@@ -163,6 +178,8 @@ class CheckpointStore {
   std::string PathOf(uint64_t chain_hash) const;
   // Whether a file for the chain exists now (a stat; another process may have written it).
   bool Exists(uint64_t chain_hash) const;
+  // Whether a file for the chain is known (listed at Open or written since); no I/O.
+  bool Known(uint64_t chain_hash) const;
   // The largest k >= min_blocks such that a file for chain_hashes[k - 1] is known; 0 if none.
   // No I/O (the set of names listed at Open or written since).
   int32_t Longest(const std::vector<uint64_t>& chain_hashes, int32_t min_blocks) const;

@@ -86,7 +86,8 @@ class PrefixCheckpointEngineTest : public ::testing::TestWithParam<Case> {
 
   // An engine with the prefix cache off (the reference), or on with a fresh store over dir_.
   std::unique_ptr<Engine> Make(bool checkpoints, const std::string& revision = "rev-1",
-                               kernels::KvDtype dtype = kernels::KvDtype::kF32) {
+                               kernels::KvDtype dtype = kernels::KvDtype::kF32,
+                               bool save = true) {
     EngineOptions o;
     o.num_threads = 2;
     o.kv_cache_tokens = 4096;
@@ -102,6 +103,7 @@ class PrefixCheckpointEngineTest : public ::testing::TestWithParam<Case> {
       o.checkpoint_store = store_;
       o.checkpoint_min_tokens = 32;
       o.model_revision = revision;
+      o.checkpoint_save = save;
     }
     auto e = Engine::Create(*model_, o);
     EXPECT_TRUE(e.ok()) << e.status();
@@ -219,6 +221,70 @@ TEST_P(PrefixCheckpointEngineTest, ACorruptFileIsRejectedAndRecomputed) {
   EXPECT_EQ(Generate(*second, Request(), &u), want);
   EXPECT_EQ(u.cached_tokens, 0);
   EXPECT_EQ(store_->counters().rejected[static_cast<int>(CheckpointReject::kCorrupt)], 1);
+}
+
+// Prefill/decode disaggregation at the engine: a prefill_only request samples nothing and saves
+// its blocks whatever --checkpoint-min-tokens says; a decode engine (saving nothing itself) told
+// the file name restores it and answers the tokens of an engine without any cache.
+TEST_P(PrefixCheckpointEngineTest, APrefillOnlyRequestHandsItsBlocksToADecodeEngine) {
+  auto plain = Make(false);
+  ASSERT_TRUE(plain);
+  const std::vector<int32_t> want = Generate(*plain, Request());
+  auto prefill = Make(true);
+  ASSERT_TRUE(prefill);
+  std::shared_ptr<CheckpointStore> prefill_store = store_;
+  auto decode = Make(true, "rev-1", kernels::KvDtype::kF32, /*save=*/false);
+  ASSERT_TRUE(decode);
+  std::shared_ptr<CheckpointStore> decode_store = store_;
+
+  GenerateRequest full = Request();
+  const CheckpointRef ref = prefill->CheckpointFor(full.prompt, 0);
+  ASSERT_EQ(ref.num_tokens, 64);
+  EXPECT_EQ(decode->CheckpointFor(full.prompt, 0).file, ref.file);  // one name on both sides
+  // Below checkpoint_min_tokens (32) and still saved: the decode side asked for it.
+  for (int32_t n : {16, 64}) {
+    GenerateRequest p = Request();
+    p.prompt.resize(static_cast<size_t>(n));
+    p.prefill_only = true;
+    p.max_tokens = 1;
+    auto stream = prefill->Submit(p);
+    ASSERT_TRUE(stream.ok()) << stream.status();
+    StreamUpdate u;
+    std::vector<int32_t> tokens;
+    while ((*stream)->Wait(u, std::chrono::seconds(60))) {
+      for (const TokenEvent& t : u.tokens) tokens.push_back(t.token);
+      if (u.finish != FinishReason::kNone) break;
+    }
+    EXPECT_EQ(u.finish, FinishReason::kLength);
+    EXPECT_TRUE(tokens.empty());
+    EXPECT_EQ(u.completion_tokens, 0);
+  }
+  prefill_store->Flush();
+  EXPECT_EQ(prefill_store->counters().saved, 2);
+  ASSERT_TRUE(fs::exists(dir_ / ref.file));
+
+  GenerateRequest d = Request();
+  d.checkpoint_file = ref.file;
+  d.checkpoint_tokens = ref.num_tokens;
+  StreamUpdate u;
+  EXPECT_EQ(Generate(*decode, d, &u), want);
+  EXPECT_EQ(u.cached_tokens, 64);
+  EXPECT_EQ(decode_store->counters().restored, 1);
+  decode_store->Flush();
+  EXPECT_EQ(decode_store->counters().saved, 0);
+  // A hint that names no checkpoint file, or more tokens than the prompt, costs a recompute.
+  auto fresh = Make(true, "rev-1", kernels::KvDtype::kF32, /*save=*/false);
+  ASSERT_TRUE(fresh);
+  for (auto [file, n] : {std::pair<std::string, int32_t>{"../" + ref.file, 64},
+                         {ref.file, 80}, {ref.file, 63}, {ref.file, 48}}) {
+    GenerateRequest bad = Request();
+    bad.checkpoint_file = file;
+    bad.checkpoint_tokens = n;
+    EXPECT_EQ(Generate(*fresh, bad, &u), want) << file << " " << n;
+  }
+  // 48 tokens named with the 64-token file: read, refused for its fingerprint.
+  EXPECT_EQ(store_->counters().rejected[static_cast<int>(CheckpointReject::kWrongFingerprint)], 1);
+  EXPECT_EQ(store_->counters().restored, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCheckpointEngineTest,

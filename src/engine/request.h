@@ -37,6 +37,18 @@ struct GenerateRequest {
   std::string request_id;               // for logs only
   // Data-parallel rank that must serve it (X-data-parallel-rank); -1: the engine chooses.
   int32_t dp_rank = -1;
+  // Prefill/decode disaggregation (docs/engine.md "Prefill/decode disaggregation").
+  // The prefill side: compute the prompt's KV cache and save its checkpoint (whatever its
+  // length, even if a file for it exists in memory only), sample nothing, and finish with
+  // kLength and no tokens. The prompt should be whole blocks (the engine saves its full ones).
+  bool prefill_only = false;
+  // The decode side: the file in the checkpoint folder ("<16 hex digits>.dipc", as the prefill
+  // side named it) said to hold the KV of the prompt's first checkpoint_tokens tokens. Submit
+  // reads and verifies it against this prompt (revision, layout, fingerprint, payload) and
+  // restores it instead of looking for a checkpoint itself; one that fails is counted, logged
+  // and the prefix recomputed. Empty: none.
+  std::string checkpoint_file;
+  int32_t checkpoint_tokens = 0;
 };
 
 // One generated token.

@@ -281,6 +281,16 @@ void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledTo
     CommitFullBlocks(seq);
     return;
   }
+  if (seq.req.prefill_only) {
+    // P/D prefill side: the prompt's KV cache is all it wants; the token sampled at its end is
+    // dropped unseen.
+    seq.num_computed += s.num_real_tokens();
+    CommitFullBlocks(seq);
+    seq.prompt_reported = true;
+    if (prompt_computed_) prompt_computed_(seq);
+    Finish(seq, FinishReason::kLength);
+    return;
+  }
   FinishReason finish = FinishReason::kNone;
   int32_t emitted = 0;
   while (emitted < out.num_tokens && finish == FinishReason::kNone) {

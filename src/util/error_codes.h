@@ -70,6 +70,13 @@ inline constexpr ErrorCode kUnsupportedContent{
 inline constexpr ErrorCode kInvalidToken{
     "invalid_token", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A token id outside the vocabulary (prompt, logit_bias, stop_token_ids)."};
+inline constexpr ErrorCode kUnsupportedOnPd{
+    "unsupported_on_pd", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
+    "The decode side of a P/D pair serves text prompts only (no images, no structured-output "
+    "constraints); `param` names the field."};
+inline constexpr ErrorCode kPdUnauthorized{
+    "pd_unauthorized", absl::StatusCode::kUnauthenticated, 401, ErrorSurface::kServe,
+    "An internal P/D call without the prefill side's DEEPINFER_PD_API_KEY as its bearer token."};
 inline constexpr ErrorCode kInvalidDpRank{
     "invalid_dp_rank", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "X-data-parallel-rank is not an integer or names a rank the server does not have."};
@@ -189,6 +196,15 @@ inline constexpr ErrorCode kWarmingUp{
     "warming_up", absl::StatusCode::kUnavailable, 503, ErrorSurface::kServe,
     "The model is loaded and the --warmup-file requests are running (/health is 503 until they "
     "finish)."};
+inline constexpr ErrorCode kPdPrefillUnavailable{
+    "pd_prefill_unavailable", absl::StatusCode::kUnavailable, 503, ErrorSurface::kServe,
+    "The decode side of a P/D pair could not get the prompt prefilled: its prefill side "
+    "(--pd-prefill-url) is unreachable, refused the P/D key, failed, or could not write the "
+    "checkpoint."};
+inline constexpr ErrorCode kPdCheckpointNotWritten{
+    "pd_checkpoint_not_written", absl::StatusCode::kUnavailable, 503, ErrorSurface::kServe,
+    "The prefill side of a P/D pair computed the prompt but could not write its checkpoint "
+    "(folder read-only or full, write queue full); its log says which."};
 inline constexpr ErrorCode kShuttingDown{"shutting_down", absl::StatusCode::kUnavailable, 503,
                                          ErrorSurface::kServe,
                                          "The server is stopping; the request was ended."};

@@ -25,11 +25,10 @@ def synthetic_checkpoint(case_dir: pathlib.Path, out: pathlib.Path):
                    timeout=120)
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
+def write_v3_tiny(d: pathlib.Path) -> pathlib.Path:
     """v3_groups_yarn (3 layers, YaRN, one MTP module) with its vocabulary widened to the toy
-    tokenizer's 320 ids: the recipe's embedding and head draw 320 rows instead of 256."""
-    d = tmp_path_factory.mktemp("tiny_deepseek")
+    tokenizer's 320 ids (the recipe's embedding and head draw 320 rows instead of 256), written
+    into the folder `d` with the toy tokenizer."""
     config = json.loads((GOLDEN / "v3_groups_yarn" / "config.json").read_text())
     config["vocab_size"] = VOCAB
     (d / "config.json").write_text(json.dumps(config))
@@ -42,6 +41,11 @@ def checkpoint(tmp_path_factory):
         (d / f).write_bytes((GOLDEN / "v3_direct_q" / f).read_bytes())
     synthetic_checkpoint(d, d)
     return d
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_v3_tiny(tmp_path_factory.mktemp("tiny_deepseek"))
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 // Feeds arbitrary bytes to the request parsers and validators of the HTTP API (chat,
-// completions, tokenize, detokenize, Anthropic messages, Responses; the --warmup-file parser)
+// completions, tokenize, detokenize, Anthropic messages, Responses; the --warmup-file parser;
+// the internal P/D prefill call and its answer)
 // and to the error and SSE encoders their results reach. They must never crash, whatever the bytes.
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 
 #include "api/anthropic_types.h"
 #include "api/openai_types.h"
+#include "api/pd_protocol.h"
 #include "api/responses_types.h"
 #include "api/warmup_file.h"
 #include "http/errors.h"
@@ -47,6 +49,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (p.sampling.temperature < 0 || p.sampling.temperature > 2) __builtin_trap();
     if (p.max_tokens && *p.max_tokens < 1) __builtin_trap();
     if (chat->messages.empty()) __builtin_trap();
+  }
+  // The internal P/D call: the prefill side parses the request, the decode side the answer.
+  auto pd = deepinfer::api::ParsePdPrefillRequest(body, limits.vocab_size);
+  Check(pd);
+  if (pd.ok()) {
+    if (pd->tokens.empty()) __builtin_trap();
+    for (int32_t id : pd->tokens) {
+      if (id < 0 || id >= limits.vocab_size) __builtin_trap();
+    }
+    auto again = deepinfer::api::ParsePdPrefillRequest(
+        deepinfer::api::PdPrefillRequestBody(*pd), limits.vocab_size);
+    if (!again.ok() || again->tokens != pd->tokens || again->cache_salt != pd->cache_salt) {
+      __builtin_trap();
+    }
+  }
+  if (auto answer = deepinfer::api::ParsePdPrefillAnswer(body, 4096)) {
+    if (answer->num_tokens < 0 || answer->num_tokens > 4096) __builtin_trap();
+    if (answer->checkpoint.empty() && answer->num_tokens != 0) __builtin_trap();
+    if (answer->checkpoint.find('/') != std::string::npos) __builtin_trap();
   }
   auto completion = deepinfer::api::ParseCompletionRequest(body, limits);
   Check(completion);
