@@ -20,13 +20,14 @@ ALLOWED = {
     "kernels": {"util", "model"},
     "arch": {"util", "model", "kernels"},
     "tokenizer": {"util", "model"},
-    "engine": {"util", "model", "kernels", "arch"},
+    "constraint": {"util", "model", "tokenizer"},
+    "engine": {"util", "model", "kernels", "arch", "constraint"},
     "http": {"util"},
-    "api": {"util", "http", "model", "tokenizer", "engine"},
+    "api": {"util", "http", "model", "tokenizer", "constraint", "engine"},
     "gateway": {"util", "http"},
     "tools": {"util", "http", "model", "tokenizer", "api"},
-    "cli": {"util", "model", "kernels", "arch", "tokenizer", "engine", "http", "api", "gateway",
-            "tools"},
+    "cli": {"util", "model", "kernels", "arch", "tokenizer", "constraint", "engine", "http", "api",
+            "gateway", "tools"},
 }
 
 # Headers of a lower layer that only some layers may see: api/ talks to the engine through its

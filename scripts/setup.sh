@@ -47,6 +47,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
   echo "$req_hash" > "$stamp"
 fi
 
+# The structured-output backend's source (xgrammar, built with the project).
+scripts/fetch_xgrammar.sh > /dev/null
+
 if ((want_model)); then
   scripts/fetch_model.sh
 fi

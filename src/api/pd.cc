@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <utility>
 
 #include "api/metrics.h"
+#include "absl/cleanup/cleanup.h"
+#include "absl/synchronization/mutex.h"
 #include "api/pd_protocol.h"
 #include "engine/prefix_checkpoint.h"
 #include "fmt/format.h"
@@ -39,6 +42,45 @@ bool KeyMatches(const std::string& key, const http::Request& request) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0 && bearer && !key.empty();
 }
 
+// Why a prefill call ended early: the server stopping, or the decode side hanging up.
+absl::Status GoneError(http::ResponseWriter& writer) {
+  if (writer.stopping()) {
+    return UnavailableError(codes::kShuttingDown, "The prefill side is stopping.");
+  }
+  return MakeError(absl::StatusCode::kCancelled, codes::kClientClosedRequest,
+                   "The decode side closed the connection.");
+}
+
+// Prefill calls in progress at once on the prefill side: each holds one checkpoint in the
+// store's writer queue (queue capacity kPdPrefillSlots, serve.cc), so a burst of calls waits
+// here instead of dropping checkpoints.
+class PrefillSlots {
+ public:
+  // Waits for a slot; false when `gone` turns true first.
+  bool Acquire(const std::function<bool()>& gone) {
+    absl::MutexLock lock(&mu_);
+    auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return busy_ < kPdPrefillSlots; };
+    while (!mu_.AwaitWithTimeout(absl::Condition(&free), absl::Milliseconds(20))) {
+      if (gone()) return false;
+    }
+    ++busy_;
+    return true;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    --busy_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int busy_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+PrefillSlots& Slots() {
+  static PrefillSlots* slots = new PrefillSlots();
+  return *slots;
+}
+
 absl::Status RunPdPrefill(const ServedModel& model, const http::Request& request,
                           http::ResponseWriter& writer) {
   if (model.pd == nullptr || model.pd->role != PdRole::kPrefill || model.checkpoints == nullptr) {
@@ -58,7 +100,12 @@ absl::Status RunPdPrefill(const ServedModel& model, const http::Request& request
   bool computed = false;
   if (name.has_value()) {
     r.tokens.resize(static_cast<size_t>(ref.num_tokens));  // its full blocks
+    const std::function<bool()> gone = [&writer] {
+      return writer.PeerClosed() || writer.stopping();
+    };
     if (!model.checkpoints->Exists(*name)) {
+      if (!Slots().Acquire(gone)) return GoneError(writer);
+      absl::Cleanup release = [] { Slots().Release(); };
       engine::GenerateRequest g;
       g.prompt = r.tokens;
       g.max_tokens = 1;
@@ -69,10 +116,9 @@ absl::Status RunPdPrefill(const ServedModel& model, const http::Request& request
       DI_ASSIGN_OR_RETURN(auto stream, model.engine->Submit(std::move(g)));
       engine::StreamUpdate update;
       while (true) {
-        if (writer.PeerClosed() || writer.stopping()) {
+        if (gone()) {
           stream->Cancel();
-          return MakeError(absl::StatusCode::kCancelled, codes::kClientClosedRequest,
-                           "The decode side closed the connection.");
+          return GoneError(writer);
         }
         if (stream->Wait(update, std::chrono::milliseconds(20)) &&
             update.finish != engine::FinishReason::kNone) {
@@ -90,12 +136,15 @@ absl::Status RunPdPrefill(const ServedModel& model, const http::Request& request
       }
       prefill_s = Seconds(Clock::now() - start);
       // The engine queued the checkpoint for its writer: wait for it to reach the folder.
-      model.checkpoints->Flush();
+      model.checkpoints->WaitWritten(*name);
       computed = true;
       if (!model.checkpoints->Exists(*name)) {
         return UnavailableError(codes::kPdCheckpointNotWritten,
                                 fmt::format("The prefill side computed {} tokens but could not "
-                                            "write their checkpoint; see its log.",
+                                            "write their checkpoint (the folder is read-only or "
+                                            "full, or --checkpoint-max-bytes is smaller than "
+                                            "one checkpoint); its prefix checkpoint metrics "
+                                            "count which.",
                                             ref.num_tokens));
       }
     }
@@ -112,8 +161,8 @@ absl::Status RunPdPrefill(const ServedModel& model, const http::Request& request
 
 // One prefill call of the decode side; fills *file, *tokens and *prefill_s from the answer.
 absl::Status CallPrefill(const PdConfig& pd, const std::vector<int32_t>& prompt, uint64_t salt,
-                         const std::string& request_id, std::string* file, int32_t* tokens,
-                         double* prefill_s) {
+                         const std::string& request_id, const std::function<bool()>& cancelled,
+                         std::string* file, int32_t* tokens, double* prefill_s) {
   auto unavailable = [&](const std::string& why) {
     return UnavailableError(
         codes::kPdPrefillUnavailable,
@@ -137,8 +186,12 @@ absl::Status CallPrefill(const PdConfig& pd, const std::vector<int32_t>& prompt,
   fetch.idle_timeout_ms = pd.prefill_timeout_ms;
   fetch.total_timeout_ms = pd.prefill_timeout_ms;
   fetch.max_body_bytes = 64 * 1024;
+  fetch.cancel = cancelled;  // closing the call cancels the prefill there
   absl::StatusOr<http::ClientResponse> answer = http::Fetch(*url, r, fetch);
-  if (!answer.ok()) return unavailable(OneLineError(answer.status()));
+  if (!answer.ok()) {
+    if (absl::IsCancelled(answer.status())) return answer.status();
+    return unavailable(OneLineError(answer.status()));
+  }
   if (answer->status != 200) {
     std::string code = "?";
     const util::Json j = util::ParseJsonOrDiscarded(answer->body);
@@ -188,7 +241,8 @@ void HandlePdPrefill(const ServedModel& model, const http::Request& request,
 
 absl::StatusOr<PdPrefillCost> PrefillOnPeer(const ServedModel& model,
                                             std::vector<ChoiceSpec>& specs,
-                                            const std::string& request_id) {
+                                            const std::string& request_id,
+                                            const std::function<bool()>& cancelled) {
   const Clock::time_point start = Clock::now();
   PdPrefillCost cost;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -199,14 +253,23 @@ absl::StatusOr<PdPrefillCost> PrefillOnPeer(const ServedModel& model,
       continue;
     }
     engine::GenerateRequest& g = specs[i].request;
+    // The full blocks before the prompt's last token: that token is always computed here (its
+    // logits are the first sample), so a block it ends would be computed twice. A prompt
+    // without such a block needs no prefill side at all.
+    std::vector<int32_t> head(g.prompt.begin(), g.prompt.end() - 1);
+    const engine::CheckpointRef ref = model.engine->CheckpointFor(head, g.cache_salt);
+    if (ref.num_tokens == 0) continue;
+    head.resize(static_cast<size_t>(ref.num_tokens));
     double prefill_s = 0;
-    absl::Status st = CallPrefill(*model.pd, g.prompt, g.cache_salt, request_id,
+    absl::Status st = CallPrefill(*model.pd, head, g.cache_salt, request_id, cancelled,
                                   &g.checkpoint_file, &g.checkpoint_tokens, &prefill_s);
     if (!st.ok()) {
+      if (absl::IsCancelled(st)) return st;  // the client left: nothing to count
       spdlog::warn("request {}: {}", request_id, OneLineError(st));
       if (model.metrics != nullptr) model.metrics->RecordPdFailure();
       return st;
     }
+    ++cost.calls;
     cost.prefill_s += prefill_s;
     cost.checkpoint_tokens += g.checkpoint_tokens;
   }

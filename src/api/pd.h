@@ -14,6 +14,7 @@
 // the transport (a shared folder, an HTTP call naming the file) is deepinfer's own.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,9 @@ const char* PdRoleName(PdRole role);
 inline constexpr const char* kPdApiKeyEnv = "DEEPINFER_PD_API_KEY";
 // The prefill side's internal route.
 inline constexpr std::string_view kPdPrefillPath = "/internal/pd/prefill";
+// Prefill calls the prefill side runs at once (more wait); its checkpoint writer queue holds as
+// many, so none is dropped for want of room.
+inline constexpr int kPdPrefillSlots = 16;
 
 struct PdConfig {
   PdRole role = PdRole::kCombined;
@@ -61,20 +65,24 @@ void HandlePdPrefill(const ServedModel& model, const http::Request& request,
 
 // What a request's prefill calls cost. Units: seconds, tokens.
 struct PdPrefillCost {
+  int32_t calls = 0;     // prompts sent (those with a full block before their last token)
   double call_s = 0;     // the calls, end to end
   double prefill_s = 0;  // of which the prefill side computed (its "prefill_seconds")
   int64_t checkpoint_tokens = 0;  // prompt tokens the checkpoints cover
 };
 
 // Decode side, before the engine requests are submitted: asks the prefill side to prefill each
-// distinct prompt of `specs` and points each choice's request at the checkpoint file it answered
-// (GenerateRequest::checkpoint_file).
-// Errors: Unavailable "pd_prefill_unavailable" (unreachable, timed out, refused the key, or
+// distinct prompt of `specs` (its full blocks before the last token; none: no call) and points
+// each choice's request at the checkpoint file it answered (GenerateRequest::checkpoint_file).
+// `cancelled` (the client left) is polled while waiting and ends the call, which cancels the
+// prefill on the prefill side.
+// Errors: Cancelled "client_closed_request" when `cancelled` turned true; Unavailable "pd_prefill_unavailable" (unreachable, timed out, refused the key, or
 //   answered an error or a malformed body; the message says which), also counted in
 //   model.metrics.
 // Threads: a connection thread. Blocks for the prefill.
 absl::StatusOr<PdPrefillCost> PrefillOnPeer(const ServedModel& model,
                                             std::vector<ChoiceSpec>& specs,
-                                            const std::string& request_id);
+                                            const std::string& request_id,
+                                            const std::function<bool()>& cancelled);
 
 }  // namespace deepinfer::api

@@ -57,7 +57,14 @@ absl::StatusOr<PdPrefillRequest> ParsePdPrefillRequest(std::string_view body, in
     }
     r.cache_salt = v;
   }
-  if (auto id = util::StringMember(j, "request_id")) r.request_id = id->substr(0, 64);
+  if (auto id = util::StringMember(j, "request_id")) {
+    // It reaches the log: letters, digits and -_.: only.
+    for (char c : id->substr(0, 64)) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '_' || c == '.' || c == ':';
+      r.request_id += ok ? c : '?';
+    }
+  }
   return r;
 }
 

@@ -18,7 +18,7 @@ namespace deepinfer::api {
 struct PdPrefillRequest {
   std::vector<int32_t> tokens;  // non-empty, each in [0, vocab)
   uint64_t cache_salt = 0;      // optional in the body (0)
-  std::string request_id;       // optional, cut to 64 bytes; for logs only
+  std::string request_id;       // optional, cut to 64 bytes, other than [A-Za-z0-9-_.:] as '?'
 };
 
 // {"checkpoint": "<16 hex>.dipc" or "", "num_tokens": int, "computed": bool,

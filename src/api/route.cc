@@ -77,12 +77,14 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   }
   std::optional<PdPrefillCost> pd_cost;
   if (pd_decode) {
-    DI_ASSIGN_OR_RETURN(pd_cost, PrefillOnPeer(model, specs, route.id()));
+    DI_ASSIGN_OR_RETURN(pd_cost, PrefillOnPeer(model, specs, route.id(), [&writer] {
+                          return writer.PeerClosed() || writer.stopping();
+                        }));
   }
   const auto submitted = std::chrono::steady_clock::now();
   DI_ASSIGN_OR_RETURN(auto generation, Generation::Start(*model.engine, *model.tokenizer,
                                                          std::move(specs), model.metrics));
-  if (pd_cost.has_value() && model.metrics != nullptr) {
+  if (pd_cost.has_value() && pd_cost->calls > 0 && model.metrics != nullptr) {
     // Start read and verified the checkpoints (Engine::Submit).
     const double read_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();

@@ -143,7 +143,19 @@ absl::Status CheckPdOptions(ServeOptions& o) {
     return bad(fmt::format("--pd-role {} needs {} in the environment (the same on both sides)",
                            role, kPdApiKeyEnv));
   }
+  for (const char* c = key; *c != '\0'; ++c) {
+    if (*c < 0x21 || *c > 0x7e) {  // it travels in a header: visible ASCII only
+      return bad(fmt::format("{} must be visible ASCII characters (no spaces or control "
+                             "characters)",
+                             kPdApiKeyEnv));
+    }
+  }
   o.pd.api_key = key;
+  if (!o.engine.enable_prefix_caching) {
+    return bad(fmt::format("--pd-role {} needs the prefix cache (drop --no-prefix-caching): "
+                           "restored checkpoints live there",
+                           role));
+  }
   if (o.pd.role == PdRole::kDecode) {
     if (o.pd.prefill_url.empty()) return bad("--pd-role decode needs --pd-prefill-url");
     absl::StatusOr<http::Url> url = http::ParseUrl(o.pd.prefill_url);
@@ -259,12 +271,13 @@ absl::Status Serve(ServeOptions o) {
   if (o.pd.role != PdRole::kCombined) {
     // The prefill side's writer queue holds one checkpoint per concurrent prefill call.
     auto store = engine::CheckpointStore::Open(o.pd_checkpoint_dir, o.checkpoint_max_bytes,
-                                               o.pd.role == PdRole::kPrefill ? 16 : 4);
+                                               kPdPrefillSlots);
     if (!store.ok()) return Failed("bad --pd-checkpoint-dir", store.status());
     checkpoints = std::shared_ptr<engine::CheckpointStore>(*std::move(store));
     o.engine.checkpoint_store = checkpoints;
-    // The decode side reads what its prefill side wrote and writes nothing there.
-    o.engine.checkpoint_save = o.pd.role == PdRole::kPrefill;
+    // Only the prefill calls write (GenerateRequest::prefill_only): the decode side reads what
+    // its prefill side wrote, and the prefill side's queue stays free for the calls.
+    o.engine.checkpoint_save = false;
     spdlog::info("P/D {} side: checkpoints in {} ({} MiB of at most {} MiB), revision {}{}",
                  PdRoleName(o.pd.role), o.pd_checkpoint_dir, checkpoints->bytes() >> 20,
                  o.checkpoint_max_bytes >> 20, o.engine.model_revision,

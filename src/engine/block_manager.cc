@@ -66,6 +66,7 @@ bool BlockManager::Allocate(int32_t n, std::vector<int32_t>& out) {
     } else {
       b = lru_head_;
       UnlinkEvictable(b);
+      if (evict_hook_ && cached_[b]) evict_hook_(hash_[b]);
       Uncache(b);
     }
     DI_CHECK(ref_[b] == 0);

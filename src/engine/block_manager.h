@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -53,6 +54,10 @@ class BlockManager {
 
   static uint64_t HashBlock(uint64_t parent_hash, const int32_t* tokens, int32_t n, uint64_t salt);
 
+  // Called with a cached block's hash when Allocate evicts it (the engine forgets restored
+  // prefix checkpoints whose last block is gone). Same thread as Allocate.
+  void set_evict_hook(std::function<void(uint64_t)> hook) { evict_hook_ = std::move(hook); }
+
  private:
   void LinkEvictable(int32_t b);
   void UnlinkEvictable(int32_t b);
@@ -63,6 +68,7 @@ class BlockManager {
   const bool enable_prefix_caching_;
   std::vector<int32_t> ref_;
   std::vector<uint64_t> hash_;
+  std::function<void(uint64_t)> evict_hook_;
   std::vector<bool> cached_;
   std::vector<int32_t> tokens_;     // [num_blocks, block_size], valid for cached blocks
   std::vector<int32_t> free_list_;  // never-cached free blocks

@@ -173,6 +173,13 @@ absl::Status EngineImpl::Init() {
   }
   if (options_.checkpoint_store != nullptr) {
     InitCheckpoints();
+    // A restored chain whose last block is evicted is no longer resident: a later request
+    // reads its file again instead of recomputing (sequences free blocks last to first, so the
+    // last block goes first).
+    blocks_->set_evict_hook([this](uint64_t hash) {
+      absl::MutexLock lock(&resident_mu_);
+      resident_.erase(hash);
+    });
     scheduler_->set_prompt_computed_hook([this](const Sequence& seq) {
       if (options_.checkpoint_save || seq.req.prefill_only) SaveCheckpoint(seq);
     });
@@ -566,6 +573,14 @@ void EngineImpl::InstallCheckpoint(Sequence& seq) {
   // Room for every block at once: a prefix is restored whole or not at all (then recomputed).
   if (blocks_->num_available() < k ||
       (window_blocks_ != nullptr && window_blocks_->num_available() < k - window_first)) {
+    // Not restored after all: forget it, so that a later request reads the file again.
+    uint64_t chain = 0;
+    for (int32_t i = 0; i < k; ++i) {
+      chain = BlockManager::HashBlock(chain, c->tokens.data() + static_cast<size_t>(i) * bs, bs,
+                                      seq.req.cache_salt);
+    }
+    absl::MutexLock lock(&resident_mu_);
+    resident_.erase(chain);
     return;
   }
   const uint64_t salt = seq.req.cache_salt;

@@ -352,6 +352,14 @@ absl::StatusOr<PrefixCheckpoint> CheckpointStore::Load(uint64_t chain_hash,
   absl::MutexLock lock(&mu_);
   if (!checkpoint.ok()) {
     ++counters_.rejected[static_cast<int>(reason)];
+    if (reason == CheckpointReject::kTruncated || reason == CheckpointReject::kBadFormat ||
+        reason == CheckpointReject::kCorrupt) {
+      // Damaged: nobody can use it, and while it stands its name cannot be written again.
+      std::error_code ec;
+      const int64_t size = static_cast<int64_t>(bytes->size());
+      if (fs::remove(PathOf(chain_hash), ec)) bytes_ = std::max<int64_t>(0, bytes_ - size);
+      known_.erase(chain_hash);
+    }
     return checkpoint.status();
   }
   ++counters_.restored;
@@ -370,6 +378,18 @@ bool CheckpointStore::Save(uint64_t chain_hash, PrefixCheckpoint checkpoint) {
   queue_.emplace_back(chain_hash, std::move(checkpoint));
   cv_.SignalAll();
   return true;
+}
+
+void CheckpointStore::WaitWritten(uint64_t chain_hash) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ && writing_hash_ == chain_hash) return false;
+    for (const auto& [hash, c] : queue_) {
+      if (hash == chain_hash) return false;
+    }
+    return true;
+  };
+  while (!settled()) cv_.Wait(&mu_);
 }
 
 void CheckpointStore::Flush() {
@@ -398,6 +418,7 @@ void CheckpointStore::WriterLoop() {
       job = std::move(queue_.front());
       queue_.pop_front();
       writing_ = true;
+      writing_hash_ = job.first;
     }
     WriteOne(job.first, job.second);
     job.second = {};  // free the payload before waiting for the next one

@@ -185,13 +185,17 @@ class CheckpointStore {
   int32_t Longest(const std::vector<uint64_t>& chain_hashes, int32_t min_blocks) const;
   // Reads and verifies the file of `chain_hash` (DecodeCheckpoint), counting a restore or a
   // rejection. A missing file: NotFound "file_not_found" (forgotten from the known set, not
-  // counted as a rejection).
+  // counted as a rejection). A truncated, malformed or corrupt file is removed (so that the
+  // prefix can be saved again); one of another revision, layout or prefix stays.
   absl::StatusOr<PrefixCheckpoint> Load(uint64_t chain_hash, const CheckpointExpect& expect);
   // Queues `checkpoint` (header.model_revision, layout, cache_salt, window_first_block, tokens
   // and payload set) under `chain_hash`. Returns false when dropped.
   bool Save(uint64_t chain_hash, PrefixCheckpoint checkpoint);
   // Blocks until every queued checkpoint has been written or given up (tests, shutdown).
   void Flush();
+  // Blocks until no write of `chain_hash` is queued or in progress (at once when there is none):
+  // its file is then written, was there already, or could not be written.
+  void WaitWritten(uint64_t chain_hash);
   Counters counters() const;
   // Sum of the sizes of the checkpoint files in the folder, as last scanned or written.
   int64_t bytes() const;
@@ -211,6 +215,7 @@ class CheckpointStore {
   std::deque<std::pair<uint64_t, PrefixCheckpoint>> queue_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint64_t> known_ ABSL_GUARDED_BY(mu_);  // chain hashes with a file
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t writing_hash_ ABSL_GUARDED_BY(mu_) = 0;  // with writing_
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   Counters counters_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -267,6 +267,11 @@ TEST_F(CheckpointStoreTest, FindsTheLongestKnownChainAndVerifiesWhatItLoads) {
   EXPECT_EQ(n.restored_tokens, 8);
   EXPECT_EQ(n.rejected[static_cast<int>(CheckpointReject::kWrongRevision)], 1);
   EXPECT_EQ(n.rejected[static_cast<int>(CheckpointReject::kCorrupt)], 1);
+  // The corrupt file is gone (its name can be written again); the foreign one stays.
+  EXPECT_FALSE(fs::exists(dir_ / CheckpointFileName(6)));
+  EXPECT_EQ((*store)->Longest({6}, 1), 0);
+  EXPECT_TRUE(fs::exists(dir_ / CheckpointFileName(5)));
+  EXPECT_EQ((*store)->bytes(), static_cast<int64_t>(file.size()));
 
   // A file removed behind the store's back is forgotten, not counted as a rejection.
   fs::remove(dir_ / CheckpointFileName(5));
@@ -274,6 +279,19 @@ TEST_F(CheckpointStoreTest, FindsTheLongestKnownChainAndVerifiesWhatItLoads) {
   ASSERT_FALSE(gone.ok());
   EXPECT_EQ(ErrorCodeOf(gone.status()), "file_not_found");
   EXPECT_EQ((*store)->Longest({5}, 1), 0);
+}
+
+TEST_F(CheckpointStoreTest, WaitWrittenWaitsForThatChainOnly) {
+  auto store = CheckpointStore::Open(dir_.string(), 1 << 20);
+  ASSERT_TRUE(store.ok());
+  (*store)->WaitWritten(41);  // nothing queued: returns at once
+  ASSERT_TRUE((*store)->Save(41, MakeCheckpoint(2)));
+  ASSERT_TRUE((*store)->Save(42, MakeCheckpoint(1)));
+  (*store)->WaitWritten(41);
+  EXPECT_TRUE((*store)->Exists(41));
+  (*store)->WaitWritten(42);
+  EXPECT_TRUE((*store)->Exists(42));
+  EXPECT_EQ((*store)->counters().saved, 2);
 }
 
 TEST_F(CheckpointStoreTest, AVanishedFolderCostsTheSaveNotTheProcess) {

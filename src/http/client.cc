@@ -191,6 +191,10 @@ namespace {
 
 // `step` is "write" or "read".
 absl::Status ExchangeError(const char* step, const error_code& ec) {
+  if (ec == net::error::operation_aborted) {
+    return MakeError(absl::StatusCode::kCancelled, util::codes::kClientClosedRequest,
+                     fmt::format("{}: cancelled", step));
+  }
   if (ec == net::error::timed_out) {
     return MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kTimeout,
                      fmt::format("{}: timed out", step));
@@ -211,6 +215,7 @@ absl::StatusOr<ClientResponse> Fetch(const Url& url, const ClientRequest& reques
   if (options.total_timeout_ms > 0) {
     client.deadline = Clock::now() + std::chrono::milliseconds(options.total_timeout_ms);
   }
+  client.cancel = options.cancel;
   ClientConnection connection(client);
   DI_RETURN_IF_ERROR(connection.Connect(url));
 

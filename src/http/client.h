@@ -151,6 +151,9 @@ struct FetchOptions {
   int total_timeout_ms = 0;
   // A body read whole that grows past this fails the exchange (0: no limit).
   int64_t max_body_bytes = 0;
+  // Consulted between wait slices (about every 20 ms); true ends the exchange with Cancelled
+  // "client_closed_request" (the caller's own client left). Null: never.
+  std::function<bool()> cancel;
 };
 
 // Called with each piece of the body as it arrives (chunked coding removed); false hangs up.

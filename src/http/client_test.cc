@@ -250,6 +250,28 @@ TEST(FetchTest, ABodyUntilTheCloseIsWhole) {
   EXPECT_EQ(r->body, "abcdef");
 }
 
+TEST(FetchTest, CancelEndsTheExchangeAsClientClosedRequest) {
+  TestServer server;
+  std::atomic<bool> gone{false};
+  FetchOptions options;
+  options.cancel = [&gone] { return gone.load(); };
+  std::thread leave([&gone] {
+    std::this_thread::sleep_for(100ms);
+    gone = true;
+  });
+  ClientRequest r;
+  r.target = "/hang";
+  const auto start = std::chrono::steady_clock::now();
+  auto answer = Fetch(server.url(), r, options);
+  leave.join();
+  ASSERT_FALSE(answer.ok());
+  EXPECT_TRUE(absl::IsCancelled(answer.status()));
+  EXPECT_EQ(ErrorCodeOf(answer.status()), "client_closed_request");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  for (int i = 0; i < 200 && !server.saw_hang_up(); ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_TRUE(server.saw_hang_up());
+}
+
 TEST(ClientConnectionTest, SkipsInterimAnswersAndRefusesUpgrades) {
   CannedServer server({"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n"
                        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Final: 1\r\n\r\nok"},

@@ -82,6 +82,7 @@ constexpr ErrorCode kAll[] = {
     codes::kUnsupportedKvCacheDtype,
     codes::kBadWarmup,
     codes::kInvalidDpRank,
+    codes::kInvalidConstraint,
     codes::kUnsupportedOnPd,
     codes::kPdUnauthorized,
     codes::kBadTelemetry,

@@ -70,6 +70,10 @@ inline constexpr ErrorCode kUnsupportedContent{
 inline constexpr ErrorCode kInvalidToken{
     "invalid_token", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A token id outside the vocabulary (prompt, logit_bias, stop_token_ids)."};
+inline constexpr ErrorCode kInvalidConstraint{
+    "invalid_constraint", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
+    "A structured-output constraint (JSON schema, regex, choice, grammar) is malformed or uses a "
+    "feature the grammar engine does not support; the message gives the engine's reason."};
 inline constexpr ErrorCode kUnsupportedOnPd{
     "unsupported_on_pd", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "The decode side of a P/D pair serves text prompts only (no images, no structured-output "

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 
 import httpx
 import pytest
@@ -143,14 +144,15 @@ def test_pd_pair_gives_the_tokens_of_a_combined_server(arch, tmp_path):
             cached = body["usage"]["prompt_tokens_details"]["cached_tokens"]
             assert cached == expected_cached(len(p)), (len(p), body["usage"])
             restored += cached
-        # One file per prompt with a full block, written by the prefill side only.
+        # One file per prompt with a full block before its last token (the others need no
+        # prefill side), written by the prefill side only.
         files = sorted(folder.glob("*.dipc"))
-        assert len(files) == sum(1 for n in lengths if n >= BLOCK)
+        sent = [n for n in lengths if n > BLOCK]
+        assert len(files) == len(sent)
         d = pair.decode.base_url
         assert metric(d, "deepinfer_pd_prefill_failures_total") == 0
-        assert metric(d, "deepinfer_pd_checkpoint_tokens_total") == sum(
-            n // BLOCK * BLOCK for n in lengths)
-        assert metric(d, "deepinfer_pd_transfer_seconds_count") == len(lengths)
+        assert metric(d, "deepinfer_pd_checkpoint_tokens_total") == sum(map(expected_cached, sent))
+        assert metric(d, "deepinfer_pd_transfer_seconds_count") == len(sent)
         assert metric(d, "deepinfer_pd_suffix_tokens_sum") == sum(lengths) - restored
         # Asked again: the prefill side finds the file and computes nothing; same text.
         p = prompts(vocab, lengths)[-1]
@@ -168,7 +170,10 @@ def stories_model():
     return STORIES
 
 
-def chat(base, content="Tell me a story about a cat.", stream=False):
+STORY = "Tell me a story about a cat who lived in a big house with a little girl and a dog."
+
+
+def chat(base, content=STORY, stream=False):
     return httpx.post(base + "/v1/chat/completions", timeout=60, json={
         "messages": [{"role": "user", "content": content}], "max_tokens": 8,
         "temperature": 0, "stream": stream})
@@ -196,6 +201,8 @@ def test_plain_request_to_a_decode_side_whose_prefill_side_is_down_is_a_clean_50
             assert f"127.0.0.1:{dead}" in r.json()["error"]["message"]
             assert httpx.get(decode.base_url + "/health", timeout=5).status_code == 200
         assert metric(decode.base_url, "deepinfer_pd_prefill_failures_total") == 3
+        # A prompt without a full block before its last token needs no prefill side.
+        assert chat(decode.base_url, content="Hi").status_code == 200
         assert KEY not in decode.logs()
         assert decode.alive()
     finally:
@@ -264,6 +271,81 @@ def test_prefill_side_dying_mid_request_is_a_clean_503_and_other_requests_go_on(
         harness.close()
 
 
+class SilentPrefillSide:
+    """A harness prefill side that takes each call and never answers; it notes when the caller
+    closes the connection."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.port = self.sock.getsockname()[1]
+        self.closed_after = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._hold, args=(conn,), daemon=True).start()
+
+    def _hold(self, conn):
+        start = time.monotonic()
+        while conn.recv(65536):
+            pass
+        self.closed_after.append(time.monotonic() - start)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_a_client_leaving_while_the_prefill_side_works_ends_the_call(stories_model, tmp_path):
+    harness = SilentPrefillSide()
+    decode = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
+                                         "--pd-checkpoint-dir", str(tmp_path),
+                                         "--model-revision", "r1", "--pd-prefill-url",
+                                         f"http://127.0.0.1:{harness.port}"])
+    try:
+        with pytest.raises(httpx.TimeoutException):
+            httpx.post(decode.base_url + "/v1/chat/completions", timeout=1.0, json={
+                "messages": [{"role": "user", "content": STORY}], "max_tokens": 8})
+        deadline = time.monotonic() + 5
+        while not harness.closed_after and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert harness.closed_after and harness.closed_after[0] < 3.0, harness.closed_after
+        assert metric(decode.base_url, "deepinfer_pd_prefill_failures_total") == 0
+        assert httpx.get(decode.base_url + "/health", timeout=5).status_code == 200
+    finally:
+        decode.stop()
+        harness.close()
+
+
+def test_many_concurrent_prefill_calls_all_get_their_checkpoint(stories_model, tmp_path):
+    """More calls at once than the prefill side runs (16): they wait for a slot, none is
+    dropped."""
+    pair = Pair(stories_model, tmp_path)
+    try:
+        rng = random.Random(3)
+        bodies = [[rng.randrange(3, 500) for _ in range(rng.randrange(17, 60))] for _ in range(48)]
+        results = [None] * len(bodies)
+
+        def one(i):
+            results[i] = complete(pair.decode.base_url, bodies[i], max_tokens=2)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert [r.status_code for r in results] == [200] * len(bodies), \
+            [r.text for r in results if r.status_code != 200][:2]
+        assert metric(pair.decode.base_url, "deepinfer_pd_prefill_failures_total") == 0
+    finally:
+        pair.stop()
+
+
 def test_prefill_side_refuses_internal_calls_without_its_key(stories_model, tmp_path):
     pair = Pair(stories_model, tmp_path)
     try:
@@ -285,6 +367,11 @@ def test_prefill_side_refuses_internal_calls_without_its_key(stories_model, tmp_
         # The decode side and a combined server have no such route.
         assert_error(httpx.post(pair.decode.base_url + "/internal/pd/prefill", json=body,
                                 headers=auth, timeout=10), 404, "not_found")
+        # A request id reaches the log as plain characters only.
+        r = httpx.post(url, headers=auth, timeout=30, json={
+            "prompt_token_ids": list(range(3, 40)), "request_id": "x\n\u001b[31mevil"})
+        assert r.status_code == 200
+        assert "x???31mevil" in pair.prefill.logs()
         assert KEY not in pair.prefill.logs() and KEY not in pair.decode.logs()
     finally:
         pair.stop()
@@ -363,9 +450,15 @@ def test_corrupt_and_foreign_checkpoints_are_refused_counted_and_recomputed(stor
         assert metric(decode.base_url, "deepinfer_prefix_checkpoint_rejected_total",
                       'reason="corrupt"') == 1
         assert "ignored" in decode.logs()
+        # The damaged file was removed; the next request has it written again and restored.
+        r = complete(decode.base_url, text + " Again.")
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+        assert metric(decode.base_url, "deepinfer_prefix_checkpoint_restored_total") == 1
     finally:
         decode.stop()
-    path.unlink()
+    for f in tmp_path.glob("*.dipc"):
+        f.unlink()
     # A decode side of another revision refuses what the prefill side writes.
     other = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
                                         "--pd-checkpoint-dir", str(tmp_path),
@@ -411,6 +504,10 @@ def test_prefill_side_that_cannot_write_its_checkpoint_gives_503(stories_model, 
     (["--pd-role", "prefill", "--pd-checkpoint-dir", "{tmp}/missing", "--model-revision", "r"],
      KEY, "bad_option"),
     (["--pd-checkpoint-dir", "{tmp}"], KEY, "--pd-role"),
+    (["--pd-role", "prefill", "--pd-checkpoint-dir", "{tmp}", "--model-revision", "r"],
+     "a\r\nX-Injected: 1", "visible ASCII"),
+    (["--pd-role", "decode", "--pd-checkpoint-dir", "{tmp}", "--model-revision", "r",
+      "--pd-prefill-url", "http://127.0.0.1:1", "--no-prefix-caching"], KEY, "prefix cache"),
 ])
 def test_bad_pd_settings_stop_the_start_with_exit_2(stories_model, tmp_path, args, env, expect,
                                                     monkeypatch):

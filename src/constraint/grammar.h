@@ -1,0 +1,101 @@
+#pragma once
+
+// Grammar-constrained decoding: what a request may generate (a JSON schema, any JSON object, a
+// regular expression, one of fixed strings, or an EBNF grammar), compiled once per constraint
+// against the model's vocabulary, and a matcher per sequence that says which tokens may come
+// next (a bitmask over the vocabulary) and follows the tokens sampled.
+//
+// The backend is xgrammar's C++ core (Apache-2.0; scripts/fetch_xgrammar.sh). Its compiler
+// precomputes, for every grammar position, which tokens are accepted outright, rejected outright
+// or need a check against the parser's stack, so a mask costs a few microseconds to a
+// millisecond per token. Source: xgrammar (Dong et al., "XGrammar: Flexible and Efficient
+// Structured Generation Engine for Large Language Models", 2024); the same backend as vLLM's
+// and SGLang's structured outputs.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::constraint {
+
+enum class ConstraintKind {
+  kJsonObject,  // any JSON object (OpenAI's response_format json_object)
+  kJsonSchema,  // text: a JSON schema (json_schema / guided_json / structured_outputs.json)
+  kRegex,       // text: a regular expression the whole output matches
+  kChoice,      // choices: the output is exactly one of them
+  kGrammar,     // text: an EBNF grammar (xgrammar's dialect of GBNF), root rule "root"
+};
+
+// "json_object", "json_schema", "regex", "choice", "grammar".
+const char* ConstraintKindName(ConstraintKind kind);
+
+struct ConstraintSpec {
+  ConstraintKind kind = ConstraintKind::kJsonObject;
+  std::string text;                  // schema, regex or grammar
+  std::vector<std::string> choices;  // kChoice: non-empty
+};
+
+// A constraint compiled for one vocabulary. Immutable; shared by every sequence that uses it.
+class CompiledConstraint;
+
+// Compiles constraints for one model's vocabulary, with a cache keyed by the constraint.
+//
+// The vocabulary given to xgrammar is each token's decoded bytes (TokenPiece), so byte-level BPE,
+// SentencePiece-style and llama2.c vocabularies are handled alike; control tokens (IsSpecial)
+// never match grammar text; end-of-generation tokens (IsEog) end a completed grammar. Ids from
+// the tokenizer's vocabulary size up to `logits_size` (a model's padded head) are never allowed.
+// Threads: Compile is thread-safe (xgrammar's cache locks); compiles run on the caller's thread.
+class GrammarCompiler {
+ public:
+  // REQUIRES: logits_size >= tokenizer.vocab_size() > 0. Cost: one pass over the vocabulary
+  // (tens of milliseconds for 100K tokens); the tokenizer is not kept.
+  static std::unique_ptr<GrammarCompiler> Create(const tokenizer::Tokenizer& tokenizer,
+                                                 int32_t logits_size, int num_threads = 1);
+  ~GrammarCompiler();
+
+  // Errors: InvalidArgument "invalid_constraint" with the backend's reason (a malformed or
+  //   unsupported schema, regex or grammar; no choices; an empty choice).
+  absl::StatusOr<std::shared_ptr<const CompiledConstraint>> Compile(const ConstraintSpec& spec);
+
+  int32_t logits_size() const { return logits_size_; }
+
+ private:
+  struct Impl;
+  GrammarCompiler(std::unique_ptr<Impl> impl, int32_t logits_size);
+  std::unique_ptr<Impl> impl_;
+  const int32_t logits_size_;
+};
+
+// The state of one sequence's constrained output.
+//
+// Mask layout: MaskWords() 32-bit words; token t is allowed when bit (t % 32) of word t / 32 is
+// set (xgrammar's bitmask layout). Threads: one at a time (a sequence's own).
+class ConstraintMatcher {
+ public:
+  explicit ConstraintMatcher(std::shared_ptr<const CompiledConstraint> compiled);
+  ~ConstraintMatcher();
+  ConstraintMatcher(ConstraintMatcher&&) noexcept;
+  ConstraintMatcher& operator=(ConstraintMatcher&&) noexcept;
+
+  int32_t MaskWords() const;
+  // Fills `mask` ([MaskWords()]) with the tokens allowed next; an end-of-generation token is
+  // allowed once the grammar is complete. Returns the number of allowed tokens (0 only after
+  // the matcher terminated: a compiled grammar never strands a live sequence).
+  int32_t FillMask(uint32_t* mask);
+  // Advances past `token`. Returns false, changing nothing, when the grammar does not allow it.
+  bool Accept(int32_t token);
+  // True once an end-of-generation token was accepted after a complete grammar.
+  bool IsTerminated() const;
+  // True when the output so far is a complete match (an end-of-generation token may follow).
+  bool IsCompleted() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::constraint

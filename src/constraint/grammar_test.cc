@@ -1,0 +1,214 @@
+// Constraints compiled for real vocabularies (SmolLM2's byte-level BPE, stories260K's llama2.c
+// vocabulary, the DeepSeek-V3 and V4 tokenizers; each skips when its files are absent): text
+// that matches a constraint is allowed token by token as our tokenizer splits it, then an
+// end-of-generation token ends it; a wrong continuation is masked and refused; a random walk
+// over allowed tokens never reaches a dead end; malformed constraints are invalid_constraint.
+
+#include "constraint/grammar.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "http/errors.h"
+#include "tokenizer/deepseek_test_util.h"
+#include "tokenizer/test_util.h"
+#include "util/status.h"
+
+namespace deepinfer::constraint {
+namespace {
+
+namespace tt = tokenizer::testing;
+
+bool Allowed(const std::vector<uint32_t>& mask, int32_t token) {
+  return (mask[static_cast<size_t>(token) / 32] >> (token % 32)) & 1u;
+}
+
+struct Vocab {
+  const char* name;
+  const tokenizer::Tokenizer* (*get)();
+};
+
+class ConstraintTest : public ::testing::TestWithParam<Vocab> {
+ protected:
+  void SetUp() override {
+    tok_ = GetParam().get();
+    if (tok_ == nullptr) GTEST_SKIP() << GetParam().name << " tokenizer files are absent";
+    // A head padded past the vocabulary, as models often have: the extra ids are never allowed.
+    logits_ = tok_->vocab_size() + 7;
+    compiler_ = GrammarCompiler::Create(*tok_, logits_);
+    for (int32_t id = 0; id < tok_->vocab_size() && eog_ < 0; ++id) {
+      if (tok_->IsEog(id)) eog_ = id;
+    }
+  }
+
+  ConstraintMatcher Matcher(const ConstraintSpec& spec) {
+    auto compiled = compiler_->Compile(spec);
+    EXPECT_TRUE(compiled.ok()) << compiled.status();
+    return ConstraintMatcher(*compiled);
+  }
+
+  // Feeds `text` as our tokenizer splits it; every token must be allowed and accepted. Where
+  // that split's pieces do not spell the text (llama2.c's encoder puts a space in front of a
+  // text, SentencePiece's dummy prefix, which a model's output does not have there), the
+  // longest allowed piece that continues the text is taken at each step instead.
+  void Walk(ConstraintMatcher& m, const std::string& text) {
+    std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
+    std::vector<int32_t> ids;
+    tok_->EncodeAppend(text, /*parse_special=*/false, &ids);
+    std::string spelled;
+    for (int32_t id : ids) spelled += tok_->TokenPiece(id);
+    if (spelled == text) {
+      for (int32_t id : ids) {
+        ASSERT_GT(m.FillMask(mask.data()), 0);
+        ASSERT_TRUE(Allowed(mask, id)) << "token " << id << " '" << tok_->TokenPiece(id)
+                                       << "' of " << text;
+        ASSERT_TRUE(m.Accept(id)) << id;
+      }
+      return;
+    }
+    for (size_t at = 0; at < text.size();) {
+      ASSERT_GT(m.FillMask(mask.data()), 0);
+      int32_t best = -1;
+      size_t best_len = 0;
+      for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
+        const std::string piece = tok_->TokenPiece(id);
+        if (!Allowed(mask, id) || piece.size() <= best_len || tok_->IsSpecial(id)) continue;
+        if (text.compare(at, piece.size(), piece) == 0) {
+          best = id;
+          best_len = piece.size();
+        }
+      }
+      ASSERT_GE(best, 0) << "no allowed token continues " << text.substr(at);
+      ASSERT_TRUE(m.Accept(best));
+      at += best_len;
+    }
+  }
+
+  const tokenizer::Tokenizer* tok_ = nullptr;
+  int32_t logits_ = 0;
+  int32_t eog_ = -1;
+  std::unique_ptr<GrammarCompiler> compiler_;
+};
+
+TEST_P(ConstraintTest, MatchingTextIsAllowedTokenByTokenThenEndOfGenerationEndsIt) {
+  struct Case {
+    ConstraintSpec spec;
+    std::string text;
+  };
+  const std::vector<Case> cases = {
+      {{ConstraintKind::kJsonSchema,
+        R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},)"
+        R"("required":["name","age"]})"},
+       R"({"name": "Ada Lovelace", "age": 36})"},
+      {{ConstraintKind::kJsonObject, ""}, R"({"a": [1, 2.5, {"b": null}], "c": "x\ny"})"},
+      {{ConstraintKind::kRegex, "[0-9]{3}-[a-z]+"}, "123-abc"},
+      {{ConstraintKind::kChoice, "", {"yes", "no", "maybe \"so\""}}, "maybe \"so\""},
+      {{ConstraintKind::kGrammar, R"g(root ::= "(" [a-z]+ ("," [a-z]+)* ")")g"}, "(hello,world)"},
+  };
+  ASSERT_GE(eog_, 0);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(ConstraintKindName(c.spec.kind));
+    ConstraintMatcher m = Matcher(c.spec);
+    Walk(m, c.text);
+    EXPECT_TRUE(m.IsCompleted());
+    std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
+    ASSERT_GT(m.FillMask(mask.data()), 0);
+    EXPECT_TRUE(Allowed(mask, eog_));
+    for (int32_t id = tok_->vocab_size(); id < logits_; ++id) EXPECT_FALSE(Allowed(mask, id));
+    EXPECT_TRUE(m.Accept(eog_));
+    EXPECT_TRUE(m.IsTerminated());
+    EXPECT_EQ(m.FillMask(mask.data()), 0);
+    EXPECT_FALSE(m.Accept(eog_));
+  }
+}
+
+TEST_P(ConstraintTest, AWrongContinuationIsMaskedAndRefusedWithoutChangingTheState) {
+  ConstraintMatcher m = Matcher(
+      {ConstraintKind::kJsonSchema, R"({"type":"object","properties":{"n":{"type":"integer"}},)"
+                                    R"("required":["n"]})"});
+  Walk(m, R"({"n": )");
+  std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
+  m.FillMask(mask.data());
+  int32_t brace = -1;
+  for (int32_t id = 0; id < tok_->vocab_size() && brace < 0; ++id) {
+    if (tok_->TokenPiece(id) == "}") brace = id;
+  }
+  ASSERT_GE(brace, 0);
+  EXPECT_FALSE(Allowed(mask, brace));  // the required integer is missing
+  EXPECT_FALSE(m.Accept(brace));
+  EXPECT_FALSE(Allowed(mask, eog_));      // incomplete: the end is not allowed either
+  Walk(m, "42}");                         // the refused token changed nothing
+  EXPECT_TRUE(m.IsCompleted());
+}
+
+TEST_P(ConstraintTest, ControlTokensNeverMatchGrammarText) {
+  ConstraintMatcher m = Matcher({ConstraintKind::kJsonObject, ""});
+  std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
+  m.FillMask(mask.data());
+  for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
+    if (tok_->IsSpecial(id)) EXPECT_FALSE(Allowed(mask, id)) << id;
+  }
+}
+
+TEST_P(ConstraintTest, ARandomWalkOverAllowedTokensNeverReachesADeadEnd) {
+  std::mt19937 rng(5);
+  for (const ConstraintSpec& spec :
+       {ConstraintSpec{ConstraintKind::kJsonSchema,
+                       R"({"type":"object","properties":{"tags":{"type":"array","items":)"
+                       R"({"type":"string","maxLength":4},"maxItems":3},"ok":{"type":"boolean"}},)"
+                       R"("required":["tags","ok"],"additionalProperties":false})"},
+        ConstraintSpec{ConstraintKind::kRegex, "(ab|cd){1,4}[0-9]?"},
+        ConstraintSpec{ConstraintKind::kChoice, "", {"red", "green", "blue"}}}) {
+    SCOPED_TRACE(ConstraintKindName(spec.kind));
+    ConstraintMatcher m = Matcher(spec);
+    std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
+    for (int step = 0; step < 200 && !m.IsTerminated(); ++step) {
+      const int32_t allowed = m.FillMask(mask.data());
+      ASSERT_GT(allowed, 0) << "dead end at step " << step;
+      // Pick the k-th allowed token; past 40 steps prefer ending, so that the walk finishes.
+      int32_t pick = -1;
+      if (step > 40 && Allowed(mask, eog_)) {
+        pick = eog_;
+      } else {
+        int32_t k = static_cast<int32_t>(rng() % static_cast<uint32_t>(allowed));
+        for (int32_t id = 0; id < logits_ && pick < 0; ++id) {
+          if (Allowed(mask, id) && k-- == 0) pick = id;
+        }
+      }
+      ASSERT_GE(pick, 0);
+      ASSERT_LT(pick, tok_->vocab_size());
+      ASSERT_TRUE(m.Accept(pick));
+    }
+  }
+}
+
+TEST_P(ConstraintTest, MalformedConstraintsAreInvalidWithTheEnginesReason) {
+  for (const ConstraintSpec& spec : {ConstraintSpec{ConstraintKind::kJsonSchema, "{"},
+                                     ConstraintSpec{ConstraintKind::kJsonSchema, R"({"type":7})"},
+                                     ConstraintSpec{ConstraintKind::kRegex, "(unclosed"},
+                                     ConstraintSpec{ConstraintKind::kGrammar, "root ::= "},
+                                     ConstraintSpec{ConstraintKind::kGrammar, "start ::= \"a\""},
+                                     ConstraintSpec{ConstraintKind::kChoice, "", {}},
+                                     ConstraintSpec{ConstraintKind::kChoice, "", {"a", ""}}}) {
+    auto c = compiler_->Compile(spec);
+    ASSERT_FALSE(c.ok()) << ConstraintKindName(spec.kind) << " " << spec.text;
+    const http::ApiError e = http::ApiErrorFromStatus(c.status());
+    EXPECT_EQ(e.code, "invalid_constraint");
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_NE(e.message.find(ConstraintKindName(spec.kind)), std::string::npos) << e.message;
+    EXPECT_EQ(e.message.find('\n'), std::string::npos);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Vocabularies, ConstraintTest,
+    ::testing::Values(Vocab{"smollm2", &tt::SmolLm2Tokenizer},
+                      Vocab{"stories260k", &tt::Stories260kTokenizer},
+                      Vocab{"deepseek_v3", &tt::DeepseekV3Tokenizer},
+                      Vocab{"deepseek_v4", &tt::DeepseekV4Tokenizer}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace deepinfer::constraint
