@@ -136,8 +136,139 @@ absl::Status ParseTokenArray(const util::Json& v, const ParseLimits& limits,
 }
 
 // Fields of GenerationParams common to both routes, except logprobs (their shapes differ).
+// A JSON schema given as an object, or as a string holding one (vLLM takes both).
+absl::StatusOr<std::string> SchemaText(const util::Json& v, const std::string& param) {
+  if (v.is_object() || v.is_boolean()) return util::DumpJson(v);
+  if (v.is_string()) return v.get<std::string>();
+  return http::RequestError(param, util::codes::kInvalidType,
+                            fmt::format("'{}' must be a JSON schema (an object).", param));
+}
+
+absl::StatusOr<std::string> ConstraintString(const util::Json& v, const std::string& param) {
+  if (!v.is_string() || v.get<std::string>().empty()) {
+    return http::RequestError(param, util::codes::kInvalidType,
+                              fmt::format("'{}' must be a non-empty string.", param));
+  }
+  return v.get<std::string>();
+}
+
+absl::StatusOr<std::vector<std::string>> ConstraintChoices(const util::Json& v,
+                                                           const std::string& param) {
+  std::vector<std::string> out;
+  if (v.is_array()) {
+    for (const util::Json& c : v) {
+      if (!c.is_string()) break;
+      out.push_back(c.get<std::string>());
+    }
+  }
+  if (out.empty() || out.size() != v.size()) {
+    return http::RequestError(param, util::codes::kInvalidType,
+                              fmt::format("'{}' must be a non-empty array of strings.", param));
+  }
+  return out;
+}
+
+// The structured-output fields of a chat or completion request (GenerationParams::constraint).
+absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
+  using constraint::ConstraintKind;
+  using constraint::ConstraintSpec;
+  auto set = [&](ConstraintSpec spec, std::string param) -> absl::Status {
+    if (p->constraint.has_value()) {
+      return http::RequestError(param, util::codes::kInvalidValue,
+                                fmt::format("'{}' and '{}' both constrain the output; send one.",
+                                            p->constraint_param, param));
+    }
+    p->constraint = std::move(spec);
+    p->constraint_param = std::move(param);
+    return absl::OkStatus();
+  };
+  if (auto it = json.find("response_format"); it != json.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return http::RequestError("response_format", util::codes::kInvalidType,
+                                "'response_format' must be an object.");
+    }
+    const std::string type = it->value("type", "");
+    if (type == "json_object") {
+      DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonObject, ""}, "response_format"));
+    } else if (type == "json_schema") {
+      auto js = it->find("json_schema");
+      if (js == it->end() || !js->is_object()) {
+        return http::RequestError("response_format.json_schema", util::codes::kMissingField,
+                                  "response_format type json_schema needs a 'json_schema' object.");
+      }
+      auto schema = js->find("schema");
+      if (schema == js->end() || schema->is_null()) {
+        DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonObject, ""}, "response_format"));
+      } else {
+        DI_ASSIGN_OR_RETURN(std::string text,
+                            SchemaText(*schema, "response_format.json_schema.schema"));
+        DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonSchema, std::move(text)},
+                               "response_format.json_schema.schema"));
+      }
+    } else if (type != "text") {
+      return http::RequestError("response_format.type", util::codes::kUnsupportedValue,
+                                fmt::format("response_format type '{}' is not supported; use "
+                                            "text, json_object or json_schema.",
+                                            type));
+    }
+  }
+  // vLLM's structured_outputs object, then its older top-level guided_* fields.
+  if (auto it = json.find("structured_outputs"); it != json.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return http::RequestError("structured_outputs", util::codes::kInvalidType,
+                                "'structured_outputs' must be an object.");
+    }
+    for (const auto& [key, v] : it->items()) {
+      if (v.is_null()) continue;
+      const std::string param = "structured_outputs." + key;
+      if (key == "json") {
+        DI_ASSIGN_OR_RETURN(std::string text, SchemaText(v, param));
+        DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonSchema, std::move(text)}, param));
+      } else if (key == "regex") {
+        DI_ASSIGN_OR_RETURN(std::string text, ConstraintString(v, param));
+        DI_RETURN_IF_ERROR(set({ConstraintKind::kRegex, std::move(text)}, param));
+      } else if (key == "grammar") {
+        DI_ASSIGN_OR_RETURN(std::string text, ConstraintString(v, param));
+        DI_RETURN_IF_ERROR(set({ConstraintKind::kGrammar, std::move(text)}, param));
+      } else if (key == "choice") {
+        DI_ASSIGN_OR_RETURN(std::vector<std::string> choices, ConstraintChoices(v, param));
+        DI_RETURN_IF_ERROR(set({ConstraintKind::kChoice, "", std::move(choices)}, param));
+      } else if (key == "json_object") {
+        if (!v.is_boolean()) {
+          return http::RequestError(param, util::codes::kInvalidType,
+                                    fmt::format("'{}' must be a boolean.", param));
+        }
+        if (v.get<bool>()) DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonObject, ""}, param));
+      } else {
+        return http::RequestError(param, util::codes::kUnsupportedValue,
+                                  fmt::format("'{}' is not supported; use json, regex, choice, "
+                                              "grammar or json_object.",
+                                              param));
+      }
+    }
+  }
+  if (auto it = json.find("guided_json"); it != json.end() && !it->is_null()) {
+    DI_ASSIGN_OR_RETURN(std::string text, SchemaText(*it, "guided_json"));
+    DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonSchema, std::move(text)}, "guided_json"));
+  }
+  if (auto it = json.find("guided_regex"); it != json.end() && !it->is_null()) {
+    DI_ASSIGN_OR_RETURN(std::string text, ConstraintString(*it, "guided_regex"));
+    DI_RETURN_IF_ERROR(set({ConstraintKind::kRegex, std::move(text)}, "guided_regex"));
+  }
+  if (auto it = json.find("guided_grammar"); it != json.end() && !it->is_null()) {
+    DI_ASSIGN_OR_RETURN(std::string text, ConstraintString(*it, "guided_grammar"));
+    DI_RETURN_IF_ERROR(set({ConstraintKind::kGrammar, std::move(text)}, "guided_grammar"));
+  }
+  if (auto it = json.find("guided_choice"); it != json.end() && !it->is_null()) {
+    DI_ASSIGN_OR_RETURN(std::vector<std::string> choices, ConstraintChoices(*it, "guided_choice"));
+    DI_RETURN_IF_ERROR(set({ConstraintKind::kChoice, "", std::move(choices)}, "guided_choice"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, GenerationParams* p) {
   Fields f(json);
+  DI_RETURN_IF_ERROR(ParseConstraint(json, p));
   DI_RETURN_IF_ERROR(f.GetString("model", &p->model));
 
   std::optional<int64_t> n;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "constraint/grammar.h"
 #include "engine/sampler.h"
 #include "util/json.h"
 
@@ -36,6 +37,11 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;     // vLLM extension
+  // Structured output: response_format (json_object, json_schema), vLLM's structured_outputs
+  // (json, regex, choice, grammar, json_object) or its older guided_json / guided_regex /
+  // guided_choice / guided_grammar; at most one. Compiled by the route (constraint/grammar.h).
+  std::optional<constraint::ConstraintSpec> constraint;
+  std::string constraint_param;  // the request field it came from, for errors
 };
 
 // One chat message with its content flattened to text.

@@ -32,6 +32,78 @@ std::string RejectCompletion(const std::string& body, const std::string& param) 
   return e.code;
 }
 
+TEST(StructuredOutputParseTest, EveryFieldGivesItsConstraint) {
+  using constraint::ConstraintKind;
+  const std::string msgs = R"("messages":[{"role":"user","content":"x"}])";
+  struct Case {
+    std::string fields;
+    ConstraintKind kind;
+    std::string text;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {R"("response_format":{"type":"json_object"})", ConstraintKind::kJsonObject, "",
+       "response_format"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"p","schema":{"type":"object"},"strict":true}})",
+       ConstraintKind::kJsonSchema, R"({"type":"object"})", "response_format.json_schema.schema"},
+      {R"("response_format":{"type":"json_schema","json_schema":{"name":"p"}})",
+       ConstraintKind::kJsonObject, "", "response_format"},
+      {R"("structured_outputs":{"json":"{\"type\":\"array\"}"})", ConstraintKind::kJsonSchema,
+       R"({"type":"array"})", "structured_outputs.json"},
+      {R"("structured_outputs":{"regex":"[a-z]+"})", ConstraintKind::kRegex, "[a-z]+",
+       "structured_outputs.regex"},
+      {R"("structured_outputs":{"grammar":"root ::= \"a\""})", ConstraintKind::kGrammar,
+       R"(root ::= "a")", "structured_outputs.grammar"},
+      {R"("structured_outputs":{"json_object":true})", ConstraintKind::kJsonObject, "",
+       "structured_outputs.json_object"},
+      {R"("guided_json":{"type":"object"})", ConstraintKind::kJsonSchema, R"({"type":"object"})",
+       "guided_json"},
+      {R"("guided_regex":"\\d+")", ConstraintKind::kRegex, "\\d+", "guided_regex"},
+      {R"("guided_grammar":"root ::= \"b\"")", ConstraintKind::kGrammar, R"(root ::= "b")",
+       "guided_grammar"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseChatRequest("{" + msgs + "," + c.fields + "}", Limits());
+    ASSERT_TRUE(r.ok()) << c.fields << " " << r.status();
+    ASSERT_TRUE(r->params.constraint.has_value()) << c.fields;
+    EXPECT_EQ(r->params.constraint->kind, c.kind) << c.fields;
+    EXPECT_EQ(r->params.constraint->text, c.text) << c.fields;
+    EXPECT_EQ(r->params.constraint_param, c.param) << c.fields;
+  }
+  auto choice = ParseCompletionRequest(R"({"prompt":"x","guided_choice":["yes","no"]})", Limits());
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  EXPECT_EQ(choice->params.constraint->kind, ConstraintKind::kChoice);
+  EXPECT_EQ(choice->params.constraint->choices, (std::vector<std::string>{"yes", "no"}));
+  auto text = ParseChatRequest("{" + msgs + R"(,"response_format":{"type":"text"}})", Limits());
+  ASSERT_TRUE(text.ok());
+  EXPECT_FALSE(text->params.constraint.has_value());
+  auto responses = ParseResponsesRequest(
+      R"({"input":"x","text":{"format":{"type":"json_schema","name":"p","schema":{"type":"object"}}}})",
+      Limits());
+  ASSERT_TRUE(responses.ok()) << responses.status();
+  EXPECT_EQ(responses->params.constraint->kind, ConstraintKind::kJsonSchema);
+  EXPECT_EQ(responses->params.constraint_param, "text.format");
+}
+
+TEST(StructuredOutputParseTest, MalformedOrConflictingFieldsAre400s) {
+  const std::string m = R"({"messages":[{"role":"user","content":"x"}],)";
+  EXPECT_EQ(RejectChat(m + R"("response_format":"json"})", "response_format"), "invalid_type");
+  EXPECT_EQ(RejectChat(m + R"("response_format":{"type":"xml"}})", "response_format.type"),
+            "unsupported_value");
+  EXPECT_EQ(RejectChat(m + R"("response_format":{"type":"json_schema"}})",
+                       "response_format.json_schema"),
+            "missing_field");
+  EXPECT_EQ(RejectChat(m + R"("guided_choice":[]})", "guided_choice"), "invalid_type");
+  EXPECT_EQ(RejectChat(m + R"("guided_choice":["a",1]})", "guided_choice"), "invalid_type");
+  EXPECT_EQ(RejectChat(m + R"("guided_regex":""})", "guided_regex"), "invalid_type");
+  EXPECT_EQ(RejectChat(m + R"("structured_outputs":{"xml":"x"}})", "structured_outputs.xml"),
+            "unsupported_value");
+  EXPECT_EQ(RejectChat(m + R"("response_format":{"type":"json_object"},"guided_regex":"a"})",
+                       "guided_regex"),
+            "invalid_value");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":"x","guided_json":7})", "guided_json"), "invalid_type");
+}
+
 TEST(ParseChatRequestTest, ReadsAMinimalRequestWithDefaults) {
   auto r =
       ParseChatRequest(R"({"model":"m","messages":[{"role":"user","content":"hi"}]})", Limits());

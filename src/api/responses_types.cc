@@ -284,10 +284,38 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
     r.echo["reasoning"] = *it;
   }
   if (auto it = json.find("text"); it != json.end() && it->is_object()) {
-    if (auto format = it->find("format");
-        format != it->end() && format->is_object() && format->value("type", "text") != "text") {
-      return http::RequestError("text.format", util::codes::kUnsupportedValue,
-                                "Structured output formats are not supported; only plain text is.");
+    if (auto format = it->find("format"); format != it->end() && !format->is_null()) {
+      if (!format->is_object()) {
+        return http::RequestError("text.format", util::codes::kInvalidType,
+                                  "'text.format' must be an object.");
+      }
+      const std::string type = format->value("type", "text");
+      using constraint::ConstraintKind;
+      std::optional<constraint::ConstraintSpec> spec;
+      if (type == "json_object") {
+        spec = constraint::ConstraintSpec{ConstraintKind::kJsonObject, ""};
+      } else if (type == "json_schema") {
+        auto schema = format->find("schema");
+        if (schema == format->end() || !schema->is_object()) {
+          return http::RequestError("text.format.schema", util::codes::kMissingField,
+                                    "text.format type json_schema needs a 'schema' object.");
+        }
+        spec = constraint::ConstraintSpec{ConstraintKind::kJsonSchema, util::DumpJson(*schema)};
+      } else if (type != "text") {
+        return http::RequestError("text.format.type", util::codes::kUnsupportedValue,
+                                  fmt::format("text.format type '{}' is not supported; use text, "
+                                              "json_object or json_schema.",
+                                              type));
+      }
+      if (spec.has_value()) {
+        if (r.params.constraint.has_value()) {
+          return http::RequestError("text.format", util::codes::kInvalidValue,
+                                    "'text.format' and '" + r.params.constraint_param +
+                                        "' both constrain the output; send one.");
+        }
+        r.params.constraint = std::move(spec);
+        r.params.constraint_param = "text.format";
+      }
     }
     r.echo["text"] = *it;
   }

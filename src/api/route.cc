@@ -54,6 +54,24 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   }
   const GenerationParams& params = route.params();
   DI_RETURN_IF_ERROR(CheckModel(model, params.model));
+  // Structured output: compiled here, on the connection's thread (cached by constraint), so that
+  // a bad schema is a 400 before anything runs.
+  std::shared_ptr<const constraint::CompiledConstraint> compiled;
+  if (params.constraint.has_value()) {
+    if (pd_decode) {
+      return http::RequestError(params.constraint_param, util::codes::kUnsupportedOnPd,
+                                "This server is the decode side of a prefill/decode pair, which "
+                                "serves unconstrained text only.");
+    }
+    if (model.grammar == nullptr) {
+      return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kUnsupportedValue,
+                       "Structured outputs are not available on this server.");
+    }
+    absl::StatusOr<std::shared_ptr<const constraint::CompiledConstraint>> c =
+        model.grammar->Compile(*params.constraint);
+    if (!c.ok()) return http::WithParam(c.status(), params.constraint_param);
+    compiled = *std::move(c);
+  }
   DI_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, route.Render());
   std::vector<ChoiceSpec> specs;
   specs.reserve(prompts.size() * static_cast<size_t>(params.n));
@@ -70,6 +88,7 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
       const int32_t index = static_cast<int32_t>(p) * params.n + i;
       spec.request = MakeEngineRequest(params, prompts[p], max_tokens, index, route.id());
       spec.request.dp_rank = dp_rank;
+      spec.request.constraint = compiled;
       spec.prompt_index = static_cast<int32_t>(p);
       spec.stops = params.stop;
       specs.push_back(std::move(spec));

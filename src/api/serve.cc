@@ -331,6 +331,9 @@ absl::Status Serve(ServeOptions o) {
   if (auto st = tokenizer::AttachEngramTokenClasses(*text->tokenizer, model->get()); !st.ok()) {
     return Failed("cannot build the Engram token classes", st);
   }
+  // Structured outputs: one grammar compiler for the model's vocabulary (its logits' width).
+  std::unique_ptr<constraint::GrammarCompiler> grammar = constraint::GrammarCompiler::Create(
+      *text->tokenizer, std::max((*model)->config.vocab, text->tokenizer->vocab_size()));
   auto engine = engine::CreateDataParallelEngine(**model, o.engine, o.data_parallel_size,
                                                  o.data_parallel_cores);
   if (!engine.ok()) return Failed("cannot start engine", engine.status());
@@ -346,6 +349,7 @@ absl::Status Serve(ServeOptions o) {
   served.metrics = &routes.metrics();
   served.checkpoints = checkpoints.get();
   served.pd = o.pd.role != PdRole::kCombined ? &o.pd : nullptr;
+  served.grammar = grammar.get();
   routes.set_warming_up(!warmup.empty());
   routes.SetServedModel(&served);
 

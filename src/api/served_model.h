@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "constraint/grammar.h"
 #include "engine/engine.h"
 #include "http/server.h"
 #include "tokenizer/chat_template.h"
@@ -36,6 +37,9 @@ struct ServedModel {
   HttpMetrics* metrics = nullptr;
   engine::CheckpointStore* checkpoints = nullptr;  // null: no --prefix-checkpoint-dir
   const PdConfig* pd = nullptr;  // prefill/decode disaggregation (api/pd.h); null: combined
+  // Compiles structured-output constraints for this model's vocabulary; null where no
+  // generation runs.
+  constraint::GrammarCompiler* grammar = nullptr;
 };
 
 // The output budget of one choice.

@@ -97,12 +97,15 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
     const ConstraintSpec& spec) {
   const char* what = ConstraintKindName(spec.kind);
   try {
+    // JSON comes out in one line with ", " and ": " between items: free whitespace would let a
+    // small model pad with spaces until max_tokens (a known failure of any-whitespace JSON
+    // grammars, vLLM's disable_any_whitespace).
     switch (spec.kind) {
       case ConstraintKind::kJsonObject:
         // Any JSON object: the schema {"type": "object"} rather than the builtin JSON grammar,
         // which also admits arrays and scalars (OpenAI's json_object is an object).
         return std::make_shared<const CompiledConstraint>(
-            impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/true,
+            impl_->compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false,
                                               std::nullopt, std::nullopt,
                                               /*strict_mode=*/false),
             logits_size_);
@@ -110,7 +113,7 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
         // strict_mode false: properties the schema does not forbid may appear, as OpenAI's
         // non-strict mode and vLLM's default allow; strict schemas say additionalProperties.
         return std::make_shared<const CompiledConstraint>(
-            impl_->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/true, std::nullopt,
+            impl_->compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/false, std::nullopt,
                                               std::nullopt, /*strict_mode=*/false),
             logits_size_);
       case ConstraintKind::kRegex:

@@ -322,8 +322,12 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
                                       std::to_string(kv_capacity_tokens()) + " tokens");
   }
   std::shared_ptr<const PrefixCheckpoint> restore = FindCheckpoint(request);
+  if (request.constraint != nullptr) request.ignore_eos = false;  // the grammar's end is an end
   std::unique_ptr<Sequence> seq = Sequence::Create(0, std::move(request), Clock::now());
   seq->restore = std::move(restore);
+  if (seq->req.constraint != nullptr) {
+    seq->matcher = std::make_unique<constraint::ConstraintMatcher>(seq->req.constraint);
+  }
   auto stream = seq->stream;
   {
     absl::MutexLock lock(&mu_);

@@ -3,6 +3,9 @@
 
 #include "engine/executor.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "engine/speculative.h"
 
 namespace deepinfer::engine {
@@ -56,6 +59,24 @@ void Executor::BuildBatch(const StepPlan& plan) {
   batch_.num_tokens = static_cast<int32_t>(batch_tokens_.size());
 }
 
+void Executor::ApplyConstraint(Sequence& seq, float* logits) {
+  mask_.resize(static_cast<size_t>(seq.matcher->MaskWords()));
+  if (seq.matcher->FillMask(mask_.data()) == 0) {
+    seq.constraint_dead_end = true;
+    return;
+  }
+  // -inf outside the mask: every sampling path (greedy, top-k/p, min-p) then skips them.
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  for (int32_t w = 0; w < static_cast<int32_t>(mask_.size()); ++w) {
+    const uint32_t bits = mask_[static_cast<size_t>(w)];
+    if (bits == ~0u) continue;
+    const int32_t end = std::min(vocab_, (w + 1) * 32);
+    for (int32_t t = w * 32; t < end; ++t) {
+      if (((bits >> (t - w * 32)) & 1u) == 0) logits[t] = kBanned;
+    }
+  }
+}
+
 void Executor::Sample(const StepPlan& plan) {
   outputs_.seqs.resize(plan.seqs.size());
   outputs_.tokens.clear();
@@ -67,9 +88,16 @@ void Executor::Sample(const StepPlan& plan) {
     out.num_tokens = 0;
     out.num_accepted = 0;
     if (p.num_logits == 0) continue;
-    out.num_accepted = VerifyDrafts(*p.seq->sampler, logits_.data() + row * vocab_, vocab_,
-                                    p.seq->drafts.data(), p.num_drafts, outputs_.tokens);
+    float* logits = logits_.data() + row * vocab_;
+    constraint::ConstraintMatcher* matcher = p.seq->matcher.get();
+    if (matcher != nullptr) ApplyConstraint(*p.seq, logits);
+    out.num_accepted = VerifyDrafts(*p.seq->sampler, logits, vocab_, p.seq->drafts.data(),
+                                    p.num_drafts, outputs_.tokens);
     out.num_tokens = out.num_accepted + 1;
+    if (matcher != nullptr && !p.seq->constraint_dead_end &&
+        !matcher->Accept(outputs_.tokens.back().token)) {
+      p.seq->constraint_dead_end = true;  // every allowed token had -inf logits: nothing left
+    }
     row += p.num_logits;
   }
 }

@@ -36,6 +36,10 @@ class Executor {
  private:
   void BuildBatch(const StepPlan& plan);
   void Sample(const StepPlan& plan);
+  // Sets the logits of the tokens `seq`'s constraint does not allow next to -inf (or marks the
+  // sequence a dead end when it allows none). Cost: the mask (xgrammar) plus one pass over the
+  // banned words of the vocabulary.
+  void ApplyConstraint(Sequence& seq, float* logits);
 
   arch::CausalLm& lm_;
   arch::KvCache& kv_;
@@ -45,6 +49,7 @@ class Executor {
   arch::ForwardBatch batch_;
   std::vector<int32_t> batch_tokens_;
   std::vector<float> logits_;
+  std::vector<uint32_t> mask_;  // a constrained sequence's allowed tokens (bitmask)
   std::vector<float> hidden_;
   StepOutputs outputs_;
 };

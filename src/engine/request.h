@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/sampler.h"
+
+namespace deepinfer::constraint {
+class CompiledConstraint;
+}  // namespace deepinfer::constraint
 
 namespace deepinfer::engine {
 
@@ -49,6 +54,11 @@ struct GenerateRequest {
   // and the prefix recomputed. Empty: none.
   std::string checkpoint_file;
   int32_t checkpoint_tokens = 0;
+  // Structured output (constraint/grammar.h): each sampled token is drawn from those the
+  // constraint allows, and the output ends (kStop) when it is complete and an end-of-generation
+  // token is drawn. Compiled for this engine's model by the caller. Turns off ignore_eos and
+  // speculative drafts for the request. Null: free.
+  std::shared_ptr<const constraint::CompiledConstraint> constraint;
 };
 
 // One generated token.

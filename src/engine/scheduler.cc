@@ -281,6 +281,14 @@ void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledTo
     CommitFullBlocks(seq);
     return;
   }
+  if (seq.constraint_dead_end) {
+    // The constraint allowed no token (or the sampler drew none it allowed): fail the request
+    // rather than emit text outside it.
+    seq.num_computed += s.num_real_tokens();
+    CommitFullBlocks(seq);
+    Finish(seq, FinishReason::kError, &util::codes::kConstraintDeadEnd);
+    return;
+  }
   if (seq.req.prefill_only) {
     // P/D prefill side: the prompt's KV cache is all it wants; the token sampled at its end is
     // dropped unseen.

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "constraint/grammar.h"
 #include "engine/block_manager.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -27,6 +28,10 @@ struct Sequence {
   GenerateRequest req;
   std::shared_ptr<RequestStream> stream;
   std::unique_ptr<Sampler> sampler;  // null in tests that never sample
+  // Structured output: the constraint's state over the tokens generated so far (null: free),
+  // and whether it left no token to sample (the request then fails).
+  std::unique_ptr<constraint::ConstraintMatcher> matcher;
+  bool constraint_dead_end = false;
   std::vector<int32_t> tokens;       // prompt followed by generated tokens
   int32_t prompt_len = 0;
   int32_t num_computed = 0;          // tokens whose KV is in the cache

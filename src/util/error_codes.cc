@@ -83,6 +83,7 @@ constexpr ErrorCode kAll[] = {
     codes::kBadWarmup,
     codes::kInvalidDpRank,
     codes::kInvalidConstraint,
+    codes::kConstraintDeadEnd,
     codes::kUnsupportedOnPd,
     codes::kPdUnauthorized,
     codes::kBadTelemetry,

@@ -74,6 +74,10 @@ inline constexpr ErrorCode kInvalidConstraint{
     "invalid_constraint", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A structured-output constraint (JSON schema, regex, choice, grammar) is malformed or uses a "
     "feature the grammar engine does not support; the message gives the engine's reason."};
+inline constexpr ErrorCode kConstraintDeadEnd{
+    "constraint_dead_end", absl::StatusCode::kInternal, 500, ErrorSurface::kServe,
+    "The structured-output constraint allowed no next token (or every token it allowed was "
+    "banned by logit_bias); the output so far stands, the request ends with this error."};
 inline constexpr ErrorCode kUnsupportedOnPd{
     "unsupported_on_pd", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "The decode side of a P/D pair serves text prompts only (no images, no structured-output "
