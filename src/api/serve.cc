@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <atomic>
 #include <cstdlib>
 #include <thread>
@@ -290,6 +291,8 @@ absl::Status Serve(ServeOptions o) {
     checkpoints = std::shared_ptr<engine::CheckpointStore>(*std::move(store));
     if (o.engine.model_revision.empty()) o.engine.model_revision = DefaultModelRevision(o.model);
     o.engine.checkpoint_store = checkpoints;
+    // The newest checkpoints go back into the prefix cache at start (up to half of it).
+    o.engine.checkpoint_preload_tokens = std::numeric_limits<int64_t>::max();
     spdlog::info("prefix checkpoints in {} ({} MiB of at most {} MiB), revision {}, prefixes of "
                  ">= {} tokens",
                  o.prefix_checkpoint_dir, checkpoints->bytes() >> 20, o.checkpoint_max_bytes >> 20,

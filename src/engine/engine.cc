@@ -80,6 +80,13 @@ class EngineImpl final : public Engine {
   // Caller thread: a verified checkpoint of the longest saved chain `request`'s prompt starts
   // with, unless this rank restored or saved that chain itself; null otherwise.
   std::shared_ptr<const PrefixCheckpoint> FindCheckpoint(const GenerateRequest& request);
+  // Restores the store's newest checkpoints until checkpoint_preload_tokens (Init, before the
+  // engine thread starts).
+  void PreloadCheckpoints();
+  // Copies a verified checkpoint's blocks into free blocks of the caches and commits them to
+  // the prefix cache, all or none. Returns false when too few blocks are free. Engine thread
+  // (or Init before it runs).
+  bool InstallBlocks(const PrefixCheckpoint& c, uint64_t salt);
   // FindCheckpoint for a request naming its checkpoint file (P/D decode side).
   std::shared_ptr<const PrefixCheckpoint> LoadNamedCheckpoint(const GenerateRequest& request);
   // Engine thread: copies `seq.restore`'s blocks into free blocks of both caches and commits
@@ -183,6 +190,9 @@ absl::Status EngineImpl::Init() {
     scheduler_->set_prompt_computed_hook([this](const Sequence& seq) {
       if (options_.checkpoint_save || seq.req.prefill_only) SaveCheckpoint(seq);
     });
+  }
+  if (options_.checkpoint_store != nullptr && options_.checkpoint_preload_tokens > 0) {
+    PreloadCheckpoints();  // the engine thread does not run yet: the caches are this thread's
   }
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
   if (spec_tokens_ > 0) {
@@ -447,6 +457,17 @@ void EngineImpl::PublishStats() {
   stats_.queue_time = c.queue_time;
 }
 
+// The prefix cache's hash of the chain of the first `num_blocks` full blocks of `tokens`
+// (BlockManager::HashBlock chained from 0): what names a prefix's checkpoint.
+uint64_t ChainHash(const int32_t* tokens, int32_t num_blocks, int32_t block_size, uint64_t salt) {
+  uint64_t chain = 0;
+  for (int32_t i = 0; i < num_blocks; ++i) {
+    chain = BlockManager::HashBlock(chain, tokens + static_cast<size_t>(i) * block_size,
+                                    block_size, salt);
+  }
+  return chain;
+}
+
 void EngineImpl::InitCheckpoints() {
   CheckpointLayout& l = checkpoint_layout_;
   l.architecture = model_.config.architecture;
@@ -483,10 +504,7 @@ CheckpointRef EngineImpl::CheckpointFor(const std::vector<int32_t>& prompt,
   const int32_t bs = kv_.block_size;
   const size_t k = prompt.size() / static_cast<size_t>(bs);
   if (options_.checkpoint_store == nullptr || k == 0) return {};
-  uint64_t chain = 0;
-  for (size_t i = 0; i < k; ++i) {
-    chain = BlockManager::HashBlock(chain, prompt.data() + i * bs, bs, cache_salt);
-  }
+  const uint64_t chain = ChainHash(prompt.data(), static_cast<int32_t>(k), bs, cache_salt);
   return {CheckpointFileName(CheckpointName(chain)), static_cast<int32_t>(k) * bs};
 }
 
@@ -501,11 +519,7 @@ std::shared_ptr<const PrefixCheckpoint> EngineImpl::LoadNamedCheckpoint(const Ge
                  r.request_id, r.checkpoint_file.substr(0, 64), n, r.prompt.size());
     return nullptr;
   }
-  uint64_t chain = 0;
-  for (int32_t i = 0; i < n / bs; ++i) {
-    chain = BlockManager::HashBlock(chain, r.prompt.data() + static_cast<size_t>(i) * bs, bs,
-                                    r.cache_salt);
-  }
+  const uint64_t chain = ChainHash(r.prompt.data(), n / bs, bs, r.cache_salt);
   {
     absl::MutexLock lock(&resident_mu_);
     if (resident_.contains(chain)) return nullptr;
@@ -571,23 +585,24 @@ std::shared_ptr<const PrefixCheckpoint> EngineImpl::FindCheckpoint(const Generat
 
 void EngineImpl::InstallCheckpoint(Sequence& seq) {
   const std::shared_ptr<const PrefixCheckpoint> c = std::move(seq.restore);
+  if (InstallBlocks(*c, seq.req.cache_salt)) return;
+  // Not restored after all: forget it, so that a later request reads the file again.
+  const uint64_t chain =
+      ChainHash(c->tokens.data(), c->header.num_blocks(), kv_.block_size, seq.req.cache_salt);
+  absl::MutexLock lock(&resident_mu_);
+  resident_.erase(chain);
+}
+
+bool EngineImpl::InstallBlocks(const PrefixCheckpoint& checkpoint, uint64_t salt) {
+  const PrefixCheckpoint* c = &checkpoint;
   const int32_t bs = kv_.block_size;
   const int32_t k = c->header.num_blocks();
   const int32_t window_first = c->header.window_first_block;
   // Room for every block at once: a prefix is restored whole or not at all (then recomputed).
   if (blocks_->num_available() < k ||
       (window_blocks_ != nullptr && window_blocks_->num_available() < k - window_first)) {
-    // Not restored after all: forget it, so that a later request reads the file again.
-    uint64_t chain = 0;
-    for (int32_t i = 0; i < k; ++i) {
-      chain = BlockManager::HashBlock(chain, c->tokens.data() + static_cast<size_t>(i) * bs, bs,
-                                      seq.req.cache_salt);
-    }
-    absl::MutexLock lock(&resident_mu_);
-    resident_.erase(chain);
-    return;
+    return false;
   }
-  const uint64_t salt = seq.req.cache_salt;
   const char* payload = c->payload.data();
   std::vector<int32_t> main(static_cast<size_t>(k)), window(static_cast<size_t>(k), -1);
   std::vector<int32_t> fresh;
@@ -629,6 +644,37 @@ void EngineImpl::InstallCheckpoint(Sequence& seq) {
   }
   blocks_->Free(main);
   if (window_blocks_ != nullptr) window_blocks_->Free(window);
+  return true;
+}
+
+void EngineImpl::PreloadCheckpoints() {
+  CheckpointStore& store = *options_.checkpoint_store;
+  const int32_t bs = kv_.block_size;
+  // At most half the cache, whatever was asked: requests need room too.
+  const int64_t budget = std::min<int64_t>(options_.checkpoint_preload_tokens,
+                                           int64_t{kv_.num_blocks} * bs / 2);
+  int64_t restored = 0;
+  int32_t files = 0;
+  // A file's tokens from its size, before reading it: at most size / (4 bytes of token id + the
+  // main cache's bytes per token), since the header and window blocks only add bytes.
+  int64_t per_token = 4;
+  for (int64_t b : checkpoint_layout_.layer_bytes) per_token += b;
+  for (const auto& [name, size] : store.NewestFirst()) {
+    if (restored + size / per_token > budget) break;
+    CheckpointExpect expect;  // no fingerprint: whatever prefix the file holds
+    expect.model_revision = options_.model_revision;
+    expect.layout = checkpoint_layout_;
+    absl::StatusOr<PrefixCheckpoint> c = store.Load(name, expect);
+    if (!c.ok()) continue;  // another revision or layout, salted, or damaged: counted by Load
+    if (restored + c->header.num_tokens > budget) break;
+    if (!InstallBlocks(*c, 0)) break;
+    MarkResident(ChainHash(c->tokens.data(), c->header.num_blocks(), bs, 0));
+    restored += c->header.num_tokens;
+    ++files;
+  }
+  if (files > 0) {
+    spdlog::info("prefix checkpoints: {} restored at start ({} tokens)", files, restored);
+  }
 }
 
 void EngineImpl::SaveCheckpoint(const Sequence& seq) {

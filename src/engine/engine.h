@@ -63,6 +63,10 @@ struct EngineOptions {
   // False: never save (the decode side of a P/D pair only reads what its prefill side wrote);
   // prefill_only requests are saved regardless.
   bool checkpoint_save = true;
+  // At start (in Create, before the engine thread runs), the newest checkpoints of the store
+  // (unsalted, this revision and layout, verified) are restored into the prefix cache until
+  // they hold this many tokens; 0: none (restores then happen on a request's cache miss only).
+  int64_t checkpoint_preload_tokens = 0;
 };
 
 // A prefix checkpoint of a prompt (Engine::CheckpointFor).

@@ -322,6 +322,17 @@ bool CheckpointStore::Exists(uint64_t chain_hash) const {
   return ::stat(PathOf(chain_hash).c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+std::vector<std::pair<uint64_t, int64_t>> CheckpointStore::NewestFirst() const {
+  std::vector<std::pair<uint64_t, int64_t>> out;
+  for (const auto& [path, size] : ListOldestFirst()) {
+    if (auto h = ParseCheckpointFileName(fs::path(path).filename().string())) {
+      out.emplace_back(*h, size);
+    }
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 bool CheckpointStore::Known(uint64_t chain_hash) const {
   absl::MutexLock lock(&mu_);
   return known_.contains(chain_hash);

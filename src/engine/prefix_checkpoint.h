@@ -178,6 +178,9 @@ class CheckpointStore {
   std::string PathOf(uint64_t chain_hash) const;
   // Whether a file for the chain exists now (a stat; another process may have written it).
   bool Exists(uint64_t chain_hash) const;
+  // The chain hashes of the folder's checkpoint files with their sizes in bytes, newest first
+  // (a directory listing).
+  std::vector<std::pair<uint64_t, int64_t>> NewestFirst() const;
   // Whether a file for the chain is known (listed at Open or written since); no I/O.
   bool Known(uint64_t chain_hash) const;
   // The largest k >= min_blocks such that a file for chain_hashes[k - 1] is known; 0 if none.

@@ -104,6 +104,7 @@ class PrefixCheckpointEngineTest : public ::testing::TestWithParam<Case> {
       o.checkpoint_min_tokens = 32;
       o.model_revision = revision;
       o.checkpoint_save = save;
+      o.checkpoint_preload_tokens = preload_tokens_;
     }
     auto e = Engine::Create(*model_, o);
     EXPECT_TRUE(e.ok()) << e.status();
@@ -125,6 +126,7 @@ class PrefixCheckpointEngineTest : public ::testing::TestWithParam<Case> {
   }
 
   std::unique_ptr<model::Model> model_;
+  int64_t preload_tokens_ = 0;  // EngineOptions::checkpoint_preload_tokens of the next Make
   fs::path dir_;
   std::shared_ptr<CheckpointStore> store_;
 };
@@ -285,6 +287,36 @@ TEST_P(PrefixCheckpointEngineTest, APrefillOnlyRequestHandsItsBlocksToADecodeEng
   // 48 tokens named with the 64-token file: read, refused for its fingerprint.
   EXPECT_EQ(store_->counters().rejected[static_cast<int>(CheckpointReject::kWrongFingerprint)], 1);
   EXPECT_EQ(store_->counters().restored, 0);
+}
+
+// Restore at start: a new engine on the folder puts the newest checkpoints back into its prefix
+// cache before its first request, which then finds them (cached_tokens) with nothing left to
+// restore; a budget smaller than a checkpoint restores none.
+TEST_P(PrefixCheckpointEngineTest, PreloadedCheckpointsServeTheFirstRequestFromTheCache) {
+  auto plain = Make(false);
+  ASSERT_TRUE(plain);
+  const std::vector<int32_t> want = Generate(*plain, Request());
+  {
+    auto first = Make(true);
+    ASSERT_TRUE(first);
+    Generate(*first, Request());
+    store_->Flush();
+    ASSERT_EQ(store_->counters().saved, 1);
+  }
+  preload_tokens_ = 63;  // less than the 64-token checkpoint
+  {
+    auto small = Make(true);
+    ASSERT_TRUE(small);
+    EXPECT_EQ(store_->counters().restored, 0);
+  }
+  preload_tokens_ = int64_t{1} << 40;
+  auto second = Make(true);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(store_->counters().restored, 1);  // at start, before any request
+  StreamUpdate u;
+  EXPECT_EQ(Generate(*second, Request(), &u), want);
+  EXPECT_EQ(u.cached_tokens, 64);
+  EXPECT_EQ(store_->counters().restored, 1);  // the request found it resident
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, PrefixCheckpointEngineTest,

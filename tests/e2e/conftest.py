@@ -94,7 +94,7 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
-        os.unlink(self.log.name)
+        pathlib.Path(self.log.name).unlink(missing_ok=True)  # stop() may be called twice
 
 
 @pytest.fixture(scope="session")

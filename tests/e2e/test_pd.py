@@ -428,6 +428,13 @@ def test_corrupt_and_foreign_checkpoints_are_refused_counted_and_recomputed(stor
         combined.stop()
     pair = Pair(stories_model, tmp_path)
     try:
+        corrupt_then_foreign(pair, stories_model, tmp_path, text, want)
+    finally:
+        pair.stop()
+
+
+def corrupt_then_foreign(pair, stories_model, tmp_path, text, want):
+    try:
         r = complete(pair.decode.base_url, text)
         assert r.json()["choices"][0]["text"] == want
         [path] = list(tmp_path.glob("*.dipc"))
@@ -472,7 +479,6 @@ def test_corrupt_and_foreign_checkpoints_are_refused_counted_and_recomputed(stor
                       'reason="wrong_revision"') == 1
     finally:
         other.stop()
-        pair.prefill.stop()
 
 
 def test_prefill_side_that_cannot_write_its_checkpoint_gives_503(stories_model, tmp_path):

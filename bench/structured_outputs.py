@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Structured outputs: output tokens/s at 1 and 16 streams with and without a JSON-schema
+constraint, the compile cost of a 50-property schema (first and cached), and the mask cost per
+token, on one `deepinfer serve` (default model).
+
+Both kinds of request generate exactly --output-len tokens: the free ones with ignore_eos, the
+constrained ones under a schema that cannot close before then (an array of at least 10,000
+integers), so they differ only in the constraint. The two kinds alternate within each repeat.
+Compile cost: TTFT of a one-token request with a new 50-property schema, then the same schema
+again (cached), less the TTFT of the same request unconstrained. Mask cost: the TPOT difference
+at 1 stream. Medians of --repeats, load average recorded.
+
+Usage: python3 bench/structured_outputs.py [--deepinfer build/deepinfer] [--json out.json] > out.md
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import sys
+import threading
+import time
+
+import httpx
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import data_parallel  # noqa: E402
+from runtime_vs_llamacpp import load_average  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CACHE = pathlib.Path(os.environ.get("DEEPINFER_CACHE", pathlib.Path.home() / ".cache/deepinfer"))
+ARRAY = {"type": "array", "items": {"type": "integer"}, "minItems": 10000}
+
+
+def stream(base: str, body: dict) -> dict:
+    """One streamed chat request: TTFT, TPOT and completion tokens."""
+    start = time.monotonic()
+    first = last = None
+    usage = None
+    with httpx.stream("POST", base + "/v1/chat/completions", timeout=900, json={
+            **body, "stream": True, "stream_options": {"include_usage": True}}) as r:
+        if r.status_code != 200:
+            sys.exit(f"HTTP {r.status_code}: {r.read()[:300]}")
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("choices"):
+                now = time.monotonic()
+                first = first or now
+                last = now
+            if event.get("usage"):
+                usage = event["usage"]
+    n = usage["completion_tokens"]
+    return {"ttft": first - start, "tpot": (last - first) / max(1, n - 1), "tokens": n,
+            "end": last - start}
+
+
+def body(i: int, args, constrained: bool) -> dict:
+    b = {"messages": [{"role": "user", "content": f"List numbers, part {i}."}],
+         "max_tokens": args.output_len, "temperature": 0}
+    if constrained:
+        b["response_format"] = {"type": "json_schema",
+                                "json_schema": {"name": "numbers", "schema": ARRAY}}
+    else:
+        b["ignore_eos"] = True
+    return b
+
+
+def load(base: str, args, streams: int, constrained: bool, seed: int) -> dict:
+    rows = []
+    lock = threading.Lock()
+    n = max(2, 2 * streams)
+    counter = iter(range(n))
+
+    def worker():
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            r = stream(base, body(seed * 1000 + i, args, constrained))
+            with lock:
+                rows.append(r)
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=worker) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - start
+    return {"tput": sum(r["tokens"] for r in rows) / wall,
+            "tpot": statistics.median(r["tpot"] for r in rows),
+            "ttft": statistics.median(r["ttft"] for r in rows)}
+
+
+def compile_cost(base: str, seed: int) -> dict:
+    schema = {"type": "object", "additionalProperties": False,
+              "required": [f"field_{seed}_{k}" for k in range(50)],
+              "properties": {f"field_{seed}_{k}": [{"type": "string"}, {"type": "integer"},
+                                                   {"type": "boolean"},
+                                                   {"type": "array", "items": {"type": "number"}},
+                                                   {"type": "string", "enum": ["a", "b", "c"]}][k % 5]
+                             for k in range(50)}}
+    b = {"messages": [{"role": "user", "content": "Fill the form."}], "max_tokens": 1,
+         "temperature": 0}
+    free = stream(base, b)["ttft"]
+    constrained = {**b, "response_format": {"type": "json_schema",
+                                            "json_schema": {"name": "form", "schema": schema}}}
+    first = stream(base, constrained)["ttft"]
+    cached = stream(base, constrained)["ttft"]
+    return {"first_ms": 1e3 * (first - free), "cached_ms": 1e3 * (cached - free)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--deepinfer", default=str(REPO / "build" / "deepinfer"))
+    ap.add_argument("--model", default=str(CACHE / "models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--streams", default="1,16")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.streams.split(",")]
+    rows = {(c, k): [] for c in levels for k in (False, True)}
+    compiles = []
+    loads = [load_average()]
+    server = data_parallel.Serve(args, ["--max-model-len", "2048", "--served-model-name", "m",
+                                       "--max-num-seqs", "32"])
+    try:
+        for rep in range(args.repeats):
+            for c in levels:
+                for constrained in ((False, True) if rep % 2 == 0 else (True, False)):
+                    rows[(c, constrained)].append(load(server.base, args, c, constrained, rep))
+            compiles.append(compile_cost(server.base, rep))
+            loads.append(load_average())
+            print(f"[{rep + 1}/{args.repeats}] load {loads[-1]}", file=sys.stderr)
+    finally:
+        server.stop()
+
+    def med(rs, key):
+        return statistics.median(r[key] for r in rs)
+
+    print(f"Model `{pathlib.Path(args.model).name}`, --threads {args.threads}, {args.output_len} "
+          f"tokens out per request, median of {args.repeats}; load average at start and after "
+          f"each repeat: {' | '.join(loads)}.\n")
+    print("| streams | output | out tok/s | TPOT p50 ms | TTFT p50 ms | constrained / free tok/s |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for c in levels:
+        free, con = rows[(c, False)], rows[(c, True)]
+        for name, rs in (("free", free), ("JSON schema", con)):
+            ratio = f"{med(con, 'tput') / med(free, 'tput'):.3f}" if rs is con else ""
+            print(f"| {c} | {name} | {med(rs, 'tput'):.1f} | {1e3 * med(rs, 'tpot'):.2f} | "
+                  f"{1e3 * med(rs, 'ttft'):.0f} | {ratio} |")
+    one_free, one_con = rows[(levels[0], False)], rows[(levels[0], True)]
+    print(f"\nMask cost per token ({levels[0]} stream: TPOT constrained - free): "
+          f"{1e3 * (med(one_con, 'tpot') - med(one_free, 'tpot')):.3f} ms.")
+    print(f"50-property schema, TTFT over an unconstrained request: first "
+          f"{statistics.median(r['first_ms'] for r in compiles):.1f} ms, cached "
+          f"{statistics.median(r['cached_ms'] for r in compiles):.1f} ms.")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(
+            {"loads": loads, "compiles": compiles,
+             "rows": {f"{c}-{'json' if k else 'free'}": v for (c, k), v in rows.items()}},
+            indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
