@@ -65,9 +65,13 @@ class CompiledConstraint {
   const int32_t logits_size;
 };
 
+// The compile cache's bound: clients choose the schemas, so it must not grow without limit (the
+// least recently used compiled grammars go first).
+constexpr int64_t kCompileCacheBytes = int64_t{256} << 20;
+
 struct GrammarCompiler::Impl {
   explicit Impl(const xgrammar::TokenizerInfo& info, int num_threads)
-      : compiler(info, num_threads, /*cache_enabled=*/true) {}
+      : compiler(info, num_threads, /*cache_enabled=*/true, kCompileCacheBytes) {}
   xgrammar::GrammarCompiler compiler;
 };
 

@@ -42,7 +42,8 @@ struct ConstraintSpec {
 // A constraint compiled for one vocabulary. Immutable; shared by every sequence that uses it.
 class CompiledConstraint;
 
-// Compiles constraints for one model's vocabulary, with a cache keyed by the constraint.
+// Compiles constraints for one model's vocabulary, with a cache keyed by the constraint (at most
+// 256 MiB of compiled grammars; the least recently used are dropped).
 //
 // The vocabulary given to xgrammar is each token's decoded bytes (TokenPiece), so byte-level BPE,
 // SentencePiece-style and llama2.c vocabularies are handled alike; control tokens (IsSpecial)
