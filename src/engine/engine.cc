@@ -87,6 +87,12 @@ class EngineImpl final : public Engine {
   // the prefix cache, all or none. Returns false when too few blocks are free. Engine thread
   // (or Init before it runs).
   bool InstallBlocks(const PrefixCheckpoint& c, uint64_t salt);
+  // Unless this rank holds chain `chain` already, reads and verifies file `name` against the
+  // first `num_tokens` tokens of `r`'s prompt and marks the chain resident; a failure is logged
+  // (a missing file only with `warn_missing`) and returns null. Caller thread.
+  std::shared_ptr<const PrefixCheckpoint> LoadResident(const GenerateRequest& r, uint64_t name,
+                                                       uint64_t chain, int32_t num_tokens,
+                                                       bool warn_missing);
   // FindCheckpoint for a request naming its checkpoint file (P/D decode side).
   std::shared_ptr<const PrefixCheckpoint> LoadNamedCheckpoint(const GenerateRequest& request);
   // Engine thread: copies `seq.restore`'s blocks into free blocks of both caches and commits
@@ -509,7 +515,6 @@ CheckpointRef EngineImpl::CheckpointFor(const std::vector<int32_t>& prompt,
 }
 
 std::shared_ptr<const PrefixCheckpoint> EngineImpl::LoadNamedCheckpoint(const GenerateRequest& r) {
-  CheckpointStore& store = *options_.checkpoint_store;
   const int32_t bs = kv_.block_size;
   const int32_t n = r.checkpoint_tokens;
   std::optional<uint64_t> name = ParseCheckpointFileName(r.checkpoint_file);
@@ -519,20 +524,30 @@ std::shared_ptr<const PrefixCheckpoint> EngineImpl::LoadNamedCheckpoint(const Ge
                  r.request_id, r.checkpoint_file.substr(0, 64), n, r.prompt.size());
     return nullptr;
   }
-  const uint64_t chain = ChainHash(r.prompt.data(), n / bs, bs, r.cache_salt);
+  return LoadResident(r, *name, ChainHash(r.prompt.data(), n / bs, bs, r.cache_salt), n,
+                      /*warn_missing=*/true);
+}
+
+std::shared_ptr<const PrefixCheckpoint> EngineImpl::LoadResident(const GenerateRequest& r,
+                                                                  uint64_t name, uint64_t chain,
+                                                                  int32_t num_tokens,
+                                                                  bool warn_missing) {
   {
     absl::MutexLock lock(&resident_mu_);
     if (resident_.contains(chain)) return nullptr;
   }
+  CheckpointStore& store = *options_.checkpoint_store;
   CheckpointExpect expect;
   expect.model_revision = options_.model_revision;
   expect.layout = checkpoint_layout_;
   expect.cache_salt = r.cache_salt;
-  expect.tokens_sha256 = TokensSha256(r.prompt.data(), static_cast<size_t>(n));
-  absl::StatusOr<PrefixCheckpoint> c = store.Load(*name, expect);
+  expect.tokens_sha256 = TokensSha256(r.prompt.data(), static_cast<size_t>(num_tokens));
+  absl::StatusOr<PrefixCheckpoint> c = store.Load(name, expect);
   if (!c.ok()) {
-    spdlog::warn("request {}: prefix checkpoint {} ignored, the prefix is computed here: {}",
-                 r.request_id, store.PathOf(*name), OneLineError(c.status()));
+    if (warn_missing || !absl::IsNotFound(c.status())) {
+      spdlog::warn("request {}: prefix checkpoint {} ignored, the prefix is computed here: {}",
+                   r.request_id, store.PathOf(name), OneLineError(c.status()));
+    }
     return nullptr;
   }
   MarkResident(chain);
@@ -560,27 +575,9 @@ std::shared_ptr<const PrefixCheckpoint> EngineImpl::FindCheckpoint(const Generat
   for (size_t i = 0; i < hashes.size(); ++i) names[i] = CheckpointName(hashes[i]);
   const int32_t k = store->Longest(names, min_blocks);
   if (k == 0) return nullptr;
-  const uint64_t chain = hashes[static_cast<size_t>(k - 1)];
-  const uint64_t name = names[static_cast<size_t>(k - 1)];
-  {
-    absl::MutexLock lock(&resident_mu_);
-    if (resident_.contains(chain)) return nullptr;
-  }
-  CheckpointExpect expect;
-  expect.model_revision = options_.model_revision;
-  expect.layout = checkpoint_layout_;
-  expect.cache_salt = r.cache_salt;
-  expect.tokens_sha256 = TokensSha256(r.prompt.data(), static_cast<size_t>(k) * bs);
-  absl::StatusOr<PrefixCheckpoint> c = store->Load(name, expect);
-  if (!c.ok()) {
-    if (!absl::IsNotFound(c.status())) {
-      spdlog::warn("prefix checkpoint {} ignored, the prefix is recomputed: {}",
-                   store->PathOf(name), OneLineError(c.status()));
-    }
-    return nullptr;
-  }
-  MarkResident(chain);
-  return std::make_shared<const PrefixCheckpoint>(*std::move(c));
+  // A file that vanished since the listing is forgotten quietly (another process evicted it).
+  return LoadResident(r, names[static_cast<size_t>(k - 1)], hashes[static_cast<size_t>(k - 1)],
+                      k * bs, /*warn_missing=*/false);
 }
 
 void EngineImpl::InstallCheckpoint(Sequence& seq) {
