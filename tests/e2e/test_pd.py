@@ -34,6 +34,13 @@ def pd_key(monkeypatch):
     monkeypatch.setenv("DEEPINFER_PD_API_KEY", KEY)
 
 
+def decode_side(model, folder, prefill_url, revision="r1"):
+    """A `--pd-role decode` server on `folder` whose prefill side is at `prefill_url`."""
+    return Server(model, "m", ["--threads", "1", "--pd-role", "decode", "--pd-checkpoint-dir",
+                               str(folder), "--model-revision", revision, "--pd-prefill-url",
+                               prefill_url])
+
+
 class Pair:
     """A prefill side and a decode side on one folder."""
 
@@ -190,10 +197,7 @@ def test_plain_request_to_a_decode_side_whose_prefill_side_is_down_is_a_clean_50
     its --pd-prefill-url. Each request gets 503 pd_prefill_unavailable; the instance stays up and
     healthy, and serves again once a prefill side is there."""
     dead = free_port()
-    decode = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
-                                         "--pd-checkpoint-dir", str(tmp_path),
-                                         "--model-revision", "r1", "--pd-prefill-url",
-                                         f"http://127.0.0.1:{dead}"])
+    decode = decode_side(stories_model, tmp_path, f"http://127.0.0.1:{dead}")
     try:
         for stream in (False, True, False):
             r = chat(decode.base_url, stream=stream)
@@ -246,10 +250,7 @@ class DyingPrefillSide:
 def test_prefill_side_dying_mid_request_is_a_clean_503_and_other_requests_go_on(
         stories_model, tmp_path):
     harness = DyingPrefillSide()
-    decode = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
-                                         "--pd-checkpoint-dir", str(tmp_path),
-                                         "--model-revision", "r1", "--pd-prefill-url",
-                                         f"http://127.0.0.1:{harness.port}"])
+    decode = decode_side(stories_model, tmp_path, f"http://127.0.0.1:{harness.port}")
     try:
         results = []
         threads = [threading.Thread(target=lambda s=s: results.append(chat(decode.base_url,
@@ -303,10 +304,7 @@ class SilentPrefillSide:
 
 def test_a_client_leaving_while_the_prefill_side_works_ends_the_call(stories_model, tmp_path):
     harness = SilentPrefillSide()
-    decode = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
-                                         "--pd-checkpoint-dir", str(tmp_path),
-                                         "--model-revision", "r1", "--pd-prefill-url",
-                                         f"http://127.0.0.1:{harness.port}"])
+    decode = decode_side(stories_model, tmp_path, f"http://127.0.0.1:{harness.port}")
     try:
         with pytest.raises(httpx.TimeoutException):
             httpx.post(decode.base_url + "/v1/chat/completions", timeout=1.0, json={
@@ -383,10 +381,7 @@ def test_decode_side_with_another_key_gets_503_naming_the_key(stories_model, tmp
                                           "--model-revision", "r1"])
     os.environ["DEEPINFER_PD_API_KEY"] = "another"
     try:
-        decode = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
-                                             "--pd-checkpoint-dir", str(tmp_path),
-                                             "--model-revision", "r1", "--pd-prefill-url",
-                                             prefill.base_url])
+        decode = decode_side(stories_model, tmp_path, prefill.base_url)
         try:
             r = chat(decode.base_url)
             assert_error(r, 503, "pd_prefill_unavailable")
@@ -445,10 +440,7 @@ def corrupt_then_foreign(pair, stories_model, tmp_path, text, want):
         path.write_bytes(bytes(data))
     finally:
         pair.decode.stop()
-    decode = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
-                                         "--pd-checkpoint-dir", str(tmp_path),
-                                         "--model-revision", "r1", "--pd-prefill-url",
-                                         pair.prefill.base_url])
+    decode = decode_side(stories_model, tmp_path, pair.prefill.base_url)
     try:
         r = complete(decode.base_url, text)
         assert r.status_code == 200, r.text
@@ -467,10 +459,7 @@ def corrupt_then_foreign(pair, stories_model, tmp_path, text, want):
     for f in tmp_path.glob("*.dipc"):
         f.unlink()
     # A decode side of another revision refuses what the prefill side writes.
-    other = Server(stories_model, "m", ["--threads", "1", "--pd-role", "decode",
-                                        "--pd-checkpoint-dir", str(tmp_path),
-                                        "--model-revision", "r2", "--pd-prefill-url",
-                                        pair.prefill.base_url])
+    other = decode_side(stories_model, tmp_path, pair.prefill.base_url, revision="r2")
     try:
         r = complete(other.base_url, text)
         assert r.status_code == 200, r.text
