@@ -28,7 +28,7 @@ class MessagesRoute final : public ChatPromptRoute {
   }
   const GenerationParams& params() const override { return request_.params; }
   absl::StatusOr<std::vector<std::vector<int32_t>>> Render() override {
-    return RenderChat(request_.chat.messages, request_.chat.options, request_.tools_off);
+    return RenderChat(request_.chat.messages, request_.chat.options, request_.tool_choice);
   }
   void Stream(Generation& generation, http::ResponseWriter& writer) override;
   void Complete(Generation& generation, http::ResponseWriter& writer) override;

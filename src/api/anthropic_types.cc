@@ -244,20 +244,42 @@ std::string FirstImageParam(const util::Json& body) {
   return "messages";
 }
 
-// Anthropic's tool_choice: {"type": "auto" | "any" | "tool" | "none", ...}.
-absl::StatusOr<bool> ToolsOff(const util::Json& body) {
+// Anthropic's tool_choice: {"type": "auto" | "any" | "tool" | "none", "name" (tool),
+// "disable_parallel_tool_use"}.
+absl::StatusOr<ToolChoice> ParseToolChoice(const util::Json& body) {
+  ToolChoice choice;
   auto it = body.find("tool_choice");
-  if (it == body.end() || it->is_null()) return false;
+  if (it == body.end() || it->is_null()) return choice;
   if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
     return http::RequestError("tool_choice", util::codes::kInvalidType,
                               "'tool_choice' must be an object with a string 'type'.");
   }
   const std::string type = (*it)["type"].get<std::string>();
-  if (type != "auto" && type != "any" && type != "tool" && type != "none") {
+  if (type == "none") {
+    choice.mode = ToolChoice::Mode::kNone;
+  } else if (type == "any") {
+    choice.mode = ToolChoice::Mode::kRequired;
+  } else if (type == "tool") {
+    auto name = it->find("name");
+    if (name == it->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) {
+      return http::RequestError("tool_choice.name", util::codes::kMissingField,
+                                "A tool_choice of type 'tool' needs the tool's 'name'.");
+    }
+    choice.mode = ToolChoice::Mode::kNamed;
+    choice.name = name->get<std::string>();
+  } else if (type != "auto") {
     return http::RequestError("tool_choice.type", util::codes::kInvalidValue,
                               "'tool_choice.type' must be auto, any, tool or none.");
   }
-  return type == "none";
+  if (auto p = it->find("disable_parallel_tool_use"); p != it->end() && !p->is_null()) {
+    if (!p->is_boolean()) {
+      return http::RequestError("tool_choice.disable_parallel_tool_use",
+                                util::codes::kInvalidType,
+                                "'disable_parallel_tool_use' must be a boolean.");
+    }
+    choice.parallel = !p->get<bool>();
+  }
+  return choice;
 }
 
 absl::Status ParseStopSequences(const util::Json& body, GenerationParams* params) {
@@ -300,7 +322,7 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
                               "max_tokens: Field required.");
   }
   DI_RETURN_IF_ERROR(ParseStopSequences(json, &r.params));
-  DI_ASSIGN_OR_RETURN(r.tools_off, ToolsOff(json));
+  DI_ASSIGN_OR_RETURN(r.tool_choice, ParseToolChoice(json));
   DI_ASSIGN_OR_RETURN(r.chat, ParseAnthropicChat(json));
   if (r.chat.num_images > 0) return ImageUnsupportedError(FirstImageParam(json));
   return r;

@@ -49,7 +49,9 @@ struct AnthropicMessagesRequest {
   // fields the chat route reads; `stop` holds stop_sequences; n is 1.
   GenerationParams params;
   AnthropicChat chat;
-  bool tools_off = false;  // tool_choice {"type": "none"}: tool calls stay text
+  // tool_choice: auto, any (kRequired), tool (kNamed), none (tool calls stay text);
+  // disable_parallel_tool_use as `parallel` false.
+  ToolChoice tool_choice;
 };
 
 // Errors: InvalidArgument with a `param`: "invalid_json", "invalid_type", "invalid_value",

@@ -1,5 +1,6 @@
 #include "api/chat_prompt.h"
 
+#include "api/tool_constraint.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -103,10 +104,26 @@ AnswerSplitter::Delta AnswerSplitter::Push(std::string_view text, bool last) {
 
 absl::StatusOr<std::vector<std::vector<int32_t>>> ChatPromptRoute::RenderChat(
     const std::vector<ChatMessage>& messages, const tokenizer::ChatOptions& options,
-    bool tools_off) {
+    const ToolChoice& tool_choice) {
   DI_ASSIGN_OR_RETURN(prompt_, RenderChatPrompt(model(), messages, options));
-  tool_format_ = ToolFormatFor(model(), !options.tools.empty(), tools_off);
+  tool_format_ = ToolFormatFor(model(), !options.tools.empty(),
+                               tool_choice.mode == ToolChoice::Mode::kNone);
+  const ToolCallFormat model_format =
+      ToolCallFormatForTemplate(model().chat_template->name());
+  DI_ASSIGN_OR_RETURN(tool_constraint_,
+                      ToolChoiceConstraint(model_format, options.tools, tool_choice));
   return std::vector<std::vector<int32_t>>{prompt_.tokens};
+}
+
+std::optional<Route::OutputConstraint> ChatPromptRoute::Constraint() const {
+  std::optional<OutputConstraint> out;
+  if (tool_constraint_.has_value()) {
+    out = OutputConstraint{*tool_constraint_, "tool_choice"};
+  } else if (params().constraint.has_value()) {
+    out = OutputConstraint{*params().constraint, params().constraint_param};
+  }
+  if (out.has_value() && prompt_.starts_in_reasoning) out->spec.reasoning_end = "</think>";
+  return out;
 }
 
 }  // namespace deepinfer::api

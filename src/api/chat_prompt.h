@@ -42,7 +42,7 @@ absl::StatusOr<ChatPrompt> RenderChatPrompt(const ServedModel& model,
                                             const tokenizer::ChatOptions& options);
 
 // Tool calls are read out of an answer only when the request offers tools, does not turn them
-// off (`tools_off`: OpenAI tool_choice "none", Anthropic {"type": "none"}), and the model's
+// off (`tools_off`: tool_choice "none" in every API), and the model's
 // encoder has a tool-call syntax (DeepSeek); else kNone and calls stay text.
 ToolCallFormat ToolFormatFor(const ServedModel& model, bool has_tools, bool tools_off);
 
@@ -79,14 +79,22 @@ class ChatPromptRoute : public Route {
   using Route::Route;
 
   // Step 3 for a chat: RenderChatPrompt of `messages` with `options`; tool calls are parsed when
-  // `options` offers tools and `tools_off` is false (ToolFormatFor).
+  // `options` offers tools and `tool_choice` is not none (ToolFormatFor); a required or named
+  // tool_choice becomes the output constraint (ToolChoiceConstraint).
+  // Errors: those of RenderChatPrompt and ToolChoiceConstraint.
   absl::StatusOr<std::vector<std::vector<int32_t>>> RenderChat(
       const std::vector<ChatMessage>& messages, const tokenizer::ChatOptions& options,
-      bool tools_off);
+      const ToolChoice& tool_choice);
+
+  // The tool-choice constraint when there is one (it wins over a response_format: the answer is
+  // tool calls), else params().constraint; either way a thinking block the prompt opened stays
+  // free until "</think>".
+  std::optional<OutputConstraint> Constraint() const override;
 
  private:
   ChatPrompt prompt_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
+  std::optional<constraint::ConstraintSpec> tool_constraint_;
 };
 
 }  // namespace deepinfer::api

@@ -37,7 +37,7 @@ class ChatRoute final : public ChatPromptRoute {
   }
   const GenerationParams& params() const override { return request_.params; }
   absl::StatusOr<std::vector<std::vector<int32_t>>> Render() override {
-    return RenderChat(request_.messages, ChatOptionsFor(request_), request_.tool_choice == "none");
+    return RenderChat(request_.messages, ChatOptionsFor(request_), request_.tool_choice);
   }
   void Stream(Generation& generation, http::ResponseWriter& writer) override;
   void Complete(Generation& generation, http::ResponseWriter& writer) override;

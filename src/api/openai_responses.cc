@@ -30,7 +30,7 @@ class ResponsesRoute final : public ChatPromptRoute {
   }
   const GenerationParams& params() const override { return request_.params; }
   absl::StatusOr<std::vector<std::vector<int32_t>>> Render() override {
-    return RenderChat(request_.messages, ChatOptionsFor(request_), request_.tools_off);
+    return RenderChat(request_.messages, ChatOptionsFor(request_), request_.tool_choice);
   }
   void Stream(Generation& generation, http::ResponseWriter& writer) override;
   void Complete(Generation& generation, http::ResponseWriter& writer) override;
@@ -252,7 +252,7 @@ void StreamResponse(const ResponsesRoute& route, Generation& generation,
     events.Reasoning(a.reasoning);
     events.Text(a.content);
     for (const auto& call : a.calls) {
-      if (route.request().parallel_tool_calls || num_calls++ == 0) events.FunctionCall(call);
+      if (route.request().tool_choice.parallel || num_calls++ == 0) events.FunctionCall(call);
     }
     if (!d.finish_reason.empty()) finish = d.finish_reason;
     std::string out = events.Take();
@@ -290,7 +290,7 @@ void CompleteResponse(const ResponsesRoute& route, Generation& generation,
   }
   for (const auto& call : a.calls) {
     output.push_back(FunctionCallItem(NewRequestId("fc_"), call, call.arguments, "completed"));
-    if (!route.request().parallel_tool_calls) break;  // the first call only
+    if (!route.request().tool_choice.parallel) break;  // the first call only
   }
   const bool cut = finish == "length";
   // A cut-off answer's last text item is incomplete too (function calls are always whole).

@@ -535,15 +535,7 @@ absl::StatusOr<ChatRequest> ParseChat(const util::Json& json, const ParseLimits&
   }
   req.params.sampling.num_top_logprobs = req.logprobs ? static_cast<int32_t>(top.value_or(0)) : -1;
   DI_RETURN_IF_ERROR(ParseChatExtras(json, &req));
-  if (const util::Json* choice = f.Find("tool_choice")) {
-    if (choice->is_string()) {
-      req.tool_choice = choice->get<std::string>();
-    } else if (choice->is_object()) {
-      req.tool_choice = "function";
-    } else {
-      return f.TypeError("tool_choice", "a string or an object");
-    }
-  }
+  DI_ASSIGN_OR_RETURN(req.tool_choice, ParseOpenAiToolChoice(json));
   return req;
 }
 
@@ -616,6 +608,46 @@ absl::StatusOr<CompletionRequest> ParseCompletion(const util::Json& json,
 }
 
 }  // namespace
+
+absl::StatusOr<ToolChoice> ParseOpenAiToolChoice(const util::Json& body) {
+  Fields f(body);
+  ToolChoice choice;
+  DI_RETURN_IF_ERROR(f.GetBool("parallel_tool_calls", &choice.parallel));
+  const util::Json* v = f.Find("tool_choice");
+  if (v == nullptr) return choice;
+  if (v->is_string()) {
+    const std::string& mode = v->get_ref<const std::string&>();
+    if (mode == "none") {
+      choice.mode = ToolChoice::Mode::kNone;
+    } else if (mode == "required") {
+      choice.mode = ToolChoice::Mode::kRequired;
+    } else if (mode != "auto") {
+      return f.ValueError("tool_choice", "must be none, auto, required or a named function");
+    }
+    return choice;
+  }
+  if (!v->is_object()) return f.TypeError("tool_choice", "a string or an object");
+  Fields named(*v, "tool_choice.");
+  std::string type;
+  DI_RETURN_IF_ERROR(named.GetString("type", &type));
+  if (type != "function") {
+    return http::RequestError("tool_choice.type", util::codes::kUnsupportedValue,
+                              "Only {\"type\": \"function\"} tool choices are supported.");
+  }
+  // Chat completions nest the name ({"function": {"name": ...}}); Responses do not.
+  if (const util::Json* function = named.Find("function")) {
+    if (!function->is_object()) return named.TypeError("function", "an object");
+    DI_RETURN_IF_ERROR(Fields(*function, "tool_choice.function.").GetString("name", &choice.name));
+  } else {
+    DI_RETURN_IF_ERROR(named.GetString("name", &choice.name));
+  }
+  if (choice.name.empty()) {
+    return http::RequestError("tool_choice.function.name", util::codes::kMissingField,
+                              "A named tool choice needs the function's 'name'.");
+  }
+  choice.mode = ToolChoice::Mode::kNamed;
+  return choice;
+}
 
 bool IsImagePart(const util::Json& part) {
   if (!part.is_object()) return false;

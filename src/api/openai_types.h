@@ -54,6 +54,21 @@ struct ChatMessage {
   std::string tool_calls_json;  // assistant tool_calls as compact JSON; empty when none
 };
 
+// A request's tool_choice, as the OpenAI chat, Responses and Anthropic APIs spell it, with its
+// parallel-call setting.
+struct ToolChoice {
+  enum class Mode {
+    kAuto,      // the model decides (also when tool_choice is absent)
+    kNone,      // tool calls are not read out of the answer (the tools are still rendered)
+    kRequired,  // OpenAI "required", Anthropic {"type": "any"}: the answer is tool calls
+    kNamed,     // a named function / {"type": "tool"}: the answer is one call of `name`
+  };
+  Mode mode = Mode::kAuto;
+  std::string name;  // kNamed
+  // OpenAI parallel_tool_calls, Anthropic !disable_parallel_tool_use: false allows one call.
+  bool parallel = true;
+};
+
 // What shapes a chat prompt besides its messages.
 struct ChatExtras {
   std::vector<std::string> tools;  // each tools[i] object as compact JSON
@@ -66,16 +81,15 @@ struct ChatExtras {
   // and cannot be combined with the former.
   bool add_generation_prompt = true;
   bool continue_final_message = false;
+  // "required" and a named tool are enforced by constraining the answer to the encoder's
+  // tool-call syntax (api/tool_constraint.h).
+  ToolChoice tool_choice;
 };
 
 struct ChatRequest : ChatExtras {
   GenerationParams params;
   std::vector<ChatMessage> messages;
   bool logprobs = false;
-  // tool_choice: "none", "auto", "required" (strings as sent), "function" for a named-function
-  // object; "" when absent. Only "none" changes anything: tool calls are then not parsed out of
-  // the answer (the tools are still rendered into the prompt).
-  std::string tool_choice;
 };
 
 // One prompt of /v1/completions: text, or token ids given by the client.
@@ -121,6 +135,13 @@ bool IsImagePart(const util::Json& part);
 // InvalidArgument "unsupported_content" for an image at `param` (a content part or block): no
 // model served here reads images yet. Every route refuses them with it, before any stream byte.
 absl::Status ImageUnsupportedError(std::string_view param);
+
+// tool_choice and parallel_tool_calls of an OpenAI chat or Responses body: "none", "auto",
+// "required", or a named function ({"type": "function", "function": {"name": ...}} in chat
+// completions, {"type": "function", "name": ...} in Responses).
+// Errors: InvalidArgument "invalid_type", "invalid_value" (another string), "unsupported_value"
+//   (an object of another type: hosted tools, allowed_tools), "missing_field" (no name).
+absl::StatusOr<ToolChoice> ParseOpenAiToolChoice(const util::Json& body);
 
 // Parses and validates a request body. Unknown fields are ignored; `null` counts as absent.
 // Errors: InvalidArgument with a `param` payload (see errors.h): "invalid_json",

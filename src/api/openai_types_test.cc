@@ -273,6 +273,74 @@ TEST(ParseAnthropicMessagesRequestTest, EmptyMessagesAreInvalid) {
   }
 }
 
+TEST(ToolChoiceTest, EveryApiSpellingIsRead) {
+  using Mode = ToolChoice::Mode;
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  struct Case {
+    std::string fields;
+    Mode mode;
+    std::string name;
+    bool parallel;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"", Mode::kAuto, "", true},
+           {R"("tool_choice":"auto")", Mode::kAuto, "", true},
+           {R"("tool_choice":"none")", Mode::kNone, "", true},
+           {R"("tool_choice":"required","parallel_tool_calls":false)", Mode::kRequired, "", false},
+           {R"("tool_choice":{"type":"function","function":{"name":"f"}})", Mode::kNamed, "f", true},
+           {R"("tool_choice":{"type":"function","name":"g"})", Mode::kNamed, "g", true}}) {
+    auto chat = ParseChatRequest("{" + msgs + (c.fields.empty() ? "" : ",") + c.fields + "}",
+                                 Limits());
+    ASSERT_TRUE(chat.ok()) << c.fields << chat.status();
+    EXPECT_EQ(chat->tool_choice.mode, c.mode) << c.fields;
+    EXPECT_EQ(chat->tool_choice.name, c.name) << c.fields;
+    EXPECT_EQ(chat->tool_choice.parallel, c.parallel) << c.fields;
+    auto resp = ParseResponsesRequest(
+        R"({"input":"hi")" + std::string(c.fields.empty() ? "" : ",") + c.fields + "}", Limits());
+    ASSERT_TRUE(resp.ok()) << c.fields << resp.status();
+    EXPECT_EQ(resp->tool_choice.mode, c.mode) << c.fields;
+    EXPECT_EQ(resp->tool_choice.name, c.name) << c.fields;
+  }
+  const std::string anthropic = R"({"max_tokens":8,"messages":[{"role":"user","content":"hi"}],)";
+  for (const Case& c : std::vector<Case>{
+           {R"("tool_choice":{"type":"any"})", Mode::kRequired, "", true},
+           {R"("tool_choice":{"type":"tool","name":"f","disable_parallel_tool_use":true})",
+            Mode::kNamed, "f", false},
+           {R"("tool_choice":{"type":"none"})", Mode::kNone, "", true}}) {
+    auto r = ParseAnthropicMessagesRequest(anthropic + c.fields + "}", Limits());
+    ASSERT_TRUE(r.ok()) << c.fields << r.status();
+    EXPECT_EQ(r->tool_choice.mode, c.mode) << c.fields;
+    EXPECT_EQ(r->tool_choice.name, c.name) << c.fields;
+    EXPECT_EQ(r->tool_choice.parallel, c.parallel) << c.fields;
+  }
+  // Malformed choices name the field.
+  struct Bad {
+    std::string body;
+    std::string code;
+    std::string param;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {"{" + msgs + R"(,"tool_choice":"sometimes"})", "invalid_value", "tool_choice"},
+           {"{" + msgs + R"(,"tool_choice":{"type":"function"}})", "missing_field",
+            "tool_choice.function.name"},
+           {"{" + msgs + R"(,"tool_choice":{"type":"web_search"}})", "unsupported_value",
+            "tool_choice.type"},
+           {"{" + msgs + R"(,"tool_choice":{"type":"function","function":"f"}})", "invalid_type",
+            "tool_choice.function"},
+           {"{" + msgs + R"(,"parallel_tool_calls":"no"})", "invalid_type",
+            "parallel_tool_calls"}}) {
+    auto r = ParseChatRequest(b.body, Limits());
+    ASSERT_FALSE(r.ok()) << b.body;
+    http::ApiError e = http::ApiErrorFromStatus(r.status());
+    EXPECT_EQ(e.code, b.code) << b.body;
+    EXPECT_EQ(e.param, b.param) << b.body;
+  }
+  auto no_name = ParseAnthropicMessagesRequest(anthropic + R"("tool_choice":{"type":"tool"}})",
+                                               Limits());
+  ASSERT_FALSE(no_name.ok());
+  EXPECT_EQ(http::ApiErrorFromStatus(no_name.status()).param, "tool_choice.name");
+}
+
 TEST(ParseChatRequestTest, RejectsOutOfRangeValues) {
   const std::string m = R"("messages":[{"role":"user","content":"x"}])";
   auto body = [&](const std::string& field) { return "{" + m + "," + field + "}"; };
@@ -418,7 +486,7 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   EXPECT_EQ(r->messages[4].tool_call_id, "c1");
   EXPECT_EQ(r->messages[5].content, "ok");
   EXPECT_EQ(r->params.max_tokens, 64);
-  EXPECT_TRUE(r->tools_off);
+  EXPECT_EQ(r->tool_choice.mode, ToolChoice::Mode::kNone);
   EXPECT_TRUE(r->thinking);
   EXPECT_EQ(r->reasoning_effort, "high");
   ASSERT_EQ(r->tools.size(), 1u);
@@ -459,7 +527,7 @@ TEST(ResponsesRequestTest, FieldsThatAskForWhatIsNotDoneAreRefusedByName) {
       "text": {"verbosity": "medium"}, "parallel_tool_calls": false, "safety_identifier": "u"})",
                                     {});
   ASSERT_TRUE(fine.ok()) << fine.status();
-  EXPECT_FALSE(fine->parallel_tool_calls);
+  EXPECT_FALSE(fine->tool_choice.parallel);
 }
 
 }  // namespace

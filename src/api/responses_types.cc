@@ -264,12 +264,8 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
   }
   DI_RETURN_IF_ERROR(ParseInput(*input, &r.messages));
   DI_RETURN_IF_ERROR(ParseTools(json, &r));
+  DI_ASSIGN_OR_RETURN(r.tool_choice, ParseOpenAiToolChoice(json));
   if (auto it = json.find("tool_choice"); it != json.end() && !it->is_null()) {
-    if (!it->is_string() && !it->is_object()) {
-      return http::RequestError("tool_choice", util::codes::kInvalidType,
-                                "'tool_choice' must be a string or an object.");
-    }
-    r.tools_off = it->is_string() && *it == "none";
     r.echo["tool_choice"] = *it;
   }
   if (auto it = json.find("reasoning"); it != json.end() && !it->is_null()) {
@@ -318,13 +314,6 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
       }
     }
     r.echo["text"] = *it;
-  }
-  if (auto it = json.find("parallel_tool_calls"); it != json.end() && !it->is_null()) {
-    if (!it->is_boolean()) {
-      return http::RequestError("parallel_tool_calls", util::codes::kInvalidType,
-                                "'parallel_tool_calls' must be a boolean.");
-    }
-    r.parallel_tool_calls = it->get<bool>();
   }
   for (const char* key : {"temperature", "top_p", "metadata", "parallel_tool_calls", "user",
                           "safety_identifier", "prompt_cache_key"}) {

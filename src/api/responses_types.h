@@ -25,9 +25,8 @@ struct ResponsesRequest : ChatExtras {
   // parts), function_call items as assistant tool calls (consecutive calls form one turn),
   // function_call_output items as tool messages; reasoning items are dropped.
   std::vector<ChatMessage> messages;
-  bool tools_off = false;  // tool_choice "none"
-  // parallel_tool_calls: false keeps only the first function call of the answer.
-  bool parallel_tool_calls = true;
+  // tool_choice (ChatExtras): with parallel_tool_calls false, only the first function call of
+  // the answer is kept.
   // Request fields the response object repeats: instructions, max_output_tokens, temperature,
   // top_p, tools, tool_choice, parallel_tool_calls, metadata, reasoning, text, user.
   util::Json echo = util::Json::object();

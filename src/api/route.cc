@@ -43,7 +43,6 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   if (absl::Status parsed = route.Parse(request.body, ParseLimits{model.tokenizer->vocab_size()});
       !parsed.ok()) {
     // The decode side of a P/D pair restores text prefixes only; say so rather than "not yet".
-    // (Structured-output constraints join this once serve accepts them.)
     if (pd_decode && ErrorCodeOf(parsed) == util::codes::kUnsupportedContent) {
       const http::ApiError e = http::ApiErrorFromStatus(parsed);
       return http::RequestError(e.param, util::codes::kUnsupportedOnPd,
@@ -54,12 +53,13 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   }
   const GenerationParams& params = route.params();
   DI_RETURN_IF_ERROR(CheckModel(model, params.model));
-  // Structured output: compiled here, on the connection's thread (cached by constraint), so that
-  // a bad schema is a 400 before anything runs.
+  DI_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, route.Render());
+  // Structured output and enforced tool choice: compiled here, on the connection's thread
+  // (cached by constraint), so that a bad schema is a 400 before anything runs.
   std::shared_ptr<const constraint::CompiledConstraint> compiled;
-  if (params.constraint.has_value()) {
+  if (const std::optional<Route::OutputConstraint> c = route.Constraint(); c.has_value()) {
     if (pd_decode) {
-      return http::RequestError(params.constraint_param, util::codes::kUnsupportedOnPd,
+      return http::RequestError(c->param, util::codes::kUnsupportedOnPd,
                                 "This server is the decode side of a prefill/decode pair, which "
                                 "serves unconstrained text only.");
     }
@@ -67,12 +67,11 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
       return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kUnsupportedValue,
                        "Structured outputs are not available on this server.");
     }
-    absl::StatusOr<std::shared_ptr<const constraint::CompiledConstraint>> c =
-        model.grammar->Compile(*params.constraint);
-    if (!c.ok()) return http::WithParam(c.status(), params.constraint_param);
-    compiled = *std::move(c);
+    absl::StatusOr<std::shared_ptr<const constraint::CompiledConstraint>> built =
+        model.grammar->Compile(c->spec);
+    if (!built.ok()) return http::WithParam(built.status(), c->param);
+    compiled = *std::move(built);
   }
-  DI_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, route.Render());
   std::vector<ChoiceSpec> specs;
   specs.reserve(prompts.size() * static_cast<size_t>(params.n));
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -131,6 +130,11 @@ Route::Route(const ServedModel& model, std::string_view id_prefix, std::string_v
       id_(NewRequestId(id_prefix)),
       created_(UnixNow()),
       prompt_param_(prompt_param) {}
+
+std::optional<Route::OutputConstraint> Route::Constraint() const {
+  if (!params().constraint.has_value()) return std::nullopt;
+  return OutputConstraint{*params().constraint, params().constraint_param};
+}
 
 void Route::AnswerError(http::ResponseWriter& writer, const absl::Status& status) const {
   RespondError(writer, status);

@@ -7,7 +7,7 @@
 //   1. Parse     the body into the route's request type (Route::Parse);
 //   2. CheckModel the request's model name against the served one;
 //   3. Render    the prompts to token ids (Route::Render: a chat template, or the prompts as
-//   given);
+//   given), and compile the output constraint (Route::Constraint) on this thread;
 //   4. ResolveMaxTokens for each prompt against the context window (an empty prompt is refused);
 //   5. MakeEngineRequest for each of the request's n choices of each prompt;
 //   6. Answer    submits them together (Generation::Start) and answers through Route::Stream or
@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,13 @@ class Route {
   // prompt p getting index p * n + i.
   // Errors: InvalidArgument from the chat encoder.
   virtual absl::StatusOr<std::vector<std::vector<int32_t>>> Render() = 0;
+  // Step 3b, after Render: what the output is constrained to, and the request field a bad
+  // constraint is reported against. Default: params().constraint.
+  struct OutputConstraint {
+    constraint::ConstraintSpec spec;
+    std::string param;
+  };
+  virtual std::optional<OutputConstraint> Constraint() const;
   // Step 6: the answer as a stream (params().stream) or whole. Each answers exactly once.
   virtual void Stream(Generation& generation, http::ResponseWriter& writer) = 0;
   virtual void Complete(Generation& generation, http::ResponseWriter& writer) = 0;

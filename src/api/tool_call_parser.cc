@@ -7,52 +7,37 @@
 #include "tokenizer/python_json.h"
 
 namespace deepinfer::api {
-namespace {
 
-// The markers of one format. DSML call_begin is the start of the invoke tag (its attributes
-// follow).
-struct Syntax {
-  std::string_view calls_begin;
-  std::string_view calls_end;
-  std::string_view call_begin;
-  std::string_view call_end;
-  std::string_view param_begin;  // DSML only
-  std::string_view param_end;    // DSML only
-  bool dsml;
-};
+constexpr ToolCallSyntax kV3Syntax = {"<｜tool▁calls▁begin｜>",
+                                      "<｜tool▁calls▁end｜>",
+                                      "<｜tool▁call▁begin｜>",
+                                      "<｜tool▁call▁end｜>",
+                                      "",
+                                      "",
+                                      false};
+constexpr ToolCallSyntax kV32Syntax = {"<｜DSML｜function_calls>",
+                                       "</｜DSML｜function_calls>",
+                                       "<｜DSML｜invoke",
+                                       "</｜DSML｜invoke>",
+                                       "<｜DSML｜parameter",
+                                       "</｜DSML｜parameter>",
+                                       true};
+constexpr ToolCallSyntax kV4Syntax = {"<｜DSML｜tool_calls>",
+                                      "</｜DSML｜tool_calls>",
+                                      "<｜DSML｜invoke",
+                                      "</｜DSML｜invoke>",
+                                      "<｜DSML｜parameter",
+                                      "</｜DSML｜parameter>",
+                                      true};
+constexpr ToolCallSyntax kV41Syntax = {"<｜DSML｜ calls>",
+                                       "</｜DSML｜ calls>",
+                                       "<｜DSML｜ invoke",
+                                       "</｜DSML｜ invoke>",
+                                       "<｜DSML｜ parameter",
+                                       "</｜DSML｜ parameter>",
+                                       true};
 
-constexpr std::string_view kSep = "<｜tool▁sep｜>";
-
-constexpr Syntax kV3Syntax = {"<｜tool▁calls▁begin｜>",
-                              "<｜tool▁calls▁end｜>",
-                              "<｜tool▁call▁begin｜>",
-                              "<｜tool▁call▁end｜>",
-                              "",
-                              "",
-                              false};
-constexpr Syntax kV32Syntax = {"<｜DSML｜function_calls>",
-                               "</｜DSML｜function_calls>",
-                               "<｜DSML｜invoke",
-                               "</｜DSML｜invoke>",
-                               "<｜DSML｜parameter",
-                               "</｜DSML｜parameter>",
-                               true};
-constexpr Syntax kV4Syntax = {"<｜DSML｜tool_calls>",
-                              "</｜DSML｜tool_calls>",
-                              "<｜DSML｜invoke",
-                              "</｜DSML｜invoke>",
-                              "<｜DSML｜parameter",
-                              "</｜DSML｜parameter>",
-                              true};
-constexpr Syntax kV41Syntax = {"<｜DSML｜ calls>",
-                               "</｜DSML｜ calls>",
-                               "<｜DSML｜ invoke",
-                               "</｜DSML｜ invoke>",
-                               "<｜DSML｜ parameter",
-                               "</｜DSML｜ parameter>",
-                               true};
-
-const Syntax& SyntaxOf(ToolCallFormat format) {
+const ToolCallSyntax& ToolCallSyntaxOf(ToolCallFormat format) {
   switch (format) {
     case ToolCallFormat::kDsmlV32:
       return kV32Syntax;
@@ -64,6 +49,7 @@ const Syntax& SyntaxOf(ToolCallFormat format) {
       return kV3Syntax;
   }
 }
+namespace {
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -114,12 +100,12 @@ struct Reader {
 
 // V3: "function<｜tool▁sep｜>{name}\n```json\n{args}\n```"; V3.1: "{name}<｜tool▁sep｜>{args}".
 bool ParseSepCall(std::string_view body, bool v3, ParsedToolCall* call) {
-  const size_t sep = body.find(kSep);
+  const size_t sep = body.find(kToolSep);
   if (sep == std::string_view::npos) return false;
   std::string_view name;
   std::string_view args;
   if (v3) {
-    std::string_view rest = body.substr(sep + kSep.size());
+    std::string_view rest = body.substr(sep + kToolSep.size());
     const size_t fence = rest.find("```json");
     if (fence == std::string_view::npos) return false;
     name = Trim(rest.substr(0, fence));
@@ -128,7 +114,7 @@ bool ParseSepCall(std::string_view body, bool v3, ParsedToolCall* call) {
     args = Trim(args.substr(0, args.size() - 3));
   } else {
     name = Trim(body.substr(0, sep));
-    args = Trim(body.substr(sep + kSep.size()));
+    args = Trim(body.substr(sep + kToolSep.size()));
   }
   if (name.empty() || name.find('\n') != std::string_view::npos ||
       name.find("<｜") != std::string_view::npos) {
@@ -140,7 +126,7 @@ bool ParseSepCall(std::string_view body, bool v3, ParsedToolCall* call) {
 }
 
 // `<invoke name="{name}">` + parameters, without the "</invoke>" end marker.
-bool ParseDsmlCall(std::string_view body, const Syntax& syntax, ParsedToolCall* call) {
+bool ParseDsmlCall(std::string_view body, const ToolCallSyntax& syntax, ParsedToolCall* call) {
   Reader r{body};
   std::string_view name;
   if (!r.Eat(syntax.call_begin) || !r.Attribute("name", &name) || name.empty()) return false;
@@ -214,7 +200,7 @@ ToolCallParser::Delta ToolCallParser::Finish() {
 }
 
 bool ToolCallParser::ParseCall(std::string_view unit, ParsedToolCall* call) const {
-  const Syntax& syntax = SyntaxOf(format_);
+  const ToolCallSyntax& syntax = ToolCallSyntaxOf(format_);
   std::string_view body = unit.substr(0, unit.size() - syntax.call_end.size());
   if (syntax.dsml) return ParseDsmlCall(body, syntax, call);
   body.remove_prefix(syntax.call_begin.size());
@@ -237,7 +223,7 @@ void ToolCallParser::Process(bool final, Delta* out) {
     pending_.clear();
     return;
   }
-  const Syntax& syntax = SyntaxOf(format_);
+  const ToolCallSyntax& syntax = ToolCallSyntaxOf(format_);
   while (!pending_.empty()) {
     if (state_ == State::kText) {
       const size_t begin = pending_.find(syntax.calls_begin);

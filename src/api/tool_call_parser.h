@@ -34,6 +34,24 @@ enum class ToolCallFormat {
   kDsmlV41,      // <｜DSML｜ calls>, <｜DSML｜ invoke>, <｜DSML｜ parameter>
 };
 
+// The markers of one format. DSML call_begin is the start of the invoke tag (its attributes
+// follow).
+struct ToolCallSyntax {
+  std::string_view calls_begin;
+  std::string_view calls_end;
+  std::string_view call_begin;
+  std::string_view call_end;
+  std::string_view param_begin;  // DSML only
+  std::string_view param_end;    // DSML only
+  bool dsml;
+};
+
+// The markers of `format` (kNone, kDeepseekV3 and kDeepseekV31 share the V3 markers).
+const ToolCallSyntax& ToolCallSyntaxOf(ToolCallFormat format);
+
+// Between a V3 / V3.1 call's name and its arguments.
+inline constexpr std::string_view kToolSep = "<｜tool▁sep｜>";
+
 // The format of the encoder called `template_name` (ChatTemplate::name()): "deepseek-v3",
 // "deepseek-v3.1", "deepseek-v3.2", "deepseek-v4", "deepseek-v4.1"; kNone for any other name.
 ToolCallFormat ToolCallFormatForTemplate(std::string_view template_name);

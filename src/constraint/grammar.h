@@ -28,15 +28,22 @@ enum class ConstraintKind {
   kRegex,       // text: a regular expression the whole output matches
   kChoice,      // choices: the output is exactly one of them
   kGrammar,     // text: an EBNF grammar (xgrammar's dialect of GBNF), root rule "root"
+  // text: an xgrammar structural tag (JSON, {"type": "structural_tag", "format": ...}): literal
+  // markers around JSON-schema arguments, as tool calls are written (vLLM's structural_tag).
+  kStructuralTag,
 };
 
-// "json_object", "json_schema", "regex", "choice", "grammar".
+// "json_object", "json_schema", "regex", "choice", "grammar", "structural_tag".
 const char* ConstraintKindName(ConstraintKind kind);
 
 struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::kJsonObject;
   std::string text;                  // schema, regex or grammar
   std::vector<std::string> choices;  // kChoice: non-empty
+  // When set, the output is free text up to and including the first `reasoning_end` (the end of
+  // a thinking block the prompt opened, "</think>"), and the constraint applies to what follows,
+  // as vLLM's reasoning parsers leave thinking unconstrained.
+  std::string reasoning_end;
 };
 
 // A constraint compiled for one vocabulary. Immutable; shared by every sequence that uses it.
@@ -89,6 +96,9 @@ class ConstraintMatcher {
   int32_t FillMask(uint32_t* mask);
   // Advances past `token`. Returns false, changing nothing, when the grammar does not allow it.
   bool Accept(int32_t token);
+  // Advances past the bytes of `text`, whatever tokens spell them (tests; forced text). Returns
+  // false, changing nothing, when the grammar does not allow them.
+  bool AcceptText(const std::string& text);
   // True once an end-of-generation token was accepted after a complete grammar.
   bool IsTerminated() const;
   // True when the output so far is a complete match (an end-of-generation token may follow).

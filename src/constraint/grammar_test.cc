@@ -105,6 +105,20 @@ TEST_P(ConstraintTest, MatchingTextIsAllowedTokenByTokenThenEndOfGenerationEndsI
       {{ConstraintKind::kRegex, "[0-9]{3}-[a-z]+"}, "123-abc"},
       {{ConstraintKind::kChoice, "", {"yes", "no", "maybe \"so\""}}, "maybe \"so\""},
       {{ConstraintKind::kGrammar, R"g(root ::= "(" [a-z]+ ("," [a-z]+)* ")")g"}, "(hello,world)"},
+      // A DSML tool call: markers, then the arguments as parameters checked against a schema.
+      {{ConstraintKind::kStructuralTag,
+        R"({"type":"structural_tag","format":{"type":"sequence","elements":[)"
+        R"({"type":"const_string","value":"<｜DSML｜invoke name=\"get_weather\">"},)"
+        R"({"type":"json_schema","style":"deepseek_xml","max_whitespace_cnt":1,"json_schema":)"
+        R"({"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},)"
+        R"("required":["city"]}},{"type":"const_string","value":"</｜DSML｜invoke>"}]}})"},
+       "<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"city\" "
+       "string=\"true\">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name=\"days\" "
+       "string=\"false\">3</｜DSML｜parameter>\n</｜DSML｜invoke>"},
+      // Thinking stays free until its end tag; the constraint applies after it.
+      {{ConstraintKind::kRegex, "[0-9]+", {}, "</think>"},
+       "Let me think: <b>x</b> is 4 </thin no.</think>42"},
+      {{ConstraintKind::kJsonObject, "", {}, "</think>"}, "</think>{\"a\": 1}"},
   };
   ASSERT_GE(eog_, 0);
   for (const Case& c : cases) {
@@ -183,6 +197,27 @@ TEST_P(ConstraintTest, ARandomWalkOverAllowedTokensNeverReachesADeadEnd) {
   }
 }
 
+TEST_P(ConstraintTest, LengthBoundedStringsKeepTheirBoundAndRefuseControlCharacters) {
+  // xgrammar's own bounded-string rule lets raw control characters through (grammar.cc).
+  const std::string schema =
+      R"({"type":"object","properties":{"zone":{"type":"string","minLength":2,"maxLength":6}},)"
+      R"("required":["zone"],"additionalProperties":false})";
+  const std::string tag = R"({"type":"structural_tag","format":{"type":"json_schema",)"
+                          R"("json_schema":)" + schema + "}}";
+  for (const ConstraintSpec& spec : {ConstraintSpec{ConstraintKind::kJsonSchema, schema},
+                                     ConstraintSpec{ConstraintKind::kStructuralTag, tag}}) {
+    SCOPED_TRACE(ConstraintKindName(spec.kind));
+    for (const std::string bad : {"{\"zone\": \"a\x01\"}", "{\"zone\": \"a\tb\"}",
+                                  "{\"zone\": \"abcdefg\"}", "{\"zone\": \"a\"}"}) {
+      ConstraintMatcher m = Matcher(spec);
+      EXPECT_FALSE(m.AcceptText(bad) && m.IsCompleted()) << bad;
+    }
+    ConstraintMatcher m = Matcher(spec);
+    EXPECT_TRUE(m.AcceptText("{\"zone\": \"Pé\u20acris\"}"));
+    EXPECT_TRUE(m.IsCompleted());
+  }
+}
+
 TEST_P(ConstraintTest, MalformedConstraintsAreInvalidWithTheEnginesReason) {
   for (const ConstraintSpec& spec : {ConstraintSpec{ConstraintKind::kJsonSchema, "{"},
                                      ConstraintSpec{ConstraintKind::kJsonSchema, R"({"type":7})"},
@@ -190,7 +225,11 @@ TEST_P(ConstraintTest, MalformedConstraintsAreInvalidWithTheEnginesReason) {
                                      ConstraintSpec{ConstraintKind::kGrammar, "root ::= "},
                                      ConstraintSpec{ConstraintKind::kGrammar, "start ::= \"a\""},
                                      ConstraintSpec{ConstraintKind::kChoice, "", {}},
-                                     ConstraintSpec{ConstraintKind::kChoice, "", {"a", ""}}}) {
+                                     ConstraintSpec{ConstraintKind::kChoice, "", {"a", ""}},
+                                     ConstraintSpec{ConstraintKind::kStructuralTag, "[]"},
+                                     ConstraintSpec{ConstraintKind::kStructuralTag,
+                                                    R"({"type":"structural_tag","format":)"
+                                                    R"({"type":"no_such_format"}})"}}) {
     auto c = compiler_->Compile(spec);
     ASSERT_FALSE(c.ok()) << ConstraintKindName(spec.kind) << " " << spec.text;
     EXPECT_TRUE(absl::IsInvalidArgument(c.status()));

@@ -4,43 +4,23 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tokenizer/piece_tokenizer_testing.h"
 #include "tokenizer/test_util.h"
 #include "tokenizer/unicode.h"
 
 namespace deepinfer::tokenizer {
 namespace {
 
-// Each id stands for one piece of bytes; id 0 is a special token "<s>".
-class FakeTokenizer final : public Tokenizer {
- public:
-  explicit FakeTokenizer(std::vector<std::string> pieces) : pieces_(std::move(pieces)) {}
-  void EncodeAppend(std::string_view, bool, std::vector<int32_t>*) const override {}
-  void AppendDecoded(int32_t, int32_t id, bool skip_special, std::string* out) const override {
-    if (id < 0 || id >= vocab_size()) return;
-    if (skip_special && IsSpecial(id)) return;
-    out->append(pieces_[id]);
-  }
-  std::string TokenPiece(int32_t id) const override { return pieces_[id]; }
-  std::string TokenEntry(int32_t id) const override { return pieces_[id]; }
-  int32_t TokenId(std::string_view) const override { return -1; }
-  int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
-  int32_t bos_id() const override { return 0; }
-  int32_t eos_id() const override { return -1; }
-  bool add_bos() const override { return false; }
-  bool IsEog(int32_t) const override { return false; }
-  bool IsSpecial(int32_t id) const override { return id == 0; }
+using FakeTokenizer = testing::PieceTokenizer;
 
- private:
-  std::vector<std::string> pieces_;
-};
-
-// ids: 0 "<s>", 1 "a", 2..4 the bytes of "€", 5 "\xF0\x9F", 6 "\x98\x80", 7 "\xFF", 8 "x",
+// ids: 0 "<s>" (a control token), 1 "a", 2..4 the bytes of "€", 5 "\xF0\x9F", 6 "\x98\x80", 7 "\xFF", 8 "x",
 // 9 "\xC3", 10 "\xA9b".
 FakeTokenizer Fake() {
   return FakeTokenizer({"<s>", "a", "\xE2", "\x82", "\xAC", "\xF0\x9F", "\x98\x80", "\xFF", "x",
                         "\xC3",
                         "\xA9"
-                        "b"});
+                        "b"},
+                       /*special=*/0, /*eog=*/-1);
 }
 
 std::vector<std::string> Stream(IncrementalDetokenizer& d, const std::vector<int32_t>& ids) {

@@ -1,5 +1,6 @@
 """Small helpers shared by the e2e tests."""
 
+import concurrent.futures
 import json
 
 import httpx
@@ -43,3 +44,10 @@ def metric_value(text: str, name: str, labels: str = "") -> float:
         found = True
     assert found, f"no sample of {name} {labels}"
     return total
+
+
+def concurrently(fn, count: int) -> list:
+    """[fn(0), ..., fn(count - 1)], all called at once from `count` threads (so that the
+    server batches them); an exception in any call is raised here."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(fn, range(count)))

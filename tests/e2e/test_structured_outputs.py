@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from conftest import Server, smollm_path
+from helpers import concurrently
 
 openai = pytest.importorskip("openai")
 pydantic = pytest.importorskip("pydantic")
@@ -48,19 +49,12 @@ def client(server):
 
 def test_chat_parse_gives_a_valid_object_for_every_prompt(client):
     """20 prompts at once (constrained requests batched together), each parsed by the SDK."""
-    results = [None] * len(PEOPLE)
-
-    def one(i):
-        results[i] = client.chat.completions.parse(
+    results = concurrently(
+        lambda i: client.chat.completions.parse(
             model="smol", temperature=0, max_tokens=80, response_format=Person,
             messages=[{"role": "user",
-                       "content": f"Describe {PEOPLE[i]} as JSON with name, age and city."}])
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PEOPLE))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+                       "content": f"Describe {PEOPLE[i]} as JSON with name, age and city."}]),
+        len(PEOPLE))
     for r in results:
         choice = r.choices[0]
         assert choice.finish_reason == "stop", choice
@@ -140,3 +134,15 @@ def test_a_malformed_constraint_is_a_400_before_anything_runs(client, server):
         "response_format": {"type": "json_schema", "json_schema": {"name": "x",
                                                                     "schema": {"type": "nope"}}}})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_constraint", r.text
+
+
+def test_required_tool_choice_without_a_tool_call_syntax_is_a_400(server):
+    """SmolLM2's chat template has no tool-call syntax the server reads: a required tool choice
+    cannot be enforced, and the answer says so instead of ignoring it."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    r = httpx.post(server.base_url + "/v1/chat/completions", timeout=60,
+                   json={"model": "smol", "max_tokens": 4, "tools": tools, "tool_choice": "required",
+                         "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "unsupported_value"
+    assert r.json()["error"]["param"] == "tool_choice"
