@@ -160,6 +160,24 @@ void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
           [&](const S& s) { return d(s.spec_num_draft_tokens); });
   counter("vllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted.",
           [&](const S& s) { return d(s.spec_num_accepted_tokens); });
+  counter("deepinfer_structured_output_masks_total",
+          "Tokens sampled under a structured-output or tool-choice constraint.",
+          [&](const S& s) { return d(s.constraint_masks); });
+  counter("deepinfer_structured_output_mask_seconds_total",
+          "Engine-thread seconds spent computing and applying those tokens' masks.",
+          [](const S& s) { return s.constraint_mask_seconds; });
+  {
+    // vLLM's per-position counter: position i counts the steps that accepted more than i drafts.
+    const char* per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total";
+    util::AppendMetricHeader(out, per_pos, "counter",
+                             "Accepted draft tokens by their position in the draft block.");
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      for (int32_t i = 0; i < engine::kMaxSpeculativeTokens; ++i) {
+        util::AppendSample(out, per_pos, fmt::format("{},position=\"{}\"", labels[r], i),
+                           d(ranks[r].spec_accepted_per_pos[i]));
+      }
+    }
+  }
   gauge("deepinfer_spec_decode_acceptance_length",
         "Mean tokens produced per verification step with drafts (1 + accepted / drafts).",
         [&](const S& s) {

@@ -394,6 +394,7 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
   }
   if (!p->stream) p->include_usage = false;
   DI_RETURN_IF_ERROR(f.GetBool("ignore_eos", &p->ignore_eos));
+  DI_RETURN_IF_ERROR(f.GetBool("speculative", &p->speculative));
   std::string user;
   DI_RETURN_IF_ERROR(f.GetString("user", &user));  // accepted, unused
   return absl::OkStatus();

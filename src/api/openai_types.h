@@ -37,6 +37,7 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool ignore_eos = false;     // vLLM extension
+  bool speculative = true;     // "speculative": false turns speculative drafts off for it
   // Structured output: response_format (json_object, json_schema), vLLM's structured_outputs
   // (json, regex, choice, grammar, json_object) or its older guided_json / guided_regex /
   // guided_choice / guided_grammar; at most one. Compiled by the route (constraint/grammar.h).

@@ -172,6 +172,7 @@ engine::GenerateRequest MakeEngineRequest(const GenerationParams& params,
   r.max_tokens = max_tokens;
   r.stop_token_ids = params.stop_token_ids;
   r.ignore_eos = params.ignore_eos;
+  r.speculative = params.speculative;
   r.request_id = request_id;
   return r;
 }

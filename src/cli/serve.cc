@@ -24,7 +24,47 @@ struct ServeFlags {
   std::string checkpoint_max_bytes = "16GiB";
   std::string pd_role = "combined";
   bool enable_prompt_tokens_details = false;  // accepted for vLLM compatibility; always on
+  std::string speculative_method;             // "", "dspark", "mtp", "none"
+  bool speculative_tokens_given = false;
+  bool no_dspark = false;
 };
+
+// --speculative-method, --no-dspark and --speculative-tokens to the engine's draft tokens.
+// Unset method: MTP when --speculative-tokens > 0 (DSpark, once a checkpoint carries its
+// stages, will be the default); "mtp" (also --no-dspark, the operator documents' spelling):
+// MTP with --speculative-tokens drafts, 1 when not given; "none": off. "dspark": the drafter is
+// not implemented yet, an error rather than a silent fallback.
+// Returns false, after one error line, for a contradiction.
+bool ResolveSpeculative(ServeFlags& f) {
+  int32_t& tokens = f.options.engine.speculative_tokens;
+  std::string method = f.speculative_method;
+  if (f.no_dspark) {
+    if (method == "dspark") {
+      spdlog::error("bad_flags: --no-dspark contradicts --speculative-method dspark");
+      return false;
+    }
+    if (method.empty()) method = "mtp";
+  }
+  if (method == "dspark") {
+    spdlog::error("unsupported_config: --speculative-method dspark: the DSpark drafter is not "
+                  "implemented yet; use --speculative-method mtp (or --no-dspark)");
+    return false;
+  }
+  if (method == "none") {
+    if (tokens > 0) {
+      spdlog::error("bad_flags: --speculative-method none with --speculative-tokens {}", tokens);
+      return false;
+    }
+    tokens = 0;
+  } else if (method == "mtp") {
+    if (!f.speculative_tokens_given) tokens = 1;
+    if (tokens < 1) {
+      spdlog::error("bad_flags: --speculative-method mtp needs --speculative-tokens of 1 or more");
+      return false;
+    }
+  }
+  return true;
+}
 
 int Run(ServeFlags f) {
   // Every line from here on, start-up errors included, has the request log's timestamp format.
@@ -46,6 +86,7 @@ int Run(ServeFlags f) {
                   f.checkpoint_max_bytes);
     return kExitBadInput;
   }
+  if (!ResolveSpeculative(f)) return kExitBadInput;
   f.options.checkpoint_max_bytes = *checkpoint_max_bytes;
   f.options.pd.role = api::ParsePdRole(f.pd_role).value_or(api::PdRole::kCombined);
   f.options.max_request_bytes = *max_request_bytes;
@@ -71,9 +112,22 @@ void RegisterServe(CLI::App& app, int* exit_code) {
                   "deepseek-v3.1, deepseek-v3.2, deepseek-v4, deepseek-v4.1");
   AddNumericsOption(cmd, &flags->options.engine.numerics);
   AddKvCacheDtypeOption(cmd, &flags->options.engine.kv_cache_dtype);
-  cmd->add_option("--speculative-tokens", flags->options.engine.speculative_tokens,
-                  "draft tokens per step from the model's MTP layers (greedy requests; 0: off)")
-      ->check(CLI::Range(0, 8));
+  cmd->add_option_function<int32_t>(
+         "--speculative-tokens",
+         [flags](const int32_t& n) {
+           flags->options.engine.speculative_tokens = n;
+           flags->speculative_tokens_given = true;
+         },
+         "draft tokens per step (greedy requests; 0: off); with --speculative-method mtp, "
+         "default 1")
+      ->check(CLI::Range(0, engine::kMaxSpeculativeTokens));
+  cmd->add_option("--speculative-method", flags->speculative_method,
+                  "speculative decoding: mtp (the model's MTP layers), none, or dspark (not "
+                  "implemented yet); unset: mtp when --speculative-tokens > 0")
+      ->check(CLI::IsMember({"dspark", "mtp", "none"}));
+  cmd->add_flag("--no-dspark", flags->no_dspark,
+                "plain MTP drafts instead of DSpark (the operator profile's spelling of "
+                "--speculative-method mtp)");
   cmd->add_option("--host", flags->options.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", flags->options.port, "TCP port (0: any free port)")
       ->check(CLI::Range(0, 65535))

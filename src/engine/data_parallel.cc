@@ -81,6 +81,11 @@ class DataParallelEngine final : public Engine {
       total.spec_num_drafts += s.spec_num_drafts;
       total.spec_num_draft_tokens += s.spec_num_draft_tokens;
       total.spec_num_accepted_tokens += s.spec_num_accepted_tokens;
+      for (int32_t i = 0; i < kMaxSpeculativeTokens; ++i) {
+        total.spec_accepted_per_pos[i] += s.spec_accepted_per_pos[i];
+      }
+      total.constraint_masks += s.constraint_masks;
+      total.constraint_mask_seconds += s.constraint_mask_seconds;
       AddHistogram(total.ttft, s.ttft);
       AddHistogram(total.tpot, s.tpot);
       AddHistogram(total.e2e, s.e2e);

@@ -297,7 +297,7 @@ absl::Status EngineImpl::AllocateKv() {
       return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
                                   "the MTP drafter does not keep a window cache");
     }
-    spec_tokens_ = std::min(options_.speculative_tokens, 8);
+    spec_tokens_ = std::min(options_.speculative_tokens, kMaxSpeculativeTokens);
     DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->num_mtp_layers(), bs, static_cast<int>(num_blocks),
                                         lm_->kv_floats_per_token()));
   }
@@ -457,6 +457,10 @@ void EngineImpl::PublishStats() {
   stats_.spec_num_drafts = c.spec_num_drafts;
   stats_.spec_num_draft_tokens = c.spec_num_draft_tokens;
   stats_.spec_num_accepted_tokens = c.spec_num_accepted_tokens;
+  std::copy(std::begin(c.spec_accepted_per_pos), std::end(c.spec_accepted_per_pos),
+            std::begin(stats_.spec_accepted_per_pos));
+  stats_.constraint_masks = executor_->constraint_masks();
+  stats_.constraint_mask_seconds = executor_->constraint_mask_seconds();
   stats_.ttft = c.ttft;
   stats_.tpot = c.tpot;
   stats_.e2e = c.e2e;

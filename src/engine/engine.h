@@ -96,6 +96,11 @@ struct EngineStats {
   int64_t spec_num_drafts = 0;
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
+  int64_t spec_accepted_per_pos[kMaxSpeculativeTokens] = {};  // SchedulerCounters'
+  // Structured outputs: tokens sampled under a constraint, and the engine-thread seconds their
+  // token masks took (xgrammar's mask plus setting the banned logits).
+  int64_t constraint_masks = 0;
+  double constraint_mask_seconds = 0;
   Histogram ttft, tpot, e2e, queue_time;
 };
 

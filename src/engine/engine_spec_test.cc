@@ -77,6 +77,26 @@ TEST_P(EngineSpeculativeTest, GreedyOutputIsIdenticalWithAndWithoutDrafts) {
     EngineStats st = engine->Stats();
     EXPECT_GT(st.spec_num_drafts, 0);
     EXPECT_LE(st.spec_num_accepted_tokens, st.spec_num_draft_tokens);
+    // Per position: accepted as a prefix, so the counts never rise with the position, sum to
+    // the accepted drafts, and stop at the block size.
+    int64_t sum = 0;
+    for (int32_t i = 0; i < kMaxSpeculativeTokens; ++i) {
+      sum += st.spec_accepted_per_pos[i];
+      if (i > 0) EXPECT_LE(st.spec_accepted_per_pos[i], st.spec_accepted_per_pos[i - 1]);
+      if (i >= spec) EXPECT_EQ(st.spec_accepted_per_pos[i], 0);
+    }
+    EXPECT_EQ(sum, st.spec_num_accepted_tokens);
+  }
+}
+
+TEST_P(EngineSpeculativeTest, ARequestThatOptsOutGetsNoDraftsAndTheSameTokens) {
+  auto engine = Make(2);
+  for (GenerateRequest r : Requests()) {
+    const std::vector<int32_t> drafted = Generate(*engine, r);
+    r.speculative = false;
+    StreamUpdate fin;
+    EXPECT_EQ(Generate(*engine, r, &fin), drafted);
+    EXPECT_EQ(fin.num_draft_tokens, 0);
   }
 }
 

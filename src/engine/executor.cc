@@ -4,6 +4,7 @@
 #include "engine/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 
 #include "engine/speculative.h"
@@ -60,6 +61,8 @@ void Executor::BuildBatch(const StepPlan& plan) {
 }
 
 void Executor::ApplyConstraint(Sequence& seq, float* logits) {
+  const auto start = std::chrono::steady_clock::now();
+  ++constraint_masks_;
   mask_.resize(static_cast<size_t>(seq.matcher->MaskWords()));
   if (seq.matcher->FillMask(mask_.data()) == 0) {
     seq.constraint_dead_end = true;
@@ -75,6 +78,8 @@ void Executor::ApplyConstraint(Sequence& seq, float* logits) {
       if (((bits >> (t - w * 32)) & 1u) == 0) logits[t] = kBanned;
     }
   }
+  constraint_mask_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void Executor::Sample(const StepPlan& plan) {

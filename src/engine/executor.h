@@ -33,6 +33,11 @@ class Executor {
   // Final hidden states of the last Run (only with keep_hidden).
   const float* hidden() const { return hidden_.data(); }
 
+  // Token masks applied so far (one per token sampled under a constraint) and the seconds they
+  // took, for EngineStats.
+  int64_t constraint_masks() const { return constraint_masks_; }
+  double constraint_mask_seconds() const { return constraint_mask_seconds_; }
+
  private:
   void BuildBatch(const StepPlan& plan);
   void Sample(const StepPlan& plan);
@@ -52,6 +57,8 @@ class Executor {
   std::vector<uint32_t> mask_;  // a constrained sequence's allowed tokens (bitmask)
   std::vector<float> hidden_;
   StepOutputs outputs_;
+  int64_t constraint_masks_ = 0;
+  double constraint_mask_seconds_ = 0;
 };
 
 }  // namespace deepinfer::engine

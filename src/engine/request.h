@@ -19,6 +19,9 @@ class CompiledConstraint;
 
 namespace deepinfer::engine {
 
+// The most draft tokens one step verifies per sequence (--speculative-tokens).
+inline constexpr int32_t kMaxSpeculativeTokens = 8;
+
 // Why a sequence stopped. kNone while it is still running.
 enum class FinishReason {
   kNone,
@@ -38,6 +41,9 @@ struct GenerateRequest {
   int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-generation ids
   bool ignore_eos = false;              // benchmarks: keep generating past end-of-generation
+  // Speculative drafts for this request when the engine makes them (the body's
+  // "speculative": false turns them off; the output is the same either way).
+  bool speculative = true;
   uint64_t cache_salt = 0;              // isolates prefix-cache entries (0: shared)
   std::string request_id;               // for logs only
   // Data-parallel rank that must serve it (X-data-parallel-rank); -1: the engine chooses.

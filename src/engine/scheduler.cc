@@ -321,6 +321,9 @@ void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledTo
     ++counters_.spec_num_drafts;
     counters_.spec_num_draft_tokens += s.num_drafts;
     counters_.spec_num_accepted_tokens += accepted;
+    for (int32_t i = 0; i < std::min(accepted, kMaxSpeculativeTokens); ++i) {
+      ++counters_.spec_accepted_per_pos[i];
+    }
   }
   seq.drafts.clear();
   if (finish != FinishReason::kNone) Finish(seq, finish);

@@ -47,6 +47,9 @@ struct SchedulerCounters {
   int64_t spec_num_drafts = 0;                // verification slices that carried drafts
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
+  // Accepted drafts by position in the draft block (vLLM's per-position acceptance): drafts are
+  // accepted as a prefix, so position i counts the slices that accepted more than i drafts.
+  int64_t spec_accepted_per_pos[kMaxSpeculativeTokens] = {};
   util::Histogram ttft{LatencyBounds()}, tpot{LatencyBounds()}, e2e{LatencyBounds()},
       queue_time{LatencyBounds()};
 };

@@ -52,7 +52,8 @@ bool Drafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     if (n <= 0) continue;
     const bool decode_ready = seq.num_uncomputed() == 1;
     const bool wants =
-        decode_ready && seq.req.sampling.greedy() && seq.matcher == nullptr &&
+        decode_ready && seq.req.speculative && seq.req.sampling.greedy() &&
+        seq.matcher == nullptr &&
         seq.num_generated + 1 < seq.req.max_tokens;
     arch::SequenceSlice s;
     s.token_offset = static_cast<int32_t>(tokens_.size());

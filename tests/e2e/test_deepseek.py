@@ -161,3 +161,40 @@ def test_speculative_decoding_gives_the_same_greedy_text(plain, speculative):
     assert usage["speculative"]["draft_tokens"] > 0
     metrics = __import__("httpx").get(speculative.base_url + "/metrics").text
     assert "vllm:spec_decode_num_draft_tokens_total" in metrics
+
+
+def test_a_request_can_opt_out_of_speculative_drafts(speculative):
+    """"speculative": false: the same greedy text, nothing drafted for it; the per-position
+    acceptance counters are exported."""
+    c = client(speculative)
+    kw = dict(model="tiny-deepseek", messages=MESSAGES, max_tokens=24, temperature=0)
+    drafted = c.chat.completions.create(**kw)
+    plain = c.chat.completions.create(**kw, extra_body={"speculative": False})
+    assert plain.choices[0].message.content == drafted.choices[0].message.content
+    assert drafted.model_dump()["usage"]["speculative"]["draft_tokens"] > 0
+    assert "speculative" not in plain.model_dump()["usage"]
+    metrics = __import__("httpx").get(speculative.base_url + "/metrics").text
+    per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+    assert per_pos + '{model_name="tiny-deepseek",position="0"}' in metrics
+
+
+@pytest.mark.parametrize("flags", [["--speculative-method", "dspark"],
+                                   ["--speculative-method", "none", "--speculative-tokens", "2"],
+                                   ["--no-dspark", "--speculative-method", "dspark"],
+                                   ["--speculative-method", "mtp", "--speculative-tokens", "0"]])
+def test_speculative_flags_that_cannot_be_honoured_exit_2(checkpoint, flags):
+    r = subprocess.run([str(binary()), "serve", "--model", str(checkpoint), "--port", "0", *flags],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "speculative" in r.stderr or "dspark" in r.stderr, r.stderr
+
+
+def test_no_dspark_serves_with_mtp_drafts(checkpoint):
+    s = Server(checkpoint, "tiny-deepseek", ["--chat-template", "deepseek-v3.1", "--threads", "2",
+                                             "--no-dspark"])
+    try:
+        r = client(s).chat.completions.create(model="tiny-deepseek", messages=MESSAGES,
+                                              max_tokens=16, temperature=0)
+        assert r.model_dump()["usage"]["speculative"]["draft_tokens"] > 0
+    finally:
+        s.stop()

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from conftest import Server, smollm_path
-from helpers import concurrently
+from helpers import concurrently, metric_value
 
 openai = pytest.importorskip("openai")
 pydantic = pytest.importorskip("pydantic")
@@ -146,3 +146,20 @@ def test_required_tool_choice_without_a_tool_call_syntax_is_a_400(server):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["code"] == "unsupported_value"
     assert r.json()["error"]["param"] == "tool_choice"
+
+
+def test_mask_cost_is_in_the_metrics(client, server):
+    """Every token sampled under a constraint is counted with the time its mask took."""
+    def metrics():
+        text = httpx.get(server.base_url + "/metrics", timeout=10).text
+        return (metric_value(text, "deepinfer_structured_output_masks_total"),
+                metric_value(text, "deepinfer_structured_output_mask_seconds_total"))
+
+    masks, seconds = metrics()
+    r = client.chat.completions.create(
+        model="smol", max_tokens=16, temperature=0,
+        messages=[{"role": "user", "content": "A number?"}],
+        extra_body={"structured_outputs": {"regex": "[0-9]{1,12}"}})
+    masks_after, seconds_after = metrics()
+    assert masks_after - masks >= r.usage.completion_tokens > 0
+    assert 0 < seconds_after - seconds < 1.0 * r.usage.completion_tokens
