@@ -209,7 +209,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
     // A user turn made only of tool results adds no user message of its own.
     if (turn.role == "assistant" || !turn.content.empty() || !calls.empty() || content->empty() ||
         std::none_of(content->begin(), content->end(), [](const util::Json& b) {
-          return b.is_object() && b.value("type", "") == "tool_result";
+          return util::StringMember(b, "type") == "tool_result";
         })) {
       out.push_back(std::move(turn));
     }
@@ -233,7 +233,7 @@ std::string FirstImageParam(const util::Json& body) {
       const util::Json& block = (*content)[k];
       const std::string param = fmt::format("messages[{}].content[{}]", i, k);
       if (IsImagePart(block)) return param;
-      if (!block.is_object() || block.value("type", "") != "tool_result") continue;
+      if (util::StringMember(block, "type") != "tool_result") continue;
       auto inner = block.find("content");
       if (inner == block.end() || !inner->is_array()) continue;
       for (size_t j = 0; j < inner->size(); ++j) {

@@ -22,7 +22,7 @@ std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessag
         for (const util::Json& c : calls) {
           if (!c.is_object()) continue;
           tokenizer::ToolCall call;
-          call.id = c.value("id", std::string());
+          call.id = util::StringMember(c, "id").value_or("");
           auto fn = c.find("function");
           if (fn != c.end() && fn->is_object()) {
             call.name = fn->value("name", std::string());

@@ -168,6 +168,19 @@ absl::StatusOr<std::vector<std::string>> ConstraintChoices(const util::Json& v,
   return out;
 }
 
+// Member `key` of object `o` as a string; `fallback` when absent or null.
+// Errors: InvalidArgument "invalid_type" naming `param` for any other type.
+absl::StatusOr<std::string> OptionalString(const util::Json& o, const char* key,
+                                           std::string_view param, std::string fallback) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return fallback;
+  if (!it->is_string()) {
+    return http::RequestError(param, util::codes::kInvalidType,
+                              fmt::format("'{}' must be a string.", param));
+  }
+  return it->get<std::string>();
+}
+
 // The structured-output fields of a chat or completion request (GenerationParams::constraint).
 absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
   using constraint::ConstraintKind;
@@ -187,7 +200,8 @@ absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
       return http::RequestError("response_format", util::codes::kInvalidType,
                                 "'response_format' must be an object.");
     }
-    const std::string type = it->value("type", "");
+    DI_ASSIGN_OR_RETURN(const std::string type,
+                        OptionalString(*it, "type", "response_format.type", ""));
     if (type == "json_object") {
       DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonObject, ""}, "response_format"));
     } else if (type == "json_schema") {
@@ -195,6 +209,15 @@ absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
       if (js == it->end() || !js->is_object()) {
         return http::RequestError("response_format.json_schema", util::codes::kMissingField,
                                   "response_format type json_schema needs a 'json_schema' object.");
+      }
+      // Read for their types only: name labels the schema, and strict schemas are enforced like
+      // any other (the constraint is always exact).
+      DI_RETURN_IF_ERROR(
+          OptionalString(*js, "name", "response_format.json_schema.name", "").status());
+      if (auto strict = js->find("strict");
+          strict != js->end() && !strict->is_null() && !strict->is_boolean()) {
+        return http::RequestError("response_format.json_schema.strict", util::codes::kInvalidType,
+                                  "'response_format.json_schema.strict' must be a boolean.");
       }
       auto schema = js->find("schema");
       if (schema == js->end() || schema->is_null()) {
@@ -239,6 +262,8 @@ absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
                                     fmt::format("'{}' must be a boolean.", param));
         }
         if (v.get<bool>()) DI_RETURN_IF_ERROR(set({ConstraintKind::kJsonObject, ""}, param));
+      } else if (key == "disable_any_whitespace" || key == "whitespace_pattern") {
+        // vLLM's whitespace options: JSON here is always compact, so they change nothing.
       } else {
         return http::RequestError(param, util::codes::kUnsupportedValue,
                                   fmt::format("'{}' is not supported; use json, regex, choice, "

@@ -341,6 +341,33 @@ TEST(ToolChoiceTest, EveryApiSpellingIsRead) {
   EXPECT_EQ(http::ApiErrorFromStatus(no_name.status()).param, "tool_choice.name");
 }
 
+TEST(StructuredOutputFieldsTest, WrongTypesAreInvalidTypeNotInternalErrors) {
+  // Found by a new user's trial: a non-string type was a 500.
+  const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+  for (const auto& [fields, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("response_format":{"type":5})", "response_format.type"},
+           {R"("response_format":{"type":"json_schema","json_schema":{"name":5,"schema":{}}})",
+            "response_format.json_schema.name"},
+           {R"("response_format":{"type":"json_schema","json_schema":{"strict":"yes"}})",
+            "response_format.json_schema.strict"}}) {
+    auto r = ParseChatRequest("{" + msgs + "," + fields + "}", Limits());
+    ASSERT_FALSE(r.ok()) << fields;
+    http::ApiError e = http::ApiErrorFromStatus(r.status());
+    EXPECT_EQ(e.code, "invalid_type") << fields;
+    EXPECT_EQ(e.param, param) << fields;
+  }
+  auto resp = ParseResponsesRequest(R"({"input":"hi","text":{"format":{"type":5}}})", Limits());
+  ASSERT_FALSE(resp.ok());
+  EXPECT_EQ(http::ApiErrorFromStatus(resp.status()).code, "invalid_type");
+  auto anth = ParseAnthropicMessagesRequest(
+      R"({"max_tokens":8,"messages":[{"role":"user","content":[{"type":5}]}]})", Limits());
+  ASSERT_FALSE(anth.ok());
+  EXPECT_EQ(http::ApiErrorFromStatus(anth.status()).http_status, 400);
+  auto ws = ParseChatRequest(
+      "{" + msgs + R"(,"structured_outputs":{"json":{},"disable_any_whitespace":true}})", Limits());
+  ASSERT_TRUE(ws.ok()) << ws.status();
+}
+
 TEST(ParseChatRequestTest, RejectsOutOfRangeValues) {
   const std::string m = R"("messages":[{"role":"user","content":"x"}])";
   auto body = [&](const std::string& field) { return "{" + m + "," + field + "}"; };

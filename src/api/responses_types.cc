@@ -285,7 +285,12 @@ absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
         return http::RequestError("text.format", util::codes::kInvalidType,
                                   "'text.format' must be an object.");
       }
-      const std::string type = format->value("type", "text");
+      auto type_it = format->find("type");
+      if (type_it != format->end() && !type_it->is_null() && !type_it->is_string()) {
+        return http::RequestError("text.format.type", util::codes::kInvalidType,
+                                  "'text.format.type' must be a string.");
+      }
+      const std::string type = StringField(*format, "type").value_or("text");
       using constraint::ConstraintKind;
       std::optional<constraint::ConstraintSpec> spec;
       if (type == "json_object") {

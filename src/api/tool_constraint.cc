@@ -47,13 +47,6 @@ absl::StatusOr<std::vector<Tool>> ReadTools(const std::vector<std::string>& tool
     if (function->contains("parameters") && !(*function)["parameters"].is_null()) {
       t.parameters = (*function)["parameters"];
     }
-    // Strict arguments, except where the schema names no properties at all: then any object,
-    // as the tool accepts (structural tags compile schemas in strict mode).
-    if (t.parameters.is_object() && !t.parameters.contains("properties") &&
-        !t.parameters.contains("additionalProperties")) {
-      t.parameters["additionalProperties"] = true;
-      if (!t.parameters.contains("type")) t.parameters["type"] = "object";
-    }
     out.push_back(std::move(t));
   }
   return out;
@@ -94,11 +87,6 @@ absl::StatusOr<std::optional<constraint::ConstraintSpec>> ToolChoiceConstraint(
     return http::RequestError("tool_choice", util::codes::kInvalidValue,
                               "A required or named tool_choice needs 'tools'.");
   }
-  if (format == ToolCallFormat::kNone) {
-    return http::RequestError("tool_choice", util::codes::kUnsupportedValue,
-                              "This model's chat template has no tool-call syntax, so a required "
-                              "or named tool_choice cannot be enforced; use 'auto'.");
-  }
   DI_ASSIGN_OR_RETURN(std::vector<Tool> offered, ReadTools(tools));
   Json calls = Json::array();
   for (const Tool& t : offered) {
@@ -111,6 +99,11 @@ absl::StatusOr<std::optional<constraint::ConstraintSpec>> ToolChoiceConstraint(
     return http::RequestError("tool_choice", util::codes::kInvalidValue,
                               fmt::format("The tool '{}' is not one of the request's tools.",
                                           choice.name));
+  }
+  if (format == ToolCallFormat::kNone) {
+    return http::RequestError("tool_choice", util::codes::kUnsupportedValue,
+                              "This model's chat template has no tool-call syntax, so a required "
+                              "or named tool_choice cannot be enforced; use 'auto'.");
   }
   const Json one_call = Or(calls);
   const bool many = choice.mode == ToolChoice::Mode::kRequired && choice.parallel;

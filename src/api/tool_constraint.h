@@ -6,8 +6,9 @@
 // schemas, and nothing else.
 //
 // The constraint is an xgrammar structural tag: the format's markers as literal text, each
-// call's arguments as that tool's JSON schema (strict: no properties the schema does not name;
-// a schema without properties admits any object), in JSON for the V3 / V3.1 formats and as DSML
+// call's arguments as that tool's JSON schema (strict: no properties the schema does not name
+// unless additionalProperties allows them; a schema without properties admits any object), in
+// JSON for the V3 / V3.1 formats and as DSML
 // parameters (xgrammar's deepseek_xml and deepseek_v4_1_xml styles) for V3.2, V4 and V4.1.
 // The markers are the bytes the encoders render (deepseek_chat.cc, deepseek_dsml_chat.cc), so
 // ParseToolCalls reads every output the constraint allows back into the same calls. Whitespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <exception>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string_view>
@@ -20,6 +21,16 @@ namespace deepinfer::constraint {
 namespace {
 
 absl::Status Invalid(std::string_view what, std::string_view why) {
+  // xgrammar prefixes its messages with "[hh:mm:ss] /path/to/file.cc:123: ": the reason only.
+  if (why.starts_with('[')) {
+    if (const size_t end = why.find("] "); end != std::string_view::npos) why.remove_prefix(end + 2);
+  }
+  if (const size_t colon = why.find(": "); colon != std::string_view::npos) {
+    const std::string_view where = why.substr(0, colon);
+    if (where.find(".cc:") != std::string_view::npos || where.find(".h:") != std::string_view::npos) {
+      why.remove_prefix(colon + 2);
+    }
+  }
   // The backend's messages can be long (a schema echoed back): one line, bounded.
   std::string reason(why.substr(0, 600));
   for (char& c : reason) {
@@ -71,6 +82,11 @@ class CompiledConstraint {
   const int32_t logits_size;
 };
 
+// Bounds on what a client may ask to compile (compile time grows with size, superlinearly for
+// choices: 20,000 take seconds).
+constexpr size_t kMaxConstraintBytes = size_t{256} << 10;
+constexpr size_t kMaxChoices = 4096;
+
 // The compile cache's bound: clients choose the schemas, so it must not grow without limit (the
 // least recently used compiled grammars go first).
 constexpr int64_t kCompileCacheBytes = int64_t{256} << 20;
@@ -80,6 +96,12 @@ struct GrammarCompiler::Impl {
       : info(info), compiler(info, num_threads, /*cache_enabled=*/true, kCompileCacheBytes) {}
   const xgrammar::TokenizerInfo info;  // structural tags resolve token references through it
   xgrammar::GrammarCompiler compiler;
+  // Scratch for Compile's first-token probe, one per calling thread.
+  static uint32_t* probe_mask(const ConstraintMatcher& m) {
+    thread_local std::vector<uint32_t> mask;
+    mask.resize(static_cast<size_t>(m.MaskWords()));
+    return mask.data();
+  }
 };
 
 GrammarCompiler::GrammarCompiler(std::unique_ptr<Impl> impl, int32_t logits_size)
@@ -160,13 +182,149 @@ void BoundedStringsAsPatterns(util::Json& node) {
   }
 }
 
-// `json` with BoundedStringsAsPatterns applied; unparsable text is returned as it is, for the
-// backend to report.
-std::string WithBoundedStringPatterns(const std::string& json) {
-  util::Json doc = util::Json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return json;
-  BoundedStringsAsPatterns(doc);
-  return util::DumpJson(doc);
+// Clients write the schemas, and xgrammar's converter recurses through them ($ref hops
+// included: a flat chain of 600 references overflows a thread's stack) and takes superlinear
+// time in enum sizes (100,000 values: minutes). SchemaCheck bounds both before xgrammar sees a
+// schema, and refuses the keywords xgrammar would ignore (the output would then break the
+// schema): a 400 rather than a silently wrong answer.
+constexpr int kMaxSchemaDepth = 32;       // nesting of subschemas, $ref hops included
+constexpr int64_t kMaxSchemaItems = 4096;  // subschemas plus enum values
+constexpr const char* kIgnoredKeywords[] = {"not",      "if",          "then",
+                                            "else",     "dependentRequired", "dependentSchemas",
+                                            "uniqueItems", "contains", "minContains",
+                                            "maxContains"};
+
+class SchemaCheck {
+ public:
+  explicit SchemaCheck(const util::Json& root) : root_(root) {}
+  // Throws std::invalid_argument with the reason.
+  void Run() { Visit(root_, 0); }
+
+ private:
+  // Returns the subtree's height (subschema levels, $ref hops included).
+  [[noreturn]] static void TooDeep() {
+    throw std::invalid_argument(fmt::format(
+        "the schema nests deeper than {} levels ($ref hops included)", kMaxSchemaDepth));
+  }
+
+  int Visit(const util::Json& node, int depth) {
+    if (depth > kMaxSchemaDepth) TooDeep();
+    if (!node.is_object()) return 0;
+    Count(1);
+    for (const char* keyword : kIgnoredKeywords) {
+      if (node.contains(keyword)) {
+        throw std::invalid_argument(
+            fmt::format("'{}' is not supported by the grammar engine", keyword));
+      }
+    }
+    if (auto e = node.find("enum"); e != node.end() && e->is_array()) Count(e->size());
+    if (auto p = node.find("pattern"); p != node.end() && p->is_string()) {
+      // xgrammar skips a schema pattern it cannot compile (lookarounds, backreferences) with a
+      // warning; compiling it here makes that a 400 with the reason.
+      try {
+        xgrammar::Grammar::FromRegex(p->get<std::string>());
+      } catch (const std::exception& e) {
+        throw std::invalid_argument(fmt::format("pattern '{}': {}", p->get<std::string>(), e.what()));
+      }
+    }
+    int height = 0;
+    auto child = [&](const util::Json& sub) { height = std::max(height, Visit(sub, depth + 1)); };
+    for (const char* map : {"properties", "patternProperties", "$defs", "definitions"}) {
+      if (auto m = node.find(map); m != node.end() && m->is_object()) {
+        for (const auto& [name, sub] : m->items()) child(sub);
+      }
+    }
+    for (const char* key : {"items", "additionalProperties", "additionalItems", "propertyNames",
+                            "unevaluatedProperties", "unevaluatedItems"}) {
+      if (auto s = node.find(key); s != node.end()) {
+        if (s->is_array()) {
+          for (const util::Json& sub : *s) child(sub);
+        } else {
+          child(*s);
+        }
+      }
+    }
+    for (const char* list : {"prefixItems", "allOf", "anyOf", "oneOf"}) {
+      if (auto l = node.find(list); l != node.end() && l->is_array()) {
+        for (const util::Json& sub : *l) child(sub);
+      }
+    }
+    if (auto r = node.find("$ref"); r != node.end() && r->is_string()) {
+      height = std::max(height, Ref(r->get<std::string>(), depth + 1));
+    }
+    return height + 1;
+  }
+
+  // A local reference: each target is checked once (xgrammar builds one rule per target too);
+  // a reference to a target being checked is recursion, which xgrammar turns into a rule.
+  int Ref(const std::string& ref, int depth) {
+    if (ref.empty() || ref[0] != '#') {
+      throw std::invalid_argument(
+          fmt::format("only local references ('#/...') are supported, not '{}'", ref));
+    }
+    if (auto done = height_.find(ref); done != height_.end()) {
+      if (depth + done->second - 1 > kMaxSchemaDepth) TooDeep();
+      return done->second;
+    }
+    if (std::find(open_.begin(), open_.end(), ref) != open_.end()) return 0;
+    const util::Json* target = &root_;
+    if (ref.size() > 1) {
+      try {
+        const util::Json::json_pointer pointer(ref.substr(1));
+        if (!root_.contains(pointer)) throw std::invalid_argument("");
+        target = &root_.at(pointer);
+      } catch (const std::exception&) {
+        throw std::invalid_argument(fmt::format("'$ref' '{}' points to nothing", ref));
+      }
+    }
+    open_.push_back(ref);
+    const int height = Visit(*target, depth);
+    open_.pop_back();
+    height_[ref] = height;
+    return height;
+  }
+
+  void Count(size_t n) {
+    items_ += static_cast<int64_t>(n);
+    if (items_ > kMaxSchemaItems) {
+      throw std::invalid_argument(fmt::format(
+          "the schema is too large (more than {} subschemas and enum values)", kMaxSchemaItems));
+    }
+  }
+
+  const util::Json& root_;
+  int64_t items_ = 0;
+  std::vector<std::string> open_;        // references being checked, outermost first
+  std::map<std::string, int> height_;  // checked references
+};
+
+// A schema as xgrammar gets it: parsed (nesting at most util::kMaxJsonDepth), checked
+// (SchemaCheck) and with bounded strings as patterns. Throws std::invalid_argument.
+util::Json PreparedSchema(util::Json schema) {
+  SchemaCheck(schema).Run();
+  BoundedStringsAsPatterns(schema);
+  return schema;
+}
+
+util::Json ParseConstraintJson(const std::string& text) {
+  absl::StatusOr<util::Json> doc = util::ParseJson(text);
+  if (!doc.ok()) throw std::invalid_argument(std::string(doc.status().message()));
+  return *std::move(doc);
+}
+
+// A structural tag with every json_schema format's schema prepared (PreparedSchema).
+void PrepareTagSchemas(util::Json& node) {
+  if (node.is_array()) {
+    for (util::Json& item : node) PrepareTagSchemas(item);
+    return;
+  }
+  if (!node.is_object()) return;
+  if (auto schema = node.find("json_schema");
+      schema != node.end() && node.value("type", util::Json()) == "json_schema") {
+    *schema = PreparedSchema(*schema);
+    return;
+  }
+  for (auto& [key, value] : node.items()) PrepareTagSchemas(value);
 }
 
 // The grammar of `spec` itself. Throws the backend's exceptions for a malformed constraint.
@@ -182,11 +340,12 @@ xgrammar::Grammar GrammarOf(const ConstraintSpec& spec, const xgrammar::Tokenize
       return xgrammar::Grammar::FromJSONSchema(R"({"type": "object"})", /*any_whitespace=*/false,
                                                std::nullopt, std::nullopt, /*strict_mode=*/false);
     case ConstraintKind::kJsonSchema:
-      // strict_mode false: properties the schema does not forbid may appear, as OpenAI's
-      // non-strict mode and vLLM's default allow; strict schemas say additionalProperties.
-      return xgrammar::Grammar::FromJSONSchema(WithBoundedStringPatterns(spec.text),
-                                               /*any_whitespace=*/false, std::nullopt,
-                                               std::nullopt, /*strict_mode=*/false);
+      // strict_mode (xgrammar's and so vLLM's default): an object has only the properties its
+      // schema names unless additionalProperties or patternProperties allow more; without
+      // properties at all, any. Free extra properties would let a model repeat a key.
+      return xgrammar::Grammar::FromJSONSchema(
+          util::DumpJson(PreparedSchema(ParseConstraintJson(spec.text))),
+          /*any_whitespace=*/false, std::nullopt, std::nullopt, /*strict_mode=*/true);
     case ConstraintKind::kRegex:
       return xgrammar::Grammar::FromRegex(spec.text);
     case ConstraintKind::kChoice: {
@@ -200,8 +359,11 @@ xgrammar::Grammar GrammarOf(const ConstraintSpec& spec, const xgrammar::Tokenize
     }
     case ConstraintKind::kGrammar:
       return xgrammar::Grammar::FromEBNF(spec.text, "root");
-    case ConstraintKind::kStructuralTag:
-      return FromStructuralTag(WithBoundedStringPatterns(spec.text), info);
+    case ConstraintKind::kStructuralTag: {
+      util::Json tag = ParseConstraintJson(spec.text);
+      PrepareTagSchemas(tag);
+      return FromStructuralTag(util::DumpJson(tag), info);
+    }
   }
   throw std::invalid_argument("unknown constraint kind");
 }
@@ -211,6 +373,12 @@ xgrammar::Grammar GrammarOf(const ConstraintSpec& spec, const xgrammar::Tokenize
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compile(
     const ConstraintSpec& spec) {
   const char* what = ConstraintKindName(spec.kind);
+  if (spec.text.size() > kMaxConstraintBytes) {
+    return Invalid(what, fmt::format("larger than {} KiB", kMaxConstraintBytes >> 10));
+  }
+  if (spec.choices.size() > kMaxChoices) {
+    return Invalid(what, fmt::format("more than {} choices", kMaxChoices));
+  }
   try {
     xgrammar::Grammar grammar = GrammarOf(spec, impl_->info);
     if (!spec.reasoning_end.empty()) {
@@ -228,8 +396,14 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
     }
     // Cached by the grammar's text: a repeated schema is converted again (about a millisecond)
     // but its token tables are computed once.
-    return std::make_shared<const CompiledConstraint>(impl_->compiler.CompileGrammar(grammar),
-                                                      logits_size_);
+    auto compiled = std::make_shared<const CompiledConstraint>(
+        impl_->compiler.CompileGrammar(grammar), logits_size_);
+    // A grammar that allows no first token ("root ::= root") is refused here rather than
+    // failing the request after it started.
+    if (ConstraintMatcher probe(compiled); probe.FillMask(impl_->probe_mask(probe)) == 0) {
+      return Invalid(what, "the constraint matches no output");
+    }
+    return compiled;
   } catch (const std::exception& e) {
     return Invalid(what, e.what());
   }

@@ -65,8 +65,15 @@ class GrammarCompiler {
                                                  int32_t logits_size, int num_threads = 1);
   ~GrammarCompiler();
 
-  // Errors: InvalidArgument "invalid_constraint" with the backend's reason (a malformed or
-  //   unsupported schema, regex or grammar; no choices; an empty choice).
+  // Errors: InvalidArgument "invalid_constraint" with the reason: the backend's (a malformed or
+  //   unsupported schema, regex or grammar; no choices; an empty choice), or ours for what is
+  //   bounded (text over 256 KiB, over 4,096 choices, a schema deeper than 32 levels with $ref
+  //   hops or with over 4,096 subschemas and enum values, nesting deeper than util::kMaxJsonDepth),
+  //   for schema keywords the backend would ignore (not, if/then/else, dependent*, uniqueItems,
+  //   contains, non-local or dangling $ref, uncompilable pattern) and for a constraint that
+  //   allows no output.
+  // JSON schemas compile in xgrammar's strict mode: only the properties a schema names (and
+  //   those additionalProperties / patternProperties allow).
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> Compile(const ConstraintSpec& spec);
 
   int32_t logits_size() const { return logits_size_; }

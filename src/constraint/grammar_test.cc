@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "tokenizer/deepseek_test_util.h"
 #include "tokenizer/test_util.h"
@@ -237,7 +238,72 @@ TEST_P(ConstraintTest, MalformedConstraintsAreInvalidWithTheEnginesReason) {
     const std::string message(c.status().message());
     EXPECT_NE(message.find(ConstraintKindName(spec.kind)), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos);
+    EXPECT_EQ(message.find(".cc:"), std::string::npos) << message;  // no source paths
   }
+}
+
+// What a client could send to exhaust the server (found by trying it): answered with a 400,
+// quickly, instead of a stack overflow or minutes of compiling.
+TEST_P(ConstraintTest, HostileConstraintsAreRefusedBeforeTheyCompile) {
+  std::string chain = R"({"$defs":{)";
+  for (int i = 0; i < 600; ++i) {
+    chain += fmt::format(R"("d{}":{{"type":"object","properties":{{"a":{{"$ref":"#/$defs/d{}"}}}}}},)",
+                         i, i + 1);
+  }
+  chain += R"("d600":{"type":"string"}},"$ref":"#/$defs/d0"})";
+  std::string big_enum = R"({"enum":[)";
+  for (int i = 0; i < 5000; ++i) big_enum += fmt::format("{}\"v{}\"", i > 0 ? "," : "", i);
+  big_enum += "]}";
+  std::vector<std::string> many(5000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = "c" + std::to_string(i);
+  std::string nested;
+  for (int i = 0; i < 100; ++i) nested += R"({"type":"array","items":)";
+  nested += R"({"type":"string"})" + std::string(100, '}');
+  struct Case {
+    ConstraintSpec spec;
+    std::string reason;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{ConstraintKind::kJsonSchema, chain}, "deeper"},
+           {{ConstraintKind::kJsonSchema, nested}, "nesting"},
+           {{ConstraintKind::kJsonSchema, big_enum}, "too large"},
+           {{ConstraintKind::kChoice, "", many}, "choices"},
+           {{ConstraintKind::kRegex, std::string(300 << 10, 'a')}, "KiB"},
+           {{ConstraintKind::kGrammar, "root ::= root"}, "no output"},
+           // Keywords xgrammar would ignore, so the output could break them.
+           {{ConstraintKind::kJsonSchema, R"({"type":"array","uniqueItems":true})"},
+            "uniqueItems"},
+           {{ConstraintKind::kJsonSchema, R"({"properties":{"a":{"not":{"type":"string"}}}})"},
+            "'not'"},
+           {{ConstraintKind::kJsonSchema, R"({"$ref":"http://example.com/s.json"})"}, "local"},
+           {{ConstraintKind::kJsonSchema, R"({"$ref":"#/$defs/missing"})"}, "points to nothing"},
+           {{ConstraintKind::kJsonSchema, R"({"type":"string","pattern":"^(?!admin).*$"})"},
+            "pattern"}}) {
+    auto compiled = compiler_->Compile(c.spec);
+    ASSERT_FALSE(compiled.ok()) << c.reason;
+    EXPECT_EQ(ErrorCodeOf(compiled.status()), "invalid_constraint");
+    EXPECT_NE(compiled.status().message().find(c.reason), std::string_view::npos)
+        << compiled.status().message();
+  }
+  // A recursive schema is fine: the recursion becomes a grammar rule.
+  EXPECT_TRUE(compiler_->Compile({ConstraintKind::kJsonSchema,
+                                  R"({"$defs":{"n":{"type":"object","properties":{"kids":)"
+                                  R"({"type":"array","items":{"$ref":"#/$defs/n"}}}}},)"
+                                  R"("$ref":"#/$defs/n"})"})
+                  .ok());
+}
+
+TEST_P(ConstraintTest, ObjectsHaveOnlyTheirSchemasPropertiesAndNeverARepeatedKey) {
+  const std::string named = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+  ConstraintMatcher m = Matcher({ConstraintKind::kJsonSchema, named});
+  EXPECT_FALSE(m.AcceptText(R"({"a": 1, "b")"));
+  const std::string open =
+      R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})";
+  ConstraintMatcher again = Matcher({ConstraintKind::kJsonSchema, open});
+  EXPECT_FALSE(again.AcceptText(R"({"a": 1, "a": 2})"));
+  EXPECT_TRUE(again.AcceptText(R"({"a": 1, "b": [true]})"));
+  ConstraintMatcher any = Matcher({ConstraintKind::kJsonSchema, R"({"type":"object"})"});
+  EXPECT_TRUE(any.AcceptText(R"({"x": {"y": null}})"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
