@@ -30,8 +30,21 @@ struct Tool {
   Json parameters;
 };
 
-// The tools[i] objects as the encoders read them ({"type": "function", "function": {...}}).
-absl::StatusOr<std::vector<Tool>> ReadTools(const std::vector<std::string>& tools) {
+// Whether `name` can stand in the markers and be read back (tool names and DSML parameter
+// names): not empty, no control characters, nothing that ends an attribute or a tag ('"', '<',
+// '>', '`'), and no U+FF5C, the bar of DeepSeek's marker tokens.
+bool Carried(std::string_view name) {
+  if (name.empty() || name.find("\xEF\xBD\x9C") != std::string_view::npos) return false;
+  for (unsigned char c : name) {
+    if (c < 0x20 || c == 0x7f || c == '"' || c == '<' || c == '>' || c == '`') return false;
+  }
+  return true;
+}
+
+// The tools[i] objects as the encoders read them ({"type": "function", "function": {...}}),
+// checked for what the format's markers can carry.
+absl::StatusOr<std::vector<Tool>> ReadTools(ToolCallFormat format,
+                                            const std::vector<std::string>& tools) {
   std::vector<Tool> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     Json tool = Json::parse(tools[i], nullptr, /*allow_exceptions=*/false);
@@ -46,6 +59,33 @@ absl::StatusOr<std::vector<Tool>> ReadTools(const std::vector<std::string>& tool
     Tool t{(*function)["name"].get<std::string>(), Json::object()};
     if (function->contains("parameters") && !(*function)["parameters"].is_null()) {
       t.parameters = (*function)["parameters"];
+    }
+    auto refuse = [&](std::string_view field, std::string_view why) {
+      return http::RequestError(fmt::format("tools[{}].function.{}", i, field),
+                                util::codes::kInvalidValue,
+                                fmt::format("tool '{}': {}", t.name.substr(0, 64), why));
+    };
+    if (!Carried(t.name)) {
+      return refuse("name", "a tool call cannot carry this name (empty, or with control "
+                            "characters, '\"', '<', '>', '`' or U+FF5C)");
+    }
+    for (const Tool& earlier : out) {
+      if (earlier.name == t.name) return refuse("name", "two tools have this name");
+    }
+    if (ToolCallSyntaxOf(format).dsml) {
+      // DSML writes the arguments as one tag per property of an object.
+      const Json& p = t.parameters;
+      if (!p.is_object() || (p.contains("type") && p["type"] != "object")) {
+        return refuse("parameters", "DSML tool calls pass named arguments, so the parameters "
+                                    "must be an object schema");
+      }
+      if (auto props = p.find("properties"); props != p.end() && props->is_object()) {
+        for (const auto& [key, schema] : props->items()) {
+          if (!Carried(key)) {
+            return refuse("parameters", fmt::format("a DSML parameter cannot be named '{}'", key));
+          }
+        }
+      }
     }
     out.push_back(std::move(t));
   }
@@ -87,7 +127,7 @@ absl::StatusOr<std::optional<constraint::ConstraintSpec>> ToolChoiceConstraint(
     return http::RequestError("tool_choice", util::codes::kInvalidValue,
                               "A required or named tool_choice needs 'tools'.");
   }
-  DI_ASSIGN_OR_RETURN(std::vector<Tool> offered, ReadTools(tools));
+  DI_ASSIGN_OR_RETURN(std::vector<Tool> offered, ReadTools(format, tools));
   Json calls = Json::array();
   for (const Tool& t : offered) {
     if (choice.mode == ToolChoice::Mode::kRequired || t.name == choice.name) {

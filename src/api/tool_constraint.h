@@ -31,8 +31,10 @@ namespace deepinfer::api {
 // nullopt for kAuto and kNone, which leave the model free.
 // Errors: InvalidArgument "invalid_value" (param tool_choice) when no tools are offered or the
 //   named tool is not one of them; "unsupported_value" when `format` is kNone (the model's chat
-//   encoder has no tool-call syntax to enforce); "invalid_value" (param tools) for a tool
-//   definition that is not an object with function.name.
+//   encoder has no tool-call syntax to enforce); "invalid_value" (param tools[i]...) for a tool
+//   definition that is not an object with function.name, a name the markers cannot carry (empty,
+//   control characters, '"', '<', '>', '`', U+FF5C) or one used twice, and in the DSML formats
+//   parameters that are not an object schema or name a property the markers cannot carry.
 absl::StatusOr<std::optional<constraint::ConstraintSpec>> ToolChoiceConstraint(
     ToolCallFormat format, const std::vector<std::string>& tools, const ToolChoice& choice);
 

@@ -11,6 +11,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "tokenizer/test_util.h"
+#include "util/json.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -141,6 +142,28 @@ TEST_P(ToolConstraintTest, WhatCannotBeEnforcedIsAClearError) {
   EXPECT_EQ(ErrorCodeOf(no_syntax.status()), "unsupported_value");
   auto malformed = ToolChoiceConstraint(f, {R"({"type":"function"})"}, {ToolChoice::Mode::kRequired});
   EXPECT_EQ(ErrorCodeOf(malformed.status()), "invalid_value");
+  // Names the markers cannot carry, a name used twice (found by an adversarial trial: the
+  // answer came back as content, or as a call of another tool).
+  for (const std::string& name : {std::string(""), std::string("get\"w"), std::string("a\nb"),
+                                  std::string("a<｜tool▁sep｜>b"), std::string("x<b>")}) {
+    auto r = ToolChoiceConstraint(
+        f, {R"({"type":"function","function":{"name":)" + util::DumpJson(name) + "}}"},
+        {ToolChoice::Mode::kRequired});
+    EXPECT_EQ(ErrorCodeOf(r.status()), "invalid_value") << name;
+  }
+  auto twice = ToolChoiceConstraint(f, {kTools[1], kTools[1]}, {ToolChoice::Mode::kRequired});
+  EXPECT_EQ(ErrorCodeOf(twice.status()), "invalid_value");
+  // DSML passes named arguments: a non-object schema, or a property name with a quote.
+  for (const char* params : {R"({"type":"string"})", R"({"type":"object","properties":{"k\"y":{}}})"}) {
+    auto r = ToolChoiceConstraint(
+        f, {std::string(R"({"type":"function","function":{"name":"f","parameters":)") + params + "}}"},
+        {ToolChoice::Mode::kRequired});
+    if (ToolCallSyntaxOf(f).dsml) {
+      EXPECT_EQ(ErrorCodeOf(r.status()), "invalid_value") << params;
+    } else {
+      EXPECT_TRUE(r.ok()) << params << r.status();  // JSON arguments carry any value and key
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, ToolConstraintTest,
