@@ -153,9 +153,14 @@ def test_what_cannot_be_enforced_is_a_400(server):
     r = post(tools=TOOLS, tool_choice="sometimes")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_value", r.text
     # A tool whose parameters are not a schema xgrammar can compile: invalid_constraint.
-    bad = [{"type": "function", "function": {"name": "f", "parameters": {"type": 7}}}]
+    bad = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": 7}}}}}]
     r = post(tools=bad, tool_choice="required")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_constraint", r.text
+    # A name the call markers cannot carry.
+    quoted = [{"type": "function", "function": {"name": 'get"w', "parameters": WEATHER}}]
+    r = post(tools=quoted, tool_choice="required")
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].function.name", r.text
 
 
 def test_responses_required_gives_function_call_items(server):
