@@ -201,12 +201,12 @@ class SchemaCheck {
   void Run() { Visit(root_, 0); }
 
  private:
-  // Returns the subtree's height (subschema levels, $ref hops included).
   [[noreturn]] static void TooDeep() {
     throw std::invalid_argument(fmt::format(
         "the schema nests deeper than {} levels ($ref hops included)", kMaxSchemaDepth));
   }
 
+  // Returns the subtree's height (subschema levels, $ref hops included).
   int Visit(const util::Json& node, int depth) {
     if (depth > kMaxSchemaDepth) TooDeep();
     if (!node.is_object()) return 0;
