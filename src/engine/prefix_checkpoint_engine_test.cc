@@ -125,6 +125,20 @@ class PrefixCheckpointEngineTest : public ::testing::TestWithParam<Case> {
     return r;
   }
 
+  // Fills `want` with the tokens an engine without the prefix cache generates for Request(),
+  // then lets an engine with checkpoints (revision rev-1) serve it once and save its one
+  // checkpoint. Callers wrap it in ASSERT_NO_FATAL_FAILURE.
+  void SaveOneCheckpoint(std::vector<int32_t>* want) {
+    auto plain = Make(false);
+    ASSERT_TRUE(plain);
+    *want = Generate(*plain, Request());
+    auto first = Make(true);
+    ASSERT_TRUE(first);
+    Generate(*first, Request());
+    store_->Flush();
+    ASSERT_EQ(store_->counters().saved, 1);
+  }
+
   std::unique_ptr<model::Model> model_;
   int64_t preload_tokens_ = 0;  // EngineOptions::checkpoint_preload_tokens of the next Make
   fs::path dir_;
@@ -165,16 +179,8 @@ TEST_P(PrefixCheckpointEngineTest, ARestartedEngineRestoresThePrefixAndAnswersTh
 }
 
 TEST_P(PrefixCheckpointEngineTest, AnotherRevisionNeitherRestoresNorBlocksItsOwn) {
-  auto plain = Make(false);
-  ASSERT_TRUE(plain);
-  const std::vector<int32_t> want = Generate(*plain, Request());
-  {
-    auto first = Make(true, "rev-1");
-    ASSERT_TRUE(first);
-    Generate(*first, Request());
-    store_->Flush();
-    ASSERT_EQ(store_->counters().saved, 1);
-  }
+  std::vector<int32_t> want;
+  ASSERT_NO_FATAL_FAILURE(SaveOneCheckpoint(&want));
   auto other = Make(true, "rev-2");
   ASSERT_TRUE(other);
   StreamUpdate u;
@@ -199,16 +205,8 @@ TEST_P(PrefixCheckpointEngineTest, AnotherRevisionNeitherRestoresNorBlocksItsOwn
 }
 
 TEST_P(PrefixCheckpointEngineTest, ACorruptFileIsRejectedAndRecomputed) {
-  auto plain = Make(false);
-  ASSERT_TRUE(plain);
-  const std::vector<int32_t> want = Generate(*plain, Request());
-  {
-    auto first = Make(true);
-    ASSERT_TRUE(first);
-    Generate(*first, Request());
-    store_->Flush();
-    ASSERT_EQ(store_->counters().saved, 1);
-  }
+  std::vector<int32_t> want;
+  ASSERT_NO_FATAL_FAILURE(SaveOneCheckpoint(&want));
   for (const auto& e : fs::directory_iterator(dir_)) {  // flip one payload byte in place
     std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(-7, std::ios::end);
@@ -293,16 +291,8 @@ TEST_P(PrefixCheckpointEngineTest, APrefillOnlyRequestHandsItsBlocksToADecodeEng
 // cache before its first request, which then finds them (cached_tokens) with nothing left to
 // restore; a budget smaller than a checkpoint restores none.
 TEST_P(PrefixCheckpointEngineTest, PreloadedCheckpointsServeTheFirstRequestFromTheCache) {
-  auto plain = Make(false);
-  ASSERT_TRUE(plain);
-  const std::vector<int32_t> want = Generate(*plain, Request());
-  {
-    auto first = Make(true);
-    ASSERT_TRUE(first);
-    Generate(*first, Request());
-    store_->Flush();
-    ASSERT_EQ(store_->counters().saved, 1);
-  }
+  std::vector<int32_t> want;
+  ASSERT_NO_FATAL_FAILURE(SaveOneCheckpoint(&want));
   preload_tokens_ = 63;  // less than the 64-token checkpoint
   {
     auto small = Make(true);
