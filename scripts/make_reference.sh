@@ -44,4 +44,6 @@ if [ -f tests/reference/make_deepseek_v3_golden.py ]; then
   echo "reference: DeepSeek-V3 tiny checkpoints (transformers)"
   $PY tests/reference/make_deepseek_v3_golden.py
 fi
+echo "reference: DeepSeek-V4.1 DSpark test checkpoints (recipes only)"
+$PY tests/reference/make_deepseek_v41_dspark.py
 echo "reference: done; review with git diff tests/golden"

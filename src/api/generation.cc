@@ -49,7 +49,7 @@ struct Generation::Choice {
   absl::flat_hash_set<int32_t> stop_token_ids;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
-  int64_t draft_tokens = 0;
+  int64_t draft_tokens = 0, draft_steps = 0;
   int64_t accepted_tokens = 0;
   bool reported_finish = false;  // the client has its finish_reason
   bool engine_done = false;      // the engine delivered its final update
@@ -109,6 +109,7 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
     c.cached_tokens = std::min<int64_t>(update.cached_tokens, c.prompt_tokens);
     c.draft_tokens = update.num_draft_tokens;
     c.accepted_tokens = update.num_accepted_tokens;
+    c.draft_steps = update.num_draft_steps;
     if (c.stop_string_cancel && metrics_ != nullptr) metrics_->RecordStopStringFinish();
     if (!c.reported_finish) {
       switch (update.finish) {
@@ -191,6 +192,7 @@ UsageCounts Generation::usage() const {
     u.completion_tokens += c->completion_tokens;
     u.draft_tokens += c->draft_tokens;
     u.accepted_tokens += c->accepted_tokens;
+    u.draft_steps += c->draft_steps;
     if (std::find(seen.begin(), seen.end(), c->prompt_index) != seen.end()) continue;
     seen.push_back(c->prompt_index);
     u.prompt_tokens += c->prompt_tokens;

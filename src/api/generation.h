@@ -35,6 +35,7 @@ struct UsageCounts {
   int64_t cached_tokens = 0;
   int64_t draft_tokens = 0;     // speculative decoding: drafted, and accepted by the model
   int64_t accepted_tokens = 0;
+  int64_t draft_steps = 0;      // verification steps that carried drafts
 };
 
 // One engine request plus what the API layer needs to turn its tokens into text.

@@ -1,5 +1,6 @@
 #include "api/openai_answer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "api/route.h"
@@ -29,11 +30,15 @@ util::Json UsageJson(const UsageCounts& usage) {
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   u["prompt_tokens_details"] = util::Json{{"cached_tokens", usage.cached_tokens}};
   if (usage.draft_tokens > 0) {
-    // Speculative decoding (MTP): acceptance length = 1 + accepted / verification steps.
-    u["speculative"] = util::Json{{"draft_tokens", usage.draft_tokens},
-                                  {"accepted_tokens", usage.accepted_tokens},
-                                  {"acceptance_rate", static_cast<double>(usage.accepted_tokens) /
-                                                          static_cast<double>(usage.draft_tokens)}};
+    // Speculative decoding: acceptance rate = accepted / drafted, acceptance length = tokens per
+    // verification step with drafts = 1 + accepted / steps.
+    const double accepted = static_cast<double>(usage.accepted_tokens);
+    u["speculative"] = util::Json{
+        {"draft_tokens", usage.draft_tokens},
+        {"accepted_tokens", usage.accepted_tokens},
+        {"acceptance_rate", accepted / static_cast<double>(usage.draft_tokens)},
+        {"acceptance_length",
+         1.0 + accepted / static_cast<double>(std::max<int64_t>(1, usage.draft_steps))}};
   }
   return u;
 }

@@ -22,7 +22,8 @@ namespace deepinfer::api {
 
 // {"prompt_tokens", "completion_tokens", "total_tokens",
 //  "prompt_tokens_details": {"cached_tokens"}}; cached_tokens is always a number. With
-// speculative decoding also "speculative": {draft_tokens, accepted_tokens, acceptance_rate}.
+// speculative decoding also "speculative": {draft_tokens, accepted_tokens, acceptance_rate,
+// acceptance_length}.
 util::Json UsageJson(const UsageCounts& usage);
 
 // Chat logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}]}.

@@ -185,8 +185,12 @@ std::string EngineStatsLine(const engine::EngineStats& a, const engine::EngineSt
       queries > 0 ? 100.0 * hits / queries : 0.0, b.num_preemptions);
   const int64_t drafts = b.spec_num_draft_tokens - a.spec_num_draft_tokens;
   if (drafts > 0) {
-    line += fmt::format(" spec_acceptance={:.1f}%",
-                        100.0 * (b.spec_num_accepted_tokens - a.spec_num_accepted_tokens) / drafts);
+    const double accepted = static_cast<double>(b.spec_num_accepted_tokens -
+                                                a.spec_num_accepted_tokens);
+    const int64_t steps = std::max<int64_t>(1, b.spec_num_drafts - a.spec_num_drafts);
+    line += fmt::format(" spec_acceptance={:.1f}% spec_acceptance_length={:.2f}",
+                        100.0 * accepted / static_cast<double>(drafts),
+                        1.0 + accepted / static_cast<double>(steps));
   }
   return line;
 }

@@ -36,8 +36,10 @@ TEST(ServeTest, StatsLineGivesRatesOverTheIntervalAndTheStateNow) {
             "prefix_cache_hit=25.0% preemptions=0");
   b.spec_num_draft_tokens = 10;
   b.spec_num_accepted_tokens = 7;
-  EXPECT_EQ(EngineStatsLine(a, b, 2.0).substr(EngineStatsLine(a, b, 2.0).rfind(' ') + 1),
-            "spec_acceptance=70.0%");
+  b.spec_num_drafts = 4;  // 7 accepted in 4 verification steps: 2.75 tokens per step
+  const std::string line = EngineStatsLine(a, b, 2.0);
+  EXPECT_EQ(line.substr(line.find(" spec_")),
+            " spec_acceptance=70.0% spec_acceptance_length=2.75");
 }
 
 TEST(ServeTest, StatsLineIsEmptyWhenIdle) {

@@ -183,6 +183,23 @@ class CausalLm {
   virtual void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden,
                           KvCache& mtp_kv, float* logits, float* hidden_out,
                           util::ThreadPool& pool) {}
+
+  // --- DSpark block drafter (DeepSeek-V4.1; arch/deepseek_v41.h has the model's contract). ---
+  //
+  // Positions one proposal covers (the config's dspark_block_size); 0: no DSpark stages.
+  virtual int dspark_block_size() const { return 0; }
+  // Turns the drafter's state on for later calls: kv_layout then adds one window layer per
+  // stage, and Forward writes the stages' window KV at every position it computes (so the
+  // windows follow the main cache: prefix-cache hits, chunks and rejected drafts included).
+  // Call once, before kv_layout and the first Forward. Returns false (nothing changes) without
+  // stages.
+  virtual bool EnableDspark() { return false; }
+  // One block per slice: slice i holds one token, the sequence's newest (not in the cache yet)
+  // at start_pos, and the stages' windows hold the positions before it (num_logits ignored).
+  // Writes drafts [slices, block] (guesses for positions start_pos + 1 .. start_pos + block)
+  // and confidence [slices, block] in (0, 1). REQUIRES: EnableDspark() returned true.
+  virtual void DsparkPropose(const ForwardBatch& batch, KvCache& kv, int32_t* drafts,
+                             float* confidence, util::ThreadPool& pool) {}
 };
 
 // Builds the forward pass for `model.config.architecture`, after checking the model's tensors

@@ -74,6 +74,7 @@ struct Layer {
   const TensorView* router = nullptr;
   std::vector<float> router_bias;
   std::vector<Expert> experts;
+  int top_k = 0;  // routed experts per token
   Expert shared;
   bool has_shared = false;
   // Window cache slot: [window key/value (head_dim), a, z (head_dim each, ratio > 1 sources)].
@@ -81,6 +82,20 @@ struct Layer {
   // spread over its group's ratio slots (entry_floats / ratio per slot) or, when the block size
   // or the entry does not divide by the ratio, whole in the group's last slot.
   int64_t off_a = 0, off_z = 0, window_floats = 0, entry_floats = 0;
+};
+
+// The DSpark drafter (research notes 5.5): stages mtp.0.. (window-only layers with their own
+// MoE), the taps' projection main_proj [H, taps H] + main_norm, and on the last stage the Markov
+// head (embed, head [vocab, rank]), the confidence head proj [1, H + rank] and the final norm.
+struct Dspark {
+  std::vector<Layer> stages;
+  std::vector<int> taps;  // dspark_target_layer_ids
+  const TensorView* main_proj = nullptr;
+  std::vector<float> main_norm, norm;
+  const TensorView* markov_embed = nullptr;
+  const TensorView* markov_head = nullptr;
+  const TensorView* confidence = nullptr;
+  int32_t block = 0, noise = 0, rank = 0;
 };
 
 template <typename V>
@@ -105,10 +120,43 @@ class DeepseekV41Impl final : public CausalLm {
   Numerics default_numerics() const override { return Numerics::kDeepseekQat; }
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
+  int dspark_block_size() const override { return dspark_.stages.empty() ? 0 : dspark_.block; }
+  bool EnableDspark() override {
+    dspark_on_ = !dspark_.stages.empty();
+    return dspark_on_;
+  }
+  void DsparkPropose(const ForwardBatch& batch, KvCache& kv, int32_t* drafts, float* confidence,
+                     util::ThreadPool& pool) override;
 
  private:
   absl::StatusOr<Site> LoadSite(const std::string& prefix);
+  // Main layer l, or DSpark stage l - num_layers.
   absl::StatusOr<Layer> LoadLayer(int l);
+  absl::Status LoadDspark();
+  // The q projection (RoPE'd, [T, heads, head_dim] into q_) and the window key/value rows
+  // (kv_norm, RoPE, FP8 under QAT, [T, head_dim] into kvrow_) of h_.
+  void Queries(const Layer& L, int64_t T, const float* cosv, const float* sinv,
+               util::ThreadPool& pool);
+  void WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
+                int64_t T, const float* cosv, const float* sinv, util::ThreadPool& pool);
+  // The rotary tables of positions_[0, T) into cos_/sin_ main and compress.
+  void RopeTables(int64_t T);
+  // streams_ = h_ replicated hc times, pre_mix_ one-hot on stream 0 (the first layer's input).
+  void StartStreams(int64_t T);
+  // One mHC layer over streams_ (pre_mix_ in, the FFN site's pre out); attention by `attend`.
+  template <typename Attend>
+  void RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool, Attend&& attend);
+  // DSpark: the stages' window KV from taps_ at the batch's positions.
+  void DsparkAbsorb(const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
+  // Attention of T rows (queries in q_) over the keys gather(t, keys) lists for row t (at most
+  // max_keys; returns the count), with the sink, inverse RoPE and the grouped output into out_.
+  template <typename Gather>
+  void AttendAndProject(const Layer& L, int64_t T, int64_t max_keys, const float* cosv,
+                        const float* sinv, util::ThreadPool& pool, Gather&& gather);
+  // A stage's attention for proposal rows: each block row (slice i's rows [i B, i B + B)) sees
+  // its sequence's window of positions < start_pos and all B rows of its block.
+  void StageAttention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
+                      util::ThreadPool& pool);
   void Mixes(const Site& site, int64_t T, float* pre, util::ThreadPool& pool);
   void Collapse(const float* pre, int64_t T);
   void Expand(int64_t T);
@@ -137,6 +185,11 @@ class DeepseekV41Impl final : public CausalLm {
   model::DeepseekV4Config ds_;
   dsv4::TensorSchema schema_;
   std::vector<Layer> layers_;
+  Dspark dspark_;          // stages empty: none in the checkpoint
+  bool dspark_on_ = false;  // EnableDspark()
+  std::vector<float> taps_;  // [T, taps, H] stream means at the target layers' inputs
+  std::vector<float> draft_x_, draft_logits_, markov_row_, markov_logits_, draft_conf_;
+  std::vector<int32_t> draft_tokens_;
   const TensorView* embed_ = nullptr;
   const TensorView* head_ = nullptr;
   std::vector<float> final_norm_;
@@ -186,18 +239,23 @@ absl::StatusOr<Site> DeepseekV41Impl::LoadSite(const std::string& p) {
 }
 
 absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
-  const std::string p = fmt::format("layers.{}.", l), a = p + "attn.", f = p + "ffn.";
+  const bool stage = l >= cfg_.num_layers;
+  const std::string p = stage ? fmt::format("mtp.{}.", l - cfg_.num_layers)
+                              : fmt::format("layers.{}.", l);
+  const std::string a = p + "attn.", f = p + "ffn.";
   const int64_t H = cfg_.hidden, nh = cfg_.num_heads, hd = cfg_.head_dim;
   const int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
   auto in = [](const std::vector<int>& v, int x) {
     return std::find(v.begin(), v.end(), x) != v.end();
   };
   Layer L;
-  L.ratio = ds_.compress_ratio[l];
-  L.kv_source = in(ds_.kv_source_layer_ids, l);
-  L.index_source = in(ds_.index_source_layer_ids, l);
-  L.candidate_source = l == ds_.candidate_source_layer_id;
-  L.uses_candidates = ds_.candidate_source_layer_id >= 0 && ds_.candidate_source_layer_id < l;
+  if (!stage) {  // DSpark stages: window only, no sources, no Engram
+    L.ratio = ds_.compress_ratio[l];
+    L.kv_source = in(ds_.kv_source_layer_ids, l);
+    L.index_source = in(ds_.index_source_layer_ids, l);
+    L.candidate_source = l == ds_.candidate_source_layer_id;
+    L.uses_candidates = ds_.candidate_source_layer_id >= 0 && ds_.candidate_source_layer_id < l;
+  }
   DI_ASSIGN_OR_RETURN(L.hc_attn, LoadSite(p + "hc_attn_"));
   DI_ASSIGN_OR_RETURN(L.hc_ffn, LoadSite(p + "hc_ffn_"));
   DI_ASSIGN_OR_RETURN(L.attn_norm, schema_.Vec(p + "attn_norm.weight", {H}));
@@ -232,7 +290,7 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
                         schema_.Mat(a + "indexer.wq_b.weight", ih * ihd, ds_.q_lora_rank));
     DI_ASSIGN_OR_RETURN(L.i_weights, schema_.Mat(a + "indexer.weights_proj.weight", ih, H));
   }
-  if (in(ds_.engram_layer_ids, l)) {
+  if (!stage && in(ds_.engram_layer_ids, l)) {
     Engram& e = L.engram;
     e.index =
         static_cast<int>(std::find(ds_.engram_layer_ids.begin(), ds_.engram_layer_ids.end(), l) -
@@ -279,10 +337,12 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
     e.qk.resize(q.size());
     for (size_t i = 0; i < q.size(); ++i) e.qk[i] = q[i] * k[i];
   }
-  const int64_t E = ds_.n_routed_experts, I = ds_.moe_intermediate_size;
+  const int64_t E = stage ? ds_.dspark_n_routed_experts : ds_.n_routed_experts;
+  const int64_t I = ds_.moe_intermediate_size;
+  L.top_k = stage ? ds_.dspark_num_experts_per_tok : ds_.num_experts_per_tok;
   DI_ASSIGN_OR_RETURN(L.router, schema_.Mat(f + "gate.weight", E, H));
   DI_ASSIGN_OR_RETURN(L.router_bias, schema_.Vec(f + "gate.bias", {E}));
-  if (schema_.Has(f + "gate.bias_vl")) {  // image-token routing bias: loaded, unused for text
+  if (!stage && schema_.Has(f + "gate.bias_vl")) {  // image-token routing bias: loaded, unused for text
     DI_RETURN_IF_ERROR(schema_.Vec(f + "gate.bias_vl", {E}).status());
   }
   for (int64_t e = 0; e < E; ++e) {
@@ -372,10 +432,14 @@ absl::Status DeepseekV41Impl::Init() {
   window_tokens_ = std::max(window_tokens_, ds_.sliding_window);
   keep_classes_ = !ds_.engram_layer_ids.empty();
   if (keep_classes_) kv_floats_ = std::max<int64_t>(kv_floats_, 1);
-  // The DSpark stages ("mtp.*"), the vision tower and the image embeddings are not read yet.
+  DI_RETURN_IF_ERROR(LoadDspark());
+  // The vision tower and the image embeddings are not read yet (nor DSpark stages a config
+  // does not declare).
   for (const auto& [name, t] : model_.tensors) {
-    for (const char* prefix : {"mtp.", "vision.", "aligner.", "image_"}) {
-      if (name.rfind(prefix, 0) == 0) schema_.MarkUsed(name);
+    for (const char* prefix : {"vision.", "aligner.", "image_", "mtp."}) {
+      if (name.rfind(prefix, 0) == 0 && (dspark_.stages.empty() || prefix[0] != 'm')) {
+        schema_.MarkUsed(name);
+      }
     }
   }
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4.1"));
@@ -383,6 +447,33 @@ absl::Status DeepseekV41Impl::Init() {
   inv_freq_compress_ =
       ComputeRopeFrequencies(cfg_.rope_dim, ds_.compress_rope_theta, ds_.compress_yarn).inv_freq;
   compress_mscale_ = ds_.compress_rope_mscale;
+  return absl::OkStatus();
+}
+
+// The DSpark stages, when the config declares them (num_nextn_predict_layers) and the
+// checkpoint holds them (a release without mtp.* serves without the drafter).
+absl::Status DeepseekV41Impl::LoadDspark() {
+  const int n = ds_.num_nextn_predict_layers;
+  if (n == 0 || !schema_.Has("mtp.0.main_proj.weight")) return absl::OkStatus();
+  const int64_t H = cfg_.hidden, V = cfg_.vocab, R = ds_.dspark_markov_rank;
+  Dspark d;
+  d.taps = ds_.dspark_target_layer_ids;
+  d.block = ds_.dspark_block_size;
+  d.noise = ds_.dspark_noise_token_id;
+  d.rank = static_cast<int32_t>(R);
+  const int64_t taps = static_cast<int64_t>(d.taps.size());
+  DI_ASSIGN_OR_RETURN(d.main_proj, schema_.Mat("mtp.0.main_proj.weight", H, taps * H));
+  DI_ASSIGN_OR_RETURN(d.main_norm, schema_.Vec("mtp.0.main_norm.weight", {H}));
+  const std::string last = fmt::format("mtp.{}.", n - 1);
+  DI_ASSIGN_OR_RETURN(d.markov_embed, schema_.Mat(last + "markov_head.embed.weight", V, R));
+  DI_ASSIGN_OR_RETURN(d.markov_head, schema_.Mat(last + "markov_head.head.weight", V, R));
+  DI_ASSIGN_OR_RETURN(d.confidence, schema_.Mat(last + "confidence_head.proj.weight", 1, H + R));
+  DI_ASSIGN_OR_RETURN(d.norm, schema_.Vec(last + "norm.weight", {H}));
+  for (int s = 0; s < n; ++s) {
+    DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(cfg_.num_layers + s));
+    d.stages.push_back(std::move(L));
+  }
+  dspark_ = std::move(d);
   return absl::OkStatus();
 }
 
@@ -602,12 +693,9 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
   }
 }
 
-void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
-                                util::ThreadPool& pool) {
-  const int64_t T = batch.num_tokens, nh = cfg_.num_heads, hd = cfg_.head_dim;
-  const int64_t H = cfg_.hidden, half = cfg_.rope_dim / 2, rd = cfg_.rope_dim;
-  const float* cosv = L.ratio > 0 ? cos_comp_.data() : cos_main_.data();
-  const float* sinv = L.ratio > 0 ? sin_comp_.data() : sin_main_.data();
+void DeepseekV41Impl::Queries(const Layer& L, int64_t T, const float* cosv, const float* sinv,
+                              util::ThreadPool& pool) {
+  const int64_t nh = cfg_.num_heads, hd = cfg_.head_dim, half = cfg_.rope_dim / 2;
   Grow(qr_, T * ds_.q_lora_rank);
   Grow(q_, T * nh * hd);
   kernels::MatMul(*L.wq_a, h_.data(), T, qr_.data(), pool);
@@ -615,19 +703,34 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
   kernels::MatMul(*L.wq_b, qr_.data(), T, q_.data(), pool);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t h = 0; h < nh; ++h) {
-      dsv4::RopeInterleaved(q_.data() + (t * nh + h) * hd + hd - rd, cosv + t * half,
+      dsv4::RopeInterleaved(q_.data() + (t * nh + h) * hd + hd - cfg_.rope_dim, cosv + t * half,
                             sinv + t * half, static_cast<int>(half), false);
     }
   }
+}
+
+void DeepseekV41Impl::WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm,
+                               const float* in, int64_t T, const float* cosv, const float* sinv,
+                               util::ThreadPool& pool) {
+  const int64_t hd = cfg_.head_dim, half = cfg_.rope_dim / 2;
   Grow(kvrow_, T * hd);
-  kernels::MatMul(*L.wkv, h_.data(), T, kvrow_.data(), pool);
-  kernels::RmsNorm(kvrow_.data(), L.kv_norm.data(), T, hd, cfg_.rms_norm_eps, kvrow_.data());
+  kernels::MatMul(wkv, in, T, kvrow_.data(), pool);
+  kernels::RmsNorm(kvrow_.data(), kv_norm.data(), T, hd, cfg_.rms_norm_eps, kvrow_.data());
   for (int64_t t = 0; t < T; ++t) {
     float* k = kvrow_.data() + t * hd;
-    dsv4::RopeInterleaved(k + hd - rd, cosv + t * half, sinv + t * half, static_cast<int>(half),
-                          false);
+    dsv4::RopeInterleaved(k + hd - cfg_.rope_dim, cosv + t * half, sinv + t * half,
+                          static_cast<int>(half), false);
     if (qat_ && hd % 32 == 0) dsv4::FakeQuantFp8(k, hd, 32, 1e-4f);
   }
+}
+
+void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
+                                util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, hd = cfg_.head_dim;
+  const float* cosv = L.ratio > 0 ? cos_comp_.data() : cos_main_.data();
+  const float* sinv = L.ratio > 0 ? sin_comp_.data() : sin_main_.data();
+  Queries(L, T, cosv, sinv, pool);
+  WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cosv, sinv, pool);
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int32_t pos = s.start_pos + i;
@@ -637,9 +740,8 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
   if (L.kv_source) Compress(L, l, batch, kv, pool);
   if (L.index_source) Select(L, batch, kv, pool);
 
-  // Every token over its window and the selected entries of its KV source, 8 heads at a time.
-  constexpr int64_t kHeadGroup = 8;
-  const int64_t groups = (nh + kHeadGroup - 1) / kHeadGroup, K = ds_.index_topk;
+  // Every token over its window and the selected entries of its KV source.
+  const int64_t K = ds_.index_topk;
   Grow(token_seq_, T);
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
     const auto& s = batch.seqs[si];
@@ -647,6 +749,29 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
       token_seq_[s.token_offset + i] = static_cast<int32_t>(si);
   }
   const int64_t max_keys = ds_.sliding_window + (L.ratio > 0 ? K : 0);
+  AttendAndProject(L, T, max_keys, cosv, sinv, pool, [&](int64_t t, const float** keys) {
+    const SequenceSlice& s = batch.seqs[token_seq_[t]];
+    const int32_t p = positions_[t];
+    int64_t n = 0;
+    for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
+      keys[n++] = WindowSlot(kv, s, l, j);
+    }
+    if (L.ratio > 0) {
+      const int32_t* sel = selected_.data() + t * K;
+      for (int64_t k = 0; k < K && sel[k] >= 0; ++k) keys[n++] = EntrySlot(kv, s, L.kv_src, sel[k]);
+    }
+    return n;
+  });
+}
+
+template <typename Gather>
+void DeepseekV41Impl::AttendAndProject(const Layer& L, int64_t T, int64_t max_keys,
+                                       const float* cosv, const float* sinv,
+                                       util::ThreadPool& pool, Gather&& gather) {
+  const int64_t nh = cfg_.num_heads, hd = cfg_.head_dim, H = cfg_.hidden;
+  const int64_t half = cfg_.rope_dim / 2, rd = cfg_.rope_dim;
+  constexpr int64_t kHeadGroup = 8;  // heads per work item: one key walk serves them all
+  const int64_t groups = (nh + kHeadGroup - 1) / kHeadGroup;
   Grow(attn_, T * nh * hd);
   Grow(thread_scratch_, int64_t{pool.num_threads()} * kHeadGroup * (max_keys + 1));
   Grow(thread_keys_, int64_t{pool.num_threads()} * (max_keys + 1));
@@ -657,18 +782,7 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / groups, h0 = (item % groups) * kHeadGroup;
       const int64_t heads = std::min(kHeadGroup, nh - h0);
-      const SequenceSlice& s = batch.seqs[token_seq_[t]];
-      const int32_t p = positions_[t];
-      int64_t n = 0;
-      for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
-        keys[n++] = WindowSlot(kv, s, l, j);
-      }
-      if (L.ratio > 0) {
-        const int32_t* sel = selected_.data() + t * K;
-        for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
-          keys[n++] = EntrySlot(kv, s, L.kv_src, sel[k]);
-        }
-      }
+      const int64_t n = gather(t, keys);
       float* o = attn_.data() + (t * nh + h0) * hd;
       dsv4::AttendSharedKv(q_.data() + (t * nh + h0) * hd, heads, keys, n, hd, scale,
                            L.sink.data() + h0, scores, o);
@@ -693,7 +807,7 @@ void DeepseekV41Impl::RunExpert(const Expert& e, const float* in, int64_t n,
 
 void DeepseekV41Impl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
   const int64_t H = cfg_.hidden;
-  const int E = ds_.n_routed_experts, K = ds_.num_experts_per_tok;
+  const int E = static_cast<int>(L.experts.size()), K = L.top_k;
   Grow(router_logits_, T * E);
   Grow(route_idx_, T * K);
   Grow(route_w_, T * K);
@@ -821,7 +935,10 @@ void DeepseekV41Impl::ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& 
 
 KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
   KvLayout layout;
-  layout.window_tokens = window_tokens_;
+  // A proposal's first row (position p + 1) reads the stages' windows from p - W + 1 (research
+  // notes 5.5: positions max(0, p - 127) .. p), one position further back than the main layers.
+  layout.window_tokens = dspark_on_ ? std::max(window_tokens_, ds_.sliding_window + 1)
+                                    : window_tokens_;
   for (const Layer& L : layers_) {
     layout.window_floats.push_back(L.window_floats);
     const bool spread =
@@ -829,27 +946,14 @@ KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
     layout.floats.push_back(spread ? L.entry_floats / L.ratio : L.entry_floats);
   }
   if (keep_classes_) layout.floats.push_back(1);
+  if (dspark_on_) {  // each stage's window key/value, after the main layers'
+    for (size_t s = 0; s < dspark_.stages.size(); ++s) layout.window_floats.push_back(cfg_.head_dim);
+  }
   return layout;
 }
 
-void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
-                              util::ThreadPool& pool) {
-  DI_CHECK(kv.window != nullptr && kv.num_layers >= cfg_.num_layers + (keep_classes_ ? 1 : 0) &&
-           kv.window->num_layers >= cfg_.num_layers && kv.window->block_size == kv.block_size);
-  entry_shift_.assign(static_cast<size_t>(cfg_.num_layers), 0);
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    const Layer& L = layers_[l];
-    DI_CHECK(kv.window->layer_floats[l] == L.window_floats);
-    if (!L.kv_source) continue;
-    const bool whole = kv.layer_floats[l] == L.entry_floats;
-    DI_CHECK(whole || kv.layer_floats[l] * L.ratio == L.entry_floats);
-    entry_shift_[l] = whole ? L.ratio - 1 : 0;
-  }
-  const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult, half = cfg_.rope_dim / 2;
-  Grow(positions_, T);
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
-  }
+void DeepseekV41Impl::RopeTables(int64_t T) {
+  const int64_t half = cfg_.rope_dim / 2;
   Grow(cos_main_, T * half);
   Grow(sin_main_, T * half);
   Grow(cos_comp_, T * half);
@@ -860,32 +964,198 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
     dsv4::RopeAt(inv_freq_compress_, compress_mscale_, positions_[t], cos_comp_.data() + t * half,
                  sin_comp_.data() + t * half);
   }
-  Grow(h_, T * H);
-  kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
+}
+
+void DeepseekV41Impl::StartStreams(int64_t T) {
+  const int64_t H = cfg_.hidden, hc = ds_.hc_mult;
   Grow(streams_, T * hc * H);
   dsv4::HcReplicate(h_.data(), T, hc, H, streams_.data());
-  // Layer 0's attention collapses stream 0 alone.
+  // The first layer's attention collapses stream 0 alone.
   Grow(pre_mix_, T * hc);
   Grow(pre_attn_, T * hc);
   Grow(pre_ffn_, T * hc);
   std::fill(pre_mix_.begin(), pre_mix_.begin() + T * hc, 0.0f);
   for (int64_t t = 0; t < T; ++t) pre_mix_[t * hc] = 1.0f;
-  if (keep_classes_) EngramHashes(batch, kv);
+}
+
+template <typename Attend>
+void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool,
+                               Attend&& attend) {
+  const int64_t H = cfg_.hidden;
+  Mixes(L.hc_attn, T, pre_attn_.data(), pool);
+  Collapse(pre_mix_.data(), T);
+  kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+  attend();
+  Expand(T);
+  Mixes(L.hc_ffn, T, pre_ffn_.data(), pool);
+  Collapse(pre_attn_.data(), T);
+  kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
+  Moe(L, T, pool);
+  Expand(T);
+  std::swap(pre_mix_, pre_ffn_);
+}
+
+// main_x = main_norm(main_proj(taps)); each stage's window slot at the position gets
+// fp8(RoPE(kv_norm(wkv(main_x)))) (research notes 5.5; the notes apply the stage's wkv to
+// main_x directly, without its attn_norm).
+void DeepseekV41Impl::DsparkAbsorb(const ForwardBatch& batch, KvCache& kv,
+                                   util::ThreadPool& pool) {
+  const int64_t T = batch.num_tokens, H = cfg_.hidden, hd = cfg_.head_dim;
+  Grow(draft_x_, T * H);
+  kernels::MatMul(*dspark_.main_proj, taps_.data(), T, draft_x_.data(), pool);
+  kernels::RmsNorm(draft_x_.data(), dspark_.main_norm.data(), T, H, cfg_.rms_norm_eps,
+                   draft_x_.data());
+  for (size_t st = 0; st < dspark_.stages.size(); ++st) {
+    const Layer& L = dspark_.stages[st];
+    WindowKv(*L.wkv, L.kv_norm, draft_x_.data(), T, cos_main_.data(), sin_main_.data(), pool);
+    const int l = cfg_.num_layers + static_cast<int>(st);
+    for (const auto& s : batch.seqs) {
+      for (int32_t i = 0; i < s.num_tokens; ++i) {
+        std::memcpy(WindowSlot(kv, s, l, s.start_pos + i),
+                    kvrow_.data() + (s.token_offset + i) * hd, hd * sizeof(float));
+      }
+    }
+  }
+}
+
+void DeepseekV41Impl::StageAttention(const Layer& L, int l, const ForwardBatch& batch,
+                                     KvCache& kv, util::ThreadPool& pool) {
+  const int64_t B = dspark_.block, n = static_cast<int64_t>(batch.seqs.size()), T = n * B;
+  const int64_t hd = cfg_.head_dim;
+  Queries(L, T, cos_main_.data(), sin_main_.data(), pool);
+  WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cos_main_.data(), sin_main_.data(), pool);
+  AttendAndProject(L, T, ds_.sliding_window + B, cos_main_.data(), sin_main_.data(), pool,
+                   [&](int64_t t, const float** keys) {
+                     const int64_t i = t / B;
+                     const SequenceSlice& s = batch.seqs[i];
+                     const int32_t p = s.start_pos - 1;  // the newest position in the windows
+                     int64_t m = 0;
+                     for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
+                       keys[m++] = WindowSlot(kv, s, l, j);
+                     }
+                     for (int64_t r = 0; r < B; ++r) keys[m++] = kvrow_.data() + (i * B + r) * hd;
+                     return m;
+                   });
+}
+
+// Rows [y, noise x (B - 1)] at positions start_pos .. start_pos + B - 1 through the stages
+// (non-causal inside the block), x = the final collapse, logits = lm_head(norm(x)); then the
+// Markov chain: out_0 = y, logits_r += markov_embed[out_r] . markov_head^T, out_{r+1} = argmax,
+// confidence_r = sigmoid(proj . [x_r, markov_embed[out_r]]). Research notes 5.5; greedy drafts
+// (a request's sampling is the verifier's: speculative.h).
+void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int32_t* drafts,
+                                    float* confidence, util::ThreadPool& pool) {
+  DI_CHECK(dspark_on_);
+  const int64_t B = dspark_.block, n = static_cast<int64_t>(batch.seqs.size()), T = n * B;
+  const int64_t H = cfg_.hidden, hc = ds_.hc_mult, V = cfg_.vocab, R = dspark_.rank;
+  if (n == 0) return;
+  Grow(positions_, T);
+  Grow(draft_tokens_, T);
+  for (int64_t i = 0; i < n; ++i) {
+    const SequenceSlice& s = batch.seqs[i];
+    for (int64_t r = 0; r < B; ++r) {
+      positions_[i * B + r] = s.start_pos + static_cast<int32_t>(r);
+      draft_tokens_[i * B + r] = r == 0 ? batch.tokens[s.token_offset] : dspark_.noise;
+    }
+  }
+  RopeTables(T);
+  Grow(h_, T * H);
+  kernels::EmbeddingLookup(*embed_, draft_tokens_.data(), T, h_.data());
+  StartStreams(T);
+  for (size_t st = 0; st < dspark_.stages.size(); ++st) {
+    const Layer& L = dspark_.stages[st];
+    const int l = cfg_.num_layers + static_cast<int>(st);
+    RunLayer(L, T, pool, [&] { StageAttention(L, l, batch, kv, pool); });
+  }
+  Grow(draft_x_, T * H);  // x per row (the confidence head reads it)
+  Grow(rows_, T * H);
+  for (int64_t t = 0; t < T; ++t) {
+    dsv4::HcCollapse(streams_.data() + t * hc * H, pre_mix_.data() + t * hc, static_cast<int>(hc),
+                     H, draft_x_.data() + t * H);
+  }
+  std::memcpy(rows_.data(), draft_x_.data(), T * H * sizeof(float));
+  kernels::RmsNorm(rows_.data(), dspark_.norm.data(), T, H, cfg_.rms_norm_eps, rows_.data());
+  Grow(draft_logits_, T * V);
+  kernels::MatMul(*head_, rows_.data(), T, draft_logits_.data(), pool);
+  // The Markov chain, one row position at a time across the sequences (each matrix is read
+  // once per position, not once per sequence).
+  Grow(markov_logits_, n * V);
+  Grow(markov_row_, n * (H + R));
+  Grow(draft_tokens_, n);  // each sequence's previous guess (out_r); the block's ids are done
+  Grow(draft_conf_, n);
+  for (int64_t i = 0; i < n; ++i) draft_tokens_[i] = batch.tokens[batch.seqs[i].token_offset];
+  for (int64_t r = 0; r < B; ++r) {
+    // markov_row_ [n, H + R] = [x_r, markov_embed[out_r]]: the confidence head's input.
+    for (int64_t i = 0; i < n; ++i) {
+      float* row = markov_row_.data() + i * (H + R);
+      std::memcpy(row, draft_x_.data() + (i * B + r) * H, H * sizeof(float));
+      kernels::EmbeddingLookup(*dspark_.markov_embed, &draft_tokens_[i], 1, row + H);
+    }
+    kernels::MatMul(*dspark_.confidence, markov_row_.data(), n, draft_conf_.data(), pool);
+    // markov_head . markov_embed[out_r]: the row's embedding part, as a strided [n, R] input.
+    Grow(rows_, n * R);
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(rows_.data() + i * R, markov_row_.data() + i * (H + R) + H, R * sizeof(float));
+    }
+    kernels::MatMul(*dspark_.markov_head, rows_.data(), n, markov_logits_.data(), pool);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = i * B + r;
+      float* lg = draft_logits_.data() + t * V;
+      const float* mk = markov_logits_.data() + i * V;
+      for (int64_t v = 0; v < V; ++v) lg[v] += mk[v];
+      confidence[t] = 1.0f / (1.0f + std::exp(-draft_conf_[i]));
+      draft_tokens_[i] = kernels::ArgMax(lg, static_cast<int32_t>(V));
+      drafts[t] = draft_tokens_[i];
+    }
+  }
+}
+
+void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
+                              util::ThreadPool& pool) {
+  const int stages = dspark_on_ ? static_cast<int>(dspark_.stages.size()) : 0;
+  DI_CHECK(kv.window != nullptr && kv.num_layers >= cfg_.num_layers + (keep_classes_ ? 1 : 0) &&
+           kv.window->num_layers >= cfg_.num_layers + stages &&
+           kv.window->block_size == kv.block_size);
+  entry_shift_.assign(static_cast<size_t>(cfg_.num_layers), 0);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];
-    if (L.engram.index >= 0) ApplyEngram(L.engram, T, pool);
-    Mixes(L.hc_attn, T, pre_attn_.data(), pool);
-    Collapse(pre_mix_.data(), T);
-    kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
-    Attention(L, l, batch, kv, pool);
-    Expand(T);
-    Mixes(L.hc_ffn, T, pre_ffn_.data(), pool);
-    Collapse(pre_attn_.data(), T);
-    kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
-    Moe(L, T, pool);
-    Expand(T);
-    std::swap(pre_mix_, pre_ffn_);
+    DI_CHECK(kv.window->layer_floats[l] == L.window_floats);
+    if (!L.kv_source) continue;
+    const bool whole = kv.layer_floats[l] == L.entry_floats;
+    DI_CHECK(whole || kv.layer_floats[l] * L.ratio == L.entry_floats);
+    entry_shift_[l] = whole ? L.ratio - 1 : 0;
   }
+  const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult;
+  Grow(positions_, T);
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
+  }
+  RopeTables(T);
+  Grow(h_, T * H);
+  kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
+  StartStreams(T);
+  if (keep_classes_) EngramHashes(batch, kv);
+  const int64_t num_taps = dspark_on_ ? static_cast<int64_t>(dspark_.taps.size()) : 0;
+  if (num_taps > 0) Grow(taps_, T * num_taps * H);
+  for (int l = 0; l < cfg_.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    for (int64_t k = 0; k < num_taps; ++k) {
+      if (dspark_.taps[k] != l) continue;
+      // DSpark tap: the mean of the streams entering layer l (research notes 5.5).
+      for (int64_t t = 0; t < T; ++t) {
+        float* tap = taps_.data() + (t * num_taps + k) * H;
+        const float* x = streams_.data() + t * hc * H;
+        for (int64_t d = 0; d < H; ++d) {
+          float acc = 0;
+          for (int64_t j = 0; j < hc; ++j) acc += x[j * H + d];
+          tap[d] = acc / static_cast<float>(hc);
+        }
+      }
+    }
+    if (L.engram.index >= 0) ApplyEngram(L.engram, T, pool);
+    RunLayer(L, T, pool, [&] { Attention(L, l, batch, kv, pool); });
+  }
+  if (num_taps > 0) DsparkAbsorb(batch, kv, pool);
   const int32_t num_rows = batch.num_logit_rows();
   if (num_rows == 0 || logits == nullptr) return;
   Grow(rows_, int64_t{num_rows} * H);

@@ -38,7 +38,16 @@ namespace deepinfer::arch {
 //   E8M0 per 32), wkv turns them into a key per stream and one value, and each stream adds
 //   sigmoid(signed sqrt(normalized dot(stream, q*k*key))) * value. Each token's class is kept in
 //   its layer-0 slot for later positions' look-back. Without the classes: unsupported_config.
-// Not yet: the DSpark stages (mtp.*, skipped), images (bias_vl is loaded and unused).
+// DSpark (num_nextn_predict_layers stages mtp.0.., when the checkpoint holds them; research
+//   notes 5.5 and docs/deepseek.md for the choices the notes leave open): after EnableDspark(),
+//   Forward keeps the stream means at the input of each dspark_target_layer_ids layer, and
+//   writes every computed position's main_x = main_norm(main_proj(concat taps)) into each
+//   stage's window (fp8(RoPE(kv_norm(wkv(main_x)))), extra window layers after the main ones).
+//   DsparkPropose runs the block [y, noise x (block - 1)] at the positions after the window
+//   through the stages (window-only attention over the window and the whole block: non-causal
+//   inside it; their own MoE), lm_head(norm(x)) plus the Markov head's term for the previous
+//   guess, greedy, and a confidence sigmoid(proj . [x, markov_embed[previous]]) per row.
+// Not yet: images (bias_vl is loaded and unused).
 // Threads / Lifetime: as CausalLm.
 // Source: transformers models/deepseek_v41/modeling_deepseek_v41.py at commit 0a2080b4 (the
 //   reference of ../shared/goldens/deepseek_v41); research notes section 5.

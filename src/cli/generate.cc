@@ -52,6 +52,8 @@ struct GenerateFlags {
   std::string system;
   std::string chat_template;
   std::optional<arch::Numerics> numerics;  // unset: the model's default
+  std::string speculative_method = "auto";  // auto | dspark | mtp | none
+  int32_t speculative_tokens = 0;
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
 };
 
@@ -212,6 +214,12 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags&
   o.seed = std::random_device{}();  // for unseeded sampling; --seed is the request's own
   o.numerics = f.numerics;
   o.kv_cache_dtype = f.kv_cache_dtype;
+  using Method = engine::EngineOptions::SpeculativeMethod;
+  o.speculative_method = f.speculative_method == "dspark" ? Method::kDspark
+                         : f.speculative_method == "mtp"  ? Method::kMtp
+                         : f.speculative_method == "none" ? Method::kNone
+                                                          : Method::kAuto;
+  o.speculative_tokens = f.speculative_tokens;
   return engine::Engine::Create(m, o);
 }
 
@@ -405,6 +413,15 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_option("--threads", flags->threads, "worker threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   AddNumericsOption(cmd, &flags->numerics);
+  cmd->add_option("--speculative-method", flags->speculative_method,
+                  "drafter: auto (DSpark when the checkpoint has its stages, else MTP with "
+                  "--speculative-tokens > 0), dspark, mtp or none; greedy output is the same")
+      ->check(CLI::IsMember({"auto", "dspark", "mtp", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--speculative-tokens", flags->speculative_tokens,
+                  "draft tokens per step: MTP's chain, a cap on DSpark's block (0: MTP off, "
+                  "DSpark's whole block)")
+      ->check(CLI::Range(0, engine::kMaxSpeculativeTokens));
   AddKvCacheDtypeOption(cmd, &flags->kv_cache_dtype);
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--json", flags->json, "print timings as one JSON line on stdout");

@@ -29,25 +29,20 @@ struct ServeFlags {
   bool no_dspark = false;
 };
 
-// --speculative-method, --no-dspark and --speculative-tokens to the engine's draft tokens.
-// Unset method: MTP when --speculative-tokens > 0 (DSpark, once a checkpoint carries its
-// stages, will be the default); "mtp" (also --no-dspark, the operator documents' spelling):
-// MTP with --speculative-tokens drafts, 1 when not given; "none": off. "dspark": the drafter is
-// not implemented yet, an error rather than a silent fallback.
+// --speculative-method, --no-dspark and --speculative-tokens to the engine's drafter
+// (EngineOptions::SpeculativeMethod). Unset method: kAuto (DSpark when the checkpoint has its
+// stages, its block capped by --speculative-tokens; else MTP when --speculative-tokens > 0);
+// --speculative-tokens 0: off. "dspark": DSpark, an error at start without the stages. "mtp":
+// MTP with --speculative-tokens drafts, 1 when not given. --no-dspark (the operator documents'
+// spelling) alone: MTP where the model has MTP modules, else none. "none": off.
 // Returns false, after one error line, for a contradiction.
 bool ResolveSpeculative(ServeFlags& f) {
+  using Method = engine::EngineOptions::SpeculativeMethod;
+  Method& m = f.options.engine.speculative_method;
   int32_t& tokens = f.options.engine.speculative_tokens;
-  std::string method = f.speculative_method;
-  if (f.no_dspark) {
-    if (method == "dspark") {
-      spdlog::error("bad_flags: --no-dspark contradicts --speculative-method dspark");
-      return false;
-    }
-    if (method.empty()) method = "mtp";
-  }
-  if (method == "dspark") {
-    spdlog::error("unsupported_config: --speculative-method dspark: the DSpark drafter is not "
-                  "implemented yet; use --speculative-method mtp (or --no-dspark)");
+  const std::string& method = f.speculative_method;
+  if (f.no_dspark && method == "dspark") {
+    spdlog::error("bad_flags: --no-dspark contradicts --speculative-method dspark");
     return false;
   }
   if (method == "none") {
@@ -55,13 +50,20 @@ bool ResolveSpeculative(ServeFlags& f) {
       spdlog::error("bad_flags: --speculative-method none with --speculative-tokens {}", tokens);
       return false;
     }
-    tokens = 0;
-  } else if (method == "mtp") {
-    if (!f.speculative_tokens_given) tokens = 1;
-    if (tokens < 1) {
-      spdlog::error("bad_flags: --speculative-method mtp needs --speculative-tokens of 1 or more");
+    m = Method::kNone;
+  } else if (method == "mtp" || method == "dspark") {
+    if (!f.speculative_tokens_given && method == "mtp") tokens = 1;
+    if (f.speculative_tokens_given && tokens < 1) {
+      spdlog::error("bad_flags: --speculative-method {} needs --speculative-tokens of 1 or more",
+                    method);
       return false;
     }
+    m = method == "mtp" ? Method::kMtp : Method::kDspark;
+  } else if (f.no_dspark) {
+    if (!f.speculative_tokens_given) tokens = 1;
+    m = tokens > 0 ? Method::kNoDspark : Method::kNone;
+  } else {
+    m = f.speculative_tokens_given && tokens == 0 ? Method::kNone : Method::kAuto;
   }
   return true;
 }
@@ -118,16 +120,22 @@ void RegisterServe(CLI::App& app, int* exit_code) {
            flags->options.engine.speculative_tokens = n;
            flags->speculative_tokens_given = true;
          },
-         "draft tokens per step (greedy requests; 0: off); with --speculative-method mtp, "
-         "default 1")
+         "draft tokens per step (greedy requests; 0: off): MTP's chain, default 1; a cap on "
+         "DSpark's block, default the whole block")
       ->check(CLI::Range(0, engine::kMaxSpeculativeTokens));
   cmd->add_option("--speculative-method", flags->speculative_method,
-                  "speculative decoding: mtp (the model's MTP layers), none, or dspark (not "
-                  "implemented yet); unset: mtp when --speculative-tokens > 0")
+                  "speculative decoding: dspark (DeepSeek-V4.1's block drafter), mtp (the "
+                  "model's MTP layers) or none; unset: dspark when the checkpoint has its "
+                  "stages, else mtp when --speculative-tokens > 0")
       ->check(CLI::IsMember({"dspark", "mtp", "none"}));
   cmd->add_flag("--no-dspark", flags->no_dspark,
-                "plain MTP drafts instead of DSpark (the operator profile's spelling of "
-                "--speculative-method mtp)");
+                "no DSpark: plain MTP drafts where the model has MTP layers, else none (the "
+                "operator profile's spelling)");
+  cmd->add_option("--dspark-confidence-threshold",
+                  flags->options.engine.dspark_confidence_threshold,
+                  "DSpark: cut a block's drafts before the first whose confidence is below this "
+                  "(0: never)")
+      ->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--host", flags->options.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", flags->options.port, "TCP port (0: any free port)")
       ->check(CLI::Range(0, 65535))

@@ -69,6 +69,9 @@ class EngineImpl final : public Engine {
 
  private:
   absl::Status CreateModel();
+  // Resolves options_.speculative_method against the model: spec_tokens_, dspark_ (and turns
+  // the model's DSpark state on, before the KV layout is read).
+  absl::Status ChooseDrafter();
   absl::Status AllocateKv();
   void Loop();
   void Warmup();
@@ -116,6 +119,7 @@ class EngineImpl final : public Engine {
   int64_t window_bytes_ = 0;
   int32_t window_tokens_ = 0;
   int32_t spec_tokens_ = 0;
+  bool dspark_ = false;  // the drafter is DSpark's (its windows live in window_kv_)
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Executor> executor_;
@@ -200,10 +204,13 @@ absl::Status EngineImpl::Init() {
   if (options_.checkpoint_store != nullptr && options_.checkpoint_preload_tokens > 0) {
     PreloadCheckpoints();  // the engine thread does not run yet: the caches are this thread's
   }
-  executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0);
-  if (spec_tokens_ > 0) {
-    drafter_ =
-        std::make_unique<Drafter>(*lm_, mtp_kv_, *pool_, *blocks_, spec_tokens_, max_model_len_);
+  executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0 && !dspark_);
+  if (spec_tokens_ > 0 && dspark_) {
+    drafter_ = std::make_unique<DsparkDrafter>(*lm_, kv_, *pool_, spec_tokens_,
+                                               options_.dspark_confidence_threshold);
+  } else if (spec_tokens_ > 0) {
+    drafter_ = std::make_unique<MtpDrafter>(*lm_, mtp_kv_, *pool_, *blocks_, spec_tokens_,
+                                            max_model_len_);
   }
   {
     // No other thread runs yet; the lock is for the analysis, which cannot know that.
@@ -233,7 +240,42 @@ absl::Status EngineImpl::CreateModel() {
   return absl::OkStatus();
 }
 
+absl::Status EngineImpl::ChooseDrafter() {
+  using Method = EngineOptions::SpeculativeMethod;
+  Method method = options_.speculative_method;
+  const int32_t tokens = options_.speculative_tokens;
+  if (tokens < 0) return InvalidArgumentError(util::codes::kBadOption, "negative draft tokens");
+  if (method == Method::kAuto) {
+    method = lm_->dspark_block_size() > 0 ? Method::kDspark : tokens > 0 ? Method::kMtp : Method::kNone;
+  } else if (method == Method::kNoDspark) {
+    method = lm_->num_mtp_layers() > 0 ? Method::kMtp : Method::kNone;
+  }
+  switch (method) {
+    case Method::kDspark:
+      if (!lm_->EnableDspark()) {
+        return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
+                                    "--speculative-method dspark needs a DeepSeek-V4.1 checkpoint "
+                                    "with DSpark stages (mtp.*)");
+      }
+      dspark_ = true;
+      spec_tokens_ = std::min({tokens > 0 ? tokens : lm_->dspark_block_size(),
+                               lm_->dspark_block_size(), kMaxSpeculativeTokens});
+      break;
+    case Method::kMtp:
+      if (lm_->num_mtp_layers() == 0) {
+        return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
+                                    "--speculative-tokens needs a model with MTP (NextN) layers");
+      }
+      spec_tokens_ = std::min(std::max(tokens, 1), kMaxSpeculativeTokens);
+      break;
+    default:
+      spec_tokens_ = 0;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EngineImpl::AllocateKv() {
+  DI_RETURN_IF_ERROR(ChooseDrafter());
   const arch::KvLayout layout = lm_->kv_layout(options_.block_size);
   const int32_t bs = options_.block_size;
   if (!lm_->SupportsKvDtype(options_.kv_cache_dtype)) {
@@ -288,16 +330,11 @@ absl::Status EngineImpl::AllocateKv() {
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
   DI_RETURN_IF_ERROR(kv_.AllocateLayers(bs, static_cast<int>(num_blocks), layout.floats));
-  if (options_.speculative_tokens > 0) {
-    if (lm_->num_mtp_layers() == 0) {
-      return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
-                                  "--speculative-tokens needs a model with MTP (NextN) layers");
-    }
+  if (spec_tokens_ > 0 && !dspark_) {
     if (layout.has_window()) {
       return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
                                   "the MTP drafter does not keep a window cache");
     }
-    spec_tokens_ = std::min(options_.speculative_tokens, kMaxSpeculativeTokens);
     DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->num_mtp_layers(), bs, static_cast<int>(num_blocks),
                                         lm_->kv_floats_per_token()));
   }
@@ -493,7 +530,7 @@ void EngineImpl::InitCheckpoints() {
     }
   };
   add(kv_, false);
-  if (spec_tokens_ > 0) add(mtp_kv_, false);  // the drafter reads the prefix's MTP KV too
+  if (mtp_kv_.num_layers > 0) add(mtp_kv_, false);  // the MTP drafter reads the prefix's too
   if (window_blocks_ != nullptr) add(window_kv_, true);
   std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|", options_.model_revision, l.architecture,
                                 l.kv_dtype, l.numerics, l.block_size, l.window_tokens,

@@ -36,9 +36,19 @@ struct EngineOptions {
   int32_t num_threads = 0;    // 0: hardware concurrency
   bool enable_prefix_caching = true;
   uint64_t seed = 0;  // fallback seed for requests without one
-  // Draft tokens per step from the model's MTP modules (0: off). Greedy requests only; their
-  // output is identical to non-speculative greedy decoding.
+  // The drafter (speculative.h). kAuto: DSpark when the checkpoint has its stages, else MTP
+  // when speculative_tokens > 0, else none. kNoDspark (--no-dspark): MTP with
+  // speculative_tokens (1 when 0) when the model has MTP modules, else none. kDspark and kMtp
+  // fail at start without the stages / modules.
+  enum class SpeculativeMethod { kAuto, kNone, kMtp, kDspark, kNoDspark };
+  SpeculativeMethod speculative_method = SpeculativeMethod::kAuto;
+  // Draft tokens per step: MTP's chain length (0: off under kAuto), DSpark's cap on its block
+  // (0: the whole block). At most kMaxSpeculativeTokens. Unconstrained requests; greedy output
+  // is identical to non-speculative decoding, sampled output has the same distribution
+  // (rejection sampling, speculative.h).
   int32_t speculative_tokens = 0;
+  // DSpark: a block's drafts stop before the first whose confidence is below this (0: never).
+  float dspark_confidence_threshold = 0.0f;
   // Forward-pass arithmetic; unset: the model's default (arch::CausalLm::default_numerics).
   // kGgml (bit-identical to llama.cpp, Llama models only) is for one sequence at a time, as
   // `generate` runs it: it is not batch invariant (docs/parity.md).
@@ -157,8 +167,8 @@ class Engine {
   //   architecture's attention does not read options.kv_cache_dtype under the numerics chosen;
   //   Unimplemented "unsupported_numerics" when the
   //   architecture lacks options.numerics; InvalidArgument "bad_option" for nonsensical options;
-  //   InvalidArgument "speculative_unsupported" when speculative_tokens > 0 and the model has no
-  //   MTP modules; those of Telemetry::Open (InvalidArgument "bad_telemetry" for a used run id).
+  //   InvalidArgument "speculative_unsupported" when the drafter asked for (MTP, or DSpark) is not
+  //   in the checkpoint; those of Telemetry::Open (InvalidArgument "bad_telemetry" for a used run id).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const model::Model& model,
                                                         const EngineOptions& options);
 };

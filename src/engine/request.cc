@@ -28,10 +28,11 @@ void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t c
   cv_.SignalAll();
 }
 
-void RequestStream::SetSpeculativeCounts(int32_t drafted, int32_t accepted) {
+void RequestStream::SetSpeculativeCounts(int32_t drafted, int32_t accepted, int32_t steps) {
   absl::MutexLock lock(&mu_);
   final_.num_draft_tokens = drafted;
   final_.num_accepted_tokens = accepted;
+  final_.num_draft_steps = steps;
 }
 
 void RequestStream::SetTimings(const RequestTimings& timings) {
@@ -70,6 +71,7 @@ bool RequestStream::Wait(StreamUpdate& out, std::chrono::milliseconds timeout) {
     out.completion_tokens = final_.completion_tokens;
     out.num_draft_tokens = final_.num_draft_tokens;
     out.num_accepted_tokens = final_.num_accepted_tokens;
+    out.num_draft_steps = final_.num_draft_steps;
     out.timings = final_.timings;
   }
   return !out.tokens.empty() || out.finish != FinishReason::kNone;

@@ -42,7 +42,8 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-generation ids
   bool ignore_eos = false;              // benchmarks: keep generating past end-of-generation
   // Speculative drafts for this request when the engine makes them (the body's
-  // "speculative": false turns them off; the output is the same either way).
+  // "speculative": false turns them off; greedy output is the same either way, sampled output
+  // has the same distribution).
   bool speculative = true;
   uint64_t cache_salt = 0;              // isolates prefix-cache entries (0: shared)
   std::string request_id;               // for logs only
@@ -97,6 +98,7 @@ struct StreamUpdate {
   int32_t completion_tokens = 0;
   int32_t num_draft_tokens = 0;     // speculative tokens drafted for this request
   int32_t num_accepted_tokens = 0;  // of which the model accepted
+  int32_t num_draft_steps = 0;      // verification steps that carried drafts
   RequestTimings timings;           // set with the finish
 };
 
@@ -116,7 +118,7 @@ class RequestStream {
               int32_t completion_tokens, std::string error = {}, std::string error_code = {});
   bool Full() const;
   // Speculative-decoding counts reported with the finish (call before Finish).
-  void SetSpeculativeCounts(int32_t drafted, int32_t accepted);
+  void SetSpeculativeCounts(int32_t drafted, int32_t accepted, int32_t steps);
   // Timings reported with the finish (call before Finish).
   void SetTimings(const RequestTimings& timings);
 

@@ -40,7 +40,7 @@ void Sampler::ApplyPenalties(float* logits, int32_t vocab) const {
   }
 }
 
-SampledToken Sampler::Sample(float* logits, int32_t vocab) {
+SampledToken Sampler::Sample(float* logits, int32_t vocab, int32_t draft) {
   SampledToken out;
   const bool want_logprobs = params_.num_top_logprobs >= 0;
   if (want_logprobs) {
@@ -100,20 +100,40 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab) {
     }
     double total = 0;
     for (size_t i = 0; i < keep; ++i) total += probs[i];
+    // A draft among the kept candidates is accepted with its probability; on rejection (or
+    // when it is not a candidate: probability 0) the draw below leaves it out.
+    size_t skip = keep;
+    if (draft >= 0) {
+      for (size_t i = 0; i < keep; ++i) {
+        if (candidates_[i].second == draft) skip = i;
+      }
+      if (skip < keep) {
+        if (std::uniform_real_distribution<double>(0.0, 1.0)(rng_) < probs[skip] / total) {
+          out.token = draft;
+          Finish(out, vocab);
+          return out;
+        }
+        total -= probs[skip];
+      }
+    }
     double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
-    size_t chosen = keep - 1;
+    size_t chosen = keep;
     double acc = 0;
     for (size_t i = 0; i < keep; ++i) {
+      if (i == skip) continue;
+      chosen = i;  // the last candidate left, should rounding carry r past the end
       acc += probs[i];
-      if (r < acc) {
-        chosen = i;
-        break;
-      }
+      if (r < acc) break;
     }
     out.token = candidates_[chosen].second;
   }
 
-  if (want_logprobs) {
+  Finish(out, vocab);
+  return out;
+}
+
+void Sampler::Finish(SampledToken& out, int32_t vocab) {
+  if (params_.num_top_logprobs >= 0) {
     out.logprob = raw_logprobs_[out.token];
     int32_t n = std::min<int32_t>(params_.num_top_logprobs, vocab);
     if (n > 0) {
@@ -128,7 +148,6 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab) {
     }
   }
   Accept(out.token);
-  return out;
 }
 
 }  // namespace deepinfer::engine

@@ -51,7 +51,13 @@ class Sampler {
   Sampler(const SamplingParams& params, const std::vector<int32_t>& prompt, uint64_t fallback_seed);
 
   // Samples from `logits` [vocab] (modified in place) and records the token as generated.
-  SampledToken Sample(float* logits, int32_t vocab);
+  // draft >= 0 verifies a speculative draft: a sampled request gets the draft with probability
+  // p(draft), else a draw from p without it (renormalized), so the token is distributed as p
+  // either way (p: the distribution after penalties, temperature, top-k, top-p and min-p); a
+  // greedy one gets the argmax whatever the draft.
+  // Source: Leviathan et al. 2023 and Chen et al. 2023 (speculative sampling), with the draft
+  //   model's distribution a point mass on the draft (drafts are greedy guesses).
+  SampledToken Sample(float* logits, int32_t vocab, int32_t draft = -1);
 
   // Records a token appended without sampling (speculative acceptance replays).
   void Accept(int32_t token);
@@ -60,6 +66,8 @@ class Sampler {
 
  private:
   void ApplyPenalties(float* logits, int32_t vocab) const;
+  // The chosen token's log-probabilities (when asked for), then Accept.
+  void Finish(SampledToken& out, int32_t vocab);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

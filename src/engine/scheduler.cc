@@ -317,6 +317,7 @@ void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledTo
   }
   if (s.num_drafts > 0) {
     seq.num_drafted += s.num_drafts;
+    ++seq.num_draft_steps;
     seq.num_accepted += accepted;
     ++counters_.spec_num_drafts;
     counters_.spec_num_draft_tokens += s.num_drafts;
@@ -399,7 +400,9 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const util::ErrorCode
     t.prefill_s = Seconds(now - seq.first_scheduled);
   }
   seq.stream->SetTimings(t);
-  if (seq.num_drafted > 0) seq.stream->SetSpeculativeCounts(seq.num_drafted, seq.num_accepted);
+  if (seq.num_drafted > 0) {
+    seq.stream->SetSpeculativeCounts(seq.num_drafted, seq.num_accepted, seq.num_draft_steps);
+  }
   seq.stream->Finish(reason, seq.prompt_len, std::max(0, seq.cached_tokens), seq.num_generated,
                      error ? std::string("request failed in the engine") : std::string(),
                      error ? std::string(error->name) : std::string());

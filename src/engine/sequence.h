@@ -48,7 +48,7 @@ struct Sequence {
   FinishReason finish = FinishReason::kNone;  // set once, when the stream is finished
   // Speculative decoding: drafts for the next step, and this request's totals.
   std::vector<int32_t> drafts;
-  int32_t num_drafted = 0, num_accepted = 0;
+  int32_t num_drafted = 0, num_accepted = 0, num_draft_steps = 0;
   // A verified prefix checkpoint for this prompt, installed into the caches by the engine thread
   // before the first prefix-cache lookup (then released); null: none.
   std::shared_ptr<const PrefixCheckpoint> restore;

@@ -1,4 +1,5 @@
-// Speculative decoding: greedy verification of drafts, and drafts from the MTP module.
+// Speculative decoding: verification of drafts (greedy, or rejection sampling), and drafts from the MTP module or the
+// DSpark stages.
 
 #include "engine/speculative.h"
 
@@ -14,13 +15,14 @@ int32_t VerifyDrafts(Sampler& sampler, float* logits, int32_t vocab, const int32
   // Sampling past a token that finishes the sequence is harmless: the scheduler stops at the
   // finish and the sampler's state is not used again.
   for (int32_t r = 0;; ++r) {
-    out.push_back(sampler.Sample(logits + int64_t{r} * vocab, vocab));
+    out.push_back(sampler.Sample(logits + int64_t{r} * vocab, vocab,
+                                 r < num_drafts ? drafts[r] : -1));
     if (r == num_drafts || out.back().token != drafts[r]) return r;
   }
 }
 
-Drafter::Drafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& pool,
-                 BlockManager& blocks, int32_t num_spec_tokens, int32_t max_model_len)
+MtpDrafter::MtpDrafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& pool,
+                       BlockManager& blocks, int32_t num_spec_tokens, int32_t max_model_len)
     : lm_(lm),
       mtp_kv_(mtp_kv),
       pool_(pool),
@@ -30,14 +32,14 @@ Drafter::Drafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& po
       vocab_(lm.config().vocab),
       hidden_size_(lm.mtp_hidden_size()) {}
 
-void Drafter::Draft(const StepPlan& plan, const float* hidden) {
+void MtpDrafter::Draft(const StepPlan& plan, const float* hidden) {
   if (!DraftFirst(plan, hidden)) return;
   for (int32_t k = 1; k < num_spec_tokens_ && !drafting_.empty(); ++k) {
     if (!DraftNext(k)) break;
   }
 }
 
-bool Drafter::DraftFirst(const StepPlan& plan, const float* hidden) {
+bool MtpDrafter::DraftFirst(const StepPlan& plan, const float* hidden) {
   // Position p of the module takes x_{p+1} and the main model's hidden state at p.
   const int64_t H = hidden_size_;
   tokens_.clear();
@@ -51,10 +53,8 @@ bool Drafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     const int32_t n = seq.num_computed - from;
     if (n <= 0) continue;
     const bool decode_ready = seq.num_uncomputed() == 1;
-    const bool wants =
-        decode_ready && seq.req.speculative && seq.req.sampling.greedy() &&
-        seq.matcher == nullptr &&
-        seq.num_generated + 1 < seq.req.max_tokens;
+    const bool wants = decode_ready && seq.req.speculative && seq.matcher == nullptr &&
+                       seq.num_generated + 1 < seq.req.max_tokens;
     arch::SequenceSlice s;
     s.token_offset = static_cast<int32_t>(tokens_.size());
     s.num_tokens = n;
@@ -83,7 +83,7 @@ bool Drafter::DraftFirst(const StepPlan& plan, const float* hidden) {
   return true;
 }
 
-bool Drafter::DraftNext(int32_t k) {
+bool MtpDrafter::DraftNext(int32_t k) {
   // The module continues from its own hidden state, one position further.
   const int64_t H = hidden_size_;
   tokens_.clear();
@@ -119,12 +119,58 @@ bool Drafter::DraftNext(int32_t k) {
   return true;
 }
 
-void Drafter::RunModule(const float* prev_hidden, size_t num_logits) {
+void MtpDrafter::RunModule(const float* prev_hidden, size_t num_logits) {
   batch_.tokens = tokens_.data();
   batch_.num_tokens = static_cast<int32_t>(tokens_.size());
   logits_.resize(num_logits * vocab_);
   hidden_out_.resize(tokens_.size() * hidden_size_);
   lm_.ForwardMtp(0, batch_, prev_hidden, mtp_kv_, logits_.data(), hidden_out_.data(), pool_);
+}
+
+DsparkDrafter::DsparkDrafter(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool,
+                             int32_t num_spec_tokens, float confidence_threshold)
+    : lm_(lm),
+      kv_(kv),
+      pool_(pool),
+      num_spec_tokens_(num_spec_tokens),
+      block_(lm.dspark_block_size()),
+      confidence_threshold_(confidence_threshold) {}
+
+void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
+  tokens_.clear();
+  batch_.seqs.clear();
+  drafting_.clear();
+  for (const ScheduledSeq& p : plan.seqs) {
+    Sequence& seq = *p.seq;
+    if (seq.finish != FinishReason::kNone || seq.num_uncomputed() != 1) continue;
+    if (!seq.req.speculative || seq.matcher != nullptr ||
+        seq.num_generated + 1 >= seq.req.max_tokens) {
+      continue;
+    }
+    arch::SequenceSlice s;
+    s.token_offset = static_cast<int32_t>(tokens_.size());
+    s.num_tokens = 1;
+    s.start_pos = seq.num_computed;
+    s.block_table = seq.blocks.data();
+    s.num_blocks = static_cast<int32_t>(seq.blocks.size());
+    s.window_block_table = seq.window_blocks.data();
+    batch_.seqs.push_back(s);
+    tokens_.push_back(seq.tokens[seq.num_computed]);
+    drafting_.push_back(&seq);
+  }
+  if (drafting_.empty()) return;
+  batch_.tokens = tokens_.data();
+  batch_.num_tokens = static_cast<int32_t>(tokens_.size());
+  drafts_.resize(drafting_.size() * block_);
+  confidence_.resize(drafting_.size() * block_);
+  lm_.DsparkPropose(batch_, kv_, drafts_.data(), confidence_.data(), pool_);
+  const int32_t n = std::min(num_spec_tokens_, block_);
+  for (size_t d = 0; d < drafting_.size(); ++d) {
+    for (int32_t r = 0; r < n; ++r) {
+      if (confidence_[d * block_ + r] < confidence_threshold_) break;
+      drafting_[d]->drafts.push_back(drafts_[d * block_ + r]);
+    }
+  }
 }
 
 }  // namespace deepinfer::engine

@@ -414,6 +414,26 @@ absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader
     DI_ASSIGN_OR_RETURN(d.engram_pad_id, r.Int("engram_pad_id", 2, 0));
     DI_ASSIGN_OR_RETURN(d.engram_num_embeddings, IntList(j, r, "engram_num_embeddings"));
   }
+  if (d.num_nextn_predict_layers > 0) {
+    DI_ASSIGN_OR_RETURN(d.dspark_block_size, r.Int("dspark_block_size", 5, 1, 16));
+    DI_ASSIGN_OR_RETURN(d.dspark_noise_token_id,
+                        r.Int("dspark_noise_token_id", std::nullopt, 0, c.vocab - 1));
+    DI_ASSIGN_OR_RETURN(d.dspark_markov_rank, r.Int("dspark_markov_rank", 256, 1, 65536));
+    DI_ASSIGN_OR_RETURN(d.dspark_n_routed_experts,
+                        r.Int("dspark_n_routed_experts", d.n_routed_experts, 1, 4096));
+    DI_ASSIGN_OR_RETURN(d.dspark_num_experts_per_tok,
+                        r.Int("dspark_num_experts_per_tok", d.num_experts_per_tok, 1,
+                              d.dspark_n_routed_experts));
+    DI_ASSIGN_OR_RETURN(d.dspark_target_layer_ids, IntList(j, r, "dspark_target_layer_ids"));
+    if (d.dspark_target_layer_ids.empty()) {
+      return r.Error("DSpark stages (num_nextn_predict_layers > 0) need dspark_target_layer_ids");
+    }
+    for (int l : d.dspark_target_layer_ids) {
+      if (l < 0 || l >= c.num_layers) {
+        return r.Error(fmt::format("dspark_target_layer_ids: {} is not a layer", l));
+      }
+    }
+  }
   DI_ASSIGN_OR_RETURN(std::vector<int> ratios, IntList(j, r, "compress_ratios"));
   if (static_cast<int>(ratios.size()) < c.num_layers) {
     return r.Error(fmt::format("'compress_ratios' must list one ratio for each of {} layers",

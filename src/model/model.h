@@ -152,6 +152,14 @@ struct DeepseekV4Config {
   int engram_max_ngram_size = 0, engram_n_heads = 0, engram_head_dim = 0;
   int engram_vocab_size = 0, engram_compressed_vocab_size = 0, engram_pad_id = 0;
   std::vector<int> engram_num_embeddings;
+  // DSpark block drafter (num_nextn_predict_layers > 0: stages mtp.0 .. mtp.N-1, window-only
+  // layers with their own MoE of dspark_n_routed_experts, top dspark_num_experts_per_tok): the
+  // stream means at the input of dspark_target_layer_ids feed the stages' windows; a proposal
+  // covers dspark_block_size positions (the next token, then dspark_noise_token_id); the Markov
+  // head has rank dspark_markov_rank. Research notes 5.5.
+  int dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
+  int dspark_n_routed_experts = 0, dspark_num_experts_per_tok = 0;
+  std::vector<int> dspark_target_layer_ids;
 };
 
 // Hyperparameters of a decoder-only transformer, filled by a file-format reader.

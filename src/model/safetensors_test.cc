@@ -115,7 +115,8 @@ TEST(SyntheticCheckpointTest, WeightsEqualThePythonGeneratorsBitForBit) {
       {"v3_groups_yarn", "deepseek_v3"},   {"v2_lite", "deepseek_v3"},
       {"v3_qlora_fp8", "deepseek_v3"},     {"v3_groups_yarn_fp8", "deepseek_v3"},
       {"v4_flash_tiny", "deepseek_v4"},    {"v4_rates", "deepseek_v4"},
-      {"v4_hf_names", "deepseek_v4"},      {"v4_flash_tiny_fp8", "deepseek_v4"}};  // I64 tables too
+      {"v4_hf_names", "deepseek_v4"},      {"v4_flash_tiny_fp8", "deepseek_v4"},  // I64 tables
+      {"dspark_agree", "deepseek_v41_dspark"}};                                   // draw_as
   for (const auto& [name, family] : cases) {
     std::ifstream g(DeepseekGoldenDir(name, family) + "/golden.json");
     std::ifstream r(DeepseekGoldenDir(name, family) + "/weights.json");

@@ -197,6 +197,7 @@ absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohman
     }
     const uint64_t seed = recipe.at("seed").get<uint32_t>();
     std::vector<SafetensorsEntry> out;
+    absl::flat_hash_map<std::string, uint64_t> index_of;  // for "draw_as"
     uint64_t index = 0;
     for (const auto& t : recipe.at("tensors")) {
       SafetensorsEntry e{t.at("name").get<std::string>(),
@@ -211,7 +212,15 @@ absl::StatusOr<std::vector<SafetensorsEntry>> DrawSyntheticTensors(const nlohman
         if (d <= 0 || d > (int64_t{1} << 30) / n) return BadRecipe("bad shape of " + e.name);
         n *= d;
       }
-      const uint64_t key = Mix64((seed << 32) | index++);
+      uint64_t draw_index = index;
+      if (t.contains("draw_as")) {
+        // The draws of an earlier tensor (a scaled copy when its centre and half-width differ).
+        const auto it = index_of.find(t.at("draw_as").get<std::string>());
+        if (it == index_of.end()) return BadRecipe("draw_as names no earlier tensor: " + e.name);
+        draw_index = it->second;
+      }
+      index_of[e.name] = index++;
+      const uint64_t key = Mix64((seed << 32) | draw_index);
       if (e.dtype == "I64") {
         // Row r holds (b_r + j) mod m, b_r = draw of the row's first element >> 40.
         const int64_t m = t.at("modulus").get<int64_t>();

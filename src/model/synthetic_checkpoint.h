@@ -10,6 +10,8 @@
 //   {"name", "shape": [rows, k], "dtype": "I64", "modulus": m}, ...],
 //   optional "fp8": {"format": "e4m3fn", "block": 128, "tensors": [names]} (V3: F32
 //   "_scale_inv"), optional "quant" (V4 / V4.1 release formats, below)}.
+// A tensor with "draw_as": <name of an earlier tensor> takes that tensor's draws (key below with
+// its index t) under its own centre and half-width: a scaled copy (tests' agreeing drafters).
 // I64 tables (DeepSeek-V4's tid2eid): row r is (b_r + j) mod m for j < k, with b_r = z >> 40 of
 // the row's first element (so k distinct values per row when k <= m).
 // Element i of tensor t: key = mix64((S << 32) | t), z = mix64(key + (i + 1) * 0x9E3779B97F4A7C15),

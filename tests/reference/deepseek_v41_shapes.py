@@ -82,29 +82,16 @@ def native_tensors(tc):
     order of transformers' DeepseekV41ForCausalLM. role: the recipe's distribution and, for
     fp8 / fp4 / engram_table, the release format."""
     H, hc, L = tc["hidden_size"], tc["hc_mult"], tc["num_hidden_layers"]
-    nh, hd, ql = tc["num_attention_heads"], tc["head_dim"], tc["q_lora_rank"]
-    og, ol = tc["o_groups"], tc["o_lora_rank"]
-    E, I = tc["n_routed_experts"], tc["moe_intermediate_size"]
+    hd, ql, E = tc["head_dim"], tc["q_lora_rank"], tc["n_routed_experts"]
     ih, idim = tc["index_n_heads"], tc["index_head_dim"]
     kv_sources, index_sources = tc["kv_source_layer_ids"], tc["index_source_layer_ids"]
     engram_layers = tc.get("engram_layer_ids", [])
-    mix = (2 + hc) * hc
     out = [("embed.weight", [tc["vocab_size"], H], "BF16", "embed")]
     for i in range(L):
         p = f"layers.{i}."
         r = tc["compress_ratios"][i]
-        for site in ("attn", "ffn"):
-            out += [(p + f"hc_{site}_fn", [mix, hc * H], "F32", "hc_fn"),
-                    (p + f"hc_{site}_base", [mix], "F32", "hc_base"),
-                    (p + f"hc_{site}_scale", [3], "F32", "hc_scale")]
         a = p + "attn."
-        out += [(a + "attn_sink", [nh], "F32", "sink"), (a + "wq_a.weight", [ql, H], "BF16", "fp8"),
-                (a + "q_norm.weight", [ql], "BF16", "norm"),
-                (a + "wq_b.weight", [nh * hd, ql], "BF16", "fp8"),
-                (a + "wkv.weight", [hd, H], "BF16", "fp8"),
-                (a + "kv_norm.weight", [hd], "BF16", "norm"),
-                (a + "wo_a.weight", [og * ol, nh * hd // og], "BF16", "fp8"),
-                (a + "wo_b.weight", [H, og * ol], "BF16", "fp8")]
+        out += _hc_and_window_attention(tc, p)
         if i in kv_sources:
             # ratio > 1: the reference keeps the pooled projection in F32 (modeling comment)
             out.append((a + "compressor.wkv.weight", [hd, H], "F32" if r > 1 else "BF16",
@@ -118,18 +105,7 @@ def native_tensors(tc):
             if i in kv_sources:
                 out += [(a + "indexer.wk.weight", [idim, hd], "BF16", "linear"),
                         (a + "indexer.k_norm.weight", [idim], "BF16", "norm")]
-        f = p + "ffn."
-        out += [(f + "gate.weight", [E, H], "BF16", "gate"), (f + "gate.bias", [E], "F32", "bias"),
-                (f + "gate.bias_vl", [E], "F32", "bias")]
-        for e in range(E):
-            out += [(f + f"experts.{e}.w1.weight", [I, H], "BF16", "fp4"),
-                    (f + f"experts.{e}.w2.weight", [H, I], "BF16", "fp4"),
-                    (f + f"experts.{e}.w3.weight", [I, H], "BF16", "fp4")]
-        out += [(f + "shared_experts.w1.weight", [I, H], "BF16", "fp8"),
-                (f + "shared_experts.w2.weight", [H, I], "BF16", "fp8"),
-                (f + "shared_experts.w3.weight", [I, H], "BF16", "fp8")]
-        out += [(p + "attn_norm.weight", [H], "BF16", "norm"),
-                (p + "ffn_norm.weight", [H], "BF16", "norm")]
+        out += _moe_and_norms(tc, p, E, bias_vl=True)
         if i in engram_layers:
             k = engram_layers.index(i)
             rows, ehd = tc["engram_num_embeddings"][k], tc["engram_head_dim"]
@@ -141,6 +117,74 @@ def native_tensors(tc):
                     (p + "engram.k_weight", [hc, H], "BF16", "norm")]
     out += [("norm.weight", [H], "BF16", "norm"),
             ("lm_head.weight", [tc["vocab_size"], H], "BF16", "linear")]
+    # DSpark stages last, so that a checkpoint with them draws its main tensors as one without.
+    for s in range(tc.get("num_nextn_predict_layers", 0)):
+        out += dspark_stage_tensors(tc, s)
+    return out
+
+
+def _hc_and_window_attention(tc, p):
+    """A layer's two mHC sites and its window attention (q path, shared key/value, sink,
+    grouped output), under the prefix `p`."""
+    H, hc = tc["hidden_size"], tc["hc_mult"]
+    nh, hd, ql = tc["num_attention_heads"], tc["head_dim"], tc["q_lora_rank"]
+    og, ol = tc["o_groups"], tc["o_lora_rank"]
+    mix = (2 + hc) * hc
+    out = []
+    for site in ("attn", "ffn"):
+        out += [(p + f"hc_{site}_fn", [mix, hc * H], "F32", "hc_fn"),
+                (p + f"hc_{site}_base", [mix], "F32", "hc_base"),
+                (p + f"hc_{site}_scale", [3], "F32", "hc_scale")]
+    a = p + "attn."
+    return out + [(a + "attn_sink", [nh], "F32", "sink"),
+                  (a + "wq_a.weight", [ql, H], "BF16", "fp8"),
+                  (a + "q_norm.weight", [ql], "BF16", "norm"),
+                  (a + "wq_b.weight", [nh * hd, ql], "BF16", "fp8"),
+                  (a + "wkv.weight", [hd, H], "BF16", "fp8"),
+                  (a + "kv_norm.weight", [hd], "BF16", "norm"),
+                  (a + "wo_a.weight", [og * ol, nh * hd // og], "BF16", "fp8"),
+                  (a + "wo_b.weight", [H, og * ol], "BF16", "fp8")]
+
+
+def _moe_and_norms(tc, p, E, bias_vl):
+    """A layer's router (E experts; bias_vl: the image-token bias too), routed and shared
+    experts, and its attn / ffn norms, under the prefix `p`."""
+    H, I = tc["hidden_size"], tc["moe_intermediate_size"]
+    f = p + "ffn."
+    out = [(f + "gate.weight", [E, H], "BF16", "gate"), (f + "gate.bias", [E], "F32", "bias")]
+    if bias_vl:
+        out.append((f + "gate.bias_vl", [E], "F32", "bias"))
+    for e in range(E):
+        out += [(f + f"experts.{e}.w1.weight", [I, H], "BF16", "fp4"),
+                (f + f"experts.{e}.w2.weight", [H, I], "BF16", "fp4"),
+                (f + f"experts.{e}.w3.weight", [I, H], "BF16", "fp4")]
+    return out + [(f + "shared_experts.w1.weight", [I, H], "BF16", "fp8"),
+                  (f + "shared_experts.w2.weight", [H, I], "BF16", "fp8"),
+                  (f + "shared_experts.w3.weight", [I, H], "BF16", "fp8"),
+                  (p + "attn_norm.weight", [H], "BF16", "norm"),
+                  (p + "ffn_norm.weight", [H], "BF16", "norm")]
+
+
+def dspark_stage_tensors(tc, s):
+    """Stage `s` of the DSpark drafter (research notes 5.5): a window-only V4.1 layer under
+    `mtp.<s>.` with its own MoE (dspark_n_routed_experts), stage 0 also main_proj (the taps of
+    dspark_target_layer_ids, concatenated, to the width) and main_norm, the last stage the Markov
+    head (embed, head [vocab, dspark_markov_rank]), the confidence head (proj [1, width + rank])
+    and its final norm."""
+    H, V, R = tc["hidden_size"], tc["vocab_size"], tc["dspark_markov_rank"]
+    p = f"mtp.{s}."
+    out = []
+    if s == 0:
+        taps = len(tc["dspark_target_layer_ids"])
+        out += [(p + "main_proj.weight", [H, taps * H], "BF16", "fp8"),
+                (p + "main_norm.weight", [H], "BF16", "norm")]
+    out += _hc_and_window_attention(tc, p)
+    out += _moe_and_norms(tc, p, tc["dspark_n_routed_experts"], bias_vl=False)
+    if s == tc["num_nextn_predict_layers"] - 1:
+        out += [(p + "markov_head.embed.weight", [V, R], "BF16", "embed"),
+                (p + "markov_head.head.weight", [V, R], "BF16", "linear"),
+                (p + "confidence_head.proj.weight", [1, H + R], "BF16", "linear"),
+                (p + "norm.weight", [H], "BF16", "norm")]
     return out
 
 

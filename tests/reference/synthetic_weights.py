@@ -17,6 +17,8 @@ centre or half-width but a "modulus" m: row r holds (b_r + j) mod m for j = 0..k
 b_r = (z of element r*k) >> 40, so every row is k distinct values when k <= m.
 mix64 is the splitmix64 finalizer (Steele, Lea, Flood, "Fast splittable pseudorandom number
 generators", OOPSLA 2014; constants from Vigna's splitmix64.c).
+A tensor with "draw_as": <name of an earlier tensor> takes that tensor's draws (its t) under its
+own centre and half-width: a scaled copy.
 """
 
 import math
@@ -73,7 +75,10 @@ def int_entry(name, shape, modulus):
 def tensors(recipe):
     """Yields (name, shape, dtype, numpy array) in recipe order: uint16 bits for BF16,
     float32 for F32, int64 for I64."""
-    for t, e in enumerate(recipe["tensors"]):
+    index_of = {}
+    for i, e in enumerate(recipe["tensors"]):
+        t = index_of[e["draw_as"]] if "draw_as" in e else i
+        index_of[e["name"]] = i
         n = int(np.prod(e["shape"])) if e["shape"] else 1
         if e["dtype"] == "I64":
             rows, k = e["shape"]
