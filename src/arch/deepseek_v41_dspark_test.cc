@@ -12,8 +12,10 @@
 #include "arch/causal_lm.h"
 #include "arch/deepseek_testing.h"
 #include "gtest/gtest.h"
+#include "model/hf_config.h"
 #include "model/model.h"
 #include "model/synthetic_checkpoint_testing.h"
+#include "util/status.h"
 
 namespace deepinfer::arch {
 namespace {
@@ -180,6 +182,43 @@ TEST(DsparkTest, TheAgreeingDrafterGuessesTheBigramChain) {
   }
   // Later rows add the noise token's own bigram, a small term that may flip a close call.
   EXPECT_GE(matches, B - 1);
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
+
+namespace deepinfer::arch {
+namespace {
+
+TEST(DsparkConfigTest, DsparkKeysAreReadAndCheckedInOneLine) {
+  const std::string base = R"({"model_type": "deepseek_v41", "text_config": {
+    "num_hidden_layers": 4, "compress_ratios": [0, 2, 2, 1, 0, 0, 0], "vocab_size": 320,
+    "kv_source_layer_ids": [1, 3], "index_source_layer_ids": [1, 3], "engram_layer_ids": [],
+    "num_nextn_predict_layers": 3, "dspark_noise_token_id": 319 EXTRA}})";
+  auto config = [&](const std::string& extra) {
+    std::string s = base;
+    s.replace(s.find("EXTRA"), 5, extra);
+    return model::ParseHfConfig(s);
+  };
+  auto ok = config(R"(, "dspark_target_layer_ids": [1, 2, 3], "dspark_block_size": 4,
+                      "dspark_markov_rank": 16)");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  const auto& d = *ok->deepseek_v4;
+  EXPECT_EQ(d.dspark_target_layer_ids, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(d.dspark_block_size, 4);
+  EXPECT_EQ(d.dspark_markov_rank, 16);
+  EXPECT_EQ(d.dspark_noise_token_id, 319);
+  for (const char* bad : {"",                                                  // no taps
+                          R"(, "dspark_target_layer_ids": [4])",               // not a layer
+                          R"(, "dspark_target_layer_ids": [1], "dspark_block_size": 0)",
+                          R"(, "dspark_target_layer_ids": [1], "dspark_block_size": 17)",
+                          R"(, "dspark_target_layer_ids": [1], "dspark_noise_token_id": 320)",
+                          R"(, "dspark_target_layer_ids": "x")"}) {
+    auto parsed = config(bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_EQ(ErrorCodeOf(parsed.status()), "bad_config") << parsed.status();
+    EXPECT_EQ(OneLineError(parsed.status()).find('\n'), std::string::npos);
+  }
 }
 
 }  // namespace
