@@ -420,6 +420,10 @@ absl::Status Serve(ServeOptions o) {
     spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
                  (*engine)->kv_capacity_tokens(), per_token, per_token / 1024.0,
                  kernels::KvDtypeName(o.engine.kv_cache_dtype), (*engine)->numerics_name());
+    if ((*engine)->draft_tokens_per_step() > 0) {
+      spdlog::info("speculative decoding: {} drafter, up to {} draft tokens per step",
+                   (*engine)->drafter_name(), (*engine)->draft_tokens_per_step());
+    }
     if (o.engine.telemetry.enabled()) {
       spdlog::info("batch telemetry: {} (one file per rank)",
                    engine::TelemetryPath(o.engine.telemetry, 0));

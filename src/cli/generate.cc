@@ -53,7 +53,7 @@ struct GenerateFlags {
   std::string chat_template;
   std::optional<arch::Numerics> numerics;  // unset: the model's default
   std::string speculative_method = "auto";  // auto | dspark | mtp | none
-  int32_t speculative_tokens = 0;
+  int32_t speculative_tokens = -1;  // unset: the drafter's default; 0: off
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
 };
 
@@ -215,11 +215,13 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags&
   o.numerics = f.numerics;
   o.kv_cache_dtype = f.kv_cache_dtype;
   using Method = engine::EngineOptions::SpeculativeMethod;
-  o.speculative_method = f.speculative_method == "dspark" ? Method::kDspark
-                         : f.speculative_method == "mtp"  ? Method::kMtp
-                         : f.speculative_method == "none" ? Method::kNone
-                                                          : Method::kAuto;
-  o.speculative_tokens = f.speculative_tokens;
+  // As serve: --speculative-tokens 0 turns drafting off.
+  o.speculative_method = f.speculative_tokens == 0             ? Method::kNone
+                         : f.speculative_method == "dspark" ? Method::kDspark
+                         : f.speculative_method == "mtp"    ? Method::kMtp
+                         : f.speculative_method == "none"   ? Method::kNone
+                                                            : Method::kAuto;
+  o.speculative_tokens = std::max(0, f.speculative_tokens);
   return engine::Engine::Create(m, o);
 }
 
@@ -419,8 +421,8 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"auto", "dspark", "mtp", "none"}))
       ->capture_default_str();
   cmd->add_option("--speculative-tokens", flags->speculative_tokens,
-                  "draft tokens per step: MTP's chain, a cap on DSpark's block (0: MTP off, "
-                  "DSpark's whole block)")
+                  "draft tokens per step: MTP's chain (default 1 with mtp), a cap on DSpark's "
+                  "block (default the whole block); 0: off")
       ->check(CLI::Range(0, engine::kMaxSpeculativeTokens));
   AddKvCacheDtypeOption(cmd, &flags->kv_cache_dtype);
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");

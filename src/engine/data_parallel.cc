@@ -113,6 +113,8 @@ class DataParallelEngine final : public Engine {
   }
   int32_t kv_window_tokens() const override { return ranks_[0]->kv_window_tokens(); }
   const char* numerics_name() const override { return ranks_[0]->numerics_name(); }
+  const char* drafter_name() const override { return ranks_[0]->drafter_name(); }
+  int32_t draft_tokens_per_step() const override { return ranks_[0]->draft_tokens_per_step(); }
   bool ready() const override {
     return std::all_of(ranks_.begin(), ranks_.end(), [](const auto& r) { return r->ready(); });
   }

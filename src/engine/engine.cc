@@ -62,6 +62,10 @@ class EngineImpl final : public Engine {
   int64_t kv_window_cache_bytes() const override { return window_bytes_; }
   int32_t kv_window_tokens() const override { return window_tokens_; }
   const char* numerics_name() const override { return arch::NumericsName(numerics_); }
+  const char* drafter_name() const override {
+    return spec_tokens_ == 0 ? "none" : dspark_ ? "dspark" : "mtp";
+  }
+  int32_t draft_tokens_per_step() const override { return spec_tokens_; }
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   const model::Model& model() const override { return model_; }
   CheckpointRef CheckpointFor(const std::vector<int32_t>& prompt,
@@ -263,8 +267,13 @@ absl::Status EngineImpl::ChooseDrafter() {
       break;
     case Method::kMtp:
       if (lm_->num_mtp_layers() == 0) {
-        return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
-                                    "--speculative-tokens needs a model with MTP (NextN) layers");
+        return InvalidArgumentError(
+            util::codes::kSpeculativeUnsupported,
+            lm_->dspark_block_size() > 0
+                ? "MTP drafts need MTP (NextN) layers; this checkpoint's are DSpark stages: use "
+                  "--speculative-method dspark (the default) or none"
+                : "MTP drafts (--speculative-tokens, --speculative-method mtp) need a model with "
+                  "MTP (NextN) layers");
       }
       spec_tokens_ = std::min(std::max(tokens, 1), kMaxSpeculativeTokens);
       break;

@@ -150,6 +150,9 @@ class Engine {
   virtual int64_t kv_window_cache_bytes() const { return 0; }
   virtual int32_t kv_window_tokens() const { return 0; }
   virtual const char* numerics_name() const = 0;  // arch::NumericsName
+  // The drafter in use: "dspark", "mtp" or "none", and the drafts per step it makes (0: none).
+  virtual const char* drafter_name() const { return "none"; }
+  virtual int32_t draft_tokens_per_step() const { return 0; }
   // True once the model is loaded and a warm-up step has run.
   virtual bool ready() const = 0;
   virtual const model::Model& model() const = 0;
