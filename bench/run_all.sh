@@ -58,3 +58,7 @@ echo "== DeepSeek-V4.1-shaped checkpoint (Engram, CSA2, compact cache): decode, 
 "$PY" bench/deepseek_v41_speed.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
   --models "${DEEPINFER_BENCH_MODELS:-/tmp/ds41-bench}" --json bench/results/deepseek_v41.json \
   | tee bench/results/deepseek_v41.md
+echo "== DSpark speculative decoding on V4.1-shaped checkpoints (agreeing and random drafters)"
+"$PY" bench/dspark.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
+  --models "${DEEPINFER_BENCH_MODELS:-/tmp/dspark-bench}" --json bench/results/dspark.json \
+  | tee bench/results/dspark.md
