@@ -171,6 +171,16 @@ class DeepseekV41Impl final : public CausalLm {
   static float* WindowSlot(KvCache& kv, const SequenceSlice& s, int l, int32_t pos) {
     return kv.window->Slot(l, s.window_block_table[pos / kv.block_size], pos % kv.block_size);
   }
+  // Layer l's window keys for a query at position p (the last sliding_window positions up to p)
+  // into keys; returns their count.
+  int64_t WindowKeys(KvCache& kv, const SequenceSlice& s, int l, int32_t p,
+                     const float** keys) const {
+    int64_t n = 0;
+    for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
+      keys[n++] = WindowSlot(kv, s, l, j);
+    }
+    return n;
+  }
   // KV source l's compressed entry j, followed by its index key.
   float* EntrySlot(KvCache& kv, const SequenceSlice& s, int l, int64_t j) const {
     const int32_t pos = static_cast<int32_t>(layers_[l].ratio * j) + entry_shift_[l];
@@ -342,7 +352,8 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
   L.top_k = stage ? ds_.dspark_num_experts_per_tok : ds_.num_experts_per_tok;
   DI_ASSIGN_OR_RETURN(L.router, schema_.Mat(f + "gate.weight", E, H));
   DI_ASSIGN_OR_RETURN(L.router_bias, schema_.Vec(f + "gate.bias", {E}));
-  if (!stage && schema_.Has(f + "gate.bias_vl")) {  // image-token routing bias: loaded, unused for text
+  // The image-token routing bias: loaded, unused for text (the stages have none).
+  if (!stage && schema_.Has(f + "gate.bias_vl")) {
     DI_RETURN_IF_ERROR(schema_.Vec(f + "gate.bias_vl", {E}).status());
   }
   for (int64_t e = 0; e < E; ++e) {
@@ -435,11 +446,11 @@ absl::Status DeepseekV41Impl::Init() {
   DI_RETURN_IF_ERROR(LoadDspark());
   // The vision tower and the image embeddings are not read yet (nor DSpark stages a config
   // does not declare).
+  std::vector<const char*> unread = {"vision.", "aligner.", "image_"};
+  if (dspark_.stages.empty()) unread.push_back("mtp.");
   for (const auto& [name, t] : model_.tensors) {
-    for (const char* prefix : {"vision.", "aligner.", "image_", "mtp."}) {
-      if (name.rfind(prefix, 0) == 0 && (dspark_.stages.empty() || prefix[0] != 'm')) {
-        schema_.MarkUsed(name);
-      }
+    for (const char* prefix : unread) {
+      if (name.rfind(prefix, 0) == 0) schema_.MarkUsed(name);
     }
   }
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4.1"));
@@ -751,11 +762,7 @@ void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch
   const int64_t max_keys = ds_.sliding_window + (L.ratio > 0 ? K : 0);
   AttendAndProject(L, T, max_keys, cosv, sinv, pool, [&](int64_t t, const float** keys) {
     const SequenceSlice& s = batch.seqs[token_seq_[t]];
-    const int32_t p = positions_[t];
-    int64_t n = 0;
-    for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
-      keys[n++] = WindowSlot(kv, s, l, j);
-    }
+    int64_t n = WindowKeys(kv, s, l, positions_[t], keys);
     if (L.ratio > 0) {
       const int32_t* sel = selected_.data() + t * K;
       for (int64_t k = 0; k < K && sel[k] >= 0; ++k) keys[n++] = EntrySlot(kv, s, L.kv_src, sel[k]);
@@ -1028,11 +1035,8 @@ void DeepseekV41Impl::StageAttention(const Layer& L, int l, const ForwardBatch& 
                    [&](int64_t t, const float** keys) {
                      const int64_t i = t / B;
                      const SequenceSlice& s = batch.seqs[i];
-                     const int32_t p = s.start_pos - 1;  // the newest position in the windows
-                     int64_t m = 0;
-                     for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
-                       keys[m++] = WindowSlot(kv, s, l, j);
-                     }
+                     // The window up to the newest position it holds, then the block.
+                     int64_t m = WindowKeys(kv, s, l, s.start_pos - 1, keys);
                      for (int64_t r = 0; r < B; ++r) keys[m++] = kvrow_.data() + (i * B + r) * hd;
                      return m;
                    });
@@ -1073,8 +1077,7 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
     dsv4::HcCollapse(streams_.data() + t * hc * H, pre_mix_.data() + t * hc, static_cast<int>(hc),
                      H, draft_x_.data() + t * H);
   }
-  std::memcpy(rows_.data(), draft_x_.data(), T * H * sizeof(float));
-  kernels::RmsNorm(rows_.data(), dspark_.norm.data(), T, H, cfg_.rms_norm_eps, rows_.data());
+  kernels::RmsNorm(draft_x_.data(), dspark_.norm.data(), T, H, cfg_.rms_norm_eps, rows_.data());
   Grow(draft_logits_, T * V);
   kernels::MatMul(*head_, rows_.data(), T, draft_logits_.data(), pool);
   // The Markov chain, one row position at a time across the sequences (each matrix is read
@@ -1084,19 +1087,17 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
   Grow(draft_tokens_, n);  // each sequence's previous guess (out_r); the block's ids are done
   Grow(draft_conf_, n);
   for (int64_t i = 0; i < n; ++i) draft_tokens_[i] = batch.tokens[batch.seqs[i].token_offset];
+  Grow(rows_, n * R);
   for (int64_t r = 0; r < B; ++r) {
-    // markov_row_ [n, H + R] = [x_r, markov_embed[out_r]]: the confidence head's input.
+    // rows_ [n, R] = markov_embed[out_r]; markov_row_ [n, H + R] = [x_r, markov_embed[out_r]],
+    // the confidence head's input.
+    kernels::EmbeddingLookup(*dspark_.markov_embed, draft_tokens_.data(), n, rows_.data());
     for (int64_t i = 0; i < n; ++i) {
       float* row = markov_row_.data() + i * (H + R);
       std::memcpy(row, draft_x_.data() + (i * B + r) * H, H * sizeof(float));
-      kernels::EmbeddingLookup(*dspark_.markov_embed, &draft_tokens_[i], 1, row + H);
+      std::memcpy(row + H, rows_.data() + i * R, R * sizeof(float));
     }
     kernels::MatMul(*dspark_.confidence, markov_row_.data(), n, draft_conf_.data(), pool);
-    // markov_head . markov_embed[out_r]: the row's embedding part, as a strided [n, R] input.
-    Grow(rows_, n * R);
-    for (int64_t i = 0; i < n; ++i) {
-      std::memcpy(rows_.data() + i * R, markov_row_.data() + i * (H + R) + H, R * sizeof(float));
-    }
     kernels::MatMul(*dspark_.markov_head, rows_.data(), n, markov_logits_.data(), pool);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t t = i * B + r;
@@ -1137,19 +1138,15 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   if (keep_classes_) EngramHashes(batch, kv);
   const int64_t num_taps = dspark_on_ ? static_cast<int64_t>(dspark_.taps.size()) : 0;
   if (num_taps > 0) Grow(taps_, T * num_taps * H);
+  const std::vector<float> stream_mean(static_cast<size_t>(hc), 1.0f / static_cast<float>(hc));
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const Layer& L = layers_[l];
     for (int64_t k = 0; k < num_taps; ++k) {
       if (dspark_.taps[k] != l) continue;
       // DSpark tap: the mean of the streams entering layer l (research notes 5.5).
       for (int64_t t = 0; t < T; ++t) {
-        float* tap = taps_.data() + (t * num_taps + k) * H;
-        const float* x = streams_.data() + t * hc * H;
-        for (int64_t d = 0; d < H; ++d) {
-          float acc = 0;
-          for (int64_t j = 0; j < hc; ++j) acc += x[j * H + d];
-          tap[d] = acc / static_cast<float>(hc);
-        }
+        dsv4::HcCollapse(streams_.data() + t * hc * H, stream_mean.data(), static_cast<int>(hc),
+                         H, taps_.data() + (t * num_taps + k) * H);
       }
     }
     if (L.engram.index >= 0) ApplyEngram(L.engram, T, pool);

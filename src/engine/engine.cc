@@ -250,7 +250,9 @@ absl::Status EngineImpl::ChooseDrafter() {
   const int32_t tokens = options_.speculative_tokens;
   if (tokens < 0) return InvalidArgumentError(util::codes::kBadOption, "negative draft tokens");
   if (method == Method::kAuto) {
-    method = lm_->dspark_block_size() > 0 ? Method::kDspark : tokens > 0 ? Method::kMtp : Method::kNone;
+    method = lm_->dspark_block_size() > 0 ? Method::kDspark
+             : tokens > 0                   ? Method::kMtp
+                                            : Method::kNone;
   } else if (method == Method::kNoDspark) {
     method = lm_->num_mtp_layers() > 0 ? Method::kMtp : Method::kNone;
   }
