@@ -4,12 +4,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <random>
 
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "gateway/redis_state.h"
 #include "http/errors.h"
+#include "http/request_id.h"
 #include "spdlog/spdlog.h"
 #include "util/error_codes.h"
 #include "util/json.h"
@@ -20,25 +20,7 @@
 namespace deepinfer::gateway {
 namespace {
 
-constexpr size_t kMaxRequestIdBytes = 128;
 constexpr int kPoolIdleMs = 4000;
-
-std::string NewRequestId() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "gw-0000000000000000";
-  uint64_t v = rng();
-  for (int i = 18; i >= 3; --i, v >>= 4) id[i] = kHex[v & 15];
-  return id;
-}
-
-bool UsableRequestId(std::string_view id) {
-  if (id.empty() || id.size() > kMaxRequestIdBytes) return false;
-  for (char c : id) {
-    if (c < 0x21 || c > 0x7e) return false;
-  }
-  return true;
-}
 
 std::string_view RejectionReason(AdmitResult r) {
   switch (r) {
@@ -198,8 +180,12 @@ absl::Status Gateway::Init() {
   UpdateEligibility();
   WriteBackendState();
 
-  DI_ASSIGN_OR_RETURN(server_, http::Server::Start(options_.front, [this](const http::Request& r,
-                                                                          http::ResponseWriter& w) {
+  // Every answer carries X-Request-Id, the gateway's own ones included (/health, 401s, ...).
+  http::ServerOptions front = options_.front;
+  front.request_ids = true;
+  front.request_id_prefix = "gw-";
+  DI_ASSIGN_OR_RETURN(server_, http::Server::Start(front, [this](const http::Request& r,
+                                                                 http::ResponseWriter& w) {
                         Handle(r, w);
                       }));
   for (size_t i = 0; i < backends_->size(); ++i) threads_.emplace_back([this, i] { ProbeLoop(i); });
@@ -290,8 +276,11 @@ const KeyRecord* Gateway::Authenticate(const http::Request& request, http::Respo
 
 void Gateway::Handle(const http::Request& request, http::ResponseWriter& writer) {
   const auto start = Clock::now();
-  std::string_view sent_id = request.Header("x-request-id");
-  const std::string request_id = UsableRequestId(sent_id) ? std::string(sent_id) : NewRequestId();
+  // The server chose it (ServerOptions::request_ids); a Gateway driven without its server, as
+  // in tests, chooses here the same way.
+  const std::string request_id = !writer.log().request_id.empty()
+                                     ? writer.log().request_id
+                                     : http::RequestIdFor(request, "gw-");
   const http::Headers extra = {{"x-request-id", request_id}};
   const std::string& path = request.path;
   const bool get = request.method == "GET" || request.method == "HEAD";

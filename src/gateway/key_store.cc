@@ -1,6 +1,3 @@
-// Before any OpenSSL header: SHA256_Init and friends (see Sha256) are deprecated in OpenSSL 3.
-#define OPENSSL_SUPPRESS_DEPRECATED
-
 #include "gateway/key_store.h"
 
 #include <sys/stat.h>
@@ -13,7 +10,6 @@
 #include "fmt/format.h"
 #include "openssl/crypto.h"
 #include "openssl/rand.h"
-#include "openssl/sha.h"
 #include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
@@ -114,21 +110,6 @@ bool IsValidKeyId(std::string_view id) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
            c == '_' || c == '-';
   });
-}
-
-Digest Sha256(std::string_view data) {
-  // OpenSSL's SHA256_* functions, not EVP: in OpenSSL 3.0 every EVP_DigestInit_ex frees and
-  // allocates (and cleanses) the provider's context, even with the algorithm fetched once and
-  // the EVP context reused. This runs once per request (the session key); measured here: 90 ns
-  // hot through EVP, 50 ns this way, and EVP was 1.6-2.6 % of the gateway's CPU at 5,000 req/s
-  // (docs/gateway.md). Deprecated in OpenSSL 3, not removed.
-  Digest out{};
-  SHA256_CTX ctx;
-  SHA256_Init(&ctx);
-  SHA256_Update(&ctx, data.data(), data.size());
-  SHA256_Final(out.data(), &ctx);
-  OPENSSL_cleanse(&ctx, sizeof(ctx));
-  return out;
 }
 
 std::string ToHex(const uint8_t* data, size_t size) {

@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "util/sha256.h"
 
 namespace deepinfer::gateway {
 
-using Digest = std::array<uint8_t, 32>;
+using Digest = util::Sha256Digest;
+using util::Sha256;
 
 struct KeyRecord {
   std::string id;  // [A-Za-z0-9._-]{1,64}: safe in metric labels and logs
@@ -64,8 +66,6 @@ class KeyStore {
   std::vector<KeyRecord> records_;
 };
 
-// SHA-256 of `data` (OpenSSL).
-Digest Sha256(std::string_view data);
 std::string ToHex(const uint8_t* data, size_t size);
 
 // A new random key: "sk-di-" followed by 43 base64url characters (32 bytes from RAND_bytes).

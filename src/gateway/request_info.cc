@@ -426,17 +426,6 @@ bool StartsWithObject(std::string_view body) {
 
 }  // namespace
 
-std::string_view PresentedKey(std::string_view authorization, std::string_view x_api_key) {
-  authorization = Trim(authorization);
-  if (!authorization.empty()) {
-    if (!(authorization.size() >= 7 &&
-          boost::beast::iequals(authorization.substr(0, 7), "bearer ")))
-      return {};
-    return Trim(authorization.substr(7));
-  }
-  return Trim(x_api_key);
-}
-
 BodyInfo InspectBody(std::string_view body) {
   BodyInfo info;
   if (!StartsWithObject(body)) return info;

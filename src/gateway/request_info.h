@@ -10,12 +10,11 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "http/api_keys.h"
 
 namespace deepinfer::gateway {
 
-// The key from "Authorization: Bearer <key>" (scheme case-insensitive), else from the Anthropic
-// style "x-api-key" header, else "".
-std::string_view PresentedKey(std::string_view authorization, std::string_view x_api_key);
+using http::PresentedKey;  // http/api_keys.h
 
 // Fields of an OpenAI / Anthropic request body.
 struct BodyInfo {

@@ -21,6 +21,8 @@ struct RequestLog {
                                                       // sets it when it has an observer)
   std::chrono::steady_clock::time_point first_token;  // the first generated token arrived
   std::string id;  // the response id ("chatcmpl-…", "cmpl-…", "msg_…"), when there is one
+  // The request id every answer header carries (ServerOptions::request_ids), else empty.
+  std::string request_id;
   bool stream = false;
   bool generated = false;  // a generation ran: the token counts and `end` are meaningful
   int64_t prompt_tokens = 0;

@@ -23,6 +23,7 @@
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "http/http_reader.h"
+#include "http/request_id.h"
 #include "http/socket_io.h"
 #include "util/error_codes.h"
 #include "util/status.h"
@@ -171,11 +172,27 @@ class Writer : public ResponseWriter {
       out += server_name_;
       out += "\r\n";
     }
+    bool has_request_id = false, has_anthropic_id = false;
     for (const auto& [name, value] : headers) {
       out += name;
       out += ": ";
       out += value;
       out += "\r\n";
+      has_request_id = has_request_id || boost::beast::iequals(name, "x-request-id");
+      has_anthropic_id = has_anthropic_id || boost::beast::iequals(name, "request-id");
+    }
+    if (const std::string& id = log().request_id; !id.empty()) {
+      if (!has_request_id) {
+        out += "X-Request-Id: ";
+        out += id;
+        out += "\r\n";
+      }
+      // Anthropic's SDKs read their `request_id` from this header.
+      if (!has_anthropic_id && IsAnthropicPath(request_.path)) {
+        out += "request-id: ";
+        out += id;
+        out += "\r\n";
+      }
     }
     if (length) {
       out += "Content-Length: ";
@@ -495,6 +512,9 @@ bool Server::ServeRequests(Connection& c) {
       const Clock::time_point start = observer_ ? Clock::now() : Clock::time_point();
       Writer writer(c.stream, request, &stopping_, options_.server_name);
       writer.log().received = start;
+      if (options_.request_ids) {
+        writer.log().request_id = RequestIdFor(request, options_.request_id_prefix);
+      }
       if (!read.ok()) {
         ApiError error = ApiErrorFromStatus(read);
         writer.log().error = error.code;

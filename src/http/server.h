@@ -56,6 +56,12 @@ struct ServerOptions {
   std::string server_name;
   // What the 503 too_many_connections message calls this server ("server", "gateway").
   std::string overload_subject = "server";
+  // Request ids (http/request_id.h): each request gets one (RequestLog::request_id: the
+  // client's usable X-Request-Id, else `request_id_prefix` + 16 hex digits) and every answer
+  // carries it as X-Request-Id, plus `request-id` on Anthropic paths, unless the handler's
+  // headers already hold them (a proxy passing its backend's on).
+  bool request_ids = false;
+  std::string request_id_prefix = "req-";
 };
 
 // Threads: Start/Stop from one controlling thread; handlers run on worker threads, one request

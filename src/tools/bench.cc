@@ -20,6 +20,7 @@
 #include "tools/bench_report.h"
 #include "tools/bench_runner.h"
 #include "tools/bench_server.h"
+#include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -30,14 +31,7 @@ absl::Status BadFlag(const std::string& message) {
   return InvalidArgumentError("bad_flag", message);
 }
 
-std::string UtcNow() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string UtcNow() { return util::UtcTimestamp(static_cast<double>(std::time(nullptr))); }
 
 // Builds the prompts of one level, with a progress line for long builds.
 class PromptMaker {

@@ -25,6 +25,7 @@
 #include "http/url.h"
 #include "tools/verify_model.h"
 #include "util/json.h"
+#include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -235,14 +236,7 @@ absl::Status SpawnDetached(const std::string& script, const std::string& log_pat
 
 std::string FormatHours(double seconds) { return fmt::format("{:.2f} h", seconds / 3600.0); }
 
-std::string TimeText(double t) {
-  std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  ::gmtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string TimeText(double t) { return util::UtcTimestamp(t); }
 
 // The pid of the running instance, or 0.
 pid_t RunningPid(const WatchInstance& instance) {

@@ -127,11 +127,11 @@ inline constexpr ErrorCode kKeyIdExists{"key_id_exists", absl::StatusCode::kAlre
                                         ErrorSurface::kGateway,
                                         "An admin call creates a key id that already exists."};
 inline constexpr ErrorCode kMissingApiKey{"missing_api_key", absl::StatusCode::kUnauthenticated,
-                                          401, ErrorSurface::kGateway,
+                                          401, ErrorSurface::kServe | ErrorSurface::kGateway,
                                           "No API key (Authorization: Bearer or x-api-key)."};
 inline constexpr ErrorCode kInvalidApiKey{"invalid_api_key", absl::StatusCode::kUnauthenticated,
-                                          401, ErrorSurface::kGateway,
-                                          "The API key is not in the key store."};
+                                          401, ErrorSurface::kServe | ErrorSurface::kGateway,
+                                          "The API key is not one the server was given."};
 inline constexpr ErrorCode kExpiredApiKey{"expired_api_key", absl::StatusCode::kUnauthenticated,
                                           401, ErrorSurface::kGateway,
                                           "The API key is past its expiry."};

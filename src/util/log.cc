@@ -1,5 +1,7 @@
 #include "util/log.h"
 
+#include <ctime>
+
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -11,6 +13,15 @@ std::string PrintableForLog(std::string_view text, size_t max_bytes) {
     if (c < 0x21 || c > 0x7e) c = '?';
   }
   return out;
+}
+
+std::string UtcTimestamp(double unix_seconds) {
+  const std::time_t s = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  ::gmtime_r(&s, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 void InitLogging() {
