@@ -192,6 +192,10 @@ absl::Status EngineImpl::Init() {
     DI_ASSIGN_OR_RETURN(telemetry_, Telemetry::Open(options_.telemetry, options_.dp_rank_index));
     scheduler_->set_telemetry(telemetry_.get());
   }
+  // Stats() must count a request by the time its client sees it finish (tests and clients read
+  // the totals right after a request ends); the end-of-step publish comes too late for that:
+  // the client may run between the finish and it.
+  scheduler_->set_finish_hook([this] { PublishStats(); });
   if (options_.checkpoint_store != nullptr) {
     InitCheckpoints();
     // A restored chain whose last block is evicted is no longer resident: a later request
@@ -369,7 +373,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
                                             "has rank 0 only",
                                             request.dp_rank));
   }
-  if (request.max_tokens < 1) {
+  // Prompt logprobs alone (echo with max_tokens 0, as lm-evaluation-harness scores prompts)
+  // generate nothing.
+  if (request.max_tokens < (request.prompt_logprobs >= 0 ? 0 : 1)) {
     return InvalidArgumentError(util::codes::kInvalidMaxTokens, "max_tokens must be at least 1");
   }
   int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
@@ -385,7 +391,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
                                   "the request can never fit in the KV cache of " +
                                       std::to_string(kv_capacity_tokens()) + " tokens");
   }
-  std::shared_ptr<const PrefixCheckpoint> restore = FindCheckpoint(request);
+  // A prompt-logprobs request computes its whole prompt: nothing is restored for it.
+  std::shared_ptr<const PrefixCheckpoint> restore =
+      request.prompt_logprobs >= 0 ? nullptr : FindCheckpoint(request);
   if (request.constraint != nullptr) request.ignore_eos = false;  // the grammar's end is an end
   std::unique_ptr<Sequence> seq = Sequence::Create(0, std::move(request), Clock::now());
   seq->restore = std::move(restore);
@@ -444,8 +452,13 @@ void EngineImpl::Loop() {
     PublishStats();
   }
   scheduler_->FinishAll(FinishReason::kCancelled);
-  absl::MutexLock lock(&mu_);
-  for (auto& s : submitted_) scheduler_->Finish(*s, FinishReason::kCancelled);
+  // Finished outside mu_: the finish hook publishes the stats, which takes mu_. stop_ is set,
+  // so Submit adds nothing after this.
+  {
+    absl::MutexLock lock(&mu_);
+    incoming.swap(submitted_);
+  }
+  for (auto& s : incoming) scheduler_->Finish(*s, FinishReason::kCancelled);
 }
 
 bool EngineImpl::Step() {

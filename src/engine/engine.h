@@ -134,6 +134,8 @@ class Engine {
   //   have.
   virtual absl::StatusOr<std::shared_ptr<RequestStream>> Submit(GenerateRequest request) = 0;
 
+  // The totals as of the engine's latest step, and never older than a finish a client has seen:
+  // once a request's stream reports its finish, its tokens, drafts and finish are counted.
   virtual EngineStats Stats() const = 0;
   // Data-parallel ranks (engine/data_parallel.h): how many, and each one's stats and readiness.
   // A plain engine is rank 0 of 1. REQUIRES: 0 <= rank < num_ranks().

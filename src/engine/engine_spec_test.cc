@@ -265,6 +265,34 @@ TEST_F(DsparkEngineTest, AConfidenceThresholdCutsDraftsAndChangesNoToken) {
   }
 }
 
+// What made AConfidenceThresholdCutsDraftsAndChangesNoToken flaky: the stats were published
+// after the step that finished a request, so a client reading them as soon as its stream
+// finished could miss that step's drafts. Each request's own counts, summed, must equal the
+// totals read right after each finish.
+TEST_F(DsparkEngineTest, StatsCountARequestAsSoonAsItsFinishIsSeen) {
+  auto e = Make({});
+  ASSERT_TRUE(e.ok()) << e.status();
+  int64_t drafted = 0, accepted = 0, generated = 0;
+  for (int i = 0; i < 30; ++i) {
+    GenerateRequest r;
+    for (int j = 0; j < 4 + i % 5; ++j) r.prompt.push_back(5 + (31 * i + 7 * j) % 300);
+    r.sampling.temperature = 0;
+    r.max_tokens = 6 + i % 11;  // the last verification step carries a varying number of drafts
+    r.ignore_eos = true;
+    StreamUpdate fin;
+    Generate(**e, r, &fin);
+    drafted += fin.num_draft_tokens;
+    accepted += fin.num_accepted_tokens;
+    generated += fin.completion_tokens;
+    const EngineStats st = (*e)->Stats();
+    EXPECT_EQ(st.spec_num_draft_tokens, drafted) << "request " << i;
+    EXPECT_EQ(st.spec_num_accepted_tokens, accepted) << "request " << i;
+    EXPECT_EQ(st.generation_tokens, generated) << "request " << i;
+    EXPECT_EQ(st.num_requests_finished[static_cast<int>(FinishReason::kLength)], i + 1);
+  }
+  EXPECT_GT(drafted, 0);
+}
+
 TEST_F(DsparkEngineTest, NoDsparkOnAModelWithoutMtpServesWithoutDrafts) {
   EngineOptions o;
   o.speculative_method = Method::kNoDspark;

@@ -3,6 +3,7 @@
 
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -21,6 +22,9 @@ const std::string kModelDir = std::string(DI_SOURCE_DIR) + "/../shared/models/st
 
 struct Result {
   std::vector<int32_t> tokens;
+  std::vector<TokenEvent> events;  // the tokens with their logprobs
+  std::vector<TokenEvent> prompt_logprobs;
+  bool prompt_logprobs_before_tokens = true;
   StreamUpdate final;
 };
 
@@ -30,7 +34,14 @@ Result Drain(RequestStream& stream) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     if (!stream.Wait(u, std::chrono::milliseconds(100))) continue;
-    for (const auto& t : u.tokens) r.tokens.push_back(t.token);
+    if (!u.prompt_logprobs.empty()) {
+      r.prompt_logprobs_before_tokens = r.tokens.empty();
+      r.prompt_logprobs = u.prompt_logprobs;
+    }
+    for (const auto& t : u.tokens) {
+      r.tokens.push_back(t.token);
+      r.events.push_back(t);
+    }
     if (u.finish != FinishReason::kNone) {
       r.final = u;
       return r;
@@ -239,6 +250,90 @@ TEST_F(EngineTest, SeededSamplingIsReproducible) {
   auto b = Drain(**engine->Submit(r));
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.tokens.size(), 30u);
+}
+
+// Anthropic's thinking.budget_tokens: the engine forces the reasoning block's end token once the
+// budget is spent, and nothing else changes; a budget the output never reaches changes nothing.
+// Prompt logprobs score a prompt as decoding would have: the greedy continuation, scored as part
+// of a longer prompt, gets the logprobs (and top entries) it was generated with, in chunks or
+// whole, alone or batched, with the prefix cache holding the prompt or not; they come before the
+// first token, and max_tokens 0 generates nothing.
+TEST_F(EngineTest, PromptLogprobsEqualTheLogprobsDecodingReported) {
+  for (int32_t budget : {9, 2048}) {
+    EngineOptions opt;
+    opt.prefill_budget = budget;
+    auto engine = MakeEngine(opt);
+    const std::vector<int32_t>& seq = sequences_[0];
+    const int32_t n = PromptLen(seq);
+    GenerateRequest decode = Greedy(seq);
+    decode.sampling.num_top_logprobs = 3;
+    const Result decoded = Drain(**engine->Submit(decode));
+    ASSERT_EQ(decoded.tokens, Expected(seq));
+    for (int repeat = 0; repeat < 2; ++repeat) {  // the second time the cache holds the prompt
+      GenerateRequest score;
+      score.prompt = seq;
+      score.prompt.pop_back();
+      score.max_tokens = repeat == 0 ? 0 : 2;
+      score.sampling.temperature = 0;
+      score.prompt_logprobs = 3;
+      std::vector<std::shared_ptr<RequestStream>> streams;
+      for (int i = 0; i < 3; ++i) streams.push_back(*engine->Submit(score));  // batched
+      for (auto& stream : streams) {
+        const Result scored = Drain(*stream);
+        EXPECT_TRUE(scored.prompt_logprobs_before_tokens);
+        EXPECT_EQ(scored.tokens.size(), static_cast<size_t>(score.max_tokens));
+        EXPECT_EQ(scored.final.cached_tokens, 0);
+        ASSERT_EQ(scored.prompt_logprobs.size(), score.prompt.size() - 1);
+        for (size_t i = 0; i + 1 < score.prompt.size(); ++i) {
+          EXPECT_EQ(scored.prompt_logprobs[i].token, score.prompt[i + 1]);
+          EXPECT_EQ(scored.prompt_logprobs[i].top_logprobs.size(), 3u);
+          EXPECT_LE(scored.prompt_logprobs[i].logprob, 0.0f);
+        }
+        for (size_t k = 0; k + 1 < decoded.events.size(); ++k) {
+          const TokenEvent& want = decoded.events[k];
+          const TokenEvent& got = scored.prompt_logprobs[static_cast<size_t>(n) - 1 + k];
+          EXPECT_EQ(got.token, want.token) << k;
+          EXPECT_NEAR(got.logprob, want.logprob, 1e-3) << k;
+          ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size());
+          for (size_t j = 0; j < want.top_logprobs.size(); ++j) {
+            EXPECT_EQ(got.top_logprobs[j].first, want.top_logprobs[j].first) << k << " " << j;
+            EXPECT_NEAR(got.top_logprobs[j].second, want.top_logprobs[j].second, 1e-3);
+          }
+        }
+      }
+    }
+  }
+  GenerateRequest zero = Greedy(sequences_[0]);
+  zero.max_tokens = 0;  // without prompt logprobs it asks for nothing
+  auto engine = MakeEngine();
+  EXPECT_FALSE(engine->Submit(zero).ok());
+}
+
+TEST_F(EngineTest, ReasoningBudgetForcesTheEndTokenAtTheBudget) {
+  auto engine = MakeEngine();
+  const std::vector<int32_t> reference = Expected(sequences_[0]);
+  ASSERT_GE(reference.size(), 6u);
+  // An end token the reference does not produce in its first tokens, so forcing is visible.
+  int32_t end = 0;
+  while (std::find(reference.begin(), reference.end(), end) != reference.end()) ++end;
+  for (int32_t budget : {0, 1, 4}) {
+    GenerateRequest r = Greedy(sequences_[0]);
+    r.reasoning_budget = budget;
+    r.reasoning_end_token = end;
+    r.speculative = true;  // a budget turns drafts off by itself
+    Result got = Drain(**engine->Submit(r));
+    ASSERT_GT(got.tokens.size(), static_cast<size_t>(budget)) << budget;
+    EXPECT_EQ(std::vector<int32_t>(got.tokens.begin(), got.tokens.begin() + budget),
+              std::vector<int32_t>(reference.begin(), reference.begin() + budget))
+        << budget;
+    EXPECT_EQ(got.tokens[static_cast<size_t>(budget)], end) << budget;
+    // Once closed, the budget is spent: no second forced token.
+    EXPECT_EQ(std::count(got.tokens.begin(), got.tokens.end(), end), 1) << budget;
+  }
+  GenerateRequest unbound = Greedy(sequences_[0]);
+  unbound.reasoning_budget = static_cast<int32_t>(reference.size()) + 5;
+  unbound.reasoning_end_token = end;
+  EXPECT_EQ(Drain(**engine->Submit(unbound)).tokens, reference);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include "engine/speculative.h"
@@ -82,6 +83,31 @@ void Executor::ApplyConstraint(Sequence& seq, float* logits) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void Executor::ForceToken(int32_t token, float* logits) const {
+  if (token < 0 || token >= vocab_) return;
+  // -inf everywhere else: every sampling path then draws `token` (and reports its logprob as 0).
+  const float kept = logits[token];
+  std::fill(logits, logits + vocab_, -std::numeric_limits<float>::infinity());
+  logits[token] = std::isfinite(kept) ? kept : 0.0f;
+}
+
+void Executor::PromptLogprobs(const ScheduledSeq& p, const float* rows) {
+  Sequence& seq = *p.seq;
+  const int32_t num_top = seq.req.prompt_logprobs;
+  for (int32_t i = 0; i < p.num_prompt_logits; ++i) {
+    // Row i is the distribution after position start_pos + i, over the prompt token after it.
+    // A recomputed position (after preemption) already has its entry.
+    const int32_t pos = p.start_pos + i;
+    if (pos != static_cast<int32_t>(seq.prompt_logprobs.size())) continue;
+    RawLogSoftmax(rows + static_cast<int64_t>(i) * vocab_, vocab_, &logprob_scratch_);
+    TokenEvent e;
+    e.token = seq.tokens[static_cast<size_t>(pos) + 1];
+    e.logprob = logprob_scratch_[static_cast<size_t>(e.token)];
+    TopLogprobs(logprob_scratch_, num_top, &top_scratch_, &e.top_logprobs);
+    seq.prompt_logprobs.push_back(std::move(e));
+  }
+}
+
 void Executor::Sample(const StepPlan& plan) {
   outputs_.seqs.resize(plan.seqs.size());
   outputs_.tokens.clear();
@@ -92,13 +118,25 @@ void Executor::Sample(const StepPlan& plan) {
     out.first = static_cast<int32_t>(outputs_.tokens.size());
     out.num_tokens = 0;
     out.num_accepted = 0;
-    if (p.num_logits == 0) continue;
-    float* logits = logits_.data() + row * vocab_;
+    if (p.num_prompt_logits > 0) PromptLogprobs(p, logits_.data() + row * vocab_);
+    if (!p.samples) {
+      row += p.num_logits;
+      continue;
+    }
+    // The sampling rows are the slice's last 1 + num_drafts.
+    float* logits = logits_.data() + (row + p.num_logits - 1 - p.num_drafts) * vocab_;
     constraint::ConstraintMatcher* matcher = p.seq->matcher.get();
     if (matcher != nullptr) ApplyConstraint(*p.seq, logits);
+    const bool budgeted = p.seq->req.reasoning_budget >= 0 && !p.seq->reasoning_closed;
+    if (budgeted && p.seq->num_generated >= p.seq->req.reasoning_budget) {
+      ForceToken(p.seq->req.reasoning_end_token, logits);
+    }
     out.num_accepted = VerifyDrafts(*p.seq->sampler, logits, vocab_, p.seq->drafts.data(),
                                     p.num_drafts, outputs_.tokens);
     out.num_tokens = out.num_accepted + 1;
+    if (budgeted && outputs_.tokens.back().token == p.seq->req.reasoning_end_token) {
+      p.seq->reasoning_closed = true;
+    }
     if (matcher != nullptr && !p.seq->constraint_dead_end &&
         !matcher->Accept(outputs_.tokens.back().token)) {
       p.seq->constraint_dead_end = true;  // every allowed token had -inf logits: nothing left

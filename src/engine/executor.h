@@ -45,6 +45,11 @@ class Executor {
   // sequence a dead end when it allows none). Cost: the mask (xgrammar) plus one pass over the
   // banned words of the vocabulary.
   void ApplyConstraint(Sequence& seq, float* logits);
+  // Leaves `token` the only one that can be drawn from `logits` (a thinking budget's end).
+  void ForceToken(int32_t token, float* logits) const;
+  // Appends the prompt logprobs of slice `p`'s first num_prompt_logits rows (`rows`, [rows,
+  // vocab]) to its sequence.
+  void PromptLogprobs(const ScheduledSeq& p, const float* rows);
 
   arch::CausalLm& lm_;
   arch::KvCache& kv_;
@@ -54,6 +59,8 @@ class Executor {
   arch::ForwardBatch batch_;
   std::vector<int32_t> batch_tokens_;
   std::vector<float> logits_;
+  std::vector<float> logprob_scratch_;  // PromptLogprobs: one row's log-softmax
+  std::vector<int32_t> top_scratch_;
   std::vector<uint32_t> mask_;  // a constrained sequence's allowed tokens (bitmask)
   std::vector<float> hidden_;
   StepOutputs outputs_;

@@ -12,6 +12,15 @@ void RequestStream::PushToken(TokenEvent event) {
   cv_.Signal();
 }
 
+void RequestStream::PushPromptLogprobs(std::vector<TokenEvent> entries) {
+  {
+    absl::MutexLock lock(&mu_);
+    prompt_logprobs_ = std::move(entries);
+    has_prompt_logprobs_ = true;
+  }
+  cv_.Signal();
+}
+
 void RequestStream::Finish(FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
                            int32_t completion_tokens, std::string error, std::string error_code) {
   {
@@ -52,10 +61,17 @@ bool RequestStream::finished() const {
 
 bool RequestStream::Wait(StreamUpdate& out, std::chrono::milliseconds timeout) {
   out.tokens.clear();
+  out.prompt_logprobs.clear();
   out.finish = FinishReason::kNone;
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
   while (!HasNewsLocked() && !cv_.WaitWithDeadline(&mu_, deadline)) {
+  }
+  const bool prompt_news = has_prompt_logprobs_;
+  if (has_prompt_logprobs_) {
+    out.prompt_logprobs = std::move(prompt_logprobs_);
+    prompt_logprobs_.clear();
+    has_prompt_logprobs_ = false;
   }
   while (!pending_.empty()) {
     out.tokens.push_back(std::move(pending_.front()));
@@ -74,7 +90,7 @@ bool RequestStream::Wait(StreamUpdate& out, std::chrono::milliseconds timeout) {
     out.num_draft_steps = final_.num_draft_steps;
     out.timings = final_.timings;
   }
-  return !out.tokens.empty() || out.finish != FinishReason::kNone;
+  return prompt_news || !out.tokens.empty() || out.finish != FinishReason::kNone;
 }
 
 void RequestStream::Cancel() { cancelled_.store(true, std::memory_order_release); }

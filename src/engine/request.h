@@ -47,6 +47,7 @@ struct GenerateRequest {
   bool speculative = true;
   uint64_t cache_salt = 0;              // isolates prefix-cache entries (0: shared)
   std::string request_id;               // for logs only
+  std::string x_request_id;             // the answer's X-Request-Id, for telemetry and logs
   // Data-parallel rank that must serve it (X-data-parallel-rank); -1: the engine chooses.
   int32_t dp_rank = -1;
   // Prefill/decode disaggregation (docs/engine.md "Prefill/decode disaggregation").
@@ -66,6 +67,19 @@ struct GenerateRequest {
   // token is drawn. Compiled for this engine's model by the caller. Turns off ignore_eos and
   // speculative drafts for the request. Null: free.
   std::shared_ptr<const constraint::CompiledConstraint> constraint;
+  // Thinking budget (Anthropic's thinking.budget_tokens): the output starts inside a reasoning
+  // block (the prompt opened it) that `reasoning_end_token` closes. Once reasoning_budget tokens
+  // were generated without that token, the next token is forced to it, so the answer leaves
+  // its reasoning at the budget. Turns off speculative drafts for the request. -1: no budget.
+  int32_t reasoning_budget = -1;
+  int32_t reasoning_end_token = -1;
+  // Prompt logprobs (completions `echo` with `logprobs`, vLLM's prompt_logprobs): with N >= 0
+  // each prompt token after the first gets its log-probability under the model's raw
+  // distribution at the position before it, plus the N most likely tokens there, delivered in
+  // one StreamUpdate::prompt_logprobs before the first generated token. Every prompt position
+  // is computed (no prefix-cache hit or checkpoint restore for the request) and speculative
+  // drafts are off. With max_tokens 0 the request ends (kLength) once they are computed. -1: off.
+  int32_t prompt_logprobs = -1;
 };
 
 // One generated token.
@@ -100,6 +114,9 @@ struct StreamUpdate {
   int32_t num_accepted_tokens = 0;  // of which the model accepted
   int32_t num_draft_steps = 0;      // verification steps that carried drafts
   RequestTimings timings;           // set with the finish
+  // GenerateRequest::prompt_logprobs: entry i is prompt token i + 1's (prompt size - 1
+  // entries), in the update before the first token's; empty in every other update.
+  std::vector<TokenEvent> prompt_logprobs;
 };
 
 // The channel between the engine thread (producer) and one client (consumer).
@@ -114,6 +131,8 @@ class RequestStream {
 
   // Engine side. Never blocks.
   void PushToken(TokenEvent event);
+  // Hands the request's prompt logprobs to the client (once, before its first token).
+  void PushPromptLogprobs(std::vector<TokenEvent> entries);
   void Finish(FinishReason reason, int32_t prompt_tokens, int32_t cached_tokens,
               int32_t completion_tokens, std::string error = {}, std::string error_code = {});
   bool Full() const;
@@ -132,13 +151,15 @@ class RequestStream {
  private:
   // Something for Wait to hand out: tokens, or the finish not yet delivered.
   bool HasNewsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !pending_.empty() || (done_ && !delivered_done_);
+    return !pending_.empty() || has_prompt_logprobs_ || (done_ && !delivered_done_);
   }
 
   const size_t capacity_;
   mutable absl::Mutex mu_;
   absl::CondVar cv_;  // a token was pushed or the stream finished
   std::deque<TokenEvent> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<TokenEvent> prompt_logprobs_ ABSL_GUARDED_BY(mu_);
+  bool has_prompt_logprobs_ ABSL_GUARDED_BY(mu_) = false;  // pushed, not yet handed out
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool delivered_done_ ABSL_GUARDED_BY(mu_) = false;
   StreamUpdate final_ ABSL_GUARDED_BY(mu_);

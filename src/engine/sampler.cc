@@ -40,19 +40,35 @@ void Sampler::ApplyPenalties(float* logits, int32_t vocab) const {
   }
 }
 
+void RawLogSoftmax(const float* logits, int32_t vocab, std::vector<float>* out) {
+  out->assign(logits, logits + vocab);
+  const float mx = *std::max_element(out->begin(), out->end());
+  double sum = 0;
+  for (float v : *out) sum += std::exp(static_cast<double>(v - mx));
+  const float lse = mx + static_cast<float>(std::log(sum));
+  for (float& v : *out) v -= lse;
+}
+
+void TopLogprobs(const std::vector<float>& logprobs, int32_t n, std::vector<int32_t>* index,
+                 std::vector<std::pair<int32_t, float>>* top) {
+  top->clear();
+  const int32_t vocab = static_cast<int32_t>(logprobs.size());
+  n = std::min(n, vocab);
+  if (n <= 0) return;
+  std::vector<int32_t>& idx = *index;
+  idx.resize(static_cast<size_t>(vocab));
+  for (int32_t i = 0; i < vocab; ++i) idx[i] = i;
+  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+    return logprobs[a] > logprobs[b] || (logprobs[a] == logprobs[b] && a < b);
+  });
+  for (int32_t i = 0; i < n; ++i) top->emplace_back(idx[i], logprobs[idx[i]]);
+}
+
 SampledToken Sampler::Sample(float* logits, int32_t vocab, int32_t draft) {
   SampledToken out;
   const bool want_logprobs = params_.num_top_logprobs >= 0;
-  if (want_logprobs) {
-    // Log-probabilities are reported for the model's own distribution, before any processing,
-    // as OpenAI and vLLM (default "raw_logprobs") do.
-    raw_logprobs_.assign(logits, logits + vocab);
-    float mx = *std::max_element(raw_logprobs_.begin(), raw_logprobs_.end());
-    double sum = 0;
-    for (float v : raw_logprobs_) sum += std::exp(static_cast<double>(v - mx));
-    float lse = mx + static_cast<float>(std::log(sum));
-    for (float& v : raw_logprobs_) v -= lse;
-  }
+  // Log-probabilities are reported for the model's own distribution, before any processing.
+  if (want_logprobs) RawLogSoftmax(logits, vocab, &raw_logprobs_);
   ApplyPenalties(logits, vocab);
 
   if (params_.greedy()) {
@@ -135,17 +151,7 @@ SampledToken Sampler::Sample(float* logits, int32_t vocab, int32_t draft) {
 void Sampler::Finish(SampledToken& out, int32_t vocab) {
   if (params_.num_top_logprobs >= 0) {
     out.logprob = raw_logprobs_[out.token];
-    int32_t n = std::min<int32_t>(params_.num_top_logprobs, vocab);
-    if (n > 0) {
-      std::vector<int32_t>& idx = top_index_;
-      idx.resize(vocab);
-      for (int32_t i = 0; i < vocab; ++i) idx[i] = i;
-      std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-        return raw_logprobs_[a] > raw_logprobs_[b] ||
-               (raw_logprobs_[a] == raw_logprobs_[b] && a < b);
-      });
-      for (int32_t i = 0; i < n; ++i) out.top.emplace_back(idx[i], raw_logprobs_[idx[i]]);
-    }
+    TopLogprobs(raw_logprobs_, params_.num_top_logprobs, &top_index_, &out.top);
   }
   Accept(out.token);
 }

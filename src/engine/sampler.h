@@ -39,6 +39,15 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;  // (token, logprob), best first
 };
 
+// `logits` [vocab] as log-probabilities (log-softmax, summed in double) into `out`: the model's
+// raw distribution, before any sampling step, as OpenAI and vLLM ("raw_logprobs") report it.
+void RawLogSoftmax(const float* logits, int32_t vocab, std::vector<float>* out);
+
+// The `n` highest of `logprobs` as (token, logprob), best first, ties to the lower id, into
+// `top` (replaced). `index` is scratch. Cost: O(vocab + n log vocab).
+void TopLogprobs(const std::vector<float>& logprobs, int32_t n, std::vector<int32_t>* index,
+                 std::vector<std::pair<int32_t, float>>* top);
+
 // Chooses the next token of one sequence from its logits.
 //
 // The pipeline follows vLLM's order: logit bias, penalties, then greedy argmax or temperature,

@@ -47,6 +47,7 @@ void Scheduler::Event(const Sequence& seq, RequestEvent event, Clock::time_point
   r.event = event;
   r.seq = seq.id;
   r.request_id = seq.req.request_id;
+  if (event == RequestEvent::kArrived) r.x_request_id = seq.req.x_request_id;
   r.t_unix = telemetry_->ToUnix(t);
   if (event == RequestEvent::kFinished) {
     r.reason = seq.finish;
@@ -199,7 +200,9 @@ void Scheduler::ScheduleWaiting(int32_t& budget, Clock::time_point now) {
 void Scheduler::LookUpPrefix(Sequence& seq) {
   // Never reuse the block holding the last token: its logits must be computed.
   const int32_t bs = blocks_.block_size();
-  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
+  // A prompt-logprobs request computes every position (none may come from the cache).
+  const int32_t max_blocks =
+      seq.req.prompt_logprobs >= 0 ? 0 : (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
   int32_t matched = blocks_.MatchPrefix(seq.tokens.data(), max_blocks, seq.req.cache_salt,
                                         seq.blocks, seq.block_hashes);
   if (window_.blocks != nullptr && matched > 0) {
@@ -259,7 +262,14 @@ void Scheduler::AddToPlan(Sequence& seq, int32_t num_tokens, int32_t num_drafts)
   s.num_drafts = num_drafts;
   const int32_t real = num_tokens - num_drafts;
   const bool reaches_end = seq.num_computed + real == static_cast<int32_t>(seq.tokens.size());
+  s.samples = reaches_end;
   s.num_logits = reaches_end ? 1 + num_drafts : 0;
+  if (seq.req.prompt_logprobs >= 0 && !seq.prompt_logprobs_sent) {
+    // Rows at positions start .. prompt_len - 2 predict prompt tokens. The logit rows are the
+    // slice's last ones, so a chunk that has any takes all of its rows.
+    s.num_prompt_logits = std::clamp(seq.prompt_len - 1 - s.start_pos, 0, real);
+    if (s.num_prompt_logits > 0) s.num_logits = real;
+  }
   s.phase = real == 1 && reaches_end && seq.num_generated > 0 ? Phase::kDecode : Phase::kPrefill;
   plan_.seqs.push_back(s);
   plan_.num_tokens += num_tokens;
@@ -276,10 +286,16 @@ void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledTo
                           Clock::time_point now) {
   Sequence& seq = *s.seq;
   if (s.phase == Phase::kPrefill) counters_.prefill_tokens += s.num_real_tokens();
-  if (s.num_logits == 0) {
+  if (!s.samples) {
     seq.num_computed += s.num_tokens;
     CommitFullBlocks(seq);
     return;
+  }
+  if (seq.req.prompt_logprobs >= 0 && !seq.prompt_logprobs_sent) {
+    // Before the first token, so that a client reads them first.
+    seq.prompt_logprobs_sent = true;
+    seq.stream->PushPromptLogprobs(std::move(seq.prompt_logprobs));
+    seq.prompt_logprobs.clear();
   }
   if (seq.constraint_dead_end) {
     // The constraint allowed no token (or the sampler drew none it allowed): fail the request
@@ -289,9 +305,9 @@ void Scheduler::UpdateOne(const ScheduledSeq& s, const SeqOutput& out, SampledTo
     Finish(seq, FinishReason::kError, &util::codes::kConstraintDeadEnd);
     return;
   }
-  if (seq.req.prefill_only) {
-    // P/D prefill side: the prompt's KV cache is all it wants; the token sampled at its end is
-    // dropped unseen.
+  if (seq.req.prefill_only || seq.req.max_tokens == 0) {
+    // P/D prefill side, or prompt logprobs alone: the prompt's KV cache (and its logprobs) is
+    // all it wants; the token sampled at its end is dropped unseen.
     seq.num_computed += s.num_real_tokens();
     CommitFullBlocks(seq);
     seq.prompt_reported = true;
@@ -403,6 +419,7 @@ void Scheduler::Finish(Sequence& seq, FinishReason reason, const util::ErrorCode
   if (seq.num_drafted > 0) {
     seq.stream->SetSpeculativeCounts(seq.num_drafted, seq.num_accepted, seq.num_draft_steps);
   }
+  if (finishing_) finishing_();
   seq.stream->Finish(reason, seq.prompt_len, std::max(0, seq.cached_tokens), seq.num_generated,
                      error ? std::string("request failed in the engine") : std::string(),
                      error ? std::string(error->name) : std::string());

@@ -98,7 +98,8 @@ class Scheduler {
   void FinishAll(FinishReason reason);
 
   // Finishes `seq` with `reason`: frees its blocks, counts it, reports its usage, timings and
-  // speculative counts, and finishes its stream (with `error`'s code for kError). The scheduler
+  // speculative counts, calls the finish hook and finishes its stream (with `error`'s code for
+  // kError). The scheduler
   // calls it for the sequences it holds; the engine calls it for submissions it never handed
   // over (at shutdown).
   void Finish(Sequence& seq, FinishReason reason, const util::ErrorCode* error = nullptr);
@@ -115,6 +116,10 @@ class Scheduler {
   void set_prompt_computed_hook(std::function<void(const Sequence&)> hook) {
     prompt_computed_ = std::move(hook);
   }
+  // Called on the engine thread in Finish, once the sequence is counted in counters() and just
+  // before its stream is finished: a client wakes on that finish and may read the engine's
+  // stats at once, so the engine publishes them here, lest they lag behind what it has seen.
+  void set_finish_hook(std::function<void()> hook) { finishing_ = std::move(hook); }
 
  private:
   // Records a lifecycle event of `seq` at `t` when telemetry is on.
@@ -154,6 +159,7 @@ class Scheduler {
   SchedulerCounters counters_;
   Telemetry* telemetry_ = nullptr;
   std::function<void(const Sequence&)> prompt_computed_;
+  std::function<void()> finishing_;
 };
 
 }  // namespace deepinfer::engine

@@ -331,6 +331,31 @@ TEST_F(SchedulerTest, DraftsAreVerifiedButNeverPastMaxTokens) {
   EXPECT_EQ(scheduler_->counters().spec_num_accepted_tokens, 1);
 }
 
+// The engine publishes its stats from the finish hook, so a client that wakes on the finish
+// reads totals that count its request (DsparkEngineTest.AConfidenceThreshold... once read them
+// a step stale): the hook must see the request counted and its stream still open.
+TEST_F(SchedulerTest, TheFinishHookSeesTheRequestCountedBeforeItsStreamFinishes) {
+  Make(16);
+  auto s = Add(3, 3);
+  int calls = 0;
+  scheduler_->set_finish_hook([&] {
+    ++calls;
+    EXPECT_FALSE(s->finished());
+    const SchedulerCounters& c = scheduler_->counters();
+    EXPECT_EQ(c.num_finished[static_cast<int>(FinishReason::kLength)], 1);
+    EXPECT_EQ(c.generation_tokens, 3);
+    EXPECT_EQ(c.spec_num_draft_tokens, 1);
+    EXPECT_EQ(c.spec_num_accepted_tokens, 1);
+  });
+  const StepPlan& prefill = Schedule();
+  Sequence* seq = prefill.seqs[0].seq;
+  Apply(prefill);
+  seq->drafts = {5, 6, 7};
+  Apply(Schedule(), 8, /*num_accepted=*/1);  // the draft and 8: max_tokens
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(Final(*s).finish, FinishReason::kLength);
+}
+
 TEST_F(SchedulerTest, RejectedDraftsLeaveOnlyVerifiedKv) {
   Make(16);
   Add(3, 20);

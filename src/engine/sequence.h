@@ -32,6 +32,12 @@ struct Sequence {
   // and whether it left no token to sample (the request then fails).
   std::unique_ptr<constraint::ConstraintMatcher> matcher;
   bool constraint_dead_end = false;
+  // Thinking budget (GenerateRequest::reasoning_budget): the reasoning block was closed.
+  bool reasoning_closed = false;
+  // GenerateRequest::prompt_logprobs: entries computed so far (entry i: prompt token i + 1),
+  // and whether they went to the stream.
+  std::vector<TokenEvent> prompt_logprobs;
+  bool prompt_logprobs_sent = false;
   std::vector<int32_t> tokens;       // prompt followed by generated tokens
   int32_t prompt_len = 0;
   int32_t num_computed = 0;          // tokens whose KV is in the cache
@@ -102,7 +108,13 @@ struct ScheduledSeq {
   int32_t start_pos = 0;     // seq->num_computed when scheduled
   int32_t num_tokens = 0;    // real tokens + drafts
   int32_t num_drafts = 0;
-  int32_t num_logits = 0;    // 0 for a prefill chunk short of the end, else 1 + num_drafts
+  // Logit rows: the last num_logits tokens of the slice. 1 + num_drafts for a slice that reaches
+  // the end of the sequence (it samples), 0 for a prefill chunk short of it; a prompt-logprobs
+  // prefill takes every real token's row, the first num_prompt_logits of which give prompt
+  // logprobs.
+  int32_t num_logits = 0;
+  int32_t num_prompt_logits = 0;
+  bool samples = false;  // the slice reaches the end of the sequence: its last rows sample
 
   int32_t num_real_tokens() const { return num_tokens - num_drafts; }
 };

@@ -54,6 +54,7 @@ bool MtpDrafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     if (n <= 0) continue;
     const bool decode_ready = seq.num_uncomputed() == 1;
     const bool wants = decode_ready && seq.req.speculative && seq.matcher == nullptr &&
+                       seq.req.reasoning_budget < 0 && seq.req.prompt_logprobs < 0 &&
                        seq.num_generated + 1 < seq.req.max_tokens;
     arch::SequenceSlice s;
     s.token_offset = static_cast<int32_t>(tokens_.size());

@@ -191,6 +191,9 @@ void Telemetry::WriterLoop() {
                            "\"id\":{},\"t_unix\":{:.6f}",
                            rank_, EventName(r), r.seq, util::DumpJson(util::Json(r.request_id)),
                            r.t_unix);
+        if (!r.x_request_id.empty()) {
+          out += ",\"x_request_id\":" + util::DumpJson(util::Json(r.x_request_id));
+        }
         if (r.event == RequestEvent::kFinished) {
           out += fmt::format(",\"reason\":\"{}\",\"prompt_tokens\":{},\"completion_tokens\":{}",
                              ReasonName(r.reason), r.prompt_tokens, r.completion_tokens);

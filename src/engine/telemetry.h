@@ -47,6 +47,7 @@ struct RequestRecord {
   RequestEvent event = RequestEvent::kArrived;
   uint64_t seq = 0;        // the rank's sequence number
   std::string request_id;  // the API's id (chatcmpl-...), possibly empty
+  std::string x_request_id;  // kArrived only: the answer's X-Request-Id, possibly empty
   double t_unix = 0;
   // kFinished only:
   FinishReason reason = FinishReason::kNone;  // kCancelled: the "cancelled" event
