@@ -9,11 +9,13 @@
 
 namespace deepinfer::api {
 
-void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& status) {
+void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& status,
+                           const http::Headers& extra) {
   http::ApiError error = http::ApiErrorFromStatus(status);
   writer.log().error = error.code;
-  writer.Respond(error.http_status, {{"Content-Type", "application/json"}},
-                 util::DumpJson(http::AnthropicErrorJson(error)));
+  http::Headers headers = {{"Content-Type", "application/json"}};
+  headers.insert(headers.end(), extra.begin(), extra.end());
+  writer.Respond(error.http_status, headers, util::DumpJson(http::AnthropicErrorJson(error)));
 }
 
 namespace {

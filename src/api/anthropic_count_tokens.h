@@ -33,8 +33,9 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
                                                      const ParseLimits& limits,
                                                      int32_t* num_images);
 
-// Answers `status` as a complete Anthropic-shaped error response.
-void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& status);
+// Answers `status` as a complete Anthropic-shaped error response, with `extra` headers.
+void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& status,
+                           const http::Headers& extra = {});
 
 // POST /v1/messages/count_tokens: {"input_tokens": N}; text tokens as the chat route counts
 // them (tools, thinking and the generation prompt included), plus kDefaultImageTokens per image.

@@ -1,6 +1,7 @@
 #include "api/anthropic_types.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "fmt/format.h"
@@ -24,6 +25,7 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
     return http::RequestError(param, util::codes::kInvalidType,
                               "tool_result content must be a string or blocks.");
   }
+  int32_t num_parts = 0;
   for (size_t k = 0; k < content.size(); ++k) {
     const util::Json& block = content[k];
     std::string p = fmt::format("{}[{}]", param, k);
@@ -36,7 +38,7 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
       return http::RequestError(p, util::codes::kUnsupportedValue,
                                 "tool_result blocks must be text or images.");
     }
-    *text += block["text"].get<std::string>();
+    AppendTextPart(block["text"].get_ref<const std::string&>(), &num_parts, text);
   }
   return absl::OkStatus();
 }
@@ -78,9 +80,18 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body) {
   }
   // Thinking on for "enabled", "adaptive" and "between_tools" (a DeepSeek model cannot decide on
   // its own whether to think, so adaptive thinking thinks); off for "disabled" or no field.
-  if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object()) {
-    const std::string type = thinking->value("type", "");
-    chat.options.thinking = type == "enabled" || type == "adaptive" || type == "between_tools";
+  if (auto thinking = body.find("thinking"); thinking != body.end() && !thinking->is_null()) {
+    if (!thinking->is_object()) {
+      return http::RequestError("thinking", util::codes::kInvalidType,
+                                "'thinking' must be an object.");
+    }
+    const std::string type = util::StringMember(*thinking, "type").value_or("");
+    if (type != "enabled" && type != "adaptive" && type != "between_tools" &&
+        type != "disabled") {
+      return http::RequestError("thinking.type", util::codes::kInvalidValue,
+                                "'thinking.type' must be enabled, adaptive or disabled.");
+    }
+    chat.options.thinking = type != "disabled";
   }
   // output_config.effort ("low" ... "max") is DeepSeek V4's reasoning effort.
   if (auto config = body.find("output_config"); config != body.end() && config->is_object()) {
@@ -101,13 +112,14 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
     if (system->is_string()) {
       m.content = system->get<std::string>();
     } else if (system->is_array()) {
+      int32_t num_parts = 0;
       for (size_t i = 0; i < system->size(); ++i) {
         const util::Json& block = (*system)[i];
         if (!block.is_object() || !block.contains("text") || !block["text"].is_string()) {
           return http::RequestError(fmt::format("system[{}]", i), util::codes::kInvalidType,
                                     "System blocks must be text blocks.");
         }
-        m.content += block["text"].get<std::string>();
+        AppendTextPart(block["text"].get_ref<const std::string&>(), &num_parts, &m.content);
       }
     } else {
       return http::RequestError("system", util::codes::kInvalidType,
@@ -155,6 +167,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
                                 "'content' must be a string or an array of blocks.");
     }
     util::Json calls = util::Json::array();
+    int32_t num_parts = 0;
     for (size_t k = 0; k < content->size(); ++k) {
       const util::Json& block = (*content)[k];
       std::string param = fmt::format("{}.content[{}]", prefix, k);
@@ -168,7 +181,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
           return http::RequestError(param, util::codes::kInvalidType,
                                     "A text block needs a string 'text'.");
         }
-        turn.content += block["text"].get<std::string>();
+        AppendTextPart(block["text"].get_ref<const std::string&>(), &num_parts, &turn.content);
       } else if (type == "image") {
         ++*num_images;
       } else if (type == "thinking" || type == "redacted_thinking") {
@@ -282,6 +295,62 @@ absl::StatusOr<ToolChoice> ParseToolChoice(const util::Json& body) {
   return choice;
 }
 
+// Anthropic structured outputs: output_config.format, or the older top-level output_format,
+// both {"type": "json_schema", "schema": {...}}. Anything else there is a malformed constraint.
+// Source: Anthropic API reference, Messages ("output_config", "output_format").
+absl::Status ParseOutputFormat(const util::Json& body, GenerationParams* params) {
+  auto one = [&](const util::Json& format, const std::string& param) -> absl::Status {
+    if (format.is_null()) return absl::OkStatus();
+    auto bad = [&](const std::string& where, std::string_view message) {
+      return http::RequestError(where, util::codes::kInvalidConstraint, message);
+    };
+    if (!format.is_object()) return bad(param, "The output format must be an object.");
+    auto type = format.find("type");
+    if (type == format.end() || !type->is_string() || *type != "json_schema") {
+      return bad(param + ".type", "The output format's 'type' must be \"json_schema\".");
+    }
+    auto schema = format.find("schema");
+    if (schema == format.end() || !schema->is_object()) {
+      return bad(param + ".schema", "A json_schema output format needs a 'schema' object.");
+    }
+    return SetOutputConstraint({constraint::ConstraintKind::kJsonSchema, util::DumpJson(*schema)},
+                               param + ".schema", params);
+  };
+  if (auto config = body.find("output_config"); config != body.end() && !config->is_null()) {
+    if (!config->is_object()) {
+      return http::RequestError("output_config", util::codes::kInvalidType,
+                                "'output_config' must be an object.");
+    }
+    if (auto format = config->find("format"); format != config->end()) {
+      DI_RETURN_IF_ERROR(one(*format, "output_config.format"));
+    }
+  }
+  if (auto format = body.find("output_format"); format != body.end()) {
+    DI_RETURN_IF_ERROR(one(*format, "output_format"));
+  }
+  return absl::OkStatus();
+}
+
+// thinking.budget_tokens: the most tokens the reasoning may take before the engine closes it
+// (GenerationParams::reasoning_budget). Anthropic asks for at least 1,024 and less than
+// max_tokens; any count from 0 is taken here (small models think briefly), and one of
+// max_tokens or more never binds.
+absl::Status ParseThinkingBudget(const util::Json& body, GenerationParams* params) {
+  auto thinking = body.find("thinking");
+  if (thinking == body.end() || !thinking->is_object()) return absl::OkStatus();
+  auto budget = thinking->find("budget_tokens");
+  if (budget == thinking->end() || budget->is_null()) return absl::OkStatus();
+  if (!budget->is_number_integer() || budget->get<int64_t>() < 0 ||
+      budget->get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+    return http::RequestError("thinking.budget_tokens", util::codes::kInvalidValue,
+                              "'thinking.budget_tokens' must be a non-negative integer.");
+  }
+  if (util::StringMember(*thinking, "type").value_or("") != "disabled") {
+    params->reasoning_budget = static_cast<int32_t>(budget->get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseStopSequences(const util::Json& body, GenerationParams* params) {
   auto it = body.find("stop_sequences");
   if (it == body.end() || it->is_null()) return absl::OkStatus();
@@ -322,6 +391,8 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
                               "max_tokens: Field required.");
   }
   DI_RETURN_IF_ERROR(ParseStopSequences(json, &r.params));
+  DI_RETURN_IF_ERROR(ParseOutputFormat(json, &r.params));
+  DI_RETURN_IF_ERROR(ParseThinkingBudget(json, &r.params));
   DI_ASSIGN_OR_RETURN(r.tool_choice, ParseToolChoice(json));
   DI_ASSIGN_OR_RETURN(r.chat, ParseAnthropicChat(json));
   if (r.chat.num_images > 0) return ImageUnsupportedError(FirstImageParam(json));

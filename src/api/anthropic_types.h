@@ -18,7 +18,7 @@
 namespace deepinfer::api {
 
 // Converts the `system` and `messages` of an Anthropic Messages request into chat messages:
-// text blocks are joined, tool_use blocks become assistant tool_calls, tool_result blocks become
+// text blocks are joined with "\n" (AppendTextPart), tool_use blocks become assistant tool_calls, tool_result blocks become
 // "tool" messages (before the text of their user turn), thinking blocks are dropped, image blocks
 // are counted in *num_images.
 // Errors: InvalidArgument "missing_field", "invalid_type", "invalid_value" (an empty `messages`
@@ -46,7 +46,8 @@ absl::StatusOr<AnthropicChat> ParseAnthropicChat(const util::Json& body);
 // A POST /v1/messages request.
 struct AnthropicMessagesRequest {
   // model, max_tokens (required), stream, temperature / top_p / top_k and the other sampling
-  // fields the chat route reads; `stop` holds stop_sequences; n is 1.
+  // fields the chat route reads; `stop` holds stop_sequences; n is 1; `constraint` holds the
+  // JSON schema of output_config.format or output_format (structured outputs).
   GenerationParams params;
   AnthropicChat chat;
   // tool_choice: auto, any (kRequired), tool (kNamed), none (tool calls stay text);
@@ -56,6 +57,8 @@ struct AnthropicMessagesRequest {
 
 // Errors: InvalidArgument with a `param`: "invalid_json", "invalid_type", "invalid_value",
 //   "missing_field" (max_tokens, messages), "unsupported_value" (server tools),
+//   "invalid_constraint" (an output_config.format / output_format that is not
+//   {"type": "json_schema", "schema": {...}}),
 //   "unsupported_content" (an image block, in a message or a tool_result: ImageUnsupportedError,
 //   `param` naming the first one), and those of ParseGenerationParams and ParseAnthropicChat.
 // Cost: O(body size). Never throws, whatever the bytes.

@@ -115,6 +115,10 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> ChatPromptRoute::RenderChat(
   return std::vector<std::vector<int32_t>>{prompt_.tokens};
 }
 
+int32_t ChatPromptRoute::ReasoningEndToken() const {
+  return prompt_.starts_in_reasoning ? model().tokenizer->TokenId("</think>") : -1;
+}
+
 std::optional<Route::OutputConstraint> ChatPromptRoute::Constraint() const {
   std::optional<OutputConstraint> out;
   if (tool_constraint_.has_value()) {

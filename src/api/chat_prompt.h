@@ -90,6 +90,9 @@ class ChatPromptRoute : public Route {
   // tool calls), else params().constraint; either way a thinking block the prompt opened stays
   // free until "</think>".
   std::optional<OutputConstraint> Constraint() const override;
+  // "</think>" when the prompt opened the reasoning block (and the vocabulary has it as one
+  // token), else -1.
+  int32_t ReasoningEndToken() const override;
 
  private:
   ChatPrompt prompt_;

@@ -49,6 +49,11 @@ struct Generation::Choice {
   absl::flat_hash_set<int32_t> stop_token_ids;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  int32_t reasoning_end_token = -1;  // ChoiceSpec::reasoning_end_token
+  bool wants_prompt_logprobs = false;
+  bool got_prompt_logprobs = false;
+  bool in_reasoning = false;         // no reasoning end token seen yet
+  int64_t reasoning_tokens = 0;
   int64_t draft_tokens = 0, draft_steps = 0;
   int64_t accepted_tokens = 0;
   bool reported_finish = false;  // the client has its finish_reason
@@ -72,6 +77,9 @@ absl::StatusOr<std::unique_ptr<Generation>> Generation::Start(engine::Engine& en
     auto choice = std::make_unique<Choice>(tokenizer, std::move(spec.stops));
     choice->index = static_cast<int32_t>(i);
     choice->prompt_index = spec.prompt_index;
+    choice->reasoning_end_token = spec.reasoning_end_token;
+    choice->wants_prompt_logprobs = spec.request.prompt_logprobs >= 0;
+    choice->in_reasoning = spec.reasoning_end_token >= 0;
     choice->prompt_tokens = static_cast<int32_t>(spec.request.prompt.size());
     for (int32_t id : spec.request.stop_token_ids) choice->stop_token_ids.insert(id);
     auto stream = engine.Submit(std::move(spec.request));
@@ -87,9 +95,21 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
   if (c.engine_done) return absl::OkStatus();
   ChoiceDelta delta;
   delta.index = c.index;
+  if (c.wants_prompt_logprobs && !c.got_prompt_logprobs && !update.prompt_logprobs.empty()) {
+    c.got_prompt_logprobs = true;
+    delta.prompt_logprobs = update.prompt_logprobs;
+    delta.has_prompt_logprobs = true;
+  }
   for (const engine::TokenEvent& token : update.tokens) {
     if (c.reported_finish) break;  // tokens generated after a stop string are dropped
     c.completion_tokens++;
+    if (c.in_reasoning) {
+      if (token.token == c.reasoning_end_token) {
+        c.in_reasoning = false;
+      } else {
+        c.reasoning_tokens++;
+      }
+    }
     delta.tokens.push_back(token);
     // End-of-generation and stop-token ids end the text; they never appear in it.
     if (tokenizer_.IsEog(token.token) || c.stop_token_ids.contains(token.token)) continue;
@@ -136,7 +156,8 @@ absl::Status Generation::Consume(Choice& c, const engine::StreamUpdate& update,
       }
     }
   }
-  if (!delta.text.empty() || !delta.tokens.empty() || !delta.finish_reason.empty()) {
+  if (!delta.text.empty() || !delta.tokens.empty() || !delta.finish_reason.empty() ||
+      delta.has_prompt_logprobs) {
     out->push_back(std::move(delta));
   }
   return absl::OkStatus();
@@ -190,6 +211,7 @@ UsageCounts Generation::usage() const {
   std::vector<int32_t> seen;
   for (const auto& c : choices_) {
     u.completion_tokens += c->completion_tokens;
+    u.reasoning_tokens += c->reasoning_tokens;
     u.draft_tokens += c->draft_tokens;
     u.accepted_tokens += c->accepted_tokens;
     u.draft_steps += c->draft_steps;

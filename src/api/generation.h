@@ -25,6 +25,10 @@ struct ChoiceDelta {
   std::vector<engine::TokenEvent> tokens;  // tokens consumed in this delta (for logprobs)
   std::string finish_reason;               // "stop" or "length", once, when the choice ends
   std::string stop_string;                 // with "stop": the stop string that ended it, if one did
+  // Prompt logprobs (GenerationParams::prompt_logprobs), once, before any token: entry i is
+  // prompt token i + 1's.
+  std::vector<engine::TokenEvent> prompt_logprobs;
+  bool has_prompt_logprobs = false;
 };
 
 // Units: tokens. Prompt and cached counts are summed over distinct prompts (choices sharing a
@@ -33,6 +37,8 @@ struct UsageCounts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  // Completion tokens inside the reasoning block the prompt opened (its end tag excluded).
+  int64_t reasoning_tokens = 0;
   int64_t draft_tokens = 0;     // speculative decoding: drafted, and accepted by the model
   int64_t accepted_tokens = 0;
   int64_t draft_steps = 0;      // verification steps that carried drafts
@@ -43,6 +49,9 @@ struct ChoiceSpec {
   engine::GenerateRequest request;
   int32_t prompt_index = 0;        // which prompt it belongs to (usage counts it once)
   std::vector<std::string> stops;  // stop strings
+  // The token that closes the reasoning block the prompt opened (Route::ReasoningEndToken):
+  // tokens before it count as reasoning tokens. -1: the answer starts outside reasoning.
+  int32_t reasoning_end_token = -1;
 };
 
 // The live choices of one HTTP request.

@@ -29,6 +29,7 @@ util::Json UsageJson(const UsageCounts& usage) {
   u["completion_tokens"] = usage.completion_tokens;
   u["total_tokens"] = usage.prompt_tokens + usage.completion_tokens;
   u["prompt_tokens_details"] = util::Json{{"cached_tokens", usage.cached_tokens}};
+  u["completion_tokens_details"] = util::Json{{"reasoning_tokens", usage.reasoning_tokens}};
   if (usage.draft_tokens > 0) {
     // Speculative decoding: acceptance rate = accepted / drafted, acceptance length = tokens per
     // verification step with drafts = 1 + accepted / steps.
@@ -92,6 +93,36 @@ util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
   return out;
 }
 
+util::Json PromptLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                              const std::vector<int32_t>& prompt,
+                              const std::vector<engine::TokenEvent>& entries, int32_t num_top,
+                              int64_t* text_offset) {
+  util::Json out = util::Json{{"tokens", util::Json::array()},
+                              {"token_logprobs", util::Json::array()},
+                              {"top_logprobs", util::Json::array()},
+                              {"text_offset", util::Json::array()}};
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (i > 0 && i - 1 < entries.size() && entries[i - 1].token == prompt[i]) {
+      AppendLogprobs(CompletionLogprobsJson(tokenizer, {entries[i - 1]}, num_top, text_offset),
+                     &out);
+      continue;
+    }
+    const std::string piece = tokenizer.TokenPiece(prompt[i]);
+    out["tokens"].push_back(piece);
+    out["token_logprobs"].push_back(nullptr);
+    out["top_logprobs"].push_back(nullptr);
+    out["text_offset"].push_back(*text_offset);
+    *text_offset += static_cast<int64_t>(piece.size());
+  }
+  return out;
+}
+
+void AppendLogprobs(const util::Json& more, util::Json* into) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const util::Json& v : more[key]) (*into)[key].push_back(v);
+  }
+}
+
 util::Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
                           const std::string& model) {
   util::Json body = util::Json::object();
@@ -102,9 +133,16 @@ util::Json OpenAiEnvelope(const std::string& id, const char* object, int64_t cre
   return body;
 }
 
-std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice, bool include_usage) {
+std::optional<util::Json> ChunkUsage(const GenerationParams& params, const Generation& generation) {
+  if (!params.include_usage) return std::nullopt;
+  if (!params.continuous_usage) return util::Json(nullptr);
+  return UsageJson(generation.usage());
+}
+
+std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice,
+                              std::optional<util::Json> usage) {
   envelope["choices"] = util::Json::array({std::move(choice)});
-  if (include_usage) envelope["usage"] = nullptr;
+  if (usage.has_value()) envelope["usage"] = *std::move(usage);
   return http::SseData(util::DumpJson(envelope));
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "api/generation.h"
+#include "api/openai_types.h"
 #include "engine/engine.h"
 #include "http/server.h"
 #include "tokenizer/tokenizer.h"
@@ -21,7 +22,8 @@
 namespace deepinfer::api {
 
 // {"prompt_tokens", "completion_tokens", "total_tokens",
-//  "prompt_tokens_details": {"cached_tokens"}}; cached_tokens is always a number. With
+//  "prompt_tokens_details": {"cached_tokens"}, "completion_tokens_details":
+//  {"reasoning_tokens"}}; both details are always there. With
 // speculative decoding also "speculative": {draft_tokens, accepted_tokens, acceptance_rate,
 // acceptance_length}.
 util::Json UsageJson(const UsageCounts& usage);
@@ -36,13 +38,30 @@ util::Json CompletionLogprobsJson(const tokenizer::Tokenizer& tokenizer,
                                   const std::vector<engine::TokenEvent>& tokens, int32_t num_top,
                                   int64_t* text_offset);
 
+// The prompt's part of legacy completions logprobs (echo with logprobs, as vLLM answers it):
+// one entry per prompt token, the first with null logprob and top_logprobs (nothing predicts
+// it), entry i + 1 from `entries[i]` (engine prompt logprobs; missing ones are null too).
+// `text_offset` is advanced as in CompletionLogprobsJson.
+util::Json PromptLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                              const std::vector<int32_t>& prompt,
+                              const std::vector<engine::TokenEvent>& entries, int32_t num_top,
+                              int64_t* text_offset);
+
+// Appends the arrays of legacy logprobs object `more` to those of `into`.
+void AppendLogprobs(const util::Json& more, util::Json* into);
+
 // The envelope of an OpenAI answer or chunk: {"id", "object", "created", "model"}.
 util::Json OpenAiEnvelope(const std::string& id, const char* object, int64_t created,
                           const std::string& model);
 
-// One SSE chunk of `envelope` holding one choice; "usage": null when include_usage is set (the
-// usage then comes in a chunk of its own at the end).
-std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice, bool include_usage);
+// The "usage" member of a stream chunk for `params`: none without include_usage; null with it
+// (the usage then comes in a chunk of its own at the end); with continuous_usage_stats the
+// usage so far (UsageJson of `generation`), as vLLM sends it.
+std::optional<util::Json> ChunkUsage(const GenerationParams& params, const Generation& generation);
+
+// One SSE chunk of `envelope` holding one choice, with `usage` (ChunkUsage) when given.
+std::string OpenAiChoiceChunk(util::Json envelope, util::Json choice,
+                              std::optional<util::Json> usage);
 
 // The rest of an OpenAI SSE answer after its first chunks: DriveGeneration with `on_delta`,
 // then (unless the client left) the usage chunk when `usage_chunk` is given (the envelope fields

@@ -49,8 +49,9 @@ class ChatRoute final : public ChatPromptRoute {
   util::Json ChunkBase() const {
     return OpenAiEnvelope(id(), "chat.completion.chunk", created(), model().served_model_name);
   }
-  std::string ChoiceChunk(util::Json choice) const {
-    return OpenAiChoiceChunk(ChunkBase(), std::move(choice), request_.params.include_usage);
+  std::string ChoiceChunk(const Generation& generation, util::Json choice) const {
+    return OpenAiChoiceChunk(ChunkBase(), std::move(choice),
+                             ChunkUsage(request_.params, generation));
   }
 
   ChatRequest request_;
@@ -64,7 +65,7 @@ void ChatRoute::Stream(Generation& generation, http::ResponseWriter& writer) {
   }
   std::string head;
   for (int32_t i = 0; i < generation.num_choices(); ++i) {
-    head += ChoiceChunk(util::Json{{"index", i},
+    head += ChoiceChunk(generation, util::Json{{"index", i},
                                    {"delta", {{"role", "assistant"}, {"content", ""}}},
                                    {"logprobs", nullptr},
                                    {"finish_reason", nullptr}});
@@ -94,7 +95,7 @@ void ChatRoute::Stream(Generation& generation, http::ResponseWriter& writer) {
       choice["logprobs"] = with_logprobs ? ChatLogprobsJson(*model().tokenizer, d.tokens, num_top)
                                          : util::Json(nullptr);
       choice["finish_reason"] = nullptr;
-      out += ChoiceChunk(std::move(choice));
+      out += ChoiceChunk(generation, std::move(choice));
     }
     if (!calls.empty()) {
       const int first = splitters[d.index].num_calls() - static_cast<int>(calls.size());
@@ -102,7 +103,7 @@ void ChatRoute::Stream(Generation& generation, http::ResponseWriter& writer) {
         util::Json call = ToolCallJson(calls[c]);
         call["index"] = first + static_cast<int>(c);
         out += ChoiceChunk(
-            util::Json{{"index", d.index},
+            generation, util::Json{{"index", d.index},
                        {"delta", {{"tool_calls", util::Json::array({std::move(call)})}}},
                        {"logprobs", nullptr},
                        {"finish_reason", nullptr}});
@@ -110,7 +111,7 @@ void ChatRoute::Stream(Generation& generation, http::ResponseWriter& writer) {
     }
     if (!d.finish_reason.empty()) {
       const bool called = splitters[d.index].num_calls() > 0;
-      out += ChoiceChunk(util::Json{{"index", d.index},
+      out += ChoiceChunk(generation, util::Json{{"index", d.index},
                                     {"delta", util::Json::object()},
                                     {"logprobs", nullptr},
                                     {"finish_reason", FinishReason(d.finish_reason, called)}});

@@ -34,6 +34,7 @@ class CompletionRoute final : public Route {
         echo_.push_back(prompt.is_tokens ? tokenizer.Decode(prompt.tokens, true) : prompt.text);
       }
     }
+    if (scoring()) prompt_tokens_ = prompts;
     return prompts;
   }
   void Stream(Generation& generation, http::ResponseWriter& writer) override;
@@ -43,16 +44,26 @@ class CompletionRoute final : public Route {
   util::Json Envelope() const {
     return OpenAiEnvelope(id(), "text_completion", created(), model().served_model_name);
   }
-  std::string ChoiceChunk(util::Json choice) const {
-    return OpenAiChoiceChunk(Envelope(), std::move(choice), request_.params.include_usage);
+  std::string ChoiceChunk(const Generation& generation, util::Json choice) const {
+    return OpenAiChoiceChunk(Envelope(), std::move(choice),
+                             ChunkUsage(request_.params, generation));
   }
   // The prompt text to put in front of choice `index` (echo), or "".
   std::string Echo(int32_t index) const {
     return echo_.empty() ? std::string() : echo_[index / request_.params.n];
   }
+  // Echo with logprobs: the prompt's tokens are scored too.
+  bool scoring() const { return request_.params.prompt_logprobs >= 0; }
+  // The prompt's logprobs for choice `index` (PromptLogprobsJson), advancing `offset`.
+  util::Json PromptLogprobs(int32_t index, const std::vector<engine::TokenEvent>& entries,
+                            int64_t* offset) const {
+    return PromptLogprobsJson(*model().tokenizer, prompt_tokens_[index / request_.params.n],
+                              entries, request_.params.sampling.num_top_logprobs, offset);
+  }
 
   CompletionRequest request_;
   std::vector<std::string> echo_;  // per prompt, with echo: its text
+  std::vector<std::vector<int32_t>> prompt_tokens_;  // per prompt, when scoring
 };
 
 void CompletionRoute::Stream(Generation& generation, http::ResponseWriter& writer) {
@@ -64,18 +75,29 @@ void CompletionRoute::Stream(Generation& generation, http::ResponseWriter& write
     return;
   }
   std::string head;
-  for (int32_t i = 0; i < generation.num_choices(); ++i) {
+  // When scoring, each echo waits for its prompt logprobs (the first delta brings them).
+  for (int32_t i = 0; i < generation.num_choices() && !scoring(); ++i) {
     const std::string echo = Echo(i);
     if (echo.empty()) continue;
-    head += ChoiceChunk(util::Json{
+    head += ChoiceChunk(generation, util::Json{
         {"index", i}, {"text", echo}, {"logprobs", nullptr}, {"finish_reason", nullptr}});
   }
   if (!head.empty() && !writer.Write(head)) {
     generation.Cancel();
     return;
   }
+  std::vector<bool> echoed(generation.num_choices(), !scoring());
   auto on_delta = [&](const ChoiceDelta& d) {
     std::string out;
+    if (!echoed[d.index]) {
+      echoed[d.index] = true;
+      out += ChoiceChunk(generation,
+                         util::Json{{"index", d.index},
+                                    {"text", Echo(d.index)},
+                                    {"logprobs", PromptLogprobs(d.index, d.prompt_logprobs,
+                                                                &offsets[d.index])},
+                                    {"finish_reason", nullptr}});
+    }
     bool with_logprobs = logprobs && !d.tokens.empty();
     if (!d.text.empty() || with_logprobs) {
       util::Json choice = util::Json::object();
@@ -85,10 +107,10 @@ void CompletionRoute::Stream(Generation& generation, http::ResponseWriter& write
                                                                   num_top, &offsets[d.index])
                                          : util::Json(nullptr);
       choice["finish_reason"] = nullptr;
-      out += ChoiceChunk(std::move(choice));
+      out += ChoiceChunk(generation, std::move(choice));
     }
     if (!d.finish_reason.empty()) {
-      out += ChoiceChunk(util::Json{{"index", d.index},
+      out += ChoiceChunk(generation, util::Json{{"index", d.index},
                                     {"text", ""},
                                     {"logprobs", nullptr},
                                     {"finish_reason", d.finish_reason}});
@@ -106,7 +128,9 @@ void CompletionRoute::Complete(Generation& generation, http::ResponseWriter& wri
   std::vector<std::string> texts(n);
   std::vector<std::string> finish(n);
   std::vector<std::vector<engine::TokenEvent>> tokens(n);
+  std::vector<std::vector<engine::TokenEvent>> prompt_logprobs(n);
   auto on_delta = [&](const ChoiceDelta& d) {
+    if (d.has_prompt_logprobs) prompt_logprobs[d.index] = d.prompt_logprobs;
     texts[d.index] += d.text;
     if (num_top >= 0) {
       tokens[d.index].insert(tokens[d.index].end(), d.tokens.begin(), d.tokens.end());
@@ -121,9 +145,16 @@ void CompletionRoute::Complete(Generation& generation, http::ResponseWriter& wri
     choice["index"] = i;
     choice["text"] = Echo(i) + texts[i];
     int64_t offset = 0;
-    choice["logprobs"] =
-        num_top >= 0 ? CompletionLogprobsJson(*model().tokenizer, tokens[i], num_top, &offset)
-                     : util::Json(nullptr);
+    if (scoring()) {
+      util::Json logprobs = PromptLogprobs(i, prompt_logprobs[i], &offset);
+      AppendLogprobs(CompletionLogprobsJson(*model().tokenizer, tokens[i], num_top, &offset),
+                     &logprobs);
+      choice["logprobs"] = std::move(logprobs);
+    } else {
+      choice["logprobs"] =
+          num_top >= 0 ? CompletionLogprobsJson(*model().tokenizer, tokens[i], num_top, &offset)
+                       : util::Json(nullptr);
+    }
     choice["finish_reason"] = finish[i];
     choices.push_back(std::move(choice));
   }

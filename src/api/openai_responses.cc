@@ -45,8 +45,7 @@ util::Json UsageObject(const UsageCounts& u) {
   return util::Json{{"input_tokens", u.prompt_tokens},
                     {"input_tokens_details", {{"cached_tokens", u.cached_tokens}}},
                     {"output_tokens", u.completion_tokens},
-                    // Reasoning is split from the answer as text, not per token.
-                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"output_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}},
                     {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 

@@ -186,14 +186,7 @@ absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
   using constraint::ConstraintKind;
   using constraint::ConstraintSpec;
   auto set = [&](ConstraintSpec spec, std::string param) -> absl::Status {
-    if (p->constraint.has_value()) {
-      return http::RequestError(param, util::codes::kInvalidValue,
-                                fmt::format("'{}' and '{}' both constrain the output; send one.",
-                                            p->constraint_param, param));
-    }
-    p->constraint = std::move(spec);
-    p->constraint_param = std::move(param);
-    return absl::OkStatus();
+    return SetOutputConstraint(std::move(spec), std::move(param), p);
   };
   if (auto it = json.find("response_format"); it != json.end() && !it->is_null()) {
     if (!it->is_object()) {
@@ -291,7 +284,9 @@ absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
   return absl::OkStatus();
 }
 
-absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, GenerationParams* p) {
+// `min_max_tokens` is 0 for a completion that only scores its prompt (echo with logprobs).
+absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, GenerationParams* p,
+                         int64_t min_max_tokens = 1) {
   Fields f(json);
   DI_RETURN_IF_ERROR(ParseConstraint(json, p));
   DI_RETURN_IF_ERROR(f.GetString("model", &p->model));
@@ -309,7 +304,10 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
     std::optional<int64_t> max_tokens;
     DI_RETURN_IF_ERROR(f.GetInt(key, &max_tokens));
     if (!max_tokens) continue;
-    if (*max_tokens < 1) return f.ValueError(key, "must be at least 1");
+    if (*max_tokens < min_max_tokens) {
+      return f.ValueError(key, "must be at least 1 (0 only with echo and logprobs: prompt "
+                               "scoring)");
+    }
     if (*max_tokens > std::numeric_limits<int32_t>::max()) {
       return f.ValueError(key, "is too large");
     }
@@ -352,7 +350,8 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
   d.reset();
   DI_RETURN_IF_ERROR(f.GetNumber("top_p", &d));
   if (d) {
-    if (*d <= 0 || *d > 1) return f.ValueError("top_p", "must be in (0, 1]");
+    // Compared as the float the sampler uses: 5e-324 > 0 as a double but is 0 as a float.
+    if (static_cast<float>(*d) <= 0 || *d > 1) return f.ValueError("top_p", "must be in (0, 1]");
     s.top_p = static_cast<float>(*d);
   }
   std::optional<int64_t> top_k;
@@ -372,7 +371,9 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
   d.reset();
   DI_RETURN_IF_ERROR(f.GetNumber("repetition_penalty", &d));
   if (d) {
-    if (*d <= 0 || *d > 10) return f.ValueError("repetition_penalty", "must be in (0, 10]");
+    if (static_cast<float>(*d) <= 0 || *d > 10) {
+      return f.ValueError("repetition_penalty", "must be in (0, 10]");
+    }
     s.repetition_penalty = static_cast<float>(*d);
   }
   for (const char* key : {"presence_penalty", "frequency_penalty"}) {
@@ -414,10 +415,14 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
   DI_RETURN_IF_ERROR(f.GetBool("stream", &p->stream));
   if (const util::Json* options = f.Find("stream_options")) {
     if (!options->is_object()) return f.TypeError("stream_options", "an object");
-    DI_RETURN_IF_ERROR(
-        Fields(*options, "stream_options.").GetBool("include_usage", &p->include_usage));
+    Fields stream_options(*options, "stream_options.");
+    DI_RETURN_IF_ERROR(stream_options.GetBool("include_usage", &p->include_usage));
+    DI_RETURN_IF_ERROR(stream_options.GetBool("continuous_usage_stats", &p->continuous_usage));
   }
-  if (!p->stream) p->include_usage = false;
+  // Usage in every chunk implies the usage at the end too.
+  p->include_usage = p->stream && (p->include_usage || p->continuous_usage ||
+                                   limits.force_include_usage);
+  p->continuous_usage = p->include_usage && p->continuous_usage;
   DI_RETURN_IF_ERROR(f.GetBool("ignore_eos", &p->ignore_eos));
   DI_RETURN_IF_ERROR(f.GetBool("speculative", &p->speculative));
   std::string user;
@@ -467,6 +472,7 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
     } else if (content->is_string()) {
       msg.content = content->get<std::string>();
     } else if (content->is_array()) {
+      int32_t num_parts = 0;
       for (size_t j = 0; j < content->size(); ++j) {
         const util::Json& part = (*content)[j];
         std::string param = fmt::format("{}content[{}]", prefix, j);
@@ -491,7 +497,7 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
           return http::RequestError(param, util::codes::kInvalidType,
                                     "A text part needs a string 'text'.");
         }
-        msg.content += text->get<std::string>();
+        AppendTextPart(text->get_ref<const std::string&>(), &num_parts, &msg.content);
       }
     } else {
       return f.TypeError("content", "a string or an array of content parts");
@@ -611,7 +617,14 @@ absl::StatusOr<CompletionRequest> ParseCompletion(const util::Json& json,
                                                   const ParseLimits& limits) {
   CompletionRequest req;
   DI_RETURN_IF_ERROR(ParsePrompt(json, limits, &req.prompts));
-  DI_RETURN_IF_ERROR(ParseCommon(json, limits, &req.params));
+  // Prompt scoring (lm-evaluation-harness's loglikelihood): echo with logprobs may generate
+  // nothing. The types are checked below.
+  auto is_set = [&json](const char* key) {
+    auto it = json.find(key);
+    return it != json.end() && !it->is_null() && !(it->is_boolean() && !it->get<bool>());
+  };
+  const bool scoring = is_set("echo") && is_set("logprobs");
+  DI_RETURN_IF_ERROR(ParseCommon(json, limits, &req.params, scoring ? 0 : 1));
   Fields f(json);
   std::optional<int64_t> logprobs;
   DI_RETURN_IF_ERROR(f.GetInt("logprobs", &logprobs));
@@ -621,11 +634,26 @@ absl::StatusOr<CompletionRequest> ParseCompletion(const util::Json& json,
   }
   req.params.sampling.num_top_logprobs = logprobs ? static_cast<int32_t>(*logprobs) : -1;
   DI_RETURN_IF_ERROR(f.GetBool("echo", &req.echo));
-  if (req.echo && logprobs) {
-    return f.ValueError("echo",
-                        "cannot be combined with 'logprobs' (prompt logprobs are not "
-                        "supported)");
+  // Fill-in-the-middle needs a model and template that take a suffix; none here does.
+  std::string suffix;
+  DI_RETURN_IF_ERROR(f.GetString("suffix", &suffix));
+  if (!suffix.empty()) {
+    return http::RequestError("suffix", util::codes::kUnsupportedValue,
+                              "'suffix' (fill-in-the-middle) is not supported by this server.");
   }
+  // best_of = n asks for nothing more; more candidates than answers would need ranking by
+  // cumulative logprob, which this server does not do.
+  std::optional<int64_t> best_of;
+  DI_RETURN_IF_ERROR(f.GetInt("best_of", &best_of));
+  if (best_of && *best_of < req.params.n) {
+    return f.ValueError("best_of", "must be at least n");
+  }
+  if (best_of && *best_of > req.params.n) {
+    return http::RequestError("best_of", util::codes::kUnsupportedValue,
+                              "'best_of' greater than 'n' is not supported; ask for n choices.");
+  }
+  // Echo with logprobs scores the prompt too (vLLM's prompt_logprobs).
+  if (req.echo && logprobs) req.params.prompt_logprobs = static_cast<int32_t>(*logprobs);
   if (req.prompts.size() * req.params.n > static_cast<size_t>(kMaxSequencesPerRequest)) {
     return f.ValueError("n", fmt::format("times the number of prompts must be at most {}",
                                          kMaxSequencesPerRequest));
@@ -680,6 +708,23 @@ bool IsImagePart(const util::Json& part) {
   auto type = part.find("type");
   return type != part.end() && type->is_string() &&
          (*type == "image_url" || *type == "input_image" || *type == "image");
+}
+
+absl::Status SetOutputConstraint(constraint::ConstraintSpec spec, std::string param,
+                                 GenerationParams* params) {
+  if (params->constraint.has_value()) {
+    return http::RequestError(param, util::codes::kInvalidValue,
+                              fmt::format("'{}' and '{}' both constrain the output; send one.",
+                                          params->constraint_param, param));
+  }
+  params->constraint = std::move(spec);
+  params->constraint_param = std::move(param);
+  return absl::OkStatus();
+}
+
+void AppendTextPart(std::string_view text, int32_t* num_parts, std::string* joined) {
+  if ((*num_parts)++ > 0) joined->push_back('\n');
+  joined->append(text);
 }
 
 absl::Status ImageUnsupportedError(std::string_view param) {

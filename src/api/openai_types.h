@@ -35,7 +35,9 @@ struct GenerationParams {
   std::vector<int32_t> stop_token_ids;
   engine::SamplingParams sampling;  // num_top_logprobs: -1 when logprobs are off
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage (or serve's force-include)
+  // stream_options.continuous_usage_stats (vLLM): every chunk carries the usage so far.
+  bool continuous_usage = false;
   bool ignore_eos = false;     // vLLM extension
   bool speculative = true;     // "speculative": false turns speculative drafts off for it
   // Structured output: response_format (json_object, json_schema), vLLM's structured_outputs
@@ -43,6 +45,12 @@ struct GenerationParams {
   // guided_choice / guided_grammar; at most one. Compiled by the route (constraint/grammar.h).
   std::optional<constraint::ConstraintSpec> constraint;
   std::string constraint_param;  // the request field it came from, for errors
+  // Thinking budget in tokens (Anthropic thinking.budget_tokens): the reasoning block the
+  // prompt opened is closed once it holds this many tokens. -1: none.
+  int32_t reasoning_budget = -1;
+  // Completions echo with logprobs: the prompt's logprobs with this many top entries
+  // (engine::GenerateRequest::prompt_logprobs). -1: none.
+  int32_t prompt_logprobs = -1;
 };
 
 // One chat message with its content flattened to text.
@@ -128,7 +136,20 @@ struct DetokenizeRequest {
 // What the parsers check against the loaded model. 0 disables a check.
 struct ParseLimits {
   int32_t vocab_size = 0;  // token ids (prompt, logit_bias, stop_token_ids) must be below it
+  // serve --enable-force-include-usage (vLLM's flag): every stream carries usage, as if it had
+  // asked with stream_options.include_usage.
+  bool force_include_usage = false;
 };
+
+// Sets the request's one output constraint; `param` names the request field it came from.
+// Errors: InvalidArgument "invalid_value" when another field already constrains the output.
+absl::Status SetOutputConstraint(constraint::ConstraintSpec spec, std::string param,
+                                 GenerationParams* params);
+
+// Appends text part number `*num_parts` of one message to `joined` and counts it: parts are
+// joined with "\n", as vLLM joins them, so that two parts never glue into one word.
+// Source: vLLM entrypoints/chat_utils.py (_parse_chat_message_content_parts).
+void AppendTextPart(std::string_view text, int32_t* num_parts, std::string* joined);
 
 // True for an image content part or block ("image_url", "input_image", "image").
 bool IsImagePart(const util::Json& part);

@@ -1,5 +1,7 @@
 #include "api/openai_types.h"
 
+#include <tuple>
+
 #include "api/anthropic_types.h"
 #include "api/responses_types.h"
 #include "gtest/gtest.h"
@@ -153,7 +155,7 @@ TEST(ParseChatRequestTest, ReadsEverySupportedField) {
   EXPECT_TRUE(p.stream);
   EXPECT_TRUE(p.include_usage);
   ASSERT_EQ(r->messages.size(), 3u);
-  EXPECT_EQ(r->messages[1].content, "ab");
+  EXPECT_EQ(r->messages[1].content, "a\nb");  // parts joined with a newline, as vLLM does
   EXPECT_FALSE(r->messages[2].has_content);
   EXPECT_EQ(r->messages[2].tool_calls_json, "[]");
 }
@@ -270,6 +272,170 @@ TEST(ParseAnthropicMessagesRequestTest, EmptyMessagesAreInvalid) {
     EXPECT_EQ(e.http_status, 400) << body;
     EXPECT_EQ(e.code, "invalid_value") << body;
     EXPECT_EQ(e.param, "messages") << body;
+  }
+}
+
+// Found by trying real clients: "You are an expert" + "Answer briefly." became one word.
+TEST(TextPartsTest, AreJoinedWithANewlineOnEveryApi) {
+  auto chat = ParseChatRequest(R"({"messages": [{"role": "user", "content": [
+      {"type": "text", "text": "You are an expert"}, {"type": "text", "text": "Answer briefly."},
+      {"type": "text", "text": ""}]}]})",
+                               Limits());
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  EXPECT_EQ(chat->messages[0].content, "You are an expert\nAnswer briefly.\n");
+  auto messages = ParseAnthropicMessagesRequest(R"({"max_tokens": 8,
+      "system": [{"type": "text", "text": "s1"}, {"type": "text", "text": "s2"}],
+      "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+          {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "r1"},
+                                                                 {"type": "text", "text": "r2"}]},
+          {"type": "text", "text": "b"}]}]})",
+                                                Limits());
+  ASSERT_TRUE(messages.ok()) << messages.status();
+  const std::vector<ChatMessage>& m = messages->chat.messages;
+  ASSERT_EQ(m.size(), 3u);
+  EXPECT_EQ(m[0].content, "s1\ns2");
+  EXPECT_EQ(m[1].role, "tool");
+  EXPECT_EQ(m[1].content, "r1\nr2");
+  EXPECT_EQ(m[2].content, "a\nb");
+  auto responses = ParseResponsesRequest(R"({"input": [{"role": "user", "content": [
+      {"type": "input_text", "text": "x"}, {"type": "input_text", "text": "y"}]}]})",
+                                         Limits());
+  ASSERT_TRUE(responses.ok()) << responses.status();
+  EXPECT_EQ(responses->messages.back().content, "x\ny");
+  // One part stays as it is.
+  auto one = ParseChatRequest(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "z"}]}]})", Limits());
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->messages[0].content, "z");
+}
+
+TEST(AnthropicStructuredOutputTest, OutputConfigFormatAndOutputFormatBecomeAJsonSchema) {
+  const std::string schema = R"({"type":"object","properties":{"a":{"type":"integer"}}})";
+  for (const std::string& field :
+       {R"("output_config": {"format": {"type": "json_schema", "schema": )" + schema + "}}",
+        R"("output_format": {"type": "json_schema", "schema": )" + schema + "}"}) {
+    auto r = ParseAnthropicMessagesRequest(
+        R"({"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], )" + field + "}",
+        Limits());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(r->params.constraint.has_value()) << field;
+    EXPECT_EQ(r->params.constraint->kind, constraint::ConstraintKind::kJsonSchema);
+    EXPECT_EQ(util::Json::parse(r->params.constraint->text), util::Json::parse(schema));
+  }
+  // Effort and format together.
+  auto both = ParseAnthropicMessagesRequest(R"({"max_tokens": 8, "messages": [{"role": "user",
+      "content": "hi"}], "output_config": {"effort": "high", "format": {"type": "json_schema",
+      "schema": {"type": "object"}}}})",
+                                            Limits());
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->chat.options.reasoning_effort, "high");
+  EXPECT_TRUE(both->params.constraint.has_value());
+  for (const auto& [field, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"("output_format": "json")", "output_format"},
+           {R"("output_format": {"type": "text"})", "output_format.type"},
+           {R"("output_format": {"type": "json_schema"})", "output_format.schema"},
+           {R"("output_config": {"format": {"type": "json_schema", "schema": 5}})",
+            "output_config.format.schema"},
+           {R"("output_config": {"format": []})", "output_config.format"}}) {
+    auto r = ParseAnthropicMessagesRequest(
+        R"({"max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], )" + field + "}",
+        Limits());
+    ASSERT_FALSE(r.ok()) << field;
+    http::ApiError e = http::ApiErrorFromStatus(r.status());
+    EXPECT_EQ(e.http_status, 400) << field;
+    EXPECT_EQ(e.code, "invalid_constraint") << field;
+    EXPECT_EQ(e.param, param) << field;
+  }
+  auto twice = ParseAnthropicMessagesRequest(R"({"max_tokens": 8, "messages": [{"role": "user",
+      "content": "hi"}], "output_format": {"type": "json_schema", "schema": {}},
+      "output_config": {"format": {"type": "json_schema", "schema": {}}}})",
+                                             Limits());
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(http::ApiErrorFromStatus(twice.status()).code, "invalid_value");
+}
+
+TEST(AnthropicThinkingTest, BudgetTokensIsReadAndCheckedAndUnknownTypesRefused) {
+  auto r = ParseAnthropicMessagesRequest(R"({"max_tokens": 64, "messages": [{"role": "user",
+      "content": "hi"}], "thinking": {"type": "enabled", "budget_tokens": 20}})",
+                                         Limits());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->chat.options.thinking);
+  EXPECT_EQ(r->params.reasoning_budget, 20);
+  auto off = ParseAnthropicMessagesRequest(R"({"max_tokens": 64, "messages": [{"role": "user",
+      "content": "hi"}], "thinking": {"type": "disabled"}})",
+                                           Limits());
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->chat.options.thinking);
+  EXPECT_EQ(off->params.reasoning_budget, -1);
+  for (const auto& [thinking, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"type": "enabled", "budget_tokens": -1})", "thinking.budget_tokens"},
+           {R"({"type": "enabled", "budget_tokens": "10"})", "thinking.budget_tokens"},
+           {R"({"type": "sometimes"})", "thinking.type"},
+           {R"("enabled")", "thinking"}}) {
+    auto bad = ParseAnthropicMessagesRequest(
+        R"({"max_tokens": 64, "messages": [{"role": "user", "content": "hi"}], "thinking": )" +
+            thinking + "}",
+        Limits());
+    ASSERT_FALSE(bad.ok()) << thinking;
+    EXPECT_EQ(http::ApiErrorFromStatus(bad.status()).param, param) << thinking;
+  }
+}
+
+TEST(ParseCompletionRequestTest, SuffixAndBestOfAreRefusedUnlessTheyAskForNothing) {
+  EXPECT_EQ(RejectCompletion(R"({"prompt":"x","suffix":"end"})", "suffix"), "unsupported_value");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":"x","suffix":3})", "suffix"), "invalid_type");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":"x","best_of":3,"n":2})", "best_of"),
+            "unsupported_value");
+  EXPECT_EQ(RejectCompletion(R"({"prompt":"x","best_of":1,"n":2})", "best_of"), "invalid_value");
+  for (const char* fine : {R"({"prompt":"x","suffix":""})", R"({"prompt":"x","suffix":null})",
+                           R"({"prompt":"x","best_of":2,"n":2})", R"({"prompt":"x","best_of":1})"}) {
+    EXPECT_TRUE(ParseCompletionRequest(fine, Limits()).ok()) << fine;
+  }
+}
+
+TEST(StreamUsageTest, ContinuousStatsAndForcedUsageTurnUsageOnForStreamsOnly) {
+  auto continuous = ParseChatRequest(R"({"messages": [{"role": "user", "content": "x"}],
+      "stream": true, "stream_options": {"continuous_usage_stats": true}})",
+                                     Limits());
+  ASSERT_TRUE(continuous.ok());
+  EXPECT_TRUE(continuous->params.include_usage);
+  EXPECT_TRUE(continuous->params.continuous_usage);
+  ParseLimits forced = Limits();
+  forced.force_include_usage = true;
+  auto streamed = ParseCompletionRequest(R"({"prompt": "x", "stream": true})", forced);
+  ASSERT_TRUE(streamed.ok());
+  EXPECT_TRUE(streamed->params.include_usage);
+  EXPECT_FALSE(streamed->params.continuous_usage);
+  auto whole = ParseCompletionRequest(R"({"prompt": "x"})", forced);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_FALSE(whole->params.include_usage);
+  EXPECT_EQ(RejectChat(R"({"messages": [{"role": "user", "content": "x"}], "stream": true,
+      "stream_options": {"continuous_usage_stats": 1}})",
+                       "stream_options.continuous_usage_stats"),
+            "invalid_type");
+}
+
+TEST(ResponsesRequestTest, IncludeTakesEncryptedReasoningAndRefusesOtherValuesByName) {
+  auto r = ParseResponsesRequest(
+      R"({"input": "hi", "store": false, "include": ["reasoning.encrypted_content"]})", {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const auto& [include, param, code] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {R"(["reasoning.encrypted_content", "file_search_call.results"])", "include[1]",
+            "unsupported_value"},
+           {R"(["message.output_text.logprobs"])", "include[0]", "unsupported_value"},
+           {R"([5])", "include[0]", "invalid_type"},
+           {R"("reasoning.encrypted_content")", "include", "invalid_type"}}) {
+    auto bad = ParseResponsesRequest(R"({"input": "hi", "include": )" + include + "}", {});
+    ASSERT_FALSE(bad.ok()) << include;
+    http::ApiError e = http::ApiErrorFromStatus(bad.status());
+    EXPECT_EQ(e.param, param) << include;
+    EXPECT_EQ(e.code, code) << include;
+    if (code == "unsupported_value") {
+      const std::string named =
+          util::Json::parse(include)[param == "include[1]" ? 1 : 0].get<std::string>();
+      EXPECT_NE(e.message.find(named), std::string::npos) << e.message;
+    }
   }
 }
 
@@ -502,7 +668,7 @@ TEST(ResponsesRequestTest, InputItemsBecomeChatMessages) {
   EXPECT_EQ(r->messages[0].role, "system");
   EXPECT_EQ(r->messages[0].content, "Be terse.");
   EXPECT_EQ(r->messages[1].role, "system");
-  EXPECT_EQ(r->messages[2].content, "ab");
+  EXPECT_EQ(r->messages[2].content, "a\nb");
   EXPECT_EQ(r->messages[3].role, "assistant");
   EXPECT_FALSE(r->messages[3].has_content);
   util::Json calls = util::Json::parse(r->messages[3].tool_calls_json);
@@ -530,7 +696,6 @@ TEST(ResponsesRequestTest, FieldsThatAskForWhatIsNotDoneAreRefusedByName) {
            {"background", "true"},
            {"store", "true"},
            {"prompt", R"({"id": "pmpt_1"})"},
-           {"include", R"(["reasoning.encrypted_content"])"},
            {"max_tool_calls", "3"},
            {"top_logprobs", "2"},
            {"truncation", R"("auto")"},

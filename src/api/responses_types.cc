@@ -1,5 +1,6 @@
 #include "api/responses_types.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -7,6 +8,7 @@
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "util/error_codes.h"
+#include "util/log.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -28,6 +30,7 @@ absl::Status ContentText(const util::Json& content, const std::string& param, st
     return http::RequestError(param, util::codes::kInvalidType,
                               "'content' must be a string or an array of parts.");
   }
+  int32_t num_parts = 0;
   for (size_t k = 0; k < content.size(); ++k) {
     const util::Json& part = content[k];
     const std::string p = fmt::format("{}[{}]", param, k);
@@ -44,7 +47,7 @@ absl::Status ContentText(const util::Json& content, const std::string& param, st
     auto text = StringField(part, "text");
     if (!text)
       return http::RequestError(p, util::codes::kInvalidType, "A text part needs a string 'text'.");
-    *out += *text;
+    AppendTextPart(*text, &num_parts, out);
   }
   return absl::OkStatus();
 }
@@ -172,7 +175,6 @@ struct UnsupportedField {
 };
 
 bool IsFalse(const util::Json& v) { return v.is_boolean() && !v.get<bool>(); }
-bool IsEmptyArray(const util::Json& v) { return v.is_array() && v.empty(); }
 bool IsOne(const util::Json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
 bool IsZero(const util::Json& v) { return v.is_number_integer() && v.get<int64_t>() == 0; }
 bool IsDisabled(const util::Json& v) { return v.is_string() && v.get<std::string>() == "disabled"; }
@@ -197,7 +199,6 @@ constexpr UnsupportedField kUnsupportedFields[] = {
      "This server keeps no responses ('store' must be false or absent): nothing could be "
      "retrieved later."},
     {"prompt", Never, "Stored prompt templates are not supported; send the text in 'input'."},
-    {"include", IsEmptyArray, "No extra output data ('include') is supported."},
     {"max_tool_calls", Never, "'max_tool_calls' is not supported."},
     {"top_logprobs", IsZero, "Log probabilities are not supported on this route."},
     {"truncation", IsDisabled,
@@ -208,7 +209,42 @@ constexpr UnsupportedField kUnsupportedFields[] = {
     {"n", IsOne, "The Responses API makes one response per request."},
 };
 
+// `include` asks for extra output data. "reasoning.encrypted_content" needs no stored state: it
+// asks for reasoning that a stateless client can send back, and this server sends its reasoning
+// in the clear (reasoning items' `content`) and reads none back (earlier reasoning is not shown
+// to the model again), so it is accepted and answered without encrypted content. The other
+// values name outputs no request here can have (hosted tools, images, logprobs on this route).
+constexpr const char* kAcceptedIncludes[] = {"reasoning.encrypted_content"};
+
+absl::Status CheckInclude(const util::Json& json) {
+  auto it = json.find("include");
+  if (it == json.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_array()) {
+    return http::RequestError("include", util::codes::kInvalidType,
+                              "'include' must be an array of strings.");
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const util::Json& value = (*it)[i];
+    const std::string param = fmt::format("include[{}]", i);
+    if (!value.is_string()) {
+      return http::RequestError(param, util::codes::kInvalidType,
+                                "'include' must be an array of strings.");
+    }
+    const std::string& name = value.get_ref<const std::string&>();
+    if (std::find(std::begin(kAcceptedIncludes), std::end(kAcceptedIncludes), name) ==
+        std::end(kAcceptedIncludes)) {
+      return http::RequestError(
+          param, util::codes::kUnsupportedValue,
+          fmt::format("'include' value '{}' is not supported; only "
+                      "'reasoning.encrypted_content' is (answered without encrypted content).",
+                      util::PrintableForLog(name)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckUnsupportedFields(const util::Json& json) {
+  DI_RETURN_IF_ERROR(CheckInclude(json));
   for (const UnsupportedField& field : kUnsupportedFields) {
     auto it = json.find(field.name);
     if (it == json.end() || it->is_null() || field.accepts(*it)) continue;

@@ -40,7 +40,7 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   const ServedModel& model = route.model();
   DI_ASSIGN_OR_RETURN(const int32_t dp_rank, PinnedRank(request));
   const bool pd_decode = model.pd != nullptr && model.pd->role == PdRole::kDecode;
-  if (absl::Status parsed = route.Parse(request.body, ParseLimits{model.tokenizer->vocab_size()});
+  if (absl::Status parsed = route.Parse(request.body, ParseLimitsFor(model));
       !parsed.ok()) {
     // The decode side of a P/D pair restores text prefixes only; say so rather than "not yet".
     if (pd_decode && ErrorCodeOf(parsed) == util::codes::kUnsupportedContent) {
@@ -72,6 +72,7 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
     if (!built.ok()) return http::WithParam(built.status(), c->param);
     compiled = *std::move(built);
   }
+  const int32_t reasoning_end = route.ReasoningEndToken();
   std::vector<ChoiceSpec> specs;
   specs.reserve(prompts.size() * static_cast<size_t>(params.n));
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -87,9 +88,16 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
       const int32_t index = static_cast<int32_t>(p) * params.n + i;
       spec.request = MakeEngineRequest(params, prompts[p], max_tokens, index, route.id());
       spec.request.dp_rank = dp_rank;
+      spec.request.x_request_id = writer.log().request_id;
+      spec.request.prompt_logprobs = params.prompt_logprobs;
       spec.request.constraint = compiled;
       spec.prompt_index = static_cast<int32_t>(p);
       spec.stops = params.stop;
+      spec.reasoning_end_token = reasoning_end;
+      if (reasoning_end >= 0 && params.reasoning_budget >= 0) {
+        spec.request.reasoning_budget = params.reasoning_budget;
+        spec.request.reasoning_end_token = reasoning_end;
+      }
       specs.push_back(std::move(spec));
     }
   }

@@ -58,6 +58,10 @@ class Route {
     std::string param;
   };
   virtual std::optional<OutputConstraint> Constraint() const;
+  // The token that closes the reasoning block the prompt opened (DeepSeek's "</think>"), or -1
+  // when the answer does not start inside one: reasoning tokens are counted up to it, and a
+  // thinking budget (GenerationParams::reasoning_budget) forces it. Valid after Render.
+  virtual int32_t ReasoningEndToken() const { return -1; }
   // Step 6: the answer as a stream (params().stream) or whole. Each answers exactly once.
   virtual void Stream(Generation& generation, http::ResponseWriter& writer) = 0;
   virtual void Complete(Generation& generation, http::ResponseWriter& writer) = 0;

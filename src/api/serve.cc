@@ -53,7 +53,7 @@ int WaitForSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
 // each answer: 200, and for a stream the closing [DONE] with no error event before it.
 // Errors: InvalidArgument "bad_warmup" naming the request, its line and the server's answer.
 absl::Status RunWarmup(const std::vector<WarmupRequest>& requests, const std::string& host,
-                       int port, int32_t ranks) {
+                       int port, int32_t ranks, std::string_view api_key) {
   // A server listening on every address is reached on loopback.
   const std::string to = host == "0.0.0.0" || host == "::" || host.empty() ? "127.0.0.1" : host;
   const http::Url url(to, port);
@@ -69,6 +69,7 @@ absl::Status RunWarmup(const std::vector<WarmupRequest>& requests, const std::st
     r.target = w.path;
     r.body = w.body;
     r.headers.push_back({"Content-Type", "application/json"});
+    if (!api_key.empty()) r.headers.push_back({"Authorization", fmt::format("Bearer {}", api_key)});
     if (ranks > 1) r.headers.push_back({"X-data-parallel-rank", std::to_string(rank)});
     auto fail = [&](const std::string& why) {
       return InvalidArgumentError(
@@ -228,6 +229,71 @@ absl::StatusOr<std::string> DefaultModelPath() {
   return path;
 }
 
+namespace {
+
+bool IsLoopbackHost(std::string_view host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.starts_with("127.");
+}
+
+absl::StatusOr<std::vector<std::string>> LoadApiKeys(const ServeOptions& o) {
+  std::vector<std::string> keys;
+  auto add = [&keys](std::string_view key, std::string_view from) -> absl::Status {
+    while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) {
+      key.remove_suffix(1);
+    }
+    while (!key.empty() && (key.front() == ' ' || key.front() == '\t')) key.remove_prefix(1);
+    if (key.empty()) return absl::OkStatus();
+    // The key travels in a header: visible ASCII only, so that it can be typed and compared.
+    for (char c : key) {
+      if (c < 0x21 || c > 0x7e) {
+        return InvalidArgumentError(util::codes::kBadOption,
+                                    fmt::format("an API key from {} holds a character other than "
+                                                "visible ASCII (the key is not shown)",
+                                                from));
+      }
+    }
+    keys.emplace_back(key);
+    return absl::OkStatus();
+  };
+  for (const std::string& key : o.api_keys) DI_RETURN_IF_ERROR(add(key, "--api-key"));
+  if (const char* env = std::getenv(kApiKeyEnv); env != nullptr) {
+    DI_RETURN_IF_ERROR(add(env, kApiKeyEnv));
+  }
+  if (!o.api_key_file.empty()) {
+    absl::StatusOr<std::string> text = util::ReadFile(o.api_key_file);
+    if (!text.ok()) {
+      return InvalidArgumentError(util::codes::kBadOption,
+                                  fmt::format("cannot read --api-key-file {}: {}", o.api_key_file,
+                                              std::string(text.status().message())));
+    }
+    const size_t before = keys.size();
+    for (std::string_view rest = *text; !rest.empty();) {
+      const size_t nl = rest.find('\n');
+      std::string_view line = rest.substr(0, nl);
+      rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+      if (!line.empty() && line.front() == '#') continue;
+      DI_RETURN_IF_ERROR(add(line, "--api-key-file"));
+    }
+    if (keys.size() == before) {
+      return InvalidArgumentError(
+          util::codes::kBadOption,
+          fmt::format("--api-key-file {} holds no key (one per line; # starts a comment)",
+                      o.api_key_file));
+    }
+  }
+  if (keys.empty() && !IsLoopbackHost(o.host) && !o.allow_unauthenticated) {
+    return InvalidArgumentError(
+        util::codes::kBadOption,
+        fmt::format("--host {} is reachable from other machines and no API key is set: give "
+                    "--api-key, --api-key-file or {}, or --allow-unauthenticated to serve anyone "
+                    "who can reach it",
+                    o.host, kApiKeyEnv));
+  }
+  return keys;
+}
+
+}  // namespace
+
 absl::Status Serve(ServeOptions o) {
   if (o.model.empty()) {
     absl::StatusOr<std::string> path = DefaultModelPath();
@@ -255,6 +321,11 @@ absl::Status Serve(ServeOptions o) {
       }
     }
   }
+  // API keys before anything slow: a missing key file, or an open non-loopback address, stops
+  // the start at once.
+  absl::StatusOr<std::vector<std::string>> keys = LoadApiKeys(o);
+  if (!keys.ok()) return Failed("bad API key settings", keys.status());
+  const std::vector<std::string> api_keys = *std::move(keys);
   // The warm-up file is read and checked before anything slow, so a typo costs no model load.
   std::vector<WarmupRequest> warmup;
   if (!o.warmup_file.empty()) {
@@ -313,6 +384,7 @@ absl::Status Serve(ServeOptions o) {
 
   ApiServer routes;
   routes.set_log_requests(o.log_requests);
+  routes.SetApiKeys(http::ApiKeySet(api_keys), o.metrics_without_key);
   http::ServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;
@@ -321,6 +393,7 @@ absl::Status Serve(ServeOptions o) {
   // A generation parses JSON and renders its chat template on its worker thread.
   http_options.thread_stack_bytes = size_t{1} << 20;
   http_options.server_name = "deepinfer";
+  http_options.request_ids = true;
   auto server = http::Server::Start(
       http_options,
       [&routes](const http::Request& r, http::ResponseWriter& w) { routes.Handle(r, w); },
@@ -353,6 +426,7 @@ absl::Status Serve(ServeOptions o) {
   served.max_model_len = (*engine)->max_model_len();
   served.max_output_tokens = std::max(1, std::min(o.max_output_tokens, served.max_model_len));
   served.created_unix = UnixNow();
+  served.force_include_usage = o.force_include_usage;
   served.metrics = &routes.metrics();
   served.checkpoints = checkpoints.get();
   served.pd = o.pd.role != PdRole::kCombined ? &o.pd : nullptr;
@@ -384,7 +458,8 @@ absl::Status Serve(ServeOptions o) {
     std::atomic<bool> done{false};
     absl::Status result;
     std::thread runner([&] {
-      result = RunWarmup(warmup, o.host, (*server)->port(), (*engine)->num_ranks());
+      result = RunWarmup(warmup, o.host, (*server)->port(), (*engine)->num_ranks(),
+                         api_keys.empty() ? std::string_view() : api_keys.front());
       done.store(true, std::memory_order_release);
     });
     while (!done.load(std::memory_order_acquire) && sig == 0) {

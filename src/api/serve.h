@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,6 +28,14 @@ struct ServeOptions {
   int64_t max_request_bytes = int64_t{32} << 20;
   int max_connections = 1024;
   bool log_requests = true;
+  bool force_include_usage = false;  // every stream carries usage (ParseLimits)
+  // API keys (ApiServer::SetApiKeys): --api-key values, the lines of api_key_file and
+  // $DEEPINFER_API_KEY together; none: no check, which a host other than loopback refuses
+  // unless allow_unauthenticated. /metrics needs a key too unless metrics_without_key.
+  std::vector<std::string> api_keys;
+  std::string api_key_file;
+  bool allow_unauthenticated = false;
+  bool metrics_without_key = false;
   double log_stats_interval_s = 10;  // 0: no stats lines
   // Request bodies (api/warmup_file.h) run after the model loads, before /health answers 200;
   // "" = none.
@@ -48,6 +57,9 @@ struct ServeOptions {
   std::string pd_checkpoint_dir;
   engine::EngineOptions engine;      // max_model_len 0 = the model's
 };
+
+// The environment variable serve reads one more API key from (never printed or logged).
+inline constexpr char kApiKeyEnv[] = "DEEPINFER_API_KEY";
 
 // Serves until SIGINT or SIGTERM (which it blocks in every thread it starts, and waits for).
 // Start-up order matters: the port is bound first (a busy port fails in milliseconds, and /health

@@ -35,7 +35,7 @@ class ServeHttpTest : public ::testing::Test {
     engine_ = std::make_unique<testing::FakeEngine>(*model_, options);
     engine_->SetScript(testing::ByteTokens("Hello world"));
     served_ = ServedModel{
-        engine_.get(), tokenizer_.get(), template_.get(), "byte-model", 512, 64, 0, nullptr};
+        engine_.get(), tokenizer_.get(), template_.get(), "byte-model", 512, 64, 0, false, nullptr};
     api_ = std::make_unique<ApiServer>();
     served_.metrics = &api_->metrics();
     api_->SetServedModel(&served_);

@@ -24,6 +24,13 @@ absl::StatusOr<int32_t> ResolveMaxTokens(const ServedModel& model, int64_t promp
   return static_cast<int32_t>(std::min<int64_t>(model.max_output_tokens, window - prompt_tokens));
 }
 
+ParseLimits ParseLimitsFor(const ServedModel& model) {
+  ParseLimits limits;
+  limits.vocab_size = model.tokenizer->vocab_size();
+  limits.force_include_usage = model.force_include_usage;
+  return limits;
+}
+
 absl::Status CheckModel(const ServedModel& model, const std::string& name) {
   if (name.empty() || name == model.served_model_name) return absl::OkStatus();
   return http::ModelNotFoundError(name);
@@ -44,10 +51,13 @@ void RespondJson(http::ResponseWriter& writer, int status, const util::Json& bod
   writer.Respond(status, {{"Content-Type", "application/json"}}, util::DumpJson(body));
 }
 
-void RespondError(http::ResponseWriter& writer, const absl::Status& status) {
+void RespondError(http::ResponseWriter& writer, const absl::Status& status,
+                  const http::Headers& extra) {
   http::ApiError error = http::ApiErrorFromStatus(status);
   writer.log().error = error.code;
-  writer.Respond(error.http_status, {{"Content-Type", "application/json"}}, http::ErrorBody(error));
+  http::Headers headers = {{"Content-Type", "application/json"}};
+  headers.insert(headers.end(), extra.begin(), extra.end());
+  writer.Respond(error.http_status, headers, http::ErrorBody(error));
 }
 
 }  // namespace deepinfer::api

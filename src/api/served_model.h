@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/openai_types.h"
 #include "constraint/grammar.h"
 #include "engine/engine.h"
 #include "http/server.h"
@@ -34,6 +35,7 @@ struct ServedModel {
   int32_t max_model_len = 0;      // the context window, in tokens
   int32_t max_output_tokens = 0;  // per choice, already capped by max_model_len
   int64_t created_unix = 0;       // for the "created" field of /v1/models
+  bool force_include_usage = false;  // --enable-force-include-usage (ParseLimits)
   HttpMetrics* metrics = nullptr;
   engine::CheckpointStore* checkpoints = nullptr;  // null: no --prefix-checkpoint-dir
   const PdConfig* pd = nullptr;  // prefill/decode disaggregation (api/pd.h); null: combined
@@ -41,6 +43,9 @@ struct ServedModel {
   // generation runs.
   constraint::GrammarCompiler* grammar = nullptr;
 };
+
+// What the request parsers check against `model` (ParseLimits).
+ParseLimits ParseLimitsFor(const ServedModel& model);
 
 // The output budget of one choice.
 //
@@ -65,7 +70,8 @@ int64_t UnixNow();
 // A complete JSON answer with `status`.
 void RespondJson(http::ResponseWriter& writer, int status, const util::Json& body);
 // A complete OpenAI-shaped error answer: the status's code and HTTP status (http/errors.h); the
-// code also goes to the request log.
-void RespondError(http::ResponseWriter& writer, const absl::Status& status);
+// code also goes to the request log. `extra` headers go with it (e.g. Allow on a 405).
+void RespondError(http::ResponseWriter& writer, const absl::Status& status,
+                  const http::Headers& extra = {});
 
 }  // namespace deepinfer::api

@@ -2,9 +2,11 @@
 
 #include <chrono>
 #include <exception>
+#include <string_view>
 
 #include "api/anthropic_count_tokens.h"
 #include "api/handlers.h"
+#include "api/openapi_spec.h"
 #include "api/pd.h"
 #include "fmt/format.h"
 #include "http/errors.h"
@@ -29,6 +31,7 @@ enum class RouteId {
   kMessages,
   kResponses,
   kPdPrefill,
+  kOpenApi,
   kUnknown
 };
 
@@ -37,19 +40,37 @@ struct RouteInfo {
   const char* method;  // the one method it answers (GET routes also answer HEAD)
 };
 
+// Every route, in the order Match() tries them. A path ending in "{id}" is a prefix followed by
+// one path parameter (OpenAPI's spelling, so that Routes() and the document compare as is).
+struct RouteEntry {
+  RouteId route;
+  const char* method;
+  std::string_view path;
+};
+constexpr RouteEntry kRoutes[] = {
+    {RouteId::kHealth, "GET", "/health"},
+    {RouteId::kModels, "GET", "/v1/models"},
+    {RouteId::kModel, "GET", "/v1/models/{id}"},
+    {RouteId::kMetrics, "GET", "/metrics"},
+    {RouteId::kOpenApi, "GET", "/openapi.json"},
+    {RouteId::kChat, "POST", "/v1/chat/completions"},
+    {RouteId::kCompletions, "POST", "/v1/completions"},
+    {RouteId::kTokenize, "POST", "/tokenize"},
+    {RouteId::kDetokenize, "POST", "/detokenize"},
+    {RouteId::kCountTokens, "POST", "/v1/messages/count_tokens"},
+    {RouteId::kMessages, "POST", "/v1/messages"},
+    {RouteId::kResponses, "POST", "/v1/responses"},
+    {RouteId::kPdPrefill, "POST", kPdPrefillPath},
+};
+
 RouteInfo Match(const std::string& path) {
-  if (path == "/health") return {RouteId::kHealth, "GET"};
-  if (path == "/v1/models") return {RouteId::kModels, "GET"};
-  if (path.rfind("/v1/models/", 0) == 0) return {RouteId::kModel, "GET"};
-  if (path == "/metrics") return {RouteId::kMetrics, "GET"};
-  if (path == "/v1/chat/completions") return {RouteId::kChat, "POST"};
-  if (path == "/v1/completions") return {RouteId::kCompletions, "POST"};
-  if (path == "/tokenize") return {RouteId::kTokenize, "POST"};
-  if (path == "/detokenize") return {RouteId::kDetokenize, "POST"};
-  if (path == "/v1/messages/count_tokens") return {RouteId::kCountTokens, "POST"};
-  if (path == "/v1/messages") return {RouteId::kMessages, "POST"};
-  if (path == "/v1/responses") return {RouteId::kResponses, "POST"};
-  if (path == kPdPrefillPath) return {RouteId::kPdPrefill, "POST"};
+  for (const RouteEntry& r : kRoutes) {
+    const size_t param = r.path.find('{');
+    const bool match = param == std::string_view::npos
+                           ? path == r.path
+                           : std::string_view(path).substr(0, param) == r.path.substr(0, param);
+    if (match) return {r.route, r.method};
+  }
   return {RouteId::kUnknown, ""};
 }
 
@@ -60,7 +81,22 @@ util::Json ModelCard(const ServedModel& model) {
                     {"max_model_len", model.max_model_len}};
 }
 
+// The model as Anthropic's Models API lists it (a client that sends `anthropic-version`).
+// Source: Anthropic API reference, "List Models" and "Get a Model".
+util::Json AnthropicModelCard(const ServedModel& model) {
+  return util::Json{{"type", "model"},
+                    {"id", model.served_model_name},
+                    {"display_name", model.served_model_name},
+                    {"created_at", util::UtcTimestamp(static_cast<double>(model.created_unix))}};
+}
+
 }  // namespace
+
+std::vector<ApiServer::Route> ApiServer::Routes() {
+  std::vector<Route> out;
+  for (const RouteEntry& r : kRoutes) out.push_back({r.method, std::string(r.path)});
+  return out;
+}
 
 std::string ApiServer::RouteLabel(const std::string& path) {
   RouteInfo info = Match(path);
@@ -85,9 +121,11 @@ std::string ApiServer::RequestLogLine(const http::Request& request, int status, 
                                  Printable(request.path), status, seconds * 1e3);
   if (!log.id.empty()) line += " id=" + log.id;
   if (!log.error.empty()) line += " error=" + Printable(log.error);
-  if (std::string_view rid = request.Header("x-request-id"); !rid.empty()) {
-    line += " x_request_id=" + Printable(rid);
-  }
+  // The answer's X-Request-Id (the client's own when usable); a request read without an id
+  // (tests) shows what the client sent.
+  const std::string_view rid =
+      !log.request_id.empty() ? std::string_view(log.request_id) : request.Header("x-request-id");
+  if (!rid.empty()) line += " x_request_id=" + Printable(rid);
   if (log.generated) {
     line += fmt::format(" stream={} prompt_tokens={} cached_tokens={} completion_tokens={} end={}",
                         log.stream, log.prompt_tokens, log.cached_tokens, log.completion_tokens,
@@ -137,16 +175,49 @@ void ApiServer::Handle(const http::Request& request, http::ResponseWriter& write
   }
 }
 
+namespace {
+
+// Routes answered without an API key: /health for load balancers and the gateway's probes,
+// the P/D route (it checks its own key), /metrics when opened.
+bool IsOpenRoute(RouteId route, bool open_metrics) {
+  return route == RouteId::kHealth || route == RouteId::kPdPrefill ||
+         (route == RouteId::kMetrics && open_metrics);
+}
+
+}  // namespace
+
 void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& writer) {
-  // Errors answered here take the shape of the API the path belongs to.
-  auto fail = [&](const absl::Status& status) {
-    if (http::IsAnthropicPath(request.path)) {
-      RespondAnthropicError(writer, status);
+  // Errors answered here take the shape of the API the path belongs to; /v1/models is shared,
+  // and answers a client that sends `anthropic-version` (every Anthropic SDK does) in
+  // Anthropic's shape.
+  const bool anthropic_client = !request.Header("anthropic-version").empty();
+  auto fail = [&](const absl::Status& status, const http::Headers& extra = {}) {
+    if (http::IsAnthropicPath(request.path) ||
+        (anthropic_client && request.path.rfind("/v1/models", 0) == 0)) {
+      RespondAnthropicError(writer, status, extra);
     } else {
-      RespondError(writer, status);
+      RespondError(writer, status, extra);
     }
   };
   RouteInfo info = Match(request.path);
+  if (!api_keys_.empty() && !IsOpenRoute(info.route, open_metrics_)) {
+    // Checked before the route is looked up, so that a client without a key learns nothing
+    // of which paths exist.
+    const std::string_view key =
+        http::PresentedKey(request.Header("authorization"), request.Header("x-api-key"));
+    if (!api_keys_.Contains(key)) {
+      fail(key.empty() ? MakeError(absl::StatusCode::kUnauthenticated,
+                                   util::codes::kMissingApiKey,
+                                   http::IsAnthropicPath(request.path)
+                                       ? "Missing API key: send it as 'x-api-key: <key>' (or "
+                                         "'Authorization: Bearer <key>')."
+                                       : "Missing API key: send it as 'Authorization: Bearer "
+                                         "<key>'.")
+                       : MakeError(absl::StatusCode::kUnauthenticated,
+                                   util::codes::kInvalidApiKey, "Incorrect API key provided."));
+      return;
+    }
+  }
   if (info.route == RouteId::kUnknown) {
     fail(http::RouteNotFoundError(request.path));
     return;
@@ -154,11 +225,18 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
   bool method_ok = request.method == info.method ||
                    (request.method == "HEAD" && std::string(info.method) == "GET");
   if (!method_ok) {
-    fail(http::MethodNotAllowedError(request.method, request.path));
+    // RFC 9110 15.5.6: a 405 lists the methods the resource takes.
+    const std::string allow = std::string(info.method) == "GET" ? "GET, HEAD" : info.method;
+    fail(http::MethodNotAllowedError(request.method, request.path), {{"Allow", allow}});
     return;
   }
   const ServedModel* model = model_.load(std::memory_order_acquire);
   bool ready = model != nullptr && model->engine->ready();
+  if (info.route == RouteId::kOpenApi) {
+    // Needs no model, so clients and tools can read it while the model loads.
+    writer.Respond(200, {{"Content-Type", "application/json"}}, OpenApiSpec());
+    return;
+  }
   if (info.route == RouteId::kMetrics) {
     std::string out;
     if (model != nullptr) {
@@ -210,15 +288,23 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
   }
   switch (info.route) {
     case RouteId::kModels:
-      RespondJson(writer, 200,
-                  util::Json{{"object", "list"}, {"data", util::Json::array({ModelCard(*model)})}});
+      if (anthropic_client) {
+        RespondJson(writer, 200,
+                    util::Json{{"data", util::Json::array({AnthropicModelCard(*model)})},
+                               {"has_more", false},
+                               {"first_id", model->served_model_name},
+                               {"last_id", model->served_model_name}});
+      } else {
+        RespondJson(writer, 200, util::Json{{"object", "list"},
+                                            {"data", util::Json::array({ModelCard(*model)})}});
+      }
       return;
     case RouteId::kModel: {
       std::string id = request.path.substr(std::string("/v1/models/").size());
       if (id != model->served_model_name) {
-        RespondError(writer, http::ModelNotFoundError(id));
+        fail(http::ModelNotFoundError(id));
       } else {
-        RespondJson(writer, 200, ModelCard(*model));
+        RespondJson(writer, 200, anthropic_client ? AnthropicModelCard(*model) : ModelCard(*model));
       }
       return;
     }

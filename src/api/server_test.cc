@@ -5,6 +5,7 @@
 #include <optional>
 #include <thread>
 
+#include "api/testing/capture_writer.h"
 #include "api/testing/fake_engine.h"
 #include "gtest/gtest.h"
 #include "tokenizer/chat_template.h"
@@ -15,110 +16,8 @@ namespace deepinfer::api {
 namespace {
 
 using testing::ByteTokens;
+using testing::CaptureWriter;
 using testing::FakeEngine;
-
-// Records what a handler sends. `close_after_writes` simulates a client that disconnects.
-class CaptureWriter : public http::ResponseWriter {
- public:
-  explicit CaptureWriter(int close_after_writes = -1) : close_after_(close_after_writes) {}
-
-  bool Respond(int status, const http::Headers& headers, std::string_view body) override {
-    if (started_) return false;
-    started_ = true;
-    status_ = status;
-    content_type_ = ContentType(headers);
-    body_ = std::string(body);
-    return true;
-  }
-  bool BeginBody(int status, const http::Headers& headers,
-                 std::optional<uint64_t> content_length) override {
-    if (started_) return false;
-    started_ = streaming_ = true;
-    status_ = status;
-    content_type_ = ContentType(headers);
-    return true;
-  }
-  bool Write(std::string_view data) override {
-    if (closed()) return false;
-    body_ += data;
-    ++writes_;
-    return true;
-  }
-  bool End() override {
-    ended_ = true;
-    return true;
-  }
-  // Like the server's writer: a stopping server is not a gone client (handlers ask stopping()).
-  bool PeerClosed() override { return closed(); }
-  bool stopping() const override { return stopping_; }
-  void set_stopping(bool stopping) { stopping_ = stopping; }
-  bool started() const override { return started_; }
-  int status() const override { return status_; }
-
-  bool closed() const { return close_after_ >= 0 && writes_ >= close_after_; }
-  bool streaming() const { return streaming_; }
-  bool ended() const { return ended_; }
-  const std::string& body() const { return body_; }
-  const std::string& content_type() const { return content_type_; }
-  util::Json json() const {
-    auto j = util::ParseJson(body_);
-    EXPECT_TRUE(j.ok()) << body_;
-    return j.ok() ? *j : util::Json();
-  }
-  // The payloads of the SSE events, in order ("[DONE]" included).
-  std::vector<std::string> Events() const {
-    std::vector<std::string> out;
-    size_t pos = 0;
-    while (true) {
-      size_t end = body_.find("\n\n", pos);
-      if (end == std::string::npos) break;
-      std::string event = body_.substr(pos, end - pos);
-      EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
-      out.push_back(event.substr(6));
-      pos = end + 2;
-    }
-    EXPECT_EQ(pos, body_.size()) << "trailing bytes after the last event";
-    return out;
-  }
-
-  // Anthropic's named events: (event name, data JSON), in order.
-  std::vector<std::pair<std::string, util::Json>> NamedEvents() const {
-    std::vector<std::pair<std::string, util::Json>> out;
-    size_t pos = 0;
-    while (true) {
-      size_t end = body_.find("\n\n", pos);
-      if (end == std::string::npos) break;
-      std::string event = body_.substr(pos, end - pos);
-      size_t nl = event.find('\n');
-      EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
-      EXPECT_NE(nl, std::string::npos) << event;
-      if (nl == std::string::npos) break;
-      EXPECT_EQ(event.compare(nl + 1, 6, "data: "), 0) << event;
-      auto data = util::ParseJson(event.substr(nl + 7));
-      EXPECT_TRUE(data.ok()) << event;
-      std::string name = event.substr(7, nl - 7);
-      EXPECT_EQ(data.ok() ? (*data)["type"].get<std::string>() : "", name) << event;
-      out.emplace_back(name, data.ok() ? *data : util::Json());
-      pos = end + 2;
-    }
-    EXPECT_EQ(pos, body_.size()) << "trailing bytes after the last event";
-    return out;
-  }
-
- private:
-  static std::string ContentType(const http::Headers& headers) {
-    for (const auto& [name, value] : headers) {
-      if (name == "Content-Type") return value;
-    }
-    return "";
-  }
-
-  int close_after_;
-  int writes_ = 0;
-  bool started_ = false, streaming_ = false, ended_ = false, stopping_ = false;
-  int status_ = 0;
-  std::string content_type_, body_;
-};
 
 class ApiServerTest : public ::testing::Test {
  protected:
@@ -516,6 +415,7 @@ TEST_F(ApiServerTest, ModelsHealthAndRoutingErrors) {
   CaptureWriter method = Call("GET", "/v1/chat/completions", "");
   EXPECT_EQ(method.status(), 405);
   EXPECT_EQ(method.json()["error"]["code"], "method_not_allowed");
+  EXPECT_EQ(method.Header("Allow"), "POST");
 }
 
 TEST_F(ApiServerTest, HealthIs503UntilTheModelIsServed) {

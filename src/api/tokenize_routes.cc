@@ -16,7 +16,7 @@ absl::Status RunTokenize(const ServedModel& model, const http::Request& http_req
                          http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       TokenizeRequest request,
-      ParseTokenizeRequest(http_request.body, ParseLimits{model.tokenizer->vocab_size()}));
+      ParseTokenizeRequest(http_request.body, ParseLimitsFor(model)));
   DI_RETURN_IF_ERROR(CheckModel(model, request.model));
   std::vector<int32_t> tokens;
   if (request.has_messages) {
@@ -61,7 +61,7 @@ absl::Status RunDetokenize(const ServedModel& model, const http::Request& http_r
                            http::ResponseWriter& writer) {
   DI_ASSIGN_OR_RETURN(
       DetokenizeRequest request,
-      ParseDetokenizeRequest(http_request.body, ParseLimits{model.tokenizer->vocab_size()}));
+      ParseDetokenizeRequest(http_request.body, ParseLimitsFor(model)));
   DI_RETURN_IF_ERROR(CheckModel(model, request.model));
   // Special tokens (BOS, <|im_end|>) are left out, so the text reads like the prompt that was
   // tokenized.

@@ -140,6 +140,17 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--port", flags->options.port, "TCP port (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
+  cmd->add_option("--api-key", flags->options.api_keys,
+                  "a key clients must send (Authorization: Bearer, or x-api-key); repeat for "
+                  "several. Also: --api-key-file and $DEEPINFER_API_KEY. /health stays open")
+      ->allow_extra_args(false);
+  cmd->add_option("--api-key-file", flags->options.api_key_file,
+                  "file with one API key per line (# starts a comment)");
+  cmd->add_flag("--allow-unauthenticated", flags->options.allow_unauthenticated,
+                "serve without an API key on an address other machines can reach (refused "
+                "otherwise)");
+  cmd->add_flag("--metrics-without-key", flags->options.metrics_without_key,
+                "with API keys, let /metrics be scraped without one");
   cmd->add_option("--served-model-name", flags->options.served_model_name,
                   "model id clients must send (default: the model file's name without extension)");
   cmd->add_option("--max-model-len", flags->options.engine.max_model_len,
@@ -235,6 +246,9 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_flag_callback(
       "--no-prefix-caching", [flags] { flags->options.engine.enable_prefix_caching = false; },
       "disable the prefix cache");
+  cmd->add_flag("--enable-force-include-usage", flags->options.force_include_usage,
+                "every stream ends with a usage chunk, as if it had sent "
+                "stream_options.include_usage (for clients that never ask)");
   cmd->add_flag("--enable-prompt-tokens-details", flags->enable_prompt_tokens_details,
                 "accepted for vLLM compatibility; cached_tokens is always reported");
   // Two flags rather than CLI11's "!--no-..." alias, whose help shows the alias default {false}

@@ -397,6 +397,9 @@ absl::StatusOr<std::string> RenderLaunchScript(const Recipe& recipe, const HostC
   }
   // Docker publishes the port on the host's loopback only; inside, serve must listen on all.
   args += fmt::format("  --host {}\n  --port {}\n", docker ? "0.0.0.0" : "127.0.0.1", host.port);
+  // serve refuses an all-addresses bind without a key; here only the host's loopback reaches
+  // it (the gateway holds the keys).
+  if (docker) args += "  --allow-unauthenticated\n";
   for (const auto& [flag, value] : recipe.serve_flags) {
     args += value.empty() ? fmt::format("  {}\n", flag)
                           : fmt::format("  {} {}\n", flag, ShellQuote(value));

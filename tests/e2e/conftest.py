@@ -38,15 +38,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(base_url: str, proc: subprocess.Popen, timeout_s: float, what: str, logs):
-    """Polls GET base_url/health until it answers 200; fails the test (with `logs()`, the
+def wait_healthy(base_url: str, proc: subprocess.Popen, timeout_s: float, what: str, logs,
+                 path: str = "/health"):
+    """Polls GET base_url + path until it answers 200; fails the test (with `logs()`, the
     server's log tail) when `proc` exits first or `timeout_s` passes."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail(f"{what} exited with {proc.returncode}:\n{logs()}")
         try:
-            if httpx.get(base_url + "/health", timeout=2).status_code == 200:
+            if httpx.get(base_url + path, timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -66,12 +66,18 @@ def test_errors(smollm):
     assert e.value.body["param"] == "previous_response_id"
     # Every field that asks for what this server does not do is refused by name, never ignored.
     for field, value in [("conversation", "conv_1"), ("background", True), ("store", True),
-                         ("include", ["reasoning.encrypted_content"]), ("max_tool_calls", 2),
+                         ("max_tool_calls", 2),
                          ("truncation", "auto"), ("service_tier", "flex"),
                          ("prompt", {"id": "pmpt_1"}), ("top_logprobs", 3)]:
         with pytest.raises(openai.BadRequestError) as e:
             c.responses.create(model=MODEL, input="Hi", **{field: value})
         assert e.value.body["param"] == field and e.value.body["code"] == "unsupported_value"
+    # An `include` value that needs stored state is refused by its index (the stateless
+    # "reasoning.encrypted_content" is accepted: test_client_fixes.py).
+    with pytest.raises(openai.BadRequestError) as e:
+        c.responses.create(model=MODEL, input="Hi", include=["file_search_call.results"])
+    assert e.value.body["param"] == "include[0]"
+    assert e.value.body["code"] == "unsupported_value"
     # Values that ask for nothing are fine.
     ok = c.responses.create(model=MODEL, input="Hi", max_output_tokens=2, store=False,
                             background=False, truncation="disabled", service_tier="auto")
