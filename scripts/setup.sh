@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # Idempotent set-up: Debian packages, the Python venv for tests, and the default model.
-# Safe to run again; does only what is missing. Usage: scripts/setup.sh [--no-model]
+# Safe to run again; does only what is missing. Usage: scripts/setup.sh [--no-model] [--serve]
+# --serve (make serve): only what building and serving need, and the openai / anthropic SDKs
+# in .venv; the test tools (clang, Caddy, Redis, Prometheus, the e2e packages) come with a
+# later plain run (make test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 want_model=1
+serve_only=0
 for arg in "$@"; do
   case "$arg" in
     --no-model) want_model=0 ;;
+    --serve) serve_only=1 ;;
     *) echo "setup.sh: unknown argument $arg" >&2; exit 2 ;;
   esac
 done
 
+# What building (tests are configured, so GoogleTest's headers are needed) and serving need.
 APT_PACKAGES=(
-  build-essential cmake ninja-build clang pkg-config git unzip curl ca-certificates
+  build-essential cmake ninja-build pkg-config git unzip curl ca-certificates
   python3 python3-venv python3-pip
   libabsl-dev libboost1.81-dev nlohmann-json3-dev libsimdjson-dev libspdlog-dev libfmt-dev libcli11-dev
   libpcre2-dev libicu-dev libxxhash-dev libssl-dev zlib1g-dev libopenblas-dev libedit-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus shellcheck redis-server libhiredis-dev caddy
+  libgtest-dev libgmock-dev libhiredis-dev
 )
+# What the tests add: the fuzzers' compiler, benchmarks, and the real components e2e tests run.
+if ((!serve_only)); then
+  APT_PACKAGES+=(clang libbenchmark-dev prometheus shellcheck redis-server caddy)
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -40,11 +49,20 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.requirements.sha256
-req_hash=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
+req_hash=$(cat tests/requirements.txt tests/requirements-nodeps.txt | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$req_hash" ]; then
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r tests/requirements.txt
-  echo "$req_hash" > "$stamp"
+  if ((serve_only)); then
+    # The README's SDK examples: the two SDKs at the pins the tests use.
+    if ! .venv/bin/python -c 'import openai, anthropic' 2>/dev/null; then
+      grep -E '^(openai|anthropic)==' tests/requirements.txt > .venv/serve-requirements.txt
+      .venv/bin/pip install -q -r .venv/serve-requirements.txt
+    fi
+  else
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -r tests/requirements.txt
+    .venv/bin/pip install -q --no-deps -r tests/requirements-nodeps.txt
+    echo "$req_hash" > "$stamp"
+  fi
 fi
 
 # The structured-output backend's source (xgrammar, built with the project).
