@@ -32,7 +32,11 @@ e2e: build
 fuzz:
 	scripts/run_fuzz.sh $(FUZZ_SECONDS)
 
-serve: build
+# Builds only the deepinfer binary (the tests and tools' tests are built by `make test`).
+serve:
+	scripts/setup.sh --serve
+	$(MAKE) --no-print-directory $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target deepinfer
 	$(BUILD)/deepinfer serve --model $(MODEL) --host $(HOST) --port $(PORT)
 
 bench: build
