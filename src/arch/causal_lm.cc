@@ -8,6 +8,7 @@
 #include "arch/deepseek_v4.h"
 #include "arch/deepseek_v41.h"
 #include "arch/llama.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
@@ -45,7 +46,7 @@ absl::Status KvCache::AllocateLayers(int block_size_tokens, int blocks,
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
-      return ResourceExhaustedError("out_of_memory", "cannot reserve the KV cache");
+      return ResourceExhaustedError(util::codes::kOutOfMemory, "cannot reserve the KV cache");
     }
     // Attention walks K/V rows at a stride of floats_per_token, touching a new 4 KiB page every
     // few positions; huge pages keep those walks out of TLB misses. Advisory only.
@@ -88,7 +89,7 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& mod
   }
   if (model.config.architecture == "deepseek_v4") return CreateDeepseekV4(model);
   if (model.config.architecture == "deepseek_v41") return CreateDeepseekV41(model);
-  return UnimplementedError("unsupported_architecture",
+  return UnimplementedError(util::codes::kUnsupportedArchitecture,
                             "no forward pass for architecture '" + model.config.architecture + "'");
 }
 

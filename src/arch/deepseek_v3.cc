@@ -19,6 +19,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
@@ -142,12 +143,14 @@ absl::StatusOr<const TensorView*> DeepseekImpl::Checked(const std::string& name,
   DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
   if (t->shape != shape) {
     return InvalidArgumentError(
-        "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                                      model::ShapeString(t->shape), model::ShapeString(shape)));
+        util::codes::kShapeMismatch,
+        fmt::format("tensor '{}' has shape {}, the config implies {}", name,
+                    model::ShapeString(t->shape), model::ShapeString(shape)));
   }
   if (!kernels::HasCpuKernel(t->dtype)) {
-    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
-                                                               model::DTypeName(t->dtype)));
+    return UnimplementedError(
+        util::codes::kUnsupportedDtype,
+        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
   }
   DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/shape.size() == 1));
   return t;
@@ -211,8 +214,9 @@ absl::StatusOr<Layer> DeepseekImpl::LoadLayer(int l) {
     DI_ASSIGN_OR_RETURN(L.router_bias,
                         Vec(f + "gate.e_score_correction_bias", ds_.n_routed_experts));
   } else if (ds_.topk_method == "noaux_tc") {
-    return NotFoundError("missing_tensor", f + "gate.e_score_correction_bias is required by "
-                                               "topk_method noaux_tc");
+    return NotFoundError(util::codes::kMissingTensor,
+                         f + "gate.e_score_correction_bias is required by "
+                             "topk_method noaux_tc");
   }
   for (int e = 0; e < ds_.n_routed_experts; ++e) {
     DI_ASSIGN_OR_RETURN(Mlp m,
@@ -244,7 +248,7 @@ absl::Status DeepseekImpl::Init() {
   const int64_t H = cfg_.hidden;
   if (ds_.kv_lora_rank <= 0 || ds_.qk_rope_head_dim % 2 != 0 || ds_.v_head_dim <= 0 ||
       (ds_.n_routed_experts > 0 && ds_.num_experts_per_tok <= 0)) {
-    return InvalidArgumentError("bad_config", "inconsistent MLA or MoE dimensions");
+    return InvalidArgumentError(util::codes::kBadConfig, "inconsistent MLA or MoE dimensions");
   }
   DI_ASSIGN_OR_RETURN(embed_, Mat("model.embed_tokens.weight", cfg_.vocab, H));
   DI_ASSIGN_OR_RETURN(final_norm_, Vec("model.norm.weight", H));
@@ -719,7 +723,7 @@ void DeepseekImpl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
 
 absl::StatusOr<std::unique_ptr<DeepseekV3Lm>> CreateDeepseekV3(const model::Model& model) {
   if (!model.config.deepseek) {
-    return InvalidArgumentError("bad_config", "model has no DeepSeek hyperparameters");
+    return InvalidArgumentError(util::codes::kBadConfig, "model has no DeepSeek hyperparameters");
   }
   auto lm = std::make_unique<DeepseekImpl>(model);
   DI_RETURN_IF_ERROR(lm->Init());

@@ -24,6 +24,7 @@
 #include "model/block_scales.h"
 #include "model/fp8.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
@@ -219,9 +220,9 @@ absl::StatusOr<std::vector<int32_t>> DeepseekV4Impl::LoadTid2eid(const std::stri
   const int64_t k = ds_.num_experts_per_tok;
   if (t->shape != std::vector<int64_t>{cfg_.vocab, k}) {
     return InvalidArgumentError(
-        "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                                      model::ShapeString(t->shape),
-                                      model::ShapeString({cfg_.vocab, k})));
+        util::codes::kShapeMismatch,
+        fmt::format("tensor '{}' has shape {}, the config implies {}", name,
+                    model::ShapeString(t->shape), model::ShapeString({cfg_.vocab, k})));
   }
   const int64_t n = t->num_elements();
   std::vector<int32_t> out(static_cast<size_t>(n));
@@ -237,14 +238,14 @@ absl::StatusOr<std::vector<int32_t>> DeepseekV4Impl::LoadTid2eid(const std::stri
         if (j == 0) kernels::DequantizeRow(t->dtype, t->row(r), row.data(), k);
         v = row[j];
       } else {
-        return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}",
-                                                                   name,
-                                                                   model::DTypeName(t->dtype)));
+        return UnimplementedError(
+            util::codes::kUnsupportedDtype,
+            fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
       }
       if (!(v >= 0 && v < ds_.n_routed_experts) || v != std::floor(v)) {
-        return InvalidArgumentError(
-            "bad_tensor", fmt::format("tensor '{}' row {} names expert {} (experts: {})", name, r,
-                                      v, ds_.n_routed_experts));
+        return InvalidArgumentError(util::codes::kBadTensor,
+                                    fmt::format("tensor '{}' row {} names expert {} (experts: {})",
+                                                name, r, v, ds_.n_routed_experts));
       }
       out[r * k + j] = static_cast<int32_t>(v);
     }
@@ -326,12 +327,13 @@ absl::Status DeepseekV4Impl::Init() {
   if (cfg_.head_dim % 2 != 0 || cfg_.rope_dim > cfg_.head_dim || ds_.n_routed_experts <= 0 ||
       static_cast<int>(ds_.attention.size()) < cfg_.num_layers ||
       static_cast<int>(ds_.hash_routed.size()) < cfg_.num_layers || ds_.index_topk <= 0) {
-    return InvalidArgumentError("bad_config", "inconsistent DeepSeek-V4 dimensions");
+    return InvalidArgumentError(util::codes::kBadConfig, "inconsistent DeepSeek-V4 dimensions");
   }
   DI_ASSIGN_OR_RETURN(embed_, Mat("embed.weight", cfg_.vocab, H));
   if (!kernels::HasCpuKernel(embed_->dtype)) {  // rows are looked up one by one, unscaled
-    return UnimplementedError("unsupported_dtype", fmt::format("embed.weight has dtype {}",
-                                                               model::DTypeName(embed_->dtype)));
+    return UnimplementedError(
+        util::codes::kUnsupportedDtype,
+        fmt::format("embed.weight has dtype {}", model::DTypeName(embed_->dtype)));
   }
   DI_ASSIGN_OR_RETURN(final_norm_, Vec("norm.weight", {H}));
   if (cfg_.tied_embeddings && model_.Find("head.weight") == nullptr) {
@@ -880,10 +882,11 @@ void DeepseekV4Impl::Logits(const ForwardBatch& batch, const HcSite& head,
 
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& model) {
   if (!model.config.deepseek_v4) {
-    return InvalidArgumentError("bad_config", "model has no DeepSeek-V4 hyperparameters");
+    return InvalidArgumentError(util::codes::kBadConfig,
+                                "model has no DeepSeek-V4 hyperparameters");
   }
   if (model.config.deepseek_v4->hc_mult > 64) {
-    return InvalidArgumentError("bad_config", "hc_mult above 64");
+    return InvalidArgumentError(util::codes::kBadConfig, "hc_mult above 64");
   }
   auto lm = std::make_unique<DeepseekV4Impl>(model);
   DI_RETURN_IF_ERROR(lm->Init());

@@ -22,6 +22,7 @@
 #include "model/block_scales.h"
 #include "model/fp8.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
@@ -310,32 +311,35 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
     const int64_t hc = ds_.hc_mult;
     e.table = model_.Find(g + "embed.weight");
     if (e.table == nullptr) {
-      return NotFoundError("missing_tensor", fmt::format("tensor '{}embed.weight' is missing", g));
+      return NotFoundError(util::codes::kMissingTensor,
+                           fmt::format("tensor '{}embed.weight' is missing", g));
     }
     schema_.MarkUsed(g + "embed.weight");
     if (e.table->shape != std::vector<int64_t>{rows, hd_e}) {
-      return InvalidArgumentError("shape_mismatch",
+      return InvalidArgumentError(util::codes::kShapeMismatch,
                                   fmt::format("{}embed.weight is {}, expected [{}, {}]", g,
                                               model::ShapeString(e.table->shape), rows, hd_e));
     }
     if (e.table->dtype == model::DType::kF8E4M3) {
       e.table_scale = model_.Find(g + "embed.scale");
       if (e.table_scale == nullptr) {
-        return NotFoundError("missing_tensor", fmt::format("tensor '{}embed.scale' is missing", g));
+        return NotFoundError(util::codes::kMissingTensor,
+                             fmt::format("tensor '{}embed.scale' is missing", g));
       }
       schema_.MarkUsed(g + "embed.scale");
       if (e.table_scale->dtype != model::DType::kE8M0 ||
           e.table_scale->shape != std::vector<int64_t>{rows, hd_e / 32} || hd_e % 32 != 0) {
         return InvalidArgumentError(
-            "shape_mismatch",
+            util::codes::kShapeMismatch,
             fmt::format("{}embed.scale must be E8M0 [{}, {}]", g, rows, hd_e / 32));
       }
       // The release's tables are ~98 GB each: sampled rows only, as for every large matrix.
       DI_RETURN_IF_ERROR(model::CheckFinite(*e.table, /*full=*/false));
       DI_RETURN_IF_ERROR(model::CheckFinite(*e.table_scale, /*full=*/false));
     } else if (e.table->dtype != model::DType::kF32 && e.table->dtype != model::DType::kBF16) {
-      return UnimplementedError("unsupported_dtype", fmt::format("{}embed.weight has dtype {}", g,
-                                                                 model::DTypeName(e.table->dtype)));
+      return UnimplementedError(
+          util::codes::kUnsupportedDtype,
+          fmt::format("{}embed.weight has dtype {}", g, model::DTypeName(e.table->dtype)));
     } else {
       DI_RETURN_IF_ERROR(schema_.Mat(g + "embed.weight", rows, hd_e).status());
       if (schema_.Has(g + "embed.scale")) schema_.MarkUsed(g + "embed.scale");  // unused ones
@@ -378,7 +382,7 @@ absl::Status DeepseekV41Impl::Init() {
   const int64_t H = cfg_.hidden;
   if (!ds_.engram_layer_ids.empty()) {
     if (model_.engram_token_classes.empty()) {
-      return UnimplementedError("unsupported_config",
+      return UnimplementedError(util::codes::kUnsupportedConfig,
                                 "DeepSeek-V4.1 Engram layers (engram_layer_ids) need the "
                                 "tokenizer's token classes, which serving does not supply yet");
     }
@@ -388,7 +392,8 @@ absl::Status DeepseekV41Impl::Init() {
         ds_.engram_layer_ids.size() > 64 ||
         ds_.engram_compressed_vocab_size <= 0 ||
         ds_.engram_num_embeddings.size() != ds_.engram_layer_ids.size()) {
-      return InvalidArgumentError("bad_config", "inconsistent DeepSeek-V4.1 Engram settings");
+      return InvalidArgumentError(util::codes::kBadConfig,
+                                  "inconsistent DeepSeek-V4.1 Engram settings");
     }
     engram_ =
         EngramLayout::Make(ds_.engram_layer_ids, ds_.engram_max_ngram_size, ds_.engram_n_heads,
@@ -396,8 +401,9 @@ absl::Status DeepseekV41Impl::Init() {
     for (size_t e = 0; e < ds_.engram_layer_ids.size(); ++e) {
       if (engram_.table_rows[e] != ds_.engram_num_embeddings[e]) {
         return InvalidArgumentError(
-            "bad_config", fmt::format("engram_num_embeddings[{}] is {}; its primes sum to {}", e,
-                                      ds_.engram_num_embeddings[e], engram_.table_rows[e]));
+            util::codes::kBadConfig,
+            fmt::format("engram_num_embeddings[{}] is {}; its primes sum to {}", e,
+                        ds_.engram_num_embeddings[e], engram_.table_rows[e]));
       }
     }
     token_class_ = model_.engram_token_classes;
@@ -406,23 +412,26 @@ absl::Status DeepseekV41Impl::Init() {
     if (classes != ds_.engram_compressed_vocab_size ||
         static_cast<int64_t>(token_class_.size()) < 1) {
       return InvalidArgumentError(
-          "bad_config", fmt::format("the tokenizer gives {} Engram token classes; the config's "
-                                    "engram_compressed_vocab_size is {}",
-                                    classes, ds_.engram_compressed_vocab_size));
+          util::codes::kBadConfig,
+          fmt::format("the tokenizer gives {} Engram token classes; the config's "
+                      "engram_compressed_vocab_size is {}",
+                      classes, ds_.engram_compressed_vocab_size));
     }
     if (ds_.engram_pad_id < 0 || ds_.engram_pad_id >= static_cast<int>(token_class_.size())) {
-      return InvalidArgumentError("bad_config", "engram_pad_id is not a token of the tokenizer");
+      return InvalidArgumentError(util::codes::kBadConfig,
+                                  "engram_pad_id is not a token of the tokenizer");
     }
     pad_class_ = token_class_[ds_.engram_pad_id];
   }
   if (ds_.hc_mult > 64 || cfg_.rope_dim > cfg_.head_dim || ds_.n_routed_experts <= 0 ||
       ds_.index_topk <= 0 || ds_.candidate_block_size <= 0) {
-    return InvalidArgumentError("bad_config", "inconsistent DeepSeek-V4.1 dimensions");
+    return InvalidArgumentError(util::codes::kBadConfig, "inconsistent DeepSeek-V4.1 dimensions");
   }
   DI_ASSIGN_OR_RETURN(embed_, schema_.Mat("embed.weight", cfg_.vocab, H));
   if (!kernels::HasCpuKernel(embed_->dtype)) {
-    return UnimplementedError("unsupported_dtype", fmt::format("embed.weight has dtype {}",
-                                                               model::DTypeName(embed_->dtype)));
+    return UnimplementedError(
+        util::codes::kUnsupportedDtype,
+        fmt::format("embed.weight has dtype {}", model::DTypeName(embed_->dtype)));
   }
   DI_ASSIGN_OR_RETURN(final_norm_, schema_.Vec("norm.weight", {H}));
   const char* head = schema_.Has("lm_head.weight") ? "lm_head.weight" : "head.weight";
@@ -1173,7 +1182,8 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
 
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model) {
   if (!model.config.deepseek_v4 || !model.config.deepseek_v4->v41) {
-    return InvalidArgumentError("bad_config", "model has no DeepSeek-V4.1 hyperparameters");
+    return InvalidArgumentError(util::codes::kBadConfig,
+                                "model has no DeepSeek-V4.1 hyperparameters");
   }
   auto lm = std::make_unique<DeepseekV41Impl>(model);
   DI_RETURN_IF_ERROR(lm->Init());

@@ -11,6 +11,7 @@
 #include "model/block_scales.h"
 #include "model/fp8.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::arch::dsv4 {
@@ -20,19 +21,22 @@ absl::StatusOr<const model::TensorView*> TensorSchema::Checked(const std::string
   DI_ASSIGN_OR_RETURN(const model::TensorView* t, model_.Get(name));
   if (t->shape != shape) {
     return InvalidArgumentError(
-        "shape_mismatch", fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                                      model::ShapeString(t->shape), model::ShapeString(shape)));
+        util::codes::kShapeMismatch,
+        fmt::format("tensor '{}' has shape {}, the config implies {}", name,
+                    model::ShapeString(t->shape), model::ShapeString(shape)));
   }
   // Matrices may be block-scaled (FP8 / FP4 with their E8M0 scales); vectors are plain floats.
   if (kernels::IsBlockScaled(t->dtype) && shape.size() == 2 && t->scale == nullptr) {
     const std::string scale = name.substr(0, name.rfind('.')) + ".scale";
-    return NotFoundError("missing_tensor", fmt::format("{} tensor '{}' has no scale '{}'",
-                                                       model::DTypeName(t->dtype), name, scale));
+    return NotFoundError(
+        util::codes::kMissingTensor,
+        fmt::format("{} tensor '{}' has no scale '{}'", model::DTypeName(t->dtype), name, scale));
   }
   const bool ok = shape.size() == 2 ? kernels::HasCpuMatMul(*t) : kernels::HasCpuKernel(t->dtype);
   if (!ok) {
-    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
-                                                               model::DTypeName(t->dtype)));
+    return UnimplementedError(
+        util::codes::kUnsupportedDtype,
+        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
   }
   DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/shape.size() == 1));
   used_.insert(name);
@@ -48,8 +52,9 @@ absl::StatusOr<std::vector<float>> TensorSchema::Vec(const std::string& name,
                                                      std::vector<int64_t> shape) {
   DI_ASSIGN_OR_RETURN(const model::TensorView* t, Checked(name, shape));
   if (!kernels::HasCpuKernel(t->dtype)) {
-    return UnimplementedError("unsupported_dtype", fmt::format("tensor '{}' has dtype {}", name,
-                                                               model::DTypeName(t->dtype)));
+    return UnimplementedError(
+        util::codes::kUnsupportedDtype,
+        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
   }
   DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/true));
   std::vector<float> v(static_cast<size_t>(t->num_elements()));
@@ -62,7 +67,7 @@ absl::StatusOr<std::vector<float>> TensorSchema::Vec(const std::string& name,
 absl::Status TensorSchema::CheckAllPlaced(const std::string& what) const {
   for (const auto& [name, t] : model_.tensors) {
     if (used_.contains(name)) continue;
-    return InvalidArgumentError("unexpected_tensor",
+    return InvalidArgumentError(util::codes::kUnexpectedTensor,
                                 fmt::format("tensor '{}' is not part of a {} model with this "
                                             "config",
                                             name, what));

@@ -19,6 +19,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
@@ -145,20 +146,22 @@ absl::StatusOr<const TensorView*> LlamaLm::Checked(const std::string& name,
   DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
   if (t->shape != shape) {
     return InvalidArgumentError(
-        "shape_mismatch", fmt::format("tensor '{}' has shape {}, expected {}", name,
-                                      model::ShapeString(t->shape), model::ShapeString(shape)));
+        util::codes::kShapeMismatch,
+        fmt::format("tensor '{}' has shape {}, expected {}", name, model::ShapeString(t->shape),
+                    model::ShapeString(shape)));
   }
   const bool ok =
       shape.size() == 1 ? t->dtype == model::DType::kF32 : SupportedWeightType(t->dtype);
   if (!ok) {
     return UnimplementedError(
-        "unsupported_dtype",
+        util::codes::kUnsupportedDtype,
         fmt::format("tensor '{}' has unsupported type {}", name, model::DTypeName(t->dtype)));
   }
   // Kernels read fp32 / fp16 fields in place; a GGUF file with general.alignment < 4 could place
   // them at odd addresses.
   if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0) {
-    return InvalidArgumentError("bad_metadata", fmt::format("tensor '{}' is misaligned", name));
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                fmt::format("tensor '{}' is misaligned", name));
   }
   return t;
 }
@@ -179,13 +182,13 @@ absl::Status LlamaLm::Init() {
   // The embedding first, with the one check that involves the tokenizer.
   DI_ASSIGN_OR_RETURN(const TensorView* embd, model_.Get("token_embd.weight"));
   if (embd->shape.size() != 2 || embd->shape[1] != h) {
-    return InvalidArgumentError("shape_mismatch",
+    return InvalidArgumentError(util::codes::kShapeMismatch,
                                 fmt::format("token_embd.weight has shape {}, expected [vocab, {}]",
                                             model::ShapeString(embd->shape), h));
   }
   const size_t num_tokens = model_.tokenizer.tokens.size();
   if (embd->shape[0] != static_cast<int64_t>(num_tokens) || embd->shape[0] != cfg_.vocab) {
-    return InvalidArgumentError("vocab_mismatch",
+    return InvalidArgumentError(util::codes::kVocabMismatch,
                                 fmt::format("token_embd.weight has {} rows; the tokenizer has {} "
                                             "tokens and the config says {}",
                                             embd->shape[0], num_tokens, cfg_.vocab));
@@ -213,7 +216,7 @@ absl::Status LlamaLm::Init() {
   }
   if (cfg_.num_heads % cfg_.num_kv_heads != 0 || cfg_.rope_dim > cfg_.head_dim ||
       cfg_.rope_dim % 2 != 0) {
-    return InvalidArgumentError("bad_config", "inconsistent head or rope dimensions");
+    return InvalidArgumentError(util::codes::kBadConfig, "inconsistent head or rope dimensions");
   }
   return absl::OkStatus();
 }

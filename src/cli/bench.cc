@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/exit_code.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::cli {
@@ -108,7 +109,8 @@ void RegisterBench(CLI::App& app, int* exit_code) {
     } else {
       auto rate = tools::ParseDoubleList(flags->request_rate);
       if (!rate.ok() || rate->size() != 1) {
-        *exit_code = Fail(InvalidArgumentError("bad_flag", "--request-rate: a number or inf"));
+        *exit_code =
+            Fail(InvalidArgumentError(util::codes::kBadFlag, "--request-rate: a number or inf"));
         return;
       }
       o.request_rate = (*rate)[0];

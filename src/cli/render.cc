@@ -12,6 +12,7 @@
 #include "cli/exit_code.h"
 #include "fmt/format.h"
 #include "tools/verify_model.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
@@ -54,7 +55,7 @@ int Run(const RenderFlags& f) {
   struct stat st;
   for (const std::string* path : {&f.output, &f.instance_file}) {
     if (!path->empty() && ::lstat(path->c_str(), &st) == 0) {
-      return Fail(MakeError(absl::StatusCode::kAlreadyExists, "file_exists",
+      return Fail(MakeError(absl::StatusCode::kAlreadyExists, util::codes::kFileExists,
                             fmt::format("{} exists; refusing to overwrite it", *path)));
     }
   }

@@ -7,6 +7,7 @@
 
 #include "fmt/format.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::model {
@@ -55,7 +56,7 @@ uint8_t Fp32ToFp4E2M1(float v) {
 namespace {
 
 absl::Status Mismatch(const std::string& what) {
-  return InvalidArgumentError("shape_mismatch", what);
+  return InvalidArgumentError(util::codes::kShapeMismatch, what);
 }
 
 }  // namespace
@@ -118,7 +119,7 @@ absl::Status AttachBlockScales(Model& m, const Fp8Blocks& blocks) {
     }
     for (int64_t i = 0; i < s.num_elements(); ++i) {
       if (s.data[i] == 0xff) {
-        return DataLossError("nan_in_weights",
+        return DataLossError(util::codes::kNanInWeights,
                              fmt::format("scale '{}' holds the E8M0 NaN (element {})", sname, i));
       }
     }

@@ -7,6 +7,7 @@
 
 #include "fmt/format.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::model {
@@ -108,8 +109,8 @@ absl::Status NormalizeDeepseekV4Names(Model& m) {
       if (t.shape.size() != 3 || (gate_up && t.shape[1] % 2 != 0) ||
           RowBytes(t.dtype, t.shape[2]) == 0) {
         return InvalidArgumentError(
-            "shape_mismatch", fmt::format("fused expert tensor '{}' has shape {}", name,
-                                          ShapeString(t.shape)));
+            util::codes::kShapeMismatch,
+            fmt::format("fused expert tensor '{}' has shape {}", name, ShapeString(t.shape)));
       }
       for (int64_t e = 0; e < t.shape[0]; ++e) {
         const std::string p = fmt::format("layers.{}.ffn.experts.{}.", layer, e);
@@ -132,9 +133,9 @@ absl::Status NormalizeDeepseekV4Names(Model& m) {
     for (TensorView& v : out) {
       const std::string key = v.name;
       if (!m.tensors.emplace(key, std::move(v)).second) {
-        return DataLossError("bad_header",
-                             fmt::format("tensor '{}' is stored under two names ('{}')", key,
-                                         name));
+        return DataLossError(
+            util::codes::kBadHeader,
+            fmt::format("tensor '{}' is stored under two names ('{}')", key, name));
       }
     }
   }
@@ -153,8 +154,8 @@ absl::Status StripDeepseekV41ModelPrefix(Model& m) {
     m.tensors.erase(name);
     const std::string key = v.name;
     if (!m.tensors.emplace(key, std::move(v)).second) {
-      return DataLossError("bad_header", fmt::format("tensor '{}' is stored under two names ('{}')",
-                                                     key, name));
+      return DataLossError(util::codes::kBadHeader,
+                           fmt::format("tensor '{}' is stored under two names ('{}')", key, name));
     }
   }
   return absl::OkStatus();

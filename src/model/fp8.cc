@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "model/dtype.h"
 #include "model/tensor_values.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -40,19 +41,19 @@ absl::StatusOr<std::vector<float>> ReadScales(const Model& m, const TensorView& 
                                               int64_t bc) {
   const TensorView* s = m.Find(scale_name);
   if (s == nullptr) {
-    return NotFoundError("missing_tensor",
+    return NotFoundError(util::codes::kMissingTensor,
                          fmt::format("FP8 tensor '{}' has no '{}'", t.name, scale_name));
   }
   const std::vector<int64_t> want = {(t.shape[0] + br - 1) / br, (t.shape[1] + bc - 1) / bc};
   if (s->shape != want) {
-    return InvalidArgumentError("shape_mismatch",
+    return InvalidArgumentError(util::codes::kShapeMismatch,
                                 fmt::format("tensor '{}' has shape {}, expected {} for {} "
                                             "with {}x{} blocks",
                                             scale_name, ShapeString(s->shape), ShapeString(want),
                                             ShapeString(t.shape), br, bc));
   }
   if (s->dtype != DType::kF32 && s->dtype != DType::kBF16) {
-    return UnimplementedError("unsupported_dtype",
+    return UnimplementedError(util::codes::kUnsupportedDtype,
                               fmt::format("scale '{}' is not F32 or BF16", scale_name));
   }
   DI_RETURN_IF_ERROR(CheckFinite(*s, /*full=*/true));
@@ -130,7 +131,7 @@ absl::Status DequantizeFp8Weights(Model& m, const Fp8Blocks& blocks, bool releas
   for (const std::string& name : fp8) {
     TensorView& t = m.tensors.at(name);
     if (t.shape.size() != 2) {
-      return UnimplementedError("unsupported_dtype",
+      return UnimplementedError(util::codes::kUnsupportedDtype,
                                 fmt::format("tensor '{}' is F8_E4M3 but not a matrix", name));
     }
     DI_ASSIGN_OR_RETURN(std::vector<float> scale, ReadScales(m, t, name + kScaleSuffix, br, bc));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::model {
@@ -26,10 +27,10 @@ constexpr size_t kMinArrayBytes = 4 + 8;
 constexpr uint64_t kMaxReserve = 4096;
 
 absl::Status Truncated(std::string_view what) {
-  return DataLossError("truncated_file", fmt::format("GGUF file ends inside {}", what));
+  return DataLossError(util::codes::kTruncatedFile, fmt::format("GGUF file ends inside {}", what));
 }
 absl::Status BadMetadata(std::string_view message) {
-  return DataLossError("bad_metadata", message);
+  return InvalidArgumentError(util::codes::kBadMetadata, message);
 }
 
 // Size of a fixed-size scalar type; 0 for string, array and unknown ids.
@@ -262,13 +263,15 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::OpenFromMemory(const uint8_t
 absl::Status GgufFile::Parse() {
   Reader r(data_, size_);
   uint32_t magic = 0;
-  if (size_ < 4) return InvalidArgumentError("bad_magic", "file too short for the GGUF magic");
+  if (size_ < 4)
+    return InvalidArgumentError(util::codes::kBadMagic, "file too short for the GGUF magic");
   DI_RETURN_IF_ERROR(r.Read(&magic, "the magic"));
-  if (magic != kMagic) return InvalidArgumentError("bad_magic", "not a GGUF file (bad magic)");
+  if (magic != kMagic)
+    return InvalidArgumentError(util::codes::kBadMagic, "not a GGUF file (bad magic)");
   DI_RETURN_IF_ERROR(r.Read(&version_, "the header"));
   if (version_ != 2 && version_ != 3) {
     return UnimplementedError(
-        "unsupported_version",
+        util::codes::kUnsupportedVersion,
         fmt::format("GGUF version {} (only 2 and 3 are supported)", version_));
   }
   uint64_t num_tensors = 0, num_kv = 0;
@@ -337,7 +340,7 @@ absl::Status GgufFile::Parse() {
   for (const Info& info : infos) {
     const DType dtype = DTypeFromGgml(info.type);
     if (dtype == DType::kInvalid) {
-      return UnimplementedError("unsupported_dtype",
+      return UnimplementedError(util::codes::kUnsupportedDtype,
                                 fmt::format("tensor '{}' has ggml type {}", info.name, info.type));
     }
     uint64_t num_elements = 1;
@@ -359,14 +362,15 @@ absl::Status GgufFile::Parse() {
     uint64_t size_bytes = 0, end = 0;
     if (MulOverflow(num_elements / block, BlockBytes(dtype), &size_bytes) ||
         AddOverflow(info.offset, size_bytes, &end)) {
-      return DataLossError("out_of_bounds", fmt::format("tensor '{}' is too large", info.name));
+      return DataLossError(util::codes::kOutOfBounds,
+                           fmt::format("tensor '{}' is too large", info.name));
     }
     if (info.offset % alignment_ != 0) {
       return BadMetadata(fmt::format("tensor '{}' offset {} is not a multiple of {}", info.name,
                                      info.offset, alignment_));
     }
     if (info.offset > data_size) {
-      return DataLossError("out_of_bounds",
+      return DataLossError(util::codes::kOutOfBounds,
                            fmt::format("tensor '{}' starts at data offset {} past the end ({})",
                                        info.name, info.offset, data_size));
     }
@@ -398,14 +402,15 @@ const TensorView* GgufFile::FindTensor(const std::string& name) const {
 absl::StatusOr<const GgufValue*> GgufFile::Require(const std::string& key) const {
   const GgufValue* v = Find(key);
   if (v == nullptr)
-    return NotFoundError("missing_metadata", fmt::format("no metadata key '{}'", key));
+    return NotFoundError(util::codes::kMissingMetadata, fmt::format("no metadata key '{}'", key));
   return v;
 }
 
 namespace {
 absl::Status WrongType(const std::string& key, const GgufValue& v, std::string_view want) {
-  return InvalidArgumentError("bad_metadata", fmt::format("metadata '{}' is {}, expected {}", key,
-                                                          GgufTypeName(v.type), want));
+  return InvalidArgumentError(
+      util::codes::kBadMetadata,
+      fmt::format("metadata '{}' is {}, expected {}", key, GgufTypeName(v.type), want));
 }
 
 // Converting a finite double beyond the float range is undefined behavior, so it is refused.
@@ -419,12 +424,13 @@ absl::StatusOr<T> IntegerAs(const std::string& key, const GgufValue& v) {
   if (!v.IsInteger()) return WrongType(key, v, "an integer");
   if (v.type == GgufType::kUint64 && !v.ToI64(&i)) {
     if constexpr (std::is_same_v<T, uint64_t>) return v.bits;
-    return InvalidArgumentError("bad_metadata", fmt::format("metadata '{}' is out of range", key));
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                fmt::format("metadata '{}' is out of range", key));
   }
   v.ToI64(&i);
   if (i < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
       (i > 0 && static_cast<uint64_t>(i) > static_cast<uint64_t>(std::numeric_limits<T>::max()))) {
-    return InvalidArgumentError("bad_metadata",
+    return InvalidArgumentError(util::codes::kBadMetadata,
                                 fmt::format("metadata '{}' = {} is out of range", key, i));
   }
   return static_cast<T>(i);
@@ -463,9 +469,10 @@ absl::StatusOr<double> GgufFile::GetF64(const std::string& key) const {
 absl::StatusOr<float> GgufFile::GetF32(const std::string& key) const {
   DI_ASSIGN_OR_RETURN(double d, GetF64(key));
   if (!FitsFloat(d)) {
-    return InvalidArgumentError("bad_metadata", fmt::format("metadata '{}' = {} is out of float "
-                                                            "range",
-                                                            key, d));
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                fmt::format("metadata '{}' = {} is out of float "
+                                            "range",
+                                            key, d));
   }
   return static_cast<float>(d);
 }
@@ -502,9 +509,10 @@ absl::StatusOr<std::vector<GgufValue>> GgufFile::Elements(const GgufArray& array
 absl::StatusOr<std::vector<std::string>> GgufFile::GetStringArray(const std::string& key) const {
   DI_ASSIGN_OR_RETURN(GgufArray a, GetArray(key));
   if (a.elem_type != GgufType::kString) {
-    return InvalidArgumentError("bad_metadata", fmt::format("metadata '{}' is an array of {}, "
-                                                            "expected strings",
-                                                            key, GgufTypeName(a.elem_type)));
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                fmt::format("metadata '{}' is an array of {}, "
+                                            "expected strings",
+                                            key, GgufTypeName(a.elem_type)));
   }
   std::vector<std::string> out;
   out.reserve(static_cast<size_t>(a.count));
@@ -523,9 +531,10 @@ absl::StatusOr<std::vector<int32_t>> GgufFile::GetI32Array(const std::string& ke
   GgufValue probe;
   probe.type = a.elem_type;
   if (!probe.IsInteger()) {
-    return InvalidArgumentError("bad_metadata", fmt::format("metadata '{}' is an array of {}, "
-                                                            "expected integers",
-                                                            key, GgufTypeName(a.elem_type)));
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                fmt::format("metadata '{}' is an array of {}, "
+                                            "expected integers",
+                                            key, GgufTypeName(a.elem_type)));
   }
   std::vector<int32_t> out(static_cast<size_t>(a.count));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -540,9 +549,10 @@ absl::StatusOr<std::vector<int32_t>> GgufFile::GetI32Array(const std::string& ke
 absl::StatusOr<std::vector<float>> GgufFile::GetF32Array(const std::string& key) const {
   DI_ASSIGN_OR_RETURN(GgufArray a, GetArray(key));
   if (a.elem_type != GgufType::kFloat32 && a.elem_type != GgufType::kFloat64) {
-    return InvalidArgumentError("bad_metadata", fmt::format("metadata '{}' is an array of {}, "
-                                                            "expected floats",
-                                                            key, GgufTypeName(a.elem_type)));
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                fmt::format("metadata '{}' is an array of {}, "
+                                            "expected floats",
+                                            key, GgufTypeName(a.elem_type)));
   }
   const size_t n = ScalarSize(static_cast<uint32_t>(a.elem_type));
   std::vector<float> out(static_cast<size_t>(a.count));
@@ -553,9 +563,10 @@ absl::StatusOr<std::vector<float>> GgufFile::GetF32Array(const std::string& key)
     double d = 0;
     e.ToF64(&d);
     if (!FitsFloat(d)) {
-      return InvalidArgumentError("bad_metadata", fmt::format("metadata '{}'[{}] = {} is out of "
-                                                              "float range",
-                                                              key, i, d));
+      return InvalidArgumentError(util::codes::kBadMetadata,
+                                  fmt::format("metadata '{}'[{}] = {} is out of "
+                                              "float range",
+                                              key, i, d));
     }
     out[i] = static_cast<float>(d);
   }

@@ -11,6 +11,7 @@
 #include "model/fp8.h"
 #include "model/hf_config.h"
 #include "nlohmann/json.hpp"
+#include "util/error_codes.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -38,9 +39,10 @@ absl::StatusOr<std::vector<std::string>> ShardList(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(index, ec)) {
     if (!fs::exists(dir / "model.safetensors", ec)) {
-      return NotFoundError("missing_shard", fmt::format("{}: neither model.safetensors nor "
-                                                        "model.safetensors.index.json",
-                                                        dir.string()));
+      return NotFoundError(util::codes::kMissingShard,
+                           fmt::format("{}: neither model.safetensors nor "
+                                       "model.safetensors.index.json",
+                                       dir.string()));
     }
     return std::vector<std::string>{"model.safetensors"};
   }
@@ -48,23 +50,26 @@ absl::StatusOr<std::vector<std::string>> ShardList(const fs::path& dir) {
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto wm = j.is_object() ? j.find("weight_map") : j.end();
   if (j.is_discarded() || !j.is_object() || wm == j.end() || !wm->is_object()) {
-    return DataLossError("bad_header", fmt::format("{}: no weight_map object", index.string()));
+    return DataLossError(util::codes::kBadHeader,
+                         fmt::format("{}: no weight_map object", index.string()));
   }
   std::set<std::string> files;
   for (auto it = wm->begin(); it != wm->end(); ++it) {
     if (!it->is_string()) {
-      return DataLossError("bad_header", fmt::format("{}: weight_map['{}'] is not a file name",
-                                                     index.string(), it.key()));
+      return DataLossError(
+          util::codes::kBadHeader,
+          fmt::format("{}: weight_map['{}'] is not a file name", index.string(), it.key()));
     }
     const std::string f = it->get<std::string>();
     if (f.empty() || f.find('/') != std::string::npos || f == "..") {
-      return DataLossError("bad_header", fmt::format("{}: bad shard name '{}'", index.string(), f));
+      return DataLossError(util::codes::kBadHeader,
+                           fmt::format("{}: bad shard name '{}'", index.string(), f));
     }
     files.insert(f);
   }
   for (const std::string& f : files) {
     if (!fs::exists(dir / f, ec)) {
-      return NotFoundError("missing_shard",
+      return NotFoundError(util::codes::kMissingShard,
                            fmt::format("{}: shard '{}' named by model.safetensors.index.json is "
                                        "missing",
                                        dir.string(), f));
@@ -86,7 +91,7 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
   for (auto& st : shards) {
     for (const TensorView& t : st->tensors()) {
       if (!model->tensors.emplace(t.name, t).second) {
-        return DataLossError("bad_header",
+        return DataLossError(util::codes::kBadHeader,
                              fmt::format("tensor '{}' appears in more than one shard", t.name));
       }
     }

@@ -9,6 +9,7 @@
 
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::model {
@@ -32,10 +33,10 @@ class ConfigReader {
     return it != j_.end() && !it->is_null();
   }
   absl::Status Error(const std::string& what) const {
-    return InvalidArgumentError("bad_config", fmt::format("{}: {}", label_, what));
+    return InvalidArgumentError(util::codes::kBadConfig, fmt::format("{}: {}", label_, what));
   }
   absl::Status Unsupported(const std::string& what) const {
-    return UnimplementedError("unsupported_config", fmt::format("{}: {}", label_, what));
+    return UnimplementedError(util::codes::kUnsupportedConfig, fmt::format("{}: {}", label_, what));
   }
 
   // An integer in [lo, hi]; `fallback` when absent or null (nullopt fallback: required).
@@ -134,7 +135,8 @@ absl::StatusOr<std::optional<YarnScaling>> ParseRope(const Json& j, const Config
 absl::Status ParseObject(const std::string& json_text, const std::string& label, Json* j) {
   *j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j->is_discarded() || !j->is_object()) {
-    return InvalidArgumentError("bad_config", fmt::format("{}: not a JSON object", label));
+    return InvalidArgumentError(util::codes::kBadConfig,
+                                fmt::format("{}: not a JSON object", label));
   }
   return absl::OkStatus();
 }

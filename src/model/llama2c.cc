@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -18,7 +19,7 @@ namespace {
 constexpr size_t kHeaderBytes = 7 * sizeof(int32_t);
 
 absl::Status BadHeader(std::string_view message) {
-  return InvalidArgumentError("bad_header", fmt::format("llama2.c checkpoint: {}", message));
+  return DataLossError(util::codes::kBadHeader, fmt::format("llama2.c checkpoint: {}", message));
 }
 
 // Overflow-checked running sum of fp32 array sizes, in elements.
@@ -65,7 +66,7 @@ absl::StatusOr<std::string> FindTokenizer(const std::string& checkpoint_path, in
     }
   }
   if (found.size() == 1) return found[0];
-  return NotFoundError("file_not_found",
+  return NotFoundError(util::codes::kFileNotFound,
                        fmt::format("no llama2.c tokenizer (tok{}.bin) beside {}; pass one "
                                    "explicitly",
                                    vocab, checkpoint_path));
@@ -75,7 +76,8 @@ absl::StatusOr<std::string> FindTokenizer(const std::string& checkpoint_path, in
 
 absl::StatusOr<Llama2cHeader> ParseLlama2cHeader(const uint8_t* data, size_t size) {
   if (size < kHeaderBytes) {
-    return DataLossError("truncated_file", "llama2.c checkpoint shorter than its 28-byte header");
+    return DataLossError(util::codes::kTruncatedFile,
+                         "llama2.c checkpoint shorter than its 28-byte header");
   }
   Llama2cHeader h;
   int32_t f[7];
@@ -109,7 +111,8 @@ absl::StatusOr<Llama2cHeader> ParseLlama2cHeader(const uint8_t* data, size_t siz
 
 absl::StatusOr<TokenizerData> ParseLlama2cTokenizer(const uint8_t* data, size_t size,
                                                     int vocab_size) {
-  if (size < 4) return DataLossError("truncated_file", "llama2.c tokenizer shorter than 4 bytes");
+  if (size < 4)
+    return DataLossError(util::codes::kTruncatedFile, "llama2.c tokenizer shorter than 4 bytes");
   TokenizerData tok;
   tok.kind = TokenizerData::Kind::kScoreBpe;
   tok.bos_id = 1;
@@ -123,7 +126,7 @@ absl::StatusOr<TokenizerData> ParseLlama2cTokenizer(const uint8_t* data, size_t 
   tok.scores.reserve(reserve);
   for (int i = 0; i < vocab_size; ++i) {
     if (pos == size) {
-      return InvalidArgumentError("vocab_mismatch",
+      return InvalidArgumentError(util::codes::kVocabMismatch,
                                   fmt::format("llama2.c tokenizer has {} tokens, the checkpoint "
                                               "{}",
                                               i, vocab_size));
@@ -131,21 +134,22 @@ absl::StatusOr<TokenizerData> ParseLlama2cTokenizer(const uint8_t* data, size_t 
     float score;
     int32_t len;
     if (size - pos < 8)
-      return DataLossError("truncated_file", "llama2.c tokenizer record cut short");
+      return DataLossError(util::codes::kTruncatedFile, "llama2.c tokenizer record cut short");
     std::memcpy(&score, data + pos, 4);
     std::memcpy(&len, data + pos + 4, 4);
     pos += 8;
     if (len < 0)
-      return DataLossError("bad_metadata", fmt::format("token {} has length {}", i, len));
+      return InvalidArgumentError(util::codes::kBadMetadata,
+                                  fmt::format("token {} has length {}", i, len));
     if (static_cast<size_t>(len) > size - pos) {
-      return DataLossError("truncated_file", "llama2.c tokenizer record cut short");
+      return DataLossError(util::codes::kTruncatedFile, "llama2.c tokenizer record cut short");
     }
     tok.tokens.emplace_back(reinterpret_cast<const char*>(data + pos), static_cast<size_t>(len));
     tok.scores.push_back(score);
     pos += static_cast<size_t>(len);
   }
   if (pos != size) {
-    return InvalidArgumentError("vocab_mismatch",
+    return InvalidArgumentError(util::codes::kVocabMismatch,
                                 fmt::format("llama2.c tokenizer has more than the checkpoint's {} "
                                             "tokens ({} bytes left over)",
                                             vocab_size, size - pos));
@@ -196,7 +200,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFromLlama2c(const uint8_t* data, siz
   const uint64_t wcls = shared_weights ? tok_embd : layout.Add(vocab, dim);
   if (layout.overflow() || kHeaderBytes + layout.elements() * 4 > size) {
     return DataLossError(
-        "truncated_file",
+        util::codes::kTruncatedFile,
         fmt::format("llama2.c checkpoint {} has {} bytes; its header implies {}", label, size,
                     layout.overflow() ? std::string("more than 2^64")
                                       : std::to_string(kHeaderBytes + layout.elements() * 4)));

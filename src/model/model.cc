@@ -14,13 +14,15 @@
 #include "model/gguf_model.h"
 #include "model/hf_checkpoint.h"
 #include "model/llama2c.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::model {
 
 absl::StatusOr<const TensorView*> Model::Get(const std::string& name) const {
   const TensorView* t = Find(name);
-  if (t == nullptr) return NotFoundError("missing_tensor", fmt::format("no tensor '{}'", name));
+  if (t == nullptr)
+    return NotFoundError(util::codes::kMissingTensor, fmt::format("no tensor '{}'", name));
   return t;
 }
 
@@ -74,7 +76,8 @@ absl::StatusOr<int> PositiveInt(const GgufFile& f, const std::string& key, int f
   if (!f.Has(key) && fallback > 0) return fallback;
   DI_ASSIGN_OR_RETURN(int64_t v, f.GetI64(key));
   if (v <= 0 || v > INT_MAX) {
-    return InvalidArgumentError("bad_metadata", fmt::format("'{}' = {} is out of range", key, v));
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                fmt::format("'{}' = {} is out of range", key, v));
   }
   return static_cast<int>(v);
 }
@@ -134,18 +137,20 @@ absl::StatusOr<TokenizerData> ReadGgufTokenizer(const GgufFile& f) {
   TokenizerData tok;
   DI_ASSIGN_OR_RETURN(std::string kind, f.GetString("tokenizer.ggml.model"));
   if (kind != "gpt2") {
-    return UnimplementedError("unsupported_tokenizer",
+    return UnimplementedError(util::codes::kUnsupportedTokenizer,
                               fmt::format("tokenizer.ggml.model '{}' (only 'gpt2')", kind));
   }
   tok.kind = TokenizerData::Kind::kByteLevelBpe;
   DI_ASSIGN_OR_RETURN(tok.tokens, f.GetStringArray("tokenizer.ggml.tokens"));
-  if (tok.tokens.empty()) return InvalidArgumentError("bad_metadata", "empty token list");
+  if (tok.tokens.empty())
+    return InvalidArgumentError(util::codes::kBadMetadata, "empty token list");
   DI_ASSIGN_OR_RETURN(tok.merges, f.GetStringArray("tokenizer.ggml.merges"));
   if (f.Has("tokenizer.ggml.token_type")) {
     DI_ASSIGN_OR_RETURN(std::vector<int32_t> types, f.GetI32Array("tokenizer.ggml.token_type"));
     if (types.size() != tok.tokens.size()) {
-      return InvalidArgumentError("bad_metadata", fmt::format("{} token types for {} tokens",
-                                                              types.size(), tok.tokens.size()));
+      return InvalidArgumentError(
+          util::codes::kBadMetadata,
+          fmt::format("{} token types for {} tokens", types.size(), tok.tokens.size()));
     }
     tok.token_types.reserve(types.size());
     for (int32_t t : types) {
@@ -193,7 +198,7 @@ absl::StatusOr<ModelConfig> ReadLlamaConfig(const GgufFile& f, const std::string
   DI_ASSIGN_OR_RETURN(c.ffn_hidden, PositiveInt(f, "llama.feed_forward_length"));
   DI_ASSIGN_OR_RETURN(c.max_context, PositiveInt(f, "llama.context_length"));
   if (c.num_heads % c.num_kv_heads != 0) {
-    return InvalidArgumentError("bad_metadata",
+    return InvalidArgumentError(util::codes::kBadMetadata,
                                 fmt::format("head_count {} is not a multiple of head_count_kv {}",
                                             c.num_heads, c.num_kv_heads));
   }
@@ -201,7 +206,7 @@ absl::StatusOr<ModelConfig> ReadLlamaConfig(const GgufFile& f, const std::string
     DI_ASSIGN_OR_RETURN(c.head_dim, PositiveInt(f, "llama.attention.key_length"));
   } else {
     if (c.hidden % c.num_heads != 0) {
-      return InvalidArgumentError("bad_metadata",
+      return InvalidArgumentError(util::codes::kBadMetadata,
                                   fmt::format("embedding_length {} is not a multiple of "
                                               "head_count {}",
                                               c.hidden, c.num_heads));
@@ -211,7 +216,7 @@ absl::StatusOr<ModelConfig> ReadLlamaConfig(const GgufFile& f, const std::string
   DI_ASSIGN_OR_RETURN(c.rope_dim, PositiveInt(f, "llama.rope.dimension_count", c.head_dim));
   if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0) {
     return InvalidArgumentError(
-        "bad_metadata",
+        util::codes::kBadMetadata,
         fmt::format("rope.dimension_count {} with head size {}", c.rope_dim, c.head_dim));
   }
   if (f.Has("llama.attention.layer_norm_rms_epsilon")) {
@@ -221,7 +226,8 @@ absl::StatusOr<ModelConfig> ReadLlamaConfig(const GgufFile& f, const std::string
     DI_ASSIGN_OR_RETURN(c.rope_theta, f.GetF32("llama.rope.freq_base"));
   }
   if (!(c.rms_norm_eps >= 0.0f) || !(c.rope_theta > 0.0f) || std::isinf(c.rope_theta)) {
-    return InvalidArgumentError("bad_metadata", "bad rms epsilon or rope frequency base");
+    return InvalidArgumentError(util::codes::kBadMetadata,
+                                "bad rms epsilon or rope frequency base");
   }
   // llama.cpp rotates adjacent pairs for the llama architecture (LLAMA_ROPE_TYPE_NORM); the HF
   // converter permutes the Q/K rows so that this matches HF's rotate_half.
@@ -235,7 +241,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFromGguf(const GgufFile& gguf,
                                                      const std::string& path) {
   DI_ASSIGN_OR_RETURN(std::string arch, gguf.GetString("general.architecture"));
   if (arch != "llama") {
-    return UnimplementedError("unsupported_architecture",
+    return UnimplementedError(util::codes::kUnsupportedArchitecture,
                               fmt::format("general.architecture '{}' (supported: llama)", arch));
   }
   auto model = std::make_unique<Model>();
@@ -243,7 +249,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFromGguf(const GgufFile& gguf,
   DI_ASSIGN_OR_RETURN(model->tokenizer, ReadGgufTokenizer(gguf));
   ModelConfig& c = model->config;
   if (model->tokenizer.tokens.size() > static_cast<size_t>(INT_MAX)) {
-    return InvalidArgumentError("bad_metadata", "too many tokens");
+    return InvalidArgumentError(util::codes::kBadMetadata, "too many tokens");
   }
   c.vocab = static_cast<int>(model->tokenizer.tokens.size());
   if (gguf.Has("llama.vocab_size")) {
@@ -282,7 +288,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
     if (model.ok()) (*model)->source = {ModelFormat::kLlama2c, path, ""};
     return model;
   }
-  return InvalidArgumentError("bad_magic",
+  return InvalidArgumentError(util::codes::kBadMagic,
                               fmt::format("{}: neither a GGUF file nor a llama2.c checkpoint "
                                           "(.bin)",
                                           path));

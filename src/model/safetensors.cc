@@ -7,6 +7,7 @@
 
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::model {
@@ -20,7 +21,7 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr int kMaxDims = 8;
 
 absl::Status BadHeader(const std::string& label, const std::string& what) {
-  return DataLossError("bad_header", fmt::format("{}: {}", label, what));
+  return DataLossError(util::codes::kBadHeader, fmt::format("{}: {}", label, what));
 }
 
 DType DTypeFromName(const std::string& s) {
@@ -59,14 +60,15 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(const ui
                                                                         size_t size,
                                                                         const std::string& label) {
   if (size < 8) {
-    return DataLossError("truncated_file",
+    return DataLossError(util::codes::kTruncatedFile,
                          fmt::format("{}: shorter than the 8-byte header length", label));
   }
   uint64_t header_len = 0;
   std::memcpy(&header_len, data, 8);
   if (header_len > size - 8) {
-    return DataLossError("truncated_file", fmt::format("{}: header of {} bytes but the file has {}",
-                                                       label, header_len, size));
+    return DataLossError(
+        util::codes::kTruncatedFile,
+        fmt::format("{}: header of {} bytes but the file has {}", label, header_len, size));
   }
   if (header_len < 2 || header_len > kMaxHeaderBytes) {
     return BadHeader(label, fmt::format("header length {} is implausible", header_len));
@@ -107,7 +109,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(const ui
     const std::string dtype_name = dt->get<std::string>();
     t.dtype = DTypeFromName(dtype_name);
     if (t.dtype == DType::kInvalid) {
-      return UnimplementedError("unsupported_dtype",
+      return UnimplementedError(util::codes::kUnsupportedDtype,
                                 fmt::format("{}: tensor '{}' has dtype {} (supported: F32, F16, "
                                             "BF16, F8_E4M3, F8_E8M0, I8, I64)",
                                             label, name, dtype_name));
@@ -138,7 +140,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(const ui
                                           end - begin, elements * elem));
     }
     if (end > data_size) {
-      return DataLossError("truncated_file",
+      return DataLossError(util::codes::kTruncatedFile,
                            fmt::format("{}: tensor '{}' ends at byte {} of a {}-byte data section",
                                        label, name, end, data_size));
     }

@@ -15,6 +15,7 @@
 #include "model/block_scales.h"
 #include "model/dtype.h"
 #include "model/fp8.h"
+#include "util/error_codes.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -36,7 +37,7 @@ uint64_t Mix64(uint64_t z) {
 }
 
 absl::Status BadRecipe(const std::string& what) {
-  return InvalidArgumentError("bad_recipe", "synthetic checkpoint recipe: " + what);
+  return InvalidArgumentError(util::codes::kBadRecipe, "synthetic checkpoint recipe: " + what);
 }
 
 template <typename T>
@@ -387,7 +388,7 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> CaseInputs(
     inputs.emplace_back(f, std::move(text));
   }
   if (ec) {
-    return NotFoundError("file_not_found",
+    return NotFoundError(util::codes::kFileNotFound,
                          "cannot list " + case_dir.string() + ": " + ec.message());
   }
   return inputs;
@@ -397,7 +398,7 @@ absl::Status WriteCase(const std::vector<std::pair<std::string, std::string>>& i
                        const fs::path& out_dir) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
-  if (ec) return InternalError("io_error", "cannot create " + out_dir.string());
+  if (ec) return InternalError(util::codes::kIoError, "cannot create " + out_dir.string());
   for (const auto& [f, text] : inputs) {
     DI_RETURN_IF_ERROR(util::WriteFileAtomically((out_dir / f).string(), text));
   }
@@ -446,7 +447,8 @@ absl::StatusOr<std::string> SyntheticCheckpoint(const std::string& case_dir,
   fs::rename(tmp, target, ec);
   if (ec) {  // another process put an up-to-date copy there first
     fs::remove_all(tmp, ec);
-    if (!up_to_date()) return InternalError("io_error", "cannot create " + target.string());
+    if (!up_to_date())
+      return InternalError(util::codes::kIoError, "cannot create " + target.string());
   }
   return target.string();
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::model {
@@ -37,7 +38,7 @@ bool IsNonFinite(DType t, const uint8_t* p, int64_t i) {
 absl::Status CheckFinite(const TensorView& t, bool full) {
   const int64_t n = t.num_elements();
   auto bad = [&](int64_t i) {
-    return DataLossError("nan_in_weights",
+    return DataLossError(util::codes::kNanInWeights,
                          fmt::format("tensor '{}' holds NaN or Inf (element {})", t.name, i));
   };
   if (full || n <= (int64_t{1} << 16)) {

@@ -20,6 +20,7 @@
 #include "tools/bench_report.h"
 #include "tools/bench_runner.h"
 #include "tools/bench_server.h"
+#include "util/error_codes.h"
 #include "util/log.h"
 #include "util/mapped_file.h"
 #include "util/status.h"
@@ -28,7 +29,7 @@ namespace deepinfer::tools {
 namespace {
 
 absl::Status BadFlag(const std::string& message) {
-  return InvalidArgumentError("bad_flag", message);
+  return InvalidArgumentError(util::codes::kBadFlag, message);
 }
 
 std::string UtcNow() { return util::UtcTimestamp(static_cast<double>(std::time(nullptr))); }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
@@ -113,7 +114,7 @@ absl::StatusOr<Prompt> BuildPrompt(TokenizerApi& tokenizer, int64_t num_tokens, 
                                    std::mt19937_64& rng) {
   if (num_tokens <= bos_tokens) {
     return InvalidArgumentError(
-        "input_too_short",
+        util::codes::kInputTooShort,
         fmt::format("an input of {} tokens leaves no room for text", num_tokens));
   }
   // Enough words for the target: at least one token each, plus slack for the cut.
@@ -126,7 +127,8 @@ absl::StatusOr<Prompt> BuildPrompt(TokenizerApi& tokenizer, int64_t num_tokens, 
     words += RandomWords(rng, static_cast<int>(num_tokens - static_cast<int64_t>(ids.size())) + 8);
   }
   if (static_cast<int64_t>(ids.size()) < num_tokens + 4) {
-    return InternalError("inexact_prompt", "the tokenizer returns too few tokens for the text");
+    return InternalError(util::codes::kInexactPrompt,
+                         "the tokenizer returns too few tokens for the text");
   }
   // Cut the text's own tokens (BOS excluded: the server adds it again when counting).
   int64_t keep = num_tokens - bos_tokens;
@@ -148,7 +150,7 @@ absl::StatusOr<Prompt> BuildPrompt(TokenizerApi& tokenizer, int64_t num_tokens, 
     keep += num_tokens - count;
   }
   return InternalError(
-      "inexact_prompt",
+      util::codes::kInexactPrompt,
       fmt::format("no text of exactly {} tokens found (closest: {})", num_tokens, best.num_tokens));
 }
 
@@ -156,7 +158,7 @@ absl::StatusOr<Prompt> BuildHaystack(TokenizerApi& tokenizer, int64_t num_tokens
                                      const std::vector<std::string>& needles,
                                      const std::vector<double>& depths, std::mt19937_64& rng) {
   if (needles.size() != depths.size()) {
-    return InvalidArgumentError("bad_needles", "one depth per needle is needed");
+    return InvalidArgumentError(util::codes::kBadNeedles, "one depth per needle is needed");
   }
   std::vector<std::string> sentences;
   auto render = [&]() {
@@ -206,7 +208,7 @@ absl::StatusOr<Prompt> BuildHaystack(TokenizerApi& tokenizer, int64_t num_tokens
     }
   }
   if (best.text.empty() && !needles.empty()) {
-    return InvalidArgumentError("window_too_small",
+    return InvalidArgumentError(util::codes::kWindowTooSmall,
                                 fmt::format("{} tokens cannot hold the needles", num_tokens));
   }
   return best;

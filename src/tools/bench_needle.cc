@@ -5,6 +5,7 @@
 
 #include "fmt/format.h"
 #include "tools/bench_dataset.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
@@ -120,7 +121,7 @@ absl::StatusOr<std::vector<NeedleCase>> RunNeedleCases(const ClientConfig& confi
                                                        TokenizerApi& tokenizer,
                                                        const NeedleOptions& options) {
   if (options.depths.empty() || options.depths.size() > 4) {
-    return InvalidArgumentError("bad_needles", "give 1 to 4 needle depths");
+    return InvalidArgumentError(util::codes::kBadNeedles, "give 1 to 4 needle depths");
   }
   std::mt19937_64 rng(options.seed);
   const std::vector<std::string> turn_questions = {"What is the secret code of needle A?",
@@ -141,7 +142,7 @@ absl::StatusOr<std::vector<NeedleCase>> RunNeedleCases(const ClientConfig& confi
   int64_t multi_tokens = static_cast<int64_t>(options.fill * static_cast<double>(multi_room));
   if (multi_tokens < 64) {
     return InvalidArgumentError(
-        "window_too_small",
+        util::codes::kWindowTooSmall,
         fmt::format("a window of {} tokens leaves no room for a haystack with {} output tokens per "
                     "answer (lower --needle-output-len)",
                     options.window, options.output_len));

@@ -1,6 +1,7 @@
 #include "tools/bench_server.h"
 
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
@@ -47,12 +48,12 @@ absl::StatusOr<util::Json> ServerClient::PostJson(const std::string& path,
                                                   const std::string& body) {
   DI_ASSIGN_OR_RETURN(http::ClientResponse r, HttpFetch(base_, "POST", path, body, options_));
   if (r.status != 200) {
-    return UnavailableError("http_error",
+    return UnavailableError(util::codes::kHttpError,
                             fmt::format("POST {}: HTTP {}: {}", path, r.status, Snippet(r.body)));
   }
   util::Json j = util::ParseJsonOrDiscarded(r.body);
   if (j.is_discarded()) {
-    return UnavailableError("bad_response",
+    return UnavailableError(util::codes::kBadResponse,
                             fmt::format("POST {}: not JSON: {}", path, Snippet(r.body)));
   }
   return j;
@@ -61,13 +62,13 @@ absl::StatusOr<util::Json> ServerClient::PostJson(const std::string& path,
 absl::Status ServerClient::Probe(const std::string& model) {
   DI_ASSIGN_OR_RETURN(http::ClientResponse r, HttpFetch(base_, "GET", "/v1/models", "", options_));
   if (r.status != 200) {
-    return UnavailableError("http_error",
+    return UnavailableError(util::codes::kHttpError,
                             fmt::format("GET /v1/models: HTTP {}: {}", r.status, Snippet(r.body)));
   }
   util::Json models = util::ParseJsonOrDiscarded(r.body);
   const util::Json* data = util::Member(models, "data");
   if (data == nullptr || !data->is_array() || data->empty()) {
-    return UnavailableError("bad_response", "GET /v1/models: no models listed");
+    return UnavailableError(util::codes::kBadResponse, "GET /v1/models: no models listed");
   }
   const util::Json* chosen = nullptr;
   std::string ids;
@@ -77,7 +78,7 @@ absl::Status ServerClient::Probe(const std::string& model) {
     if ((model.empty() && chosen == nullptr) || id == model) chosen = &m;
   }
   if (chosen == nullptr) {
-    return NotFoundError("model_not_found",
+    return NotFoundError(util::codes::kModelNotFound,
                          fmt::format("the server does not serve '{}' (it lists: {})", model, ids));
   }
   info_.model = util::StringMember(*chosen, "id").value_or(model);
@@ -142,10 +143,10 @@ absl::StatusOr<std::vector<int32_t>> ServerClient::TokenizeWith(TokenizerDialect
       return ids;
     }
     case TokenizerDialect::kNone:
-      return UnimplementedError("no_tokenizer_endpoint",
+      return UnimplementedError(util::codes::kNoTokenizerEndpoint,
                                 "the server has no tokenize endpoint the bench knows");
   }
-  return UnavailableError("bad_response", "tokenize: no token list in the answer");
+  return UnavailableError(util::codes::kBadResponse, "tokenize: no token list in the answer");
 }
 
 absl::StatusOr<std::vector<int32_t>> ServerClient::Tokenize(const std::string& text) {
@@ -169,12 +170,13 @@ absl::StatusOr<std::string> ServerClient::Detokenize(const std::vector<int32_t>&
       body["model"] = info_.model;
       break;
     case TokenizerDialect::kNone:
-      return UnimplementedError("no_tokenizer_endpoint",
+      return UnimplementedError(util::codes::kNoTokenizerEndpoint,
                                 "the server has no detokenize endpoint the bench knows");
   }
   DI_ASSIGN_OR_RETURN(util::Json j, PostJson(path, util::DumpJson(body)));
   auto text = util::StringMember(j, field);
-  if (!text) return UnavailableError("bad_response", "detokenize: no text in the answer");
+  if (!text)
+    return UnavailableError(util::codes::kBadResponse, "detokenize: no text in the answer");
   return *text;
 }
 

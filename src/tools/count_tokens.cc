@@ -11,6 +11,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/status.h"
 
@@ -200,7 +201,8 @@ absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestF
     count.format = "anthropic";
     DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
     if (!json.is_object()) {
-      return InvalidArgumentError("invalid_type", "The request body must be a JSON object.");
+      return InvalidArgumentError(util::codes::kInvalidType,
+                                  "The request body must be a JSON object.");
     }
     DI_ASSIGN_OR_RETURN(api::AnthropicChat chat, api::ParseAnthropicChat(json));
     if (auto it = json.find("max_tokens"); it != json.end() && it->is_number_integer()) {
@@ -227,7 +229,7 @@ absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestF
                                      flags.headroom_tokens.has_value();
   if (count.budget.limit() <= 0 && flags_set_reservation) {
     return InvalidArgumentError(
-        "bad_flags",
+        util::codes::kBadFlags,
         fmt::format("the output reservation ({}) and headroom ({}) leave no room in "
                     "the window of {} tokens",
                     count.budget.output_tokens, count.budget.headroom_tokens, count.budget.window));

@@ -11,6 +11,7 @@
 
 #include "fmt/format.h"
 #include "tools/render.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::tools {
@@ -364,14 +365,15 @@ absl::StatusOr<std::string> RenderLaunchScript(const Recipe& recipe, const HostC
   const bool docker = launcher == Launcher::kDocker;
   if (docker) {
     if (recipe.docker_image.empty()) {
-      return InvalidArgumentError("bad_recipe",
+      return InvalidArgumentError(util::codes::kBadRecipe,
                                   "deepinfer.docker_image is required for --launcher docker");
     }
     for (const std::string* p :
          {&host.model_dir, &host.runtime_dir, &host.artifacts_dir, &host.warmup_file}) {
       if (p->find_first_of(",\"") != std::string::npos) {
         return InvalidArgumentError(
-            "bad_host", fmt::format("{}: docker bind mounts cannot take ',' or '\"'", *p));
+            util::codes::kBadHost,
+            fmt::format("{}: docker bind mounts cannot take ',' or '\"'", *p));
       }
     }
   }

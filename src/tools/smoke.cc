@@ -8,6 +8,7 @@
 #include "http/client.h"
 #include "http/sse_parser.h"
 #include "http/url.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/status.h"
 
@@ -126,10 +127,10 @@ class Smoke {
   absl::StatusOr<util::Json> PostChat(const util::Json& body) const {
     auto r = Probe(Request("POST", api_ + "/chat/completions", util::DumpJson(body), true));
     if (!r.ok()) return r.status();
-    if (r->status != 200) return InternalError("bad_status", Describe(*r));
+    if (r->status != 200) return InternalError(util::codes::kBadStatus, Describe(*r));
     auto json = util::ParseJson(r->body);
     if (!json.ok() || !json->is_object()) {
-      return InternalError("bad_body", "the answer is not a JSON object");
+      return InternalError(util::codes::kBadBody, "the answer is not a JSON object");
     }
     return *json;
   }

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "fmt/format.h"
 #include "openssl/evp.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/paths.h"
 #include "util/status.h"
@@ -115,7 +116,9 @@ std::string HumanBytes(double bytes) {
 }
 
 absl::StatusOr<Manifest> ParseManifest(std::string_view text) {
-  auto bad = [](const std::string& why) { return InvalidArgumentError("bad_manifest", why); };
+  auto bad = [](const std::string& why) {
+    return InvalidArgumentError(util::codes::kBadManifest, why);
+  };
   auto parsed = util::ParseJson(text);
   if (!parsed.ok()) return bad("the manifest is not valid JSON");
   util::Json& json = *parsed;
@@ -185,14 +188,14 @@ absl::StatusOr<std::string> Sha256File(const std::string& path, std::atomic<uint
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int err = errno;
-    if (err == ENOENT) return NotFoundError("file_not_found", path + ": no such file");
-    return InternalError("io_error", fmt::format("{}: {}", path, std::strerror(err)));
+    if (err == ENOENT) return NotFoundError(util::codes::kFileNotFound, path + ": no such file");
+    return InternalError(util::codes::kIoError, fmt::format("{}: {}", path, std::strerror(err)));
   }
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) {
     ::close(fd);
-    return InternalError("io_error", "OpenSSL SHA-256 is unavailable");
+    return InternalError(util::codes::kIoError, "OpenSSL SHA-256 is unavailable");
   }
   std::unique_ptr<unsigned char[]> buffer(new unsigned char[kReadChunkBytes]);
   for (;;) {
@@ -201,7 +204,8 @@ absl::StatusOr<std::string> Sha256File(const std::string& path, std::atomic<uint
       if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
-      return InternalError("io_error", fmt::format("{}: read: {}", path, std::strerror(err)));
+      return InternalError(util::codes::kIoError,
+                           fmt::format("{}: read: {}", path, std::strerror(err)));
     }
     if (n == 0) break;
     EVP_DigestUpdate(ctx.get(), buffer.get(), static_cast<size_t>(n));
@@ -230,14 +234,14 @@ absl::StatusOr<std::vector<std::string>> ListModelFiles(const std::string& root,
                                                         const std::vector<std::string>& excludes) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
-    return NotFoundError("root_not_found", root + ": not a directory");
+    return NotFoundError(util::codes::kRootNotFound, root + ": not a directory");
   }
   std::vector<std::string> out;
   fs::recursive_directory_iterator it(root, fs::directory_options::none, ec);
-  if (ec) return InternalError("io_error", fmt::format("{}: {}", root, ec.message()));
+  if (ec) return InternalError(util::codes::kIoError, fmt::format("{}: {}", root, ec.message()));
   const fs::path base(root);
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (ec) return InternalError("io_error", fmt::format("{}: {}", root, ec.message()));
+    if (ec) return InternalError(util::codes::kIoError, fmt::format("{}: {}", root, ec.message()));
     std::string rel = it->path().lexically_relative(base).generic_string();
     if (Excluded(rel, excludes)) {
       if (it->is_directory(ec) && !it->is_symlink(ec)) it.disable_recursion_pending();
@@ -247,7 +251,7 @@ absl::StatusOr<std::vector<std::string>> ListModelFiles(const std::string& root,
     // followed (recursion) and do not count.
     if (it->is_regular_file(ec)) out.push_back(rel);
   }
-  if (ec) return InternalError("io_error", fmt::format("{}: {}", root, ec.message()));
+  if (ec) return InternalError(util::codes::kIoError, fmt::format("{}: {}", root, ec.message()));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -330,7 +334,7 @@ absl::StatusOr<Manifest> BuildManifest(const std::string& root, const std::strin
   for (const std::string& rel : files) {
     struct stat st;
     if (::stat(util::JoinPath(root, rel).c_str(), &st) != 0) {
-      return InternalError("io_error", fmt::format("{}: {}", rel, std::strerror(errno)));
+      return InternalError(util::codes::kIoError, fmt::format("{}: {}", rel, std::strerror(errno)));
     }
     m.files.push_back({rel, static_cast<uint64_t>(st.st_size), ""});
     total += static_cast<uint64_t>(st.st_size);
@@ -361,7 +365,7 @@ absl::StatusOr<Manifest> BuildManifest(const std::string& root, const std::strin
     struct stat st;
     if (::stat(util::JoinPath(root, f.path).c_str(), &st) != 0 ||
         static_cast<uint64_t>(st.st_size) != f.size_bytes) {
-      return InternalError("io_error", f.path + ": changed while it was hashed");
+      return InternalError(util::codes::kIoError, f.path + ": changed while it was hashed");
     }
   }
   return m;

@@ -24,6 +24,7 @@
 #include "http/client.h"
 #include "http/url.h"
 #include "tools/verify_model.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/log.h"
 #include "util/mapped_file.h"
@@ -208,7 +209,8 @@ int RunShell(const std::string& command,
 // launch script is reparented to init and outlives the watcher).
 absl::Status SpawnDetached(const std::string& script, const std::string& log_path) {
   pid_t pid = ::fork();
-  if (pid < 0) return InternalError("io_error", fmt::format("fork: {}", std::strerror(errno)));
+  if (pid < 0)
+    return InternalError(util::codes::kIoError, fmt::format("fork: {}", std::strerror(errno)));
   if (pid == 0) {
     ::setsid();
     pid_t grandchild = ::fork();
@@ -229,7 +231,7 @@ absl::Status SpawnDetached(const std::string& script, const std::string& log_pat
   int status = 0;
   ::waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return InternalError("io_error", "could not start the launch script");
+    return InternalError(util::codes::kIoError, "could not start the launch script");
   }
   return absl::OkStatus();
 }
@@ -282,7 +284,9 @@ std::string DefaultWatchStatePath(const std::string& instance_path) {
 }
 
 absl::StatusOr<WatchInstance> ParseWatchInstance(std::string_view text) {
-  auto bad = [](const std::string& why) { return InvalidArgumentError("bad_instance", why); };
+  auto bad = [](const std::string& why) {
+    return InvalidArgumentError(util::codes::kBadInstance, why);
+  };
   auto json = util::ParseJson(text);
   if (!json.ok() || !json->is_object()) return bad("the instance file is not a JSON object");
   util::Json& j = *json;
@@ -562,18 +566,19 @@ absl::StatusOr<std::unique_ptr<Watcher>> Watcher::Create(const std::string& inst
   }
   if (!(impl->options.interval_s > 0) || !(impl->options.idle_hours >= 0) ||
       !(impl->options.jitter >= 0 && impl->options.jitter < 1)) {
-    return InvalidArgumentError("bad_flags",
+    return InvalidArgumentError(util::codes::kBadFlags,
                                 "need interval > 0, idle hours >= 0 and 0 <= jitter < 1");
   }
   impl->clock = std::move(clock);
   std::string lock_path = impl->options.state_path + ".lock";
   impl->lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (impl->lock_fd < 0) {
-    return InternalError("io_error", fmt::format("{}: {}", lock_path, std::strerror(errno)));
+    return InternalError(util::codes::kIoError,
+                         fmt::format("{}: {}", lock_path, std::strerror(errno)));
   }
   if (::flock(impl->lock_fd, LOCK_EX | LOCK_NB) != 0) {
     ::close(impl->lock_fd);
-    return MakeError(absl::StatusCode::kFailedPrecondition, "watch_locked",
+    return MakeError(absl::StatusCode::kFailedPrecondition, util::codes::kWatchLocked,
                      fmt::format("another deepinfer watch holds {}", lock_path));
   }
   impl->LoadState();
@@ -608,7 +613,8 @@ absl::StatusOr<std::string> WatchStop(const std::string& instance_path,
   if (pid == 0)
     return fmt::format("{}: stop recorded; the instance was not running", instance.name);
   if (::kill(pid, SIGTERM) != 0) {
-    return InternalError("io_error", fmt::format("kill {}: {}", pid, std::strerror(errno)));
+    return InternalError(util::codes::kIoError,
+                         fmt::format("kill {}: {}", pid, std::strerror(errno)));
   }
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
@@ -619,7 +625,7 @@ absl::StatusOr<std::string> WatchStop(const std::string& instance_path,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return MakeError(absl::StatusCode::kDeadlineExceeded, "still_running",
+  return MakeError(absl::StatusCode::kDeadlineExceeded, util::codes::kStillRunning,
                    fmt::format("{}: stop recorded; pid {} still runs {} s after SIGTERM",
                                instance.name, pid, wait_s));
 }
@@ -632,7 +638,7 @@ absl::StatusOr<std::string> WatchResume(const std::string& instance_path,
       (state_path.empty() ? DefaultWatchStatePath(instance_path) : state_path) + ".stop";
   if (::unlink(path.c_str()) != 0) {
     if (errno == ENOENT) return fmt::format("{}: no stop was recorded", instance.name);
-    return InternalError("io_error", fmt::format("{}: {}", path, std::strerror(errno)));
+    return InternalError(util::codes::kIoError, fmt::format("{}: {}", path, std::strerror(errno)));
   }
   return fmt::format("{}: stop record removed; crash recovery is armed again", instance.name);
 }

@@ -5,7 +5,7 @@
 // status it is raised with, the HTTP status it is answered with, and what it means. Call sites
 // name the constants (codes::kInvalidJson), never a string; docs/api.md's and docs/gateway.md's
 // error tables list the same codes with the same HTTP status (error_codes_test checks both, and
-// scripts/check_error_codes.py that no error code in the serving layers is a bare string).
+// scripts/check_error_codes.py that no error code anywhere under src/ is a bare string).
 //
 // The HTTP status of a registered code raised with its canonical status comes from here
 // (http::ApiErrorFromStatus); any other status is mapped by its canonical code alone.
@@ -51,9 +51,10 @@ namespace codes {
 inline constexpr ErrorCode kInvalidJson{"invalid_json", absl::StatusCode::kInvalidArgument, 400,
                                         ErrorSurface::kServe | ErrorSurface::kCommand,
                                         "The body is not JSON (or nests deeper than 256 levels)."};
-inline constexpr ErrorCode kInvalidType{"invalid_type", absl::StatusCode::kInvalidArgument, 400,
-                                        ErrorSurface::kServe | ErrorSurface::kGateway,
-                                        "A field has the wrong JSON type; `param` names it."};
+inline constexpr ErrorCode kInvalidType{
+    "invalid_type", absl::StatusCode::kInvalidArgument, 400,
+    ErrorSurface::kServe | ErrorSurface::kGateway | ErrorSurface::kCommand,
+    "A field has the wrong JSON type; `param` names it."};
 inline constexpr ErrorCode kInvalidValue{"invalid_value", absl::StatusCode::kInvalidArgument, 400,
                                          ErrorSurface::kServe | ErrorSurface::kGateway,
                                          "A field is out of range or malformed; `param` names it."};
@@ -139,8 +140,10 @@ inline constexpr ErrorCode kAdminKeyRequired{
     "admin_key_required", absl::StatusCode::kPermissionDenied, 403, ErrorSurface::kGateway,
     "An admin route called without an admin key."};
 inline constexpr ErrorCode kModelNotFound{
-    "model_not_found", absl::StatusCode::kNotFound, 404, ErrorSurface::kServe,
-    "The request names a model this server does not serve; `param` is \"model\"."};
+    "model_not_found", absl::StatusCode::kNotFound, 404,
+    ErrorSurface::kServe | ErrorSurface::kCommand,
+    "The request names a model this server does not serve; `param` is \"model\" (bench: the "
+    "server does not list --model)."};
 inline constexpr ErrorCode kNotFound{"not_found", absl::StatusCode::kNotFound, 404,
                                      ErrorSurface::kServe | ErrorSurface::kGateway,
                                      "No such route."};
@@ -326,6 +329,124 @@ inline constexpr ErrorCode kFileNotFound{"file_not_found", absl::StatusCode::kNo
                                          ErrorSurface::kCommand, "A file does not exist."};
 inline constexpr ErrorCode kNotAFile{"not_a_file", absl::StatusCode::kInvalidArgument, 400,
                                      ErrorSurface::kCommand, "A path is not a regular file."};
+
+// Model files and the forward pass built from them: read and checked at start-up (serve,
+// generate, the tools that load a model), never while a request runs.
+inline constexpr ErrorCode kBadMagic{"bad_magic", absl::StatusCode::kInvalidArgument, 400,
+                                     ErrorSurface::kCommand,
+                                     "A model file is neither a GGUF file (no GGUF magic) nor a "
+                                     "llama2.c checkpoint (.bin)."};
+inline constexpr ErrorCode kUnsupportedVersion{
+    "unsupported_version", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
+    "The GGUF file's version is not one the loader reads (2 and 3)."};
+inline constexpr ErrorCode kTruncatedFile{"truncated_file", absl::StatusCode::kDataLoss, 500,
+                                          ErrorSurface::kCommand,
+                                          "A model file ends before the data its header promises."};
+inline constexpr ErrorCode kBadHeader{
+    "bad_header", absl::StatusCode::kDataLoss, 500, ErrorSurface::kCommand,
+    "The header of a model file (a .safetensors header, a shard index, a llama2.c header) is "
+    "damaged or inconsistent."};
+inline constexpr ErrorCode kBadMetadata{
+    "bad_metadata", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "A model file's metadata (GGUF keys, tensor infos, tokenizer records) is malformed, of the "
+    "wrong type or out of range."};
+inline constexpr ErrorCode kMissingMetadata{"missing_metadata", absl::StatusCode::kNotFound, 404,
+                                            ErrorSurface::kCommand,
+                                            "A GGUF metadata key the model needs is absent."};
+inline constexpr ErrorCode kOutOfBounds{
+    "out_of_bounds", absl::StatusCode::kDataLoss, 500, ErrorSurface::kCommand,
+    "A tensor of a GGUF file is too large or lies past the end of the file."};
+inline constexpr ErrorCode kMissingShard{
+    "missing_shard", absl::StatusCode::kNotFound, 404, ErrorSurface::kCommand,
+    "A checkpoint folder has no model.safetensors or index, or a shard its index names is "
+    "absent."};
+inline constexpr ErrorCode kBadConfig{
+    "bad_config", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "config.json is not JSON, or a key is missing, ill-typed, out of range or inconsistent."};
+inline constexpr ErrorCode kUnsupportedConfig{
+    "unsupported_config", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
+    "The model's config asks for a variant the forward pass does not implement."};
+inline constexpr ErrorCode kUnsupportedArchitecture{
+    "unsupported_architecture", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
+    "The model's architecture has no forward pass here."};
+inline constexpr ErrorCode kMissingTensor{"missing_tensor", absl::StatusCode::kNotFound, 404,
+                                          ErrorSurface::kCommand,
+                                          "A tensor the model's config requires is absent."};
+inline constexpr ErrorCode kUnexpectedTensor{
+    "unexpected_tensor", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "The checkpoint holds a tensor that is no part of a model with its config."};
+inline constexpr ErrorCode kShapeMismatch{
+    "shape_mismatch", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "A tensor's shape (or its scale grid) does not match the one the config implies."};
+inline constexpr ErrorCode kUnsupportedDtype{
+    "unsupported_dtype", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
+    "A tensor is stored in a dtype the loader or the kernels do not read."};
+inline constexpr ErrorCode kBadTensor{
+    "bad_tensor", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "A tensor's values are out of range (a hash-routing table naming a missing expert)."};
+inline constexpr ErrorCode kNanInWeights{
+    "nan_in_weights", absl::StatusCode::kDataLoss, 500, ErrorSurface::kCommand,
+    "A checked tensor (a norm, a bias, a scale or a sampled weight row) holds NaN or Inf."};
+inline constexpr ErrorCode kOutOfMemory{"out_of_memory", absl::StatusCode::kResourceExhausted, 429,
+                                        ErrorSurface::kCommand,
+                                        "The KV cache could not be reserved at start-up."};
+inline constexpr ErrorCode kBadRecipe{
+    "bad_recipe", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "A recipe (a synthetic checkpoint's, or the one tools render turns into a launch script) is "
+    "malformed or lacks a field it needs."};
+
+// The tools (bench, smoke, watch, verify-model, render): their error line on stderr.
+inline constexpr ErrorCode kBadFlag{"bad_flag", absl::StatusCode::kInvalidArgument, 400,
+                                    ErrorSurface::kCommand,
+                                    "A flag of bench is malformed or out of range (bench's own "
+                                    "spelling; the other commands say bad_flags)."};
+inline constexpr ErrorCode kBadHost{
+    "bad_host", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "A host path given to tools render cannot be bind-mounted into the docker launcher."};
+inline constexpr ErrorCode kBadManifest{"bad_manifest", absl::StatusCode::kInvalidArgument, 400,
+                                        ErrorSurface::kCommand,
+                                        "The manifest tools verify-model reads is malformed."};
+inline constexpr ErrorCode kRootNotFound{
+    "root_not_found", absl::StatusCode::kNotFound, 404, ErrorSurface::kCommand,
+    "The folder tools verify-model is to walk is not a directory."};
+inline constexpr ErrorCode kBadInstance{"bad_instance", absl::StatusCode::kInvalidArgument, 400,
+                                        ErrorSurface::kCommand,
+                                        "A tools watch instance file is malformed."};
+inline constexpr ErrorCode kWatchLocked{
+    "watch_locked", absl::StatusCode::kFailedPrecondition, 400, ErrorSurface::kCommand,
+    "Another tools watch holds the lock of the same state folder."};
+inline constexpr ErrorCode kStillRunning{
+    "still_running", absl::StatusCode::kDeadlineExceeded, 504, ErrorSurface::kCommand,
+    "A watched instance did not exit within its wait after SIGTERM."};
+inline constexpr ErrorCode kHttpError{
+    "http_error", absl::StatusCode::kUnavailable, 503, ErrorSurface::kCommand,
+    "The server bench measures answered a call with an HTTP status other than 200."};
+inline constexpr ErrorCode kBadResponse{
+    "bad_response", absl::StatusCode::kUnavailable, 503, ErrorSurface::kCommand,
+    "The server bench measures answered with a body that lacks what bench needs."};
+inline constexpr ErrorCode kNoTokenizerEndpoint{
+    "no_tokenizer_endpoint", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
+    "The server bench measures has no (de)tokenize endpoint bench knows."};
+inline constexpr ErrorCode kInputTooShort{
+    "input_too_short", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "A bench input length leaves no room for text after the BOS tokens."};
+inline constexpr ErrorCode kInexactPrompt{
+    "inexact_prompt", absl::StatusCode::kInternal, 500, ErrorSurface::kCommand,
+    "bench could not build a prompt of exactly the asked number of tokens."};
+inline constexpr ErrorCode kBadNeedles{"bad_needles", absl::StatusCode::kInvalidArgument, 400,
+                                       ErrorSurface::kCommand,
+                                       "The needle depths of bench are not 1 to 4, or do not "
+                                       "match the needles one to one."};
+inline constexpr ErrorCode kWindowTooSmall{
+    "window_too_small", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kCommand,
+    "The context window is too small for the bench needle haystack and its answers."};
+inline constexpr ErrorCode kBadStatus{
+    "bad_status", absl::StatusCode::kInternal, 500, ErrorSurface::kCommand,
+    "The server tools smoke checks answered a chat completion with a status other than 200."};
+inline constexpr ErrorCode kBadBody{
+    "bad_body", absl::StatusCode::kInternal, 500, ErrorSurface::kCommand,
+    "The server tools smoke checks answered a chat completion with a body that is not a JSON "
+    "object."};
 
 }  // namespace codes
 
