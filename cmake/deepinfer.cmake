@@ -28,7 +28,9 @@ function(di_cc_test)
     set(T_LABELS unit)
   endif()
   add_executable(${T_NAME} ${T_SRCS})
-  target_compile_options(${T_NAME} PRIVATE ${DI_DEFAULT_COPTS})
+  # A test's own code at -O1 (the libraries it tests keep the build type's flags): it compiles
+  # in 60% of -O3's time, and what a test computes itself is small.
+  target_compile_options(${T_NAME} PRIVATE ${DI_DEFAULT_COPTS} -O1)
   target_compile_definitions(${T_NAME} PRIVATE
     DI_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DI_TESTDATA_DIR="${CMAKE_BINARY_DIR}/testdata")
   target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
