@@ -2,8 +2,10 @@
 
 #include <string>
 
-#include "api/chat_prompt.h"
 #include "http/errors.h"
+#include "protocol/anthropic_types.h"
+#include "protocol/chat_prompt.h"
+#include "protocol/openai_types.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
@@ -35,7 +37,8 @@ absl::Status RunCountTokens(const ServedModel& model, const http::Request& http_
   }
   DI_RETURN_IF_ERROR(CheckModel(model, model_name));
   DI_ASSIGN_OR_RETURN(AnthropicChat chat, ParseAnthropicChat(body));
-  DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(model, chat.messages, chat.options));
+  DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(*model.tokenizer, *model.chat_template,
+                                                       chat.messages, chat.options));
   int64_t total = static_cast<int64_t>(prompt.tokens.size()) +
                   static_cast<int64_t>(chat.num_images) * kDefaultImageTokens;
   RespondJson(writer, 200, util::Json{{"input_tokens", total}});
@@ -43,34 +46,6 @@ absl::Status RunCountTokens(const ServedModel& model, const http::Request& http_
 }
 
 }  // namespace
-
-absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
-                                                     const ParseLimits& limits,
-                                                     int32_t* num_images) {
-  *num_images = 0;
-  DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
-  if (json.is_object()) {
-    auto messages = json.find("messages");
-    if (messages != json.end() && messages->is_array()) {
-      for (util::Json& m : *messages) {
-        if (!m.is_object()) continue;
-        auto content = m.find("content");
-        if (content == m.end() || !content->is_array()) continue;
-        util::Json kept = util::Json::array();
-        for (util::Json& part : *content) {
-          if (IsImagePart(part)) {
-            ++*num_images;
-          } else {
-            kept.push_back(std::move(part));
-          }
-        }
-        // A content of images only renders as an empty text.
-        *content = kept.empty() ? util::Json("") : std::move(kept);
-      }
-    }
-  }
-  return ParseChatRequest(util::DumpJson(json), limits);
-}
 
 void HandleAnthropicCountTokens(const ServedModel& model, const http::Request& request,
                                 http::ResponseWriter& writer) {

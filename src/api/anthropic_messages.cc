@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "api/anthropic_count_tokens.h"
-#include "api/chat_prompt.h"
+#include "api/chat_route.h"
 #include "api/handlers.h"
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "http/sse.h"
+#include "protocol/anthropic_types.h"
 #include "util/status.h"
 
 namespace deepinfer::api {

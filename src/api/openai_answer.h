@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "api/generation.h"
-#include "api/openai_types.h"
 #include "engine/engine.h"
 #include "http/server.h"
+#include "protocol/openai_types.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "api/chat_prompt.h"
+#include "api/chat_route.h"
 #include "api/handlers.h"
 #include "api/openai_answer.h"
 #include "http/errors.h"

@@ -9,12 +9,12 @@
 #include <utility>
 #include <vector>
 
-#include "api/chat_prompt.h"
+#include "api/chat_route.h"
 #include "api/handlers.h"
-#include "api/responses_types.h"
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "http/sse.h"
+#include "protocol/responses_types.h"
 #include "util/status.h"
 
 namespace deepinfer::api {

@@ -7,11 +7,11 @@
 #include <functional>
 #include <utility>
 
-#include "api/metrics.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/mutex.h"
+#include "api/metrics.h"
 #include "api/pd_protocol.h"
-#include "engine/prefix_checkpoint.h"
+#include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/client.h"
 #include "http/errors.h"

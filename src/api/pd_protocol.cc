@@ -4,7 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "engine/prefix_checkpoint.h"
+#include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "util/error_codes.h"

@@ -2,7 +2,8 @@
 
 // The bodies of the internal P/D call (api/pd.h): what the decode side sends to
 // POST /internal/pd/prefill and what the prefill side answers. Both sides parse outside input
-// here (tests/fuzz/request_fuzz.cc feeds them arbitrary bytes). No engine code: di_api_protocol.
+// here (tests/fuzz/request_fuzz.cc feeds them arbitrary bytes). Of the engine it reads only the
+// checkpoint file name check (engine/engine.h), which is inline.
 
 #include <cstdint>
 #include <optional>

@@ -25,10 +25,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "api/generation.h"
-#include "api/openai_types.h"
 #include "api/served_model.h"
 #include "engine/engine.h"
 #include "http/server.h"
+#include "protocol/openai_types.h"
 
 namespace deepinfer::api {
 

@@ -16,13 +16,13 @@
 
 #include "api/served_model.h"
 #include "api/server.h"
-#include "api/warmup_file.h"
-#include "engine/prefix_checkpoint.h"
+#include "engine/engine.h"
 #include "fmt/format.h"
 #include "http/client.h"
 #include "http/server.h"
 #include "http/url.h"
 #include "model/model.h"
+#include "protocol/warmup_file.h"
 #include "spdlog/spdlog.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/model_text.h"
@@ -294,54 +294,72 @@ absl::StatusOr<std::vector<std::string>> LoadApiKeys(const ServeOptions& o) {
 
 }  // namespace
 
-absl::Status Serve(ServeOptions o) {
+namespace {
+
+// What the first phase reads and checks, before anything slow.
+struct StartPlan {
+  std::string served_name;
+  std::vector<std::string> api_keys;
+  std::vector<WarmupRequest> warmup;
+  std::shared_ptr<engine::CheckpointStore> checkpoints;  // null: none
+};
+
+// The model file and the name it is served under.
+// Errors: NotFound "no_model" when none is named and the default is not there.
+absl::Status ResolveModel(ServeOptions& o, StartPlan* plan) {
   if (o.model.empty()) {
     absl::StatusOr<std::string> path = DefaultModelPath();
     if (!path.ok()) return Failed("cannot start", path.status());
     o.model = *std::move(path);
     spdlog::info("no --model given: serving the default model {}", o.model);
   }
-  const std::string served_name =
+  plan->served_name =
       o.served_model_name.empty() ? DefaultServedName(o.model) : o.served_model_name;
-  // Batch telemetry from the environment: a missing folder or a reused run id stops the start
-  // before anything slow.
+  return absl::OkStatus();
+}
+
+// Batch telemetry from the environment: a missing folder or a reused run id stops the start.
+// Errors: InvalidArgument "bad_telemetry".
+absl::Status CheckTelemetry(ServeOptions& o) {
   absl::StatusOr<engine::TelemetryConfig> telemetry = engine::TelemetryConfigFromEnv();
   if (!telemetry.ok()) return Failed("bad batch telemetry settings", telemetry.status());
   o.engine.telemetry = *telemetry;
-  if (telemetry->enabled()) {
-    for (int32_t r = 0; r < o.data_parallel_size; ++r) {
-      const std::string path = engine::TelemetryPath(*telemetry, r);
-      struct stat st;
-      if (::stat(path.c_str(), &st) == 0) {
-        return Failed("bad batch telemetry settings",
-                      InvalidArgumentError(util::codes::kBadTelemetry,
-                                fmt::format("{} exists: DEEPINFER_BATCH_TELEMETRY_RUN_ID {} was "
-                                            "used by an earlier run; give each run a new id",
-                                            path, telemetry->run_id)));
-      }
+  if (!telemetry->enabled()) return absl::OkStatus();
+  for (int32_t r = 0; r < o.data_parallel_size; ++r) {
+    const std::string path = engine::TelemetryPath(*telemetry, r);
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0) {
+      return Failed("bad batch telemetry settings",
+                    InvalidArgumentError(util::codes::kBadTelemetry,
+                                         fmt::format("{} exists: DEEPINFER_BATCH_TELEMETRY_RUN_ID "
+                                                     "{} was used by an earlier run; give each "
+                                                     "run a new id",
+                                                     path, telemetry->run_id)));
     }
   }
-  // API keys before anything slow: a missing key file, or an open non-loopback address, stops
-  // the start at once.
-  absl::StatusOr<std::vector<std::string>> keys = LoadApiKeys(o);
-  if (!keys.ok()) return Failed("bad API key settings", keys.status());
-  const std::vector<std::string> api_keys = *std::move(keys);
-  // The warm-up file is read and checked before anything slow, so a typo costs no model load.
-  std::vector<WarmupRequest> warmup;
-  if (!o.warmup_file.empty()) {
-    absl::StatusOr<std::string> text = util::ReadFile(o.warmup_file);
-    if (!text.ok()) {
-      return Failed("cannot read --warmup-file",
-                    InvalidArgumentError(util::codes::kBadWarmup,
-                                         fmt::format("{}: {}", o.warmup_file,
-                                                     std::string(text.status().message()))));
-    }
-    absl::StatusOr<std::vector<WarmupRequest>> parsed = ParseWarmupFile(*text);
-    if (!parsed.ok()) return Failed("bad --warmup-file", parsed.status());
-    warmup = *std::move(parsed);
-  }
+  return absl::OkStatus();
+}
 
-  // Prefill/decode disaggregation: every setting checked before anything slow.
+// The warm-up file, read and checked so that a typo costs no model load. Empty without one.
+// Errors: InvalidArgument "bad_warmup".
+absl::StatusOr<std::vector<WarmupRequest>> ReadWarmup(const ServeOptions& o) {
+  if (o.warmup_file.empty()) return std::vector<WarmupRequest>();
+  absl::StatusOr<std::string> text = util::ReadFile(o.warmup_file);
+  if (!text.ok()) {
+    return Failed("cannot read --warmup-file",
+                  InvalidArgumentError(util::codes::kBadWarmup,
+                                       fmt::format("{}: {}", o.warmup_file,
+                                                   std::string(text.status().message()))));
+  }
+  absl::StatusOr<std::vector<WarmupRequest>> parsed = ParseWarmupFile(*text);
+  if (!parsed.ok()) return Failed("bad --warmup-file", parsed.status());
+  return parsed;
+}
+
+// The checkpoint store of a P/D role (--pd-checkpoint-dir) or of --prefix-checkpoint-dir, set
+// into o.engine; null when neither is asked for.
+// Errors: those of CheckPdOptions and engine::CheckpointStore::Open.
+absl::StatusOr<std::shared_ptr<engine::CheckpointStore>> OpenCheckpoints(ServeOptions& o) {
   if (absl::Status st = CheckPdOptions(o); !st.ok()) return Failed("bad P/D settings", st);
   std::shared_ptr<engine::CheckpointStore> checkpoints;
   if (o.pd.role != PdRole::kCombined) {
@@ -373,18 +391,42 @@ absl::Status Serve(ServeOptions o) {
                  o.prefix_checkpoint_dir, checkpoints->bytes() >> 20, o.checkpoint_max_bytes >> 20,
                  o.engine.model_revision, o.engine.checkpoint_min_tokens);
   }
+  return checkpoints;
+}
 
-  // Every thread created from here on inherits the mask, so only sigtimedwait sees the signals.
+// Phase 1: every setting and file checked before anything slow: the model's path, batch
+// telemetry, API keys (a missing key file, or an open non-loopback address, stops the start at
+// once), the warm-up file and the P/D and checkpoint settings. Each failure is logged.
+absl::StatusOr<StartPlan> CheckSettings(ServeOptions& o) {
+  StartPlan plan;
+  DI_RETURN_IF_ERROR(ResolveModel(o, &plan));
+  DI_RETURN_IF_ERROR(CheckTelemetry(o));
+  absl::StatusOr<std::vector<std::string>> keys = LoadApiKeys(o);
+  if (!keys.ok()) return Failed("bad API key settings", keys.status());
+  plan.api_keys = *std::move(keys);
+  DI_ASSIGN_OR_RETURN(plan.warmup, ReadWarmup(o));
+  DI_ASSIGN_OR_RETURN(plan.checkpoints, OpenCheckpoints(o));
+  return plan;
+}
+
+// Phase 2: SIGINT and SIGTERM blocked; every thread created from here on inherits the mask, so
+// only sigtimedwait sees them. SIGPIPE is ignored.
+sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
 
-  ApiServer routes;
+// Phase 3: the port bound and the routes answering (/health is 503 until a model is served).
+// Errors: those of http::Server::Start, logged.
+absl::StatusOr<std::unique_ptr<http::Server>> Listen(const ServeOptions& o,
+                                                     const StartPlan& plan, ApiServer& routes) {
   routes.set_log_requests(o.log_requests);
-  routes.SetApiKeys(http::ApiKeySet(api_keys), o.metrics_without_key);
+  routes.SetApiKeys(http::ApiKeySet(plan.api_keys), o.metrics_without_key);
   http::ServerOptions http_options;
   http_options.host = o.host;
   http_options.port = o.port;
@@ -403,137 +445,163 @@ absl::Status Serve(ServeOptions o) {
   if (!server.ok()) return Failed("cannot listen", server.status());
   routes.SetHttpServer(server->get());
   spdlog::info("listening on http://{}:{}, loading {}", o.host, (*server)->port(), o.model);
+  return server;
+}
 
+// The model with its tokenizer, chat encoder, grammar compiler and engine. Members are destroyed
+// in reverse order: the engine first.
+struct LoadedModel {
+  std::unique_ptr<model::Model> model;
+  tokenizer::ModelText text;
+  std::unique_ptr<constraint::GrammarCompiler> grammar;
+  std::unique_ptr<engine::Engine> engine;
+};
+
+// Phase 4: the model loaded, its tokenizer, chat encoder and Engram token classes built, one
+// grammar compiler for its vocabulary (structured outputs), and the engine ranks started.
+// Errors: those of model::LoadModel, tokenizer::LoadModelText and the engine, logged.
+absl::StatusOr<LoadedModel> LoadModelAndEngine(const ServeOptions& o) {
+  LoadedModel loaded;
   auto model = model::LoadModel(o.model, o.tokenizer);
   if (!model.ok()) return Failed("cannot load model", model.status());
-  auto text = tokenizer::LoadModelText(**model, o.chat_template);
+  loaded.model = *std::move(model);
+  auto text = tokenizer::LoadModelText(*loaded.model, o.chat_template);
   if (!text.ok()) return Failed("cannot build tokenizer or chat template", text.status());
-  if (auto st = tokenizer::AttachEngramTokenClasses(*text->tokenizer, model->get()); !st.ok()) {
+  loaded.text = *std::move(text);
+  if (auto st = tokenizer::AttachEngramTokenClasses(*loaded.text.tokenizer, loaded.model.get());
+      !st.ok()) {
     return Failed("cannot build the Engram token classes", st);
   }
-  // Structured outputs: one grammar compiler for the model's vocabulary (its logits' width).
-  std::unique_ptr<constraint::GrammarCompiler> grammar = constraint::GrammarCompiler::Create(
-      *text->tokenizer, std::max((*model)->config.vocab, text->tokenizer->vocab_size()));
-  auto engine = engine::CreateDataParallelEngine(**model, o.engine, o.data_parallel_size,
+  // The compiler's vocabulary is the model's logits' width.
+  loaded.grammar = constraint::GrammarCompiler::Create(
+      *loaded.text.tokenizer,
+      std::max(loaded.model->config.vocab, loaded.text.tokenizer->vocab_size()));
+  auto engine = engine::CreateDataParallelEngine(*loaded.model, o.engine, o.data_parallel_size,
                                                  o.data_parallel_cores);
   if (!engine.ok()) return Failed("cannot start engine", engine.status());
+  loaded.engine = *std::move(engine);
+  return loaded;
+}
 
+// Phase 5: what every route sees of the loaded model.
+ServedModel MakeServedModel(const ServeOptions& o, const StartPlan& plan,
+                            const LoadedModel& loaded, ApiServer& routes) {
   ServedModel served;
-  served.engine = engine->get();
-  served.tokenizer = text->tokenizer.get();
-  served.chat_template = text->chat_template.get();
-  served.served_model_name = served_name;
-  served.max_model_len = (*engine)->max_model_len();
+  served.engine = loaded.engine.get();
+  served.tokenizer = loaded.text.tokenizer.get();
+  served.chat_template = loaded.text.chat_template.get();
+  served.served_model_name = plan.served_name;
+  served.max_model_len = loaded.engine->max_model_len();
   served.max_output_tokens = std::max(1, std::min(o.max_output_tokens, served.max_model_len));
   served.created_unix = UnixNow();
   served.force_include_usage = o.force_include_usage;
   served.metrics = &routes.metrics();
-  served.checkpoints = checkpoints.get();
+  served.checkpoints = plan.checkpoints.get();
   served.pd = o.pd.role != PdRole::kCombined ? &o.pd : nullptr;
-  served.grammar = grammar.get();
-  routes.set_warming_up(!warmup.empty());
-  routes.SetServedModel(&served);
+  served.grammar = loaded.grammar.get();
+  return served;
+}
 
-  // Stops the HTTP server; when a connection is stuck in a write to a client that does not
-  // read, exits at once with `exit_code` instead of waiting for it.
-  auto stop_server_or_exit = [&](int exit_code) {
-    if ((*server)->Stop(5000)) return;
-    spdlog::warn("{} connection(s) still open; exiting anyway", (*server)->num_connections());
-    spdlog::default_logger()->flush();
-    std::_Exit(exit_code);
-  };
+// Stops the HTTP server; when a connection is stuck in a write to a client that does not read,
+// exits at once with `exit_code` instead of waiting for it.
+void StopServerOrExit(http::Server& server, int exit_code) {
+  if (server.Stop(5000)) return;
+  spdlog::warn("{} connection(s) still open; exiting anyway", server.num_connections());
+  spdlog::default_logger()->flush();
+  std::_Exit(exit_code);
+}
 
+// Phase 6: the warm-up requests, on a thread of their own so that a signal still stops the
+// start at once. Returns the signal that stopped it (the server is then stopped), or 0.
+// Errors: those of RunWarmup (InvalidArgument "bad_warmup"), logged.
+absl::StatusOr<int> WarmUp(const ServeOptions& o, const StartPlan& plan, http::Server& server,
+                           const engine::Engine& engine, const sigset_t& signals) {
+  spdlog::info("warm-up: {} request(s) from {}{}; /health is 503 warming_up until they finish",
+               plan.warmup.size(), o.warmup_file,
+               engine.num_ranks() > 1 ? fmt::format(", on each of {} ranks", engine.num_ranks())
+                                      : "");
+  const auto started = std::chrono::steady_clock::now();
+  std::atomic<bool> done{false};
+  absl::Status result;
+  std::thread runner([&] {
+    result = RunWarmup(plan.warmup, o.host, server.port(), engine.num_ranks(),
+                       plan.api_keys.empty() ? std::string_view() : plan.api_keys.front());
+    done.store(true, std::memory_order_release);
+  });
   int sig = 0;
-  while (!(*engine)->ready() && sig == 0) {
+  while (!done.load(std::memory_order_acquire) && sig == 0) {
     sig = WaitForSignal(signals, std::chrono::milliseconds(20));
   }
-  if (sig == 0 && !warmup.empty()) {
-    // On a thread of its own, so that a signal still stops the start at once.
-    spdlog::info("warm-up: {} request(s) from {}{}; /health is 503 warming_up until they finish",
-                 warmup.size(), o.warmup_file,
-                 (*engine)->num_ranks() > 1
-                     ? fmt::format(", on each of {} ranks", (*engine)->num_ranks())
-                     : "");
-    const auto started = std::chrono::steady_clock::now();
-    std::atomic<bool> done{false};
-    absl::Status result;
-    std::thread runner([&] {
-      result = RunWarmup(warmup, o.host, (*server)->port(), (*engine)->num_ranks(),
-                         api_keys.empty() ? std::string_view() : api_keys.front());
-      done.store(true, std::memory_order_release);
-    });
-    while (!done.load(std::memory_order_acquire) && sig == 0) {
-      sig = WaitForSignal(signals, std::chrono::milliseconds(20));
-    }
-    if (sig != 0) {
-      // Stopping the server ends the runner's request (its connection closes).
-      spdlog::info("signal {} during the warm-up, shutting down", sig);
-      stop_server_or_exit(0);
-      runner.join();
-      server->reset();
-      engine->reset();
-      return absl::OkStatus();
-    }
+  if (sig != 0) {
+    // Stopping the server ends the runner's request (its connection closes).
+    spdlog::info("signal {} during the warm-up, shutting down", sig);
+    StopServerOrExit(server, 0);
     runner.join();
-    if (!result.ok()) {
-      absl::Status failed = Failed("warm-up failed", result);
-      stop_server_or_exit(2);
-      server->reset();
-      engine->reset();
-      return failed;
-    }
-    spdlog::info("warm-up: done in {:.1f} s",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    routes.set_warming_up(false);
+    return sig;
   }
-  if (sig == 0) {
-    std::string url = fmt::format("http://{}:{}", o.host, (*server)->port());
-    spdlog::info("serving {} on {} (ready)", served_name, url);
-    spdlog::info("context {} tokens, {} chat template", served.max_model_len,
-                 text->chat_template->name());
-    const int64_t per_token = (*engine)->kv_bytes_per_token();
-    spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
-                 (*engine)->kv_capacity_tokens(), per_token, per_token / 1024.0,
-                 kernels::KvDtypeName(o.engine.kv_cache_dtype), (*engine)->numerics_name());
-    if ((*engine)->draft_tokens_per_step() > 0) {
-      spdlog::info("speculative decoding: {} drafter, up to {} draft tokens per step",
-                   (*engine)->drafter_name(), (*engine)->draft_tokens_per_step());
-    }
-    if (o.engine.telemetry.enabled()) {
-      spdlog::info("batch telemetry: {} (one file per rank)",
-                   engine::TelemetryPath(o.engine.telemetry, 0));
-    }
-    if (const int32_t ranks = (*engine)->num_ranks(); ranks > 1) {
-      spdlog::info(
-          "data-parallel: {} ranks, each with its own scheduler, KV cache ({} tokens) and prefix "
-          "cache, {}; requests pinned by X-data-parallel-rank, else routed to the rank holding "
-          "their longest cached prefix, else the least loaded",
-          ranks, (*engine)->kv_capacity_tokens() / ranks,
-          o.data_parallel_cores == engine::DataParallelCores::kSplit
-              ? "the threads split between them"
-              : "all threads to each rank in turn");
-    }
-    if ((*engine)->kv_window_cache_bytes() > 0) {
-      spdlog::info(
-          "window cache: {:.1f} MiB shared by the running sequences (each keeps the blocks of "
-          "its last {} positions and its step's chunk; the rest holds finished windows for "
-          "prefix hits)",
-          (*engine)->kv_window_cache_bytes() / 1048576.0, (*engine)->kv_window_tokens());
-    }
+  runner.join();
+  if (!result.ok()) return Failed("warm-up failed", result);
+  spdlog::info("warm-up: done in {:.1f} s",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return 0;
+}
+
+// Phase 7: the "ready" line and what the operator needs to know about the running engine.
+void LogReady(const ServeOptions& o, const ServedModel& served, const LoadedModel& loaded,
+              int port) {
+  const engine::Engine& engine = *loaded.engine;
+  std::string url = fmt::format("http://{}:{}", o.host, port);
+  spdlog::info("serving {} on {} (ready)", served.served_model_name, url);
+  spdlog::info("context {} tokens, {} chat template", served.max_model_len,
+               loaded.text.chat_template->name());
+  const int64_t per_token = engine.kv_bytes_per_token();
+  spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
+               engine.kv_capacity_tokens(), per_token, per_token / 1024.0,
+               kernels::KvDtypeName(o.engine.kv_cache_dtype), engine.numerics_name());
+  if (engine.draft_tokens_per_step() > 0) {
+    spdlog::info("speculative decoding: {} drafter, up to {} draft tokens per step",
+                 engine.drafter_name(), engine.draft_tokens_per_step());
+  }
+  if (o.engine.telemetry.enabled()) {
+    spdlog::info("batch telemetry: {} (one file per rank)",
+                 engine::TelemetryPath(o.engine.telemetry, 0));
+  }
+  if (const int32_t ranks = engine.num_ranks(); ranks > 1) {
     spdlog::info(
-        "try: curl {}/v1/chat/completions -H 'Content-Type: application/json' "
-        "-d '{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'",
-        url, served_name);
+        "data-parallel: {} ranks, each with its own scheduler, KV cache ({} tokens) and prefix "
+        "cache, {}; requests pinned by X-data-parallel-rank, else routed to the rank holding "
+        "their longest cached prefix, else the least loaded",
+        ranks, engine.kv_capacity_tokens() / ranks,
+        o.data_parallel_cores == engine::DataParallelCores::kSplit
+            ? "the threads split between them"
+            : "all threads to each rank in turn");
   }
-  // One stats line per rank (prefixed "rank=K") when there are several.
-  const int32_t ranks = (*engine)->num_ranks();
+  if (engine.kv_window_cache_bytes() > 0) {
+    spdlog::info(
+        "window cache: {:.1f} MiB shared by the running sequences (each keeps the blocks of "
+        "its last {} positions and its step's chunk; the rest holds finished windows for "
+        "prefix hits)",
+        engine.kv_window_cache_bytes() / 1048576.0, engine.kv_window_tokens());
+  }
+  spdlog::info(
+      "try: curl {}/v1/chat/completions -H 'Content-Type: application/json' "
+      "-d '{{\"model\":\"{}\",\"messages\":[{{\"role\":\"user\",\"content\":\"Hello!\"}}]}}'",
+      url, served.served_model_name);
+}
+
+// Phase 8: serving until SIGINT or SIGTERM, with one stats line every log_stats_interval_s (per
+// rank, prefixed "rank=K", when there are several). Returns the signal.
+int ServeUntilSignal(const ServeOptions& o, const engine::Engine& engine,
+                     const sigset_t& signals) {
+  const int32_t ranks = engine.num_ranks();
   auto snapshot = [&] {
     std::vector<engine::EngineStats> all;
-    for (int32_t r = 0; r < ranks; ++r) all.push_back((*engine)->RankStats(r));
+    for (int32_t r = 0; r < ranks; ++r) all.push_back(engine.RankStats(r));
     return all;
   };
   auto last_at = std::chrono::steady_clock::now();
   std::vector<engine::EngineStats> last = snapshot();
+  int sig = 0;
   while (sig == 0) {
     sig = WaitForSignal(signals, std::chrono::milliseconds(1000));
     if (o.log_stats_interval_s <= 0) continue;
@@ -549,12 +617,47 @@ absl::Status Serve(ServeOptions o) {
     last = std::move(current);
     last_at = now;
   }
+  return sig;
+}
 
+}  // namespace
+
+absl::Status Serve(ServeOptions o) {
+  DI_ASSIGN_OR_RETURN(const StartPlan plan, CheckSettings(o));
+  const sigset_t signals = BlockStopSignals();
+  ApiServer routes;
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<http::Server> server, Listen(o, plan, routes));
+  DI_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndEngine(o));
+  ServedModel served = MakeServedModel(o, plan, loaded, routes);
+  routes.set_warming_up(!plan.warmup.empty());
+  routes.SetServedModel(&served);
+  // The server goes before the engine its handlers use.
+  auto shut_down = [&](absl::Status status) {
+    server.reset();
+    loaded.engine.reset();
+    return status;
+  };
+
+  int sig = 0;
+  while (!loaded.engine->ready() && sig == 0) {
+    sig = WaitForSignal(signals, std::chrono::milliseconds(20));
+  }
+  if (sig == 0 && !plan.warmup.empty()) {
+    absl::StatusOr<int> warm = WarmUp(o, plan, *server, *loaded.engine, signals);
+    if (!warm.ok()) {
+      StopServerOrExit(*server, 2);
+      return shut_down(warm.status());
+    }
+    if (*warm != 0) return shut_down(absl::OkStatus());  // the server is stopped
+    routes.set_warming_up(false);
+  }
+  if (sig == 0) {
+    LogReady(o, served, loaded, server->port());
+    sig = ServeUntilSignal(o, *loaded.engine, signals);
+  }
   spdlog::info("signal {}, shutting down", sig);
-  stop_server_or_exit(0);
-  server->reset();
-  engine->reset();
-  return absl::OkStatus();
+  StopServerOrExit(*server, 0);
+  return shut_down(absl::OkStatus());
 }
 
 }  // namespace deepinfer::api

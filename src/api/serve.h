@@ -12,7 +12,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "api/pd.h"
-#include "engine/data_parallel.h"
 #include "engine/engine.h"
 
 namespace deepinfer::api {
@@ -37,14 +36,14 @@ struct ServeOptions {
   bool allow_unauthenticated = false;
   bool metrics_without_key = false;
   double log_stats_interval_s = 10;  // 0: no stats lines
-  // Request bodies (api/warmup_file.h) run after the model loads, before /health answers 200;
+  // Request bodies (protocol/warmup_file.h) run after the model loads, before /health answers 200;
   // "" = none.
   std::string warmup_file;
-  // Engine ranks over one copy of the weights (engine/data_parallel.h); 1: one engine.
+  // Engine ranks over one copy of the weights (engine::CreateDataParallelEngine); 1: one engine.
   int32_t data_parallel_size = 1;
   // How the ranks share --threads: split between them, or all of them to each rank in turn.
   engine::DataParallelCores data_parallel_cores = engine::DataParallelCores::kSplit;
-  // Persistent prefix checkpoints (engine/prefix_checkpoint.h): an existing folder, "" = off;
+  // Persistent prefix checkpoints (engine::CheckpointStore): an existing folder, "" = off;
   // the files there take at most checkpoint_max_bytes (oldest removed first). The revision and
   // the least prefix length are engine.model_revision (default: the model's file name and size)
   // and engine.checkpoint_min_tokens.
@@ -62,9 +61,10 @@ struct ServeOptions {
 inline constexpr char kApiKeyEnv[] = "DEEPINFER_API_KEY";
 
 // Serves until SIGINT or SIGTERM (which it blocks in every thread it starts, and waits for).
-// Start-up order matters: the port is bound first (a busy port fails in milliseconds, and /health
-// answers 503 while the model loads), then the model, tokenizer and engine are created, then the
-// routes go live and one "ready" line is logged.
+// Start-up runs in named phases, in an order that matters: every setting and file is checked
+// first (nothing slow yet), then the port is bound (a busy port fails in milliseconds, and
+// /health answers 503 while the model loads), then the model, tokenizer and engine are created,
+// the routes go live, the warm-up requests run, and one "ready" line is logged.
 // Errors: every failure is logged first as one line naming its stage ("cannot listen", "cannot
 //   load model", ...), then returned: Unavailable "bind_failed", InvalidArgument "bad_address",
 //   NotFound "no_model", InvalidArgument "bad_warmup" (the warm-up file is unreadable or

@@ -10,10 +10,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "api/openai_types.h"
 #include "constraint/grammar.h"
 #include "engine/engine.h"
 #include "http/server.h"
+#include "protocol/openai_types.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json.h"

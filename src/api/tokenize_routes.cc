@@ -4,9 +4,9 @@
 // Source: vLLM entrypoints/openai protocol (TokenizeCompletionRequest, TokenizeChatRequest,
 //   TokenizeResponse {count, max_model_len, tokens, token_strs}, DetokenizeResponse {prompt}).
 
-#include "api/chat_prompt.h"
 #include "api/handlers.h"
 #include "http/errors.h"
+#include "protocol/chat_prompt.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -34,8 +34,9 @@ absl::Status RunTokenize(const ServedModel& model, const http::Request& http_req
                                        *request.add_special_tokens && model.tokenizer->add_bos());
     } else {
       // The same tokens a chat request with these messages, tools and options is charged for.
-      DI_ASSIGN_OR_RETURN(ChatPrompt chat, RenderChatPrompt(model, request.messages,
-                                                            ChatOptionsFor(request.extras)));
+      DI_ASSIGN_OR_RETURN(ChatPrompt chat,
+                          RenderChatPrompt(*model.tokenizer, *model.chat_template,
+                                           request.messages, ChatOptionsFor(request.extras)));
       tokens = std::move(chat.tokens);
     }
   } else {

@@ -16,32 +16,6 @@
 // Source: vLLM --data-parallel-size and its X-data-parallel-rank header; SGLang's cache-aware
 // DP controller (../shared/research/engine-anchors.md 2.5, 2.11).
 
-#include <cstdint>
-#include <memory>
-
-#include "absl/status/statusor.h"
+// DataParallelCores and CreateDataParallelEngine are declared in engine/engine.h, the engine's
+// one public header; this header documents how they route.
 #include "engine/engine.h"
-#include "model/model.h"
-
-namespace deepinfer::engine {
-
-// How the ranks share the cores.
-enum class DataParallelCores {
-  // Each rank gets num_threads / ranks worker threads (at least one) and steps on its own.
-  kSplit,
-  // Every rank gets all num_threads threads and the ranks step one at a time (a shared lock
-  // around each step).
-  kTurns,
-};
-
-// Creates `ranks` engines from `options`, which apply per rank except:
-//   kv_cache_memory_bytes / kv_cache_tokens: the total, split evenly between the ranks;
-//   num_threads: the process's threads (0: hardware concurrency), shared as `cores` says.
-// ranks == 1 gives a plain engine with pinning to rank 0 accepted.
-// Errors: those of Engine::Create; InvalidArgument "bad_option" for ranks < 1 or > 64.
-// Threads: as Engine; Submit may be called from any thread.
-absl::StatusOr<std::unique_ptr<Engine>> CreateDataParallelEngine(
-    const model::Model& model, const EngineOptions& options, int32_t ranks,
-    DataParallelCores cores = DataParallelCores::kSplit);
-
-}  // namespace deepinfer::engine

@@ -6,31 +6,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "util/sampling_params.h"
 
 namespace deepinfer::engine {
 
-// Per-request sampling settings, validated at the API boundary.
-//
-// Units: temperature >= 0 (0 means greedy); top_p in (0, 1]; min_p in [0, 1]; top_k <= 0 means
-//   off; repetition_penalty > 0 (1 means off); presence/frequency penalties in [-2, 2].
-// Source: OpenAI API reference (presence/frequency penalty, logit_bias); vLLM SamplingParams
-//   (top_k, min_p, repetition_penalty semantics: repetition over prompt and output, presence and
-//   frequency over output only); Keskar et al. 2019 (repetition penalty).
-struct SamplingParams {
-  float temperature = 1.0f;
-  float top_p = 1.0f;
-  int32_t top_k = 0;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  std::vector<std::pair<int32_t, float>> logit_bias;
-  uint64_t seed = 0;
-  bool has_seed = false;
-  int32_t num_top_logprobs = -1;  // -1: no logprobs; 0..20: chosen token (+ that many top ones)
-
-  bool greedy() const { return temperature <= 0.0f; }
-};
+// Per-request sampling settings (util/sampling_params.h: the protocol layer validates them, the
+// engine reads them).
+using SamplingParams = util::SamplingParams;
 
 // One sampled token with its log-probability under the model's unmodified distribution.
 struct SampledToken {

@@ -321,175 +321,207 @@ void Gateway::Handle(const http::Request& request, http::ResponseWriter& writer)
   HandleProxy(request, writer, extra, start);
 }
 
+// One proxied request on its way through HandleProxy's parts: where it came from, what the
+// metrics get (the routing part once the request is with its backend, the rest when it ends),
+// its session's binding, and the key lease and backend slot it holds until it ends.
+struct Gateway::ProxyCall {
+  ProxyCall(const http::Request& request, http::ResponseWriter& writer,
+            const http::Headers& extra, Clock::time_point start)
+      : request(request), writer(writer), extra(extra), start(start),
+        client_gone([&writer] { return writer.PeerClosed(); }) {}
+
+  const http::Request& request;
+  http::ResponseWriter& writer;
+  const http::Headers& extra;  // front(): the x-request-id
+  const Clock::time_point start;
+  const std::function<bool()> client_gone;
+  ProxiedRequest record;
+  std::string served_by;  // the backend's origin once one answered
+  SessionId session;
+  int preferred = -1;    // the session's bound backend, or -1
+  bool bound = false;    // the session had a binding
+  bool spilled = false;  // the bound backend was only busy, so the session stays home
+  std::unique_ptr<KeyLease> lease;
+  Slot slot;
+};
+
 void Gateway::HandleProxy(const http::Request& request, http::ResponseWriter& writer,
                           const http::Headers& extra, Clock::time_point start) {
-  // What the metrics get: the routing part once the request is with its backend (on_sent), the
-  // rest when it ends; nothing on the way to the backend.
-  ProxiedRequest record;
-  std::string served_by;
-  auto finish = [&](int status) {
-    record.status = status;
-    record.backend = served_by;
-    record.duration_seconds = SecondsSince(start);
-    metrics_.RecordProxied(record);
-    if (!options_.log_requests) return;
-    spdlog::info(
-        "request {} {} {} {:.1f}ms key={} backend={} affinity={} queue_ms={:.1f} "
-        "x_request_id={}",
-        util::PrintableForLog(request.method), util::PrintableForLog(request.path), status,
-        record.duration_seconds * 1e3, record.key_id.empty() ? "-" : record.key_id,
-        served_by.empty() ? "-" : served_by, record.affinity.empty() ? "none" : record.affinity,
-        record.queue_wait_seconds.value_or(0) * 1e3, util::PrintableForLog(extra.front().second));
-  };
-  const KeyRecord* const key = Authenticate(request, writer, extra);
-  if (key == nullptr) return finish(writer.status());
-  record.key_id = key->id;
-  if (request.path == "/v1/models" && (request.method == "GET" || request.method == "HEAD")) {
-    HandleModels(writer, extra);
-    return finish(writer.status());
-  }
+  ProxyCall call(request, writer, extra, start);
+  FinishProxy(call, Proxy(call));
+}
 
+int Gateway::Proxy(ProxyCall& call) {
+  const KeyRecord* const key = Authenticate(call.request, call.writer, call.extra);
+  if (key == nullptr) return call.writer.status();
+  call.record.key_id = key->id;
+  if (call.request.path == "/v1/models" &&
+      (call.request.method == "GET" || call.request.method == "HEAD")) {
+    HandleModels(call.writer, call.extra);
+    return call.writer.status();
+  }
   BodyInfo body;
-  if (!request.body.empty()) body = InspectBody(request.body);
+  if (!call.request.body.empty()) body = InspectBody(call.request.body);
   if (absl::Status check = PreCheck(body, options_.limits); !check.ok()) {
     metrics_.RecordRejection(util::codes::kContextLengthExceeded);
-    RespondError(writer, extra, check);
-    return finish(writer.status());
+    RespondError(call.writer, call.extra, check);
+    return call.writer.status();
   }
+  if (std::optional<int> refused = LeaseKey(*key, call)) return *refused;
+  FindSession(*key, body, call);
 
-  std::unique_ptr<KeyLease> lease;
-  if (key->max_concurrent > 0) {
-    std::string name = "key:" + key->id;
-    absl::StatusOr<int> got = counters_->TryAcquire({name}, key->max_concurrent);
-    if (!got.ok() || *got < 0) {
-      bool state_error = !got.ok();
-      metrics_.RecordRejection(state_error ? util::codes::kSharedStateUnavailable
-                                           : util::codes::kKeyConcurrencyExceeded);
-      RespondError(writer, extra,
-                   state_error ? AdmitError(AdmitResult::kStateError, options_.flow)
-                               : ResourceExhaustedError(
-                                     util::codes::kKeyConcurrencyExceeded,
-                                     fmt::format("Key '{}' already has {} requests in flight.",
-                                                 key->id, key->max_concurrent)),
-                   1);
-      return finish(writer.status());
-    }
-    lease = std::make_unique<KeyLease>(counters_.get(), name);
-  }
-
-  SessionId session = ExtractSession(key->id, request.Header(options_.session_header), body);
-  int preferred = -1;
-  bool bound = false;
-  if (!session.key.empty()) {
-    auto found = bindings_->Lookup(session.key, UnixMillis());
-    if (found.ok() && found->has_value()) {
-      bound = true;
-      preferred = backends_->IndexOf(**found);
-    }
-  }
-
-  const std::function<bool()> client_gone = [&writer] { return writer.PeerClosed(); };
-  AcquireResult admit = flow_->Acquire({preferred, -1}, client_gone);
-  record.queue_wait_seconds = admit.waited_seconds;
-  if (admit.result == AdmitResult::kCancelled) {
-    metrics_.RecordCancellation("queued");
-    writer.Abort();
-    return finish(499);
-  }
-  if (admit.result != AdmitResult::kOk) {
-    metrics_.RecordRejection(RejectionReason(admit.result));
-    RespondError(writer, extra, AdmitError(admit.result, options_.flow),
-                 flow_->RetryAfterSeconds());
-    return finish(writer.status());
-  }
-
-  Slot slot = std::move(admit.slot);
-  // The session's binding is written once the request is with its backend (ProxyRequest's
-  // on_sent), while the backend works: a bound session's lookup above is all the routing needs,
-  // and a binding store write (a Redis round trip with --state) then adds nothing to latency.
-  // `spilled`: the bound backend was only busy, so the session stays home.
-  bool spilled = admit.spilled;
-  auto on_sent = [&] {
-    const int backend = slot.backend();
-    if (session.key.empty()) {
-      record.affinity = "none";
-    } else if (!bound) {
-      record.affinity = "new";
-      (void)bindings_->BindIfAbsent(session.key, backends_->address(backend).origin(),
-                                    UnixMillis());
-    } else if (backend == preferred) {
-      record.affinity = "hit";
-    } else if (spilled) {
-      record.affinity = "spill";
-    } else {
-      record.affinity = "rebind";
-      (void)bindings_->Rebind(session.key, backends_->address(backend).origin(), UnixMillis());
-    }
-    metrics_.RecordRouted(record);
-    record.routing_recorded = true;
-  };
-
-  const std::string& request_id = extra.front().second;
-  record.overhead_seconds = std::max(0.0, SecondsSince(start) - admit.waited_seconds);
-  ProxyResult result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra,
-                                    writer, options_.upstream, pool_.get(), on_sent);
+  AcquireResult admit = flow_->Acquire({call.preferred, -1}, call.client_gone);
+  call.record.queue_wait_seconds = admit.waited_seconds;
+  if (std::optional<int> refused = CheckAdmitted(call, admit.result)) return *refused;
+  call.slot = std::move(admit.slot);
+  call.spilled = admit.spilled;
+  call.record.overhead_seconds = std::max(0.0, SecondsSince(call.start) - admit.waited_seconds);
+  ProxyResult result = Forward(call);
   if (result.end == ProxyEnd::kConnectFailed) {
-    // Nothing was sent anywhere (so no binding was written): eject the backend and try once
-    // more elsewhere.
-    const int failed = slot.backend();
-    const std::string& failed_url = backends_->address(failed).origin();
-    std::fprintf(stderr, "deepinfer gateway: %s: connect failed (%s); ejected, retrying\n",
-                 failed_url.c_str(), result.error.c_str());
-    metrics_.RecordBackendError(failed_url, "connect");
-    if (backends_->Eject(failed, result.error, UnixSeconds())) OnHealthChange(failed);
-    slot.Release();
-    metrics_.RecordRetry();
-    AcquireResult again = flow_->Acquire({-1, failed}, client_gone);
-    if (again.result == AdmitResult::kCancelled) {
-      metrics_.RecordCancellation("queued");
-      writer.Abort();
-      return finish(499);
-    }
-    if (again.result != AdmitResult::kOk) {
-      metrics_.RecordRejection(RejectionReason(again.result));
-      RespondError(writer, extra, AdmitError(again.result, options_.flow),
-                   flow_->RetryAfterSeconds());
-      return finish(writer.status());
-    }
-    slot = std::move(again.slot);
-    // A session bound to the failed backend moves to this one; one that had spilled away from
-    // its busy home stays bound there.
-    spilled = bound && preferred != failed && admit.spilled;
-    result = ProxyRequest(backends_->address(slot.backend()), request, request_id, extra, writer,
-                          options_.upstream, pool_.get(), on_sent);
-    if (result.end == ProxyEnd::kConnectFailed) {
-      const int second = slot.backend();
-      metrics_.RecordBackendError(backends_->address(second).origin(), "connect");
-      if (backends_->Eject(second, result.error, UnixSeconds())) OnHealthChange(second);
-      RespondError(writer, extra,
-                   UnavailableError(util::codes::kBackendUnavailable,
-                                    "No backend accepted the connection; retry later."),
-                   flow_->RetryAfterSeconds());
-      return finish(writer.status());
-    }
+    if (std::optional<int> ended = RetryElsewhere(call, admit.spilled, &result)) return *ended;
   }
-  served_by = backends_->address(slot.backend()).origin();
+  call.served_by = backends_->address(call.slot.backend()).origin();
   switch (result.end) {
     case ProxyEnd::kClientGone:
       metrics_.RecordCancellation(result.phase);
-      writer.Abort();
-      return finish(499);
+      call.writer.Abort();
+      return 499;
     case ProxyEnd::kBackendFailed:
     case ProxyEnd::kBackendTimeout:
-      metrics_.RecordBackendError(served_by, result.end == ProxyEnd::kBackendTimeout
-                                                 ? "timeout"
-                                                 : (result.client_started ? "stream" : "reply"));
-      std::fprintf(stderr, "deepinfer gateway: %s: request %s failed: %s\n", served_by.c_str(),
-                   request_id.c_str(), result.error.c_str());
-      return finish(result.status != 0 ? result.status : 502);
+      metrics_.RecordBackendError(call.served_by,
+                                  result.end == ProxyEnd::kBackendTimeout
+                                      ? "timeout"
+                                      : (result.client_started ? "stream" : "reply"));
+      std::fprintf(stderr, "deepinfer gateway: %s: request %s failed: %s\n",
+                   call.served_by.c_str(), call.extra.front().second.c_str(),
+                   result.error.c_str());
+      return result.status != 0 ? result.status : 502;
     default:
-      return finish(result.status);
+      return result.status;
   }
+}
+
+void Gateway::FinishProxy(ProxyCall& call, int status) {
+  ProxiedRequest& record = call.record;
+  record.status = status;
+  record.backend = call.served_by;
+  record.duration_seconds = SecondsSince(call.start);
+  metrics_.RecordProxied(record);
+  if (!options_.log_requests) return;
+  spdlog::info(
+      "request {} {} {} {:.1f}ms key={} backend={} affinity={} queue_ms={:.1f} "
+      "x_request_id={}",
+      util::PrintableForLog(call.request.method), util::PrintableForLog(call.request.path),
+      status, record.duration_seconds * 1e3, record.key_id.empty() ? "-" : record.key_id,
+      call.served_by.empty() ? "-" : call.served_by,
+      record.affinity.empty() ? "none" : record.affinity,
+      record.queue_wait_seconds.value_or(0) * 1e3,
+      util::PrintableForLog(call.extra.front().second));
+}
+
+std::optional<int> Gateway::LeaseKey(const KeyRecord& key, ProxyCall& call) {
+  if (key.max_concurrent <= 0) return std::nullopt;
+  std::string name = "key:" + key.id;
+  absl::StatusOr<int> got = counters_->TryAcquire({name}, key.max_concurrent);
+  if (got.ok() && *got >= 0) {
+    call.lease = std::make_unique<KeyLease>(counters_.get(), name);
+    return std::nullopt;
+  }
+  const bool state_error = !got.ok();
+  metrics_.RecordRejection(state_error ? util::codes::kSharedStateUnavailable
+                                       : util::codes::kKeyConcurrencyExceeded);
+  RespondError(call.writer, call.extra,
+               state_error ? AdmitError(AdmitResult::kStateError, options_.flow)
+                           : ResourceExhaustedError(
+                                 util::codes::kKeyConcurrencyExceeded,
+                                 fmt::format("Key '{}' already has {} requests in flight.",
+                                             key.id, key.max_concurrent)),
+               1);
+  return call.writer.status();
+}
+
+void Gateway::FindSession(const KeyRecord& key, const BodyInfo& body, ProxyCall& call) {
+  call.session = ExtractSession(key.id, call.request.Header(options_.session_header), body);
+  if (call.session.key.empty()) return;
+  auto found = bindings_->Lookup(call.session.key, UnixMillis());
+  if (found.ok() && found->has_value()) {
+    call.bound = true;
+    call.preferred = backends_->IndexOf(**found);
+  }
+}
+
+std::optional<int> Gateway::CheckAdmitted(ProxyCall& call, AdmitResult result) {
+  if (result == AdmitResult::kOk) return std::nullopt;
+  if (result == AdmitResult::kCancelled) {
+    metrics_.RecordCancellation("queued");
+    call.writer.Abort();
+    return 499;
+  }
+  metrics_.RecordRejection(RejectionReason(result));
+  RespondError(call.writer, call.extra, AdmitError(result, options_.flow),
+               flow_->RetryAfterSeconds());
+  return call.writer.status();
+}
+
+void Gateway::RecordRouting(ProxyCall& call) {
+  // The session's binding is written once the request is with its backend, while the backend
+  // works: a bound session's lookup is all the routing needs, and a binding store write (a Redis
+  // round trip with --state) then adds nothing to latency.
+  const int backend = call.slot.backend();
+  ProxiedRequest& record = call.record;
+  if (call.session.key.empty()) {
+    record.affinity = "none";
+  } else if (!call.bound) {
+    record.affinity = "new";
+    (void)bindings_->BindIfAbsent(call.session.key, backends_->address(backend).origin(),
+                                  UnixMillis());
+  } else if (backend == call.preferred) {
+    record.affinity = "hit";
+  } else if (call.spilled) {
+    record.affinity = "spill";
+  } else {
+    record.affinity = "rebind";
+    (void)bindings_->Rebind(call.session.key, backends_->address(backend).origin(),
+                            UnixMillis());
+  }
+  metrics_.RecordRouted(record);
+  record.routing_recorded = true;
+}
+
+ProxyResult Gateway::Forward(ProxyCall& call) {
+  return ProxyRequest(backends_->address(call.slot.backend()), call.request,
+                      call.extra.front().second, call.extra, call.writer, options_.upstream,
+                      pool_.get(), [&] { RecordRouting(call); });
+}
+
+std::optional<int> Gateway::RetryElsewhere(ProxyCall& call, bool first_spilled,
+                                           ProxyResult* result) {
+  // Nothing was sent anywhere (so no binding was written): eject the backend and try once more
+  // elsewhere.
+  const int failed = call.slot.backend();
+  const std::string& failed_url = backends_->address(failed).origin();
+  std::fprintf(stderr, "deepinfer gateway: %s: connect failed (%s); ejected, retrying\n",
+               failed_url.c_str(), result->error.c_str());
+  metrics_.RecordBackendError(failed_url, "connect");
+  if (backends_->Eject(failed, result->error, UnixSeconds())) OnHealthChange(failed);
+  call.slot.Release();
+  metrics_.RecordRetry();
+  AcquireResult again = flow_->Acquire({-1, failed}, call.client_gone);
+  if (std::optional<int> refused = CheckAdmitted(call, again.result)) return refused;
+  call.slot = std::move(again.slot);
+  // A session bound to the failed backend moves to this one; one that had spilled away from its
+  // busy home stays bound there.
+  call.spilled = call.bound && call.preferred != failed && first_spilled;
+  *result = Forward(call);
+  if (result->end != ProxyEnd::kConnectFailed) return std::nullopt;
+  const int second = call.slot.backend();
+  metrics_.RecordBackendError(backends_->address(second).origin(), "connect");
+  if (backends_->Eject(second, result->error, UnixSeconds())) OnHealthChange(second);
+  RespondError(call.writer, call.extra,
+               UnavailableError(util::codes::kBackendUnavailable,
+                                "No backend accepted the connection; retry later."),
+               flow_->RetryAfterSeconds());
+  return call.writer.status();
 }
 
 void Gateway::HandleModels(http::ResponseWriter& writer, const http::Headers& extra) {

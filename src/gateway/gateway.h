@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -120,8 +121,21 @@ class Gateway {
   absl::Status Init();
 
   // Request path (gateway.cc).
+  struct ProxyCall;
+  // A /v1/ request: key, pre-checks, key lease, session, admission, forwarding (with one retry
+  // elsewhere when the backend refuses the connection), then metrics and the request log.
   void HandleProxy(const http::Request& request, http::ResponseWriter& writer,
                    const http::Headers& extra, Clock::time_point start);
+  // HandleProxy's parts. Proxy returns the status answered (499: the client left); the parts
+  // that return a status have answered the client with it, nullopt means go on.
+  int Proxy(ProxyCall& call);
+  void FinishProxy(ProxyCall& call, int status);
+  std::optional<int> LeaseKey(const KeyRecord& key, ProxyCall& call);
+  void FindSession(const KeyRecord& key, const BodyInfo& body, ProxyCall& call);
+  std::optional<int> CheckAdmitted(ProxyCall& call, AdmitResult result);
+  void RecordRouting(ProxyCall& call);
+  ProxyResult Forward(ProxyCall& call);
+  std::optional<int> RetryElsewhere(ProxyCall& call, bool first_spilled, ProxyResult* result);
   void HandleModels(http::ResponseWriter& writer, const http::Headers& extra);
   void RespondError(http::ResponseWriter& writer, const http::Headers& extra,
                     const absl::Status& status, int retry_after_s = 0);

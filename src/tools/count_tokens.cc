@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <map>
 
-#include "api/anthropic_count_tokens.h"
-#include "api/chat_prompt.h"
-#include "api/served_model.h"
 #include "fmt/format.h"
 #include "model/model.h"
+#include "protocol/anthropic_types.h"
+#include "protocol/chat_prompt.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/model_text.h"
 #include "tokenizer/tokenizer.h"
@@ -137,7 +136,7 @@ struct RequestCounter::Impl {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::unique_ptr<tokenizer::ChatTemplate> chat_template;
-  api::ServedModel served;  // only tokenizer and chat_template are set: no engine
+  int32_t window = 0;  // the model's context window, in tokens
   std::string template_name;
 };
 
@@ -154,21 +153,20 @@ absl::StatusOr<std::unique_ptr<RequestCounter>> RequestCounter::Create(
                       tokenizer::LoadModelText(*impl->model, chat_template));
   impl->tokenizer = std::move(text.tokenizer);
   impl->chat_template = std::move(text.chat_template);
-  impl->served.tokenizer = impl->tokenizer.get();
-  impl->served.chat_template = impl->chat_template.get();
-  impl->served.max_model_len = impl->model->config.max_context;
+  impl->window = impl->model->config.max_context;
   impl->template_name = std::string(impl->chat_template->name());
   return std::unique_ptr<RequestCounter>(new RequestCounter(std::move(impl)));
 }
 
-int32_t RequestCounter::model_window() const { return impl_->served.max_model_len; }
+int32_t RequestCounter::model_window() const { return impl_->window; }
 
 const std::string& RequestCounter::template_name() const { return impl_->template_name; }
 
 absl::StatusOr<int64_t> RequestCounter::CountMessages(const std::vector<api::ChatMessage>& messages,
                                                       const tokenizer::ChatOptions& options) const {
   DI_ASSIGN_OR_RETURN(api::ChatPrompt prompt,
-                      api::RenderChatPrompt(impl_->served, messages, options));
+                      api::RenderChatPrompt(*impl_->tokenizer, *impl_->chat_template, messages,
+                                            options));
   return static_cast<int64_t>(prompt.tokens.size());
 }
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/openai_types.h"
+#include "protocol/openai_types.h"
 #include "tokenizer/chat_template.h"
 
 namespace deepinfer::tools {

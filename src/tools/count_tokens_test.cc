@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "api/anthropic_count_tokens.h"
 #include "gtest/gtest.h"
+#include "protocol/anthropic_types.h"
 
 namespace deepinfer::tools {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "api/tool_constraint.h"
 #include "constraint/grammar.h"
+#include "protocol/tool_constraint.h"
 #include "tokenizer/piece_tokenizer_testing.h"
 #include "util/status.h"
 

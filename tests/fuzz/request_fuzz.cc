@@ -7,13 +7,13 @@
 #include <cstdint>
 #include <string_view>
 
-#include "api/anthropic_types.h"
-#include "api/openai_types.h"
 #include "api/pd_protocol.h"
-#include "api/responses_types.h"
-#include "api/warmup_file.h"
 #include "http/errors.h"
 #include "http/sse.h"
+#include "protocol/anthropic_types.h"
+#include "protocol/openai_types.h"
+#include "protocol/responses_types.h"
+#include "protocol/warmup_file.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "api/warmup_file.h"
+#include "protocol/warmup_file.h"
 
 #include "fmt/format.h"
 #include "util/error_codes.h"

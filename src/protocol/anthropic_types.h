@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/openai_types.h"
 #include "http/errors.h"
+#include "protocol/openai_types.h"
 #include "tokenizer/chat_template.h"
 #include "util/json.h"
 

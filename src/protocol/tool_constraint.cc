@@ -1,4 +1,4 @@
-#include "api/tool_constraint.h"
+#include "protocol/tool_constraint.h"
 
 #include <utility>
 

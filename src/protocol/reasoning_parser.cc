@@ -1,9 +1,9 @@
-#include "api/reasoning_parser.h"
+#include "protocol/reasoning_parser.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "api/partial_tag.h"
+#include "protocol/partial_tag.h"
 
 namespace deepinfer::api {
 

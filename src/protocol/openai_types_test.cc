@@ -1,11 +1,11 @@
-#include "api/openai_types.h"
+#include "protocol/openai_types.h"
 
 #include <tuple>
 
-#include "api/anthropic_types.h"
-#include "api/responses_types.h"
 #include "gtest/gtest.h"
 #include "http/errors.h"
+#include "protocol/anthropic_types.h"
+#include "protocol/responses_types.h"
 #include "util/status.h"
 
 namespace deepinfer::api {

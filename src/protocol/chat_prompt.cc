@@ -1,6 +1,5 @@
-#include "api/chat_prompt.h"
+#include "protocol/chat_prompt.h"
 
-#include "api/tool_constraint.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -51,23 +50,25 @@ tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras) {
   return options;
 }
 
-absl::StatusOr<ChatPrompt> RenderChatPrompt(const ServedModel& model,
+absl::StatusOr<ChatPrompt> RenderChatPrompt(const tokenizer::Tokenizer& tokenizer,
+                                            const tokenizer::ChatTemplate& chat_template,
                                             const std::vector<ChatMessage>& messages,
                                             const tokenizer::ChatOptions& options) {
-  DI_ASSIGN_OR_RETURN(std::string text, tokenizer::RenderChat(*model.chat_template,
-                                                              EncoderMessages(messages), options));
+  DI_ASSIGN_OR_RETURN(std::string text,
+                      tokenizer::RenderChat(chat_template, EncoderMessages(messages), options));
   ChatPrompt prompt;
   // Templates that write the BOS text themselves (DeepSeek) must not get a second BOS.
-  const bool add_bos = model.tokenizer->add_bos() && !model.chat_template->writes_bos();
-  prompt.tokens = model.tokenizer->Encode(text, /*parse_special=*/true, add_bos);
-  prompt.parse_reasoning = model.chat_template->name().starts_with("deepseek");
+  const bool add_bos = tokenizer.add_bos() && !chat_template.writes_bos();
+  prompt.tokens = tokenizer.Encode(text, /*parse_special=*/true, add_bos);
+  prompt.parse_reasoning = chat_template.name().starts_with("deepseek");
   prompt.starts_in_reasoning = prompt.parse_reasoning && PromptOpensReasoning(text);
   return prompt;
 }
 
-ToolCallFormat ToolFormatFor(const ServedModel& model, bool has_tools, bool tools_off) {
+ToolCallFormat ToolFormatFor(const tokenizer::ChatTemplate& chat_template, bool has_tools,
+                             bool tools_off) {
   if (!has_tools || tools_off) return ToolCallFormat::kNone;
-  return ToolCallFormatForTemplate(model.chat_template->name());
+  return ToolCallFormatForTemplate(chat_template.name());
 }
 
 AnswerSplitter::AnswerSplitter(const ChatPrompt& prompt, ToolCallFormat tool_format) {
@@ -99,34 +100,6 @@ AnswerSplitter::Delta AnswerSplitter::Push(std::string_view text, bool last) {
     out.content = std::move(t.content);
     out.calls = std::move(t.calls);
   }
-  return out;
-}
-
-absl::StatusOr<std::vector<std::vector<int32_t>>> ChatPromptRoute::RenderChat(
-    const std::vector<ChatMessage>& messages, const tokenizer::ChatOptions& options,
-    const ToolChoice& tool_choice) {
-  DI_ASSIGN_OR_RETURN(prompt_, RenderChatPrompt(model(), messages, options));
-  tool_format_ = ToolFormatFor(model(), !options.tools.empty(),
-                               tool_choice.mode == ToolChoice::Mode::kNone);
-  const ToolCallFormat model_format =
-      ToolCallFormatForTemplate(model().chat_template->name());
-  DI_ASSIGN_OR_RETURN(tool_constraint_,
-                      ToolChoiceConstraint(model_format, options.tools, tool_choice));
-  return std::vector<std::vector<int32_t>>{prompt_.tokens};
-}
-
-int32_t ChatPromptRoute::ReasoningEndToken() const {
-  return prompt_.starts_in_reasoning ? model().tokenizer->TokenId("</think>") : -1;
-}
-
-std::optional<Route::OutputConstraint> ChatPromptRoute::Constraint() const {
-  std::optional<OutputConstraint> out;
-  if (tool_constraint_.has_value()) {
-    out = OutputConstraint{*tool_constraint_, "tool_choice"};
-  } else if (params().constraint.has_value()) {
-    out = OutputConstraint{*params().constraint, params().constraint_param};
-  }
-  if (out.has_value() && prompt_.starts_in_reasoning) out->spec.reasoning_end = "</think>";
   return out;
 }
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/openai_types.h"
-#include "api/tool_call_parser.h"
 #include "constraint/grammar.h"
+#include "protocol/openai_types.h"
+#include "protocol/tool_call_parser.h"
 
 namespace deepinfer::api {
 

@@ -1,9 +1,9 @@
-#include "api/tool_call_parser.h"
+#include "protocol/tool_call_parser.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "api/partial_tag.h"
+#include "protocol/partial_tag.h"
 #include "tokenizer/python_json.h"
 
 namespace deepinfer::api {

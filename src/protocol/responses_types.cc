@@ -1,4 +1,4 @@
-#include "api/responses_types.h"
+#include "protocol/responses_types.h"
 
 #include <algorithm>
 #include <cstdint>

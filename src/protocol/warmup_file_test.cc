@@ -1,4 +1,4 @@
-#include "api/warmup_file.h"
+#include "protocol/warmup_file.h"
 
 #include <string>
 

@@ -3,7 +3,7 @@
 // missing required arguments and a second call where one is allowed; requests it cannot enforce
 // are clear errors.
 
-#include "api/tool_constraint.h"
+#include "protocol/tool_constraint.h"
 
 #include <string>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "api/openai_types.h"
+#include "protocol/openai_types.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -340,7 +340,7 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
     DI_RETURN_IF_ERROR(ParseTokenArray(*ids, limits, "stop_token_ids", &p->stop_token_ids));
   }
 
-  engine::SamplingParams& s = p->sampling;
+  util::SamplingParams& s = p->sampling;
   std::optional<double> d;
   DI_RETURN_IF_ERROR(f.GetNumber("temperature", &d));
   if (d) {
@@ -786,6 +786,34 @@ absl::StatusOr<DetokenizeRequest> ParseDetokenizeRequest(std::string_view body,
                               "'tokens' is a required property.");
   DI_RETURN_IF_ERROR(ParseTokenArray(*tokens, limits, "tokens", &req.tokens));
   return req;
+}
+
+absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
+                                                     const ParseLimits& limits,
+                                                     int32_t* num_images) {
+  *num_images = 0;
+  DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
+  if (json.is_object()) {
+    auto messages = json.find("messages");
+    if (messages != json.end() && messages->is_array()) {
+      for (util::Json& m : *messages) {
+        if (!m.is_object()) continue;
+        auto content = m.find("content");
+        if (content == m.end() || !content->is_array()) continue;
+        util::Json kept = util::Json::array();
+        for (util::Json& part : *content) {
+          if (IsImagePart(part)) {
+            ++*num_images;
+          } else {
+            kept.push_back(std::move(part));
+          }
+        }
+        // A content of images only renders as an empty text.
+        *content = kept.empty() ? util::Json("") : std::move(kept);
+      }
+    }
+  }
+  return ParseChatRequest(util::DumpJson(json), limits);
 }
 
 }  // namespace deepinfer::api

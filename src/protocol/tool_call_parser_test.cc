@@ -1,4 +1,4 @@
-#include "api/tool_call_parser.h"
+#include "protocol/tool_call_parser.h"
 
 #include <string>
 #include <vector>

@@ -11,8 +11,8 @@
 
 #include "absl/status/statusor.h"
 #include "constraint/grammar.h"
-#include "engine/sampler.h"
 #include "util/json.h"
+#include "util/sampling_params.h"
 
 namespace deepinfer::api {
 
@@ -23,6 +23,8 @@ inline constexpr int32_t kMaxChatTopLogprobs = 20;       // chat top_logprobs
 inline constexpr int32_t kMaxCompletionLogprobs = 5;     // completions logprobs
 inline constexpr int32_t kMaxPrompts = 64;               // completions prompt arrays
 inline constexpr int32_t kMaxSequencesPerRequest = 128;  // prompts x n
+// Tokens reserved per image by token counting (no model served today reads images).
+inline constexpr int32_t kDefaultImageTokens = 1024;
 
 // Settings shared by chat and completions.
 //
@@ -33,7 +35,7 @@ struct GenerationParams {
   std::optional<int32_t> max_tokens;  // max_completion_tokens wins over max_tokens
   std::vector<std::string> stop;      // non-empty strings
   std::vector<int32_t> stop_token_ids;
-  engine::SamplingParams sampling;  // num_top_logprobs: -1 when logprobs are off
+  util::SamplingParams sampling;  // num_top_logprobs: -1 when logprobs are off
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage (or serve's force-include)
   // stream_options.continuous_usage_stats (vLLM): every chunk carries the usage so far.
@@ -91,7 +93,7 @@ struct ChatExtras {
   bool add_generation_prompt = true;
   bool continue_final_message = false;
   // "required" and a named tool are enforced by constraining the answer to the encoder's
-  // tool-call syntax (api/tool_constraint.h).
+  // tool-call syntax (protocol/tool_constraint.h).
   ToolChoice tool_choice;
 };
 
@@ -179,6 +181,14 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseL
 // Errors: InvalidArgument "invalid_type" / "invalid_value" / "invalid_token" with the `param`.
 absl::Status ParseGenerationParams(const util::Json& json, const ParseLimits& limits,
                                    GenerationParams* params);
+// Parses an OpenAI chat request for counting: image parts ("image_url", "input_image", "image")
+// are taken out of the contents and counted in *num_images; the rest goes through
+// ParseChatRequest unchanged.
+// Errors: those of ParseChatRequest.
+absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
+                                                     const ParseLimits& limits,
+                                                     int32_t* num_images);
+
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(std::string_view body,
                                                          const ParseLimits& limits);
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,

@@ -1,4 +1,4 @@
-#include "api/reasoning_parser.h"
+#include "protocol/reasoning_parser.h"
 
 #include <string>
 #include <vector>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "api/openai_types.h"
+#include "protocol/openai_types.h"
 #include "util/json.h"
 
 namespace deepinfer::api {

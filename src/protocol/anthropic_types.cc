@@ -1,4 +1,4 @@
-#include "api/anthropic_types.h"
+#include "protocol/anthropic_types.h"
 
 #include <algorithm>
 #include <limits>
