@@ -13,6 +13,7 @@
 
 #include "arch/moe.h"
 #include "arch/rope.h"
+#include "arch/tensor_schema.h"
 #include "fmt/format.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
@@ -61,7 +62,7 @@ constexpr int64_t kMaxExpandedFloats = int64_t{64} << 20;
 class DeepseekImpl final : public DeepseekV3Lm {
  public:
   explicit DeepseekImpl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek) {}
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek), schema_(m) {}
 
   absl::Status Init();
 
@@ -77,10 +78,12 @@ class DeepseekImpl final : public DeepseekV3Lm {
                   float* logits, float* hidden_out, util::ThreadPool& pool) override;
 
  private:
-  absl::StatusOr<const TensorView*> Checked(const std::string& name,
-                                            const std::vector<int64_t>& shape);
-  absl::StatusOr<std::vector<float>> Vec(const std::string& name, int64_t n);
-  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols);
+  absl::StatusOr<std::vector<float>> Vec(const std::string& name, int64_t n) {
+    return schema_.Vec(name, {n});
+  }
+  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
+    return schema_.Mat(name, rows, cols);
+  }
   absl::StatusOr<Mlp> LoadMlp(const std::string& prefix, int64_t inner);
   absl::StatusOr<Layer> LoadLayer(int l);
   void InitRope();
@@ -104,6 +107,8 @@ class DeepseekImpl final : public DeepseekV3Lm {
   const model::Model& model_;
   model::ModelConfig cfg_;
   model::DeepseekConfig ds_;
+  // The DeepSeek-V3 schema: types with a CPU kernel, values checked for NaN/Inf.
+  TensorSchema schema_;
   AttentionMode mode_ = AttentionMode::kAuto;
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
@@ -134,39 +139,6 @@ class DeepseekImpl final : public DeepseekV3Lm {
   std::vector<int32_t> mla_first_;  // [token][chunk] index of its first item
   std::vector<float> mla_q_, mla_o_, mla_ml_, mla_lat_, mla_scratch_;
 };
-
-// The tensor `name` if it has `shape` and a type the kernels read, after a check of its values
-// (every element of vectors, sampled rows of matrices). Vec and Mat are the one statement of the
-// DeepSeek tensor schema: the loader (model/) only maps the files.
-absl::StatusOr<const TensorView*> DeepseekImpl::Checked(const std::string& name,
-                                                        const std::vector<int64_t>& shape) {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-  if (t->shape != shape) {
-    return InvalidArgumentError(
-        util::codes::kShapeMismatch,
-        fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                    model::ShapeString(t->shape), model::ShapeString(shape)));
-  }
-  if (!kernels::HasCpuKernel(t->dtype)) {
-    return UnimplementedError(
-        util::codes::kUnsupportedDtype,
-        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
-  }
-  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/shape.size() == 1));
-  return t;
-}
-
-absl::StatusOr<std::vector<float>> DeepseekImpl::Vec(const std::string& name, int64_t n) {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, Checked(name, {n}));
-  std::vector<float> v(static_cast<size_t>(n));
-  kernels::DequantizeRow(t->dtype, t->data, v.data(), n);
-  return v;
-}
-
-absl::StatusOr<const TensorView*> DeepseekImpl::Mat(const std::string& name, int64_t rows,
-                                                    int64_t cols) {
-  return Checked(name, {rows, cols});
-}
 
 absl::StatusOr<Mlp> DeepseekImpl::LoadMlp(const std::string& p, int64_t inner) {
   Mlp m;

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "arch/deepseek_v4_ops.h"
+#include "arch/tensor_schema.h"
 #include "arch/moe.h"
 #include "arch/rope.h"
 #include "fmt/format.h"
@@ -98,7 +99,7 @@ struct Layer {
 class DeepseekV4Impl final : public CausalLm {
  public:
   explicit DeepseekV4Impl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m) {}
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m, {.matrices = MatrixTypes::kBlockScaled}) {}
 
   absl::Status Init();
   const model::ModelConfig& config() const override { return cfg_; }
@@ -156,7 +157,7 @@ class DeepseekV4Impl final : public CausalLm {
   const model::Model& model_;
   model::ModelConfig cfg_;
   model::DeepseekV4Config ds_;
-  dsv4::TensorSchema schema_;
+  TensorSchema schema_;
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
   int64_t last_tokens_ = 0;  // tokens of the last Forward (FinalHidden)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "arch/deepseek_v4_ops.h"
+#include "arch/tensor_schema.h"
 #include "arch/engram_hash.h"
 #include "arch/moe.h"
 #include "arch/rope.h"
@@ -107,7 +108,7 @@ void Grow(V& v, int64_t n) {
 class DeepseekV41Impl final : public CausalLm {
  public:
   explicit DeepseekV41Impl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m) {}
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m, {.matrices = MatrixTypes::kBlockScaled}) {}
 
   absl::Status Init();
   const model::ModelConfig& config() const override { return cfg_; }
@@ -194,7 +195,7 @@ class DeepseekV41Impl final : public CausalLm {
   const model::Model& model_;
   model::ModelConfig cfg_;
   model::DeepseekV4Config ds_;
-  dsv4::TensorSchema schema_;
+  TensorSchema schema_;
   std::vector<Layer> layers_;
   Dspark dspark_;          // stages empty: none in the checkpoint
   bool dspark_on_ = false;  // EnableDspark()

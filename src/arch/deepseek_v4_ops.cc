@@ -16,65 +16,6 @@
 
 namespace deepinfer::arch::dsv4 {
 
-absl::StatusOr<const model::TensorView*> TensorSchema::Checked(const std::string& name,
-                                                               const std::vector<int64_t>& shape) {
-  DI_ASSIGN_OR_RETURN(const model::TensorView* t, model_.Get(name));
-  if (t->shape != shape) {
-    return InvalidArgumentError(
-        util::codes::kShapeMismatch,
-        fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                    model::ShapeString(t->shape), model::ShapeString(shape)));
-  }
-  // Matrices may be block-scaled (FP8 / FP4 with their E8M0 scales); vectors are plain floats.
-  if (kernels::IsBlockScaled(t->dtype) && shape.size() == 2 && t->scale == nullptr) {
-    const std::string scale = name.substr(0, name.rfind('.')) + ".scale";
-    return NotFoundError(
-        util::codes::kMissingTensor,
-        fmt::format("{} tensor '{}' has no scale '{}'", model::DTypeName(t->dtype), name, scale));
-  }
-  const bool ok = shape.size() == 2 ? kernels::HasCpuMatMul(*t) : kernels::HasCpuKernel(t->dtype);
-  if (!ok) {
-    return UnimplementedError(
-        util::codes::kUnsupportedDtype,
-        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
-  }
-  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/shape.size() == 1));
-  used_.insert(name);
-  return t;
-}
-
-absl::StatusOr<const model::TensorView*> TensorSchema::Mat(const std::string& name, int64_t rows,
-                                                           int64_t cols) {
-  return Checked(name, {rows, cols});
-}
-
-absl::StatusOr<std::vector<float>> TensorSchema::Vec(const std::string& name,
-                                                     std::vector<int64_t> shape) {
-  DI_ASSIGN_OR_RETURN(const model::TensorView* t, Checked(name, shape));
-  if (!kernels::HasCpuKernel(t->dtype)) {
-    return UnimplementedError(
-        util::codes::kUnsupportedDtype,
-        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
-  }
-  DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/true));
-  std::vector<float> v(static_cast<size_t>(t->num_elements()));
-  for (int64_t r = 0; r < t->rows(); ++r) {
-    kernels::DequantizeRow(t->dtype, t->row(r), v.data() + r * t->cols(), t->cols());
-  }
-  return v;
-}
-
-absl::Status TensorSchema::CheckAllPlaced(const std::string& what) const {
-  for (const auto& [name, t] : model_.tensors) {
-    if (used_.contains(name)) continue;
-    return InvalidArgumentError(util::codes::kUnexpectedTensor,
-                                fmt::format("tensor '{}' is not part of a {} model with this "
-                                            "config",
-                                            name, what));
-  }
-  return absl::OkStatus();
-}
-
 void UnweightedRmsNorm(const float* x, int64_t rows, int64_t dim, float eps, float* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xs = x + r * dim;

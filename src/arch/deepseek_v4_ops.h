@@ -10,38 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch::dsv4 {
-
-// The DeepSeek-V4/V4.1 tensor schema's reader: each tensor is checked against the shape the config
-// implies, for a dtype the kernels read (matrices may be block-scaled FP8 / FP4 with their
-// scales; vectors plain floats) and for NaN/Inf (vectors whole, sampled rows of matrices), and
-// remembered, so that tensors nothing read can be reported.
-// Errors: NotFound "missing_tensor" (also a block-scaled weight without its scale);
-//   InvalidArgument "shape_mismatch"; Unimplemented "unsupported_dtype"; DataLoss
-//   "nan_in_weights". Messages name the tensor.
-class TensorSchema {
- public:
-  explicit TensorSchema(const model::Model& m) : model_(m) {}
-  absl::StatusOr<const model::TensorView*> Mat(const std::string& name, int64_t rows,
-                                               int64_t cols);
-  // Values dequantized to f32 (row-major), every element checked.
-  absl::StatusOr<std::vector<float>> Vec(const std::string& name, std::vector<int64_t> shape);
-  bool Has(const std::string& name) const { return model_.Find(name) != nullptr; }
-  void MarkUsed(const std::string& name) { used_.insert(name); }
-  // InvalidArgument "unexpected_tensor" naming a tensor no Mat / Vec / MarkUsed took.
-  absl::Status CheckAllPlaced(const std::string& what) const;
-
- private:
-  absl::StatusOr<const model::TensorView*> Checked(const std::string& name,
-                                                   const std::vector<int64_t>& shape);
-  const model::Model& model_;
-  absl::flat_hash_set<std::string> used_;
-};
 
 // x / sqrt(mean(x^2) + eps) per row, no weight. Shapes: x, out [rows, dim] (may alias).
 void UnweightedRmsNorm(const float* x, int64_t rows, int64_t dim, float eps, float* out);

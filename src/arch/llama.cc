@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/tensor_schema.h"
 #include "fmt/format.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/ggml_numerics.h"
@@ -49,7 +50,10 @@ class LlamaLm final : public CausalLm {
     const TensorView* w_down;
   };
 
-  LlamaLm(const model::Model& m) : model_(m), cfg_(m.config) {
+  LlamaLm(const model::Model& m)
+      : model_(m),
+        cfg_(m.config),
+        schema_(m, {.matrices = MatrixTypes::kGguf, .check_finite = false, .implied = "expected"}) {
     // Debug aid for numerics work: DEEPINFER_DUMP_DIR=dir writes every intermediate tensor of
     // Forward call number DEEPINFER_DUMP_STEP (default 0) to dir/NNN_name.bin (raw f32), to
     // compare op by op with llama.cpp's eval callback. Off: one branch per op.
@@ -79,10 +83,15 @@ class LlamaLm final : public CausalLm {
   }
 
  private:
-  absl::StatusOr<const TensorView*> Checked(const std::string& name,
-                                            const std::vector<int64_t>& shape) const;
-  absl::StatusOr<const float*> Norm(const std::string& name) const;
-  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) const;
+  // The Llama tensor schema (every statement of it is a Norm or Mat call in Init): GGUF's weight
+  // types, F32 norms, aligned data; values are not scanned for NaN, as llama.cpp does not.
+  absl::StatusOr<const float*> Norm(const std::string& name) {
+    DI_ASSIGN_OR_RETURN(const TensorView* t, schema_.Tensor(name, {cfg_.hidden}));
+    return reinterpret_cast<const float*>(t->data);
+  }
+  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
+    return schema_.Mat(name, rows, cols);
+  }
   void Attention(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
   void AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
   void Dump(const char* name, int layer, const float* data, int64_t count) {
@@ -97,6 +106,7 @@ class LlamaLm final : public CausalLm {
 
   const model::Model& model_;
   model::ModelConfig cfg_;
+  TensorSchema schema_;
   Numerics numerics_ = Numerics::kFast;
   std::string dump_dir_;  // empty: no dumps
   int dump_step_ = 0, forward_calls_ = 0, dump_seq_ = 0;
@@ -121,60 +131,6 @@ class LlamaLm final : public CausalLm {
   std::vector<int64_t> merges_;  // index in items_ of part 0 of every split (tile, head)
   std::vector<float> attn_scratch_, partial_o_, partial_ml_;
 };
-
-bool SupportedWeightType(model::DType t) {
-  switch (t) {
-    case model::DType::kF32:
-    case model::DType::kF16:
-    case model::DType::kBF16:
-    case model::DType::kQ8_0:
-    case model::DType::kQ4_0:
-    case model::DType::kQ4_1:
-    case model::DType::kQ4_K:
-    case model::DType::kQ6_K:
-      return true;
-    default:
-      return false;
-  }
-}
-
-// The tensor `name` if it has `shape`, a type the forward pass reads (norm vectors F32, as every
-// GGUF converter writes them) and an address the kernels can read in place. Norm, Mat and Init
-// are the one statement of the Llama tensor schema: the loaders (model/) only map the files.
-absl::StatusOr<const TensorView*> LlamaLm::Checked(const std::string& name,
-                                                   const std::vector<int64_t>& shape) const {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-  if (t->shape != shape) {
-    return InvalidArgumentError(
-        util::codes::kShapeMismatch,
-        fmt::format("tensor '{}' has shape {}, expected {}", name, model::ShapeString(t->shape),
-                    model::ShapeString(shape)));
-  }
-  const bool ok =
-      shape.size() == 1 ? t->dtype == model::DType::kF32 : SupportedWeightType(t->dtype);
-  if (!ok) {
-    return UnimplementedError(
-        util::codes::kUnsupportedDtype,
-        fmt::format("tensor '{}' has unsupported type {}", name, model::DTypeName(t->dtype)));
-  }
-  // Kernels read fp32 / fp16 fields in place; a GGUF file with general.alignment < 4 could place
-  // them at odd addresses.
-  if (reinterpret_cast<uintptr_t>(t->data) % 4 != 0) {
-    return InvalidArgumentError(util::codes::kBadMetadata,
-                                fmt::format("tensor '{}' is misaligned", name));
-  }
-  return t;
-}
-
-absl::StatusOr<const float*> LlamaLm::Norm(const std::string& name) const {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, Checked(name, {cfg_.hidden}));
-  return reinterpret_cast<const float*>(t->data);
-}
-
-absl::StatusOr<const TensorView*> LlamaLm::Mat(const std::string& name, int64_t rows,
-                                               int64_t cols) const {
-  return Checked(name, {rows, cols});
-}
 
 absl::Status LlamaLm::Init() {
   const int64_t h = cfg_.hidden, qd = int64_t{cfg_.num_heads} * cfg_.head_dim,
