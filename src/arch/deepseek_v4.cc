@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "arch/deepseek_v4_blocks.h"
 #include "arch/deepseek_v4_ops.h"
-#include "arch/tensor_schema.h"
 #include "arch/moe.h"
+#include "arch/tensor_schema.h"
 #include "arch/rope.h"
 #include "fmt/format.h"
 #include "kernels/cpu/matmul.h"
@@ -46,11 +47,9 @@ using dsv4::SqrtSoftplus;
 using dsv4::UnweightedRmsNorm;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// One mHC site: fn [(2 + hc) hc, hc H] f32, base [(2 + hc) hc], scale [3].
-struct HcSite {
-  const TensorView* fn = nullptr;
-  std::vector<float> base, scale;
-};
+using dsv4::AttentionLayer;
+using dsv4::HcSite;
+using dsv4::MoeLayer;
 
 // A compressor: a = wkv x, z = wgate x ([coff * dim] each); ape [ratio, coff * dim]; norm [dim].
 struct Compressor {
@@ -61,31 +60,15 @@ struct Compressor {
   int coff = 1;  // 2: overlapping windows (CSA)
 };
 
-struct Expert {
-  const TensorView* w1 = nullptr;  // gate [I, H]
-  const TensorView* w3 = nullptr;  // up [I, H]
-  const TensorView* w2 = nullptr;  // down [H, I]
-};
-
-struct Layer {
+// A block: the shared attention layer (mHC sites, norms, attention weights), its compressors
+// and indexer, and the MoE (hash routed by tid2eid on the config's hash layers).
+struct Layer : AttentionLayer {
   Attn kind = Attn::kSliding;
   int ratio = 0;
-  HcSite hc_attn, hc_ffn;
-  std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sink;
-  const TensorView* wq_a = nullptr;
-  const TensorView* wq_b = nullptr;
-  const TensorView* wkv = nullptr;
-  const TensorView* wo_a = nullptr;
-  const TensorView* wo_b = nullptr;
   Compressor comp, index_comp;
   const TensorView* index_wq_b = nullptr;
   const TensorView* index_weights = nullptr;
-  const TensorView* router = nullptr;
-  std::vector<float> router_bias;   // non-hash layers
-  std::vector<int32_t> tid2eid;     // hash layers: [vocab, k]
-  std::vector<Expert> experts;
-  Expert shared;
-  bool has_shared = false;
+  MoeLayer moe;
   // MTP module extras: x0_k = e_proj(enorm(Emb(x))) + h_proj(hnorm(X_k)); its own hc head + norm.
   const TensorView* e_proj = nullptr;
   const TensorView* h_proj = nullptr;
@@ -127,10 +110,8 @@ class DeepseekV4Impl final : public CausalLm {
   absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
     return schema_.Mat(name, rows, cols);
   }
-  absl::StatusOr<HcSite> LoadHc(const std::string& prefix, int64_t mix_rows);
   absl::StatusOr<Compressor> LoadCompressor(const std::string& prefix, int dim, int coff,
                                             int ratio);
-  absl::StatusOr<std::vector<int32_t>> LoadTid2eid(const std::string& name);
   absl::StatusOr<Layer> LoadLayer(const std::string& prefix, int l);
   absl::StatusOr<HcSite> LoadHead(const std::string& prefix);
   void RunBlock(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
@@ -141,7 +122,6 @@ class DeepseekV4Impl final : public CausalLm {
   void Prepare(const ForwardBatch& batch);
   void HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool);
   void HcPost(int64_t T);
-  void RopeRow(float* x, const float* cos, const float* sin, bool inverse) const;
   void Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                  util::ThreadPool& pool);
   void EmitEntries(const Layer& L, const Compressor& c, int64_t off_a, int64_t off_z,
@@ -151,8 +131,6 @@ class DeepseekV4Impl final : public CausalLm {
   void QuantizeIndex(float* x) const;
   void SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                      util::ThreadPool& pool);
-  void Moe(const Layer& L, const int32_t* tokens, int64_t T, util::ThreadPool& pool);
-  void RunExpert(const Expert& e, const float* in, int64_t n, float* out, util::ThreadPool& pool);
 
   const model::Model& model_;
   model::ModelConfig cfg_;
@@ -171,37 +149,20 @@ class DeepseekV4Impl final : public CausalLm {
   bool qat_ = false;               // Numerics::kDeepseekQat
   bool released_formats_ = false;  // some weights are FP8 / FP4 with E8M0 scales
 
+  // The blocks, each with its scratch.
+  dsv4::RopeTables rope_;
+  dsv4::SharedKvAttention attn_;
+  dsv4::LightningIndexer indexer_;
+  dsv4::MoeBlock moe_;
   // Scratch, grown on demand.
-  std::vector<float> streams_, streams_next_, hc_mix_, hc_post_, hc_comb_, x_, h_, qr_, q_, kvrow_;
-  std::vector<float> ca_, cz_, ia_, iz_, iq_, iw_, attn_, out_, tmp_;
-  std::vector<float> cos_main_, sin_main_, cos_comp_, sin_comp_, rows_;
-  std::vector<float> router_logits_, route_w_, moe_out_;
-  std::vector<float> thread_scratch_;
-  std::vector<int32_t> thread_order_;
-  std::vector<float> index_keys_, index_scores_;
-  std::vector<const float*> thread_keys_;
-  std::vector<int32_t> positions_, route_idx_;
-  MoeDispatch moe_;
-  dsv4::Scratch out_scratch_, expert_scratch_;
+  std::vector<float> streams_, streams_next_, hc_mix_, hc_post_, hc_comb_, x_, h_;
+  std::vector<float> ca_, cz_, ia_, iz_, out_, tmp_, rows_;
+  std::vector<int32_t> positions_;
   // Selected compressed entries per token of a CSA layer: [T, index_topk], -1 padded.
   std::vector<int32_t> selected_;
-  int64_t thread_stride_ = 0;
 };
 
-template <typename V>
-void Grow(V& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
-absl::StatusOr<HcSite> DeepseekV4Impl::LoadHc(const std::string& p, int64_t mix_rows) {
-  HcSite s;
-  const int64_t hc = ds_.hc_mult;
-  DI_ASSIGN_OR_RETURN(s.fn, Mat(p + "fn", mix_rows, hc * cfg_.hidden));
-  DI_RETURN_IF_ERROR(model::CheckFinite(*s.fn, /*full=*/true));
-  DI_ASSIGN_OR_RETURN(s.base, Vec(p + "base", {mix_rows}));
-  DI_ASSIGN_OR_RETURN(s.scale, Vec(p + "scale", {mix_rows == hc ? 1 : 3}));
-  return s;
-}
+using dsv4::Grow;
 
 absl::StatusOr<Compressor> DeepseekV4Impl::LoadCompressor(const std::string& p, int dim, int coff,
                                                           int ratio) {
@@ -215,67 +176,15 @@ absl::StatusOr<Compressor> DeepseekV4Impl::LoadCompressor(const std::string& p, 
   return c;
 }
 
-// The hash-routing table: int64 in the release, F32/BF16 (integral values) accepted too.
-absl::StatusOr<std::vector<int32_t>> DeepseekV4Impl::LoadTid2eid(const std::string& name) {
-  DI_ASSIGN_OR_RETURN(const TensorView* t, model_.Get(name));
-  const int64_t k = ds_.num_experts_per_tok;
-  if (t->shape != std::vector<int64_t>{cfg_.vocab, k}) {
-    return InvalidArgumentError(
-        util::codes::kShapeMismatch,
-        fmt::format("tensor '{}' has shape {}, the config implies {}", name,
-                    model::ShapeString(t->shape), model::ShapeString({cfg_.vocab, k})));
-  }
-  const int64_t n = t->num_elements();
-  std::vector<int32_t> out(static_cast<size_t>(n));
-  std::vector<float> row(static_cast<size_t>(k));
-  for (int64_t r = 0; r < cfg_.vocab; ++r) {
-    for (int64_t j = 0; j < k; ++j) {
-      double v = 0;
-      if (t->dtype == model::DType::kI64) {
-        int64_t x;
-        std::memcpy(&x, t->data + (r * k + j) * 8, 8);
-        v = static_cast<double>(x);
-      } else if (kernels::HasCpuKernel(t->dtype) && !model::IsQuantized(t->dtype)) {
-        if (j == 0) kernels::DequantizeRow(t->dtype, t->row(r), row.data(), k);
-        v = row[j];
-      } else {
-        return UnimplementedError(
-            util::codes::kUnsupportedDtype,
-            fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
-      }
-      if (!(v >= 0 && v < ds_.n_routed_experts) || v != std::floor(v)) {
-        return InvalidArgumentError(util::codes::kBadTensor,
-                                    fmt::format("tensor '{}' row {} names expert {} (experts: {})",
-                                                name, r, v, ds_.n_routed_experts));
-      }
-      out[r * k + j] = static_cast<int32_t>(v);
-    }
-  }
-  schema_.MarkUsed(name);
-  return out;
-}
-
 // Block `l` (main layers, then MTP modules) under `p` ("layers.N." or "mtp.K.").
 absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(const std::string& p, int l) {
   const std::string a = p + "attn.", f = p + "ffn.";
-  const int64_t H = cfg_.hidden, nh = cfg_.num_heads, hd = cfg_.head_dim;
-  const int64_t hc = ds_.hc_mult, mix = (2 + hc) * hc;
+  const int64_t H = cfg_.hidden, hd = cfg_.head_dim;
   Layer L;
+  DI_ASSIGN_OR_RETURN(static_cast<AttentionLayer&>(L),
+                      dsv4::LoadAttentionLayer(schema_, p, cfg_, ds_));
   L.kind = ds_.attention[l];
   L.ratio = ds_.compress_ratio[l];
-  DI_ASSIGN_OR_RETURN(L.hc_attn, LoadHc(p + "hc_attn_", mix));
-  DI_ASSIGN_OR_RETURN(L.hc_ffn, LoadHc(p + "hc_ffn_", mix));
-  DI_ASSIGN_OR_RETURN(L.attn_norm, Vec(p + "attn_norm.weight", {H}));
-  DI_ASSIGN_OR_RETURN(L.ffn_norm, Vec(p + "ffn_norm.weight", {H}));
-  DI_ASSIGN_OR_RETURN(L.sink, Vec(a + "attn_sink", {nh}));
-  DI_ASSIGN_OR_RETURN(L.wq_a, Mat(a + "wq_a.weight", ds_.q_lora_rank, H));
-  DI_ASSIGN_OR_RETURN(L.q_norm, Vec(a + "q_norm.weight", {ds_.q_lora_rank}));
-  DI_ASSIGN_OR_RETURN(L.wq_b, Mat(a + "wq_b.weight", nh * hd, ds_.q_lora_rank));
-  DI_ASSIGN_OR_RETURN(L.wkv, Mat(a + "wkv.weight", hd, H));
-  DI_ASSIGN_OR_RETURN(L.kv_norm, Vec(a + "kv_norm.weight", {hd}));
-  DI_ASSIGN_OR_RETURN(L.wo_a, Mat(a + "wo_a.weight", int64_t{ds_.o_groups} * ds_.o_lora_rank,
-                                  nh * hd / ds_.o_groups));
-  DI_ASSIGN_OR_RETURN(L.wo_b, Mat(a + "wo_b.weight", H, int64_t{ds_.o_groups} * ds_.o_lora_rank));
   int64_t off = hd;
   if (L.kind != Attn::kSliding) {
     const int coff = L.kind == Attn::kCsa ? 2 : 1;
@@ -298,27 +207,15 @@ absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(const std::string& p, int l) {
     off = L.off_ikey + ihd;
   }
   L.slot_floats = off;
-  const int64_t E = ds_.n_routed_experts, I = ds_.moe_intermediate_size;
-  DI_ASSIGN_OR_RETURN(L.router, Mat(f + "gate.weight", E, H));
-  if (l < cfg_.num_layers && ds_.hash_routed[l]) {
-    DI_ASSIGN_OR_RETURN(L.tid2eid, LoadTid2eid(f + "gate.tid2eid"));
-  } else {
-    DI_ASSIGN_OR_RETURN(L.router_bias, Vec(f + "gate.bias", {E}));
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string x = fmt::format("{}experts.{}.", f, e);
-    Expert ex;
-    DI_ASSIGN_OR_RETURN(ex.w1, Mat(x + "w1.weight", I, H));
-    DI_ASSIGN_OR_RETURN(ex.w3, Mat(x + "w3.weight", I, H));
-    DI_ASSIGN_OR_RETURN(ex.w2, Mat(x + "w2.weight", H, I));
-    L.experts.push_back(ex);
-  }
-  if (ds_.n_shared_experts > 0) {
-    const std::string x = f + "shared_experts.";
-    DI_ASSIGN_OR_RETURN(L.shared.w1, Mat(x + "w1.weight", I, H));
-    DI_ASSIGN_OR_RETURN(L.shared.w3, Mat(x + "w3.weight", I, H));
-    DI_ASSIGN_OR_RETURN(L.shared.w2, Mat(x + "w2.weight", H, I));
-    L.has_shared = true;
+  const bool hash = l < cfg_.num_layers && ds_.hash_routed[l];
+  DI_ASSIGN_OR_RETURN(L.moe, dsv4::LoadMoeLayer(schema_, f, ds_.n_routed_experts,
+                                                 ds_.moe_intermediate_size, H,
+                                                 ds_.num_experts_per_tok, /*biased=*/!hash,
+                                                 ds_.n_shared_experts > 0));
+  if (hash) {
+    DI_ASSIGN_OR_RETURN(L.moe.tid2eid,
+                        dsv4::LoadTid2eid(schema_, model_, f + "gate.tid2eid", cfg_.vocab,
+                                          ds_.num_experts_per_tok, ds_.n_routed_experts));
   }
   return L;
 }
@@ -384,28 +281,13 @@ absl::StatusOr<HcSite> DeepseekV4Impl::LoadHead(const std::string& p) {
 }
 
 void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
-  const int64_t T = batch.num_tokens, half = cfg_.rope_dim / 2;
+  const int64_t T = batch.num_tokens;
   Grow(positions_, T);
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
   }
-  Grow(cos_main_, T * half);
-  Grow(sin_main_, T * half);
-  Grow(cos_comp_, T * half);
-  Grow(sin_comp_, T * half);
-  for (int64_t t = 0; t < T; ++t) {
-    RopeAt(inv_freq_main_, 1.0f, positions_[t], cos_main_.data() + t * half,
-           sin_main_.data() + t * half);
-    RopeAt(inv_freq_compress_, compress_mscale_, positions_[t], cos_comp_.data() + t * half,
-           sin_comp_.data() + t * half);
-  }
-}
-
-// Interleaved RoPE on the last rope_dim values of x (head_dim long): pairs (2i, 2i+1) of the
-// rotary slice; `inverse` rotates by the conjugate (-sin), as transformers undoes the rotation
-// that V picked up.
-void DeepseekV4Impl::RopeRow(float* x, const float* c, const float* s, bool inverse) const {
-  RopeInterleaved(x, c, s, cfg_.rope_dim / 2, inverse);
+  rope_.Compute(positions_.data(), T, cfg_.rope_dim, inv_freq_main_, inv_freq_compress_,
+                compress_mscale_);
 }
 
 // A cached key/value (window or compressed entry) under kDeepseekQat: its non-rotary part as FP8
@@ -507,7 +389,7 @@ void DeepseekV4Impl::EmitEntries(const Layer& L, const Compressor& c, int64_t of
     float* out = slot(p) + off_out;
     kernels::RmsNorm(num, c.norm.data(), 1, dim, cfg_.rms_norm_eps, out);
     RopeAt(inv_freq_compress_, compress_mscale_, first, cs, sn);
-    RopeRow(out + dim - cfg_.rope_dim, cs, sn, /*inverse=*/false);
+    RopeInterleaved(out + dim - cfg_.rope_dim, cs, sn, cfg_.rope_dim / 2, /*inverse=*/false);
     if (index_keys) {
       QuantizeIndex(out);
     } else {
@@ -521,28 +403,11 @@ void DeepseekV4Impl::EmitEntries(const Layer& L, const Compressor& c, int64_t of
 void DeepseekV4Impl::SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch,
                                    KvCache& kv, util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
-  const int64_t K = ds_.index_topk, half = cfg_.rope_dim / 2;
-  Grow(iq_, T * ih * ihd);
-  Grow(iw_, T * ih);
-  kernels::MatMul(*L.index_wq_b, qr_.data(), T, iq_.data(), pool);
-  kernels::MatMul(*L.index_weights, h_.data(), T, iw_.data(), pool);
-  const float wscale = 1.0f / std::sqrt(static_cast<float>(ih));
-  const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < ih; ++h) {
-      float* q = iq_.data() + (t * ih + h) * ihd;
-      RopeRow(q + ihd - cfg_.rope_dim, cos_comp_.data() + t * half, sin_comp_.data() + t * half,
-              false);
-      QuantizeIndex(q);
-      iw_[t * ih + h] *= wscale;
-    }
-  }
+  const int64_t K = ds_.index_topk;
+  indexer_.Queries(*L.index_wq_b, *L.index_weights, attn_.qr(), h_.data(), T, ih, ihd,
+                   cfg_.rope_dim, rope_.cos_comp.data(), rope_.sin_comp.data(),
+                   [&](float* q) { QuantizeIndex(q); }, pool);
   Grow(selected_, T * K);
-  // Per slice: the index keys its tokens can see, gathered once into a dense [V, ihd] matrix,
-  // scored against kIndexTokens tokens' heads at a time by the matmul kernel (the lightning
-  // indexer is quadratic in the context; as a matmul it runs at the kernel's speed). Each score
-  // is one matmul output, so its value does not depend on the batch.
-  constexpr int64_t kIndexTokens = 16;
   for (const auto& s : batch.seqs) {
     const int64_t V = (s.start_pos + s.num_tokens) / L.ratio;
     for (int32_t i = 0; i < s.num_tokens; ++i) {
@@ -552,83 +417,38 @@ void DeepseekV4Impl::SelectIndexed(const Layer& L, int kv_layer, const ForwardBa
       for (int32_t j = 0; j < std::min<int64_t>(visible, K); ++j) sel[j] = j;
     }
     if (V <= K) continue;  // every token keeps all it sees
-    Grow(index_keys_, V * ihd);
-    for (int64_t j = 0; j < V; ++j) {
-      const int64_t pos = L.ratio * (j + 1) - 1;
-      std::memcpy(index_keys_.data() + j * ihd,
-                  kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size) +
-                      L.off_ikey,
-                  ihd * sizeof(float));
-    }
-    TensorView keys;
-    keys.name = "index_keys";
-    keys.dtype = model::DType::kF32;
-    keys.shape = {V, ihd};
-    keys.data = reinterpret_cast<const uint8_t*>(index_keys_.data());
-    keys.size_bytes = static_cast<size_t>(V * ihd) * sizeof(float);
-    Grow(index_scores_, kIndexTokens * ih * V);
-    Grow(thread_scratch_, int64_t{pool.num_threads()} * V);
-    Grow(thread_order_, int64_t{pool.num_threads()} * V);
     // Only tokens that see more than K entries need scores.
     const int32_t first = std::max<int32_t>(0, static_cast<int32_t>((K + 1) * L.ratio - 1) -
                                                     s.start_pos);
-    for (int32_t i0 = first; i0 < s.num_tokens; i0 += kIndexTokens) {
-      const int32_t n = std::min<int32_t>(kIndexTokens, s.num_tokens - i0);
-      const int64_t t0 = s.token_offset + i0;
-      kernels::MatMul(keys, iq_.data() + t0 * ih * ihd, n * ih, index_scores_.data(), pool);
-      pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {
-        float* score = thread_scratch_.data() + thread * V;
-        int32_t* order = thread_order_.data() + thread * V;
-        for (int64_t i = begin; i < end; ++i) {
-          const int64_t t = t0 + i;
-          const int32_t visible = (positions_[t] + 1) / L.ratio;
-          if (visible <= K) continue;
-          const float* w = iw_.data() + t * ih;
-          const float* sh = index_scores_.data() + i * ih * V;
-          for (int32_t j = 0; j < visible; ++j) {
-            float acc = 0;
-            for (int64_t h = 0; h < ih; ++h) acc += std::max(sh[h * V + j], 0.0f) * qscale * w[h];
-            score[j] = acc;
-            order[j] = j;
-          }
-          std::partial_sort(order, order + K, order + visible, [&](int32_t a, int32_t b) {
-            return score[a] > score[b] || (score[a] == score[b] && a < b);
-          });
+    indexer_.Score(
+        s, V, ih, ihd, L.ratio, first, static_cast<int32_t>(K), V, positions_.data(),
+        [&](int64_t j) {
+          const int64_t pos = L.ratio * (j + 1) - 1;
+          return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size) +
+                 L.off_ikey;
+        },
+        [&](int64_t t, int32_t visible, const float* score, int32_t* order) {
+          for (int32_t j = 0; j < visible; ++j) order[j] = j;
+          dsv4::SortTopK(score, order, visible, static_cast<int32_t>(K));
           std::copy(order, order + K, selected_.data() + t * K);
-        }
-      });
-    }
+        },
+        pool);
   }
 }
 
 void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch& batch,
                                KvCache& kv, util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, nh = cfg_.num_heads, hd = cfg_.head_dim;
-  const int64_t H = cfg_.hidden, half = cfg_.rope_dim / 2, rd = cfg_.rope_dim;
   const bool compressed = L.kind != Attn::kSliding;
-  const float* cosv = compressed ? cos_comp_.data() : cos_main_.data();
-  const float* sinv = compressed ? sin_comp_.data() : sin_main_.data();
-  // Queries: q LoRA, per-head weightless RMS norm, RoPE.
-  Grow(qr_, T * ds_.q_lora_rank);
-  Grow(q_, T * nh * hd);
-  kernels::MatMul(*L.wq_a, h_.data(), T, qr_.data(), pool);
-  kernels::RmsNorm(qr_.data(), L.q_norm.data(), T, ds_.q_lora_rank, cfg_.rms_norm_eps, qr_.data());
-  kernels::MatMul(*L.wq_b, qr_.data(), T, q_.data(), pool);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < nh; ++h) {
-      float* q = q_.data() + (t * nh + h) * hd;
-      UnweightedRmsNorm(q, 1, hd, cfg_.rms_norm_eps, q);
-      RopeRow(q + hd - rd, cosv + t * half, sinv + t * half, false);
-    }
-  }
-  // This step's key/values (and compressor projections) into the tokens' slots.
-  Grow(kvrow_, T * hd);
-  kernels::MatMul(*L.wkv, h_.data(), T, kvrow_.data(), pool);
-  kernels::RmsNorm(kvrow_.data(), L.kv_norm.data(), T, hd, cfg_.rms_norm_eps, kvrow_.data());
-  for (int64_t t = 0; t < T; ++t) {
-    RopeRow(kvrow_.data() + t * hd + hd - rd, cosv + t * half, sinv + t * half, false);
-    QuantizeKv(kvrow_.data() + t * hd, hd);
-  }
+  const float* cosv = compressed ? rope_.cos_comp.data() : rope_.cos_main.data();
+  const float* sinv = compressed ? rope_.sin_comp.data() : rope_.sin_main.data();
+  // Queries: q LoRA, per-head weightless RMS norm, RoPE; this step's key/values (and compressor
+  // projections) into the tokens' slots.
+  attn_.Queries(L, h_.data(), T, nh, hd, cfg_.rope_dim, cfg_.rms_norm_eps, /*head_norm=*/true,
+                cosv, sinv, pool);
+  attn_.WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cfg_.rope_dim, cfg_.rms_norm_eps, cosv, sinv,
+                 [&](float* k) { QuantizeKv(k, hd); }, pool);
+  const float* kvrow = attn_.kv();
   const int64_t ca_width = compressed ? int64_t{L.comp.coff} * hd : 0;
   const int64_t ia_width = L.kind == Attn::kCsa ? 2 * int64_t{ds_.index_head_dim} : 0;
   if (compressed) {
@@ -650,7 +470,7 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
       const int32_t pos = s.start_pos + i;
       const int64_t t = s.token_offset + i;
       float* slot = kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
-      std::memcpy(slot, kvrow_.data() + t * hd, hd * sizeof(float));
+      std::memcpy(slot, kvrow + t * hd, hd * sizeof(float));
       if (compressed) {
         std::memcpy(slot + L.off_a, ca_.data() + t * ca_width, ca_width * sizeof(float));
         std::memcpy(slot + L.off_z, cz_.data() + t * ca_width, ca_width * sizeof(float));
@@ -671,12 +491,7 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
   }
   if (L.kind == Attn::kCsa) SelectIndexed(L, kv_layer, batch, kv, pool);
 
-  // Attention of every token over its window and compressed entries, kHeadGroup heads at a time:
-  // the heads share one key/value per entry (MQA), so each entry is read once per group while it
-  // is hot, for every head's score and then every head's weighted sum. The per-head arithmetic
-  // is the same whatever the batch.
-  constexpr int64_t kHeadGroup = 8;
-  const int64_t groups = (nh + kHeadGroup - 1) / kHeadGroup;
+  // Attention of every token over its window and compressed entries.
   std::vector<int32_t> token_seq(static_cast<size_t>(T));
   int64_t max_keys = 0;
   for (size_t si = 0; si < batch.seqs.size(); ++si) {
@@ -685,97 +500,33 @@ void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch&
     const int64_t ctx = s.start_pos + s.num_tokens;
     max_keys = std::max<int64_t>(max_keys, ds_.sliding_window + (compressed ? ctx / L.ratio : 0));
   }
-  Grow(attn_, T * nh * hd);
-  const int64_t stride = kHeadGroup * (max_keys + 1);
-  Grow(thread_scratch_, int64_t{pool.num_threads()} * stride);
-  Grow(thread_keys_, int64_t{pool.num_threads()} * (max_keys + 1));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t K = ds_.index_topk;
-  pool.ParallelFor(T * groups, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = thread_scratch_.data() + thread * stride;  // [head in group][entry]
-    const float** keys = thread_keys_.data() + thread * (max_keys + 1);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / groups, h0 = (item % groups) * kHeadGroup;
-      const int64_t heads = std::min(kHeadGroup, nh - h0);
-      const SequenceSlice& s = batch.seqs[token_seq[t]];
-      const int32_t p = positions_[t];
-      int64_t n = 0;
-      const int32_t lo = std::max(0, p - ds_.sliding_window + 1);
-      auto slot = [&](int32_t pos) {
-        return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
-      };
-      for (int32_t j = lo; j <= p; ++j) keys[n++] = slot(j);
-      if (L.kind == Attn::kHca) {
-        const int32_t visible = (p + 1) / L.ratio;
-        for (int32_t j = 0; j < visible; ++j) keys[n++] = slot(L.ratio * (j + 1) - 1) + L.off_entry;
-      } else if (L.kind == Attn::kCsa) {
-        const int32_t* sel = selected_.data() + t * K;
-        for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
-          keys[n++] = slot(L.ratio * (sel[k] + 1) - 1) + L.off_entry;
-        }
-      }
-      float* o = attn_.data() + (t * nh + h0) * hd;
-      AttendSharedKv(q_.data() + (t * nh + h0) * hd, heads, keys, n, hd, scale,
-                     L.sink.data() + h0, scores, o);
-      for (int64_t h = 0; h < heads; ++h) {
-        RopeRow(o + h * hd + hd - rd, cosv + t * half, sinv + t * half, /*inverse=*/true);
-      }
-    }
-  });
-  Grow(out_, T * H);
-  dsv4::GroupedOutput(*L.wo_a, *L.wo_b, ds_.o_groups, ds_.o_lora_rank, attn_.data(), T, nh * hd,
-                      out_scratch_, out_.data(), pool);
-}
-
-// One expert on n rows: w2(silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)); transformers
-// clamps with the configured limit whatever it is.
-void DeepseekV4Impl::RunExpert(const Expert& e, const float* in, int64_t n, float* out,
-                               util::ThreadPool& pool) {
-  dsv4::SwiGluExpert(*e.w1, *e.w3, *e.w2, in, n, ds_.swiglu_limit, /*clamp=*/true, nullptr,
-                     expert_scratch_, out, pool);
-}
-
-void DeepseekV4Impl::Moe(const Layer& L, const int32_t* tokens, int64_t T,
-                         util::ThreadPool& pool) {
-  const int64_t H = cfg_.hidden;
-  const int E = ds_.n_routed_experts, K = ds_.num_experts_per_tok;
-  Grow(router_logits_, T * E);
-  Grow(route_idx_, T * K);
-  Grow(route_w_, T * K);
-  kernels::MatMul(*L.router, h_.data(), T, router_logits_.data(), pool);
-  std::vector<float> score(E);
-  std::vector<int> order;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* lg = router_logits_.data() + t * E;
-    for (int e = 0; e < E; ++e) score[e] = SqrtSoftplus(lg[e]);
-    int32_t* idx = route_idx_.data() + t * K;
-    if (!L.tid2eid.empty()) {
-      for (int k = 0; k < K; ++k) idx[k] = L.tid2eid[int64_t{tokens[t]} * K + k];
-    } else {
-      dsv4::SelectExperts(score.data(), L.router_bias.data(), E, K, order, idx);
-    }
-    float* w = route_w_.data() + t * K;
-    float sum = 0;
-    for (int k = 0; k < K; ++k) {
-      w[k] = score[idx[k]];
-      sum += w[k];
-    }
-    for (int k = 0; k < K; ++k) w[k] = w[k] / (sum + 1e-20f) * ds_.routed_scaling_factor;
-  }
-  Grow(moe_out_, T * H);
-  // transformers applies the routing weight after w2 (MoeDispatch scales each expert's output).
-  moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
-           [&](int e, const float* in, int64_t n, const float*, float* result) {
-             RunExpert(L.experts[e], in, n, result, pool);
-           });
-  Grow(out_, T * H);
-  if (L.has_shared) {
-    RunExpert(L.shared, h_.data(), T, out_.data(), pool);
-    // routed + shared, in transformers' order of the sum.
-    for (int64_t i = 0; i < T * H; ++i) out_[i] = moe_out_[i] + out_[i];
-  } else {
-    std::memcpy(out_.data(), moe_out_.data(), T * H * sizeof(float));
-  }
+  Grow(out_, T * cfg_.hidden);
+  attn_.Attend(L, T, nh, hd, cfg_.rope_dim, ds_.o_groups, ds_.o_lora_rank, max_keys, cosv, sinv,
+               out_.data(), pool, [&](int64_t t, const float** keys) {
+                 const SequenceSlice& s = batch.seqs[token_seq[t]];
+                 const int32_t p = positions_[t];
+                 auto slot = [&](int32_t pos) {
+                   return kv.Slot(kv_layer, s.block_table[pos / kv.block_size],
+                                  pos % kv.block_size);
+                 };
+                 int64_t n = 0;
+                 for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
+                   keys[n++] = slot(j);
+                 }
+                 if (L.kind == Attn::kHca) {
+                   const int32_t visible = (p + 1) / L.ratio;
+                   for (int32_t j = 0; j < visible; ++j) {
+                     keys[n++] = slot(L.ratio * (j + 1) - 1) + L.off_entry;
+                   }
+                 } else if (L.kind == Attn::kCsa) {
+                   const int32_t* sel = selected_.data() + t * K;
+                   for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
+                     keys[n++] = slot(L.ratio * (sel[k] + 1) - 1) + L.off_entry;
+                   }
+                 }
+                 return n;
+               });
 }
 
 void DeepseekV4Impl::RunBlock(const Layer& L, int kv_layer, const ForwardBatch& batch,
@@ -787,7 +538,12 @@ void DeepseekV4Impl::RunBlock(const Layer& L, int kv_layer, const ForwardBatch& 
   HcPost(T);
   HcPre(L.hc_ffn, T, pool);
   kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
-  Moe(L, batch.tokens, T, pool);
+  // transformers clamps with the configured limit whatever it is, and applies the routing
+  // weight after w2.
+  const dsv4::MoeOptions moe{.routed_scaling = ds_.routed_scaling_factor,
+                             .swiglu_limit = ds_.swiglu_limit};
+  Grow(out_, T * H);
+  moe_.Run(L.moe, moe, h_.data(), batch.tokens, T, H, out_.data(), pool);
   HcPost(T);
 }
 

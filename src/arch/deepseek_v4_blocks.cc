@@ -1,0 +1,247 @@
+#include "arch/deepseek_v4_blocks.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "fmt/format.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/quant.h"
+#include "model/tensor_values.h"
+#include "util/error_codes.h"
+#include "util/status.h"
+
+namespace deepinfer::arch::dsv4 {
+
+absl::StatusOr<HcSite> LoadHcSite(TensorSchema& schema, const std::string& p, int64_t hc,
+                                  int64_t hidden) {
+  const int64_t mix = (2 + hc) * hc;
+  HcSite s;
+  DI_ASSIGN_OR_RETURN(s.fn, schema.Mat(p + "fn", mix, hc * hidden));
+  DI_RETURN_IF_ERROR(model::CheckFinite(*s.fn, /*full=*/true));
+  DI_ASSIGN_OR_RETURN(s.base, schema.Vec(p + "base", {mix}));
+  DI_ASSIGN_OR_RETURN(s.scale, schema.Vec(p + "scale", {3}));
+  return s;
+}
+
+absl::StatusOr<AttentionLayer> LoadAttentionLayer(TensorSchema& schema, const std::string& p,
+                                                  const model::ModelConfig& cfg,
+                                                  const model::DeepseekV4Config& ds) {
+  const std::string a = p + "attn.";
+  const int64_t H = cfg.hidden, nh = cfg.num_heads, hd = cfg.head_dim, hc = ds.hc_mult;
+  const int64_t ow = int64_t{ds.o_groups} * ds.o_lora_rank;
+  AttentionLayer L;
+  DI_ASSIGN_OR_RETURN(L.hc_attn, LoadHcSite(schema, p + "hc_attn_", hc, H));
+  DI_ASSIGN_OR_RETURN(L.hc_ffn, LoadHcSite(schema, p + "hc_ffn_", hc, H));
+  DI_ASSIGN_OR_RETURN(L.attn_norm, schema.Vec(p + "attn_norm.weight", {H}));
+  DI_ASSIGN_OR_RETURN(L.ffn_norm, schema.Vec(p + "ffn_norm.weight", {H}));
+  DI_ASSIGN_OR_RETURN(L.sink, schema.Vec(a + "attn_sink", {nh}));
+  DI_ASSIGN_OR_RETURN(L.wq_a, schema.Mat(a + "wq_a.weight", ds.q_lora_rank, H));
+  DI_ASSIGN_OR_RETURN(L.q_norm, schema.Vec(a + "q_norm.weight", {ds.q_lora_rank}));
+  DI_ASSIGN_OR_RETURN(L.wq_b, schema.Mat(a + "wq_b.weight", nh * hd, ds.q_lora_rank));
+  DI_ASSIGN_OR_RETURN(L.wkv, schema.Mat(a + "wkv.weight", hd, H));
+  DI_ASSIGN_OR_RETURN(L.kv_norm, schema.Vec(a + "kv_norm.weight", {hd}));
+  DI_ASSIGN_OR_RETURN(L.wo_a, schema.Mat(a + "wo_a.weight", ow, nh * hd / ds.o_groups));
+  DI_ASSIGN_OR_RETURN(L.wo_b, schema.Mat(a + "wo_b.weight", H, ow));
+  return L;
+}
+
+void RopeTables::Compute(const int32_t* positions, int64_t T, int rope_dim,
+                         const std::vector<float>& inv_freq_main,
+                         const std::vector<float>& inv_freq_comp, float comp_mscale) {
+  const int64_t half = rope_dim / 2;
+  Grow(cos_main, T * half);
+  Grow(sin_main, T * half);
+  Grow(cos_comp, T * half);
+  Grow(sin_comp, T * half);
+  for (int64_t t = 0; t < T; ++t) {
+    RopeAt(inv_freq_main, 1.0f, positions[t], cos_main.data() + t * half,
+           sin_main.data() + t * half);
+    RopeAt(inv_freq_comp, comp_mscale, positions[t], cos_comp.data() + t * half,
+           sin_comp.data() + t * half);
+  }
+}
+
+void SharedKvAttention::Queries(const AttentionLayer& w, const float* h, int64_t T,
+                                int64_t heads, int64_t head_dim, int rope_dim, float eps,
+                                bool head_norm, const float* cos, const float* sin,
+                                util::ThreadPool& pool) {
+  const int64_t rank = w.wq_a->rows(), nh = heads, hd = head_dim, half = rope_dim / 2;
+  Grow(qr_, T * rank);
+  Grow(q_, T * nh * hd);
+  kernels::MatMul(*w.wq_a, h, T, qr_.data(), pool);
+  kernels::RmsNorm(qr_.data(), w.q_norm.data(), T, rank, eps, qr_.data());
+  kernels::MatMul(*w.wq_b, qr_.data(), T, q_.data(), pool);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t hh = 0; hh < nh; ++hh) {
+      float* q = q_.data() + (t * nh + hh) * hd;
+      if (head_norm) UnweightedRmsNorm(q, 1, hd, eps, q);
+      RopeInterleaved(q + hd - rope_dim, cos + t * half, sin + t * half, static_cast<int>(half),
+                      false);
+    }
+  }
+}
+
+void SharedKvAttention::WindowKv(const model::TensorView& wkv, const std::vector<float>& kv_norm,
+                                 const float* in, int64_t T, int rope_dim, float eps,
+                                 const float* cos, const float* sin,
+                                 absl::FunctionRef<void(float*)> quantize,
+                                 util::ThreadPool& pool) {
+  const int64_t hd = wkv.rows(), half = rope_dim / 2;
+  Grow(kv_, T * hd);
+  kernels::MatMul(wkv, in, T, kv_.data(), pool);
+  kernels::RmsNorm(kv_.data(), kv_norm.data(), T, hd, eps, kv_.data());
+  for (int64_t t = 0; t < T; ++t) {
+    float* k = kv_.data() + t * hd;
+    RopeInterleaved(k + hd - rope_dim, cos + t * half, sin + t * half, static_cast<int>(half),
+                    false);
+    quantize(k);
+  }
+}
+
+void LightningIndexer::Queries(const model::TensorView& wq_b,
+                               const model::TensorView& weights_proj, const float* qr,
+                               const float* h, int64_t T, int64_t ih, int64_t ihd, int rope_dim,
+                               const float* cos, const float* sin,
+                               absl::FunctionRef<void(float*)> quantize,
+                               util::ThreadPool& pool) {
+  const int64_t half = rope_dim / 2;
+  Grow(iq_, T * ih * ihd);
+  Grow(iw_, T * ih);
+  kernels::MatMul(wq_b, qr, T, iq_.data(), pool);
+  kernels::MatMul(weights_proj, h, T, iw_.data(), pool);
+  const float wscale = 1.0f / std::sqrt(static_cast<float>(ih));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t hh = 0; hh < ih; ++hh) {
+      float* q = iq_.data() + (t * ih + hh) * ihd;
+      RopeInterleaved(q + ihd - rope_dim, cos + t * half, sin + t * half, static_cast<int>(half),
+                      false);
+      quantize(q);
+      iw_[t * ih + hh] *= wscale;
+    }
+  }
+}
+
+void SortTopK(const float* score, int32_t* order, int32_t m, int32_t keep) {
+  std::partial_sort(order, order + keep, order + m, [&](int32_t a, int32_t b) {
+    return score[a] > score[b] || (score[a] == score[b] && a < b);
+  });
+}
+
+absl::StatusOr<MoeLayer> LoadMoeLayer(TensorSchema& schema, const std::string& f, int64_t E,
+                                      int64_t I, int64_t H, int top_k, bool biased, bool shared) {
+  MoeLayer L;
+  L.top_k = top_k;
+  DI_ASSIGN_OR_RETURN(L.router, schema.Mat(f + "gate.weight", E, H));
+  if (biased) {
+    DI_ASSIGN_OR_RETURN(L.router_bias, schema.Vec(f + "gate.bias", {E}));
+  }
+  auto load = [&](const std::string& x) -> absl::StatusOr<Expert> {
+    Expert ex;
+    DI_ASSIGN_OR_RETURN(ex.w1, schema.Mat(x + "w1.weight", I, H));
+    DI_ASSIGN_OR_RETURN(ex.w3, schema.Mat(x + "w3.weight", I, H));
+    DI_ASSIGN_OR_RETURN(ex.w2, schema.Mat(x + "w2.weight", H, I));
+    return ex;
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    DI_ASSIGN_OR_RETURN(Expert ex, load(fmt::format("{}experts.{}.", f, e)));
+    L.experts.push_back(ex);
+  }
+  if (shared) {
+    DI_ASSIGN_OR_RETURN(L.shared, load(f + "shared_experts."));
+    L.has_shared = true;
+  }
+  return L;
+}
+
+absl::StatusOr<std::vector<int32_t>> LoadTid2eid(TensorSchema& schema, const model::Model& model,
+                                                 const std::string& name, int64_t vocab, int k,
+                                                 int experts) {
+  DI_ASSIGN_OR_RETURN(const model::TensorView* t, model.Get(name));
+  if (t->shape != std::vector<int64_t>{vocab, k}) {
+    return InvalidArgumentError(
+        util::codes::kShapeMismatch,
+        fmt::format("tensor '{}' has shape {}, the config implies {}", name,
+                    model::ShapeString(t->shape), model::ShapeString({vocab, k})));
+  }
+  std::vector<int32_t> out(static_cast<size_t>(t->num_elements()));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t r = 0; r < vocab; ++r) {
+    for (int64_t j = 0; j < k; ++j) {
+      double v = 0;
+      if (t->dtype == model::DType::kI64) {
+        int64_t x;
+        std::memcpy(&x, t->data + (r * k + j) * 8, 8);
+        v = static_cast<double>(x);
+      } else if (kernels::HasCpuKernel(t->dtype) && !model::IsQuantized(t->dtype)) {
+        if (j == 0) kernels::DequantizeRow(t->dtype, t->row(r), row.data(), k);
+        v = row[j];
+      } else {
+        return UnimplementedError(
+            util::codes::kUnsupportedDtype,
+            fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
+      }
+      if (!(v >= 0 && v < experts) || v != std::floor(v)) {
+        return InvalidArgumentError(util::codes::kBadTensor,
+                                    fmt::format("tensor '{}' row {} names expert {} (experts: {})",
+                                                name, r, v, experts));
+      }
+      out[r * k + j] = static_cast<int32_t>(v);
+    }
+  }
+  schema.MarkUsed(name);
+  return out;
+}
+
+void MoeBlock::Run(const MoeLayer& L, const MoeOptions& opt, const float* x,
+                   const int32_t* tokens, int64_t T, int64_t H, float* out,
+                   util::ThreadPool& pool) {
+  const int E = static_cast<int>(L.experts.size()), K = L.top_k;
+  Grow(router_logits_, T * E);
+  Grow(route_idx_, T * K);
+  Grow(route_w_, T * K);
+  kernels::MatMul(*L.router, x, T, router_logits_.data(), pool);
+  std::vector<float> score(E);
+  std::vector<int> order;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* lg = router_logits_.data() + t * E;
+    for (int e = 0; e < E; ++e) score[e] = SqrtSoftplus(lg[e] / opt.gate_temp);
+    int32_t* idx = route_idx_.data() + t * K;
+    if (!L.tid2eid.empty()) {
+      for (int k = 0; k < K; ++k) idx[k] = L.tid2eid[int64_t{tokens[t]} * K + k];
+    } else {
+      SelectExperts(score.data(), L.router_bias.data(), E, K, order, idx);
+    }
+    float* w = route_w_.data() + t * K;
+    float sum = 0;
+    for (int k = 0; k < K; ++k) {
+      w[k] = score[idx[k]];
+      sum += w[k];
+    }
+    for (int k = 0; k < K; ++k) {
+      if (opt.normalize) w[k] = w[k] / (sum + 1e-20f);
+      w[k] *= opt.routed_scaling;
+    }
+  }
+  auto run_expert = [&](const Expert& e, const float* in, int64_t n, const float* row_weights,
+                        float* result) {
+    SwiGluExpert(*e.w1, *e.w3, *e.w2, in, n, opt.swiglu_limit, opt.clamp, row_weights,
+                 expert_scratch_, result, pool);
+  };
+  Grow(moe_out_, T * H);
+  dispatch_.Run(
+      route_idx_.data(), route_w_.data(), T, K, E, x, H, moe_out_.data(),
+      [&](int e, const float* in, int64_t n, const float* row_weights, float* result) {
+        run_expert(L.experts[e], in, n, opt.weight_before_w2 ? row_weights : nullptr, result);
+      },
+      opt.weight_before_w2);
+  if (L.has_shared) {
+    run_expert(L.shared, x, T, nullptr, out);
+    // routed + shared, in the reference's order of the sum.
+    for (int64_t i = 0; i < T * H; ++i) out[i] = moe_out_[i] + out[i];
+  } else {
+    std::memcpy(out, moe_out_.data(), T * H * sizeof(float));
+  }
+}
+
+}  // namespace deepinfer::arch::dsv4

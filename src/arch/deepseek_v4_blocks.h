@@ -1,0 +1,269 @@
+#pragma once
+
+// The blocks DeepSeek-V4 (deepseek_v4.cc) and DeepSeek-V4.1 (deepseek_v41.cc) are built from:
+// a layer's shared-KV attention weights with its two mHC sites, the queries and window
+// key/values, the shared-KV attention with its sink and grouped output, the lightning indexer's
+// scoring, the rotary tables, and the MoE (sqrt-softplus router with a selection bias or hash
+// routing, SwiGLU experts, one shared expert). Each block owns its scratch; an architecture says
+// only how the blocks connect (its mHC variant, which layers compress and select, its cache).
+// Float32 activations; weights as the TensorSchema reads them (F32 / BF16 / FP8 / FP4).
+// Threads: a block is not thread-safe (scratch); its Run-style calls use the pool passed in.
+// Source: transformers models/deepseek_v4 (5.24) and deepseek_v41 (commit 0a2080b4).
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "arch/causal_lm.h"
+#include "arch/deepseek_v4_ops.h"
+#include "arch/moe.h"
+#include "arch/tensor_schema.h"
+#include "kernels/cpu/matmul.h"
+#include "model/model.h"
+#include "util/thread_pool.h"
+
+namespace deepinfer::arch::dsv4 {
+
+// Grows v to at least n elements (never shrinks: scratch is reused across steps).
+template <typename V>
+void Grow(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+// One mHC site: fn [(2 + hc) hc, hc H] f32, base [(2 + hc) hc], scale [3].
+struct HcSite {
+  const model::TensorView* fn = nullptr;
+  std::vector<float> base, scale;
+};
+
+// The site under `prefix` ("layers.N.hc_attn_"), its mixing matrix checked whole for NaN/Inf.
+absl::StatusOr<HcSite> LoadHcSite(TensorSchema& schema, const std::string& prefix, int64_t hc,
+                                  int64_t hidden);
+
+// What every V4 / V4.1 layer holds besides its compressor, indexer and FFN: the two mHC sites,
+// the pre-norms, and the shared-KV attention (q LoRA wq_a -> q_norm -> wq_b [heads head_dim],
+// one key/value row wkv -> kv_norm, a sink per head, the grouped low-rank output wo_a / wo_b).
+struct AttentionLayer {
+  HcSite hc_attn, hc_ffn;
+  std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sink;
+  const model::TensorView* wq_a = nullptr;
+  const model::TensorView* wq_b = nullptr;
+  const model::TensorView* wkv = nullptr;
+  const model::TensorView* wo_a = nullptr;
+  const model::TensorView* wo_b = nullptr;
+};
+
+// The layer under `prefix` ("layers.N." or "mtp.K."): hc_{attn,ffn}_*, {attn,ffn}_norm.weight and
+// attn.{attn_sink, wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b}, shaped by the config.
+absl::StatusOr<AttentionLayer> LoadAttentionLayer(TensorSchema& schema, const std::string& prefix,
+                                                  const model::ModelConfig& cfg,
+                                                  const model::DeepseekV4Config& ds);
+
+// cos/sin of every row's position for the main rotary table and the compressed branch's.
+// Shapes: each [T, rope_dim / 2].
+struct RopeTables {
+  std::vector<float> cos_main, sin_main, cos_comp, sin_comp;
+  void Compute(const int32_t* positions, int64_t T, int rope_dim,
+               const std::vector<float>& inv_freq_main, const std::vector<float>& inv_freq_comp,
+               float comp_mscale);
+};
+
+// Shared-KV multi-query attention of one layer: the queries, the window key/value rows, and the
+// attention of each row over the keys it sees, with the sink, the inverse rotation and the
+// grouped output projection.
+class SharedKvAttention {
+ public:
+  // qr [T, q_lora_rank] = q_norm(wq_a h); q [T, heads, head_dim] = wq_b qr, each head weightless-
+  // RMS-normed when `head_norm` (V4; V4.1 has no such norm), RoPE'd on its last rope_dim values.
+  void Queries(const AttentionLayer& w, const float* h, int64_t T, int64_t heads, int64_t head_dim,
+               int rope_dim, float eps, bool head_norm, const float* cos, const float* sin,
+               util::ThreadPool& pool);
+  const float* qr() const { return qr_.data(); }
+  // kv [T, head_dim] = RoPE(kv_norm(wkv in)), then quantize(row) (the QAT fake quantizer, or a
+  // no-op).
+  void WindowKv(const model::TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
+                int64_t T, int rope_dim, float eps, const float* cos, const float* sin,
+                absl::FunctionRef<void(float*)> quantize, util::ThreadPool& pool);
+  const float* kv() const { return kv_.data(); }
+  // out [T, H] = wo_b(wo_a(attn)) where attn row t, head h is the softmax over the n keys
+  // gather(t, keys) lists (at most max_keys; keys[i] -> head_dim floats, K = V) of q . k /
+  // sqrt(head_dim), with exp(sink_h) in the denominator only, rotated back by the inverse RoPE.
+  // kHeadGroup heads share one walk over the keys; the per-head arithmetic is the same whatever
+  // the batch.
+  template <typename Gather>
+  void Attend(const AttentionLayer& w, int64_t T, int64_t heads, int64_t head_dim, int rope_dim,
+              int64_t groups, int64_t olr, int64_t max_keys, const float* cos, const float* sin,
+              float* out, util::ThreadPool& pool, Gather&& gather);
+
+ private:
+  std::vector<float> qr_, q_, kv_, attn_, thread_scratch_;
+  std::vector<const float*> thread_keys_;
+  Scratch out_scratch_;
+};
+
+// The lightning indexer: per token, scores of the compressed entries it sees,
+// score_j = sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim), with w = weights_proj(h) / sqrt(ih).
+class LightningIndexer {
+ public:
+  // iq [T, ih, ihd] = wq_b qr, RoPE'd on the last rope_dim values, then quantize(head);
+  // iw [T, ih] = weights_proj h / sqrt(ih).
+  void Queries(const model::TensorView& wq_b, const model::TensorView& weights_proj,
+               const float* qr, const float* h, int64_t T, int64_t ih, int64_t ihd, int rope_dim,
+               const float* cos, const float* sin, absl::FunctionRef<void(float*)> quantize,
+               util::ThreadPool& pool);
+  // For slice s with V entries (key(j) -> ihd floats), each token i >= first whose visible count
+  // (positions[t] + 1) / ratio exceeds min_visible gets score[0, visible) and a call
+  // select(t, visible, score, order) on its thread, with `scratch` floats (score) and int32s
+  // (order) of the thread's own. The scores of kTokens tokens at a time are one matmul against
+  // the gathered keys, so a score does not depend on the batch.
+  template <typename Key, typename Select>
+  void Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, int ratio, int32_t first,
+             int32_t min_visible, int64_t scratch, const int32_t* positions, Key&& key,
+             Select&& select, util::ThreadPool& pool);
+
+ private:
+  static constexpr int64_t kTokens = 16;
+  std::vector<float> iq_, iw_, keys_, scores_, thread_score_;
+  std::vector<int32_t> thread_order_;
+};
+
+// The `keep` best of order[0, m) by score (descending, ties to the lower index) to the front.
+void SortTopK(const float* score, int32_t* order, int32_t m, int32_t keep);
+
+// One SwiGLU expert's matrices: w1 (gate) and w3 (up) [I, H], w2 (down) [H, I].
+struct Expert {
+  const model::TensorView* w1 = nullptr;
+  const model::TensorView* w3 = nullptr;
+  const model::TensorView* w2 = nullptr;
+};
+
+// A MoE layer: the router gate.weight [E, H] (and its selection bias gate.bias [E] unless the
+// layer routes by hash), E experts, and the shared expert when there is one.
+struct MoeLayer {
+  const model::TensorView* router = nullptr;
+  std::vector<float> router_bias;  // empty: hash routed (tid2eid)
+  std::vector<int32_t> tid2eid;    // hash routing table [vocab, top_k]
+  std::vector<Expert> experts;
+  Expert shared;
+  bool has_shared = false;
+  int top_k = 0;
+};
+
+// The router, its bias (when `biased`), experts.{0..E-1}.w{1,3,2} and (when `shared`)
+// shared_experts.* under `ffn` ("layers.N.ffn.").
+absl::StatusOr<MoeLayer> LoadMoeLayer(TensorSchema& schema, const std::string& ffn, int64_t E,
+                                      int64_t I, int64_t H, int top_k, bool biased, bool shared);
+
+// DeepSeek-V4's hash-routing table (int64 in the release; F32/BF16 with integral values
+// accepted), each entry an expert id.
+// Errors: InvalidArgument "shape_mismatch", "bad_tensor"; Unimplemented "unsupported_dtype".
+absl::StatusOr<std::vector<int32_t>> LoadTid2eid(TensorSchema& schema, const model::Model& model,
+                                                 const std::string& name, int64_t vocab, int k,
+                                                 int experts);
+
+// How a MoE layer turns router logits into weights and applies them.
+struct MoeOptions {
+  float gate_temp = 1.0f;         // score = sqrt(softplus(logit / gate_temp))
+  bool normalize = true;          // weights divided by their sum (+ 1e-20)
+  float routed_scaling = 1.0f;    // then multiplied by this
+  bool weight_before_w2 = false;  // V4.1 scales the activation before w2; V4 the output
+  float swiglu_limit = 0.0f;
+  bool clamp = true;  // gate <= limit, |up| <= limit
+};
+
+// The MoE block: routes each row (hash table by token, else the top-k of score + bias), runs
+// each expert once over its rows (MoeDispatch: expert order per row whatever the batch), adds
+// the shared expert. Shapes: x, out [T, H]; tokens [T] (hash routing only).
+class MoeBlock {
+ public:
+  void Run(const MoeLayer& L, const MoeOptions& opt, const float* x, const int32_t* tokens,
+           int64_t T, int64_t H, float* out, util::ThreadPool& pool);
+
+ private:
+  std::vector<float> router_logits_, route_w_, moe_out_;
+  std::vector<int32_t> route_idx_;
+  MoeDispatch dispatch_;
+  Scratch expert_scratch_;
+};
+
+template <typename Gather>
+void SharedKvAttention::Attend(const AttentionLayer& w, int64_t T, int64_t heads,
+                               int64_t head_dim, int rope_dim, int64_t groups, int64_t olr,
+                               int64_t max_keys, const float* cos, const float* sin, float* out,
+                               util::ThreadPool& pool, Gather&& gather) {
+  const int64_t nh = heads, hd = head_dim, half = rope_dim / 2;
+  constexpr int64_t kHeadGroup = 8;  // heads per work item: one key walk serves them all
+  const int64_t items = (nh + kHeadGroup - 1) / kHeadGroup;
+  Grow(attn_, T * nh * hd);
+  Grow(thread_scratch_, int64_t{pool.num_threads()} * kHeadGroup * (max_keys + 1));
+  Grow(thread_keys_, int64_t{pool.num_threads()} * (max_keys + 1));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  pool.ParallelFor(T * items, [&](int64_t begin, int64_t end, int thread) {
+    float* scores = thread_scratch_.data() + thread * kHeadGroup * (max_keys + 1);
+    const float** keys = thread_keys_.data() + thread * (max_keys + 1);
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t t = item / items, h0 = (item % items) * kHeadGroup;
+      const int64_t n_heads = std::min(kHeadGroup, nh - h0);
+      const int64_t n = gather(t, keys);
+      float* o = attn_.data() + (t * nh + h0) * hd;
+      AttendSharedKv(q_.data() + (t * nh + h0) * hd, n_heads, keys, n, hd, scale,
+                     w.sink.data() + h0, scores, o);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        RopeInterleaved(o + h * hd + hd - rope_dim, cos + t * half, sin + t * half,
+                        static_cast<int>(half), /*inverse=*/true);
+      }
+    }
+  });
+  GroupedOutput(*w.wo_a, *w.wo_b, groups, olr, attn_.data(), T, nh * hd, out_scratch_, out, pool);
+}
+
+template <typename Key, typename Select>
+void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd,
+                             int ratio, int32_t first, int32_t min_visible, int64_t scratch,
+                             const int32_t* positions, Key&& key, Select&& select,
+                             util::ThreadPool& pool) {
+  // The keys the slice's tokens can see, gathered once into a dense [V, ihd] matrix, scored
+  // against kTokens tokens' heads at a time by the matmul kernel (the indexer is quadratic in
+  // the context; as a matmul it runs at the kernel's speed).
+  Grow(keys_, V * ihd);
+  for (int64_t j = 0; j < V; ++j) std::memcpy(keys_.data() + j * ihd, key(j), ihd * sizeof(float));
+  model::TensorView keys;
+  keys.name = "index_keys";
+  keys.dtype = model::DType::kF32;
+  keys.shape = {V, ihd};
+  keys.data = reinterpret_cast<const uint8_t*>(keys_.data());
+  keys.size_bytes = static_cast<size_t>(V * ihd) * sizeof(float);
+  Grow(scores_, kTokens * ih * V);
+  Grow(thread_score_, int64_t{pool.num_threads()} * scratch);
+  Grow(thread_order_, int64_t{pool.num_threads()} * scratch);
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
+  for (int32_t i0 = first; i0 < s.num_tokens; i0 += kTokens) {
+    const int32_t n = std::min<int32_t>(kTokens, s.num_tokens - i0);
+    const int64_t t0 = s.token_offset + i0;
+    kernels::MatMul(keys, iq_.data() + t0 * ih * ihd, n * ih, scores_.data(), pool);
+    pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {
+      float* score = thread_score_.data() + thread * scratch;
+      int32_t* order = thread_order_.data() + thread * scratch;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t t = t0 + i;
+        const int32_t visible = (positions[t] + 1) / ratio;
+        if (visible <= min_visible) continue;
+        const float* w = iw_.data() + t * ih;
+        const float* sh = scores_.data() + i * ih * V;
+        for (int32_t j = 0; j < visible; ++j) {
+          float acc = 0;
+          for (int64_t h = 0; h < ih; ++h) acc += std::max(sh[h * V + j], 0.0f) * qscale * w[h];
+          score[j] = acc;
+        }
+        select(t, visible, score, order);
+      }
+    });
+  }
+}
+
+}  // namespace deepinfer::arch::dsv4
