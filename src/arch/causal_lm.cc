@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "arch/deepseek_v3.h"
 #include "arch/deepseek_v4.h"
@@ -91,6 +92,15 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& mod
   if (model.config.architecture == "deepseek_v41") return CreateDeepseekV41(model);
   return UnimplementedError(util::codes::kUnsupportedArchitecture,
                             "no forward pass for architecture '" + model.config.architecture + "'");
+}
+
+void GatherLogitRows(const ForwardBatch& batch, const float* src, int64_t width, float* dst) {
+  int64_t r = 0;
+  for (const auto& s : batch.seqs) {
+    for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i, ++r) {
+      std::memcpy(dst + r * width, src + (s.token_offset + i) * width, width * sizeof(float));
+    }
+  }
 }
 
 }  // namespace deepinfer::arch

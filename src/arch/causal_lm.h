@@ -111,6 +111,10 @@ struct ForwardBatch {
   }
 };
 
+// Copies the rows of the tokens that get logits (the last num_logits of each slice, in sequence
+// order) from src [batch.num_tokens, width] to dst [batch.num_logit_rows(), width] (f32).
+void GatherLogitRows(const ForwardBatch& batch, const float* src, int64_t width, float* dst);
+
 // Float arithmetic of a forward pass.
 enum class Numerics {
   // The engine's own kernels: fastest, and batch invariant (a sequence gets the same logits

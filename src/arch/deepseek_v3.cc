@@ -371,14 +371,7 @@ void DeepseekImpl::Logits(const ForwardBatch& batch, const float* norm, const Te
   const int32_t num_rows = batch.num_logit_rows();
   if (num_rows == 0) return;
   if (static_cast<int64_t>(rows_.size()) < int64_t{num_rows} * H) rows_.resize(num_rows * H);
-  int32_t r = 0;
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
-      std::memcpy(rows_.data() + int64_t{r} * H, x_.data() + (s.token_offset + i) * H,
-                  H * sizeof(float));
-      ++r;
-    }
-  }
+  GatherLogitRows(batch, x_.data(), H, rows_.data());
   kernels::RmsNorm(rows_.data(), norm, num_rows, H, cfg_.rms_norm_eps, rows_.data());
   kernels::MatMul(head, rows_.data(), num_rows, logits, pool);
 }

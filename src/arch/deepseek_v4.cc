@@ -79,22 +79,14 @@ struct Layer : AttentionLayer {
   int64_t slot_floats = 0;
 };
 
-class DeepseekV4Impl final : public CausalLm {
+class DeepseekV4Impl final : public dsv4::DeepseekV4Base {
  public:
-  explicit DeepseekV4Impl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m, {.matrices = MatrixTypes::kBlockScaled}) {}
+  explicit DeepseekV4Impl(const model::Model& m) : DeepseekV4Base(m, /*qat=*/false) {}
 
   absl::Status Init();
-  const model::ModelConfig& config() const override { return cfg_; }
-  int64_t kv_floats_per_token() const override { return kv_floats_; }
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
   int num_mtp_layers() const override { return static_cast<int>(mtp_.size()); }
-  bool SetNumerics(Numerics numerics) override {
-    if (numerics != Numerics::kFast && numerics != Numerics::kDeepseekQat) return false;
-    qat_ = numerics == Numerics::kDeepseekQat;
-    return true;
-  }
   Numerics default_numerics() const override {
     return released_formats_ ? Numerics::kDeepseekQat : Numerics::kFast;
   }
@@ -132,10 +124,6 @@ class DeepseekV4Impl final : public CausalLm {
   void SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                      util::ThreadPool& pool);
 
-  const model::Model& model_;
-  model::ModelConfig cfg_;
-  model::DeepseekV4Config ds_;
-  TensorSchema schema_;
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
   int64_t last_tokens_ = 0;  // tokens of the last Forward (FinalHidden)
@@ -143,10 +131,6 @@ class DeepseekV4Impl final : public CausalLm {
   const TensorView* head_ = nullptr;
   std::vector<float> final_norm_;
   HcSite hc_head_;  // fn [hc, hc H], base [hc], scale [1]
-  std::vector<float> inv_freq_main_, inv_freq_compress_;
-  float compress_mscale_ = 1.0f;
-  int64_t kv_floats_ = 0;
-  bool qat_ = false;               // Numerics::kDeepseekQat
   bool released_formats_ = false;  // some weights are FP8 / FP4 with E8M0 scales
 
   // The blocks, each with its scratch.
@@ -262,10 +246,7 @@ absl::Status DeepseekV4Impl::Init() {
   for (const auto& [name, t] : model_.tensors) released_formats_ |= t.scale != nullptr;
   // Every tensor must have a place.
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4"));
-  inv_freq_main_ = ComputeRopeFrequencies(cfg_.rope_dim, cfg_.rope_theta, std::nullopt).inv_freq;
-  inv_freq_compress_ =
-      ComputeRopeFrequencies(cfg_.rope_dim, ds_.compress_rope_theta, ds_.compress_yarn).inv_freq;
-  compress_mscale_ = ds_.compress_rope_mscale;
+  rope_.Init(cfg_, ds_);
   return absl::OkStatus();
 }
 
@@ -286,8 +267,7 @@ void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
   }
-  rope_.Compute(positions_.data(), T, cfg_.rope_dim, inv_freq_main_, inv_freq_compress_,
-                compress_mscale_);
+  rope_.Compute(positions_.data(), T);
 }
 
 // A cached key/value (window or compressed entry) under kDeepseekQat: its non-rotary part as FP8
@@ -388,7 +368,7 @@ void DeepseekV4Impl::EmitEntries(const Layer& L, const Compressor& c, int64_t of
     });
     float* out = slot(p) + off_out;
     kernels::RmsNorm(num, c.norm.data(), 1, dim, cfg_.rms_norm_eps, out);
-    RopeAt(inv_freq_compress_, compress_mscale_, first, cs, sn);
+    rope_.CompressedAt(first, cs, sn);
     RopeInterleaved(out + dim - cfg_.rope_dim, cs, sn, cfg_.rope_dim / 2, /*inverse=*/false);
     if (index_keys) {
       QuantizeIndex(out);
@@ -605,14 +585,7 @@ void DeepseekV4Impl::Logits(const ForwardBatch& batch, const HcSite& head,
   const int32_t num_rows = batch.num_logit_rows();
   if (num_rows == 0 || logits == nullptr) return;
   Grow(rows_, int64_t{num_rows} * D);
-  int32_t r = 0;
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
-      std::memcpy(rows_.data() + int64_t{r} * D, streams_.data() + (s.token_offset + i) * D,
-                  D * sizeof(float));
-      ++r;
-    }
-  }
+  GatherLogitRows(batch, streams_.data(), D, rows_.data());
   Grow(tmp_, int64_t{num_rows} * D);
   UnweightedRmsNorm(rows_.data(), num_rows, D, cfg_.rms_norm_eps, tmp_.data());
   Grow(hc_mix_, int64_t{num_rows} * hc);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/deepseek_v4_blocks.h"
 #include "arch/deepseek_v4_ops.h"
 #include "arch/tensor_schema.h"
 #include "arch/engram_hash.h"
@@ -32,16 +33,10 @@ namespace {
 using model::TensorView;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-struct Site {
-  const TensorView* fn = nullptr;  // [(2 + hc) hc, hc H]
-  std::vector<float> base, scale;
-};
-
-struct Expert {
-  const TensorView* w1 = nullptr;
-  const TensorView* w3 = nullptr;
-  const TensorView* w2 = nullptr;
-};
+using dsv4::AttentionLayer;
+using dsv4::Grow;
+using dsv4::HcSite;
+using dsv4::MoeLayer;
 
 // One Engram layer: the n-gram table (F32/BF16, or FP8 E4M3 rows with E8M0 scales per 32),
 // wkv [(hc + 1) H, columns head_dim] and the gate weights q, k [hc, H].
@@ -53,18 +48,13 @@ struct Engram {
   std::vector<float> qk;  // q_weight * k_weight [hc, H]: the reference uses only the product
 };
 
-struct Layer {
+// A layer (or DSpark stage): the shared attention layer (mHC sites, norms, attention weights),
+// its CSA2 roles, compressor and index queries, Engram, and the MoE.
+struct Layer : AttentionLayer {
   int ratio = 0;
   Engram engram;
   bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
   int kv_src = -1;  // the layer whose compressed entries this layer reads (ratio > 0)
-  Site hc_attn, hc_ffn;
-  std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sink;
-  const TensorView* wq_a = nullptr;
-  const TensorView* wq_b = nullptr;
-  const TensorView* wkv = nullptr;
-  const TensorView* wo_a = nullptr;
-  const TensorView* wo_b = nullptr;
   // KV source: the compressor (wgate only at ratio 2) and the index keys' wk / k_norm.
   const TensorView* c_wkv = nullptr;
   const TensorView* c_wgate = nullptr;
@@ -73,12 +63,7 @@ struct Layer {
   // Index source: its queries and head weights.
   const TensorView* i_wq_b = nullptr;
   const TensorView* i_weights = nullptr;
-  const TensorView* router = nullptr;
-  std::vector<float> router_bias;
-  std::vector<Expert> experts;
-  int top_k = 0;  // routed experts per token
-  Expert shared;
-  bool has_shared = false;
+  MoeLayer moe;
   // Window cache slot: [window key/value (head_dim), a, z (head_dim each, ratio > 1 sources)].
   // Main cache slot of a source: entry j and its index key, [head_dim + index_head_dim], either
   // spread over its group's ratio slots (entry_floats / ratio per slot) or, when the block size
@@ -100,25 +85,13 @@ struct Dspark {
   int32_t block = 0, noise = 0, rank = 0;
 };
 
-template <typename V>
-void Grow(V& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
-class DeepseekV41Impl final : public CausalLm {
+class DeepseekV41Impl final : public dsv4::DeepseekV4Base {
  public:
-  explicit DeepseekV41Impl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek_v4), schema_(m, {.matrices = MatrixTypes::kBlockScaled}) {}
+  // The QAT numerics are part of the model (deepseek_v41.h): on unless SetNumerics says kFast.
+  explicit DeepseekV41Impl(const model::Model& m) : DeepseekV4Base(m, /*qat=*/true) {}
 
   absl::Status Init();
-  const model::ModelConfig& config() const override { return cfg_; }
-  int64_t kv_floats_per_token() const override { return kv_floats_; }
   KvLayout kv_layout(int32_t block_size) const override;
-  bool SetNumerics(Numerics numerics) override {
-    if (numerics != Numerics::kFast && numerics != Numerics::kDeepseekQat) return false;
-    qat_ = numerics == Numerics::kDeepseekQat;
-    return true;
-  }
   Numerics default_numerics() const override { return Numerics::kDeepseekQat; }
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
@@ -131,18 +104,12 @@ class DeepseekV41Impl final : public CausalLm {
                      util::ThreadPool& pool) override;
 
  private:
-  absl::StatusOr<Site> LoadSite(const std::string& prefix);
   // Main layer l, or DSpark stage l - num_layers.
   absl::StatusOr<Layer> LoadLayer(int l);
   absl::Status LoadDspark();
-  // The q projection (RoPE'd, [T, heads, head_dim] into q_) and the window key/value rows
-  // (kv_norm, RoPE, FP8 under QAT, [T, head_dim] into kvrow_) of h_.
-  void Queries(const Layer& L, int64_t T, const float* cosv, const float* sinv,
-               util::ThreadPool& pool);
+  // The window key/value rows of `in` (kv_norm, RoPE, FP8 under QAT) into attn_.kv().
   void WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
                 int64_t T, const float* cosv, const float* sinv, util::ThreadPool& pool);
-  // The rotary tables of positions_[0, T) into cos_/sin_ main and compress.
-  void RopeTables(int64_t T);
   // streams_ = h_ replicated hc times, pre_mix_ one-hot on stream 0 (the first layer's input).
   void StartStreams(int64_t T);
   // One mHC layer over streams_ (pre_mix_ in, the FFN site's pre out); attention by `attend`.
@@ -150,8 +117,8 @@ class DeepseekV41Impl final : public CausalLm {
   void RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool, Attend&& attend);
   // DSpark: the stages' window KV from taps_ at the batch's positions.
   void DsparkAbsorb(const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
-  // Attention of T rows (queries in q_) over the keys gather(t, keys) lists for row t (at most
-  // max_keys; returns the count), with the sink, inverse RoPE and the grouped output into out_.
+  // Queries of h_ (RoPE'd, no per-head norm) and the attention of T rows over the keys
+  // gather(t, keys) lists for row t (at most max_keys), into out_.
   template <typename Gather>
   void AttendAndProject(const Layer& L, int64_t T, int64_t max_keys, const float* cosv,
                         const float* sinv, util::ThreadPool& pool, Gather&& gather);
@@ -159,7 +126,7 @@ class DeepseekV41Impl final : public CausalLm {
   // its sequence's window of positions < start_pos and all B rows of its block.
   void StageAttention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
                       util::ThreadPool& pool);
-  void Mixes(const Site& site, int64_t T, float* pre, util::ThreadPool& pool);
+  void Mixes(const HcSite& site, int64_t T, float* pre, util::ThreadPool& pool);
   void Collapse(const float* pre, int64_t T);
   void Expand(int64_t T);
   void Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
@@ -167,7 +134,6 @@ class DeepseekV41Impl final : public CausalLm {
   void Compress(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
                 util::ThreadPool& pool);
   void Select(const Layer& L, const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
-  void Moe(const Layer& L, int64_t T, util::ThreadPool& pool);
   void EngramHashes(const ForwardBatch& batch, KvCache& kv);
   // Layer l's window-cache slot of position pos (within the slice's window).
   static float* WindowSlot(KvCache& kv, const SequenceSlice& s, int l, int32_t pos) {
@@ -189,13 +155,7 @@ class DeepseekV41Impl final : public CausalLm {
     return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
   }
   void ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& pool);
-  void RunExpert(const Expert& e, const float* in, int64_t n, const float* row_weights, float* out,
-                 util::ThreadPool& pool);
 
-  const model::Model& model_;
-  model::ModelConfig cfg_;
-  model::DeepseekV4Config ds_;
-  TensorSchema schema_;
   std::vector<Layer> layers_;
   Dspark dspark_;          // stages empty: none in the checkpoint
   bool dspark_on_ = false;  // EnableDspark()
@@ -205,14 +165,10 @@ class DeepseekV41Impl final : public CausalLm {
   const TensorView* embed_ = nullptr;
   const TensorView* head_ = nullptr;
   std::vector<float> final_norm_;
-  std::vector<float> inv_freq_main_, inv_freq_compress_;
-  float compress_mscale_ = 1.0f;
-  int64_t kv_floats_ = 0;  // the largest main-cache slot (for kv_floats_per_token)
   int32_t window_tokens_ = 0;
   // Per layer, the offset from a group's first position to the slot holding its entry: 0 when
   // the entry spreads over the group's slots, ratio - 1 when it sits whole in the last one.
   std::vector<int32_t> entry_shift_;
-  bool qat_ = true;
   // Engram: the layout, token classes, the pad token's class; each token's class is kept in
   // the main cache's extra layer num_layers (one float) for later positions' look-back.
   EngramLayout engram_;
@@ -222,40 +178,29 @@ class DeepseekV41Impl final : public CausalLm {
   std::vector<int64_t> hash_ids_;  // [T, engram layers, columns]
   std::vector<float> engram_rows_, engram_kv_;
 
+  // The blocks, each with its scratch.
+  dsv4::RopeTables rope_;
+  dsv4::SharedKvAttention attn_;
+  dsv4::LightningIndexer indexer_;
+  dsv4::MoeBlock moe_;
   // Scratch, grown on demand.
   std::vector<float> streams_, streams_next_, flat_, mix_, pre_mix_, pre_attn_, pre_ffn_, post_,
       comb_;
-  std::vector<float> x_, h_, qr_, q_, kvrow_, ca_, cz_, latent_, ikey_, iq_, iw_, attn_, out_;
-  std::vector<float> rows_, cos_main_, sin_main_, cos_comp_, sin_comp_, cs_;
-  std::vector<float> router_logits_, route_w_, moe_out_, index_keys_;
-  std::vector<float> index_scores_, thread_scratch_;
-  std::vector<int32_t> positions_, route_idx_, thread_order_, token_seq_;
-  std::vector<const float*> thread_keys_;
+  std::vector<float> x_, h_, ca_, cz_, latent_, ikey_, out_, rows_, cs_;
+  std::vector<int32_t> positions_, token_seq_;
   // Per token: the entries the latest index source selected [T, index_topk] (-1 padded), and the
   // candidate source's blocks [T, blocks] (1 kept).
   std::vector<int32_t> selected_;
   std::vector<uint8_t> candidates_;
   int64_t candidate_stride_ = 0;
-  MoeDispatch moe_;
-  dsv4::Scratch out_scratch_, expert_scratch_;
 };
-
-absl::StatusOr<Site> DeepseekV41Impl::LoadSite(const std::string& p) {
-  const int64_t hc = ds_.hc_mult, mix = (2 + hc) * hc;
-  Site s;
-  DI_ASSIGN_OR_RETURN(s.fn, schema_.Mat(p + "fn", mix, hc * cfg_.hidden));
-  DI_RETURN_IF_ERROR(model::CheckFinite(*s.fn, /*full=*/true));
-  DI_ASSIGN_OR_RETURN(s.base, schema_.Vec(p + "base", {mix}));
-  DI_ASSIGN_OR_RETURN(s.scale, schema_.Vec(p + "scale", {3}));
-  return s;
-}
 
 absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
   const bool stage = l >= cfg_.num_layers;
   const std::string p = stage ? fmt::format("mtp.{}.", l - cfg_.num_layers)
                               : fmt::format("layers.{}.", l);
   const std::string a = p + "attn.", f = p + "ffn.";
-  const int64_t H = cfg_.hidden, nh = cfg_.num_heads, hd = cfg_.head_dim;
+  const int64_t H = cfg_.hidden, hd = cfg_.head_dim;
   const int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
   auto in = [](const std::vector<int>& v, int x) {
     return std::find(v.begin(), v.end(), x) != v.end();
@@ -268,21 +213,8 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
     L.candidate_source = l == ds_.candidate_source_layer_id;
     L.uses_candidates = ds_.candidate_source_layer_id >= 0 && ds_.candidate_source_layer_id < l;
   }
-  DI_ASSIGN_OR_RETURN(L.hc_attn, LoadSite(p + "hc_attn_"));
-  DI_ASSIGN_OR_RETURN(L.hc_ffn, LoadSite(p + "hc_ffn_"));
-  DI_ASSIGN_OR_RETURN(L.attn_norm, schema_.Vec(p + "attn_norm.weight", {H}));
-  DI_ASSIGN_OR_RETURN(L.ffn_norm, schema_.Vec(p + "ffn_norm.weight", {H}));
-  DI_ASSIGN_OR_RETURN(L.sink, schema_.Vec(a + "attn_sink", {nh}));
-  DI_ASSIGN_OR_RETURN(L.wq_a, schema_.Mat(a + "wq_a.weight", ds_.q_lora_rank, H));
-  DI_ASSIGN_OR_RETURN(L.q_norm, schema_.Vec(a + "q_norm.weight", {ds_.q_lora_rank}));
-  DI_ASSIGN_OR_RETURN(L.wq_b, schema_.Mat(a + "wq_b.weight", nh * hd, ds_.q_lora_rank));
-  DI_ASSIGN_OR_RETURN(L.wkv, schema_.Mat(a + "wkv.weight", hd, H));
-  DI_ASSIGN_OR_RETURN(L.kv_norm, schema_.Vec(a + "kv_norm.weight", {hd}));
-  DI_ASSIGN_OR_RETURN(L.wo_a,
-                      schema_.Mat(a + "wo_a.weight", int64_t{ds_.o_groups} * ds_.o_lora_rank,
-                                  nh * hd / ds_.o_groups));
-  DI_ASSIGN_OR_RETURN(L.wo_b,
-                      schema_.Mat(a + "wo_b.weight", H, int64_t{ds_.o_groups} * ds_.o_lora_rank));
+  DI_ASSIGN_OR_RETURN(static_cast<AttentionLayer&>(L),
+                      dsv4::LoadAttentionLayer(schema_, p, cfg_, ds_));
   L.window_floats = hd;
   if (L.kv_source) {
     DI_ASSIGN_OR_RETURN(L.c_wkv, schema_.Mat(a + "compressor.wkv.weight", hd, H));
@@ -353,28 +285,14 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
     for (size_t i = 0; i < q.size(); ++i) e.qk[i] = q[i] * k[i];
   }
   const int64_t E = stage ? ds_.dspark_n_routed_experts : ds_.n_routed_experts;
-  const int64_t I = ds_.moe_intermediate_size;
-  L.top_k = stage ? ds_.dspark_num_experts_per_tok : ds_.num_experts_per_tok;
-  DI_ASSIGN_OR_RETURN(L.router, schema_.Mat(f + "gate.weight", E, H));
-  DI_ASSIGN_OR_RETURN(L.router_bias, schema_.Vec(f + "gate.bias", {E}));
+  DI_ASSIGN_OR_RETURN(L.moe,
+                      dsv4::LoadMoeLayer(schema_, f, E, ds_.moe_intermediate_size, H,
+                                         stage ? ds_.dspark_num_experts_per_tok
+                                               : ds_.num_experts_per_tok,
+                                         /*biased=*/true, ds_.n_shared_experts > 0));
   // The image-token routing bias: loaded, unused for text (the stages have none).
   if (!stage && schema_.Has(f + "gate.bias_vl")) {
     DI_RETURN_IF_ERROR(schema_.Vec(f + "gate.bias_vl", {E}).status());
-  }
-  for (int64_t e = 0; e < E; ++e) {
-    const std::string x = fmt::format("{}experts.{}.", f, e);
-    Expert ex;
-    DI_ASSIGN_OR_RETURN(ex.w1, schema_.Mat(x + "w1.weight", I, H));
-    DI_ASSIGN_OR_RETURN(ex.w3, schema_.Mat(x + "w3.weight", I, H));
-    DI_ASSIGN_OR_RETURN(ex.w2, schema_.Mat(x + "w2.weight", H, I));
-    L.experts.push_back(ex);
-  }
-  if (ds_.n_shared_experts > 0) {
-    const std::string x = f + "shared_experts.";
-    DI_ASSIGN_OR_RETURN(L.shared.w1, schema_.Mat(x + "w1.weight", I, H));
-    DI_ASSIGN_OR_RETURN(L.shared.w3, schema_.Mat(x + "w3.weight", I, H));
-    DI_ASSIGN_OR_RETURN(L.shared.w2, schema_.Mat(x + "w2.weight", H, I));
-    L.has_shared = true;
   }
   return L;
 }
@@ -464,10 +382,7 @@ absl::Status DeepseekV41Impl::Init() {
     }
   }
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4.1"));
-  inv_freq_main_ = ComputeRopeFrequencies(cfg_.rope_dim, cfg_.rope_theta, std::nullopt).inv_freq;
-  inv_freq_compress_ =
-      ComputeRopeFrequencies(cfg_.rope_dim, ds_.compress_rope_theta, ds_.compress_yarn).inv_freq;
-  compress_mscale_ = ds_.compress_rope_mscale;
+  rope_.Init(cfg_, ds_);
   return absl::OkStatus();
 }
 
@@ -499,7 +414,7 @@ absl::Status DeepseekV41Impl::LoadDspark() {
 }
 
 // The site's mixes from the current streams: pre into `pre` [T, hc], post_ / comb_.
-void DeepseekV41Impl::Mixes(const Site& site, int64_t T, float* pre, util::ThreadPool& pool) {
+void DeepseekV41Impl::Mixes(const HcSite& site, int64_t T, float* pre, util::ThreadPool& pool) {
   const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H, mix = (2 + hc) * hc;
   Grow(flat_, T * D);
   dsv4::UnweightedRmsNorm(streams_.data(), T, D, cfg_.rms_norm_eps, flat_.data());
@@ -595,7 +510,7 @@ void DeepseekV41Impl::Compress(const Layer& L, int l, const ForwardBatch& batch,
   Grow(cs_, int64_t{2} * half);
   for (int64_t g = 0; g < G; ++g) {
     const auto [s, p] = groups[g];
-    dsv4::RopeAt(inv_freq_compress_, compress_mscale_, p + 1 - r, cs_.data(), cs_.data() + half);
+    rope_.CompressedAt(p + 1 - r, cs_.data(), cs_.data() + half);
     float* entry = EntrySlot(kv, *s, l, (p + 1) / r - 1);
     float* key = entry + hd;
     std::memcpy(key, ikey_.data() + g * ihd, ihd * sizeof(float));
@@ -614,22 +529,13 @@ void DeepseekV41Impl::Compress(const Layer& L, int l, const ForwardBatch& batch,
 void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache& kv,
                              util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
-  const int64_t K = ds_.index_topk, half = cfg_.rope_dim / 2, bs = ds_.candidate_block_size;
-  Grow(iq_, T * ih * ihd);
-  Grow(iw_, T * ih);
-  kernels::MatMul(*L.i_wq_b, qr_.data(), T, iq_.data(), pool);
-  kernels::MatMul(*L.i_weights, h_.data(), T, iw_.data(), pool);
-  const float wscale = 1.0f / std::sqrt(static_cast<float>(ih));
-  const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < ih; ++h) {
-      float* q = iq_.data() + (t * ih + h) * ihd;
-      dsv4::RopeInterleaved(q + ihd - cfg_.rope_dim, cos_comp_.data() + t * half,
-                            sin_comp_.data() + t * half, static_cast<int>(half), false);
-      if (qat_ && ihd % 32 == 0) dsv4::FakeQuantFp4(q, ihd, 32);
-      iw_[t * ih + h] *= wscale;
-    }
-  }
+  const int64_t K = ds_.index_topk, bs = ds_.candidate_block_size;
+  indexer_.Queries(*L.i_wq_b, *L.i_weights, attn_.qr(), h_.data(), T, ih, ihd, cfg_.rope_dim,
+                   rope_.cos_comp.data(), rope_.sin_comp.data(),
+                   [&](float* q) {
+                     if (qat_ && ihd % 32 == 0) dsv4::FakeQuantFp4(q, ihd, 32);
+                   },
+                   pool);
   Grow(selected_, T * K);
   std::fill(selected_.begin(), selected_.begin() + T * K, -1);
   int64_t max_visible = 0;
@@ -641,43 +547,15 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
     Grow(candidates_, T * std::max<int64_t>(candidate_stride_, 1));
     std::fill(candidates_.begin(), candidates_.end(), 0);
   }
-  constexpr int64_t kIndexTokens = 16;
   for (const auto& s : batch.seqs) {
     const int64_t V = (s.start_pos + s.num_tokens) / L.ratio;
     if (V == 0) continue;
-    Grow(index_keys_, V * ihd);
-    for (int64_t j = 0; j < V; ++j) {
-      std::memcpy(index_keys_.data() + j * ihd, EntrySlot(kv, s, L.kv_src, j) + cfg_.head_dim,
-                  ihd * sizeof(float));
-    }
-    TensorView keys;
-    keys.name = "index_keys";
-    keys.dtype = model::DType::kF32;
-    keys.shape = {V, ihd};
-    keys.data = reinterpret_cast<const uint8_t*>(index_keys_.data());
-    keys.size_bytes = static_cast<size_t>(V * ihd) * sizeof(float);
-    Grow(index_scores_, kIndexTokens * ih * V);
-    const int64_t stride = V + (V + bs - 1) / bs + 1;
-    Grow(thread_scratch_, int64_t{pool.num_threads()} * stride);
-    Grow(thread_order_, int64_t{pool.num_threads()} * stride);
-    for (int32_t i0 = 0; i0 < s.num_tokens; i0 += kIndexTokens) {
-      const int32_t n = std::min<int32_t>(kIndexTokens, s.num_tokens - i0);
-      const int64_t t0 = s.token_offset + i0;
-      kernels::MatMul(keys, iq_.data() + t0 * ih * ihd, n * ih, index_scores_.data(), pool);
-      pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {
-        float* score = thread_scratch_.data() + thread * stride;
-        int32_t* order = thread_order_.data() + thread * stride;
-        for (int64_t i = begin; i < end; ++i) {
-          const int64_t t = t0 + i;
-          const int32_t visible = (positions_[t] + 1) / L.ratio;
-          if (visible == 0) continue;
-          const float* w = iw_.data() + t * ih;
-          const float* sh = index_scores_.data() + i * ih * V;
-          for (int32_t j = 0; j < visible; ++j) {
-            float acc = 0;
-            for (int64_t h = 0; h < ih; ++h) acc += std::max(sh[h * V + j], 0.0f) * qscale * w[h];
-            score[j] = acc;
-          }
+    // Per thread: V entry scores, then (candidate source) the block scores after them.
+    const int64_t scratch = V + (V + bs - 1) / bs + 1;
+    indexer_.Score(
+        s, V, ih, ihd, L.ratio, /*first=*/0, /*min_visible=*/0, scratch, positions_.data(),
+        [&](int64_t j) { return EntrySlot(kv, s, L.kv_src, j) + cfg_.head_dim; },
+        [&](int64_t t, int32_t visible, float* score, int32_t* order) {
           if (L.candidate_source) {
             // Blocks of bs entries, score = max; the newest block pinned; keep the best.
             const int32_t nb = static_cast<int32_t>((visible + bs - 1) / bs);
@@ -692,9 +570,7 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
             }
             const int32_t keep =
                 static_cast<int32_t>(std::min<int64_t>(ds_.candidate_topk_blocks, nb));
-            std::partial_sort(order, order + keep, order + nb, [&](int32_t a, int32_t b) {
-              return bscore[a] > bscore[b] || (bscore[a] == bscore[b] && a < b);
-            });
+            dsv4::SortTopK(bscore, order, nb, keep);
             uint8_t* cand = candidates_.data() + t * candidate_stride_;
             for (int32_t b = 0; b < keep; ++b) cand[order[b]] = 1;
           }
@@ -704,58 +580,37 @@ void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache&
             order[m++] = j;
           }
           const int32_t keep = static_cast<int32_t>(std::min<int64_t>(K, m));
-          std::partial_sort(order, order + keep, order + m, [&](int32_t a, int32_t b) {
-            return score[a] > score[b] || (score[a] == score[b] && a < b);
-          });
+          dsv4::SortTopK(score, order, m, keep);
           std::copy(order, order + keep, selected_.data() + t * K);
-        }
-      });
-    }
-  }
-}
-
-void DeepseekV41Impl::Queries(const Layer& L, int64_t T, const float* cosv, const float* sinv,
-                              util::ThreadPool& pool) {
-  const int64_t nh = cfg_.num_heads, hd = cfg_.head_dim, half = cfg_.rope_dim / 2;
-  Grow(qr_, T * ds_.q_lora_rank);
-  Grow(q_, T * nh * hd);
-  kernels::MatMul(*L.wq_a, h_.data(), T, qr_.data(), pool);
-  kernels::RmsNorm(qr_.data(), L.q_norm.data(), T, ds_.q_lora_rank, cfg_.rms_norm_eps, qr_.data());
-  kernels::MatMul(*L.wq_b, qr_.data(), T, q_.data(), pool);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t h = 0; h < nh; ++h) {
-      dsv4::RopeInterleaved(q_.data() + (t * nh + h) * hd + hd - cfg_.rope_dim, cosv + t * half,
-                            sinv + t * half, static_cast<int>(half), false);
-    }
+        },
+        pool);
   }
 }
 
 void DeepseekV41Impl::WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm,
                                const float* in, int64_t T, const float* cosv, const float* sinv,
                                util::ThreadPool& pool) {
-  const int64_t hd = cfg_.head_dim, half = cfg_.rope_dim / 2;
-  Grow(kvrow_, T * hd);
-  kernels::MatMul(wkv, in, T, kvrow_.data(), pool);
-  kernels::RmsNorm(kvrow_.data(), kv_norm.data(), T, hd, cfg_.rms_norm_eps, kvrow_.data());
-  for (int64_t t = 0; t < T; ++t) {
-    float* k = kvrow_.data() + t * hd;
-    dsv4::RopeInterleaved(k + hd - cfg_.rope_dim, cosv + t * half, sinv + t * half,
-                          static_cast<int>(half), false);
-    if (qat_ && hd % 32 == 0) dsv4::FakeQuantFp8(k, hd, 32, 1e-4f);
-  }
+  const int64_t hd = cfg_.head_dim;
+  attn_.WindowKv(wkv, kv_norm, in, T, cfg_.rope_dim, cfg_.rms_norm_eps, cosv, sinv,
+                 [&](float* k) {
+                   if (qat_ && hd % 32 == 0) dsv4::FakeQuantFp8(k, hd, 32, 1e-4f);
+                 },
+                 pool);
 }
 
 void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
                                 util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, hd = cfg_.head_dim;
-  const float* cosv = L.ratio > 0 ? cos_comp_.data() : cos_main_.data();
-  const float* sinv = L.ratio > 0 ? sin_comp_.data() : sin_main_.data();
-  Queries(L, T, cosv, sinv, pool);
+  const float* cosv = L.ratio > 0 ? rope_.cos_comp.data() : rope_.cos_main.data();
+  const float* sinv = L.ratio > 0 ? rope_.sin_comp.data() : rope_.sin_main.data();
+  attn_.Queries(L, h_.data(), T, cfg_.num_heads, hd, cfg_.rope_dim, cfg_.rms_norm_eps,
+                /*head_norm=*/false, cosv, sinv, pool);
   WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cosv, sinv, pool);
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int32_t pos = s.start_pos + i;
-      std::memcpy(WindowSlot(kv, s, l, pos), kvrow_.data() + (s.token_offset + i) * hd, hd * sizeof(float));
+      std::memcpy(WindowSlot(kv, s, l, pos), attn_.kv() + (s.token_offset + i) * hd,
+                  hd * sizeof(float));
     }
   }
   if (L.kv_source) Compress(L, l, batch, kv, pool);
@@ -785,83 +640,9 @@ template <typename Gather>
 void DeepseekV41Impl::AttendAndProject(const Layer& L, int64_t T, int64_t max_keys,
                                        const float* cosv, const float* sinv,
                                        util::ThreadPool& pool, Gather&& gather) {
-  const int64_t nh = cfg_.num_heads, hd = cfg_.head_dim, H = cfg_.hidden;
-  const int64_t half = cfg_.rope_dim / 2, rd = cfg_.rope_dim;
-  constexpr int64_t kHeadGroup = 8;  // heads per work item: one key walk serves them all
-  const int64_t groups = (nh + kHeadGroup - 1) / kHeadGroup;
-  Grow(attn_, T * nh * hd);
-  Grow(thread_scratch_, int64_t{pool.num_threads()} * kHeadGroup * (max_keys + 1));
-  Grow(thread_keys_, int64_t{pool.num_threads()} * (max_keys + 1));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  pool.ParallelFor(T * groups, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = thread_scratch_.data() + thread * kHeadGroup * (max_keys + 1);
-    const float** keys = thread_keys_.data() + thread * (max_keys + 1);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / groups, h0 = (item % groups) * kHeadGroup;
-      const int64_t heads = std::min(kHeadGroup, nh - h0);
-      const int64_t n = gather(t, keys);
-      float* o = attn_.data() + (t * nh + h0) * hd;
-      dsv4::AttendSharedKv(q_.data() + (t * nh + h0) * hd, heads, keys, n, hd, scale,
-                           L.sink.data() + h0, scores, o);
-      for (int64_t h = 0; h < heads; ++h) {
-        dsv4::RopeInterleaved(o + h * hd + hd - rd, cosv + t * half, sinv + t * half,
-                              static_cast<int>(half), /*inverse=*/true);
-      }
-    }
-  });
-  Grow(out_, T * H);
-  dsv4::GroupedOutput(*L.wo_a, *L.wo_b, ds_.o_groups, ds_.o_lora_rank, attn_.data(), T, nh * hd,
-                      out_scratch_, out_.data(), pool);
-}
-
-// w2(w * silu(min(w1 x, limit)) * clamp(w3 x, -limit, limit)) per row, clamped only for a
-// positive limit as the reference does (w = 1 for the shared expert).
-void DeepseekV41Impl::RunExpert(const Expert& e, const float* in, int64_t n,
-                                const float* row_weights, float* out, util::ThreadPool& pool) {
-  dsv4::SwiGluExpert(*e.w1, *e.w3, *e.w2, in, n, ds_.swiglu_limit, ds_.swiglu_limit > 0,
-                     row_weights, expert_scratch_, out, pool);
-}
-
-void DeepseekV41Impl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
-  const int64_t H = cfg_.hidden;
-  const int E = static_cast<int>(L.experts.size()), K = L.top_k;
-  Grow(router_logits_, T * E);
-  Grow(route_idx_, T * K);
-  Grow(route_w_, T * K);
-  kernels::MatMul(*L.router, h_.data(), T, router_logits_.data(), pool);
-  std::vector<float> score(E);
-  std::vector<int> order;
-  for (int64_t t = 0; t < T; ++t) {
-    const float* lg = router_logits_.data() + t * E;
-    for (int e = 0; e < E; ++e) score[e] = dsv4::SqrtSoftplus(lg[e] / ds_.gate_temp);
-    int32_t* idx = route_idx_.data() + t * K;
-    dsv4::SelectExperts(score.data(), L.router_bias.data(), E, K, order, idx);
-    float* w = route_w_.data() + t * K;
-    float sum = 0;
-    for (int k = 0; k < K; ++k) {
-      w[k] = score[idx[k]];
-      sum += w[k];
-    }
-    for (int k = 0; k < K; ++k) {
-      if (ds_.norm_topk_prob && K > 1) w[k] = w[k] / (sum + 1e-20f);
-      w[k] *= ds_.routed_scaling_factor;
-    }
-  }
-  Grow(moe_out_, T * H);
-  // The reference scales each routed expert's activation before w2.
-  moe_.Run(
-      route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
-      [&](int e, const float* in, int64_t n, const float* row_weights, float* result) {
-        RunExpert(L.experts[e], in, n, row_weights, result, pool);
-      },
-      /*weights_in_expert=*/true);
-  Grow(out_, T * H);
-  if (L.has_shared) {
-    RunExpert(L.shared, h_.data(), T, nullptr, out_.data(), pool);
-    for (int64_t i = 0; i < T * H; ++i) out_[i] = moe_out_[i] + out_[i];
-  } else {
-    std::memcpy(out_.data(), moe_out_.data(), T * H * sizeof(float));
-  }
+  Grow(out_, T * cfg_.hidden);
+  attn_.Attend(L, T, cfg_.num_heads, cfg_.head_dim, cfg_.rope_dim, ds_.o_groups, ds_.o_lora_rank,
+               max_keys, cosv, sinv, out_.data(), pool, std::forward<Gather>(gather));
 }
 
 // Each token's class goes into its slot (layer 0) so that later chunks and decode steps can look
@@ -969,20 +750,6 @@ KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
   return layout;
 }
 
-void DeepseekV41Impl::RopeTables(int64_t T) {
-  const int64_t half = cfg_.rope_dim / 2;
-  Grow(cos_main_, T * half);
-  Grow(sin_main_, T * half);
-  Grow(cos_comp_, T * half);
-  Grow(sin_comp_, T * half);
-  for (int64_t t = 0; t < T; ++t) {
-    dsv4::RopeAt(inv_freq_main_, 1.0f, positions_[t], cos_main_.data() + t * half,
-                 sin_main_.data() + t * half);
-    dsv4::RopeAt(inv_freq_compress_, compress_mscale_, positions_[t], cos_comp_.data() + t * half,
-                 sin_comp_.data() + t * half);
-  }
-}
-
 void DeepseekV41Impl::StartStreams(int64_t T) {
   const int64_t H = cfg_.hidden, hc = ds_.hc_mult;
   Grow(streams_, T * hc * H);
@@ -1007,7 +774,16 @@ void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool
   Mixes(L.hc_ffn, T, pre_ffn_.data(), pool);
   Collapse(pre_attn_.data(), T);
   kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
-  Moe(L, T, pool);
+  // The reference scales each routed expert's activation before w2, and clamps only for a
+  // positive limit.
+  const dsv4::MoeOptions moe{.gate_temp = ds_.gate_temp,
+                             .normalize = ds_.norm_topk_prob && L.moe.top_k > 1,
+                             .routed_scaling = ds_.routed_scaling_factor,
+                             .weight_before_w2 = true,
+                             .swiglu_limit = ds_.swiglu_limit,
+                             .clamp = ds_.swiglu_limit > 0};
+  Grow(out_, T * H);
+  moe_.Run(L.moe, moe, h_.data(), nullptr, T, H, out_.data(), pool);
   Expand(T);
   std::swap(pre_mix_, pre_ffn_);
 }
@@ -1024,12 +800,13 @@ void DeepseekV41Impl::DsparkAbsorb(const ForwardBatch& batch, KvCache& kv,
                    draft_x_.data());
   for (size_t st = 0; st < dspark_.stages.size(); ++st) {
     const Layer& L = dspark_.stages[st];
-    WindowKv(*L.wkv, L.kv_norm, draft_x_.data(), T, cos_main_.data(), sin_main_.data(), pool);
+    WindowKv(*L.wkv, L.kv_norm, draft_x_.data(), T, rope_.cos_main.data(), rope_.sin_main.data(),
+             pool);
     const int l = cfg_.num_layers + static_cast<int>(st);
     for (const auto& s : batch.seqs) {
       for (int32_t i = 0; i < s.num_tokens; ++i) {
         std::memcpy(WindowSlot(kv, s, l, s.start_pos + i),
-                    kvrow_.data() + (s.token_offset + i) * hd, hd * sizeof(float));
+                    attn_.kv() + (s.token_offset + i) * hd, hd * sizeof(float));
       }
     }
   }
@@ -1039,15 +816,19 @@ void DeepseekV41Impl::StageAttention(const Layer& L, int l, const ForwardBatch& 
                                      KvCache& kv, util::ThreadPool& pool) {
   const int64_t B = dspark_.block, n = static_cast<int64_t>(batch.seqs.size()), T = n * B;
   const int64_t hd = cfg_.head_dim;
-  Queries(L, T, cos_main_.data(), sin_main_.data(), pool);
-  WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cos_main_.data(), sin_main_.data(), pool);
-  AttendAndProject(L, T, ds_.sliding_window + B, cos_main_.data(), sin_main_.data(), pool,
+  const float* cosv = rope_.cos_main.data();
+  const float* sinv = rope_.sin_main.data();
+  attn_.Queries(L, h_.data(), T, cfg_.num_heads, hd, cfg_.rope_dim, cfg_.rms_norm_eps,
+                /*head_norm=*/false, cosv, sinv, pool);
+  WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cosv, sinv, pool);
+  const float* block_kv = attn_.kv();
+  AttendAndProject(L, T, ds_.sliding_window + B, cosv, sinv, pool,
                    [&](int64_t t, const float** keys) {
                      const int64_t i = t / B;
                      const SequenceSlice& s = batch.seqs[i];
                      // The window up to the newest position it holds, then the block.
                      int64_t m = WindowKeys(kv, s, l, s.start_pos - 1, keys);
-                     for (int64_t r = 0; r < B; ++r) keys[m++] = kvrow_.data() + (i * B + r) * hd;
+                     for (int64_t r = 0; r < B; ++r) keys[m++] = block_kv + (i * B + r) * hd;
                      return m;
                    });
 }
@@ -1072,7 +853,7 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
       draft_tokens_[i * B + r] = r == 0 ? batch.tokens[s.token_offset] : dspark_.noise;
     }
   }
-  RopeTables(T);
+  rope_.Compute(positions_.data(), T);
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, draft_tokens_.data(), T, h_.data());
   StartStreams(T);
@@ -1141,7 +922,7 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
   }
-  RopeTables(T);
+  rope_.Compute(positions_.data(), T);
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
   StartStreams(T);

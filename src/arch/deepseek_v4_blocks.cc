@@ -8,6 +8,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "model/tensor_values.h"
+#include "arch/rope.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
@@ -46,9 +47,15 @@ absl::StatusOr<AttentionLayer> LoadAttentionLayer(TensorSchema& schema, const st
   return L;
 }
 
-void RopeTables::Compute(const int32_t* positions, int64_t T, int rope_dim,
-                         const std::vector<float>& inv_freq_main,
-                         const std::vector<float>& inv_freq_comp, float comp_mscale) {
+void RopeTables::Init(const model::ModelConfig& cfg, const model::DeepseekV4Config& ds) {
+  rope_dim = cfg.rope_dim;
+  inv_freq_main = ComputeRopeFrequencies(cfg.rope_dim, cfg.rope_theta, std::nullopt).inv_freq;
+  inv_freq_comp =
+      ComputeRopeFrequencies(cfg.rope_dim, ds.compress_rope_theta, ds.compress_yarn).inv_freq;
+  comp_mscale = ds.compress_rope_mscale;
+}
+
+void RopeTables::Compute(const int32_t* positions, int64_t T) {
   const int64_t half = rope_dim / 2;
   Grow(cos_main, T * half);
   Grow(sin_main, T * half);

@@ -29,6 +29,34 @@
 
 namespace deepinfer::arch::dsv4 {
 
+// What the V4 and V4.1 forward passes share as a CausalLm: the model and its config, the tensor
+// schema (block-scaled FP8 / FP4 matrices allowed), the main cache's slot size, and the switch
+// between fast and QAT numerics (Numerics::kDeepseekQat: the reference's fake quantization).
+class DeepseekV4Base : public CausalLm {
+ public:
+  DeepseekV4Base(const model::Model& m, bool qat)
+      : model_(m),
+        cfg_(m.config),
+        ds_(*m.config.deepseek_v4),
+        schema_(m, {.matrices = MatrixTypes::kBlockScaled}),
+        qat_(qat) {}
+  const model::ModelConfig& config() const override { return cfg_; }
+  int64_t kv_floats_per_token() const override { return kv_floats_; }
+  bool SetNumerics(Numerics numerics) override {
+    if (numerics != Numerics::kFast && numerics != Numerics::kDeepseekQat) return false;
+    qat_ = numerics == Numerics::kDeepseekQat;
+    return true;
+  }
+
+ protected:
+  const model::Model& model_;
+  model::ModelConfig cfg_;
+  model::DeepseekV4Config ds_;
+  TensorSchema schema_;
+  int64_t kv_floats_ = 0;  // the largest main-cache slot
+  bool qat_;               // Numerics::kDeepseekQat
+};
+
 // Grows v to at least n elements (never shrinks: scratch is reused across steps).
 template <typename V>
 void Grow(V& v, int64_t n) {
@@ -64,13 +92,22 @@ absl::StatusOr<AttentionLayer> LoadAttentionLayer(TensorSchema& schema, const st
                                                   const model::ModelConfig& cfg,
                                                   const model::DeepseekV4Config& ds);
 
-// cos/sin of every row's position for the main rotary table and the compressed branch's.
-// Shapes: each [T, rope_dim / 2].
+// The two rotary tables: the main one (rope_theta, plain RoPE) for window-only layers, and the
+// compressed branch's (compress_rope_theta, YaRN, times compress_rope_mscale), with cos/sin of
+// every row's position. Shapes: cos_* / sin_* [T, rope_dim / 2].
 struct RopeTables {
+  void Init(const model::ModelConfig& cfg, const model::DeepseekV4Config& ds);
+  // The tables of positions[0, T).
+  void Compute(const int32_t* positions, int64_t T);
+  // cos/sin of the compressed table at one position. Shapes: cos, sin [rope_dim / 2].
+  void CompressedAt(int32_t position, float* cos, float* sin) const {
+    RopeAt(inv_freq_comp, comp_mscale, position, cos, sin);
+  }
+
   std::vector<float> cos_main, sin_main, cos_comp, sin_comp;
-  void Compute(const int32_t* positions, int64_t T, int rope_dim,
-               const std::vector<float>& inv_freq_main, const std::vector<float>& inv_freq_comp,
-               float comp_mscale);
+  std::vector<float> inv_freq_main, inv_freq_comp;
+  float comp_mscale = 1.0f;
+  int rope_dim = 0;
 };
 
 // Shared-KV multi-query attention of one layer: the queries, the window key/value rows, and the

@@ -303,13 +303,7 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
   }
   if (static_cast<int64_t>(rows_.size()) < int64_t{num_rows} * H)
     rows_.resize(int64_t{num_rows} * H);
-  int32_t r = 0;
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
-      std::memcpy(rows_.data() + int64_t{r} * H, x + (s.token_offset + i) * H, H * sizeof(float));
-      ++r;
-    }
-  }
+  GatherLogitRows(batch, x, H, rows_.data());
   kernels::RmsNorm(rows_.data(), output_norm_, num_rows, H, cfg_.rms_norm_eps, rows_.data());
   Dump("result_norm", -1, rows_.data(), int64_t{num_rows} * H);
   if (ggml()) {
