@@ -137,6 +137,52 @@ enum class Numerics {
 std::optional<Numerics> NumericsFromName(std::string_view name);
 const char* NumericsName(Numerics numerics);
 
+// The speculative-draft heads a checkpoint carries, behind one interface for the two kinds the
+// DeepSeek family ships:
+//   kMtp    multi-token prediction modules (DeepSeek-V3, V4): module k predicts one token further
+//           from the next token and the main model's final state, chained for deeper drafts;
+//   kDspark DeepSeek-V4.1's DSpark stages: one proposal of a block of guesses with confidences,
+//           from the stages' own window caches, which the main Forward keeps up to date.
+// The engine asks CausalLm::draft_heads() and drives the kind it gets (engine/speculative.h).
+// Threads: as CausalLm (the heads share its scratch).
+class DraftHeads {
+ public:
+  enum class Kind { kMtp, kDspark };
+  virtual ~DraftHeads() = default;
+  virtual Kind kind() const = 0;
+
+  // --- kMtp (arch/deepseek_v3.h has the full contract) ---
+  // Number of MTP modules the checkpoint holds.
+  virtual int num_mtp_layers() const { return 0; }
+  // f32 values per token of the state an MTP module reads (FinalHidden, ForwardMtp's prev_hidden
+  // and hidden_out): the hidden size, or hc_mult * hidden for DeepSeek-V4's residual streams.
+  virtual int64_t mtp_hidden_size() const { return 0; }
+  // Final hidden states [num_tokens of the last Forward call, mtp_hidden_size()] f32.
+  virtual void FinalHidden(float* out) const {}
+  // Runs MTP module k over `batch` (token i at position p is x_{p+1}, prev_hidden row i is the
+  // main model's final hidden state at p) writing draft logits for the last num_logits tokens
+  // of each slice, and (if non-null) the module's hidden states for chaining.
+  virtual void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden,
+                          KvCache& mtp_kv, float* logits, float* hidden_out,
+                          util::ThreadPool& pool) {}
+
+  // --- kDspark (arch/deepseek_v41.h has the model's contract) ---
+  // Positions one proposal covers (the config's dspark_block_size).
+  virtual int dspark_block_size() const { return 0; }
+  // Turns the drafter's state on for later calls: kv_layout then adds one window layer per
+  // stage, and Forward writes the stages' window KV at every position it computes (so the
+  // windows follow the main cache: prefix-cache hits, chunks and rejected drafts included).
+  // Call once, before kv_layout and the first Forward. Returns false (nothing changes) when the
+  // stages cannot run.
+  virtual bool EnableDspark() { return false; }
+  // One block per slice: slice i holds one token, the sequence's newest (not in the cache yet)
+  // at start_pos, and the stages' windows hold the positions before it (num_logits ignored).
+  // Writes drafts [slices, block] (guesses for positions start_pos + 1 .. start_pos + block)
+  // and confidence [slices, block] in (0, 1). REQUIRES: EnableDspark() returned true.
+  virtual void DsparkPropose(const ForwardBatch& batch, KvCache& kv, int32_t* drafts,
+                             float* confidence, util::ThreadPool& pool) {}
+};
+
 // A decoder-only language model's forward pass over a paged KV cache.
 //
 // Threads: not thread-safe (owns scratch buffers); drive it from one thread, which must also own
@@ -171,39 +217,9 @@ class CausalLm {
   // DeepSeek-V4 checkpoint in the released (FP8 / FP4) formats.
   virtual Numerics default_numerics() const { return Numerics::kFast; }
 
-  // --- Speculative decoding hooks (multi-token prediction heads). ---
-  // Models without MTP modules keep these defaults; see arch/deepseek_v3.h for the contract.
-  //
-  // Number of MTP modules the checkpoint holds (0: no speculative drafts).
-  virtual int num_mtp_layers() const { return 0; }
-  // f32 values per token of the state an MTP module reads (FinalHidden, ForwardMtp's prev_hidden
-  // and hidden_out): the hidden size, or hc_mult * hidden for DeepSeek-V4's residual streams.
-  virtual int64_t mtp_hidden_size() const { return config().hidden; }
-  // Final hidden states [num_tokens of the last Forward call, mtp_hidden_size()] f32.
-  virtual void FinalHidden(float* out) const {}
-  // Runs MTP module k over `batch` (token i at position p is x_{p+1}, prev_hidden row i is the
-  // main model's final hidden state at p) writing draft logits for the last num_logits tokens
-  // of each slice, and (if non-null) the module's hidden states for chaining.
-  virtual void ForwardMtp(int k, const ForwardBatch& batch, const float* prev_hidden,
-                          KvCache& mtp_kv, float* logits, float* hidden_out,
-                          util::ThreadPool& pool) {}
-
-  // --- DSpark block drafter (DeepSeek-V4.1; arch/deepseek_v41.h has the model's contract). ---
-  //
-  // Positions one proposal covers (the config's dspark_block_size); 0: no DSpark stages.
-  virtual int dspark_block_size() const { return 0; }
-  // Turns the drafter's state on for later calls: kv_layout then adds one window layer per
-  // stage, and Forward writes the stages' window KV at every position it computes (so the
-  // windows follow the main cache: prefix-cache hits, chunks and rejected drafts included).
-  // Call once, before kv_layout and the first Forward. Returns false (nothing changes) without
-  // stages.
-  virtual bool EnableDspark() { return false; }
-  // One block per slice: slice i holds one token, the sequence's newest (not in the cache yet)
-  // at start_pos, and the stages' windows hold the positions before it (num_logits ignored).
-  // Writes drafts [slices, block] (guesses for positions start_pos + 1 .. start_pos + block)
-  // and confidence [slices, block] in (0, 1). REQUIRES: EnableDspark() returned true.
-  virtual void DsparkPropose(const ForwardBatch& batch, KvCache& kv, int32_t* drafts,
-                             float* confidence, util::ThreadPool& pool) {}
+  // The checkpoint's speculative-draft heads, or null when it has none (arch/causal_lm.h's
+  // DraftHeads). The heads live as long as this object.
+  virtual DraftHeads* draft_heads() { return nullptr; }
 };
 
 // Builds the forward pass for `model.config.architecture`, after checking the model's tensors

@@ -28,15 +28,18 @@ namespace deepinfer::arch {
 // Threads / Lifetime: as CausalLm (not thread-safe; borrows the Model).
 // Source: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (MLA, DeepSeekMoE, MTP);
 //   transformers modeling_deepseek_v3.py / modeling_deepseek_v2.py (parity reference).
-class DeepseekV3Lm : public CausalLm {
+class DeepseekV3Lm : public CausalLm, public DraftHeads {
  public:
   enum class AttentionMode { kAuto, kExpanded, kAbsorbed };
 
   // Forces one attention form for every slice (tests and benchmarks); kAuto is the default.
   virtual void set_attention_mode(AttentionMode mode) = 0;
 
-  // --- Multi-token prediction (MTP / NextN) modules, for speculative drafts (the CausalLm
-  // hooks, with their full contract here). ---
+  // --- Multi-token prediction (MTP / NextN) modules, for speculative drafts (the DraftHeads
+  // of kind kMtp, with their full contract here; draft_heads() is null without modules). ---
+  Kind kind() const override { return Kind::kMtp; }
+  DraftHeads* draft_heads() override { return num_mtp_layers() > 0 ? this : nullptr; }
+  int64_t mtp_hidden_size() const override { return config().hidden; }
   //
   // Number of MTP modules whose weights the checkpoint holds ("model.layers.{L + k}.*").
   int num_mtp_layers() const override = 0;

@@ -79,13 +79,16 @@ struct Layer : AttentionLayer {
   int64_t slot_floats = 0;
 };
 
-class DeepseekV4Impl final : public dsv4::DeepseekV4Base {
+class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
  public:
   explicit DeepseekV4Impl(const model::Model& m) : DeepseekV4Base(m, /*qat=*/false) {}
 
   absl::Status Init();
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
+  // The MTP modules are its draft heads (none: null).
+  DraftHeads* draft_heads() override { return mtp_.empty() ? nullptr : this; }
+  Kind kind() const override { return Kind::kMtp; }
   int num_mtp_layers() const override { return static_cast<int>(mtp_.size()); }
   Numerics default_numerics() const override {
     return released_formats_ ? Numerics::kDeepseekQat : Numerics::kFast;

@@ -85,7 +85,7 @@ struct Dspark {
   int32_t block = 0, noise = 0, rank = 0;
 };
 
-class DeepseekV41Impl final : public dsv4::DeepseekV4Base {
+class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
  public:
   // The QAT numerics are part of the model (deepseek_v41.h): on unless SetNumerics says kFast.
   explicit DeepseekV41Impl(const model::Model& m) : DeepseekV4Base(m, /*qat=*/true) {}
@@ -95,6 +95,9 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base {
   Numerics default_numerics() const override { return Numerics::kDeepseekQat; }
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
+  // The DSpark stages are its draft heads (a release without mtp.*: null).
+  DraftHeads* draft_heads() override { return dspark_.stages.empty() ? nullptr : this; }
+  Kind kind() const override { return Kind::kDspark; }
   int dspark_block_size() const override { return dspark_.stages.empty() ? 0 : dspark_.block; }
   bool EnableDspark() override {
     dspark_on_ = !dspark_.stages.empty();

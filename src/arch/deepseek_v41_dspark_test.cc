@@ -40,7 +40,7 @@ Loaded Load(const std::string& name, bool enable = true) {
   EXPECT_TRUE(lm.ok()) << lm.status();
   if (!lm.ok()) return l;
   l.lm = std::move(*lm);
-  if (enable) EXPECT_TRUE(l.lm->EnableDspark());
+  if (enable) EXPECT_TRUE(l.lm->draft_heads() != nullptr && l.lm->draft_heads()->EnableDspark());
   return l;
 }
 
@@ -58,7 +58,7 @@ struct Proposal {
 // The prompt but its last token prefilled in chunks of `chunk`, then one proposal for the last.
 Proposal Propose(CausalLm& lm, const std::vector<int32_t>& prompt, int chunk,
                  util::ThreadPool& pool, int block_size = 16) {
-  const int n = static_cast<int>(prompt.size()), B = lm.dspark_block_size();
+  const int n = static_cast<int>(prompt.size()), B = lm.draft_heads()->dspark_block_size();
   Cache cache(lm, n, block_size);
   for (int off = 0; off < n - 1; off += chunk) {
     const int k = std::min(chunk, n - 1 - off);
@@ -75,7 +75,7 @@ Proposal Propose(CausalLm& lm, const std::vector<int32_t>& prompt, int chunk,
   b.num_tokens = 1;
   b.seqs.push_back(cache.Slice(0, 1, n - 1, 0));
   Proposal p{std::vector<int32_t>(B), std::vector<float>(B)};
-  lm.DsparkPropose(b, cache.kv, p.drafts.data(), p.confidence.data(), pool);
+  lm.draft_heads()->DsparkPropose(b, cache.kv, p.drafts.data(), p.confidence.data(), pool);
   return p;
 }
 
@@ -83,9 +83,10 @@ TEST(DsparkTest, StagesLoadAndAddOneWindowLayerEach) {
   Loaded off = Load("dspark_random", /*enable=*/false);
   ASSERT_TRUE(off.lm);
   const int layers = off.model->config.num_layers;
-  EXPECT_EQ(off.lm->dspark_block_size(), 5);
+  ASSERT_NE(off.lm->draft_heads(), nullptr);
+  EXPECT_EQ(off.lm->draft_heads()->dspark_block_size(), 5);
   EXPECT_EQ(off.lm->kv_layout(16).window_floats.size(), static_cast<size_t>(layers));
-  ASSERT_TRUE(off.lm->EnableDspark());
+  ASSERT_TRUE(off.lm->draft_heads()->EnableDspark());
   EXPECT_EQ(off.lm->kv_layout(16).window_floats.size(), static_cast<size_t>(layers + 3));
   // The main cache is the same either way.
   EXPECT_EQ(off.lm->kv_layout(16).floats, Load("dspark_random", false).lm->kv_layout(16).floats);
@@ -120,7 +121,7 @@ TEST(DsparkTest, ProposalsReadTheWindowsAndNotTheirNeighbours) {
   a2[a.size() - 3] = (a2[a.size() - 3] + 1) % 300;
   EXPECT_NE(Propose(*l.lm, a2, 64, pool).confidence, pa.confidence);
   // Both in one batch over one cache (b's blocks after a's): each as alone.
-  const int B = l.lm->dspark_block_size(), bs = 16;
+  const int B = l.lm->draft_heads()->dspark_block_size(), bs = 16;
   const int blocks_a = (static_cast<int>(a.size()) + bs - 1) / bs;
   Cache cache(*l.lm, blocks_a * bs + static_cast<int>(b.size()), bs);
   auto slice = [&](int first_block, int offset, int n, int start) {
@@ -147,7 +148,7 @@ TEST(DsparkTest, ProposalsReadTheWindowsAndNotTheirNeighbours) {
                slice(blocks_a, 1, 1, static_cast<int>(b.size()) - 1)};
   std::vector<int32_t> drafts(2 * B);
   std::vector<float> confidence(2 * B);
-  l.lm->DsparkPropose(step, cache.kv, drafts.data(), confidence.data(), pool);
+  l.lm->draft_heads()->DsparkPropose(step, cache.kv, drafts.data(), confidence.data(), pool);
   EXPECT_EQ(std::vector<int32_t>(drafts.begin(), drafts.begin() + B), pa.drafts);
   EXPECT_EQ(std::vector<int32_t>(drafts.begin() + B, drafts.end()), pb.drafts);
   EXPECT_EQ(std::vector<float>(confidence.begin(), confidence.begin() + B), pa.confidence);
@@ -166,7 +167,7 @@ TEST(DsparkTest, TheAgreeingDrafterGuessesTheBigramChain) {
   std::vector<float> logits(V);
   int32_t token = prompt.back();
   int matches = 0;
-  const int B = l.lm->dspark_block_size();
+  const int B = l.lm->draft_heads()->dspark_block_size();
   for (int r = 0; r < B; ++r) {
     // The bigram: one token alone in a fresh cache.
     Cache cache(*l.lm, 1);

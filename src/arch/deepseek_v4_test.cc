@@ -172,11 +172,12 @@ INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekV4ConsistencyTest,
 TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
   Golden g = Load("v4_flash_tiny");
   ASSERT_TRUE(g.lm);
-  ASSERT_EQ(g.lm->num_mtp_layers(), 1);
+  ASSERT_NE(g.lm->draft_heads(), nullptr);
+  ASSERT_EQ(g.lm->draft_heads()->num_mtp_layers(), 1);
   util::ThreadPool pool(2);
   const auto prompt = g.Prompts()[2];  // 64 tokens: past the window
   const int n = static_cast<int>(prompt.size()), V = g.vocab;
-  const int64_t D = g.lm->mtp_hidden_size();
+  const int64_t D = g.lm->draft_heads()->mtp_hidden_size();
   EXPECT_EQ(D, 4 * g.model->config.hidden);
   Cache cache(*g.lm, n);
   ForwardBatch b;
@@ -185,7 +186,7 @@ TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
   b.seqs.push_back(cache.Slice(0, n, 0, 0));
   g.lm->Forward(b, cache.kv, nullptr, pool);
   std::vector<float> streams(n * D);
-  g.lm->FinalHidden(streams.data());
+  g.lm->draft_heads()->FinalHidden(streams.data());
   std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
   Cache mtp(*g.lm, 1, n);
   ForwardBatch m;
@@ -193,7 +194,7 @@ TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
   m.num_tokens = n - 1;
   m.seqs.push_back(mtp.Slice(0, n - 1, 0, n - 1));
   std::vector<float> all((n - 1) * V), out((n - 1) * D);
-  g.lm->ForwardMtp(0, m, streams.data(), mtp.kv, all.data(), out.data(), pool);
+  g.lm->draft_heads()->ForwardMtp(0, m, streams.data(), mtp.kv, all.data(), out.data(), pool);
   Cache mtp2(*g.lm, 1, n);
   std::vector<float> step(V);
   double worst = 0;
@@ -202,14 +203,14 @@ TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
     s.tokens = next.data() + i;
     s.num_tokens = 1;
     s.seqs.push_back(mtp2.Slice(0, 1, i, 1));
-    g.lm->ForwardMtp(0, s, streams.data() + int64_t{i} * D, mtp2.kv, step.data(), nullptr, pool);
+    g.lm->draft_heads()->ForwardMtp(0, s, streams.data() + int64_t{i} * D, mtp2.kv, step.data(), nullptr, pool);
     worst = std::max(worst, MaxAbsDiff(step.data(), all.data() + int64_t{i} * V, V));
   }
   EXPECT_EQ(worst, 0.0);
   // Other main-model streams give other drafts.
   std::vector<float> zeros(n * D, 0.5f), other((n - 1) * V);
   Cache mtp3(*g.lm, 1, n);
-  g.lm->ForwardMtp(0, m, zeros.data(), mtp3.kv, other.data(), nullptr, pool);
+  g.lm->draft_heads()->ForwardMtp(0, m, zeros.data(), mtp3.kv, other.data(), nullptr, pool);
   EXPECT_GT(MaxAbsDiff(other.data(), all.data(), int64_t{n - 1} * V), 1e-3);
 }
 

@@ -253,29 +253,32 @@ absl::Status EngineImpl::ChooseDrafter() {
   Method method = options_.speculative_method;
   const int32_t tokens = options_.speculative_tokens;
   if (tokens < 0) return InvalidArgumentError(util::codes::kBadOption, "negative draft tokens");
+  arch::DraftHeads* heads = lm_->draft_heads();
+  const int mtp_layers = heads != nullptr ? heads->num_mtp_layers() : 0;
+  const int dspark_block = heads != nullptr ? heads->dspark_block_size() : 0;
   if (method == Method::kAuto) {
-    method = lm_->dspark_block_size() > 0 ? Method::kDspark
+    method = dspark_block > 0 ? Method::kDspark
              : tokens > 0                   ? Method::kMtp
                                             : Method::kNone;
   } else if (method == Method::kNoDspark) {
-    method = lm_->num_mtp_layers() > 0 ? Method::kMtp : Method::kNone;
+    method = mtp_layers > 0 ? Method::kMtp : Method::kNone;
   }
   switch (method) {
     case Method::kDspark:
-      if (!lm_->EnableDspark()) {
+      if (dspark_block == 0 || !heads->EnableDspark()) {
         return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
                                     "--speculative-method dspark needs a DeepSeek-V4.1 checkpoint "
                                     "with DSpark stages (mtp.*)");
       }
       dspark_ = true;
-      spec_tokens_ = std::min({tokens > 0 ? tokens : lm_->dspark_block_size(),
-                               lm_->dspark_block_size(), kMaxSpeculativeTokens});
+      spec_tokens_ = std::min({tokens > 0 ? tokens : dspark_block, dspark_block,
+                               kMaxSpeculativeTokens});
       break;
     case Method::kMtp:
-      if (lm_->num_mtp_layers() == 0) {
+      if (mtp_layers == 0) {
         return InvalidArgumentError(
             util::codes::kSpeculativeUnsupported,
-            lm_->dspark_block_size() > 0
+            dspark_block > 0
                 ? "MTP drafts need MTP (NextN) layers; this checkpoint's are DSpark stages: use "
                   "--speculative-method dspark (the default) or none"
                 : "MTP drafts (--speculative-tokens, --speculative-method mtp) need a model with "
@@ -350,7 +353,7 @@ absl::Status EngineImpl::AllocateKv() {
       return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
                                   "the MTP drafter does not keep a window cache");
     }
-    DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->num_mtp_layers(), bs, static_cast<int>(num_blocks),
+    DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->draft_heads()->num_mtp_layers(), bs, static_cast<int>(num_blocks),
                                         lm_->kv_floats_per_token()));
   }
   blocks_ = std::make_unique<BlockManager>(static_cast<int32_t>(num_blocks), bs,

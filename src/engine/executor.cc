@@ -31,8 +31,9 @@ StepOutputs& Executor::Run(const StepPlan& plan) {
   if (static_cast<int64_t>(logits_.size()) < rows * vocab_) logits_.resize(rows * vocab_);
   lm_.Forward(batch_, kv_, logits_.data(), pool_);
   if (keep_hidden_) {
-    hidden_.resize(static_cast<size_t>(batch_.num_tokens) * lm_.mtp_hidden_size());
-    lm_.FinalHidden(hidden_.data());
+    const arch::DraftHeads& heads = *lm_.draft_heads();
+    hidden_.resize(static_cast<size_t>(batch_.num_tokens) * heads.mtp_hidden_size());
+    heads.FinalHidden(hidden_.data());
   }
   Sample(plan);
   return outputs_;

@@ -12,13 +12,14 @@ namespace deepinfer::engine {
 // Runs StepPlans on a CausalLm: builds the token batch and slice table, calls Forward once, and
 // samples every slice that produced logits (verifying its drafts, see speculative.h).
 //
-// Shapes: logits scratch [rows, vocab] f32; hidden() [plan.num_tokens, lm.mtp_hidden_size()] f32.
+// Shapes: logits scratch [rows, vocab] f32; hidden() [plan.num_tokens, lm.draft_heads()->mtp_hidden_size()] f32.
 // Threads: engine thread only (it drives the model and the pool).
 // Lifetime: borrows the model, KV cache and pool. Reuses its buffers: no allocation per step
 //   once they have grown to the largest step.
 class Executor {
  public:
-  // `keep_hidden`: also fetch the final hidden states after each Forward (for MTP drafts).
+  // `keep_hidden`: also fetch the final hidden states after each Forward (for MTP drafts;
+  // REQUIRES then lm.draft_heads() non-null).
   Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool, bool keep_hidden);
 
   // Runs `plan` and returns one SeqOutput per planned sequence (valid until the next Run).

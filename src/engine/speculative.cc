@@ -23,14 +23,14 @@ int32_t VerifyDrafts(Sampler& sampler, float* logits, int32_t vocab, const int32
 
 MtpDrafter::MtpDrafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& pool,
                        BlockManager& blocks, int32_t num_spec_tokens, int32_t max_model_len)
-    : lm_(lm),
+    : heads_(*lm.draft_heads()),
       mtp_kv_(mtp_kv),
       pool_(pool),
       blocks_(blocks),
       num_spec_tokens_(num_spec_tokens),
       max_model_len_(max_model_len),
       vocab_(lm.config().vocab),
-      hidden_size_(lm.mtp_hidden_size()) {}
+      hidden_size_(heads_.mtp_hidden_size()) {}
 
 void MtpDrafter::Draft(const StepPlan& plan, const float* hidden) {
   if (!DraftFirst(plan, hidden)) return;
@@ -125,16 +125,16 @@ void MtpDrafter::RunModule(const float* prev_hidden, size_t num_logits) {
   batch_.num_tokens = static_cast<int32_t>(tokens_.size());
   logits_.resize(num_logits * vocab_);
   hidden_out_.resize(tokens_.size() * hidden_size_);
-  lm_.ForwardMtp(0, batch_, prev_hidden, mtp_kv_, logits_.data(), hidden_out_.data(), pool_);
+  heads_.ForwardMtp(0, batch_, prev_hidden, mtp_kv_, logits_.data(), hidden_out_.data(), pool_);
 }
 
 DsparkDrafter::DsparkDrafter(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool,
                              int32_t num_spec_tokens, float confidence_threshold)
-    : lm_(lm),
+    : heads_(*lm.draft_heads()),
       kv_(kv),
       pool_(pool),
       num_spec_tokens_(num_spec_tokens),
-      block_(lm.dspark_block_size()),
+      block_(heads_.dspark_block_size()),
       confidence_threshold_(confidence_threshold) {}
 
 void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
@@ -164,7 +164,7 @@ void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
   batch_.num_tokens = static_cast<int32_t>(tokens_.size());
   drafts_.resize(drafting_.size() * block_);
   confidence_.resize(drafting_.size() * block_);
-  lm_.DsparkPropose(batch_, kv_, drafts_.data(), confidence_.data(), pool_);
+  heads_.DsparkPropose(batch_, kv_, drafts_.data(), confidence_.data(), pool_);
   const int32_t n = std::min(num_spec_tokens_, block_);
   for (size_t d = 0; d < drafting_.size(); ++d) {
     for (int32_t r = 0; r < n; ++r) {

@@ -35,7 +35,7 @@ class Drafter {
   virtual ~Drafter() = default;
   // Fills seq->drafts for the unfinished sequences of `plan`, which has just been executed and
   // applied (Scheduler::Update).
-  // Shapes: hidden: Executor::hidden(), [plan.num_tokens, lm.mtp_hidden_size()] f32 (the main
+  // Shapes: hidden: Executor::hidden(), [plan.num_tokens, lm.draft_heads()->mtp_hidden_size()] f32 (the main
   //   model's final hidden states; the residual streams for DeepSeek-V4), for MtpDrafter only.
   virtual void Draft(const StepPlan& plan, const float* hidden) = 0;
 };
@@ -55,6 +55,7 @@ class Drafter {
 //   model).
 class MtpDrafter final : public Drafter {
  public:
+  // REQUIRES: lm.draft_heads() is non-null, of kind kMtp.
   MtpDrafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& pool,
              BlockManager& blocks, int32_t num_spec_tokens, int32_t max_model_len);
 
@@ -68,7 +69,7 @@ class MtpDrafter final : public Drafter {
   bool DraftNext(int32_t k);
   void RunModule(const float* prev_hidden, size_t num_logits);
 
-  arch::CausalLm& lm_;
+  arch::DraftHeads& heads_;  // lm.draft_heads()
   arch::KvCache& mtp_kv_;
   util::ThreadPool& pool_;
   BlockManager& blocks_;
@@ -85,7 +86,7 @@ class MtpDrafter final : public Drafter {
   std::vector<Sequence*> drafting_, next_;
 };
 
-// Drafts with DeepSeek-V4.1's DSpark stages (arch::CausalLm::DsparkPropose): one block per
+// Drafts with DeepSeek-V4.1's DSpark stages (arch::DraftHeads::DsparkPropose): one block per
 // sequence that is ready to decode, wants drafts (unconstrained, speculative, room for one
 // more token) and was in the step; its first num_spec_tokens guesses become the drafts,
 // cut before the first whose confidence is below confidence_threshold (0: never). The stages'
@@ -97,13 +98,14 @@ class MtpDrafter final : public Drafter {
 // Source: research notes 5.5 (DSpark propose / absorb).
 class DsparkDrafter final : public Drafter {
  public:
+  // REQUIRES: lm.draft_heads() is non-null, of kind kDspark, and enabled (EnableDspark).
   DsparkDrafter(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool,
                 int32_t num_spec_tokens, float confidence_threshold);
 
   void Draft(const StepPlan& plan, const float* hidden) override;
 
  private:
-  arch::CausalLm& lm_;
+  arch::DraftHeads& heads_;  // lm.draft_heads()
   arch::KvCache& kv_;
   util::ThreadPool& pool_;
   const int32_t num_spec_tokens_;
