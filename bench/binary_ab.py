@@ -52,10 +52,12 @@ def main() -> None:
         print(f"| {pathlib.Path(m).name} | {med['a']['prefill']:.1f} | {med['b']['prefill']:.1f} | "
               f"{med['b']['prefill'] / med['a']['prefill']:.3f} | {med['a']['decode']:.2f} | "
               f"{med['b']['decode']:.2f} | {med['b']['decode'] / med['a']['decode']:.3f} |")
-        spread = {k: (min(x["decode_tokens_per_s"] for x in runs[(m, k)]),
-                      max(x["decode_tokens_per_s"] for x in runs[(m, k)])) for k in "ab"}
-        print(f"|   decode range | | | | {spread['a'][0]:.2f}-{spread['a'][1]:.2f} | "
-              f"{spread['b'][0]:.2f}-{spread['b'][1]:.2f} | |")
+        lo_hi = {(k, q): (min(x[f"{q}_tokens_per_s"] for x in runs[(m, k)]),
+                          max(x[f"{q}_tokens_per_s"] for x in runs[(m, k)]))
+                 for k in "ab" for q in ("prefill", "decode")}
+        cells = [f"{lo_hi[(k, q)][0]:.1f}-{lo_hi[(k, q)][1]:.1f}" for q in ("prefill", "decode")
+                 for k in "ab"]
+        print(f"|   range | {cells[0]} | {cells[1]} | | {cells[2]} | {cells[3]} | |")
 
 
 if __name__ == "__main__":
