@@ -24,8 +24,7 @@
 #include "model/model.h"
 #include "protocol/warmup_file.h"
 #include "spdlog/spdlog.h"
-#include "tokenizer/engram_token_map.h"
-#include "tokenizer/model_text.h"
+#include "tokenizer/servable.h"
 #include "util/error_codes.h"
 #include "util/log.h"
 #include "util/mapped_file.h"
@@ -451,32 +450,27 @@ absl::StatusOr<std::unique_ptr<http::Server>> Listen(const ServeOptions& o,
 // The model with its tokenizer, chat encoder, grammar compiler and engine. Members are destroyed
 // in reverse order: the engine first.
 struct LoadedModel {
-  std::unique_ptr<model::Model> model;
-  tokenizer::ModelText text;
+  tokenizer::Servable servable;
   std::unique_ptr<constraint::GrammarCompiler> grammar;
   std::unique_ptr<engine::Engine> engine;
 };
 
-// Phase 4: the model loaded, its tokenizer, chat encoder and Engram token classes built, one
-// grammar compiler for its vocabulary (structured outputs), and the engine ranks started.
-// Errors: those of model::LoadModel, tokenizer::LoadModelText and the engine, logged.
+// Phase 4: the servable loaded (the model, its tokenizer and chat encoder, Engram token classes
+// attached), one grammar compiler for its vocabulary (structured outputs), and the engine ranks
+// started.
+// Errors: those of tokenizer::LoadServable and the engine, logged.
 absl::StatusOr<LoadedModel> LoadModelAndEngine(const ServeOptions& o) {
   LoadedModel loaded;
-  auto model = model::LoadModel(o.model, o.tokenizer);
-  if (!model.ok()) return Failed("cannot load model", model.status());
-  loaded.model = *std::move(model);
-  auto text = tokenizer::LoadModelText(*loaded.model, o.chat_template);
-  if (!text.ok()) return Failed("cannot build tokenizer or chat template", text.status());
-  loaded.text = *std::move(text);
-  if (auto st = tokenizer::AttachEngramTokenClasses(*loaded.text.tokenizer, loaded.model.get());
-      !st.ok()) {
-    return Failed("cannot build the Engram token classes", st);
-  }
+  auto servable = tokenizer::LoadServable(
+      {.model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template = o.chat_template});
+  if (!servable.ok()) return Failed("cannot load model", servable.status());
+  loaded.servable = *std::move(servable);
+  const model::Model& model = *loaded.servable.model;
+  const tokenizer::Tokenizer& tok = *loaded.servable.tokenizer;
   // The compiler's vocabulary is the model's logits' width.
-  loaded.grammar = constraint::GrammarCompiler::Create(
-      *loaded.text.tokenizer,
-      std::max(loaded.model->config.vocab, loaded.text.tokenizer->vocab_size()));
-  auto engine = engine::CreateDataParallelEngine(*loaded.model, o.engine, o.data_parallel_size,
+  loaded.grammar =
+      constraint::GrammarCompiler::Create(tok, std::max(model.config.vocab, tok.vocab_size()));
+  auto engine = engine::CreateDataParallelEngine(model, o.engine, o.data_parallel_size,
                                                  o.data_parallel_cores);
   if (!engine.ok()) return Failed("cannot start engine", engine.status());
   loaded.engine = *std::move(engine);
@@ -488,8 +482,8 @@ ServedModel MakeServedModel(const ServeOptions& o, const StartPlan& plan,
                             const LoadedModel& loaded, ApiServer& routes) {
   ServedModel served;
   served.engine = loaded.engine.get();
-  served.tokenizer = loaded.text.tokenizer.get();
-  served.chat_template = loaded.text.chat_template.get();
+  served.tokenizer = loaded.servable.tokenizer.get();
+  served.chat_template = loaded.servable.chat_template.get();
   served.served_model_name = plan.served_name;
   served.max_model_len = loaded.engine->max_model_len();
   served.max_output_tokens = std::max(1, std::min(o.max_output_tokens, served.max_model_len));
@@ -553,7 +547,7 @@ void LogReady(const ServeOptions& o, const ServedModel& served, const LoadedMode
   std::string url = fmt::format("http://{}:{}", o.host, port);
   spdlog::info("serving {} on {} (ready)", served.served_model_name, url);
   spdlog::info("context {} tokens, {} chat template", served.max_model_len,
-               loaded.text.chat_template->name());
+               loaded.servable.chat_template->name());
   const int64_t per_token = engine.kv_bytes_per_token();
   spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
                engine.kv_capacity_tokens(), per_token, per_token / 1024.0,

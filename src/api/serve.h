@@ -72,7 +72,7 @@ inline constexpr char kApiKeyEnv[] = "DEEPINFER_API_KEY";
 //   "bad_option" (--prefix-checkpoint-dir or --pd-checkpoint-dir is not an existing folder; a
 //   P/D role without its folder, --model-revision, DEEPINFER_PD_API_KEY or, decode side, a valid
 //   --pd-prefill-url), and those of
-//   model::LoadModel, tokenizer::LoadModelText and engine::Engine::Create.
+//   tokenizer::LoadServable and engine::Engine::Create.
 // Threads: call from the main thread before any other thread is started.
 absl::Status Serve(ServeOptions options);
 

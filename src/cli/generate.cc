@@ -21,8 +21,7 @@
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/detokenizer.h"
-#include "tokenizer/engram_token_map.h"
-#include "tokenizer/model_text.h"
+#include "tokenizer/servable.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error_codes.h"
 #include "util/status.h"
@@ -341,24 +340,20 @@ int RunChat(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tok
 }
 
 int Run(const GenerateFlags& f) {
-  auto model = model::LoadModel(f.model, f.tokenizer);
-  if (!model.ok()) return Fail(model.status());
-  model::Model& m = **model;
-  auto text = tokenizer::LoadModelText(m, f.chat_template);
-  if (text.ok()) {
-    if (auto st = tokenizer::AttachEngramTokenClasses(*text->tokenizer, &m); !st.ok()) {
-      return Fail(st);
-    }
-  }
   // Token ids in and out need no tokenizer: a checkpoint without one (the synthetic parity
   // checkpoints) still runs.
   const bool ids_only = !f.prompt_ids.empty() || (f.random_prompt_tokens > 0 && f.print_ids);
-  if (!text.ok() && !ids_only) return Fail(text.status());
-  if (!text.ok()) {
+  auto servable = tokenizer::LoadServable({.model_path = f.model,
+                                           .tokenizer_path = f.tokenizer,
+                                           .chat_template = f.chat_template,
+                                           .text_optional = ids_only});
+  if (!servable.ok()) return Fail(servable.status());
+  const model::Model& m = *servable->model;
+  const tokenizer::Tokenizer* tok = servable->tokenizer.get();
+  if (tok == nullptr) {
     std::fprintf(stderr, "deepinfer generate: no tokenizer (%s): token ids only\n",
-                 std::string(text.status().message()).c_str());
+                 std::string(servable->text_status.message()).c_str());
   }
-  const tokenizer::Tokenizer* tok = text.ok() ? text->tokenizer.get() : nullptr;
   auto engine = StartEngine(f, m);
   if (!engine.ok()) return Fail(engine.status());
   engine::GenerateRequest base = RequestTemplate(f, m, tok);
@@ -366,7 +361,7 @@ int Run(const GenerateFlags& f) {
   if (!f.prompt_ids.empty()) return RunPromptIds(f, **engine, tok, base);
   if (f.random_prompt_tokens > 0) return RunRandomPrompt(f, **engine, tok, base);
   if (!f.chat) return RunPrompt(f, **engine, *tok, base);
-  return RunChat(f, **engine, *tok, *text->chat_template, base);
+  return RunChat(f, **engine, *tok, *servable->chat_template, base);
 }
 
 }  // namespace

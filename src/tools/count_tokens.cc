@@ -8,7 +8,7 @@
 #include "protocol/anthropic_types.h"
 #include "protocol/chat_prompt.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/model_text.h"
+#include "tokenizer/servable.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error_codes.h"
 #include "util/json.h"
@@ -133,9 +133,9 @@ CompactionPlan PlanCompaction(const std::vector<api::ChatMessage>& messages) {
 }
 
 struct RequestCounter::Impl {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
-  std::unique_ptr<tokenizer::ChatTemplate> chat_template;
+  tokenizer::Servable servable;
+  const tokenizer::Tokenizer* tokenizer = nullptr;          // servable's
+  const tokenizer::ChatTemplate* chat_template = nullptr;  // servable's
   int32_t window = 0;  // the model's context window, in tokens
   std::string template_name;
 };
@@ -147,13 +147,14 @@ absl::StatusOr<std::unique_ptr<RequestCounter>> RequestCounter::Create(
     const std::string& model_path, const std::string& tokenizer_path,
     const std::string& chat_template) {
   auto impl = std::make_unique<Impl>();
-  // The same steps as `deepinfer serve`, so the tokenizer and encoder are the server's.
-  DI_ASSIGN_OR_RETURN(impl->model, model::LoadModel(model_path, tokenizer_path));
-  DI_ASSIGN_OR_RETURN(tokenizer::ModelText text,
-                      tokenizer::LoadModelText(*impl->model, chat_template));
-  impl->tokenizer = std::move(text.tokenizer);
-  impl->chat_template = std::move(text.chat_template);
-  impl->window = impl->model->config.max_context;
+  // The same loader as `deepinfer serve`, so the tokenizer and encoder are the server's.
+  DI_ASSIGN_OR_RETURN(impl->servable,
+                      tokenizer::LoadServable({.model_path = model_path,
+                                               .tokenizer_path = tokenizer_path,
+                                               .chat_template = chat_template}));
+  impl->tokenizer = impl->servable.tokenizer.get();
+  impl->chat_template = impl->servable.chat_template.get();
+  impl->window = impl->servable.model->config.max_context;
   impl->template_name = std::string(impl->chat_template->name());
   return std::unique_ptr<RequestCounter>(new RequestCounter(std::move(impl)));
 }

@@ -1,7 +1,7 @@
 #pragma once
 
 // `deepinfer count-tokens`: the exact input-token count of a chat request, with the server's own
-// tokenizer and chat encoder (tokenizer::LoadModelText, as `deepinfer serve` loads them) and the
+// tokenizer and chat encoder (tokenizer::LoadServable, as `deepinfer serve` loads them) and the
 // chat route's rendering (api::RenderChatPrompt with api::ChatOptionsFor: tool definitions and
 // thinking mode included), and a budget verdict against the context window. Never an estimate:
 // a request that cannot be counted is an error.
@@ -96,7 +96,7 @@ CompactionPlan PlanCompaction(const std::vector<api::ChatMessage>& messages);
 class RequestCounter {
  public:
   // `tokenizer_path` and `chat_template` mean what serve's --tokenizer and --chat-template do.
-  // Errors: those of model::LoadModel and tokenizer::LoadModelText.
+  // Errors: those of tokenizer::LoadServable.
   static absl::StatusOr<std::unique_ptr<RequestCounter>> Create(
       const std::string& model_path, const std::string& tokenizer_path,
       const std::string& chat_template = "");
