@@ -24,6 +24,7 @@
 #include "spdlog/spdlog.h"
 #include "arch/causal_lm.h"
 #include "engine/block_manager.h"
+#include "engine/checkpointer.h"
 #include "engine/executor.h"
 #include "engine/prefix_checkpoint.h"
 #include "engine/scheduler.h"
@@ -69,7 +70,10 @@ class EngineImpl final : public Engine {
   bool ready() const override { return ready_.load(std::memory_order_acquire); }
   const model::Model& model() const override { return model_; }
   CheckpointRef CheckpointFor(const std::vector<int32_t>& prompt,
-                              uint64_t cache_salt) const override;
+                              uint64_t cache_salt) const override {
+    return checkpointer_ != nullptr ? checkpointer_->CheckpointFor(prompt, cache_salt)
+                                    : CheckpointRef{};
+  }
 
  private:
   absl::Status CreateModel();
@@ -82,34 +86,6 @@ class EngineImpl final : public Engine {
   // One scheduling step; false when nothing could run.
   bool Step();
   void PublishStats();
-  // Prefix checkpoints (options_.checkpoint_store). The layout and regions are fixed in Init.
-  void InitCheckpoints();
-  // Caller thread: a verified checkpoint of the longest saved chain `request`'s prompt starts
-  // with, unless this rank restored or saved that chain itself; null otherwise.
-  std::shared_ptr<const PrefixCheckpoint> FindCheckpoint(const GenerateRequest& request);
-  // Restores the store's newest checkpoints until checkpoint_preload_tokens (Init, before the
-  // engine thread starts).
-  void PreloadCheckpoints();
-  // Copies a verified checkpoint's blocks into free blocks of the caches and commits them to
-  // the prefix cache, all or none. Returns false when too few blocks are free. Engine thread
-  // (or Init before it runs).
-  bool InstallBlocks(const PrefixCheckpoint& c, uint64_t salt);
-  // Unless this rank holds chain `chain` already, reads and verifies file `name` against the
-  // first `num_tokens` tokens of `r`'s prompt and marks the chain resident; a failure is logged
-  // (a missing file only with `warn_missing`) and returns null. Caller thread.
-  std::shared_ptr<const PrefixCheckpoint> LoadResident(const GenerateRequest& r, uint64_t name,
-                                                       uint64_t chain, int32_t num_tokens,
-                                                       bool warn_missing);
-  // FindCheckpoint for a request naming its checkpoint file (P/D decode side).
-  std::shared_ptr<const PrefixCheckpoint> LoadNamedCheckpoint(const GenerateRequest& request);
-  // Engine thread: copies `seq.restore`'s blocks into free blocks of both caches and commits
-  // them to the prefix cache (all of them or none), so the lookup that follows finds them.
-  void InstallCheckpoint(Sequence& seq);
-  // Engine thread (the scheduler's prompt-computed hook): copies the prompt's full blocks out
-  // and queues them for the store's writer.
-  void SaveCheckpoint(const Sequence& seq);
-  // Remembers `chain_hash` as restored or saved by this rank (bounded).
-  void MarkResident(uint64_t chain_hash);
 
   const model::Model& model_;
   EngineOptions options_;
@@ -143,24 +119,8 @@ class EngineImpl final : public Engine {
   mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   EngineStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
-  // One cache layer as a checkpoint stores it: its storage, bytes per token slot, and whether
-  // it is addressed by the window cache's blocks.
-  struct CheckpointRegion {
-    arch::KvCache* cache;
-    int layer;
-    int64_t bytes_per_token;
-    bool window;
-  };
-  CheckpointLayout checkpoint_layout_;           // set in Init
-  // Mixed into every checkpoint's file name with the chain hash: servers of another revision or
-  // layout sharing the folder neither find nor block each other's files.
-  uint64_t checkpoint_key_ = 0;
-  uint64_t CheckpointName(uint64_t chain_hash) const {
-    return XXH3_64bits_withSeed(&chain_hash, sizeof(chain_hash), checkpoint_key_);
-  }
-  std::vector<CheckpointRegion> checkpoint_regions_;  // main layers, MTP layers, window layers
-  absl::Mutex resident_mu_;
-  absl::flat_hash_set<uint64_t> resident_ ABSL_GUARDED_BY(resident_mu_);
+  // Prefix checkpoints: null unless options_.checkpoint_store is set (made in Init).
+  std::unique_ptr<Checkpointer> checkpointer_;
 
   std::atomic<bool> ready_{false};
   std::thread thread_;
@@ -197,20 +157,26 @@ absl::Status EngineImpl::Init() {
   // the client may run between the finish and it.
   scheduler_->set_finish_hook([this] { PublishStats(); });
   if (options_.checkpoint_store != nullptr) {
-    InitCheckpoints();
+    CheckpointCaches caches;
+    caches.kv = &kv_;
+    caches.mtp_kv = &mtp_kv_;
+    caches.window_kv = &window_kv_;
+    caches.blocks = blocks_.get();
+    caches.window_blocks = window_blocks_.get();
+    caches.window_tokens = window_tokens_;
+    caches.numerics = arch::NumericsName(numerics_);
+    caches.architecture = model_.config.architecture;
+    checkpointer_ = std::make_unique<Checkpointer>(options_, caches);
     // A restored chain whose last block is evicted is no longer resident: a later request
     // reads its file again instead of recomputing (sequences free blocks last to first, so the
     // last block goes first).
-    blocks_->set_evict_hook([this](uint64_t hash) {
-      absl::MutexLock lock(&resident_mu_);
-      resident_.erase(hash);
-    });
+    blocks_->set_evict_hook([this](uint64_t hash) { checkpointer_->Forget(hash); });
     scheduler_->set_prompt_computed_hook([this](const Sequence& seq) {
-      if (options_.checkpoint_save || seq.req.prefill_only) SaveCheckpoint(seq);
+      if (options_.checkpoint_save || seq.req.prefill_only) checkpointer_->Save(seq);
     });
-  }
-  if (options_.checkpoint_store != nullptr && options_.checkpoint_preload_tokens > 0) {
-    PreloadCheckpoints();  // the engine thread does not run yet: the caches are this thread's
+    if (options_.checkpoint_preload_tokens > 0) {
+      checkpointer_->Preload();  // the engine thread does not run yet: the caches are its own
+    }
   }
   executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0 && !dspark_);
   if (spec_tokens_ > 0 && dspark_) {
@@ -396,7 +362,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
   }
   // A prompt-logprobs request computes its whole prompt: nothing is restored for it.
   std::shared_ptr<const PrefixCheckpoint> restore =
-      request.prompt_logprobs >= 0 ? nullptr : FindCheckpoint(request);
+      request.prompt_logprobs >= 0 || checkpointer_ == nullptr ? nullptr
+                                                                : checkpointer_->Find(request);
   if (request.constraint != nullptr) request.ignore_eos = false;  // the grammar's end is an end
   std::unique_ptr<Sequence> seq = Sequence::Create(0, std::move(request), Clock::now());
   seq->restore = std::move(restore);
@@ -443,7 +410,7 @@ void EngineImpl::Loop() {
       incoming.swap(submitted_);
     }
     while (!incoming.empty()) {
-      if (incoming.front()->restore != nullptr) InstallCheckpoint(*incoming.front());
+      if (incoming.front()->restore != nullptr) checkpointer_->Install(*incoming.front());
       scheduler_->Add(std::move(incoming.front()));
       incoming.pop_front();
     }
@@ -529,276 +496,6 @@ void EngineImpl::PublishStats() {
   stats_.tpot = c.tpot;
   stats_.e2e = c.e2e;
   stats_.queue_time = c.queue_time;
-}
-
-// The prefix cache's hash of the chain of the first `num_blocks` full blocks of `tokens`
-// (BlockManager::HashBlock chained from 0): what names a prefix's checkpoint.
-uint64_t ChainHash(const int32_t* tokens, int32_t num_blocks, int32_t block_size, uint64_t salt) {
-  uint64_t chain = 0;
-  for (int32_t i = 0; i < num_blocks; ++i) {
-    chain = BlockManager::HashBlock(chain, tokens + static_cast<size_t>(i) * block_size,
-                                    block_size, salt);
-  }
-  return chain;
-}
-
-void EngineImpl::InitCheckpoints() {
-  CheckpointLayout& l = checkpoint_layout_;
-  l.architecture = model_.config.architecture;
-  l.kv_dtype = kernels::KvDtypeName(kv_.dtype);
-  l.numerics = arch::NumericsName(numerics_);
-  l.block_size = kv_.block_size;
-  l.window_tokens = window_tokens_;
-  auto add = [&](arch::KvCache& cache, bool window) {
-    for (int i = 0; i < cache.num_layers; ++i) {
-      const int64_t bytes = cache.layer_floats[i] * kernels::KvDtypeBytes(cache.dtype);
-      checkpoint_regions_.push_back({&cache, i, bytes, window});
-      (window ? l.window_layer_bytes : l.layer_bytes).push_back(bytes);
-    }
-  };
-  add(kv_, false);
-  if (mtp_kv_.num_layers > 0) add(mtp_kv_, false);  // the MTP drafter reads the prefix's too
-  if (window_blocks_ != nullptr) add(window_kv_, true);
-  std::string key = fmt::format("{}|{}|{}|{}|{}|{}|{}|", options_.model_revision, l.architecture,
-                                l.kv_dtype, l.numerics, l.block_size, l.window_tokens,
-                                l.window_layer_bytes.size());
-  for (int64_t b : l.layer_bytes) key += fmt::format("{},", b);
-  for (int64_t b : l.window_layer_bytes) key += fmt::format("{},", b);
-  checkpoint_key_ = XXH3_64bits(key.data(), key.size());
-}
-
-void EngineImpl::MarkResident(uint64_t chain_hash) {
-  absl::MutexLock lock(&resident_mu_);
-  if (resident_.size() >= 65536) resident_.clear();  // a hint only: forgetting costs a reload
-  resident_.insert(chain_hash);
-}
-
-CheckpointRef EngineImpl::CheckpointFor(const std::vector<int32_t>& prompt,
-                                       uint64_t cache_salt) const {
-  const int32_t bs = kv_.block_size;
-  const size_t k = prompt.size() / static_cast<size_t>(bs);
-  if (options_.checkpoint_store == nullptr || k == 0) return {};
-  const uint64_t chain = ChainHash(prompt.data(), static_cast<int32_t>(k), bs, cache_salt);
-  return {CheckpointFileName(CheckpointName(chain)), static_cast<int32_t>(k) * bs};
-}
-
-std::shared_ptr<const PrefixCheckpoint> EngineImpl::LoadNamedCheckpoint(const GenerateRequest& r) {
-  const int32_t bs = kv_.block_size;
-  const int32_t n = r.checkpoint_tokens;
-  std::optional<uint64_t> name = ParseCheckpointFileName(r.checkpoint_file);
-  if (!name || n <= 0 || n % bs != 0 || n > static_cast<int32_t>(r.prompt.size())) {
-    spdlog::warn("request {}: '{}' ({} tokens) is not a checkpoint file of whole blocks within "
-                 "its {}-token prompt; the prompt is computed here",
-                 r.request_id, r.checkpoint_file.substr(0, 64), n, r.prompt.size());
-    return nullptr;
-  }
-  return LoadResident(r, *name, ChainHash(r.prompt.data(), n / bs, bs, r.cache_salt), n,
-                      /*warn_missing=*/true);
-}
-
-std::shared_ptr<const PrefixCheckpoint> EngineImpl::LoadResident(const GenerateRequest& r,
-                                                                  uint64_t name, uint64_t chain,
-                                                                  int32_t num_tokens,
-                                                                  bool warn_missing) {
-  {
-    absl::MutexLock lock(&resident_mu_);
-    if (resident_.contains(chain)) return nullptr;
-  }
-  CheckpointStore& store = *options_.checkpoint_store;
-  CheckpointExpect expect;
-  expect.model_revision = options_.model_revision;
-  expect.layout = checkpoint_layout_;
-  expect.cache_salt = r.cache_salt;
-  expect.tokens_sha256 = TokensSha256(r.prompt.data(), static_cast<size_t>(num_tokens));
-  absl::StatusOr<PrefixCheckpoint> c = store.Load(name, expect);
-  if (!c.ok()) {
-    if (warn_missing || !absl::IsNotFound(c.status())) {
-      spdlog::warn("request {}: prefix checkpoint {} ignored, the prefix is computed here: {}",
-                   r.request_id, store.PathOf(name), OneLineError(c.status()));
-    }
-    return nullptr;
-  }
-  MarkResident(chain);
-  return std::make_shared<const PrefixCheckpoint>(*std::move(c));
-}
-
-std::shared_ptr<const PrefixCheckpoint> EngineImpl::FindCheckpoint(const GenerateRequest& r) {
-  CheckpointStore* store = options_.checkpoint_store.get();
-  if (store == nullptr || !options_.enable_prefix_caching) return nullptr;
-  if (!r.checkpoint_file.empty()) return LoadNamedCheckpoint(r);
-  const int32_t bs = kv_.block_size;
-  // Every full block of the prompt: a checkpoint is saved with them all, and one that ends with
-  // the prompt's last token still serves the blocks before it (the lookup recomputes the last).
-  const int32_t max_blocks = static_cast<int32_t>(r.prompt.size()) / bs;
-  const int32_t min_blocks = std::max(1, (options_.checkpoint_min_tokens + bs - 1) / bs);
-  if (max_blocks < min_blocks) return nullptr;
-  std::vector<uint64_t> hashes(static_cast<size_t>(max_blocks));
-  uint64_t parent = 0;
-  for (int32_t i = 0; i < max_blocks; ++i) {
-    parent = BlockManager::HashBlock(parent, r.prompt.data() + static_cast<size_t>(i) * bs, bs,
-                                     r.cache_salt);
-    hashes[static_cast<size_t>(i)] = parent;
-  }
-  std::vector<uint64_t> names(hashes.size());
-  for (size_t i = 0; i < hashes.size(); ++i) names[i] = CheckpointName(hashes[i]);
-  const int32_t k = store->Longest(names, min_blocks);
-  if (k == 0) return nullptr;
-  // A file that vanished since the listing is forgotten quietly (another process evicted it).
-  return LoadResident(r, names[static_cast<size_t>(k - 1)], hashes[static_cast<size_t>(k - 1)],
-                      k * bs, /*warn_missing=*/false);
-}
-
-void EngineImpl::InstallCheckpoint(Sequence& seq) {
-  const std::shared_ptr<const PrefixCheckpoint> c = std::move(seq.restore);
-  if (InstallBlocks(*c, seq.req.cache_salt)) return;
-  // Not restored after all: forget it, so that a later request reads the file again.
-  const uint64_t chain =
-      ChainHash(c->tokens.data(), c->header.num_blocks(), kv_.block_size, seq.req.cache_salt);
-  absl::MutexLock lock(&resident_mu_);
-  resident_.erase(chain);
-}
-
-bool EngineImpl::InstallBlocks(const PrefixCheckpoint& checkpoint, uint64_t salt) {
-  const PrefixCheckpoint* c = &checkpoint;
-  const int32_t bs = kv_.block_size;
-  const int32_t k = c->header.num_blocks();
-  const int32_t window_first = c->header.window_first_block;
-  // Room for every block at once: a prefix is restored whole or not at all (then recomputed).
-  if (blocks_->num_available() < k ||
-      (window_blocks_ != nullptr && window_blocks_->num_available() < k - window_first)) {
-    return false;
-  }
-  const char* payload = c->payload.data();
-  std::vector<int32_t> main(static_cast<size_t>(k)), window(static_cast<size_t>(k), -1);
-  std::vector<int32_t> fresh;
-  uint64_t parent = 0;
-  for (int32_t i = 0; i < k; ++i) {
-    const int32_t* t = c->tokens.data() + static_cast<size_t>(i) * bs;
-    const uint64_t h = BlockManager::HashBlock(parent, t, bs, salt);
-    // Hold every block until the end, so that allocating one never evicts another of the chain.
-    auto take = [&](BlockManager& pool, int32_t& slot) {
-      slot = pool.Find(h, t);
-      if (slot >= 0) {
-        pool.Acquire(slot);
-        return false;
-      }
-      fresh.clear();
-      pool.Allocate(1, fresh);  // room checked above
-      slot = fresh[0];
-      return true;
-    };
-    const bool copy_main = take(*blocks_, main[static_cast<size_t>(i)]);
-    const bool copy_window =
-        window_blocks_ != nullptr && i >= window_first && take(*window_blocks_, window[static_cast<size_t>(i)]);
-    size_t offset = 0;
-    for (const CheckpointRegion& r : checkpoint_regions_) {
-      const int64_t block_bytes = r.bytes_per_token * bs;
-      const int32_t first = r.window ? window_first : 0;
-      const bool copy = r.window ? copy_window : copy_main;
-      if (copy) {
-        const int32_t b = r.window ? window[static_cast<size_t>(i)] : main[static_cast<size_t>(i)];
-        std::memcpy(r.cache->layer_bytes(r.layer) + static_cast<size_t>(b) * block_bytes,
-                    payload + offset + static_cast<size_t>(i - first) * block_bytes,
-                    static_cast<size_t>(block_bytes));
-      }
-      offset += static_cast<size_t>(block_bytes) * static_cast<size_t>(k - first);
-    }
-    if (copy_main) blocks_->Commit(main[static_cast<size_t>(i)], parent, t, salt);
-    if (copy_window) window_blocks_->Commit(window[static_cast<size_t>(i)], parent, t, salt);
-    parent = h;
-  }
-  blocks_->Free(main);
-  if (window_blocks_ != nullptr) window_blocks_->Free(window);
-  return true;
-}
-
-void EngineImpl::PreloadCheckpoints() {
-  CheckpointStore& store = *options_.checkpoint_store;
-  const int32_t bs = kv_.block_size;
-  // At most half the cache, whatever was asked: requests need room too.
-  const int64_t budget = std::min<int64_t>(options_.checkpoint_preload_tokens,
-                                           int64_t{kv_.num_blocks} * bs / 2);
-  int64_t restored = 0;
-  int32_t files = 0;
-  // A file's tokens from its size, before reading it: at most size / (4 bytes of token id + the
-  // main cache's bytes per token), since the header and window blocks only add bytes.
-  int64_t per_token = 4;
-  for (int64_t b : checkpoint_layout_.layer_bytes) per_token += b;
-  for (const auto& [name, size] : store.NewestFirst()) {
-    if (restored + size / per_token > budget) break;
-    CheckpointExpect expect;  // no fingerprint: whatever prefix the file holds
-    expect.model_revision = options_.model_revision;
-    expect.layout = checkpoint_layout_;
-    absl::StatusOr<PrefixCheckpoint> c = store.Load(name, expect);
-    if (!c.ok()) continue;  // another revision or layout, salted, or damaged: counted by Load
-    if (restored + c->header.num_tokens > budget) break;
-    if (!InstallBlocks(*c, 0)) break;
-    MarkResident(ChainHash(c->tokens.data(), c->header.num_blocks(), bs, 0));
-    restored += c->header.num_tokens;
-    ++files;
-  }
-  if (files > 0) {
-    spdlog::info("prefix checkpoints: {} restored at start ({} tokens)", files, restored);
-  }
-}
-
-void EngineImpl::SaveCheckpoint(const Sequence& seq) {
-  const int32_t bs = kv_.block_size;
-  const int32_t k = seq.prompt_len / bs;
-  // A P/D prefill is saved whatever its length, and whenever its file is missing now: the
-  // decode side reads the file, and the one this process saved may have been evicted since.
-  const bool prefill_only = seq.req.prefill_only;
-  if (k == 0 || (!prefill_only && int64_t{k} * bs < options_.checkpoint_min_tokens) ||
-      static_cast<int32_t>(seq.block_hashes.size()) < k) {
-    return;
-  }
-  const uint64_t chain = seq.block_hashes[static_cast<size_t>(k - 1)];
-  if (!prefill_only) {
-    absl::MutexLock lock(&resident_mu_);
-    if (resident_.contains(chain)) return;
-  }
-  CheckpointStore& store = *options_.checkpoint_store;
-  const uint64_t name = CheckpointName(chain);
-  if (prefill_only ? store.Exists(name) : store.Known(name)) {  // saved before (here or not)
-    MarkResident(chain);
-    return;
-  }
-  // The window blocks that a resume at block k reads; released ones are still findable in the
-  // window cache's prefix cache unless evicted (then no checkpoint: it would be incomplete).
-  const int32_t window_first =
-      window_blocks_ != nullptr ? std::max(0, k * bs - window_tokens_ + 1) / bs : k;
-  std::vector<int32_t> window(static_cast<size_t>(k), -1);
-  for (int32_t b = window_first; b < k; ++b) {
-    int32_t w = b < static_cast<int32_t>(seq.window_blocks.size()) ? seq.window_blocks[b] : -1;
-    if (w < 0) {
-      w = window_blocks_->Find(seq.block_hashes[static_cast<size_t>(b)],
-                               seq.tokens.data() + static_cast<size_t>(b) * bs);
-    }
-    if (w < 0) return;
-    window[static_cast<size_t>(b)] = w;
-  }
-  PrefixCheckpoint c;
-  c.header.model_revision = options_.model_revision;
-  c.header.layout = checkpoint_layout_;
-  c.header.cache_salt = seq.req.cache_salt;
-  c.header.window_first_block = window_blocks_ != nullptr ? window_first : k;
-  c.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + static_cast<ptrdiff_t>(k) * bs);
-  size_t total = 0;
-  for (const CheckpointRegion& r : checkpoint_regions_) {
-    total += static_cast<size_t>(r.bytes_per_token * bs) * (r.window ? k - window_first : k);
-  }
-  c.payload.resize(total);
-  char* out = c.payload.data();
-  for (const CheckpointRegion& r : checkpoint_regions_) {
-    const size_t block_bytes = static_cast<size_t>(r.bytes_per_token) * bs;
-    for (int32_t b = r.window ? window_first : 0; b < k; ++b) {
-      const int32_t slot = r.window ? window[static_cast<size_t>(b)] : seq.blocks[static_cast<size_t>(b)];
-      std::memcpy(out, r.cache->layer_bytes(r.layer) + static_cast<size_t>(slot) * block_bytes,
-                  block_bytes);
-      out += block_bytes;
-    }
-  }
-  if (store.Save(name, std::move(c))) MarkResident(chain);
 }
 
 }  // namespace
