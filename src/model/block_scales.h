@@ -11,21 +11,9 @@
 #include "absl/status/status.h"
 #include "model/fp8.h"
 #include "model/model.h"
+#include "model/tensor.h"
 
 namespace deepinfer::model {
-
-// Value of an FP4 E2M1 code (bit 3 sign; magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; code 8 is +0).
-// Source: OCP Microscaling Formats (MX) v1.0, section 5.3.3.
-float Fp4E2M1ToFp32(uint8_t code);
-// 2^(b - 127); NaN for 255. Source: OCP MX v1.0, section 5.4.1 (E8M0).
-float E8M0ToFp32(uint8_t b);
-
-// The power-of-two ceiling's exponent of a positive normal float, from its bits (exponent - 127,
-// plus 1 when the mantissa is not zero): the E8M0 scale rule of DeepSeek's quantizers.
-int PowerOfTwoCeilExponent(float x);
-// e2m1 code of v in [-6, 6], round to nearest even (ties at 0.25, 1.25, 2.5, 5 down, at 0.75,
-// 1.75, 3.5 up); bit 3 is set for v < 0.
-uint8_t Fp32ToFp4E2M1(float v);
 
 // For every "<p>.weight" with an E8M0 "<p>.scale" beside it: an F8_E4M3 weight [out, in] takes
 // scales [ceil(out / blocks.rows), ceil(in / blocks.cols)]; an I8 weight [out, in / 2] becomes

@@ -7,17 +7,9 @@
 
 #include "absl/status/status.h"
 #include "model/model.h"
+#include "model/tensor.h"
 
 namespace deepinfer::model {
-
-// Exact value of an FP8 E4M3 ("e4m3fn") byte: 1 sign, 4 exponent (bias 7), 3 mantissa bits;
-// no infinities, 0x7F/0xFF are NaN, exponent 0 is subnormal (m * 2^-9). Max 448.
-// Source: Micikevicius et al. 2022, "FP8 Formats for Deep Learning"; torch.float8_e4m3fn.
-float Fp8E4M3ToFp32(uint8_t b);
-
-// Rounds a float to the nearest-even FP8 E4M3 ("fn": no infinities, 0x7e = 448) code; values
-// beyond 448 in magnitude clamp to +-448 (the recipe never produces them).
-uint8_t Fp32ToFp8E4M3(float f);
 
 // Dequantizes a block-scaled FP8 weight to BF16: out[i][j] = bf16(fp8(w[i][j]) * scale[i/br][j/bc])
 // with round-to-nearest-even, as DeepSeek's fp8_cast_bf16 weight_dequant does.

@@ -9,44 +9,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "model/dtype.h"
+#include "model/tensor.h"
 #include "util/mapped_file.h"
 
 namespace deepinfer::model {
-
-// A named view of one weight tensor inside a mapped file. Never owns its bytes.
-//
-// Shapes: `shape` is outermost first (row-major); a linear layer's weight is [out, in], so
-//   GGUF's ne = {in, out} becomes shape {out, in}.
-// Lifetime: valid while the owning Model (and its MappedFile) is alive.
-struct TensorView {
-  std::string name;
-  DType dtype = DType::kInvalid;
-  std::vector<int64_t> shape;
-  const uint8_t* data = nullptr;
-  size_t size_bytes = 0;
-  // Block-scaled weights (kF8E4M3 / kFp4E2M1): E8M0 scales [ceil(rows / scale_block_rows),
-  // ceil(cols / scale_block_cols)] row-major, element (r, c) multiplied by the scale of its block.
-  // Null for every other tensor. Points into the model's mapped files like `data`.
-  const uint8_t* scale = nullptr;
-  int32_t scale_block_rows = 0;
-  int32_t scale_block_cols = 0;
-
-  int64_t num_elements() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
-  int64_t rows() const { return shape.empty() ? 0 : num_elements() / shape.back(); }
-  int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
-  size_t row_bytes() const { return RowBytes(dtype, cols()); }
-  const uint8_t* row(int64_t r) const { return data + static_cast<size_t>(r) * row_bytes(); }
-};
-
-// How positions rotate query and key vectors.
-enum class RopeStyle {
-  kAdjacentPairs,  // (x[2i], x[2i+1]) rotate together: llama2.c and llama.cpp LLAMA_ROPE_TYPE_NORM.
-  kHalfSplit,      // (x[i], x[i + d/2]) rotate together: HF "rotate_half", llama.cpp NEOX.
-};
 
 // YaRN rotary scaling as in an HF `rope_scaling` / `rope_parameters` entry of type "yarn".
 // Fields the file leaves out keep HF's defaults; 0 marks an absent mscale / mscale_all_dim /

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "model/dtype.h"
-#include "model/model.h"
+#include "model/tensor.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::kernels {

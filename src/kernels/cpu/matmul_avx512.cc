@@ -37,7 +37,7 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
-#include "model/fp8.h"
+#include "model/tensor.h"
 
 namespace deepinfer::kernels::internal {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "model/model.h"
+#include "model/tensor.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::kernels {

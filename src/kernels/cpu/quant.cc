@@ -6,8 +6,7 @@
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
-#include "model/block_scales.h"
-#include "model/fp8.h"
+#include "model/tensor.h"
 #include "util/status.h"
 
 namespace deepinfer::kernels {

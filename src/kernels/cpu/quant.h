@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "model/dtype.h"
-#include "model/model.h"
+#include "model/tensor.h"
 
 namespace deepinfer::kernels {
 
