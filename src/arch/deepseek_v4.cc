@@ -34,16 +34,13 @@ namespace {
 
 using model::TensorView;
 using Attn = model::DeepseekV4Config::Attention;
-using dsv4::AttendSharedKv;
 using dsv4::FakeQuantFp4;
 using dsv4::FakeQuantFp8;
 using dsv4::Hadamard;
 using dsv4::HcCoefficients;
 using dsv4::HcCollapse;
 using dsv4::HcExpand;
-using dsv4::RopeAt;
 using dsv4::RopeInterleaved;
-using dsv4::SqrtSoftplus;
 using dsv4::UnweightedRmsNorm;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
