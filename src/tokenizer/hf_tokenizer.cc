@@ -335,6 +335,14 @@ absl::StatusOr<HfTokenizerSpec> ParseHfTokenizer(std::string_view tokenizer_json
   for (const auto& [text, id] : vocab) num_tokens = std::max(num_tokens, id + 1);
   for (const HfAddedToken& t : spec.added_tokens) num_tokens = std::max(num_tokens, t.id + 1);
   if (num_tokens == 0) return Bad("tokenizer.json has no tokens");
+  // Real vocabularies are dense (a few holes at most); a sparse id space would make the
+  // tables below as large as the largest id, so a file with one id of 2^31 could exhaust
+  // memory. Allow holes up to the number of entries plus a margin.
+  const size_t entries = vocab.size() + spec.added_tokens.size();
+  if (static_cast<size_t>(num_tokens) > 2 * entries + 1024) {
+    return Bad(fmt::format("token ids are sparse: the largest is {} but there are only {} tokens",
+                           num_tokens - 1, entries));
+  }
   auto& data = spec.data;
   data.tokens.assign(num_tokens, std::string());
   data.token_types.assign(num_tokens, TokenType::kUnused);

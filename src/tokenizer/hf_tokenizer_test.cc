@@ -257,6 +257,15 @@ TEST(HfTokenizerTest, RejectsWhatItCannotReproduce) {
                               byte_level + "}")),
             "bad_tokenizer");
   EXPECT_EQ(ErrorCodeOf(ReadHfTokenizer("/nonexistent/dir").status()), "file_not_found");
+  // One huge id would size every per-token table by it (found by tokenizer_json_fuzz).
+  EXPECT_EQ(ErrorCodeOf(parse(R"({"model":{"type":"BPE","vocab":{"a":0,"b":2000000000},)"
+                              R"("merges":[]},)" +
+                              byte_level + "}")),
+            "bad_tokenizer");
+  EXPECT_EQ(ErrorCodeOf(parse(R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},)"
+                              R"("decoder":{"type":"ByteLevel"},"added_tokens":[{"id":1500000000,)"
+                              R"("content":"<x>","special":true}]})")),
+            "bad_tokenizer");
   // A merge whose parts are not in the vocabulary fails when the tokenizer is built.
   auto spec = ParseHfTokenizer(
       R"({"model":{"type":"BPE","vocab":{"a":0},"merges":["a b"]},)" + byte_level + "}", "");
