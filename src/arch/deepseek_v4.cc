@@ -32,14 +32,11 @@
 namespace deepinfer::arch {
 namespace {
 
-using model::TensorView;
+using tensor::TensorView;
 using Attn = model::DeepseekV4Config::Attention;
 using dsv4::FakeQuantFp4;
 using dsv4::FakeQuantFp8;
 using dsv4::Hadamard;
-using dsv4::HcCoefficients;
-using dsv4::HcCollapse;
-using dsv4::HcExpand;
 using dsv4::RopeInterleaved;
 using dsv4::UnweightedRmsNorm;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -113,7 +110,6 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
 
   void Prepare(const ForwardBatch& batch);
   void HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool);
-  void HcPost(int64_t T);
   void Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                  util::ThreadPool& pool);
   void EmitEntries(const Layer& L, const Compressor& c, int64_t off_a, int64_t off_z,
@@ -139,7 +135,8 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   dsv4::LightningIndexer indexer_;
   dsv4::MoeBlock moe_;
   // Scratch, grown on demand.
-  std::vector<float> streams_, streams_next_, hc_mix_, hc_post_, hc_comb_, x_, h_;
+  dsv4::MhcStreams mhc_;
+  std::vector<float> hc_pre_, hc_mix_, x_, h_;
   std::vector<float> ca_, cz_, ia_, iz_, out_, tmp_, rows_;
   std::vector<int32_t> positions_;
   // Selected compressed entries per token of a CSA layer: [T, index_topk], -1 padded.
@@ -215,7 +212,7 @@ absl::Status DeepseekV4Impl::Init() {
   if (!kernels::HasCpuKernel(embed_->dtype)) {  // rows are looked up one by one, unscaled
     return UnimplementedError(
         util::codes::kUnsupportedDtype,
-        fmt::format("embed.weight has dtype {}", model::DTypeName(embed_->dtype)));
+        fmt::format("embed.weight has dtype {}", tensor::DTypeName(embed_->dtype)));
   }
   DI_ASSIGN_OR_RETURN(final_norm_, Vec("norm.weight", {H}));
   if (cfg_.tied_embeddings && model_.Find("head.weight") == nullptr) {
@@ -247,6 +244,7 @@ absl::Status DeepseekV4Impl::Init() {
   // Every tensor must have a place.
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4"));
   rope_.Init(cfg_, ds_);
+  mhc_.Init(ds_.hc_mult, H, cfg_.rms_norm_eps, ds_.hc_eps, ds_.hc_sinkhorn_iters);
   return absl::OkStatus();
 }
 
@@ -285,36 +283,13 @@ void DeepseekV4Impl::QuantizeIndex(float* x) const {
   FakeQuantFp4(x, n, 32);
 }
 
-// mHC at one site: from the streams X [T, hc, H] computes post [T, hc], comb [T, hc, hc] (in
-// hc_post_ / hc_comb_) and the collapsed input x_ [T, H] = sum_j pre_j X_j.
+// mHC at one site: post and comb (kept in mhc_ for the Expand after the sublayer) and the
+// collapsed input x_ [T, H] = sum_j pre_j X_j with this site's own pre.
 void DeepseekV4Impl::HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool) {
-  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H, mix = (2 + hc) * hc;
-  const float eps = cfg_.rms_norm_eps, heps = ds_.hc_eps;
-  Grow(tmp_, T * D);
-  UnweightedRmsNorm(streams_.data(), T, D, eps, tmp_.data());
-  Grow(hc_mix_, T * mix);
-  kernels::MatMul(*site.fn, tmp_.data(), T, hc_mix_.data(), pool);
-  Grow(hc_post_, T * hc);
-  Grow(hc_comb_, T * hc * hc);
-  Grow(x_, T * H);
-  for (int64_t t = 0; t < T; ++t) {
-    float pre[64];
-    HcCoefficients(hc_mix_.data() + t * mix, site.base.data(), site.scale.data(),
-                   static_cast<int>(hc), heps, ds_.hc_sinkhorn_iters, pre, hc_post_.data() + t * hc,
-                   hc_comb_.data() + t * hc * hc);
-    HcCollapse(streams_.data() + t * D, pre, static_cast<int>(hc), H, x_.data() + t * H);
-  }
-}
-
-// X'_k = post_k * y + sum_j comb[j][k] X_j with the sublayer output y in out_ [T, H].
-void DeepseekV4Impl::HcPost(int64_t T) {
-  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H;
-  Grow(streams_next_, T * D);
-  for (int64_t t = 0; t < T; ++t) {
-    HcExpand(streams_.data() + t * D, out_.data() + t * H, hc_post_.data() + t * hc,
-             hc_comb_.data() + t * hc * hc, static_cast<int>(hc), H, streams_next_.data() + t * D);
-  }
-  std::swap(streams_, streams_next_);
+  Grow(hc_pre_, T * ds_.hc_mult);
+  mhc_.Mixes(site, T, hc_pre_.data(), pool);
+  Grow(x_, T * cfg_.hidden);
+  mhc_.Collapse(hc_pre_.data(), T, x_.data());
 }
 
 // Writes the entries that the slice's tokens close: entry j (ratio r) pools the tokens of
@@ -515,7 +490,7 @@ void DeepseekV4Impl::RunBlock(const Layer& L, int kv_layer, const ForwardBatch& 
   HcPre(L.hc_attn, T, pool);
   kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
   Attention(L, kv_layer, batch, kv, pool);
-  HcPost(T);
+  mhc_.Expand(out_.data(), T);
   HcPre(L.hc_ffn, T, pool);
   kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
   // transformers clamps with the configured limit whatever it is, and applies the routing
@@ -524,25 +499,24 @@ void DeepseekV4Impl::RunBlock(const Layer& L, int kv_layer, const ForwardBatch& 
                              .swiglu_limit = ds_.swiglu_limit};
   Grow(out_, T * H);
   moe_.Run(L.moe, moe, h_.data(), batch.tokens, T, H, out_.data(), pool);
-  HcPost(T);
+  mhc_.Expand(out_.data(), T);
 }
 
 void DeepseekV4Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                              util::ThreadPool& pool) {
   DI_CHECK(kv.floats_per_token == kv_floats_ && kv.num_layers >= cfg_.num_layers);
-  const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult;
+  const int64_t T = batch.num_tokens, H = cfg_.hidden;
   Prepare(batch);
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
-  Grow(streams_, T * hc * H);
-  dsv4::HcReplicate(h_.data(), T, hc, H, streams_.data());
+  mhc_.Start(h_.data(), T);
   for (int l = 0; l < cfg_.num_layers; ++l) RunBlock(layers_[l], l, batch, kv, pool);
   last_tokens_ = T;
   Logits(batch, hc_head_, final_norm_, logits, pool);
 }
 
 void DeepseekV4Impl::FinalHidden(float* out) const {
-  std::memcpy(out, streams_.data(), last_tokens_ * mtp_hidden_size() * sizeof(float));
+  std::memcpy(out, mhc_.data(), last_tokens_ * mtp_hidden_size() * sizeof(float));
 }
 
 // The MTP module (DeepSeek's MTPBlock): stream k of token x_{p+1} at position p starts as
@@ -564,15 +538,14 @@ void DeepseekV4Impl::ForwardMtp(int k, const ForwardBatch& batch, const float* p
   kernels::RmsNorm(h_.data(), L.enorm.data(), T, H, cfg_.rms_norm_eps, h_.data());
   kernels::MatMul(*L.e_proj, h_.data(), T, x_.data(), pool);
   kernels::RmsNorm(prev_hidden, L.hnorm.data(), T * hc, H, cfg_.rms_norm_eps, tmp_.data());
-  Grow(streams_, T * D);
-  kernels::MatMul(*L.h_proj, tmp_.data(), T * hc, streams_.data(), pool);
+  kernels::MatMul(*L.h_proj, tmp_.data(), T * hc, mhc_.Reserve(T), pool);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t j = 0; j < hc; ++j) {
-      kernels::AddInPlace(streams_.data() + t * D + j * H, x_.data() + t * H, H);
+      kernels::AddInPlace(mhc_.data() + t * D + j * H, x_.data() + t * H, H);
     }
   }
   RunBlock(L, k, batch, mtp_kv, pool);
-  if (hidden_out != nullptr) std::memcpy(hidden_out, streams_.data(), T * D * sizeof(float));
+  if (hidden_out != nullptr) std::memcpy(hidden_out, mhc_.data(), T * D * sizeof(float));
   Logits(batch, L.hc_head, L.head_norm, logits, pool);
 }
 
@@ -585,7 +558,7 @@ void DeepseekV4Impl::Logits(const ForwardBatch& batch, const HcSite& head,
   const int32_t num_rows = batch.num_logit_rows();
   if (num_rows == 0 || logits == nullptr) return;
   Grow(rows_, int64_t{num_rows} * D);
-  GatherLogitRows(batch, streams_.data(), D, rows_.data());
+  GatherLogitRows(batch, mhc_.data(), D, rows_.data());
   Grow(tmp_, int64_t{num_rows} * D);
   UnweightedRmsNorm(rows_.data(), num_rows, D, cfg_.rms_norm_eps, tmp_.data());
   Grow(hc_mix_, int64_t{num_rows} * hc);

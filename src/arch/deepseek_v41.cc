@@ -14,7 +14,7 @@
 #include "arch/deepseek_v4_blocks.h"
 #include "arch/deepseek_v4_ops.h"
 #include "arch/tensor_schema.h"
-#include "arch/engram_hash.h"
+#include "arch/engram_block.h"
 #include "arch/moe.h"
 #include "arch/rope.h"
 #include "fmt/format.h"
@@ -30,29 +30,18 @@
 namespace deepinfer::arch {
 namespace {
 
-using model::TensorView;
+using tensor::TensorView;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using dsv4::AttentionLayer;
 using dsv4::Grow;
-using dsv4::HcSite;
 using dsv4::MoeLayer;
-
-// One Engram layer: the n-gram table (F32/BF16, or FP8 E4M3 rows with E8M0 scales per 32),
-// wkv [(hc + 1) H, columns head_dim] and the gate weights q, k [hc, H].
-struct Engram {
-  int index = -1;  // position in engram_layer_ids
-  const TensorView* table = nullptr;
-  const TensorView* table_scale = nullptr;  // FP8 tables only
-  const TensorView* wkv = nullptr;
-  std::vector<float> qk;  // q_weight * k_weight [hc, H]: the reference uses only the product
-};
 
 // A layer (or DSpark stage): the shared attention layer (mHC sites, norms, attention weights),
 // its CSA2 roles, compressor and index queries, Engram, and the MoE.
 struct Layer : AttentionLayer {
   int ratio = 0;
-  Engram engram;
+  EngramWeights engram;
   bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
   int kv_src = -1;  // the layer whose compressed entries this layer reads (ratio > 0)
   // KV source: the compressor (wgate only at ratio 2) and the index keys' wk / k_norm.
@@ -113,9 +102,9 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   // The window key/value rows of `in` (kv_norm, RoPE, FP8 under QAT) into attn_.kv().
   void WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
                 int64_t T, const float* cosv, const float* sinv, util::ThreadPool& pool);
-  // streams_ = h_ replicated hc times, pre_mix_ one-hot on stream 0 (the first layer's input).
+  // The streams = h_ replicated hc times, pre_mix_ one-hot on stream 0 (the first layer's input).
   void StartStreams(int64_t T);
-  // One mHC layer over streams_ (pre_mix_ in, the FFN site's pre out); attention by `attend`.
+  // One mHC layer over the streams (pre_mix_ in, the FFN site's pre out); attention by `attend`.
   template <typename Attend>
   void RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool, Attend&& attend);
   // DSpark: the stages' window KV from taps_ at the batch's positions.
@@ -129,15 +118,16 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   // its sequence's window of positions < start_pos and all B rows of its block.
   void StageAttention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
                       util::ThreadPool& pool);
-  void Mixes(const HcSite& site, int64_t T, float* pre, util::ThreadPool& pool);
-  void Collapse(const float* pre, int64_t T);
-  void Expand(int64_t T);
+  // x_ [T, H] = the streams collapsed with `pre`.
+  void Collapse(const float* pre, int64_t T) {
+    Grow(x_, T * cfg_.hidden);
+    mhc_.Collapse(pre, T, x_.data());
+  }
   void Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
                  util::ThreadPool& pool);
   void Compress(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
                 util::ThreadPool& pool);
   void Select(const Layer& L, const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
-  void EngramHashes(const ForwardBatch& batch, KvCache& kv);
   // Layer l's window-cache slot of position pos (within the slice's window).
   static float* WindowSlot(KvCache& kv, const SequenceSlice& s, int l, int32_t pos) {
     return kv.window->Slot(l, s.window_block_table[pos / kv.block_size], pos % kv.block_size);
@@ -157,11 +147,11 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
     const int32_t pos = static_cast<int32_t>(layers_[l].ratio * j) + entry_shift_[l];
     return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
   }
-  void ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& pool);
 
   std::vector<Layer> layers_;
   Dspark dspark_;          // stages empty: none in the checkpoint
   bool dspark_on_ = false;  // EnableDspark()
+  bool keep_classes_ = false;  // Engram on: the cache keeps token classes
   std::vector<float> taps_;  // [T, taps, H] stream means at the target layers' inputs
   std::vector<float> draft_x_, draft_logits_, markov_row_, markov_logits_, draft_conf_;
   std::vector<int32_t> draft_tokens_;
@@ -172,14 +162,9 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   // Per layer, the offset from a group's first position to the slot holding its entry: 0 when
   // the entry spreads over the group's slots, ratio - 1 when it sits whole in the last one.
   std::vector<int32_t> entry_shift_;
-  // Engram: the layout, token classes, the pad token's class; each token's class is kept in
-  // the main cache's extra layer num_layers (one float) for later positions' look-back.
-  EngramLayout engram_;
-  std::vector<int32_t> token_class_;
-  int32_t pad_class_ = 0;
-  bool keep_classes_ = false;
-  std::vector<int64_t> hash_ids_;  // [T, engram layers, columns]
-  std::vector<float> engram_rows_, engram_kv_;
+  // Engram; each token's class is kept in the main cache's extra layer num_layers (one float)
+  // for later positions' look-back.
+  EngramBlock engram_;
 
   // The blocks, each with its scratch.
   dsv4::RopeTables rope_;
@@ -187,8 +172,8 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   dsv4::LightningIndexer indexer_;
   dsv4::MoeBlock moe_;
   // Scratch, grown on demand.
-  std::vector<float> streams_, streams_next_, flat_, mix_, pre_mix_, pre_attn_, pre_ffn_, post_,
-      comb_;
+  dsv4::MhcStreams mhc_;
+  std::vector<float> pre_mix_, pre_attn_, pre_ffn_;
   std::vector<float> x_, h_, ca_, cz_, latent_, ikey_, out_, rows_, cs_;
   std::vector<int32_t> positions_, token_seq_;
   // Per token: the entries the latest index source selected [T, index_topk] (-1 padded), and the
@@ -237,55 +222,8 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
                         schema_.Mat(a + "indexer.wq_b.weight", ih * ihd, ds_.q_lora_rank));
     DI_ASSIGN_OR_RETURN(L.i_weights, schema_.Mat(a + "indexer.weights_proj.weight", ih, H));
   }
-  if (!stage && in(ds_.engram_layer_ids, l)) {
-    Engram& e = L.engram;
-    e.index =
-        static_cast<int>(std::find(ds_.engram_layer_ids.begin(), ds_.engram_layer_ids.end(), l) -
-                         ds_.engram_layer_ids.begin());
-    const std::string g = p + "engram.";
-    const int64_t rows = engram_.table_rows[e.index], hd_e = ds_.engram_head_dim;
-    const int64_t hc = ds_.hc_mult;
-    e.table = model_.Find(g + "embed.weight");
-    if (e.table == nullptr) {
-      return NotFoundError(util::codes::kMissingTensor,
-                           fmt::format("tensor '{}embed.weight' is missing", g));
-    }
-    schema_.MarkUsed(g + "embed.weight");
-    if (e.table->shape != std::vector<int64_t>{rows, hd_e}) {
-      return InvalidArgumentError(util::codes::kShapeMismatch,
-                                  fmt::format("{}embed.weight is {}, expected [{}, {}]", g,
-                                              model::ShapeString(e.table->shape), rows, hd_e));
-    }
-    if (e.table->dtype == model::DType::kF8E4M3) {
-      e.table_scale = model_.Find(g + "embed.scale");
-      if (e.table_scale == nullptr) {
-        return NotFoundError(util::codes::kMissingTensor,
-                             fmt::format("tensor '{}embed.scale' is missing", g));
-      }
-      schema_.MarkUsed(g + "embed.scale");
-      if (e.table_scale->dtype != model::DType::kE8M0 ||
-          e.table_scale->shape != std::vector<int64_t>{rows, hd_e / 32} || hd_e % 32 != 0) {
-        return InvalidArgumentError(
-            util::codes::kShapeMismatch,
-            fmt::format("{}embed.scale must be E8M0 [{}, {}]", g, rows, hd_e / 32));
-      }
-      // The release's tables are ~98 GB each: sampled rows only, as for every large matrix.
-      DI_RETURN_IF_ERROR(model::CheckFinite(*e.table, /*full=*/false));
-      DI_RETURN_IF_ERROR(model::CheckFinite(*e.table_scale, /*full=*/false));
-    } else if (e.table->dtype != model::DType::kF32 && e.table->dtype != model::DType::kBF16) {
-      return UnimplementedError(
-          util::codes::kUnsupportedDtype,
-          fmt::format("{}embed.weight has dtype {}", g, model::DTypeName(e.table->dtype)));
-    } else {
-      DI_RETURN_IF_ERROR(schema_.Mat(g + "embed.weight", rows, hd_e).status());
-      if (schema_.Has(g + "embed.scale")) schema_.MarkUsed(g + "embed.scale");  // unused ones
-    }
-    DI_ASSIGN_OR_RETURN(
-        e.wkv, schema_.Mat(g + "wkv.weight", (hc + 1) * H, int64_t{engram_.columns()} * hd_e));
-    DI_ASSIGN_OR_RETURN(std::vector<float> q, schema_.Vec(g + "q_weight", {hc, H}));
-    DI_ASSIGN_OR_RETURN(std::vector<float> k, schema_.Vec(g + "k_weight", {hc, H}));
-    e.qk.resize(q.size());
-    for (size_t i = 0; i < q.size(); ++i) e.qk[i] = q[i] * k[i];
+  if (!stage) {
+    DI_ASSIGN_OR_RETURN(L.engram, engram_.Load(schema_, model_, p + "engram.", l));
   }
   const int64_t E = stage ? ds_.dspark_n_routed_experts : ds_.n_routed_experts;
   DI_ASSIGN_OR_RETURN(L.moe,
@@ -302,49 +240,7 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
 
 absl::Status DeepseekV41Impl::Init() {
   const int64_t H = cfg_.hidden;
-  if (!ds_.engram_layer_ids.empty()) {
-    if (model_.engram_token_classes.empty()) {
-      return UnimplementedError(util::codes::kUnsupportedConfig,
-                                "DeepSeek-V4.1 Engram layers (engram_layer_ids) need the "
-                                "tokenizer's token classes, which serving does not supply yet");
-    }
-    // Bounds keep the prime search at load short (the release: 4-grams, 8 heads).
-    if (ds_.engram_max_ngram_size < 2 || ds_.engram_max_ngram_size > 16 ||
-        ds_.engram_n_heads <= 0 || ds_.engram_n_heads > 256 || ds_.engram_head_dim <= 0 ||
-        ds_.engram_layer_ids.size() > 64 ||
-        ds_.engram_compressed_vocab_size <= 0 ||
-        ds_.engram_num_embeddings.size() != ds_.engram_layer_ids.size()) {
-      return InvalidArgumentError(util::codes::kBadConfig,
-                                  "inconsistent DeepSeek-V4.1 Engram settings");
-    }
-    engram_ =
-        EngramLayout::Make(ds_.engram_layer_ids, ds_.engram_max_ngram_size, ds_.engram_n_heads,
-                           ds_.engram_vocab_size, ds_.engram_compressed_vocab_size);
-    for (size_t e = 0; e < ds_.engram_layer_ids.size(); ++e) {
-      if (engram_.table_rows[e] != ds_.engram_num_embeddings[e]) {
-        return InvalidArgumentError(
-            util::codes::kBadConfig,
-            fmt::format("engram_num_embeddings[{}] is {}; its primes sum to {}", e,
-                        ds_.engram_num_embeddings[e], engram_.table_rows[e]));
-      }
-    }
-    token_class_ = model_.engram_token_classes;
-    int32_t classes = 0;
-    for (int32_t c : token_class_) classes = std::max(classes, c + 1);
-    if (classes != ds_.engram_compressed_vocab_size ||
-        static_cast<int64_t>(token_class_.size()) < 1) {
-      return InvalidArgumentError(
-          util::codes::kBadConfig,
-          fmt::format("the tokenizer gives {} Engram token classes; the config's "
-                      "engram_compressed_vocab_size is {}",
-                      classes, ds_.engram_compressed_vocab_size));
-    }
-    if (ds_.engram_pad_id < 0 || ds_.engram_pad_id >= static_cast<int>(token_class_.size())) {
-      return InvalidArgumentError(util::codes::kBadConfig,
-                                  "engram_pad_id is not a token of the tokenizer");
-    }
-    pad_class_ = token_class_[ds_.engram_pad_id];
-  }
+  DI_RETURN_IF_ERROR(engram_.Init(model_));
   if (ds_.hc_mult > 64 || cfg_.rope_dim > cfg_.head_dim || ds_.n_routed_experts <= 0 ||
       ds_.index_topk <= 0 || ds_.candidate_block_size <= 0) {
     return InvalidArgumentError(util::codes::kBadConfig, "inconsistent DeepSeek-V4.1 dimensions");
@@ -353,7 +249,7 @@ absl::Status DeepseekV41Impl::Init() {
   if (!kernels::HasCpuKernel(embed_->dtype)) {
     return UnimplementedError(
         util::codes::kUnsupportedDtype,
-        fmt::format("embed.weight has dtype {}", model::DTypeName(embed_->dtype)));
+        fmt::format("embed.weight has dtype {}", tensor::DTypeName(embed_->dtype)));
   }
   DI_ASSIGN_OR_RETURN(final_norm_, schema_.Vec("norm.weight", {H}));
   const char* head = schema_.Has("lm_head.weight") ? "lm_head.weight" : "head.weight";
@@ -372,7 +268,7 @@ absl::Status DeepseekV41Impl::Init() {
     layers_.push_back(std::move(L));
   }
   window_tokens_ = std::max(window_tokens_, ds_.sliding_window);
-  keep_classes_ = !ds_.engram_layer_ids.empty();
+  keep_classes_ = engram_.enabled();
   if (keep_classes_) kv_floats_ = std::max<int64_t>(kv_floats_, 1);
   DI_RETURN_IF_ERROR(LoadDspark());
   // The vision tower and the image embeddings are not read yet (nor DSpark stages a config
@@ -386,6 +282,7 @@ absl::Status DeepseekV41Impl::Init() {
   }
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4.1"));
   rope_.Init(cfg_, ds_);
+  mhc_.Init(ds_.hc_mult, H, cfg_.rms_norm_eps, ds_.hc_eps, ds_.hc_sinkhorn_iters);
   return absl::OkStatus();
 }
 
@@ -414,42 +311,6 @@ absl::Status DeepseekV41Impl::LoadDspark() {
   }
   dspark_ = std::move(d);
   return absl::OkStatus();
-}
-
-// The site's mixes from the current streams: pre into `pre` [T, hc], post_ / comb_.
-void DeepseekV41Impl::Mixes(const HcSite& site, int64_t T, float* pre, util::ThreadPool& pool) {
-  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H, mix = (2 + hc) * hc;
-  Grow(flat_, T * D);
-  dsv4::UnweightedRmsNorm(streams_.data(), T, D, cfg_.rms_norm_eps, flat_.data());
-  Grow(mix_, T * mix);
-  kernels::MatMul(*site.fn, flat_.data(), T, mix_.data(), pool);
-  Grow(post_, T * hc);
-  Grow(comb_, T * hc * hc);
-  for (int64_t t = 0; t < T; ++t) {
-    dsv4::HcCoefficients(mix_.data() + t * mix, site.base.data(), site.scale.data(),
-                         static_cast<int>(hc), ds_.hc_eps, ds_.hc_sinkhorn_iters, pre + t * hc,
-                         post_.data() + t * hc, comb_.data() + t * hc * hc);
-  }
-}
-
-void DeepseekV41Impl::Collapse(const float* pre, int64_t T) {
-  const int64_t hc = ds_.hc_mult, H = cfg_.hidden;
-  Grow(x_, T * H);
-  for (int64_t t = 0; t < T; ++t) {
-    dsv4::HcCollapse(streams_.data() + t * hc * H, pre + t * hc, static_cast<int>(hc), H,
-                     x_.data() + t * H);
-  }
-}
-
-void DeepseekV41Impl::Expand(int64_t T) {
-  const int64_t hc = ds_.hc_mult, H = cfg_.hidden, D = hc * H;
-  Grow(streams_next_, T * D);
-  for (int64_t t = 0; t < T; ++t) {
-    dsv4::HcExpand(streams_.data() + t * D, out_.data() + t * H, post_.data() + t * hc,
-                   comb_.data() + t * hc * hc, static_cast<int>(hc), H,
-                   streams_next_.data() + t * D);
-  }
-  std::swap(streams_, streams_next_);
 }
 
 // A KV source: the groups its slices' tokens complete become compressed entries and index keys.
@@ -648,92 +509,6 @@ void DeepseekV41Impl::AttendAndProject(const Layer& L, int64_t T, int64_t max_ke
                max_keys, cosv, sinv, out_.data(), pool, std::forward<Gather>(gather));
 }
 
-// Each token's class goes into its slot (layer 0) so that later chunks and decode steps can look
-// back at it; then every position hashes the classes at p, p - 1, ..., p - (N - 1) (those before
-// this step read from their slots). Token ids outside the tokenizer hash as the pad class.
-void DeepseekV41Impl::EngramHashes(const ForwardBatch& batch, KvCache& kv) {
-  const int N = engram_.max_ngram_size, cols = engram_.columns();
-  const int64_t T = batch.num_tokens, layers = static_cast<int64_t>(ds_.engram_layer_ids.size());
-  auto class_of = [&](int32_t token) {
-    return token >= 0 && token < static_cast<int32_t>(token_class_.size()) ? token_class_[token]
-                                                                           : pad_class_;
-  };
-  auto slot = [&](const SequenceSlice& s, int32_t pos) {
-    return kv.Slot(cfg_.num_layers, s.block_table[pos / kv.block_size], pos % kv.block_size);
-  };
-  Grow(hash_ids_, T * layers * cols);
-  std::vector<int32_t> classes(static_cast<size_t>(N));
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      *slot(s, s.start_pos + i) =
-          static_cast<float>(class_of(batch.tokens[s.token_offset + i]));
-    }
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      const int32_t p = s.start_pos + i;
-      for (int k = 0; k < N; ++k) {
-        const int32_t q = p - k;
-        classes[k] = q < 0 ? -1 : static_cast<int32_t>(*slot(s, q));
-      }
-      for (int64_t e = 0; e < layers; ++e) {
-        engram_.Hash(static_cast<int>(e), classes.data(), pad_class_,
-                     hash_ids_.data() + ((s.token_offset + i) * layers + e) * cols);
-      }
-    }
-  }
-}
-
-// streams_ += gate * value per (token, stream), before the layer's attention site:
-// kv = wkv(rows) = [keys (hc x H), value (H)];
-// dot_k = sum(X_k * q_k * k_k * key_k) * rsqrt(mean X_k^2 + eps) * rsqrt(mean key_k^2 + eps) /
-// sqrt(H); gate_k = sigmoid(sign(dot_k) sqrt(max(|dot_k|, 1e-6))). Source:
-// DeepseekV41Engram.forward.
-void DeepseekV41Impl::ApplyEngram(const Engram& e, int64_t T, util::ThreadPool& pool) {
-  const int cols = engram_.columns();
-  const int64_t hd = ds_.engram_head_dim, H = cfg_.hidden, hc = ds_.hc_mult;
-  const int64_t layers = static_cast<int64_t>(ds_.engram_layer_ids.size());
-  const int64_t in = cols * hd;
-  Grow(engram_rows_, T * in);
-  for (int64_t t = 0; t < T; ++t) {
-    for (int c = 0; c < cols; ++c) {
-      const int64_t row = hash_ids_[(t * layers + e.index) * cols + c];
-      float* out = engram_rows_.data() + t * in + c * hd;
-      if (e.table_scale != nullptr) {
-        const uint8_t* codes = e.table->data + row * hd;
-        const uint8_t* scales = e.table_scale->data + row * (hd / 32);
-        for (int64_t d = 0; d < hd; ++d) {
-          out[d] = model::Fp8E4M3ToFp32(codes[d]) * model::E8M0ToFp32(scales[d / 32]);
-        }
-      } else {
-        const int32_t id = static_cast<int32_t>(row);
-        kernels::EmbeddingLookup(*e.table, &id, 1, out);
-      }
-    }
-  }
-  Grow(engram_kv_, T * (hc + 1) * H);
-  kernels::MatMul(*e.wkv, engram_rows_.data(), T, engram_kv_.data(), pool);
-  const float eps = cfg_.rms_norm_eps, inv_sqrt_h = 1.0f / std::sqrt(static_cast<float>(H));
-  for (int64_t t = 0; t < T; ++t) {
-    const float* key = engram_kv_.data() + t * (hc + 1) * H;
-    const float* value = key + hc * H;
-    for (int64_t k = 0; k < hc; ++k) {
-      float* x = streams_.data() + (t * hc + k) * H;
-      const float* kk = key + k * H;
-      const float* w = e.qk.data() + k * H;
-      float xx = 0, key2 = 0, dot = 0;
-      for (int64_t d = 0; d < H; ++d) {
-        xx += x[d] * x[d];
-        key2 += kk[d] * kk[d];
-        dot += x[d] * w[d] * kk[d];
-      }
-      const float rstd = (1.0f / std::sqrt(xx / H + eps)) * (1.0f / std::sqrt(key2 / H + eps));
-      const float g = dot * rstd * inv_sqrt_h;
-      const float gate =
-          1.0f / (1.0f + std::exp(-std::copysign(std::sqrt(std::max(std::fabs(g), 1e-6f)), g)));
-      for (int64_t d = 0; d < H; ++d) x[d] += gate * value[d];
-    }
-  }
-}
-
 KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
   KvLayout layout;
   // A proposal's first row (position p + 1) reads the stages' windows from p - W + 1 (research
@@ -754,9 +529,8 @@ KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
 }
 
 void DeepseekV41Impl::StartStreams(int64_t T) {
-  const int64_t H = cfg_.hidden, hc = ds_.hc_mult;
-  Grow(streams_, T * hc * H);
-  dsv4::HcReplicate(h_.data(), T, hc, H, streams_.data());
+  const int64_t hc = ds_.hc_mult;
+  mhc_.Start(h_.data(), T);
   // The first layer's attention collapses stream 0 alone.
   Grow(pre_mix_, T * hc);
   Grow(pre_attn_, T * hc);
@@ -769,12 +543,12 @@ template <typename Attend>
 void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool,
                                Attend&& attend) {
   const int64_t H = cfg_.hidden;
-  Mixes(L.hc_attn, T, pre_attn_.data(), pool);
+  mhc_.Mixes(L.hc_attn, T, pre_attn_.data(), pool);
   Collapse(pre_mix_.data(), T);
   kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
   attend();
-  Expand(T);
-  Mixes(L.hc_ffn, T, pre_ffn_.data(), pool);
+  mhc_.Expand(out_.data(), T);
+  mhc_.Mixes(L.hc_ffn, T, pre_ffn_.data(), pool);
   Collapse(pre_attn_.data(), T);
   kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
   // The reference scales each routed expert's activation before w2, and clamps only for a
@@ -787,7 +561,7 @@ void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool
                              .clamp = ds_.swiglu_limit > 0};
   Grow(out_, T * H);
   moe_.Run(L.moe, moe, h_.data(), nullptr, T, H, out_.data(), pool);
-  Expand(T);
+  mhc_.Expand(out_.data(), T);
   std::swap(pre_mix_, pre_ffn_);
 }
 
@@ -845,7 +619,7 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
                                     float* confidence, util::ThreadPool& pool) {
   DI_CHECK(dspark_on_);
   const int64_t B = dspark_.block, n = static_cast<int64_t>(batch.seqs.size()), T = n * B;
-  const int64_t H = cfg_.hidden, hc = ds_.hc_mult, V = cfg_.vocab, R = dspark_.rank;
+  const int64_t H = cfg_.hidden, V = cfg_.vocab, R = dspark_.rank;
   if (n == 0) return;
   Grow(positions_, T);
   Grow(draft_tokens_, T);
@@ -867,10 +641,7 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
   }
   Grow(draft_x_, T * H);  // x per row (the confidence head reads it)
   Grow(rows_, T * H);
-  for (int64_t t = 0; t < T; ++t) {
-    dsv4::HcCollapse(streams_.data() + t * hc * H, pre_mix_.data() + t * hc, static_cast<int>(hc),
-                     H, draft_x_.data() + t * H);
-  }
+  mhc_.Collapse(pre_mix_.data(), T, draft_x_.data());
   kernels::RmsNorm(draft_x_.data(), dspark_.norm.data(), T, H, cfg_.rms_norm_eps, rows_.data());
   Grow(draft_logits_, T * V);
   kernels::MatMul(*head_, rows_.data(), T, draft_logits_.data(), pool);
@@ -929,7 +700,7 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
   StartStreams(T);
-  if (keep_classes_) EngramHashes(batch, kv);
+  if (keep_classes_) engram_.Hashes(batch, kv, cfg_.num_layers);
   const int64_t num_taps = dspark_on_ ? static_cast<int64_t>(dspark_.taps.size()) : 0;
   if (num_taps > 0) Grow(taps_, T * num_taps * H);
   const std::vector<float> stream_mean(static_cast<size_t>(hc), 1.0f / static_cast<float>(hc));
@@ -939,11 +710,11 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
       if (dspark_.taps[k] != l) continue;
       // DSpark tap: the mean of the streams entering layer l (research notes 5.5).
       for (int64_t t = 0; t < T; ++t) {
-        dsv4::HcCollapse(streams_.data() + t * hc * H, stream_mean.data(), static_cast<int>(hc),
+        dsv4::HcCollapse(mhc_.data() + t * hc * H, stream_mean.data(), static_cast<int>(hc),
                          H, taps_.data() + (t * num_taps + k) * H);
       }
     }
-    if (L.engram.index >= 0) ApplyEngram(L.engram, T, pool);
+    if (L.engram.index >= 0) engram_.Apply(L.engram, T, mhc_.data(), pool);
     RunLayer(L, T, pool, [&] { Attention(L, l, batch, kv, pool); });
   }
   if (num_taps > 0) DsparkAbsorb(batch, kv, pool);
@@ -954,7 +725,7 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   for (const auto& s : batch.seqs) {
     for (int32_t i = s.num_tokens - s.num_logits; i < s.num_tokens; ++i) {
       const int64_t t = s.token_offset + i;
-      dsv4::HcCollapse(streams_.data() + t * hc * H, pre_mix_.data() + t * hc, static_cast<int>(hc),
+      dsv4::HcCollapse(mhc_.data() + t * hc * H, pre_mix_.data() + t * hc, static_cast<int>(hc),
                        H, rows_.data() + int64_t{r} * H);
       ++r;
     }

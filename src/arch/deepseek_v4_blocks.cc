@@ -25,6 +25,42 @@ absl::StatusOr<HcSite> LoadHcSite(TensorSchema& schema, const std::string& p, in
   return s;
 }
 
+void MhcStreams::Start(const float* h, int64_t T) {
+  HcReplicate(h, T, hc_, hidden_, Reserve(T));
+}
+
+void MhcStreams::Mixes(const HcSite& site, int64_t T, float* pre, util::ThreadPool& pool) {
+  const int64_t D = hc_ * hidden_, mix = (2 + hc_) * hc_;
+  Grow(flat_, T * D);
+  UnweightedRmsNorm(x_.data(), T, D, rms_eps_, flat_.data());
+  Grow(mix_, T * mix);
+  kernels::MatMul(*site.fn, flat_.data(), T, mix_.data(), pool);
+  Grow(post_, T * hc_);
+  Grow(comb_, T * hc_ * hc_);
+  for (int64_t t = 0; t < T; ++t) {
+    HcCoefficients(mix_.data() + t * mix, site.base.data(), site.scale.data(),
+                   static_cast<int>(hc_), hc_eps_, iters_, pre + t * hc_, post_.data() + t * hc_,
+                   comb_.data() + t * hc_ * hc_);
+  }
+}
+
+void MhcStreams::Collapse(const float* pre, int64_t T, float* x) const {
+  for (int64_t t = 0; t < T; ++t) {
+    HcCollapse(x_.data() + t * hc_ * hidden_, pre + t * hc_, static_cast<int>(hc_), hidden_,
+               x + t * hidden_);
+  }
+}
+
+void MhcStreams::Expand(const float* y, int64_t T) {
+  const int64_t D = hc_ * hidden_;
+  Grow(next_, T * D);
+  for (int64_t t = 0; t < T; ++t) {
+    HcExpand(x_.data() + t * D, y + t * hidden_, post_.data() + t * hc_,
+             comb_.data() + t * hc_ * hc_, static_cast<int>(hc_), hidden_, next_.data() + t * D);
+  }
+  std::swap(x_, next_);
+}
+
 absl::StatusOr<AttentionLayer> LoadAttentionLayer(TensorSchema& schema, const std::string& p,
                                                   const model::ModelConfig& cfg,
                                                   const model::DeepseekV4Config& ds) {
@@ -89,7 +125,7 @@ void SharedKvAttention::Queries(const AttentionLayer& w, const float* h, int64_t
   }
 }
 
-void SharedKvAttention::WindowKv(const model::TensorView& wkv, const std::vector<float>& kv_norm,
+void SharedKvAttention::WindowKv(const tensor::TensorView& wkv, const std::vector<float>& kv_norm,
                                  const float* in, int64_t T, int rope_dim, float eps,
                                  const float* cos, const float* sin,
                                  absl::FunctionRef<void(float*)> quantize,
@@ -106,8 +142,8 @@ void SharedKvAttention::WindowKv(const model::TensorView& wkv, const std::vector
   }
 }
 
-void LightningIndexer::Queries(const model::TensorView& wq_b,
-                               const model::TensorView& weights_proj, const float* qr,
+void LightningIndexer::Queries(const tensor::TensorView& wq_b,
+                               const tensor::TensorView& weights_proj, const float* qr,
                                const float* h, int64_t T, int64_t ih, int64_t ihd, int rope_dim,
                                const float* cos, const float* sin,
                                absl::FunctionRef<void(float*)> quantize,
@@ -164,7 +200,7 @@ absl::StatusOr<MoeLayer> LoadMoeLayer(TensorSchema& schema, const std::string& f
 absl::StatusOr<std::vector<int32_t>> LoadTid2eid(TensorSchema& schema, const model::Model& model,
                                                  const std::string& name, int64_t vocab, int k,
                                                  int experts) {
-  DI_ASSIGN_OR_RETURN(const model::TensorView* t, model.Get(name));
+  DI_ASSIGN_OR_RETURN(const tensor::TensorView* t, model.Get(name));
   if (t->shape != std::vector<int64_t>{vocab, k}) {
     return InvalidArgumentError(
         util::codes::kShapeMismatch,
@@ -176,17 +212,17 @@ absl::StatusOr<std::vector<int32_t>> LoadTid2eid(TensorSchema& schema, const mod
   for (int64_t r = 0; r < vocab; ++r) {
     for (int64_t j = 0; j < k; ++j) {
       double v = 0;
-      if (t->dtype == model::DType::kI64) {
+      if (t->dtype == tensor::DType::kI64) {
         int64_t x;
         std::memcpy(&x, t->data + (r * k + j) * 8, 8);
         v = static_cast<double>(x);
-      } else if (kernels::HasCpuKernel(t->dtype) && !model::IsQuantized(t->dtype)) {
+      } else if (kernels::HasCpuKernel(t->dtype) && !tensor::IsQuantized(t->dtype)) {
         if (j == 0) kernels::DequantizeRow(t->dtype, t->row(r), row.data(), k);
         v = row[j];
       } else {
         return UnimplementedError(
             util::codes::kUnsupportedDtype,
-            fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
+            fmt::format("tensor '{}' has dtype {}", name, tensor::DTypeName(t->dtype)));
       }
       if (!(v >= 0 && v < experts) || v != std::floor(v)) {
         return InvalidArgumentError(util::codes::kBadTensor,

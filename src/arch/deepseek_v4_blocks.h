@@ -65,7 +65,7 @@ void Grow(V& v, int64_t n) {
 
 // One mHC site: fn [(2 + hc) hc, hc H] f32, base [(2 + hc) hc], scale [3].
 struct HcSite {
-  const model::TensorView* fn = nullptr;
+  const tensor::TensorView* fn = nullptr;
   std::vector<float> base, scale;
 };
 
@@ -73,17 +73,55 @@ struct HcSite {
 absl::StatusOr<HcSite> LoadHcSite(TensorSchema& schema, const std::string& prefix, int64_t hc,
                                   int64_t hidden);
 
+// mHC's residual streams X [T, hc, H] and the coefficients of the site last mixed. V4 collapses a
+// site's input with that site's pre; V4.1 with the previous site's (its Mixes output is kept for
+// the next collapse), so the two call Mixes / Collapse in their own order.
+// Threads: not thread-safe (owns X and scratch); Mixes uses the pool passed in.
+// Source: transformers deepseek_v4 DeepseekV4HyperConnection (5.24), deepseek_v41 (0a2080b4).
+class MhcStreams {
+ public:
+  void Init(int64_t hc, int64_t hidden, float rms_eps, float hc_eps, int sinkhorn_iters) {
+    hc_ = hc;
+    hidden_ = hidden;
+    rms_eps_ = rms_eps;
+    hc_eps_ = hc_eps;
+    iters_ = sinkhorn_iters;
+  }
+  // X [T, hc, H], grown to T rows (contents kept).
+  float* Reserve(int64_t T) {
+    Grow(x_, T * hc_ * hidden_);
+    return x_.data();
+  }
+  float* data() { return x_.data(); }
+  const float* data() const { return x_.data(); }
+  // X_k = h for every stream k. Shapes: h [T, H].
+  void Start(const float* h, int64_t T);
+  // The site's coefficients from X: pre [T, hc] into `pre`, post [T, hc] and comb [T, hc, hc]
+  // kept for Expand: mix = fn(rmsnorm(X flattened)), then HcCoefficients (Sinkhorn for comb).
+  void Mixes(const HcSite& site, int64_t T, float* pre, util::ThreadPool& pool);
+  // x [T, H] = sum_j pre_j X_j.
+  void Collapse(const float* pre, int64_t T, float* x) const;
+  // X'_k = post_k y + sum_j comb[j][k] X_j with the sublayer output y [T, H].
+  void Expand(const float* y, int64_t T);
+
+ private:
+  int64_t hc_ = 0, hidden_ = 0;
+  float rms_eps_ = 0, hc_eps_ = 0;
+  int iters_ = 0;
+  std::vector<float> x_, next_, flat_, mix_, post_, comb_;
+};
+
 // What every V4 / V4.1 layer holds besides its compressor, indexer and FFN: the two mHC sites,
 // the pre-norms, and the shared-KV attention (q LoRA wq_a -> q_norm -> wq_b [heads head_dim],
 // one key/value row wkv -> kv_norm, a sink per head, the grouped low-rank output wo_a / wo_b).
 struct AttentionLayer {
   HcSite hc_attn, hc_ffn;
   std::vector<float> attn_norm, ffn_norm, q_norm, kv_norm, sink;
-  const model::TensorView* wq_a = nullptr;
-  const model::TensorView* wq_b = nullptr;
-  const model::TensorView* wkv = nullptr;
-  const model::TensorView* wo_a = nullptr;
-  const model::TensorView* wo_b = nullptr;
+  const tensor::TensorView* wq_a = nullptr;
+  const tensor::TensorView* wq_b = nullptr;
+  const tensor::TensorView* wkv = nullptr;
+  const tensor::TensorView* wo_a = nullptr;
+  const tensor::TensorView* wo_b = nullptr;
 };
 
 // The layer under `prefix` ("layers.N." or "mtp.K."): hc_{attn,ffn}_*, {attn,ffn}_norm.weight and
@@ -123,7 +161,7 @@ class SharedKvAttention {
   const float* qr() const { return qr_.data(); }
   // kv [T, head_dim] = RoPE(kv_norm(wkv in)), then quantize(row) (the QAT fake quantizer, or a
   // no-op).
-  void WindowKv(const model::TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
+  void WindowKv(const tensor::TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
                 int64_t T, int rope_dim, float eps, const float* cos, const float* sin,
                 absl::FunctionRef<void(float*)> quantize, util::ThreadPool& pool);
   const float* kv() const { return kv_.data(); }
@@ -149,7 +187,7 @@ class LightningIndexer {
  public:
   // iq [T, ih, ihd] = wq_b qr, RoPE'd on the last rope_dim values, then quantize(head);
   // iw [T, ih] = weights_proj h / sqrt(ih).
-  void Queries(const model::TensorView& wq_b, const model::TensorView& weights_proj,
+  void Queries(const tensor::TensorView& wq_b, const tensor::TensorView& weights_proj,
                const float* qr, const float* h, int64_t T, int64_t ih, int64_t ihd, int rope_dim,
                const float* cos, const float* sin, absl::FunctionRef<void(float*)> quantize,
                util::ThreadPool& pool);
@@ -174,15 +212,15 @@ void SortTopK(const float* score, int32_t* order, int32_t m, int32_t keep);
 
 // One SwiGLU expert's matrices: w1 (gate) and w3 (up) [I, H], w2 (down) [H, I].
 struct Expert {
-  const model::TensorView* w1 = nullptr;
-  const model::TensorView* w3 = nullptr;
-  const model::TensorView* w2 = nullptr;
+  const tensor::TensorView* w1 = nullptr;
+  const tensor::TensorView* w3 = nullptr;
+  const tensor::TensorView* w2 = nullptr;
 };
 
 // A MoE layer: the router gate.weight [E, H] (and its selection bias gate.bias [E] unless the
 // layer routes by hash), E experts, and the shared expert when there is one.
 struct MoeLayer {
-  const model::TensorView* router = nullptr;
+  const tensor::TensorView* router = nullptr;
   std::vector<float> router_bias;  // empty: hash routed (tid2eid)
   std::vector<int32_t> tid2eid;    // hash routing table [vocab, top_k]
   std::vector<Expert> experts;
@@ -269,9 +307,9 @@ void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int6
   // the context; as a matmul it runs at the kernel's speed).
   Grow(keys_, V * ihd);
   for (int64_t j = 0; j < V; ++j) std::memcpy(keys_.data() + j * ihd, key(j), ihd * sizeof(float));
-  model::TensorView keys;
+  tensor::TensorView keys;
   keys.name = "index_keys";
-  keys.dtype = model::DType::kF32;
+  keys.dtype = tensor::DType::kF32;
   keys.shape = {V, ihd};
   keys.data = reinterpret_cast<const uint8_t*>(keys_.data());
   keys.size_bytes = static_cast<size_t>(V * ihd) * sizeof(float);
