@@ -18,19 +18,20 @@ import sys
 # boost, ...) are not checked here; CMake's declared dependencies govern them.
 ALLOWED = {
     "util": set(),
-    "model": {"util"},
-    "kernels": {"util", "model"},
-    "arch": {"util", "model", "kernels"},
-    "tokenizer": {"util", "model"},
-    "constraint": {"util", "model", "tokenizer"},
-    "engine": {"util", "model", "kernels", "arch", "constraint"},
+    "tensor": set(),
+    "model": {"util", "tensor"},
+    "kernels": {"util", "tensor"},
+    "arch": {"util", "tensor", "model", "kernels"},
+    "tokenizer": {"util", "tensor", "model"},
+    "constraint": {"util", "tensor", "model", "tokenizer"},
+    "engine": {"util", "tensor", "model", "kernels", "arch", "constraint"},
     "http": {"util"},
     "protocol": {"util", "http", "tokenizer", "constraint"},
-    "api": {"util", "http", "model", "tokenizer", "constraint", "engine", "protocol"},
+    "api": {"util", "http", "tensor", "model", "tokenizer", "constraint", "engine", "protocol"},
     "gateway": {"util", "http", "protocol"},
-    "tools": {"util", "http", "model", "tokenizer", "protocol"},
-    "cli": {"util", "model", "kernels", "arch", "tokenizer", "constraint", "engine", "http",
-            "protocol", "api", "gateway", "tools"},
+    "tools": {"util", "http", "tensor", "model", "tokenizer", "protocol"},
+    "cli": {"util", "tensor", "model", "kernels", "arch", "tokenizer", "constraint", "engine",
+            "http", "protocol", "api", "gateway", "tools"},
 }
 
 # Headers of a lower layer that only some layers may see: the server (api/) talks to the engine

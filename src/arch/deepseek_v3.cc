@@ -26,7 +26,7 @@
 namespace deepinfer::arch {
 namespace {
 
-using model::TensorView;
+using tensor::TensorView;
 
 struct Mlp {
   const TensorView* gate = nullptr;

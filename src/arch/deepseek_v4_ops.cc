@@ -149,7 +149,7 @@ void Grow(std::vector<float>& v, int64_t n) {
 }
 }  // namespace
 
-void GroupedOutput(const model::TensorView& wo_a, const model::TensorView& wo_b, int64_t groups,
+void GroupedOutput(const tensor::TensorView& wo_a, const tensor::TensorView& wo_b, int64_t groups,
                    int64_t olr, const float* attn, int64_t T, int64_t w, Scratch& scratch,
                    float* out, util::ThreadPool& pool) {
   const int64_t gin = w / groups;
@@ -160,7 +160,7 @@ void GroupedOutput(const model::TensorView& wo_a, const model::TensorView& wo_b,
     for (int64_t t = 0; t < T; ++t) {
       std::memcpy(scratch.a.data() + t * gin, attn + t * w + g * gin, gin * sizeof(float));
     }
-    model::TensorView block = wo_a;
+    tensor::TensorView block = wo_a;
     block.shape = {olr, gin};
     block.data = wo_a.row(g * olr);
     block.size_bytes = static_cast<size_t>(olr) * wo_a.row_bytes();
@@ -173,15 +173,15 @@ void GroupedOutput(const model::TensorView& wo_a, const model::TensorView& wo_b,
   kernels::MatMul(wo_b, scratch.c.data(), T, out, pool);
 }
 
-void SwiGluExpert(const model::TensorView& w1, const model::TensorView& w3,
-                  const model::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
+void SwiGluExpert(const tensor::TensorView& w1, const tensor::TensorView& w3,
+                  const tensor::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
                   const float* row_weights, Scratch& scratch, float* out, util::ThreadPool& pool) {
   const int64_t I = w1.rows();
   Grow(scratch.a, n * I);
   Grow(scratch.b, n * I);
   float* gate = scratch.a.data();
   float* up = scratch.b.data();
-  const model::TensorView* ws[2] = {&w1, &w3};
+  const tensor::TensorView* ws[2] = {&w1, &w3};
   float* ys[2] = {gate, up};
   kernels::MatMulGroup(ws, ys, 2, in, n, pool);
   if (clamp) {
@@ -204,9 +204,9 @@ void FakeQuantFp8(float* x, int64_t n, int64_t block, float amax_floor) {
     const int64_t b1 = std::min(n, b0 + block);
     float amax = amax_floor;
     for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 448.0f));
+    const int e = tensor::PowerOfTwoCeilExponent(amax * (1.0f / 448.0f));
     for (int64_t i = b0; i < b1; ++i) {
-      x[i] = std::ldexp(model::Fp8E4M3ToFp32(model::Fp32ToFp8E4M3(std::ldexp(x[i], -e))), e);
+      x[i] = std::ldexp(tensor::Fp8E4M3ToFp32(tensor::Fp32ToFp8E4M3(std::ldexp(x[i], -e))), e);
     }
   }
 }
@@ -216,10 +216,10 @@ void FakeQuantFp4(float* x, int64_t n, int64_t block) {
     const int64_t b1 = std::min(n, b0 + block);
     float amax = 6.0f * std::ldexp(1.0f, -126);
     for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const int e = model::PowerOfTwoCeilExponent(amax * (1.0f / 6.0f));
+    const int e = tensor::PowerOfTwoCeilExponent(amax * (1.0f / 6.0f));
     for (int64_t i = b0; i < b1; ++i) {
       const float v = std::clamp(std::ldexp(x[i], -e), -6.0f, 6.0f);
-      x[i] = std::ldexp(model::Fp4E2M1ToFp32(model::Fp32ToFp4E2M1(v)), e);
+      x[i] = std::ldexp(tensor::Fp4E2M1ToFp32(tensor::Fp32ToFp4E2M1(v)), e);
     }
   }
 }
@@ -228,10 +228,10 @@ void FakeQuantFp4E4M3Scale(float* x, int64_t n, int64_t block) {
   for (int64_t b0 = 0; b0 + block <= n; b0 += block) {
     float amax = 6.0f * std::ldexp(1.0f, -9);
     for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float s = model::Fp8E4M3ToFp32(model::Fp32ToFp8E4M3(amax / 6.0f));
+    const float s = tensor::Fp8E4M3ToFp32(tensor::Fp32ToFp8E4M3(amax / 6.0f));
     for (int64_t i = b0; i < b0 + block; ++i) {
       const float v = std::clamp(x[i] / s, -6.0f, 6.0f);
-      x[i] = model::Fp4E2M1ToFp32(model::Fp32ToFp4E2M1(v)) * s;
+      x[i] = tensor::Fp4E2M1ToFp32(tensor::Fp32ToFp4E2M1(v)) * s;
     }
   }
 }

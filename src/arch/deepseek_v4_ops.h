@@ -69,15 +69,15 @@ struct Scratch {
 // The grouped low-rank output projection: group g's heads (columns [g w / G, (g + 1) w / G) of
 // attn) through rows [g olr, (g + 1) olr) of wo_a, then wo_b over the concatenation.
 // Shapes: attn [T, w]; wo_a [G olr, w / G]; wo_b [H, G olr]; out [T, H].
-void GroupedOutput(const model::TensorView& wo_a, const model::TensorView& wo_b, int64_t groups,
+void GroupedOutput(const tensor::TensorView& wo_a, const tensor::TensorView& wo_b, int64_t groups,
                    int64_t olr, const float* attn, int64_t T, int64_t w, Scratch& scratch,
                    float* out, util::ThreadPool& pool);
 
 // A SwiGLU expert: w2(r * silu(g) * u) with g = w1 x, u = w3 x, clamped (g <= limit, |u| <= limit)
 // when `clamp`, and r the row's routing weight (1 when row_weights is null).
 // Shapes: in [n, H]; out [n, H]; w1, w3 [I, H]; w2 [H, I].
-void SwiGluExpert(const model::TensorView& w1, const model::TensorView& w3,
-                  const model::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
+void SwiGluExpert(const tensor::TensorView& w1, const tensor::TensorView& w3,
+                  const tensor::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
                   const float* row_weights, Scratch& scratch, float* out, util::ThreadPool& pool);
 
 // --- Quantization-aware numerics (fake quantization: quantize, then dequantize in place). ---

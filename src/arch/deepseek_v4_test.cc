@@ -265,11 +265,11 @@ TEST(DeepseekV4FormatTest, ReleaseFormatsAreReadInPlace) {
   ASSERT_TRUE(g.lm);
   int fp8 = 0, fp4 = 0;
   for (const auto& [name, t] : g.model->tensors) {
-    if (t.dtype == model::DType::kF8E4M3) {
+    if (t.dtype == tensor::DType::kF8E4M3) {
       ++fp8;
       EXPECT_EQ(t.scale_block_rows, 128) << name;
     }
-    if (t.dtype == model::DType::kFp4E2M1) {
+    if (t.dtype == tensor::DType::kFp4E2M1) {
       ++fp4;
       EXPECT_EQ(t.scale_block_cols, 32) << name;
       EXPECT_EQ(t.size_bytes * 2, static_cast<size_t>(t.num_elements())) << name;
@@ -297,7 +297,7 @@ TEST(DeepseekV4FormatTest, DequantizedWeightsAreBitIdenticalToTheReference) {
   const auto shas = nlohmann::json::parse(r)["quant"]["sha256"];
   int checked = 0;
   for (const auto& [name, want] : shas.items()) {
-    const model::TensorView* t = g.model->Find(name);
+    const tensor::TensorView* t = g.model->Find(name);
     ASSERT_NE(t, nullptr) << name;
     std::vector<float> values(static_cast<size_t>(t->num_elements()));
     for (int64_t row = 0; row < t->rows(); ++row) {

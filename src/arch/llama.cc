@@ -26,7 +26,7 @@
 namespace deepinfer::arch {
 namespace {
 
-using model::TensorView;
+using tensor::TensorView;
 
 // Query tokens per attention work item: K/V rows are read once per tile.
 constexpr int kAttentionTile = 16;

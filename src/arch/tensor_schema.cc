@@ -12,26 +12,26 @@
 namespace deepinfer::arch {
 namespace {
 
-bool GgufWeightType(model::DType t) {
+bool GgufWeightType(tensor::DType t) {
   switch (t) {
-    case model::DType::kF32:
-    case model::DType::kF16:
-    case model::DType::kBF16:
-    case model::DType::kQ8_0:
-    case model::DType::kQ4_0:
-    case model::DType::kQ4_1:
-    case model::DType::kQ4_K:
-    case model::DType::kQ6_K:
+    case tensor::DType::kF32:
+    case tensor::DType::kF16:
+    case tensor::DType::kBF16:
+    case tensor::DType::kQ8_0:
+    case tensor::DType::kQ4_0:
+    case tensor::DType::kQ4_1:
+    case tensor::DType::kQ4_K:
+    case tensor::DType::kQ6_K:
       return true;
     default:
       return false;
   }
 }
 
-bool TypeAllowed(MatrixTypes rule, const model::TensorView& t, bool vector) {
+bool TypeAllowed(MatrixTypes rule, const tensor::TensorView& t, bool vector) {
   switch (rule) {
     case MatrixTypes::kGguf:
-      return vector ? t.dtype == model::DType::kF32 : GgufWeightType(t.dtype);
+      return vector ? t.dtype == tensor::DType::kF32 : GgufWeightType(t.dtype);
     case MatrixTypes::kCpuKernel:
       return kernels::HasCpuKernel(t.dtype);
     case MatrixTypes::kBlockScaled:
@@ -42,9 +42,9 @@ bool TypeAllowed(MatrixTypes rule, const model::TensorView& t, bool vector) {
 
 }  // namespace
 
-absl::StatusOr<const model::TensorView*> TensorSchema::Tensor(const std::string& name,
+absl::StatusOr<const tensor::TensorView*> TensorSchema::Tensor(const std::string& name,
                                                               const std::vector<int64_t>& shape) {
-  DI_ASSIGN_OR_RETURN(const model::TensorView* t, model_.Get(name));
+  DI_ASSIGN_OR_RETURN(const tensor::TensorView* t, model_.Get(name));
   if (t->shape != shape) {
     return InvalidArgumentError(
         util::codes::kShapeMismatch,
@@ -58,12 +58,12 @@ absl::StatusOr<const model::TensorView*> TensorSchema::Tensor(const std::string&
     const std::string scale = name.substr(0, name.rfind('.')) + ".scale";
     return NotFoundError(
         util::codes::kMissingTensor,
-        fmt::format("{} tensor '{}' has no scale '{}'", model::DTypeName(t->dtype), name, scale));
+        fmt::format("{} tensor '{}' has no scale '{}'", tensor::DTypeName(t->dtype), name, scale));
   }
   if (!TypeAllowed(options_.matrices, *t, vector)) {
     return UnimplementedError(
         util::codes::kUnsupportedDtype,
-        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
+        fmt::format("tensor '{}' has dtype {}", name, tensor::DTypeName(t->dtype)));
   }
   // Kernels read fp32 / fp16 fields in place; a GGUF file with general.alignment < 4 could place
   // them at odd addresses.
@@ -78,12 +78,12 @@ absl::StatusOr<const model::TensorView*> TensorSchema::Tensor(const std::string&
 
 absl::StatusOr<std::vector<float>> TensorSchema::Vec(const std::string& name,
                                                      std::vector<int64_t> shape) {
-  DI_ASSIGN_OR_RETURN(const model::TensorView* t, Tensor(name, shape));
+  DI_ASSIGN_OR_RETURN(const tensor::TensorView* t, Tensor(name, shape));
   // A 2-D value table (an ape, a scale row) passed the matrix rules; it is dequantized whole.
   if (!kernels::HasCpuKernel(t->dtype)) {
     return UnimplementedError(
         util::codes::kUnsupportedDtype,
-        fmt::format("tensor '{}' has dtype {}", name, model::DTypeName(t->dtype)));
+        fmt::format("tensor '{}' has dtype {}", name, tensor::DTypeName(t->dtype)));
   }
   if (options_.check_finite && shape.size() == 2) {
     DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/true));

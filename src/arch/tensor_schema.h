@@ -52,9 +52,9 @@ class TensorSchema {
       : model_(m), options_(options) {}
 
   // The tensor `name` with exactly `shape` and a type the options allow.
-  absl::StatusOr<const model::TensorView*> Tensor(const std::string& name,
+  absl::StatusOr<const tensor::TensorView*> Tensor(const std::string& name,
                                                   const std::vector<int64_t>& shape);
-  absl::StatusOr<const model::TensorView*> Mat(const std::string& name, int64_t rows,
+  absl::StatusOr<const tensor::TensorView*> Mat(const std::string& name, int64_t rows,
                                                int64_t cols) {
     return Tensor(name, {rows, cols});
   }

@@ -12,47 +12,6 @@
 
 namespace deepinfer::model {
 
-float Fp4E2M1ToFp32(uint8_t code) {
-  static constexpr float kMagnitude[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float v = kMagnitude[code & 7];
-  return (code & 8) && v != 0.0f ? -v : v;  // code 8 is +0, as the V4.1 reference's table
-}
-
-float E8M0ToFp32(uint8_t b) {
-  if (b == 0xff) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, static_cast<int>(b) - 127);
-}
-
-int PowerOfTwoCeilExponent(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  return static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
-}
-
-uint8_t Fp32ToFp4E2M1(float v) {
-  const uint8_t sign = v < 0 ? 8 : 0;
-  const float m = std::fabs(v);
-  uint8_t code;
-  if (m <= 0.25f) {
-    code = 0;
-  } else if (m < 0.75f) {
-    code = 1;
-  } else if (m <= 1.25f) {
-    code = 2;
-  } else if (m < 1.75f) {
-    code = 3;
-  } else if (m <= 2.5f) {
-    code = 4;
-  } else if (m < 3.5f) {
-    code = 5;
-  } else if (m <= 5.0f) {
-    code = 6;
-  } else {
-    code = 7;
-  }
-  return sign | code;
-}
-
 namespace {
 
 absl::Status Mismatch(const std::string& what) {

@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "model/fp8.h"
 #include "model/model.h"
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 
 namespace deepinfer::model {
 

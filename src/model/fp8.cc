@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "fmt/format.h"
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 #include "model/tensor_values.h"
 #include "util/error_codes.h"
 #include "util/status.h"
@@ -71,39 +71,6 @@ absl::StatusOr<std::vector<float>> ReadScales(const Model& m, const TensorView& 
 }
 
 }  // namespace
-
-uint8_t Fp32ToFp8E4M3(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
-  const double a = std::fabs(static_cast<double>(f));
-  if (a >= 448.0) return sign | 0x7e;
-  if (a < std::ldexp(1.0, -6)) {  // subnormal: multiples of 2^-9
-    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0));
-  }
-  int e;
-  const double m = std::frexp(a, &e) * 2.0;  // a = m * 2^(e-1), m in [1, 2)
-  int exponent = e - 1;
-  int mantissa = static_cast<int>(std::nearbyint((m - 1.0) * 8.0));  // ties to even
-  if (mantissa == 8) {
-    mantissa = 0;
-    ++exponent;
-  }
-  return sign | static_cast<uint8_t>(((exponent + 7) << 3) | mantissa);
-}
-
-float Fp8E4M3ToFp32(uint8_t b) {
-  const bool neg = (b & 0x80) != 0;
-  const int exp = (b >> 3) & 0xf;
-  const int man = b & 0x7;
-  float v;
-  if (exp == 0xf && man == 0x7) {
-    v = std::numeric_limits<float>::quiet_NaN();
-  } else if (exp == 0) {
-    v = std::ldexp(static_cast<float>(man), -9);  // subnormal: m/8 * 2^(1-7)
-  } else {
-    v = std::ldexp(static_cast<float>(8 + man), exp - 10);  // (1 + m/8) * 2^(e-7)
-  }
-  return neg ? -v : v;
-}
 
 void DequantizeFp8BlockToBf16(const uint8_t* w, int64_t rows, int64_t cols, const float* scale_inv,
                               int64_t block_rows, int64_t block_cols, int64_t row_begin,

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "model/model.h"
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 
 namespace deepinfer::model {
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 #include "model/gguf.h"
 
 namespace deepinfer::model::testing {

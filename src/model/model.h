@@ -8,11 +8,42 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "model/dtype.h"
-#include "model/tensor.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
 #include "util/mapped_file.h"
 
 namespace deepinfer::model {
+
+// The tensor vocabulary (src/tensor, below this layer) under the names the loaders here use.
+using tensor::Bf16ToFp32;
+using tensor::BlockBytes;
+using tensor::BlockQ4_0;
+using tensor::BlockQ4_1;
+using tensor::BlockQ4_K;
+using tensor::BlockQ6_K;
+using tensor::BlockQ8_0;
+using tensor::BlockQ8_1;
+using tensor::BlockQ8_K;
+using tensor::BlockSize;
+using tensor::DType;
+using tensor::DTypeFromGgml;
+using tensor::DTypeInfo;
+using tensor::DTypeName;
+using tensor::E8M0ToFp32;
+using tensor::FindDType;
+using tensor::Fp16ToFp32;
+using tensor::Fp32ToBf16;
+using tensor::Fp32ToFp16;
+using tensor::Fp32ToFp4E2M1;
+using tensor::Fp32ToFp8E4M3;
+using tensor::Fp4E2M1ToFp32;
+using tensor::Fp8E4M3ToFp32;
+using tensor::IsQuantized;
+using tensor::PowerOfTwoCeilExponent;
+using tensor::RopeStyle;
+using tensor::RowBytes;
+using tensor::TensorView;
+using tensor::kQK_K;
 
 // YaRN rotary scaling as in an HF `rope_scaling` / `rope_parameters` entry of type "yarn".
 // Fields the file leaves out keep HF's defaults; 0 marks an absent mscale / mscale_all_dim /

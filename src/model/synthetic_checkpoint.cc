@@ -13,7 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
 #include "model/block_scales.h"
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 #include "model/fp8.h"
 #include "util/error_codes.h"
 #include "util/mapped_file.h"

@@ -1,11 +1,11 @@
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 
 #include <array>
 #include <cmath>
 #include <cstring>
 #include <iterator>
 
-namespace deepinfer::model {
+namespace deepinfer::tensor {
 namespace {
 
 uint32_t FloatBits(float f) {
@@ -153,4 +153,4 @@ uint16_t Fp32ToBf16(float f) {
   return static_cast<uint16_t>(rounded >> 16);
 }
 
-}  // namespace deepinfer::model
+}  // namespace deepinfer::tensor

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace deepinfer::model {
+namespace deepinfer::tensor {
 
 // Element types of weights and activations. The numeric values of the GGML-compatible entries are
 // the GGUF `ggml_type` ids, so a GGUF tensor type maps with a range check and a cast.
@@ -120,4 +120,4 @@ inline float Bf16ToFp32(uint16_t h) {
 }
 uint16_t Fp32ToBf16(float f);
 
-}  // namespace deepinfer::model
+}  // namespace deepinfer::tensor

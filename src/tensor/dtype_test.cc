@@ -1,4 +1,4 @@
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 
 #include <cmath>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace deepinfer::model {
+namespace deepinfer::tensor {
 namespace {
 
 uint32_t Bits(float f) {
@@ -145,4 +145,4 @@ TEST(DTypeTest, Bf16EncodingRoundsToNearestEven) {
 }
 
 }  // namespace
-}  // namespace deepinfer::model
+}  // namespace deepinfer::tensor

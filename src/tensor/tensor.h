@@ -3,17 +3,17 @@
 // What the kernels read of a model, apart from the model itself: a tensor view (the bytes of one
 // weight in a mapped file, with its element type and block scales), the rotary style, and the
 // exact conversions of the FP8 E4M3, FP4 E2M1 and E8M0 elements of DeepSeek's released formats.
-// kernels/ include this header, never model/model.h (configs, tokenizer data, loaders).
-// Definitions: model/fp8.cc and model/block_scales.cc (the conversions).
+// Library di_tensor, below kernels/ and model/: kernels include this header, never model/model.h
+// (configs, tokenizer data, loaders). Definitions: tensor/conversions.cc.
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 
-namespace deepinfer::model {
+namespace deepinfer::tensor {
 
 // A named view of one weight tensor inside a mapped file. Never owns its bytes.
 //
@@ -72,4 +72,4 @@ int PowerOfTwoCeilExponent(float x);
 // 1.75, 3.5 up); bit 3 is set for v < 0.
 uint8_t Fp32ToFp4E2M1(float v);
 
-}  // namespace deepinfer::model
+}  // namespace deepinfer::tensor

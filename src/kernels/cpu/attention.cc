@@ -10,7 +10,7 @@
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul.h"
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 
 // target_clones lets one portable binary run this with AVX-512 / AVX2 registers, chosen once at
 // load time through an ifunc. The 16-lane vectors below are GCC vector extensions: one zmm in the
@@ -296,7 +296,7 @@ void StoreKv(const GqaKvLayout& layout, void* block, int slot, const float* k, c
   }
   const bool f16 = layout.dtype == KvDtype::kF16;
   auto narrow = [f16](float x) {
-    return f16 ? internal::FloatToHalf(x) : model::Fp32ToBf16(x);
+    return f16 ? internal::FloatToHalf(x) : tensor::Fp32ToBf16(x);
   };
   for (int g = 0; g < Hk; ++g) {
     uint16_t* head = static_cast<uint16_t*>(block) + int64_t{g} * 2 * D * B;

@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/half.h"
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 
 namespace deepinfer::kernels {
 namespace {
@@ -133,7 +133,7 @@ void CheckSixteenBit(const Case& c, KvDtype dtype, double tolerance) {
   for (auto* values : {&rounded.k, &rounded.v}) {
     for (float& x : *values) {
       x = dtype == KvDtype::kF16 ? internal::HalfToFloat(internal::FloatToHalf(x))
-                                 : model::Bf16ToFp32(model::Fp32ToBf16(x));
+                                 : tensor::Bf16ToFp32(tensor::Fp32ToBf16(x));
     }
   }
   const std::vector<float> got = Attend(c, dtype, in);

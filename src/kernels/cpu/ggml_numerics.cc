@@ -38,10 +38,10 @@ void GgmlGemmQ8_0Avx2(const uint8_t* w, size_t w_row_bytes, const uint8_t* a, si
 namespace {
 
 using internal::HalfToFloat;
-using model::BlockQ4_1;
-using model::BlockQ8_0;
-using model::BlockQ8_1;
-using model::DType;
+using tensor::BlockQ4_1;
+using tensor::BlockQ8_0;
+using tensor::BlockQ8_1;
+using tensor::DType;
 
 // hsum_float_8 (ggml-cpu/arch/x86/quants.c) and llamafile's hsum(__m256): high half plus low
 // half, then lanes (0 + 2) + (1 + 3).
@@ -59,7 +59,7 @@ inline float Reduce16(const float* v) {
 
 }  // namespace
 
-void MatMulGroupGgml(const model::TensorView* const* ws, float* const* ys, int count,
+void MatMulGroupGgml(const tensor::TensorView* const* ws, float* const* ys, int count,
                      const float* x, int64_t num_tokens, util::ThreadPool& pool) {
   bool all_exact_on_avx512 = ActiveIsa() == Isa::kAvx512;
   for (int i = 0; i < count; ++i) {
@@ -108,7 +108,7 @@ DI_GGML_CLONES float DotQ8_0Q8_0Ggml(const BlockQ8_0* w, const BlockQ8_0* x, int
   return Hsum8(acc);
 }
 
-void MatMulGgml(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+void MatMulGgml(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                 util::ThreadPool& pool) {
   if (num_tokens <= 0) return;
   if (w.dtype != DType::kQ4_1 && w.dtype != DType::kQ8_0) {
@@ -223,10 +223,10 @@ void RopeTablesGgml(const int32_t* positions, int64_t num_tokens, int rope_dim, 
 }
 
 DI_GGML_CLONES void ApplyRopeGgml(float* x, int64_t num_tokens, int num_heads, int head_dim,
-                                  int rope_dim, model::RopeStyle style, const float* cos_t,
+                                  int rope_dim, tensor::RopeStyle style, const float* cos_t,
                                   const float* sin_t) {
   const int half = rope_dim / 2;
-  const bool adjacent = style == model::RopeStyle::kAdjacentPairs;
+  const bool adjacent = style == tensor::RopeStyle::kAdjacentPairs;
   const int stride = adjacent ? 1 : half;  // distance between the two elements of a pair
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* c = cos_t + t * half;

@@ -22,8 +22,8 @@
 
 #include <cstdint>
 
-#include "model/dtype.h"
-#include "model/tensor.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::kernels {
@@ -43,19 +43,19 @@ namespace deepinfer::kernels {
 // Cost: on AVX-512, tiled kernels like MatMul's (prefill ~23% and decode ~8% slower than
 //   MatMul, which sums in 16 lanes over block pairs); elsewhere an AVX2 (or portable) kernel one
 //   row and token at a time.
-void MatMulGgml(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+void MatMulGgml(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                 util::ThreadPool& pool);
 
 // ys[i] = x ws[i]^T with MatMulGgml's numerics, for `count` (<= 8) weights sharing the input
 // (on AVX-512 one parallel region with one activation quantization, like MatMulGroup).
 // Shapes, Threads: as MatMulGroup (matmul.h).
-void MatMulGroupGgml(const model::TensorView* const* ws, float* const* ys, int count,
+void MatMulGroupGgml(const tensor::TensorView* const* ws, float* const* ys, int count,
                      const float* x, int64_t num_tokens, util::ThreadPool& pool);
 
 // One dot product of a Q4_1 / Q8_0 weight row with a Q8_1 / Q8_0 activation row of `nb` blocks,
 // as above (portable reference of the AVX2 kernel).
-float DotQ4_1Q8_1Ggml(const model::BlockQ4_1* w, const model::BlockQ8_1* x, int64_t nb);
-float DotQ8_0Q8_0Ggml(const model::BlockQ8_0* w, const model::BlockQ8_0* x, int64_t nb);
+float DotQ4_1Q8_1Ggml(const tensor::BlockQ4_1* w, const tensor::BlockQ8_1* x, int64_t nb);
+float DotQ8_0Q8_0Ggml(const tensor::BlockQ8_0* w, const tensor::BlockQ8_0* x, int64_t nb);
 
 // exp(x) as ggml-cpu's AVX-512 ggml_v_expf (ggml-cpu/vec.h): a degree-5 polynomial after range
 // reduction by ln 2, scaled with VSCALEFPS; |n| > 192 saturates to 0 or +inf. About 1.5 ulp from
@@ -83,7 +83,7 @@ void RopeTablesGgml(const int32_t* positions, int64_t num_tokens, int rope_dim, 
 // Shapes: x [num_tokens, num_heads, head_dim] f32; tables from RopeTablesGgml.
 // Cost: as ApplyRope (ops.h); llama uses it in both numerics modes.
 void ApplyRopeGgml(float* x, int64_t num_tokens, int num_heads, int head_dim, int rope_dim,
-                   model::RopeStyle style, const float* cos_t, const float* sin_t);
+                   tensor::RopeStyle style, const float* cos_t, const float* sin_t);
 
 // dot(x, y) over n floats as ggml_vec_dot_f32 with AVX-512 (ggml-cpu/vec.cpp): four 16-lane
 // accumulators over steps of 64, fma; folded (0+2, 1+3, 0+1), then _mm512_reduce_add_ps (GCC's

@@ -10,14 +10,14 @@
 #include <cstdint>
 #include <cstring>
 
-#include "model/dtype.h"
+#include "tensor/dtype.h"
 
 namespace deepinfer::kernels::internal {
 namespace {
 
-using model::BlockQ4_1;
-using model::BlockQ8_0;
-using model::BlockQ8_1;
+using tensor::BlockQ4_1;
+using tensor::BlockQ8_0;
+using tensor::BlockQ8_1;
 
 inline float Fp16(uint16_t h) { return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))); }
 

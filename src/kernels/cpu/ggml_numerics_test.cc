@@ -21,16 +21,16 @@ namespace deepinfer::kernels {
 namespace {
 
 using internal::FloatToHalf;
-using model::DType;
+using tensor::DType;
 
 struct Weights {
   std::vector<uint8_t> bytes;
-  model::TensorView view;
+  tensor::TensorView view;
 };
 
 // Random Q4_1 / Q8_0 rows: any byte is a valid quant; the fp16 scale (and Q4_1 min) are small.
 Weights RandomWeights(DType t, int64_t rows, int64_t cols, std::mt19937* rng) {
-  const size_t block = t == DType::kQ4_1 ? sizeof(model::BlockQ4_1) : sizeof(model::BlockQ8_0);
+  const size_t block = t == DType::kQ4_1 ? sizeof(tensor::BlockQ4_1) : sizeof(tensor::BlockQ8_0);
   const int64_t nb = rows * cols / 32;
   Weights w;
   w.bytes.resize(static_cast<size_t>(nb) * block);
@@ -100,7 +100,7 @@ TEST(GgmlNumericsTest, TiledAvx512KernelsMatchThePortableOnes) {
       MatMulGgml(w.view, x.data(), tokens, got.data(), pool);
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
           << "dtype " << static_cast<int>(t) << ", " << tokens << " tokens";
-      const model::TensorView* ws[2] = {&w.view, &w.view};
+      const tensor::TensorView* ws[2] = {&w.view, &w.view};
       float* ys[2] = {got.data(), got2.data()};
       MatMulGroupGgml(ws, ys, 2, x.data(), tokens, pool);
       EXPECT_EQ(0, std::memcmp(want.data(), got2.data(), want.size() * sizeof(float)));
@@ -132,7 +132,7 @@ TEST(GgmlNumericsTest, MatMulEqualsGgmlsVecDotExactly) {
     const std::vector<uint8_t> w = from_hex(c["weights_hex"]), xb = from_hex(c["x_f32_hex"]);
     std::vector<float> x(xb.size() / 4);
     std::memcpy(x.data(), xb.data(), xb.size());
-    model::TensorView view;
+    tensor::TensorView view;
     view.dtype = t;
     view.shape = {rows, cols};
     view.data = w.data();
@@ -185,7 +185,7 @@ TEST(GgmlNumericsTest, RopeRotatesByPositionTimesFrequency) {
   std::vector<float> c(2 * dim / 2), s(2 * dim / 2);
   RopeTablesGgml(pos, 2, dim, 10000.0f, c.data(), s.data());
   std::vector<float> x(2 * dim, 1.0f);
-  ApplyRopeGgml(x.data(), 2, 1, dim, dim, model::RopeStyle::kAdjacentPairs, c.data(), s.data());
+  ApplyRopeGgml(x.data(), 2, 1, dim, dim, tensor::RopeStyle::kAdjacentPairs, c.data(), s.data());
   for (int i = 0; i < dim / 2; ++i) {
     EXPECT_EQ(x[2 * i], 1.0f);  // position 0: identity
     const double a = 5.0 * std::pow(10000.0, -2.0 * i / dim);

@@ -2,7 +2,7 @@
 
 // Portable IEEE half <-> float conversions for the kernels (internal to kernels/cpu).
 //
-// Kept here rather than calling model::Fp16ToFp32 so the hot loops inline them; the SIMD paths
+// Kept here rather than calling tensor::Fp16ToFp32 so the hot loops inline them; the SIMD paths
 // use F16C instead. Both directions are exact / round-to-nearest-even like F16C and numpy.
 
 #include <cstdint>

@@ -19,7 +19,7 @@ namespace {
 
 using internal::GemmArgs;
 using internal::KernelTable;
-using model::DType;
+using tensor::DType;
 
 // Rows per unit of work handed to a thread; a multiple of every micro-kernel's row tile.
 constexpr int64_t kRowGrain = 16;
@@ -135,13 +135,13 @@ struct Prepared {
 };
 
 // Validates shapes and fills everything but the row range and the activation pointer.
-Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+Prepared Prepare(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                  const KernelTable& table) {
   DI_CHECK(w.shape.size() >= 2);
   const int64_t in = w.cols();
   const int64_t out = w.rows();
   DI_CHECK(HasCpuMatMul(w));
-  const int64_t wb = model::BlockSize(w.dtype);
+  const int64_t wb = tensor::BlockSize(w.dtype);
   DI_CHECK(in % wb == 0);
   Prepared p{};
   p.kernels = &KernelsFor(w.dtype, table);
@@ -154,7 +154,7 @@ Prepared Prepare(const model::TensorView& w, const float* x, int64_t num_tokens,
     if (w.scale_block_cols % 16 != 0) p.kernels = &KernelsFor(w.dtype, Table(Isa::kScalar));
   }
   p.args.w = w.data;
-  p.args.w_row_bytes = model::BlockBytes(w.dtype) * static_cast<size_t>(in / wb);
+  p.args.w_row_bytes = tensor::BlockBytes(w.dtype) * static_cast<size_t>(in / wb);
   DI_CHECK(w.data != nullptr && p.args.w_row_bytes * static_cast<size_t>(out) <= w.size_bytes);
   p.args.a = reinterpret_cast<const uint8_t*>(x);
   p.args.a_row_bytes = p.kernels->act_row_bytes(in);
@@ -201,7 +201,7 @@ const char* IsaName(Isa isa) {
   return "unknown";
 }
 
-void MatMulRows(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+void MatMulRows(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                 int64_t row_begin, int64_t row_end) {
   if (num_tokens <= 0 || row_begin >= row_end) return;
   Prepared p = Prepare(w, x, num_tokens, y, Table(ActiveIsa()));
@@ -219,7 +219,7 @@ void MatMulRows(const model::TensorView& w, const float* x, int64_t num_tokens, 
 
 namespace {
 
-void MatMulWith(const KernelTable& table, const model::TensorView& w, const float* x,
+void MatMulWith(const KernelTable& table, const tensor::TensorView& w, const float* x,
                 int64_t num_tokens, float* y, util::ThreadPool& pool) {
   if (num_tokens <= 0) return;
   Prepared p = Prepare(w, x, num_tokens, y, table);
@@ -264,7 +264,7 @@ void MatMulWith(const KernelTable& table, const model::TensorView& w, const floa
 
 }  // namespace
 
-void MatMul(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+void MatMul(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
             util::ThreadPool& pool) {
   MatMulWith(Table(ActiveIsa()), w, x, num_tokens, y, pool);
 }
@@ -275,7 +275,7 @@ namespace deepinfer::kernels {
 
 namespace {
 
-void MatMulGroupWith(const KernelTable& table, const model::TensorView* const* ws, float* const* ys,
+void MatMulGroupWith(const KernelTable& table, const tensor::TensorView* const* ws, float* const* ys,
                      int count, const float* x, int64_t num_tokens, util::ThreadPool& pool) {
   if (num_tokens <= 0 || count <= 0) return;
   constexpr int kMaxGroup = 8;
@@ -327,20 +327,20 @@ void MatMulGroupWith(const KernelTable& table, const model::TensorView* const* w
 
 }  // namespace
 
-void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count, const float* x,
+void MatMulGroup(const tensor::TensorView* const* ws, float* const* ys, int count, const float* x,
                  int64_t num_tokens, util::ThreadPool& pool) {
   MatMulGroupWith(Table(ActiveIsa()), ws, ys, count, x, num_tokens, pool);
 }
 
 namespace internal {
 
-void MatMulGgmlOrderAvx512(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+void MatMulGgmlOrderAvx512(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                            util::ThreadPool& pool) {
   DI_CHECK(ActiveIsa() == Isa::kAvx512 && (w.dtype == DType::kQ4_1 || w.dtype == DType::kQ8_0));
   MatMulWith(GgmlOrderTable(), w, x, num_tokens, y, pool);
 }
 
-void MatMulGroupGgmlOrderAvx512(const model::TensorView* const* ws, float* const* ys, int count,
+void MatMulGroupGgmlOrderAvx512(const tensor::TensorView* const* ws, float* const* ys, int count,
                                 const float* x, int64_t num_tokens, util::ThreadPool& pool) {
   DI_CHECK(ActiveIsa() == Isa::kAvx512);
   MatMulGroupWith(GgmlOrderTable(), ws, ys, count, x, num_tokens, pool);

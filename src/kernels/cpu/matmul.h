@@ -2,8 +2,8 @@
 
 #include <cstdint>
 
-#include "model/dtype.h"
-#include "model/tensor.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::kernels {
@@ -36,14 +36,14 @@ const char* IsaName(Isa isa);
 //   one thread in a fixed order, so results do not depend on the thread count.
 // Cost: no heap allocation after the first call with a given size (thread-local scratch).
 //   Prefill tiles 4 rows x 4 tokens (AVX-512) so each weight block is decoded once per 4 tokens.
-void MatMul(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+void MatMul(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
             util::ThreadPool& pool);
 
 // ys[i] = x ws[i]^T for `count` (<= 8) weights that share the input x, in one parallel region;
 // the activations are quantized once when all weights use the same activation format.
 // Shapes: as MatMul, per weight; every ws[i] has the same `in`.
 // Threads, Cost: as MatMul.
-void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count, const float* x,
+void MatMulGroup(const tensor::TensorView* const* ws, float* const* ys, int count, const float* x,
                  int64_t num_tokens, util::ThreadPool& pool);
 
 // Same as MatMul but only for output rows [row_begin, row_end) and single-threaded; y is still
@@ -51,7 +51,7 @@ void MatMulGroup(const model::TensorView* const* ws, float* const* ys, int count
 // one parallel region. Results are bit-identical to MatMul's.
 // Cost: quantizes all num_tokens activation rows on every call (into thread-local scratch), which
 //   is negligible for decode but repeats per thread for long prefills.
-void MatMulRows(const model::TensorView& w, const float* x, int64_t num_tokens, float* y,
+void MatMulRows(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                 int64_t row_begin, int64_t row_end);
 
 }  // namespace deepinfer::kernels

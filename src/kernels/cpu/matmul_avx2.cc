@@ -283,13 +283,13 @@ size_t F32RowBytes(int64_t k) { return static_cast<size_t>(k) * 4; }
 // Integer sums per 256-element block exactly as ggml (VPMADDUBSW on unsigned weight values, then
 // VPMADDWD with the sub-block scales), scaled once per block by d_w * d_x.
 
-using model::BlockQ4_K;
-using model::BlockQ6_K;
-using model::BlockQ8_K;
+using tensor::BlockQ4_K;
+using tensor::BlockQ6_K;
+using tensor::BlockQ8_K;
 
 template <int R, int T>
 static inline void Q4KTile(const GemmArgs& g, int64_t r0, int64_t t0) {
-  const int64_t nb = g.k / model::kQK_K;
+  const int64_t nb = g.k / tensor::kQK_K;
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -346,7 +346,7 @@ static inline void Q4KTile(const GemmArgs& g, int64_t r0, int64_t t0) {
 
 template <int R, int T>
 static inline void Q6KTile(const GemmArgs& g, int64_t r0, int64_t t0) {
-  const int64_t nb = g.k / model::kQK_K;
+  const int64_t nb = g.k / tensor::kQK_K;
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -421,7 +421,7 @@ void KGemm(const GemmArgs& g) {
 void QuantQ8K(const float* x, uint8_t* y, int64_t n) {
   QuantizeRowQ8_K(x, reinterpret_cast<BlockQ8_K*>(y), n);
 }
-size_t Q8KRowBytes(int64_t k) { return static_cast<size_t>(k / model::kQK_K) * sizeof(BlockQ8_K); }
+size_t Q8KRowBytes(int64_t k) { return static_cast<size_t>(k / tensor::kQK_K) * sizeof(BlockQ8_K); }
 
 }  // namespace
 

@@ -37,13 +37,13 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 
 namespace deepinfer::kernels::internal {
 namespace {
 
-using model::BlockQ8_0;
-using model::BlockQ8_1;
+using tensor::BlockQ8_0;
+using tensor::BlockQ8_1;
 
 constexpr int kPairBytes = 192;
 constexpr int kGgmlPairBytes = 256;
@@ -508,7 +508,7 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0) {
     for (int t = 0; t < T; ++t) {
       float s = _mm512_reduce_add_ps(acc[r][t]);
       for (int64_t j = i; j < g.k; ++j) {
-        s += model::Fp8E4M3ToFp32(rows[r][j]) * E8M0Value(scales[r][j / g.scale_block_cols]) *
+        s += tensor::Fp8E4M3ToFp32(rows[r][j]) * E8M0Value(scales[r][j / g.scale_block_cols]) *
              xs[t][j];
       }
       g.y[(t0 + t) * g.y_stride + r0 + r] = s;
@@ -577,7 +577,7 @@ static void DecodePanel(const GemmArgs& g, int64_t r0, float* panel) {
       }
     }
     for (; i < g.k; ++i) {  // FP8 only (FP4 rows are whole 32s)
-      out[i] = model::Fp8E4M3ToFp32(row[i]) * E8M0Value(sc[i / g.scale_block_cols]);
+      out[i] = tensor::Fp8E4M3ToFp32(row[i]) * E8M0Value(sc[i / g.scale_block_cols]);
     }
   }
 }

@@ -8,7 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/dtype.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 namespace deepinfer::model {
 struct TensorView;
@@ -89,9 +90,9 @@ void FillAvx512GgmlKernels(KernelTable* t);
 
 // MatMul / MatMulGroup (matmul.h) with the FillAvx512GgmlKernels kernels: bit-identical to
 // ggml's vec_dot. REQUIRES: ActiveIsa() == Isa::kAvx512; every weight Q4_1 or Q8_0.
-void MatMulGgmlOrderAvx512(const model::TensorView& w, const float* x, int64_t num_tokens,
+void MatMulGgmlOrderAvx512(const tensor::TensorView& w, const float* x, int64_t num_tokens,
                            float* y, util::ThreadPool& pool);
-void MatMulGroupGgmlOrderAvx512(const model::TensorView* const* ws, float* const* ys, int count,
+void MatMulGroupGgmlOrderAvx512(const tensor::TensorView* const* ws, float* const* ys, int count,
                                 const float* x, int64_t num_tokens, util::ThreadPool& pool);
 
 // Unpacks the 6-bit (scale, min) pair j of a Q4_K block's 12 scale bytes into 8 scales and 8 mins.

@@ -4,21 +4,21 @@
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 
 #include <vector>
 
 namespace deepinfer::kernels::internal {
 namespace {
 
-using model::BlockQ4_0;
-using model::BlockQ4_1;
-using model::BlockQ4_K;
-using model::BlockQ6_K;
-using model::BlockQ8_0;
-using model::BlockQ8_1;
-using model::BlockQ8_K;
-using model::kQK_K;
+using tensor::BlockQ4_0;
+using tensor::BlockQ4_1;
+using tensor::BlockQ4_K;
+using tensor::BlockQ6_K;
+using tensor::BlockQ8_0;
+using tensor::BlockQ8_1;
+using tensor::BlockQ8_K;
+using tensor::kQK_K;
 
 float DotF32(const void* wv, const void* av, int64_t k) {
   const auto* w = static_cast<const float*>(wv);
@@ -168,7 +168,7 @@ void ScaledGemm(const GemmArgs& g) {
       if constexpr (kFp4) {
         row[c] = kFp4Values[(c & 1) ? w[c >> 1] >> 4 : w[c >> 1] & 0x0f] * s;
       } else {
-        row[c] = model::Fp8E4M3ToFp32(w[c]) * s;
+        row[c] = tensor::Fp8E4M3ToFp32(w[c]) * s;
       }
     }
     for (int64_t t = 0; t < g.num_tokens; ++t)

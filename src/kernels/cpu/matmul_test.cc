@@ -39,7 +39,7 @@ namespace deepinfer::kernels {
 namespace {
 
 using internal::FloatToHalf;
-using model::DType;
+using tensor::DType;
 
 // Local names so the test does not need model/dtype.cc.
 const char* TypeName(DType t) {
@@ -68,15 +68,15 @@ const char* TypeName(DType t) {
 // Random but valid weight bytes: any bit pattern is a valid quantized value, so only the fp16
 // scale fields are chosen (small, positive or negative, never inf/NaN).
 std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt19937* rng) {
-  const int64_t nb = rows * cols / model::BlockSize(t);
-  std::vector<uint8_t> bytes(static_cast<size_t>(nb) * model::BlockBytes(t));
+  const int64_t nb = rows * cols / tensor::BlockSize(t);
+  std::vector<uint8_t> bytes(static_cast<size_t>(nb) * tensor::BlockBytes(t));
   std::uniform_int_distribution<int> byte(0, 255);
   for (auto& b : bytes) b = static_cast<uint8_t>(byte(*rng));
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   auto scale = [&](float mag) { return FloatToHalf(mag * (0.5f + 0.5f * std::fabs(unit(*rng)))); };
   auto set16 = [](uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); };
   for (int64_t b = 0; b < nb; ++b) {
-    uint8_t* p = bytes.data() + b * model::BlockBytes(t);
+    uint8_t* p = bytes.data() + b * tensor::BlockBytes(t);
     switch (t) {
       case DType::kF32: {
         const float v = unit(*rng);
@@ -123,7 +123,7 @@ void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t col
                std::vector<double>* mag) {
   std::vector<float> wd(static_cast<size_t>(cols)), xd(static_cast<size_t>(cols));
   std::vector<double> extra(static_cast<size_t>(rows * num_tokens), 0.0);
-  const size_t wrow = model::BlockBytes(t) * static_cast<size_t>(cols / model::BlockSize(t));
+  const size_t wrow = tensor::BlockBytes(t) * static_cast<size_t>(cols / tensor::BlockSize(t));
   std::vector<uint8_t> act;
   std::vector<std::vector<float>> xq(num_tokens);
   std::vector<std::vector<uint16_t>> sums(num_tokens);  // Q8_1 s fields
@@ -133,15 +133,15 @@ void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t col
     switch (t) {
       case DType::kQ4_0:
       case DType::kQ8_0: {
-        std::vector<model::BlockQ8_0> b(cols / 32);
+        std::vector<tensor::BlockQ8_0> b(cols / 32);
         QuantizeRowQ8_0Cpu(xi, b.data(), cols);
         DequantizeRow(DType::kQ8_0, b.data(), xq[i].data(), cols);
         break;
       }
       case DType::kQ4_1: {
-        std::vector<model::BlockQ8_1> b(cols / 32);
+        std::vector<tensor::BlockQ8_1> b(cols / 32);
         QuantizeRowQ8_1Cpu(xi, b.data(), cols);
-        std::vector<model::BlockQ8_0> b0(cols / 32);
+        std::vector<tensor::BlockQ8_0> b0(cols / 32);
         for (size_t k = 0; k < b.size(); ++k) {
           b0[k].d = b[k].d;
           std::memcpy(b0[k].qs, b[k].qs, 32);
@@ -152,7 +152,7 @@ void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t col
       }
       case DType::kQ4_K:
       case DType::kQ6_K: {
-        std::vector<model::BlockQ8_K> b(cols / 256);
+        std::vector<tensor::BlockQ8_K> b(cols / 256);
         QuantizeRowQ8_K(xi, b.data(), cols);
         for (int64_t k = 0; k < cols; ++k) xq[i][k] = b[k / 256].d * b[k / 256].qs[k % 256];
         break;
@@ -203,8 +203,8 @@ std::vector<uint8_t> FromHex(const std::string& hex) {
   return out;
 }
 
-model::TensorView View(DType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
-  model::TensorView v;
+tensor::TensorView View(DType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+  tensor::TensorView v;
   v.name.assign(1, 'w');  // not = "w": GCC 12 -Wrestrict false positive
   v.dtype = t;
   v.shape = {rows, cols};
@@ -222,13 +222,13 @@ TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
   const DType t = GetParam();
   std::mt19937 rng(1234 + static_cast<int>(t));
   std::vector<int64_t> col_options = {512};
-  if (model::BlockSize(t) <= 32) col_options.push_back(96);  // odd number of 32-blocks
+  if (tensor::BlockSize(t) <= 32) col_options.push_back(96);  // odd number of 32-blocks
   const int64_t rows = 37;
   util::ThreadPool pool1(1), pool2(2), pool3(3);
   util::ThreadPool* pools[] = {&pool1, &pool2, &pool3};
   for (int64_t cols : col_options) {
     const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
-    const model::TensorView view = View(t, w, rows, cols);
+    const tensor::TensorView view = View(t, w, rows, cols);
     for (int64_t n : {1, 2, 3, 5, 17, 64}) {
       std::vector<float> x(static_cast<size_t>(n * cols));
       std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -264,7 +264,7 @@ TEST_P(MatMulTest, MatMulRowsWritesOnlyItsRows) {
   std::mt19937 rng(99);
   const int64_t rows = 45, cols = 256;
   const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
-  const model::TensorView view = View(t, w, rows, cols);
+  const tensor::TensorView view = View(t, w, rows, cols);
   const int64_t n = 6;
   std::vector<float> x(static_cast<size_t>(n * cols));
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -287,7 +287,7 @@ TEST_P(MatMulTest, SteadyStateCallsDoNotAllocate) {
   std::mt19937 rng(7);
   const int64_t rows = 64, cols = 512, n = 9;
   const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
-  const model::TensorView view = View(t, w, rows, cols);
+  const tensor::TensorView view = View(t, w, rows, cols);
   std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * rows));
   // One thread: this checks the kernels' own allocations. (With workers, util::ThreadPool's
   // ParallelFor currently wraps a large capture in a std::function, which allocates per call.)
@@ -320,7 +320,7 @@ TEST(ActivationQuantizeTest, EveryIsaProducesTheCpuBackendQ8Values) {
   for (auto& v : x) v = normal(rng);
   x[0] = 127.0f;  // scale 1: the x.5 values below are exact ties
   for (int j = 1; j < 32; ++j) x[j] = static_cast<float>(j) - 15.5f;
-  std::vector<model::BlockQ8_1> want(k / 32);
+  std::vector<tensor::BlockQ8_1> want(k / 32);
   QuantizeRowQ8_1Cpu(x.data(), want.data(), k);
   for (int isa = 1; isa <= 2; ++isa) {
     SetIsaForTest(static_cast<Isa>(isa));
@@ -366,7 +366,7 @@ TEST(MatMulGgmlParityTest, EveryIsaTracksLlamaCppCpuBackend) {
     const std::vector<uint8_t> xb = FromHex(c["x_f32_hex"]);
     std::vector<float> x(xb.size() / 4);
     std::memcpy(x.data(), xb.data(), xb.size());
-    const model::TensorView view = View(t, w, rows, cols);
+    const tensor::TensorView view = View(t, w, rows, cols);
     for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
       SetIsaForTest(isa);
       if (ActiveIsa() != isa) continue;
@@ -407,7 +407,7 @@ namespace {
 // exactly dequantized weights, and a token's outputs do not depend on how many tokens share the
 // call (batch invariance).
 struct ScaledCase {
-  model::DType type;
+  tensor::DType type;
   int64_t rows, cols, block_rows, block_cols;
 };
 
@@ -429,7 +429,7 @@ TEST_P(BlockScaledMatMulTest, MatchesReferenceAndIsBatchInvariantOnEveryIsa) {
   const int64_t sc = (c.cols + c.block_cols - 1) / c.block_cols;
   std::vector<uint8_t> scales(static_cast<size_t>(sr * sc));
   for (auto& s : scales) s = static_cast<uint8_t>(112 + rng() % 24);
-  model::TensorView view;
+  tensor::TensorView view;
   view.name = "w";
   view.dtype = c.type;
   view.shape = {c.rows, c.cols};

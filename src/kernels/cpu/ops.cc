@@ -64,14 +64,14 @@ void RopeTables(const int32_t* positions, int64_t num_tokens, int rope_dim, floa
 }
 
 void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int rope_dim,
-               model::RopeStyle style, const float* cos_t, const float* sin_t) {
+               tensor::RopeStyle style, const float* cos_t, const float* sin_t) {
   int half = rope_dim / 2;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const float* c = cos_t + t * half;
     const float* s = sin_t + t * half;
     for (int h = 0; h < num_heads; ++h) {
       float* v = x + (t * num_heads + h) * head_dim;
-      if (style == model::RopeStyle::kAdjacentPairs) {
+      if (style == tensor::RopeStyle::kAdjacentPairs) {
         for (int i = 0; i < half; ++i) {
           float a = v[2 * i], b = v[2 * i + 1];
           v[2 * i] = a * c[i] - b * s[i];
@@ -103,7 +103,7 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
-void EmbeddingLookup(const model::TensorView& table, const int32_t* ids, int64_t num_tokens,
+void EmbeddingLookup(const tensor::TensorView& table, const int32_t* ids, int64_t num_tokens,
                      float* out) {
   int64_t hidden = table.cols();
   for (int64_t t = 0; t < num_tokens; ++t) {

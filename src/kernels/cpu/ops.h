@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::kernels {
@@ -24,7 +24,7 @@ void RopeTables(const int32_t* positions, int64_t num_tokens, int rope_dim, floa
 // Rotates the first rope_dim dims of every head of every token in place.
 // Shapes: x [num_tokens, num_heads, head_dim] f32; cos, sin as produced by RopeTables.
 void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int rope_dim,
-               model::RopeStyle style, const float* cos, const float* sin);
+               tensor::RopeStyle style, const float* cos, const float* sin);
 
 // out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x).
 // Shapes: gate, up, out [n] f32 (out may alias gate).
@@ -46,7 +46,7 @@ void Axpy(float a, const float* x, float* y, int64_t n);
 // Writes embedding rows for `ids` as f32, dequantizing from the table's dtype.
 // Shapes: table [vocab, hidden] any supported dtype; ids [num_tokens]; out [num_tokens, hidden].
 // REQUIRES: every id in [0, vocab) (callers validate token ids at the boundary).
-void EmbeddingLookup(const model::TensorView& table, const int32_t* ids, int64_t num_tokens,
+void EmbeddingLookup(const tensor::TensorView& table, const int32_t* ids, int64_t num_tokens,
                      float* out);
 
 // Numerically stable in-place softmax over n values; returns the max logit.

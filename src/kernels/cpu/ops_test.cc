@@ -20,7 +20,7 @@ TEST(OpsTest, RopeAdjacentPairsRotatesByPositionTimesFrequency) {
   std::vector<float> c(2), s(2);
   RopeTables(&pos, 1, 4, 10000.0f, c.data(), s.data());
   std::vector<float> v = {1, 0, 1, 0};
-  ApplyRope(v.data(), 1, 1, 4, 4, model::RopeStyle::kAdjacentPairs, c.data(), s.data());
+  ApplyRope(v.data(), 1, 1, 4, 4, tensor::RopeStyle::kAdjacentPairs, c.data(), s.data());
   EXPECT_NEAR(v[0], std::cos(3.0), 1e-6);
   EXPECT_NEAR(v[1], std::sin(3.0), 1e-6);
   double f1 = std::pow(10000.0, -2.0 / 4);
@@ -33,7 +33,7 @@ TEST(OpsTest, RopeHalfSplitPairsFirstAndSecondHalves) {
   std::vector<float> c(2), s(2);
   RopeTables(&pos, 1, 4, 10000.0f, c.data(), s.data());
   std::vector<float> v = {1, 1, 0, 0};
-  ApplyRope(v.data(), 1, 1, 4, 4, model::RopeStyle::kHalfSplit, c.data(), s.data());
+  ApplyRope(v.data(), 1, 1, 4, 4, tensor::RopeStyle::kHalfSplit, c.data(), s.data());
   EXPECT_NEAR(v[0], c[0], 1e-6);
   EXPECT_NEAR(v[2], s[0], 1e-6);
   EXPECT_NEAR(v[1], c[1], 1e-6);

@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
-#include "model/tensor.h"
+#include "tensor/tensor.h"
 #include "util/status.h"
 
 namespace deepinfer::kernels {
@@ -14,15 +14,15 @@ namespace {
 
 using internal::FloatToHalf;
 using internal::HalfToFloat;
-using model::DType;
-using model::kQK_K;
+using tensor::DType;
+using tensor::kQK_K;
 
 // Every product below is rounded on its own (no fused multiply-add) because the reference
 // (numpy in the gguf package) rounds each operation; this file is built without FMA
 // instructions, so GCC cannot contract them, and the explicit temporaries keep the order of
 // operations that of ggml.
 
-void DequantizeQ4_0(const model::BlockQ4_0* b, float* y, int64_t nb) {
+void DequantizeQ4_0(const tensor::BlockQ4_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += 32) {
     const float d = HalfToFloat(b[i].d);
     for (int j = 0; j < 16; ++j) {
@@ -34,7 +34,7 @@ void DequantizeQ4_0(const model::BlockQ4_0* b, float* y, int64_t nb) {
   }
 }
 
-void DequantizeQ4_1(const model::BlockQ4_1* b, float* y, int64_t nb) {
+void DequantizeQ4_1(const tensor::BlockQ4_1* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += 32) {
     const float d = HalfToFloat(b[i].d);
     const float m = HalfToFloat(b[i].m);
@@ -47,14 +47,14 @@ void DequantizeQ4_1(const model::BlockQ4_1* b, float* y, int64_t nb) {
   }
 }
 
-void DequantizeQ8_0(const model::BlockQ8_0* b, float* y, int64_t nb) {
+void DequantizeQ8_0(const tensor::BlockQ8_0* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += 32) {
     const float d = HalfToFloat(b[i].d);
     for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(b[i].qs[j]) * d;
   }
 }
 
-void DequantizeQ4_K(const model::BlockQ4_K* b, float* y, int64_t nb) {
+void DequantizeQ4_K(const tensor::BlockQ4_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = HalfToFloat(b[i].d);
     const float dmin = HalfToFloat(b[i].dmin);
@@ -77,7 +77,7 @@ void DequantizeQ4_K(const model::BlockQ4_K* b, float* y, int64_t nb) {
   }
 }
 
-void DequantizeQ6_K(const model::BlockQ6_K* b, float* y, int64_t nb) {
+void DequantizeQ6_K(const tensor::BlockQ6_K* b, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = HalfToFloat(b[i].d);
     float ds[16];
@@ -114,23 +114,23 @@ float AbsMax32(const float* x) {
 }  // namespace
 
 bool HasCpuKernel(DType t) {
-  return model::BlockSize(t) > 0 && !IsBlockScaled(t) && t != DType::kI64 &&
+  return tensor::BlockSize(t) > 0 && !IsBlockScaled(t) && t != DType::kI64 &&
          t != DType::kE8M0 && t != DType::kI8;
 }
 
 bool IsBlockScaled(DType t) { return t == DType::kF8E4M3 || t == DType::kFp4E2M1; }
 
-bool HasCpuMatMul(const model::TensorView& w) {
+bool HasCpuMatMul(const tensor::TensorView& w) {
   if (HasCpuKernel(w.dtype)) return true;
   return IsBlockScaled(w.dtype) && w.scale != nullptr && w.scale_block_rows > 0 &&
          w.scale_block_cols > 0;
 }
 
-void DequantizeScaledRow(const model::TensorView& w, int64_t r, float* dst) {
+void DequantizeScaledRow(const tensor::TensorView& w, int64_t r, float* dst) {
   DI_CHECK(HasCpuMatMul(w) && IsBlockScaled(w.dtype));
   static const auto* fp8 = [] {
     auto* t = new float[256];
-    for (int b = 0; b < 256; ++b) t[b] = model::Fp8E4M3ToFp32(static_cast<uint8_t>(b));
+    for (int b = 0; b < 256; ++b) t[b] = tensor::Fp8E4M3ToFp32(static_cast<uint8_t>(b));
     return t;
   }();
   const int64_t cols = w.cols(), bc = w.scale_block_cols;
@@ -145,7 +145,7 @@ void DequantizeScaledRow(const model::TensorView& w, int64_t r, float* dst) {
     } else {
       for (int64_t c = c0; c < c1; ++c) {
         const uint8_t code = (c & 1) ? row[c >> 1] >> 4 : row[c >> 1] & 0x0f;
-        dst[c] = model::Fp4E2M1ToFp32(code) * s;
+        dst[c] = tensor::Fp4E2M1ToFp32(code) * s;
       }
     }
   }
@@ -153,7 +153,7 @@ void DequantizeScaledRow(const model::TensorView& w, int64_t r, float* dst) {
 
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
   DI_CHECK(HasCpuKernel(t));
-  const int64_t bs = model::BlockSize(t);
+  const int64_t bs = tensor::BlockSize(t);
   DI_CHECK(n % bs == 0);
   const int64_t nb = n / bs;
   switch (t) {
@@ -172,21 +172,21 @@ void DequantizeRow(DType t, const void* src, float* dst, int64_t n) {
       return;
     }
     case DType::kQ4_0:
-      return DequantizeQ4_0(static_cast<const model::BlockQ4_0*>(src), dst, nb);
+      return DequantizeQ4_0(static_cast<const tensor::BlockQ4_0*>(src), dst, nb);
     case DType::kQ4_1:
-      return DequantizeQ4_1(static_cast<const model::BlockQ4_1*>(src), dst, nb);
+      return DequantizeQ4_1(static_cast<const tensor::BlockQ4_1*>(src), dst, nb);
     case DType::kQ8_0:
-      return DequantizeQ8_0(static_cast<const model::BlockQ8_0*>(src), dst, nb);
+      return DequantizeQ8_0(static_cast<const tensor::BlockQ8_0*>(src), dst, nb);
     case DType::kQ4_K:
-      return DequantizeQ4_K(static_cast<const model::BlockQ4_K*>(src), dst, nb);
+      return DequantizeQ4_K(static_cast<const tensor::BlockQ4_K*>(src), dst, nb);
     case DType::kQ6_K:
-      return DequantizeQ6_K(static_cast<const model::BlockQ6_K*>(src), dst, nb);
+      return DequantizeQ6_K(static_cast<const tensor::BlockQ6_K*>(src), dst, nb);
     default:
       DI_CHECK(false && "DequantizeRow: unsupported dtype");
   }
 }
 
-void QuantizeRowQ8_0(const float* x, model::BlockQ8_0* y, int64_t n) {
+void QuantizeRowQ8_0(const float* x, tensor::BlockQ8_0* y, int64_t n) {
   DI_CHECK(n % 32 == 0);
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
     const float d = AbsMax32(x) / 127.0f;
@@ -196,7 +196,7 @@ void QuantizeRowQ8_0(const float* x, model::BlockQ8_0* y, int64_t n) {
   }
 }
 
-void QuantizeRowQ8_1(const float* x, model::BlockQ8_1* y, int64_t n) {
+void QuantizeRowQ8_1(const float* x, tensor::BlockQ8_1* y, int64_t n) {
   DI_CHECK(n % 32 == 0);
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
     const float d = AbsMax32(x) / 127.0f;
@@ -212,7 +212,7 @@ void QuantizeRowQ8_1(const float* x, model::BlockQ8_1* y, int64_t n) {
   }
 }
 
-void QuantizeRowQ8_0Cpu(const float* x, model::BlockQ8_0* y, int64_t n) {
+void QuantizeRowQ8_0Cpu(const float* x, tensor::BlockQ8_0* y, int64_t n) {
   DI_CHECK(n % 32 == 0);
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
     const float amax = AbsMax32(x);
@@ -222,7 +222,7 @@ void QuantizeRowQ8_0Cpu(const float* x, model::BlockQ8_0* y, int64_t n) {
   }
 }
 
-void QuantizeRowQ8_1Cpu(const float* x, model::BlockQ8_1* y, int64_t n) {
+void QuantizeRowQ8_1Cpu(const float* x, tensor::BlockQ8_1* y, int64_t n) {
   DI_CHECK(n % 32 == 0);
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
     const float amax = AbsMax32(x);
@@ -239,7 +239,7 @@ void QuantizeRowQ8_1Cpu(const float* x, model::BlockQ8_1* y, int64_t n) {
   }
 }
 
-void QuantizeRowQ8_K(const float* x, model::BlockQ8_K* y, int64_t n) {
+void QuantizeRowQ8_K(const float* x, tensor::BlockQ8_K* y, int64_t n) {
   DI_CHECK(n % kQK_K == 0);
   for (int64_t i = 0; i < n / kQK_K; ++i, x += kQK_K) {
     float amax = 0.0f, max = 0.0f;

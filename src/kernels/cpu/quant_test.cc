@@ -16,7 +16,7 @@
 namespace deepinfer::kernels {
 namespace {
 
-using model::DType;
+using tensor::DType;
 
 std::string Sha256Hex(const void* data, size_t size) {
   unsigned char md[EVP_MAX_MD_SIZE];
@@ -91,7 +91,7 @@ TEST(DequantizeRowTest, SyntheticBlocksOfEveryTypeMatchTheGgufPackage) {
     const int64_t n = c["n"];
     const std::vector<uint8_t> blocks = FromHex(c["blocks_hex"]);
     ASSERT_EQ(blocks.size(),
-              model::BlockBytes(type) * static_cast<size_t>(n / model::BlockSize(type)));
+              tensor::BlockBytes(type) * static_cast<size_t>(n / tensor::BlockSize(type)));
     std::vector<float> out(static_cast<size_t>(n));
     DequantizeRow(type, blocks.data(), out.data(), n);
     const std::string name = c["type_name"];
@@ -160,37 +160,37 @@ void ExpectSameBlocks(const std::vector<uint8_t>& got, const std::vector<uint8_t
 
 TEST_F(QuantizeGoldenTest, Q8_0MatchesGgmlReference) {
   const int64_t n = static_cast<int64_t>(x_.size());
-  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(model::BlockQ8_0));
-  QuantizeRowQ8_0(x_.data(), reinterpret_cast<model::BlockQ8_0*>(got.data()), n);
-  ExpectSameBlocks(got, Expected("q8_0_ref"), sizeof(model::BlockQ8_0));
+  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(tensor::BlockQ8_0));
+  QuantizeRowQ8_0(x_.data(), reinterpret_cast<tensor::BlockQ8_0*>(got.data()), n);
+  ExpectSameBlocks(got, Expected("q8_0_ref"), sizeof(tensor::BlockQ8_0));
 }
 
 TEST_F(QuantizeGoldenTest, Q8_1MatchesGgmlReference) {
   const int64_t n = static_cast<int64_t>(x_.size());
-  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(model::BlockQ8_1));
-  QuantizeRowQ8_1(x_.data(), reinterpret_cast<model::BlockQ8_1*>(got.data()), n);
-  ExpectSameBlocks(got, Expected("q8_1_ref"), sizeof(model::BlockQ8_1));
+  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(tensor::BlockQ8_1));
+  QuantizeRowQ8_1(x_.data(), reinterpret_cast<tensor::BlockQ8_1*>(got.data()), n);
+  ExpectSameBlocks(got, Expected("q8_1_ref"), sizeof(tensor::BlockQ8_1));
 }
 
 TEST_F(QuantizeGoldenTest, Q8_KMatchesGgmlReference) {
   const int64_t n = static_cast<int64_t>(x_.size());
-  std::vector<uint8_t> got(static_cast<size_t>(n / 256) * sizeof(model::BlockQ8_K));
-  QuantizeRowQ8_K(x_.data(), reinterpret_cast<model::BlockQ8_K*>(got.data()), n);
-  ExpectSameBlocks(got, Expected("q8_k_ref"), sizeof(model::BlockQ8_K));
+  std::vector<uint8_t> got(static_cast<size_t>(n / 256) * sizeof(tensor::BlockQ8_K));
+  QuantizeRowQ8_K(x_.data(), reinterpret_cast<tensor::BlockQ8_K*>(got.data()), n);
+  ExpectSameBlocks(got, Expected("q8_k_ref"), sizeof(tensor::BlockQ8_K));
 }
 
 TEST_F(QuantizeGoldenTest, Q8_0CpuMatchesGgmlCpuBackend) {
   const int64_t n = static_cast<int64_t>(x_.size());
-  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(model::BlockQ8_0));
-  QuantizeRowQ8_0Cpu(x_.data(), reinterpret_cast<model::BlockQ8_0*>(got.data()), n);
-  ExpectSameBlocks(got, Expected("q8_0_cpu"), sizeof(model::BlockQ8_0));
+  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(tensor::BlockQ8_0));
+  QuantizeRowQ8_0Cpu(x_.data(), reinterpret_cast<tensor::BlockQ8_0*>(got.data()), n);
+  ExpectSameBlocks(got, Expected("q8_0_cpu"), sizeof(tensor::BlockQ8_0));
 }
 
 TEST_F(QuantizeGoldenTest, Q8_1CpuMatchesGgmlCpuBackend) {
   const int64_t n = static_cast<int64_t>(x_.size());
-  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(model::BlockQ8_1));
-  QuantizeRowQ8_1Cpu(x_.data(), reinterpret_cast<model::BlockQ8_1*>(got.data()), n);
-  ExpectSameBlocks(got, Expected("q8_1_cpu"), sizeof(model::BlockQ8_1));
+  std::vector<uint8_t> got(static_cast<size_t>(n / 32) * sizeof(tensor::BlockQ8_1));
+  QuantizeRowQ8_1Cpu(x_.data(), reinterpret_cast<tensor::BlockQ8_1*>(got.data()), n);
+  ExpectSameBlocks(got, Expected("q8_1_cpu"), sizeof(tensor::BlockQ8_1));
 }
 
 }  // namespace
