@@ -29,7 +29,7 @@
 namespace deepinfer::kernels {
 namespace {
 
-using model::DType;
+using tensor::DType;
 
 constexpr size_t kColdBytes = size_t{256} << 20;  // well above a 32 MiB L3
 
@@ -41,13 +41,13 @@ struct Weights {
 
 Weights MakeWeights(DType t, int64_t out, int64_t in, bool cold) {
   Weights w;
-  w.one_bytes = model::BlockBytes(t) * static_cast<size_t>(out * in / model::BlockSize(t));
+  w.one_bytes = tensor::BlockBytes(t) * static_cast<size_t>(out * in / tensor::BlockSize(t));
   w.copies = cold ? static_cast<int>(kColdBytes / w.one_bytes + 1) : 1;
   w.bytes.resize(w.one_bytes * w.copies);
   std::mt19937 rng(1);
   for (auto& b : w.bytes) b = static_cast<uint8_t>(rng());
   // Keep fp16 scales finite: overwrite them with 0.01 in every block.
-  const size_t bb = model::BlockBytes(t);
+  const size_t bb = tensor::BlockBytes(t);
   const uint16_t d = internal::FloatToHalf(0.01f);
   for (size_t off = 0; off + bb <= w.bytes.size(); off += bb) {
     if (t == DType::kQ6_K) {
@@ -73,7 +73,7 @@ void RunMatMul(benchmark::State& state, DType t, int64_t out, int64_t in, int64_
   std::mt19937 rng(2);
   std::normal_distribution<float> normal;
   for (auto& v : x) v = normal(rng);
-  model::TensorView view;
+  tensor::TensorView view;
   view.dtype = t;
   view.shape = {out, in};
   view.size_bytes = w.one_bytes;
@@ -148,13 +148,13 @@ void RunSmolLm2(benchmark::State& state, int64_t tokens) {
     return;
   }
   const nlohmann::json j = nlohmann::json::parse(*golden, nullptr, false);
-  std::vector<model::TensorView> views;
+  std::vector<tensor::TensorView> views;
   int64_t max_in = 0, max_out = 0;
   size_t bytes = 0;
   for (const auto& t : j["tensors"]) {
     const std::string name = t["name"];
     if (t["shape"].size() != 2) continue;
-    model::TensorView v;
+    tensor::TensorView v;
     v.name = name;
     v.dtype = static_cast<DType>(t["ggml_type"].get<int>());
     v.shape = {t["shape"][0].get<int64_t>(), t["shape"][1].get<int64_t>()};
