@@ -18,6 +18,7 @@ import sys
 # boost, ...) are not checked here; CMake's declared dependencies govern them.
 ALLOWED = {
     "util": set(),
+    "image": {"util"},
     "model": {"util"},
     "kernels": {"util", "model"},
     "arch": {"util", "model", "kernels"},
@@ -29,7 +30,7 @@ ALLOWED = {
     "api": {"util", "http", "model", "tokenizer", "constraint", "engine", "protocol"},
     "gateway": {"util", "http", "protocol"},
     "tools": {"util", "http", "model", "tokenizer", "protocol"},
-    "cli": {"util", "model", "kernels", "arch", "tokenizer", "constraint", "engine", "http",
+    "cli": {"util", "image", "model", "kernels", "arch", "tokenizer", "constraint", "engine", "http",
             "protocol", "api", "gateway", "tools"},
 }
 
