@@ -18,6 +18,7 @@
 #include "image/image.h"
 #include "nlohmann/json.hpp"
 #include "util/sha256.h"
+#include "util/status.h"
 
 namespace deepinfer::image {
 namespace {
@@ -261,6 +262,103 @@ TEST(DeepseekVisionGoldenTest, ValueTableMatchesTheReference) {
   std::vector<float> expected = pre["value_table"].get<std::vector<float>>();
   ASSERT_EQ(expected.size(), 256u);
   for (int k = 0; k < 256; ++k) EXPECT_EQ(PixelValueTable()[k], expected[k]) << k;
+}
+
+// Expected values from the reference's own functions (plan_image_grid with Python semantics).
+TEST(PlanImageGridTest, ExtremeAspectRatiosCollapseToOneColumnOrRow) {
+  VisionKnobs release;
+  struct Case {
+    int w, h, best_w, best_h, n_llm_h, n_llm_w;
+    bool solved;
+  };
+  const Case cases[] = {
+      {30, 20000, 42, 20006, 477, 1, false},   // tall, within budget
+      {20000, 30, 20006, 42, 1, 477, false},   // wide, within budget
+      {100000, 1, 42882, 42, 1, 1021, true},   // max_h < 1: one row of max - 3 cells
+      {1, 100000, 42, 21462, 511, 1, true},    // max_w < 1: one column of (max - 2) / 2 cells
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << c.w << "x" << c.h);
+    absl::StatusOr<ImageGridPlan> plan = PlanImageGrid(c.w, c.h, release);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->best_width, c.best_w);
+    EXPECT_EQ(plan->best_height, c.best_h);
+    EXPECT_EQ(plan->n_llm_h, c.n_llm_h);
+    EXPECT_EQ(plan->n_llm_w, c.n_llm_w);
+    EXPECT_EQ(plan->solve_resize_ratio_used, c.solved);
+    EXPECT_LE(plan->num_image_tokens(), release.max_image_tokens);
+  }
+}
+
+TEST(PlanImageGridTest, MaxWhRatioCapsTheWidthBeforeTheMinPixelsUpscale) {
+  VisionKnobs knobs;
+  knobs.max_wh_ratio = 2.0;
+  absl::StatusOr<ImageGridPlan> plan = PlanImageGrid(1000, 100, knobs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->best_width, 770);
+  EXPECT_EQ(plan->best_height, 392);
+  EXPECT_EQ(plan->n_llm_h, 10);
+  EXPECT_EQ(plan->n_llm_w, 19);
+  knobs.max_wh_ratio = 3.0;
+  plan = PlanImageGrid(5000, 300, knobs);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->best_width, 952);
+  EXPECT_EQ(plan->best_height, 322);
+  VisionKnobs small{.max_image_tokens = 64, .min_pixels = 28224, .max_wh_ratio = 1.5};
+  plan = PlanImageGrid(640, 480, small);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->best_width, 336);
+  EXPECT_EQ(plan->best_height, 252);
+  EXPECT_TRUE(plan->solve_resize_ratio_used);
+}
+
+TEST(PlanImageGridTest, ResizeForVisionStretchesWithoutPaddingInTheMaxWhRatioBranch) {
+  VisionKnobs knobs{.min_pixels = 2000, .max_wh_ratio = 2.0};
+  RgbImage image;
+  image.width = 40;
+  image.height = 10;
+  for (int y = 0; y < 10; ++y) {
+    for (int x = 0; x < 40; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        image.pixels.push_back(static_cast<uint8_t>((x * 31 + y * 17 + c * 7 + (x * y) % 13) % 256));
+      }
+    }
+  }
+  absl::StatusOr<PreprocessedImage> pre = PreprocessImage(image, knobs);
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  EXPECT_EQ(pre->plan.best_width, 70);
+  EXPECT_EQ(pre->plan.best_height, 42);
+  // Pillow 13.0.0: image.resize((70, 42)) (default BICUBIC), no grey bars.
+  EXPECT_EQ(Sha256Hex(pre->resized.pixels.data(), pre->resized.pixels.size()),
+            "00145df423e013c31e8e8fdb51d8f11f1dd301f143293b6f43ac7ab15e1deb3b");
+  EXPECT_EQ(pre->pixel_values.size(), size_t{5 * 3} * 3 * 14 * 14);
+}
+
+TEST(PlanImageGridTest, BadSizesAndKnobsAreErrorsNotCrashes) {
+  EXPECT_EQ(ErrorCodeOf(PlanImageGrid(0, 10, {}).status()), "invalid_image");
+  VisionKnobs no_patch, tiny_budget, zero_ratio;
+  no_patch.patch_size = 0;
+  tiny_budget.max_image_tokens = 3;
+  zero_ratio.max_wh_ratio = 0.0;
+  for (const VisionKnobs& knobs : {no_patch, tiny_budget, zero_ratio}) {
+    EXPECT_EQ(ErrorCodeOf(PlanImageGrid(10, 10, knobs).status()), "bad_config");
+  }
+}
+
+TEST(PadToSizeTest, AFittedSideThatRoundsToZeroLeavesAnAllGreyCanvas) {
+  RgbImage line;
+  line.width = 1000;
+  line.height = 1;
+  line.pixels.assign(3000, 9);
+  PadGeometry g = PlanPad(1000, 1, 42, 42);
+  EXPECT_EQ(g.fitted_height, 0);  // round(1 / 1000 * 42) = 0
+  RgbImage out = PadToSize(line, 42, 42, 127);
+  for (uint8_t v : out.pixels) ASSERT_EQ(v, 127);
+}
+
+TEST(ImageSpanTokenTypesTest, LayoutIsStartRowsWithNewLinesEnd) {
+  EXPECT_EQ(ImageSpanTokenTypes(2, 3), (std::vector<int>{0, 1, 1, 1, 2, 1, 1, 1, 2, 3}));
+  EXPECT_EQ(NumImageTokens(2, 3), 10);
 }
 
 }  // namespace

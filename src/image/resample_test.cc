@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
+
+#include "util/sha256.h"
 
 namespace deepinfer::image {
 namespace {
@@ -56,6 +59,55 @@ TEST(ResizeBicubicTest, UpscalingOneSideWhileShrinkingTheOtherMatchesPillow) {
   ExpectResize(11, 1, {144, 134, 123, 135, 132, 109, 112, 130, 71,  103, 125,
                        68,  130, 117, 148, 148, 103, 211, 114, 69,  173, 80,
                        42,  112, 125, 78,  110, 199, 137, 131, 230, 161, 139});
+}
+
+// A deterministic source image (the same formula generated the Pillow results below).
+RgbImage Pattern(int width, int height) {
+  RgbImage image;
+  image.width = width;
+  image.height = height;
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        image.pixels.push_back(static_cast<uint8_t>((x * 31 + y * 17 + c * 7 + (x * y) % 13) % 256));
+      }
+    }
+  }
+  return image;
+}
+
+std::string Sha256Hex(const std::vector<uint8_t>& bytes) {
+  util::Sha256Digest d =
+      util::Sha256(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  std::string hex;
+  for (uint8_t b : d) {
+    hex += "0123456789abcdef"[b >> 4];
+    hex += "0123456789abcdef"[b & 15];
+  }
+  return hex;
+}
+
+TEST(ResizeBicubicTest, PassOrderFollowsPillow13ForEveryDirectionMix) {
+  // sha256 of Pillow 13.0.0's `Image.fromarray(pattern).resize((w, h), Image.BICUBIC)`.
+  struct Case {
+    int in_w, in_h, out_w, out_h;
+    const char* sha256;
+  };
+  const Case cases[] = {
+      // width grows, height shrinks: vertical pass first
+      {37, 23, 50, 9, "fdc14dd4ec9428b500c0f8474b62a31be65f5d4d5c1ed29d4d049b1aeb4199bb"},
+      // both shrink, the height by more than twice as many pixels: vertical first
+      {64, 48, 60, 20, "9413733554250d66fa13b6e4bb46384692de043385722b7c92fa8716cdeb9410"},
+      // both shrink otherwise, or a side grows: horizontal first
+      {64, 48, 30, 40, "4fddc04dc557281fde91531df96e941b30eee38d1beb161c17892a260c7fc45f"},
+      {40, 10, 70, 42, "00145df423e013c31e8e8fdb51d8f11f1dd301f143293b6f43ac7ab15e1deb3b"},
+      {300, 200, 97, 61, "cffcb07746e7d5e5ffbee4c9fbd00e5ba5dbf7fb471e5c247af6961880050eaa"},
+  };
+  for (const Case& c : cases) {
+    RgbImage out = ResizeBicubic(Pattern(c.in_w, c.in_h), c.out_w, c.out_h);
+    EXPECT_EQ(Sha256Hex(out.pixels), c.sha256)
+        << c.in_w << "x" << c.in_h << " -> " << c.out_w << "x" << c.out_h;
+  }
 }
 
 TEST(ResizeBicubicTest, TheSameSizeIsACopy) {
