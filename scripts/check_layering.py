@@ -19,6 +19,7 @@ import sys
 ALLOWED = {
     "util": set(),
     "tensor": set(),
+    "image": {"util"},
     "model": {"util", "tensor"},
     "kernels": {"util", "tensor"},
     "arch": {"util", "tensor", "model", "kernels"},
@@ -30,8 +31,8 @@ ALLOWED = {
     "api": {"util", "http", "tensor", "model", "tokenizer", "constraint", "engine", "protocol"},
     "gateway": {"util", "http", "protocol"},
     "tools": {"util", "http", "tensor", "model", "tokenizer", "protocol"},
-    "cli": {"util", "tensor", "model", "kernels", "arch", "tokenizer", "constraint", "engine",
-            "http", "protocol", "api", "gateway", "tools"},
+    "cli": {"util", "tensor", "image", "model", "kernels", "arch", "tokenizer", "constraint",
+            "engine", "http", "protocol", "api", "gateway", "tools"},
 }
 
 # Headers of a lower layer that only some layers may see: the server (api/) talks to the engine

@@ -24,6 +24,7 @@ APT_PACKAGES=(
   libabsl-dev libboost1.81-dev nlohmann-json3-dev libsimdjson-dev libspdlog-dev libfmt-dev libcli11-dev
   libpcre2-dev libicu-dev libxxhash-dev libssl-dev zlib1g-dev libopenblas-dev libedit-dev
   libgtest-dev libgmock-dev libhiredis-dev
+  libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
 )
 # What the tests add: the fuzzers' compiler, benchmarks, and the real components e2e tests run.
 if ((!serve_only)); then

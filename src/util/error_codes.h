@@ -68,6 +68,21 @@ inline constexpr ErrorCode kUnsupportedValue{
 inline constexpr ErrorCode kUnsupportedContent{
     "unsupported_content", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A message carries content the served model cannot read yet (images); `param` names it."};
+// Image inputs (src/image/): what a client's image bytes can fail with.
+inline constexpr ErrorCode kInvalidImage{
+    "invalid_image", absl::StatusCode::kInvalidArgument, 400,
+    ErrorSurface::kServe | ErrorSurface::kCommand,
+    "An image input cannot be decoded: empty, truncated, corrupt, or its header is inconsistent."};
+inline constexpr ErrorCode kUnsupportedImageFormat{
+    "unsupported_image_format", absl::StatusCode::kInvalidArgument, 400,
+    ErrorSurface::kServe | ErrorSurface::kCommand,
+    "An image input is not PNG, JPEG, WebP or GIF (judged from its first bytes), or is a variant "
+    "of them the decoders do not read."};
+inline constexpr ErrorCode kImageTooLarge{
+    "image_too_large", absl::StatusCode::kInvalidArgument, 400,
+    ErrorSurface::kServe | ErrorSurface::kCommand,
+    "An image input exceeds the byte size or pixel count limit (checked from its header before "
+    "any pixel is decoded)."};
 inline constexpr ErrorCode kInvalidToken{
     "invalid_token", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A token id outside the vocabulary (prompt, logit_bias, stop_token_ids)."};

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets safetensors, llama2c, tokenizer_json,
-prefix_checkpoint and chat_template into tests/fuzz/corpus/<target>/ (tiny synthetic files, no model weights; the input
+prefix_checkpoint, chat_template and image into tests/fuzz/corpus/<target>/ (tiny synthetic files, no model weights; the input
 layouts are described at the top of each tests/fuzz/<target>_fuzz.cc). Standard library only;
 deterministic, so rerunning it rewrites the same bytes:
     python3 tests/fuzz/make_seeds.py
@@ -9,6 +9,7 @@ deterministic, so rerunning it rewrites the same bytes:
 import json
 import os
 import struct
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
@@ -387,11 +388,130 @@ def make_prefix_checkpoint():
     write("prefix_checkpoint", "truncated", checkpoint_seed(2, 0)[:-5])
 
 
+# ---------------------------------------------------------------- image
+
+# image_fuzz options (4 bytes, see image_fuzz.cc): patch 14, downsample 3, 20 tokens, min_pixels
+# 1024; the second set adds max_wh_ratio 1.5 and the planner on a size from the input.
+IMAGE_OPTIONS = [bytes([0x2D, 0x40, 0x10, 0x20]), bytes([0xED, 0xF0, 0xFF, 0x20])]
+
+# Made once with Pillow 13.0.0 (8x8 gradients); kept as bytes so this script needs no Pillow.
+ENCODED = {
+    "jpeg_baseline_8x8": bytes.fromhex(
+        "ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a181616183123"
+        "251d283a333d3c3933383740485c4e404457453738506d51575f626768673e4d71797064785c656763ffdb0043011112"
+        "121815182f1a1a2f63423842636363636363636363636363636363636363636363636363636363636363636363636363"
+        "6363636363636363636363636363ffc00011080008000803012200021101031101ffc4001f0000010501010101010100"
+        "000000000000000102030405060708090a0bffc400b5100002010303020403050504040000017d010203000411051221"
+        "31410613516107227114328191a1082342b1c11552d1f02433627282090a161718191a25262728292a3435363738393a"
+        "434445464748494a535455565758595a636465666768696a737475767778797a838485868788898a9293949596979899"
+        "9aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9cad2d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1"
+        "f2f3f4f5f6f7f8f9faffc4001f0100030101010101010101010000000000000102030405060708090a0bffc400b51100"
+        "020102040403040705040400010277000102031104052131061241510761711322328108144291a1b1c109233352f015"
+        "6272d10a162434e125f11718191a262728292a35363738393a434445464748494a535455565758595a63646566676869"
+        "6a737475767778797a82838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4"
+        "c5c6c7c8c9cad2d3d4d5d6d7d8d9dae2e3e4e5e6e7e8e9eaf2f3f4f5f6f7f8f9faffda000c03010002110311003f00af"
+        "a6681d3e4a28a288c9d8ac1632afb25a9fffd9"
+    ),
+    "jpeg_progressive_16x8": bytes.fromhex(
+        "ffd8ffe000104a46494600010100000100010000ffdb0043000d090a0b0a080d0b0a0b0e0e0d0f13201513121213271c"
+        "1e17202e2931302e292d2c333a4a3e333646372c2d405741464c4e525352323e5a615a50604a51524fffdb0043010e0e"
+        "0e131113261515264f352d354f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f4f"
+        "4f4f4f4f4f4f4f4f4f4f4f4f4f4fffc20011080008001003012200021101031101ffc400150001010000000000000000"
+        "0000000000000003ffc4001501010100000000000000000000000000000103ffda000c030100021003100000019021ff"
+        "c400161000030000000000000000000000000000000304ffda000801010001050254c3663fffc4001611010101000000"
+        "00000000000000000000130002ffda0008010301013f017d85ffc4001611000300000000000000000000000000000011"
+        "21ffda0008010201013f0170ffc4001510010100000000000000000000000000000031ffda0008010100063f0288ffc4"
+        "001510010100000000000000000000000000000031ffda0008010100013f219973ffda000c0301000200030000001007"
+        "ffc4001511010100000000000000000000000000000051ffda0008010301013f10b9ffc4001511010100000000000000"
+        "000000000000000011ffda0008010201013f10b3ffc40015100101000000000000000000000000000000f1ffda000801"
+        "0100013f109090ffd9"
+    ),
+    "jpeg_gray_8x8": bytes.fromhex(
+        "ffd8ffe000104a46494600010100000100010000ffdb004300100b0c0e0c0a100e0d0e1211101318281a181616183123"
+        "251d283a333d3c3933383740485c4e404457453738506d51575f626768673e4d71797064785c656763ffc0000b080008"
+        "000801011100ffc4001f0000010501010101010100000000000000000102030405060708090a0bffc400b51000020103"
+        "03020403050504040000017d01020300041105122131410613516107227114328191a1082342b1c11552d1f024336272"
+        "82090a161718191a25262728292a3435363738393a434445464748494a535455565758595a636465666768696a737475"
+        "767778797a838485868788898a92939495969798999aa2a3a4a5a6a7a8a9aab2b3b4b5b6b7b8b9bac2c3c4c5c6c7c8c9"
+        "cad2d3d4d5d6d7d8d9dae1e2e3e4e5e6e7e8e9eaf1f2f3f4f5f6f7f8f9faffda0008010100003f00afe0aff9675fffd9"
+    ),
+    "webp_lossless_rgba_4x4": bytes.fromhex(
+        "5249464642000000574542505650384c360000002f03c000107f201020a4f8af122362400402c908f9538e30806d4085"
+        "1024cb32729081200022ce8103073e1d38702025a2ffe16b2c02"
+    ),
+    "webp_lossy_8x8": bytes.fromhex(
+        "5249464640000000574542505650382034000000d001009d012a0800080002c04c25a8027400f431ae280000fef4b800"
+        "6a1c47a6fb6d1119b4d293ff6aeffebb7c8afb7f65000000"
+    ),
+}
+
+
+def png_chunk(kind, data):
+    body = kind + data
+    return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+
+def png(width, height, color_type, bit_depth, rows, extra=(), interlace=0):
+    ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, color_type, 0, 0, interlace)
+    raw = b"".join(b"\0" + row for row in rows)
+    chunks = [png_chunk(b"IHDR", ihdr)] + [png_chunk(k, v) for k, v in extra]
+    chunks += [png_chunk(b"IDAT", zlib.compress(raw)), png_chunk(b"IEND", b"")]
+    return b"\x89PNG\r\n\x1a\n" + b"".join(chunks)
+
+
+def gif(screen_w, screen_h, palette, frame, indices, transparent=None):
+    """A GIF whose LZW stream sends literals only (a clear code before every second one)."""
+    bits = max(1, (len(palette) // 3 - 1).bit_length())
+    table = palette + b"\0" * (3 * (1 << bits) - len(palette))
+    out = b"GIF89a" + struct.pack("<HHBBB", screen_w, screen_h, 0x80 | (bits - 1), 0, 0) + table
+    if transparent is not None:
+        out += b"\x21\xf9\x04\x01\x00\x00" + bytes([transparent]) + b"\x00"
+    out += b"\x2c" + struct.pack("<HHHHB", *frame, 0)
+    codes, acc, nbits, packed = [], 0, 0, bytearray()
+    for i, v in enumerate(indices):
+        codes += ([4] if i % 2 == 0 else []) + [v]
+    for code in codes + [5]:
+        acc |= code << nbits
+        nbits += 3
+        while nbits >= 8:
+            packed.append(acc & 255)
+            acc >>= 8
+            nbits -= 8
+    if nbits:
+        packed.append(acc & 255)
+    blocks = b"".join(bytes([len(packed[i:i + 255])]) + packed[i:i + 255]
+                      for i in range(0, len(packed), 255))
+    return out + b"\x02" + blocks + b"\x00\x3b"
+
+
+def make_image():
+    rgb_rows = [bytes((x * 32 + c * 50 + y * 20) % 256 for x in range(8) for c in range(3))
+                for y in range(6)]
+    files = {
+        "png_rgb_8x6": png(8, 6, 2, 8, rgb_rows),
+        "png_rgba_4x2": png(4, 2, 6, 8, [bytes(range(16)), bytes(range(16, 32))]),
+        "png_palette_trns_4x2": png(4, 2, 3, 2, [b"\x1b", b"\xe4"],
+                                    [(b"PLTE", bytes(range(12))), (b"tRNS", b"\0\0")]),
+        "png_gray16_3x1": png(3, 1, 0, 16, [b"\x00\x12\x01\x00\xff\xff"]),
+        "png_interlaced_gray_9x9": png(9, 9, 0, 8, [bytes(range(y, y + 9)) for y in range(9)],
+                                       interlace=1),
+        "gif_transparent_4x3": gif(4, 3, bytes([10, 20, 30, 200, 0, 0, 0, 200, 0, 0, 0, 200]),
+                                   (1, 1, 2, 2), [1, 2, 3, 0], transparent=2),
+        "gif_frame_outside_2x2": gif(2, 2, bytes([10, 20, 30, 200, 0, 0]), (1, 0, 2, 3),
+                                     [1, 3, 0, 1, 3, 2]),
+    }
+    files.update(ENCODED)
+    for name, data in sorted(files.items()):
+        for k, options in enumerate(IMAGE_OPTIONS):
+            write("image", f"{name}_{k}", options + data)
+
+
 def main():
     make_safetensors()
     make_llama2c()
     make_tokenizer_json()
     make_prefix_checkpoint()
+    make_image()
     n = make_chat_template()
     print("seeds written under", CORPUS, "(%d chat cases)" % n)
 
