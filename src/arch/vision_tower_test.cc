@@ -1,0 +1,335 @@
+// Parity of the DeepSeek-V4.1 vision tower, aligner and image-span rows with DeepSeek's reference
+// (inference/vision.py + model.py) on the tiny random models of
+// ../shared/goldens/deepseek_v41_vision (weights written at test time from their recipes; pixel
+// values from the goldens' preprocessing outputs, so this tests the tower alone), and its
+// batching and threading invariance. Skips with a message when ../shared is absent.
+
+#include "arch/vision_tower.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "gtest/gtest.h"
+#include "model/hf_config.h"
+#include "model/model.h"
+#include "model/synthetic_checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "util/error_codes.h"
+#include "util/mapped_file.h"
+#include "util/sha256.h"
+#include "util/status.h"
+
+namespace deepinfer::arch {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string CaseDir(const std::string& name) {
+  return std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41_vision/" + name;
+}
+
+#define SKIP_WITHOUT_SHARED(name)                                                                \
+  if (!std::filesystem::exists(CaseDir(name))) {                                                 \
+    GTEST_SKIP() << "../shared/goldens/deepseek_v41_vision is absent (a user's clone has none)"; \
+  }
+
+std::string Hex(const util::Sha256Digest& d) {
+  std::string s;
+  for (uint8_t b : d) s += fmt::format("{:02x}", b);
+  return s;
+}
+
+// A gzipped NumPy .npy file (version 1, C order): its dtype string, shape and raw data.
+struct Npy {
+  std::string descr;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+Npy ReadNpyGz(const std::string& path) {
+  Npy npy;
+  auto text = util::ReadGzipFile(path);
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok() || text->size() < 10 || text->compare(1, 5, "NUMPY") != 0) {
+    ADD_FAILURE() << path << " is not a .npy file";
+    return npy;
+  }
+  const size_t header_len = static_cast<uint8_t>((*text)[8]) | static_cast<uint8_t>((*text)[9]) << 8;
+  const std::string header = text->substr(10, header_len);
+  const size_t d = header.find("'descr': '") + 10;
+  npy.descr = header.substr(d, header.find('\'', d) - d);
+  EXPECT_NE(header.find("'fortran_order': False"), std::string::npos) << path;
+  const size_t s = header.find("'shape': (") + 10;
+  std::string dims = header.substr(s, header.find(')', s) - s);
+  for (size_t p = 0; p < dims.size();) {
+    const size_t comma = dims.find(',', p);
+    const std::string dim = dims.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+    if (dim.find_first_of("0123456789") != std::string::npos) npy.shape.push_back(std::stoll(dim));
+    if (comma == std::string::npos) break;
+    p = comma + 1;
+  }
+  npy.data = text->substr(10 + header_len);
+  return npy;
+}
+
+// One image of a case: its pixel values and the reference's outputs.
+struct CaseImage {
+  std::string stem;
+  std::vector<float> pixels;  // [n_patches, 3, 14, 14]
+  VisionImage image;
+};
+
+// pixel_values from `<stem>.pixel_values.npy.gz` when the case stores it, else from the resized
+// uint8 image through the value table (the README's formula), checked against the sha256 the
+// reference printed either way.
+std::vector<float> PixelValues(const std::string& dir, const Json& rec, const Json& value_table) {
+  const int64_t h = rec["plan"]["n_vit_h"], w = rec["plan"]["n_vit_w"], n = h * w;
+  const std::string image = rec["image"];
+  const std::string stem = std::filesystem::path(image).stem();
+  std::vector<float> pv(n * 3 * 14 * 14);
+  const std::string stored = dir + "/" + stem + ".pixel_values.npy.gz";
+  if (std::filesystem::exists(stored)) {
+    const Npy npy = ReadNpyGz(stored);
+    EXPECT_EQ(npy.descr, "<f4");
+    EXPECT_EQ(npy.shape, (std::vector<int64_t>{n, 3, 14, 14}));
+    if (npy.data.size() == pv.size() * 4) std::memcpy(pv.data(), npy.data.data(), npy.data.size());
+  } else {
+    const Npy npy = ReadNpyGz(dir + "/" + rec["resized_rgb"].get<std::string>());
+    EXPECT_EQ(npy.descr, "|u1");
+    EXPECT_EQ(npy.shape, (std::vector<int64_t>{h * 14, w * 14, 3}));
+    if (npy.data.size() != pv.size()) return pv;
+    const std::vector<float> table = value_table.get<std::vector<float>>();
+    const auto* u8 = reinterpret_cast<const uint8_t*>(npy.data.data());
+    for (int64_t p = 0; p < n; ++p) {
+      for (int c = 0; c < 3; ++c) {
+        for (int i = 0; i < 14; ++i) {
+          for (int j = 0; j < 14; ++j) {
+            const int64_t y = (p / w) * 14 + i, x = (p % w) * 14 + j;
+            pv[((p * 3 + c) * 14 + i) * 14 + j] = table[u8[(y * w * 14 + x) * 3 + c]];
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(Hex(util::Sha256(std::string_view(reinterpret_cast<const char*>(pv.data()),
+                                               pv.size() * sizeof(float)))),
+            rec["pixel_values_sha256"].get<std::string>())
+      << stem;
+  return pv;
+}
+
+struct VisionCase {
+  Json golden, outputs;  // golden.json, vision.json.gz
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<VisionTower> tower;
+  std::vector<CaseImage> images;
+
+  std::vector<VisionImage> Batch() const {
+    std::vector<VisionImage> v;
+    for (const CaseImage& im : images) v.push_back(im.image);
+    return v;
+  }
+  // The reference's output `key` ("<stem>.vit" ...): [rows, width] f32.
+  std::vector<float> Ref(const std::string& key, int64_t rows, int64_t width) const {
+    EXPECT_TRUE(outputs.contains(key)) << key;
+    if (!outputs.contains(key)) return {};
+    EXPECT_EQ(outputs[key]["shape"].get<std::vector<int64_t>>(),
+              (std::vector<int64_t>{rows, width}));
+    return outputs[key]["data"].get<std::vector<float>>();
+  }
+};
+
+std::unique_ptr<VisionCase> LoadCase(const std::string& name) {
+  auto c = std::make_unique<VisionCase>();
+  const std::string dir = CaseDir(name);
+  std::ifstream in(dir + "/golden.json");
+  EXPECT_TRUE(in) << dir;
+  c->golden = Json::parse(in);
+  auto text = util::ReadGzipFile(dir + "/vision.json.gz");
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return nullptr;
+  c->outputs = Json::parse(*text);
+  auto folder =
+      model::SyntheticCheckpoint(dir, std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
+  EXPECT_TRUE(folder.ok()) << folder.status();
+  if (!folder.ok()) return nullptr;
+  auto m = model::LoadModel(*folder);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  c->model = std::move(*m);
+  auto tower = CreateVisionTower(*c->model);
+  EXPECT_TRUE(tower.ok()) << tower.status();
+  if (!tower.ok()) return nullptr;
+  c->tower = std::move(*tower);
+  for (const Json& rec : c->golden["images"]) {
+    CaseImage im;
+    im.stem = std::filesystem::path(rec["image"].get<std::string>()).stem();
+    im.pixels = PixelValues(dir, rec, c->golden["value_table"]);
+    im.image = {nullptr, rec["plan"]["n_vit_h"].get<int32_t>(), rec["plan"]["n_vit_w"].get<int32_t>()};
+    c->images.push_back(std::move(im));
+  }
+  for (CaseImage& im : c->images) im.image.pixel_values = im.pixels.data();
+  return c;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const float* b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= worst)) worst = d;  // NaN propagates as a failure
+  }
+  return worst;
+}
+
+// Runs every image of the case in one batch and compares the ViT, aligner and span rows of each
+// with the reference; prints the largest differences.
+void ExpectCaseMatches(const std::string& name, double vit_tol, double aligner_tol) {
+  auto c = LoadCase(name);
+  ASSERT_TRUE(c && c->tower);
+  VisionTower& t = *c->tower;
+  const int64_t D = t.config().hidden, dim = t.text_hidden();
+  const std::vector<VisionImage> batch = c->Batch();
+  int64_t patches = 0, cells = 0, span_rows = 0;
+  for (const VisionImage& im : batch) {
+    patches += im.num_patches();
+    cells += t.GridOf(im).num_cells();
+    span_rows += t.GridOf(im).span_rows();
+  }
+  util::ThreadPool pool(2);
+  std::vector<float> vit(patches * D), aligned(cells * dim), spans(span_rows * dim);
+  t.EncodeVit(batch, vit.data(), pool);
+  t.Align(batch, vit.data(), aligned.data(), pool);
+  t.EmbedImages(batch, spans.data(), pool);
+  int64_t p0 = 0, c0 = 0, s0 = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const std::string& stem = c->images[i].stem;
+    const VisionImage& im = batch[i];
+    const LlmGrid g = t.GridOf(im);
+    const double dv = MaxAbsDiff(c->Ref(stem + ".vit", im.num_patches(), D), vit.data() + p0 * D);
+    const double da = MaxAbsDiff(c->Ref(stem + ".aligner", g.num_cells(), dim),
+                                 aligned.data() + c0 * dim);
+    const double ds = MaxAbsDiff(c->Ref(stem + ".span", g.span_rows(), dim),
+                                 spans.data() + s0 * dim);
+    std::printf("%s %s: %lld patches, max |diff| vit %.3g, aligner %.3g, span %.3g\n",
+                name.c_str(), stem.c_str(), static_cast<long long>(im.num_patches()), dv, da, ds);
+    EXPECT_LE(dv, vit_tol) << stem;
+    EXPECT_LE(da, aligner_tol) << stem;
+    EXPECT_LE(ds, aligner_tol) << stem;
+    p0 += im.num_patches();
+    c0 += g.num_cells();
+    s0 += g.span_rows();
+  }
+}
+
+TEST(VisionTowerParityTest, ReleaseKnobsCaseMatchesTheReferenceOnEveryImage) {
+  SKIP_WITHOUT_SHARED("v41vis_a");
+  ExpectCaseMatches("v41vis_a", 1e-5, 1e-5);
+}
+
+TEST(VisionTowerParityTest, EngramCaseWithThetaFiveHundredMatchesTheReferenceOnEveryImage) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  ExpectCaseMatches("v41vis_b_engram", 1e-5, 1e-5);
+}
+
+TEST(VisionTowerTest, RecipeWeightsEqualTheReferencesWeightsBitForBit) {
+  for (const char* name : {"v41vis_a", "v41vis_b_engram"}) {
+    SKIP_WITHOUT_SHARED(name);
+    std::ifstream g(CaseDir(name) + "/golden.json"), r(CaseDir(name) + "/weights.json");
+    auto tensors = model::DrawSyntheticTensors(Json::parse(r));
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    std::string all;
+    for (const auto& t : *tensors) all.append(t.bytes.begin(), t.bytes.end());
+    EXPECT_EQ(Hex(util::Sha256(all)), Json::parse(g)["weights_sha256"].get<std::string>()) << name;
+  }
+}
+
+TEST(VisionTowerTest, CompositeConfigCarriesTheVisionConfig) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  std::ifstream in(CaseDir("v41vis_b_engram") + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto c = model::ParseHfConfig(text);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "deepseek_v41");
+  ASSERT_TRUE(c->deepseek_v4 && c->deepseek_v4->vision);
+  const model::DeepseekV41VisionConfig& v = *c->deepseek_v4->vision;
+  EXPECT_EQ(v.num_layers, 3);
+  EXPECT_EQ(v.hidden, 96);
+  EXPECT_EQ(v.num_heads, 4);
+  EXPECT_EQ(v.head_dim(), 24);
+  EXPECT_EQ(v.intermediate, 192);
+  EXPECT_EQ(v.patch_size, 14);
+  EXPECT_EQ(v.rope_theta, 500.0f);
+  EXPECT_EQ(v.downsample_ratio, 3);
+  EXPECT_EQ(v.max_image_tokens, 64);
+  EXPECT_EQ(v.min_pixels, 28224);
+  EXPECT_FALSE(v.max_wh_ratio.has_value());
+  EXPECT_EQ(v.image_token_id, c->vocab - 1);
+
+  // Heads whose dimension is not a multiple of 4 have no 2-D rotary: rejected at load.
+  Json j = Json::parse(text);
+  j["vision_config"]["num_attention_heads"] = 8;  // 96 / 8 = 12 is fine
+  EXPECT_TRUE(model::ParseHfConfig(j.dump()).ok());
+  j["vision_config"]["num_attention_heads"] = 16;  // 6
+  EXPECT_EQ(ErrorCodeOf(model::ParseHfConfig(j.dump()).status()), "bad_config");
+  j["vision_config"].erase("hidden_size");
+  EXPECT_EQ(ErrorCodeOf(model::ParseHfConfig(j.dump()).status()), "bad_config");
+  j["vision_config"] = nullptr;  // a text-only composite
+  auto text_only = model::ParseHfConfig(j.dump());
+  ASSERT_TRUE(text_only.ok()) << text_only.status();
+  EXPECT_FALSE(text_only->deepseek_v4->vision.has_value());
+}
+
+TEST(VisionTowerTest, SpanTokenTypesAndLengthsAreThePromptsOnes) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  std::ifstream in(CaseDir("v41vis_b_engram") + "/golden.json");
+  const Json g = Json::parse(in);
+  const std::vector<int> types = g["e2e"]["token_types"].get<std::vector<int>>();
+  for (const Json& s : g["e2e"]["spans"]) {
+    const LlmGrid grid = LlmGridOf(s["n_vit_h"], s["n_vit_w"], 3);
+    ASSERT_EQ(grid.span_rows(), s["length"].get<int64_t>());
+    std::vector<ImageTokenType> got(grid.span_rows());
+    ImageSpanTokenTypes(grid, got.data());
+    for (int64_t i = 0; i < grid.span_rows(); ++i) {
+      EXPECT_EQ(static_cast<int>(got[i]), types[s["start"].get<int64_t>() + i]) << i;
+    }
+  }
+}
+
+// Batching images together or running on more threads changes no bit of any image's rows.
+TEST(VisionTowerTest, BatchedImagesAndThreadCountsGiveTheSameRowsAsOneImageAlone) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  auto c = LoadCase("v41vis_b_engram");
+  ASSERT_TRUE(c && c->tower);
+  VisionTower& t = *c->tower;
+  const std::vector<VisionImage> batch = c->Batch();
+  int64_t rows = 0;
+  for (const VisionImage& im : batch) rows += t.GridOf(im).span_rows();
+  const int64_t dim = t.text_hidden();
+  util::ThreadPool pool2(2), pool1(1);
+  std::vector<float> together(rows * dim);
+  t.EmbedImages(batch, together.data(), pool2);
+  int64_t r0 = 0;
+  for (const VisionImage& im : batch) {
+    const int64_t n = t.GridOf(im).span_rows();
+    std::vector<float> alone(n * dim);
+    t.EmbedImages({&im, 1}, alone.data(), pool1);
+    EXPECT_EQ(std::memcmp(alone.data(), together.data() + r0 * dim, alone.size() * 4), 0);
+    r0 += n;
+  }
+}
+
+TEST(VisionTowerTest, ModelWithoutVisionConfigHasNoTower) {
+  model::Model m;
+  m.config.name = "text";
+  EXPECT_EQ(ErrorCodeOf(CreateVisionTower(m).status()), "unsupported_config");
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
