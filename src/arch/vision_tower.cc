@@ -267,6 +267,7 @@ void VisionTower::Block(const VisionBlock& b, std::span<const VisionImage> image
 
 void VisionTower::EncodeVit(std::span<const VisionImage> images, float* out,
                             util::ThreadPool& pool) {
+  if (images.empty()) return;
   const int64_t D = cfg_.hidden;
   int64_t rows = 0;
   for (const VisionImage& im : images) {
@@ -284,6 +285,7 @@ void VisionTower::EncodeVit(std::span<const VisionImage> images, float* out,
 // right edge; feature c * ratio^2 + kh * ratio + kw, F.unfold's order), then w2(gelu(w1(cell))).
 void VisionTower::Align(std::span<const VisionImage> images, const float* vit, float* out,
                         util::ThreadPool& pool) {
+  if (images.empty()) return;
   const int64_t D = cfg_.hidden, r = cfg_.downsample_ratio, width = D * r * r;
   int64_t cells = 0;
   for (const VisionImage& im : images) cells += GridOf(im).num_cells();

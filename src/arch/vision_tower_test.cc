@@ -6,6 +6,7 @@
 
 #include "arch/vision_tower.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,10 +14,13 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fmt/format.h"
 #include "gtest/gtest.h"
+#include "arch/causal_lm.h"
+#include "model/dtype.h"
 #include "model/hf_config.h"
 #include "model/model.h"
 #include "model/synthetic_checkpoint.h"
@@ -314,6 +318,7 @@ TEST(VisionTowerTest, BatchedImagesAndThreadCountsGiveTheSameRowsAsOneImageAlone
   const int64_t dim = t.text_hidden();
   util::ThreadPool pool2(2), pool1(1);
   std::vector<float> together(rows * dim);
+  t.EmbedImages({}, nullptr, pool2);  // a step without images
   t.EmbedImages(batch, together.data(), pool2);
   int64_t r0 = 0;
   for (const VisionImage& im : batch) {
@@ -329,6 +334,110 @@ TEST(VisionTowerTest, ModelWithoutVisionConfigHasNoTower) {
   model::Model m;
   m.config.name = "text";
   EXPECT_EQ(ErrorCodeOf(CreateVisionTower(m).status()), "unsupported_config");
+}
+
+// The text builder reads the composite checkpoint too (it leaves the vision tensors to this
+// block), and the tower loads from the same Model.
+TEST(VisionTowerTest, TextModelLoadsTheCompositeCheckpointBesideTheTower) {
+  SKIP_WITHOUT_SHARED("v41vis_a");
+  auto folder = model::SyntheticCheckpoint(CaseDir("v41vis_a"),
+                                           std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  auto m = model::LoadModel(*folder);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto lm = CreateCausalLm(**m);
+  EXPECT_TRUE(lm.ok()) << lm.status();
+  auto tower = CreateVisionTower(**m);
+  ASSERT_TRUE(tower.ok()) << tower.status();
+  EXPECT_EQ((*tower)->text_hidden(), (*m)->config.hidden);
+}
+
+// A model assembled in memory with the release's vision sizes (32 -> `layers` layers, width
+// 1024, 16 heads of 64, SwiGLU 2816, text width 4096), random BF16 weights.
+std::unique_ptr<model::Model> ReleaseSizedModel(int layers) {
+  auto m = std::make_unique<model::Model>();
+  m->config.hidden = 4096;
+  model::DeepseekV4Config ds;
+  model::DeepseekV41VisionConfig v;
+  v.num_layers = layers;
+  v.hidden = 1024;
+  v.num_heads = 16;
+  v.intermediate = 2816;
+  ds.vision = v;
+  m->config.deepseek_v4 = ds;
+  uint64_t state = 42;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool f32, float scale) {
+    model::TensorView t;
+    t.name = name;
+    t.dtype = f32 ? model::DType::kF32 : model::DType::kBF16;
+    t.shape = shape;
+    const int64_t n = t.num_elements();
+    std::vector<uint8_t>& bytes = m->owned.emplace_back(n * (f32 ? 4 : 2));
+    for (int64_t i = 0; i < n; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const float v = f32 ? 1.0f : scale * (static_cast<float>(state >> 40) / (1 << 23) - 1.0f);
+      if (f32) {
+        std::memcpy(bytes.data() + 4 * i, &v, 4);
+      } else {
+        const uint16_t b = model::Fp32ToBf16(v);
+        std::memcpy(bytes.data() + 2 * i, &b, 2);
+      }
+    }
+    t.data = bytes.data();
+    t.size_bytes = bytes.size();
+    m->tensors[name] = t;
+  };
+  const int64_t D = 1024, I = 2816, dim = 4096;
+  add("vision.patch_embed.proj.weight", {D, 588}, false, 0.04f);
+  add("vision.patch_embed.proj.bias", {D}, false, 0.1f);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("vision.blocks.{}.", l);
+    add(p + "norm1.weight", {D}, true, 0);
+    add(p + "norm2.weight", {D}, true, 0);
+    add(p + "attn.wqkv.weight", {3 * D, D}, false, 0.03f);
+    add(p + "attn.wqkv.bias", {3 * D}, false, 0.1f);
+    add(p + "attn.wo.weight", {D, D}, false, 0.03f);
+    add(p + "attn.wo.bias", {D}, false, 0.1f);
+    add(p + "mlp.w1.weight", {2 * I, D}, false, 0.03f);
+    add(p + "mlp.w2.weight", {D, I}, false, 0.02f);
+  }
+  add("vision.norm.weight", {D}, true, 0);
+  add("aligner.w1.weight", {dim, 9 * D}, false, 0.01f);
+  add("aligner.w1.bias", {dim}, false, 0.1f);
+  add("aligner.w2.weight", {dim, dim}, false, 0.015f);
+  add("aligner.w2.bias", {dim}, false, 0.1f);
+  for (const char* name : {"image_start", "image_end", "image_newline"}) add(name, {dim}, false, 1);
+  return m;
+}
+
+// Timing of one release-sized layer on the largest image the release plans (93 x 93 patches,
+// 994 tokens): run with --gtest_also_run_disabled_tests.
+TEST(VisionTowerTiming, DISABLED_OneReleaseSizedLayerOnTheLargestImage) {
+  const int layers = std::getenv("DEEPINFER_VISION_LAYERS") != nullptr
+                         ? std::atoi(std::getenv("DEEPINFER_VISION_LAYERS"))
+                         : 1;
+  auto m = ReleaseSizedModel(layers);
+  auto tower = CreateVisionTower(*m);
+  ASSERT_TRUE(tower.ok()) << tower.status();
+  const int32_t side = 93;
+  std::vector<float> pixels(int64_t{side} * side * 588);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 255) / 127 - 1;
+  const VisionImage image{pixels.data(), side, side};
+  const LlmGrid g = (*tower)->GridOf(image);
+  std::vector<float> out(g.span_rows() * 4096), vit(image.num_patches() * 1024);
+  util::ThreadPool pool(std::thread::hardware_concurrency());
+  for (int rep = 0; rep < 2; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    (*tower)->EncodeVit({&image, 1}, vit.data(), pool);
+    auto t1 = std::chrono::steady_clock::now();
+    (*tower)->EmbedImages({&image, 1}, out.data(), pool);
+    auto t2 = std::chrono::steady_clock::now();
+    std::printf("%d layer(s), %lld patches, %d threads: ViT %.2f s, ViT + aligner + span %.2f s\n",
+                layers, static_cast<long long>(image.num_patches()), pool.num_threads(),
+                std::chrono::duration<double>(t1 - t0).count(),
+                std::chrono::duration<double>(t2 - t1).count());
+  }
+  for (float v : out) ASSERT_TRUE(std::isfinite(v));
 }
 
 }  // namespace
