@@ -6,6 +6,7 @@
 
 #include "arch/vision_tower.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fmt/format.h"
@@ -352,17 +355,20 @@ TEST(VisionTowerTest, TextModelLoadsTheCompositeCheckpointBesideTheTower) {
   EXPECT_EQ((*tower)->text_hidden(), (*m)->config.hidden);
 }
 
-// A model assembled in memory with the release's vision sizes (32 -> `layers` layers, width
-// 1024, 16 heads of 64, SwiGLU 2816, text width 4096), random BF16 weights.
-std::unique_ptr<model::Model> ReleaseSizedModel(int layers) {
+// A model assembled in memory: `layers` vision layers of width D, `heads` heads, SwiGLU I, text
+// width `dim`, downsample 3; random BF16 linears (uniform, std about 1/sqrt(in)) and span
+// vectors, F32 norm scales 1 +- 0.2.
+std::unique_ptr<model::Model> InMemoryModel(int layers, int64_t D, int heads, int64_t I,
+                                            int64_t dim, float theta = 10000.0f) {
   auto m = std::make_unique<model::Model>();
-  m->config.hidden = 4096;
+  m->config.hidden = static_cast<int>(dim);
   model::DeepseekV4Config ds;
   model::DeepseekV41VisionConfig v;
   v.num_layers = layers;
-  v.hidden = 1024;
-  v.num_heads = 16;
-  v.intermediate = 2816;
+  v.hidden = static_cast<int>(D);
+  v.num_heads = heads;
+  v.intermediate = static_cast<int>(I);
+  v.rope_theta = theta;
   ds.vision = v;
   m->config.deepseek_v4 = ds;
   uint64_t state = 42;
@@ -375,11 +381,12 @@ std::unique_ptr<model::Model> ReleaseSizedModel(int layers) {
     std::vector<uint8_t>& bytes = m->owned.emplace_back(n * (f32 ? 4 : 2));
     for (int64_t i = 0; i < n; ++i) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
-      const float v = f32 ? 1.0f : scale * (static_cast<float>(state >> 40) / (1 << 23) - 1.0f);
+      const float x = static_cast<float>(state >> 40) / (1 << 23) - 1.0f;  // [-1, 1)
       if (f32) {
-        std::memcpy(bytes.data() + 4 * i, &v, 4);
+        const float value = 1.0f + 0.2f * x;
+        std::memcpy(bytes.data() + 4 * i, &value, 4);
       } else {
-        const uint16_t b = model::Fp32ToBf16(v);
+        const uint16_t b = model::Fp32ToBf16(scale * x);
         std::memcpy(bytes.data() + 2 * i, &b, 2);
       }
     }
@@ -387,36 +394,213 @@ std::unique_ptr<model::Model> ReleaseSizedModel(int layers) {
     t.size_bytes = bytes.size();
     m->tensors[name] = t;
   };
-  const int64_t D = 1024, I = 2816, dim = 4096;
-  add("vision.patch_embed.proj.weight", {D, 588}, false, 0.04f);
+  auto linear = [](int64_t in) { return 1.7f / std::sqrt(static_cast<float>(in)); };
+  add("vision.patch_embed.proj.weight", {D, 588}, false, linear(588));
   add("vision.patch_embed.proj.bias", {D}, false, 0.1f);
   for (int l = 0; l < layers; ++l) {
     const std::string p = fmt::format("vision.blocks.{}.", l);
     add(p + "norm1.weight", {D}, true, 0);
     add(p + "norm2.weight", {D}, true, 0);
-    add(p + "attn.wqkv.weight", {3 * D, D}, false, 0.03f);
+    add(p + "attn.wqkv.weight", {3 * D, D}, false, linear(D));
     add(p + "attn.wqkv.bias", {3 * D}, false, 0.1f);
-    add(p + "attn.wo.weight", {D, D}, false, 0.03f);
+    add(p + "attn.wo.weight", {D, D}, false, linear(D));
     add(p + "attn.wo.bias", {D}, false, 0.1f);
-    add(p + "mlp.w1.weight", {2 * I, D}, false, 0.03f);
-    add(p + "mlp.w2.weight", {D, I}, false, 0.02f);
+    add(p + "mlp.w1.weight", {2 * I, D}, false, linear(D));
+    add(p + "mlp.w2.weight", {D, I}, false, linear(I));
   }
   add("vision.norm.weight", {D}, true, 0);
-  add("aligner.w1.weight", {dim, 9 * D}, false, 0.01f);
+  add("aligner.w1.weight", {dim, 9 * D}, false, linear(9 * D));
   add("aligner.w1.bias", {dim}, false, 0.1f);
-  add("aligner.w2.weight", {dim, dim}, false, 0.015f);
+  add("aligner.w2.weight", {dim, dim}, false, linear(dim));
   add("aligner.w2.bias", {dim}, false, 0.1f);
   for (const char* name : {"image_start", "image_end", "image_newline"}) add(name, {dim}, false, 1);
   return m;
 }
 
-// Timing of one release-sized layer on the largest image the release plans (93 x 93 patches,
+// ---- A direct double-precision transcription of vision.py, for the tests that run without
+// ../shared: full softmax, angles in double. ------------------------------------------------
+
+using Mat = std::vector<std::vector<double>>;
+
+std::vector<double> Values(const model::Model& m, const std::string& name) {
+  const model::TensorView& t = m.tensors.at(name);
+  std::vector<double> v(t.num_elements());
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    if (t.dtype == model::DType::kF32) {
+      float f;
+      std::memcpy(&f, t.data + 4 * i, 4);
+      v[i] = f;
+    } else {
+      uint16_t b;
+      std::memcpy(&b, t.data + 2 * i, 2);
+      v[i] = model::Bf16ToFp32(b);
+    }
+  }
+  return v;
+}
+
+Mat Dense(const model::Model& m, const std::string& w, const std::string& b, const Mat& x) {
+  const std::vector<double> W = Values(m, w), B = b.empty() ? std::vector<double>() : Values(m, b);
+  const size_t out = m.tensors.at(w).shape[0], in = m.tensors.at(w).shape[1];
+  Mat y(x.size(), std::vector<double>(out));
+  for (size_t t = 0; t < x.size(); ++t) {
+    for (size_t o = 0; o < out; ++o) {
+      double acc = B.empty() ? 0 : B[o];
+      for (size_t i = 0; i < in; ++i) acc += W[o * in + i] * x[t][i];
+      y[t][o] = acc;
+    }
+  }
+  return y;
+}
+
+Mat Norm(const model::Model& m, const std::string& w, const Mat& x) {
+  const std::vector<double> W = Values(m, w);
+  Mat y = x;
+  for (auto& row : y) {
+    double ss = 0;
+    for (double v : row) ss += v * v;
+    const double inv = 1 / std::sqrt(ss / row.size() + 1e-6);
+    for (size_t i = 0; i < row.size(); ++i) row[i] *= inv * W[i];
+  }
+  return y;
+}
+
+Mat NaiveAttention(const model::DeepseekV41VisionConfig& v, const Mat& qkv, int n_w) {
+  const int D = v.hidden, hd = v.head_dim(), half = hd / 2, quarter = hd / 4;
+  const size_t n = qkv.size();
+  Mat q(n, std::vector<double>(D)), k = q, out = q;
+  for (size_t t = 0; t < n; ++t) {
+    for (int h = 0; h < v.num_heads; ++h) {
+      for (int i = 0; i < half; ++i) {
+        const double pos = i < quarter ? static_cast<double>(t / n_w) : static_cast<double>(t % n_w);
+        const double a = pos * std::pow(v.rope_theta, -2.0 * (i % quarter) / half);
+        for (auto [dst, src] : {std::pair{&q, 0}, std::pair{&k, D}}) {
+          const double x1 = qkv[t][src + h * hd + i], x2 = qkv[t][src + h * hd + i + half];
+          (*dst)[t][h * hd + i] = x1 * std::cos(a) - x2 * std::sin(a);
+          (*dst)[t][h * hd + i + half] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < n; ++t) {
+    for (int h = 0; h < v.num_heads; ++h) {
+      std::vector<double> s(n);
+      double mx = -1e300, sum = 0;
+      for (size_t j = 0; j < n; ++j) {
+        s[j] = 0;
+        for (int d = 0; d < hd; ++d) s[j] += q[t][h * hd + d] * k[j][h * hd + d];
+        s[j] /= std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, s[j]);
+      }
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (size_t j = 0; j < n; ++j) {
+        for (int d = 0; d < hd; ++d) out[t][h * hd + d] += s[j] / sum * qkv[j][2 * D + h * hd + d];
+      }
+    }
+  }
+  return out;
+}
+
+// One image's span rows, [span_rows, dim].
+Mat NaiveSpan(const model::Model& m, const VisionImage& im) {
+  const model::DeepseekV41VisionConfig& v = *m.config.deepseek_v4->vision;
+  const int I = v.intermediate;
+  Mat x(im.num_patches(), std::vector<double>(588));
+  for (int64_t p = 0; p < im.num_patches(); ++p) {
+    for (int i = 0; i < 588; ++i) x[p][i] = im.pixel_values[p * 588 + i];
+  }
+  x = Dense(m, "vision.patch_embed.proj.weight", "vision.patch_embed.proj.bias", x);
+  for (int l = 0; l < v.num_layers; ++l) {
+    const std::string p = fmt::format("vision.blocks.{}.", l);
+    Mat qkv = Dense(m, p + "attn.wqkv.weight", p + "attn.wqkv.bias", Norm(m, p + "norm1.weight", x));
+    Mat o = Dense(m, p + "attn.wo.weight", p + "attn.wo.bias", NaiveAttention(v, qkv, im.n_vit_w));
+    for (size_t t = 0; t < x.size(); ++t) {
+      for (int d = 0; d < v.hidden; ++d) x[t][d] += o[t][d];
+    }
+    Mat g = Dense(m, p + "mlp.w1.weight", "", Norm(m, p + "norm2.weight", x));
+    for (auto& row : g) {
+      for (int i = 0; i < I; ++i) row[i] = row[i] / (1 + std::exp(-row[i])) * row[I + i];
+      row.resize(I);
+    }
+    o = Dense(m, p + "mlp.w2.weight", "", g);
+    for (size_t t = 0; t < x.size(); ++t) {
+      for (int d = 0; d < v.hidden; ++d) x[t][d] += o[t][d];
+    }
+  }
+  x = Norm(m, "vision.norm.weight", x);
+  const LlmGrid grid = LlmGridOf(im.n_vit_h, im.n_vit_w, 3);
+  Mat cells(grid.num_cells(), std::vector<double>(9 * v.hidden, 0.0));
+  for (int64_t c = 0; c < grid.num_cells(); ++c) {
+    for (int kh = 0; kh < 3; ++kh) {
+      for (int kw = 0; kw < 3; ++kw) {
+        const int64_t ph = c / grid.n_w * 3 + kh, pw = c % grid.n_w * 3 + kw;
+        if (ph >= im.n_vit_h || pw >= im.n_vit_w) continue;
+        for (int d = 0; d < v.hidden; ++d) cells[c][d * 9 + kh * 3 + kw] = x[ph * im.n_vit_w + pw][d];
+      }
+    }
+  }
+  Mat a = Dense(m, "aligner.w1.weight", "aligner.w1.bias", cells);
+  for (auto& row : a) {
+    for (double& y : row) y = 0.5 * y * (1 + std::erf(y / std::sqrt(2.0)));
+  }
+  a = Dense(m, "aligner.w2.weight", "aligner.w2.bias", a);
+  Mat span;
+  auto vec = [&](const char* name) {
+    const std::vector<double> r = Values(m, name);
+    span.push_back(r);
+  };
+  vec("image_start");
+  for (int h = 0; h < grid.n_h; ++h) {
+    for (int w = 0; w < grid.n_w; ++w) span.push_back(a[h * grid.n_w + w]);
+    vec("image_newline");
+  }
+  vec("image_end");
+  return span;
+}
+
+// Without ../shared: grids of one patch, of partial aligner cells and of more patches than a key
+// block and a query chunk, on the kernel's fast path (head 16) and its generic one (head 24),
+// against the double-precision transcription above.
+TEST(VisionTowerTest, MatchesADirectTranscriptionOfTheReferenceOnOddGrids) {
+  for (const auto& [D, heads, theta] : {std::tuple{32, 2, 10000.0f}, std::tuple{48, 2, 500.0f}}) {
+    auto m = InMemoryModel(2, D, heads, 40, 24, theta);
+    auto tower = CreateVisionTower(*m);
+    ASSERT_TRUE(tower.ok()) << tower.status();
+    const std::vector<std::pair<int, int>> grids = {{1, 1}, {5, 7}, {17, 4}, {2, 40}};
+    std::vector<std::vector<float>> pixels;
+    std::vector<VisionImage> images;
+    int64_t rows = 0;
+    for (auto [h, w] : grids) {
+      std::vector<float>& px = pixels.emplace_back(int64_t{h} * w * 588);
+      for (size_t i = 0; i < px.size(); ++i) px[i] = std::sin(0.37f * i + h) * 0.9f;
+      images.push_back({px.data(), h, w});
+      rows += (*tower)->GridOf(images.back()).span_rows();
+    }
+    util::ThreadPool pool(2);
+    std::vector<float> got(rows * 24);
+    (*tower)->EmbedImages(images, got.data(), pool);
+    const float* row = got.data();
+    for (const VisionImage& im : images) {
+      const Mat want = NaiveSpan(*m, im);
+      ASSERT_EQ(static_cast<int64_t>(want.size()), (*tower)->GridOf(im).span_rows());
+      double worst = 0;
+      for (const auto& w : want) {
+        for (size_t d = 0; d < w.size(); ++d) worst = std::max(worst, std::fabs(w[d] - row[d]));
+        row += 24;
+      }
+      EXPECT_LT(worst, 1e-5) << "D " << D << ", grid " << im.n_vit_h << " x " << im.n_vit_w;
+    }
+  }
+}
+
+// Timing of one release-sized layer (width 1024, 16 heads of 64, SwiGLU 2816, text width 4096)
+// on the largest image the release plans (93 x 93 patches,
 // 994 tokens): run with --gtest_also_run_disabled_tests.
 TEST(VisionTowerTiming, DISABLED_OneReleaseSizedLayerOnTheLargestImage) {
   const int layers = std::getenv("DEEPINFER_VISION_LAYERS") != nullptr
                          ? std::atoi(std::getenv("DEEPINFER_VISION_LAYERS"))
                          : 1;
-  auto m = ReleaseSizedModel(layers);
+  auto m = InMemoryModel(layers, 1024, 16, 2816, 4096);
   auto tower = CreateVisionTower(*m);
   ASSERT_TRUE(tower.ok()) << tower.status();
   const int32_t side = 93;
