@@ -84,14 +84,14 @@ absl::StatusOr<EngramWeights> EngramBlock::Load(TensorSchema& schema, const mode
                                 fmt::format("{}embed.weight is {}, expected [{}, {}]", g,
                                             model::ShapeString(e.table->shape), rows, hd));
   }
-  if (e.table->dtype == model::DType::kF8E4M3) {
+  if (e.table->dtype == tensor::DType::kF8E4M3) {
     e.table_scale = model.Find(g + "embed.scale");
     if (e.table_scale == nullptr) {
       return NotFoundError(util::codes::kMissingTensor,
                            fmt::format("tensor '{}embed.scale' is missing", g));
     }
     schema.MarkUsed(g + "embed.scale");
-    if (e.table_scale->dtype != model::DType::kE8M0 ||
+    if (e.table_scale->dtype != tensor::DType::kE8M0 ||
         e.table_scale->shape != std::vector<int64_t>{rows, hd / 32} || hd % 32 != 0) {
       return InvalidArgumentError(
           util::codes::kShapeMismatch,
@@ -100,10 +100,10 @@ absl::StatusOr<EngramWeights> EngramBlock::Load(TensorSchema& schema, const mode
     // The release's tables are ~98 GB each: sampled rows only, as for every large matrix.
     DI_RETURN_IF_ERROR(model::CheckFinite(*e.table, /*full=*/false));
     DI_RETURN_IF_ERROR(model::CheckFinite(*e.table_scale, /*full=*/false));
-  } else if (e.table->dtype != model::DType::kF32 && e.table->dtype != model::DType::kBF16) {
+  } else if (e.table->dtype != tensor::DType::kF32 && e.table->dtype != tensor::DType::kBF16) {
     return UnimplementedError(
         util::codes::kUnsupportedDtype,
-        fmt::format("{}embed.weight has dtype {}", g, model::DTypeName(e.table->dtype)));
+        fmt::format("{}embed.weight has dtype {}", g, tensor::DTypeName(e.table->dtype)));
   } else {
     DI_RETURN_IF_ERROR(schema.Mat(g + "embed.weight", rows, hd).status());
     if (schema.Has(g + "embed.scale")) schema.MarkUsed(g + "embed.scale");  // unused ones

@@ -30,9 +30,9 @@ namespace deepinfer::arch {
 // q * k [hc, H] (the reference uses only the product).
 struct EngramWeights {
   int index = -1;  // position in engram_layer_ids; -1: the layer has no Engram
-  const model::TensorView* table = nullptr;
-  const model::TensorView* table_scale = nullptr;  // FP8 tables only
-  const model::TensorView* wkv = nullptr;
+  const tensor::TensorView* table = nullptr;
+  const tensor::TensorView* table_scale = nullptr;  // FP8 tables only
+  const tensor::TensorView* wkv = nullptr;
   std::vector<float> qk;
 };
 

@@ -381,6 +381,41 @@ absl::StatusOr<std::vector<int>> IntList(const Json& j, const ConfigReader& r, c
   return out;
 }
 
+// DeepSeek-V4.1's vision_config (absent or null: a text-only model) and the top-level
+// image_token_id (-1 when absent). The tower's own constraints are checked here so that a bad
+// config fails at load: the width splits into heads whose dimension the 2-D rotary halves twice
+// (the reference raises for head_dim % 4 != 0).
+absl::StatusOr<std::optional<DeepseekV41VisionConfig>> ParseV41Vision(const Json& top,
+                                                                      const ConfigReader& top_reader,
+                                                                      const std::string& label,
+                                                                      int vocab) {
+  auto it = top.find("vision_config");
+  if (it == top.end() || it->is_null()) return std::optional<DeepseekV41VisionConfig>();
+  if (!it->is_object()) return top_reader.Error("'vision_config' must be an object");
+  ConfigReader r(*it, label + " vision_config");
+  DeepseekV41VisionConfig v;
+  DI_ASSIGN_OR_RETURN(v.num_layers, r.Int("num_hidden_layers", std::nullopt));
+  DI_ASSIGN_OR_RETURN(v.hidden, r.Int("hidden_size", std::nullopt, 4, 1 << 16));
+  DI_ASSIGN_OR_RETURN(v.num_heads, r.Int("num_attention_heads", std::nullopt, 1, 1024));
+  DI_ASSIGN_OR_RETURN(v.intermediate, r.Int("intermediate_size", std::nullopt, 1, 1 << 20));
+  DI_ASSIGN_OR_RETURN(v.patch_size, r.Int("patch_size", 14, 1, 1024));
+  DI_ASSIGN_OR_RETURN(v.rope_theta, r.Float("rope_theta", 10000.0f));
+  DI_ASSIGN_OR_RETURN(v.downsample_ratio, r.Int("downsample_ratio", 3, 1, 64));
+  DI_ASSIGN_OR_RETURN(v.max_image_tokens, r.Int("max_image_tokens", 1024, 3));
+  DI_ASSIGN_OR_RETURN(v.min_pixels, r.Int("min_pixels", 0, 0));
+  if (r.Has("max_wh_ratio")) {
+    DI_ASSIGN_OR_RETURN(float ratio, r.Float("max_wh_ratio", 1.0f));
+    v.max_wh_ratio = ratio;
+  }
+  if (v.hidden % v.num_heads != 0 || v.head_dim() % 4 != 0) {
+    return r.Error(fmt::format("hidden_size {} must split into {} heads of a dimension divisible "
+                               "by 4",
+                               v.hidden, v.num_heads));
+  }
+  DI_ASSIGN_OR_RETURN(v.image_token_id, top_reader.Int("image_token_id", -1, 0, vocab - 1));
+  return std::optional<DeepseekV41VisionConfig>(v);
+}
+
 // DeepSeek-V4.1: the composite config's text_config (or a bare deepseek_v41_text config).
 absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader& top_reader,
                                              const std::string& label) {
@@ -485,6 +520,7 @@ absl::StatusOr<ModelConfig> ParseDeepseekV41(const Json& top, const ConfigReader
                                d.candidate_source_layer_id));
   }
   DI_RETURN_IF_ERROR(ReadV4Rope(j, r, label, &c, &d));
+  DI_ASSIGN_OR_RETURN(d.vision, ParseV41Vision(top, top_reader, label, c.vocab));
   c.deepseek_v4 = std::move(d);
   return c;
 }

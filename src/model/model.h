@@ -93,6 +93,28 @@ struct DeepseekConfig {
   }
 };
 
+// DeepSeek-V4.1's vision tower, aligner and image preprocessing knobs: the composite
+// config.json's `vision_config` plus its top-level `image_token_id`.
+//
+// Units: hidden / intermediate in elements, patch_size and min_pixels in pixels, max_image_tokens
+//   in text tokens (an image's whole span, delimiters included).
+// Source: DeepSeek-V4.1-Flash config.json vision_config (model_type deepseek_v41_vision); the
+//   reference's ModelArgs vision_* fields (inference/model.py).
+struct DeepseekV41VisionConfig {
+  int num_layers = 0;
+  int hidden = 0;  // vision width D
+  int num_heads = 0;
+  int intermediate = 0;  // SwiGLU inner width
+  int patch_size = 14;
+  float rope_theta = 10000.0f;
+  int downsample_ratio = 3;  // the aligner merges ratio x ratio patches into one text token
+  int max_image_tokens = 1024;
+  int min_pixels = 0;
+  std::optional<float> max_wh_ratio;  // null in the release
+  int image_token_id = -1;            // the id every span position carries in input_ids
+  int head_dim() const { return num_heads > 0 ? hidden / num_heads : 0; }
+};
+
 // DeepSeek-V4 hyperparameters (mHC residual streams, shared-KV attention with a sliding window
 // plus compressed branches, sqrt-softplus / hash-routed MoE), named as in HF config.json.
 //
@@ -157,6 +179,9 @@ struct DeepseekV4Config {
   int dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
   int dspark_n_routed_experts = 0, dspark_num_experts_per_tok = 0;
   std::vector<int> dspark_target_layer_ids;
+  // The vision tower and aligner (the composite config's vision_config); absent for a text-only
+  // config.
+  std::optional<DeepseekV41VisionConfig> vision;
 };
 
 // Hyperparameters of a decoder-only transformer, filled by a file-format reader.

@@ -1,0 +1,628 @@
+// Parity of the DeepSeek-V4.1 vision tower, aligner and image-span rows with DeepSeek's reference
+// (inference/vision.py + model.py) on the tiny random models of
+// ../shared/goldens/deepseek_v41_vision (weights written at test time from their recipes; pixel
+// values from the goldens' preprocessing outputs, so this tests the tower alone), and its
+// batching and threading invariance. Skips with a message when ../shared is absent.
+
+#include "arch/vision_tower.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "fmt/format.h"
+#include "gtest/gtest.h"
+#include "arch/causal_lm.h"
+#include "tensor/dtype.h"
+#include "model/hf_config.h"
+#include "model/model.h"
+#include "model/synthetic_checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "util/error_codes.h"
+#include "util/mapped_file.h"
+#include "util/sha256.h"
+#include "util/status.h"
+
+namespace deepinfer::arch {
+namespace {
+
+using Json = nlohmann::json;
+
+std::string CaseDir(const std::string& name) {
+  return std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41_vision/" + name;
+}
+
+#define SKIP_WITHOUT_SHARED(name)                                                                \
+  if (!std::filesystem::exists(CaseDir(name))) {                                                 \
+    GTEST_SKIP() << "../shared/goldens/deepseek_v41_vision is absent (a user's clone has none)"; \
+  }
+
+std::string Hex(const util::Sha256Digest& d) {
+  std::string s;
+  for (uint8_t b : d) s += fmt::format("{:02x}", b);
+  return s;
+}
+
+// A gzipped NumPy .npy file (version 1, C order): its dtype string, shape and raw data.
+struct Npy {
+  std::string descr;
+  std::vector<int64_t> shape;
+  std::string data;
+};
+
+Npy ReadNpyGz(const std::string& path) {
+  Npy npy;
+  auto text = util::ReadGzipFile(path);
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok() || text->size() < 10 || text->compare(1, 5, "NUMPY") != 0) {
+    ADD_FAILURE() << path << " is not a .npy file";
+    return npy;
+  }
+  const size_t header_len = static_cast<uint8_t>((*text)[8]) | static_cast<uint8_t>((*text)[9]) << 8;
+  const std::string header = text->substr(10, header_len);
+  const size_t d = header.find("'descr': '") + 10;
+  npy.descr = header.substr(d, header.find('\'', d) - d);
+  EXPECT_NE(header.find("'fortran_order': False"), std::string::npos) << path;
+  const size_t s = header.find("'shape': (") + 10;
+  std::string dims = header.substr(s, header.find(')', s) - s);
+  for (size_t p = 0; p < dims.size();) {
+    const size_t comma = dims.find(',', p);
+    const std::string dim = dims.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+    if (dim.find_first_of("0123456789") != std::string::npos) npy.shape.push_back(std::stoll(dim));
+    if (comma == std::string::npos) break;
+    p = comma + 1;
+  }
+  npy.data = text->substr(10 + header_len);
+  return npy;
+}
+
+// One image of a case: its pixel values and the reference's outputs.
+struct CaseImage {
+  std::string stem;
+  std::vector<float> pixels;  // [n_patches, 3, 14, 14]
+  VisionImage image;
+};
+
+// pixel_values from `<stem>.pixel_values.npy.gz` when the case stores it, else from the resized
+// uint8 image through the value table (the README's formula), checked against the sha256 the
+// reference printed either way.
+std::vector<float> PixelValues(const std::string& dir, const Json& rec, const Json& value_table) {
+  const int64_t h = rec["plan"]["n_vit_h"], w = rec["plan"]["n_vit_w"], n = h * w;
+  const std::string image = rec["image"];
+  const std::string stem = std::filesystem::path(image).stem();
+  std::vector<float> pv(n * 3 * 14 * 14);
+  const std::string stored = dir + "/" + stem + ".pixel_values.npy.gz";
+  if (std::filesystem::exists(stored)) {
+    const Npy npy = ReadNpyGz(stored);
+    EXPECT_EQ(npy.descr, "<f4");
+    EXPECT_EQ(npy.shape, (std::vector<int64_t>{n, 3, 14, 14}));
+    if (npy.data.size() == pv.size() * 4) std::memcpy(pv.data(), npy.data.data(), npy.data.size());
+  } else {
+    const Npy npy = ReadNpyGz(dir + "/" + rec["resized_rgb"].get<std::string>());
+    EXPECT_EQ(npy.descr, "|u1");
+    EXPECT_EQ(npy.shape, (std::vector<int64_t>{h * 14, w * 14, 3}));
+    if (npy.data.size() != pv.size()) return pv;
+    const std::vector<float> table = value_table.get<std::vector<float>>();
+    const auto* u8 = reinterpret_cast<const uint8_t*>(npy.data.data());
+    for (int64_t p = 0; p < n; ++p) {
+      for (int c = 0; c < 3; ++c) {
+        for (int i = 0; i < 14; ++i) {
+          for (int j = 0; j < 14; ++j) {
+            const int64_t y = (p / w) * 14 + i, x = (p % w) * 14 + j;
+            pv[((p * 3 + c) * 14 + i) * 14 + j] = table[u8[(y * w * 14 + x) * 3 + c]];
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(Hex(util::Sha256(std::string_view(reinterpret_cast<const char*>(pv.data()),
+                                               pv.size() * sizeof(float)))),
+            rec["pixel_values_sha256"].get<std::string>())
+      << stem;
+  return pv;
+}
+
+struct VisionCase {
+  Json golden, outputs;  // golden.json, vision.json.gz
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<VisionTower> tower;
+  std::vector<CaseImage> images;
+
+  std::vector<VisionImage> Batch() const {
+    std::vector<VisionImage> v;
+    for (const CaseImage& im : images) v.push_back(im.image);
+    return v;
+  }
+  // The reference's output `key` ("<stem>.vit" ...): [rows, width] f32.
+  std::vector<float> Ref(const std::string& key, int64_t rows, int64_t width) const {
+    EXPECT_TRUE(outputs.contains(key)) << key;
+    if (!outputs.contains(key)) return {};
+    EXPECT_EQ(outputs[key]["shape"].get<std::vector<int64_t>>(),
+              (std::vector<int64_t>{rows, width}));
+    return outputs[key]["data"].get<std::vector<float>>();
+  }
+};
+
+std::unique_ptr<VisionCase> LoadCase(const std::string& name) {
+  auto c = std::make_unique<VisionCase>();
+  const std::string dir = CaseDir(name);
+  std::ifstream in(dir + "/golden.json");
+  EXPECT_TRUE(in) << dir;
+  c->golden = Json::parse(in);
+  auto text = util::ReadGzipFile(dir + "/vision.json.gz");
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return nullptr;
+  c->outputs = Json::parse(*text);
+  auto folder =
+      model::SyntheticCheckpoint(dir, std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
+  EXPECT_TRUE(folder.ok()) << folder.status();
+  if (!folder.ok()) return nullptr;
+  auto m = model::LoadModel(*folder);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return nullptr;
+  c->model = std::move(*m);
+  auto tower = CreateVisionTower(*c->model);
+  EXPECT_TRUE(tower.ok()) << tower.status();
+  if (!tower.ok()) return nullptr;
+  c->tower = std::move(*tower);
+  for (const Json& rec : c->golden["images"]) {
+    CaseImage im;
+    im.stem = std::filesystem::path(rec["image"].get<std::string>()).stem();
+    im.pixels = PixelValues(dir, rec, c->golden["value_table"]);
+    im.image = {nullptr, rec["plan"]["n_vit_h"].get<int32_t>(), rec["plan"]["n_vit_w"].get<int32_t>()};
+    c->images.push_back(std::move(im));
+  }
+  for (CaseImage& im : c->images) im.image.pixel_values = im.pixels.data();
+  return c;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const float* b) {
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    if (!(d <= worst)) worst = d;  // NaN propagates as a failure
+  }
+  return worst;
+}
+
+// Runs every image of the case in one batch and compares the ViT, aligner and span rows of each
+// with the reference; prints the largest differences.
+void ExpectCaseMatches(const std::string& name, double vit_tol, double aligner_tol) {
+  auto c = LoadCase(name);
+  ASSERT_TRUE(c && c->tower);
+  VisionTower& t = *c->tower;
+  const int64_t D = t.config().hidden, dim = t.text_hidden();
+  const std::vector<VisionImage> batch = c->Batch();
+  int64_t patches = 0, cells = 0, span_rows = 0;
+  for (const VisionImage& im : batch) {
+    patches += im.num_patches();
+    cells += t.GridOf(im).num_cells();
+    span_rows += t.GridOf(im).span_rows();
+  }
+  util::ThreadPool pool(2);
+  std::vector<float> vit(patches * D), aligned(cells * dim), spans(span_rows * dim);
+  t.EncodeVit(batch, vit.data(), pool);
+  t.Align(batch, vit.data(), aligned.data(), pool);
+  t.EmbedImages(batch, spans.data(), pool);
+  int64_t p0 = 0, c0 = 0, s0 = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const std::string& stem = c->images[i].stem;
+    const VisionImage& im = batch[i];
+    const LlmGrid g = t.GridOf(im);
+    const double dv = MaxAbsDiff(c->Ref(stem + ".vit", im.num_patches(), D), vit.data() + p0 * D);
+    const double da = MaxAbsDiff(c->Ref(stem + ".aligner", g.num_cells(), dim),
+                                 aligned.data() + c0 * dim);
+    const double ds = MaxAbsDiff(c->Ref(stem + ".span", g.span_rows(), dim),
+                                 spans.data() + s0 * dim);
+    std::printf("%s %s: %lld patches, max |diff| vit %.3g, aligner %.3g, span %.3g\n",
+                name.c_str(), stem.c_str(), static_cast<long long>(im.num_patches()), dv, da, ds);
+    EXPECT_LE(dv, vit_tol) << stem;
+    EXPECT_LE(da, aligner_tol) << stem;
+    EXPECT_LE(ds, aligner_tol) << stem;
+    p0 += im.num_patches();
+    c0 += g.num_cells();
+    s0 += g.span_rows();
+  }
+}
+
+TEST(VisionTowerParityTest, ReleaseKnobsCaseMatchesTheReferenceOnEveryImage) {
+  SKIP_WITHOUT_SHARED("v41vis_a");
+  ExpectCaseMatches("v41vis_a", 1e-5, 1e-5);
+}
+
+TEST(VisionTowerParityTest, EngramCaseWithThetaFiveHundredMatchesTheReferenceOnEveryImage) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  ExpectCaseMatches("v41vis_b_engram", 1e-5, 1e-5);
+}
+
+TEST(VisionTowerTest, RecipeWeightsEqualTheReferencesWeightsBitForBit) {
+  for (const char* name : {"v41vis_a", "v41vis_b_engram"}) {
+    SKIP_WITHOUT_SHARED(name);
+    std::ifstream g(CaseDir(name) + "/golden.json"), r(CaseDir(name) + "/weights.json");
+    auto tensors = model::DrawSyntheticTensors(Json::parse(r));
+    ASSERT_TRUE(tensors.ok()) << tensors.status();
+    std::string all;
+    for (const auto& t : *tensors) all.append(t.bytes.begin(), t.bytes.end());
+    EXPECT_EQ(Hex(util::Sha256(all)), Json::parse(g)["weights_sha256"].get<std::string>()) << name;
+  }
+}
+
+TEST(VisionTowerTest, CompositeConfigCarriesTheVisionConfig) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  std::ifstream in(CaseDir("v41vis_b_engram") + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto c = model::ParseHfConfig(text);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "deepseek_v41");
+  ASSERT_TRUE(c->deepseek_v4 && c->deepseek_v4->vision);
+  const model::DeepseekV41VisionConfig& v = *c->deepseek_v4->vision;
+  EXPECT_EQ(v.num_layers, 3);
+  EXPECT_EQ(v.hidden, 96);
+  EXPECT_EQ(v.num_heads, 4);
+  EXPECT_EQ(v.head_dim(), 24);
+  EXPECT_EQ(v.intermediate, 192);
+  EXPECT_EQ(v.patch_size, 14);
+  EXPECT_EQ(v.rope_theta, 500.0f);
+  EXPECT_EQ(v.downsample_ratio, 3);
+  EXPECT_EQ(v.max_image_tokens, 64);
+  EXPECT_EQ(v.min_pixels, 28224);
+  EXPECT_FALSE(v.max_wh_ratio.has_value());
+  EXPECT_EQ(v.image_token_id, c->vocab - 1);
+
+  // Heads whose dimension is not a multiple of 4 have no 2-D rotary: rejected at load.
+  Json j = Json::parse(text);
+  j["vision_config"]["num_attention_heads"] = 8;  // 96 / 8 = 12 is fine
+  EXPECT_TRUE(model::ParseHfConfig(j.dump()).ok());
+  j["vision_config"]["num_attention_heads"] = 16;  // 6
+  EXPECT_EQ(ErrorCodeOf(model::ParseHfConfig(j.dump()).status()), "bad_config");
+  j["vision_config"].erase("hidden_size");
+  EXPECT_EQ(ErrorCodeOf(model::ParseHfConfig(j.dump()).status()), "bad_config");
+  j["vision_config"] = nullptr;  // a text-only composite
+  auto text_only = model::ParseHfConfig(j.dump());
+  ASSERT_TRUE(text_only.ok()) << text_only.status();
+  EXPECT_FALSE(text_only->deepseek_v4->vision.has_value());
+}
+
+TEST(VisionTowerTest, SpanTokenTypesAndLengthsAreThePromptsOnes) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  std::ifstream in(CaseDir("v41vis_b_engram") + "/golden.json");
+  const Json g = Json::parse(in);
+  const std::vector<int> types = g["e2e"]["token_types"].get<std::vector<int>>();
+  for (const Json& s : g["e2e"]["spans"]) {
+    const LlmGrid grid = LlmGridOf(s["n_vit_h"], s["n_vit_w"], 3);
+    ASSERT_EQ(grid.span_rows(), s["length"].get<int64_t>());
+    std::vector<ImageTokenType> got(grid.span_rows());
+    ImageSpanTokenTypes(grid, got.data());
+    for (int64_t i = 0; i < grid.span_rows(); ++i) {
+      EXPECT_EQ(static_cast<int>(got[i]), types[s["start"].get<int64_t>() + i]) << i;
+    }
+  }
+}
+
+// Batching images together or running on more threads changes no bit of any image's rows.
+TEST(VisionTowerTest, BatchedImagesAndThreadCountsGiveTheSameRowsAsOneImageAlone) {
+  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  auto c = LoadCase("v41vis_b_engram");
+  ASSERT_TRUE(c && c->tower);
+  VisionTower& t = *c->tower;
+  const std::vector<VisionImage> batch = c->Batch();
+  int64_t rows = 0;
+  for (const VisionImage& im : batch) rows += t.GridOf(im).span_rows();
+  const int64_t dim = t.text_hidden();
+  util::ThreadPool pool2(2), pool1(1);
+  std::vector<float> together(rows * dim);
+  t.EmbedImages({}, nullptr, pool2);  // a step without images
+  t.EmbedImages(batch, together.data(), pool2);
+  int64_t r0 = 0;
+  for (const VisionImage& im : batch) {
+    const int64_t n = t.GridOf(im).span_rows();
+    std::vector<float> alone(n * dim);
+    t.EmbedImages({&im, 1}, alone.data(), pool1);
+    EXPECT_EQ(std::memcmp(alone.data(), together.data() + r0 * dim, alone.size() * 4), 0);
+    r0 += n;
+  }
+}
+
+TEST(VisionTowerTest, ModelWithoutVisionConfigHasNoTower) {
+  model::Model m;
+  m.config.name = "text";
+  EXPECT_EQ(ErrorCodeOf(CreateVisionTower(m).status()), "unsupported_config");
+}
+
+// The text builder reads the composite checkpoint too (it leaves the vision tensors to this
+// block), and the tower loads from the same Model.
+TEST(VisionTowerTest, TextModelLoadsTheCompositeCheckpointBesideTheTower) {
+  SKIP_WITHOUT_SHARED("v41vis_a");
+  auto folder = model::SyntheticCheckpoint(CaseDir("v41vis_a"),
+                                           std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
+  ASSERT_TRUE(folder.ok()) << folder.status();
+  auto m = model::LoadModel(*folder);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto lm = CreateCausalLm(**m);
+  EXPECT_TRUE(lm.ok()) << lm.status();
+  auto tower = CreateVisionTower(**m);
+  ASSERT_TRUE(tower.ok()) << tower.status();
+  EXPECT_EQ((*tower)->text_hidden(), (*m)->config.hidden);
+}
+
+// A model assembled in memory: `layers` vision layers of width D, `heads` heads, SwiGLU I, text
+// width `dim`, downsample 3; random BF16 linears (uniform, std about 1/sqrt(in)) and span
+// vectors, F32 norm scales 1 +- 0.2.
+std::unique_ptr<model::Model> InMemoryModel(int layers, int64_t D, int heads, int64_t I,
+                                            int64_t dim, float theta = 10000.0f) {
+  auto m = std::make_unique<model::Model>();
+  m->config.hidden = static_cast<int>(dim);
+  model::DeepseekV4Config ds;
+  model::DeepseekV41VisionConfig v;
+  v.num_layers = layers;
+  v.hidden = static_cast<int>(D);
+  v.num_heads = heads;
+  v.intermediate = static_cast<int>(I);
+  v.rope_theta = theta;
+  ds.vision = v;
+  m->config.deepseek_v4 = ds;
+  uint64_t state = 42;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool f32, float scale) {
+    tensor::TensorView t;
+    t.name = name;
+    t.dtype = f32 ? tensor::DType::kF32 : tensor::DType::kBF16;
+    t.shape = shape;
+    const int64_t n = t.num_elements();
+    std::vector<uint8_t>& bytes = m->owned.emplace_back(n * (f32 ? 4 : 2));
+    for (int64_t i = 0; i < n; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const float x = static_cast<float>(state >> 40) / (1 << 23) - 1.0f;  // [-1, 1)
+      if (f32) {
+        const float value = 1.0f + 0.2f * x;
+        std::memcpy(bytes.data() + 4 * i, &value, 4);
+      } else {
+        const uint16_t b = tensor::Fp32ToBf16(scale * x);
+        std::memcpy(bytes.data() + 2 * i, &b, 2);
+      }
+    }
+    t.data = bytes.data();
+    t.size_bytes = bytes.size();
+    m->tensors[name] = t;
+  };
+  auto linear = [](int64_t in) { return 1.7f / std::sqrt(static_cast<float>(in)); };
+  add("vision.patch_embed.proj.weight", {D, 588}, false, linear(588));
+  add("vision.patch_embed.proj.bias", {D}, false, 0.1f);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = fmt::format("vision.blocks.{}.", l);
+    add(p + "norm1.weight", {D}, true, 0);
+    add(p + "norm2.weight", {D}, true, 0);
+    add(p + "attn.wqkv.weight", {3 * D, D}, false, linear(D));
+    add(p + "attn.wqkv.bias", {3 * D}, false, 0.1f);
+    add(p + "attn.wo.weight", {D, D}, false, linear(D));
+    add(p + "attn.wo.bias", {D}, false, 0.1f);
+    add(p + "mlp.w1.weight", {2 * I, D}, false, linear(D));
+    add(p + "mlp.w2.weight", {D, I}, false, linear(I));
+  }
+  add("vision.norm.weight", {D}, true, 0);
+  add("aligner.w1.weight", {dim, 9 * D}, false, linear(9 * D));
+  add("aligner.w1.bias", {dim}, false, 0.1f);
+  add("aligner.w2.weight", {dim, dim}, false, linear(dim));
+  add("aligner.w2.bias", {dim}, false, 0.1f);
+  for (const char* name : {"image_start", "image_end", "image_newline"}) add(name, {dim}, false, 1);
+  return m;
+}
+
+// ---- A direct double-precision transcription of vision.py, for the tests that run without
+// ../shared: full softmax, angles in double. ------------------------------------------------
+
+using Mat = std::vector<std::vector<double>>;
+
+std::vector<double> Values(const model::Model& m, const std::string& name) {
+  const tensor::TensorView& t = m.tensors.at(name);
+  std::vector<double> v(t.num_elements());
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    if (t.dtype == tensor::DType::kF32) {
+      float f;
+      std::memcpy(&f, t.data + 4 * i, 4);
+      v[i] = f;
+    } else {
+      uint16_t b;
+      std::memcpy(&b, t.data + 2 * i, 2);
+      v[i] = tensor::Bf16ToFp32(b);
+    }
+  }
+  return v;
+}
+
+Mat Dense(const model::Model& m, const std::string& w, const std::string& b, const Mat& x) {
+  const std::vector<double> W = Values(m, w), B = b.empty() ? std::vector<double>() : Values(m, b);
+  const size_t out = m.tensors.at(w).shape[0], in = m.tensors.at(w).shape[1];
+  Mat y(x.size(), std::vector<double>(out));
+  for (size_t t = 0; t < x.size(); ++t) {
+    for (size_t o = 0; o < out; ++o) {
+      double acc = B.empty() ? 0 : B[o];
+      for (size_t i = 0; i < in; ++i) acc += W[o * in + i] * x[t][i];
+      y[t][o] = acc;
+    }
+  }
+  return y;
+}
+
+Mat Norm(const model::Model& m, const std::string& w, const Mat& x) {
+  const std::vector<double> W = Values(m, w);
+  Mat y = x;
+  for (auto& row : y) {
+    double ss = 0;
+    for (double v : row) ss += v * v;
+    const double inv = 1 / std::sqrt(ss / row.size() + 1e-6);
+    for (size_t i = 0; i < row.size(); ++i) row[i] *= inv * W[i];
+  }
+  return y;
+}
+
+Mat NaiveAttention(const model::DeepseekV41VisionConfig& v, const Mat& qkv, int n_w) {
+  const int D = v.hidden, hd = v.head_dim(), half = hd / 2, quarter = hd / 4;
+  const size_t n = qkv.size();
+  Mat q(n, std::vector<double>(D)), k = q, out = q;
+  for (size_t t = 0; t < n; ++t) {
+    for (int h = 0; h < v.num_heads; ++h) {
+      for (int i = 0; i < half; ++i) {
+        const double pos = i < quarter ? static_cast<double>(t / n_w) : static_cast<double>(t % n_w);
+        const double a = pos * std::pow(v.rope_theta, -2.0 * (i % quarter) / half);
+        for (auto [dst, src] : {std::pair{&q, 0}, std::pair{&k, D}}) {
+          const double x1 = qkv[t][src + h * hd + i], x2 = qkv[t][src + h * hd + i + half];
+          (*dst)[t][h * hd + i] = x1 * std::cos(a) - x2 * std::sin(a);
+          (*dst)[t][h * hd + i + half] = x2 * std::cos(a) + x1 * std::sin(a);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < n; ++t) {
+    for (int h = 0; h < v.num_heads; ++h) {
+      std::vector<double> s(n);
+      double mx = -1e300, sum = 0;
+      for (size_t j = 0; j < n; ++j) {
+        s[j] = 0;
+        for (int d = 0; d < hd; ++d) s[j] += q[t][h * hd + d] * k[j][h * hd + d];
+        s[j] /= std::sqrt(static_cast<double>(hd));
+        mx = std::max(mx, s[j]);
+      }
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (size_t j = 0; j < n; ++j) {
+        for (int d = 0; d < hd; ++d) out[t][h * hd + d] += s[j] / sum * qkv[j][2 * D + h * hd + d];
+      }
+    }
+  }
+  return out;
+}
+
+// One image's span rows, [span_rows, dim].
+Mat NaiveSpan(const model::Model& m, const VisionImage& im) {
+  const model::DeepseekV41VisionConfig& v = *m.config.deepseek_v4->vision;
+  const int I = v.intermediate;
+  Mat x(im.num_patches(), std::vector<double>(588));
+  for (int64_t p = 0; p < im.num_patches(); ++p) {
+    for (int i = 0; i < 588; ++i) x[p][i] = im.pixel_values[p * 588 + i];
+  }
+  x = Dense(m, "vision.patch_embed.proj.weight", "vision.patch_embed.proj.bias", x);
+  for (int l = 0; l < v.num_layers; ++l) {
+    const std::string p = fmt::format("vision.blocks.{}.", l);
+    Mat qkv = Dense(m, p + "attn.wqkv.weight", p + "attn.wqkv.bias", Norm(m, p + "norm1.weight", x));
+    Mat o = Dense(m, p + "attn.wo.weight", p + "attn.wo.bias", NaiveAttention(v, qkv, im.n_vit_w));
+    for (size_t t = 0; t < x.size(); ++t) {
+      for (int d = 0; d < v.hidden; ++d) x[t][d] += o[t][d];
+    }
+    Mat g = Dense(m, p + "mlp.w1.weight", "", Norm(m, p + "norm2.weight", x));
+    for (auto& row : g) {
+      for (int i = 0; i < I; ++i) row[i] = row[i] / (1 + std::exp(-row[i])) * row[I + i];
+      row.resize(I);
+    }
+    o = Dense(m, p + "mlp.w2.weight", "", g);
+    for (size_t t = 0; t < x.size(); ++t) {
+      for (int d = 0; d < v.hidden; ++d) x[t][d] += o[t][d];
+    }
+  }
+  x = Norm(m, "vision.norm.weight", x);
+  const LlmGrid grid = LlmGridOf(im.n_vit_h, im.n_vit_w, 3);
+  Mat cells(grid.num_cells(), std::vector<double>(9 * v.hidden, 0.0));
+  for (int64_t c = 0; c < grid.num_cells(); ++c) {
+    for (int kh = 0; kh < 3; ++kh) {
+      for (int kw = 0; kw < 3; ++kw) {
+        const int64_t ph = c / grid.n_w * 3 + kh, pw = c % grid.n_w * 3 + kw;
+        if (ph >= im.n_vit_h || pw >= im.n_vit_w) continue;
+        for (int d = 0; d < v.hidden; ++d) cells[c][d * 9 + kh * 3 + kw] = x[ph * im.n_vit_w + pw][d];
+      }
+    }
+  }
+  Mat a = Dense(m, "aligner.w1.weight", "aligner.w1.bias", cells);
+  for (auto& row : a) {
+    for (double& y : row) y = 0.5 * y * (1 + std::erf(y / std::sqrt(2.0)));
+  }
+  a = Dense(m, "aligner.w2.weight", "aligner.w2.bias", a);
+  Mat span;
+  auto vec = [&](const char* name) {
+    const std::vector<double> r = Values(m, name);
+    span.push_back(r);
+  };
+  vec("image_start");
+  for (int h = 0; h < grid.n_h; ++h) {
+    for (int w = 0; w < grid.n_w; ++w) span.push_back(a[h * grid.n_w + w]);
+    vec("image_newline");
+  }
+  vec("image_end");
+  return span;
+}
+
+// Without ../shared: grids of one patch, of partial aligner cells and of more patches than a key
+// block and a query chunk, on the kernel's fast path (head 16) and its generic one (head 24),
+// against the double-precision transcription above.
+TEST(VisionTowerTest, MatchesADirectTranscriptionOfTheReferenceOnOddGrids) {
+  for (const auto& [D, heads, theta] : {std::tuple{32, 2, 10000.0f}, std::tuple{48, 2, 500.0f}}) {
+    auto m = InMemoryModel(2, D, heads, 40, 24, theta);
+    auto tower = CreateVisionTower(*m);
+    ASSERT_TRUE(tower.ok()) << tower.status();
+    const std::vector<std::pair<int, int>> grids = {{1, 1}, {5, 7}, {17, 4}, {2, 40}};
+    std::vector<std::vector<float>> pixels;
+    std::vector<VisionImage> images;
+    int64_t rows = 0;
+    for (auto [h, w] : grids) {
+      std::vector<float>& px = pixels.emplace_back(int64_t{h} * w * 588);
+      for (size_t i = 0; i < px.size(); ++i) px[i] = std::sin(0.37f * i + h) * 0.9f;
+      images.push_back({px.data(), h, w});
+      rows += (*tower)->GridOf(images.back()).span_rows();
+    }
+    util::ThreadPool pool(2);
+    std::vector<float> got(rows * 24);
+    (*tower)->EmbedImages(images, got.data(), pool);
+    const float* row = got.data();
+    for (const VisionImage& im : images) {
+      const Mat want = NaiveSpan(*m, im);
+      ASSERT_EQ(static_cast<int64_t>(want.size()), (*tower)->GridOf(im).span_rows());
+      double worst = 0;
+      for (const auto& w : want) {
+        for (size_t d = 0; d < w.size(); ++d) worst = std::max(worst, std::fabs(w[d] - row[d]));
+        row += 24;
+      }
+      EXPECT_LT(worst, 1e-5) << "D " << D << ", grid " << im.n_vit_h << " x " << im.n_vit_w;
+    }
+  }
+}
+
+// Timing of one release-sized layer (width 1024, 16 heads of 64, SwiGLU 2816, text width 4096)
+// on the largest image the release plans (93 x 93 patches,
+// 994 tokens): run with --gtest_also_run_disabled_tests.
+TEST(VisionTowerTiming, DISABLED_OneReleaseSizedLayerOnTheLargestImage) {
+  const int layers = std::getenv("DEEPINFER_VISION_LAYERS") != nullptr
+                         ? std::atoi(std::getenv("DEEPINFER_VISION_LAYERS"))
+                         : 1;
+  auto m = InMemoryModel(layers, 1024, 16, 2816, 4096);
+  auto tower = CreateVisionTower(*m);
+  ASSERT_TRUE(tower.ok()) << tower.status();
+  const int32_t side = 93;
+  std::vector<float> pixels(int64_t{side} * side * 588);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 255) / 127 - 1;
+  const VisionImage image{pixels.data(), side, side};
+  const LlmGrid g = (*tower)->GridOf(image);
+  std::vector<float> out(g.span_rows() * 4096), vit(image.num_patches() * 1024);
+  util::ThreadPool pool(std::thread::hardware_concurrency());
+  for (int rep = 0; rep < 2; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    (*tower)->EncodeVit({&image, 1}, vit.data(), pool);
+    auto t1 = std::chrono::steady_clock::now();
+    (*tower)->EmbedImages({&image, 1}, out.data(), pool);
+    auto t2 = std::chrono::steady_clock::now();
+    std::printf("%d layer(s), %lld patches, %d threads: ViT %.2f s, ViT + aligner + span %.2f s\n",
+                layers, static_cast<long long>(image.num_patches()), pool.num_threads(),
+                std::chrono::duration<double>(t1 - t0).count(),
+                std::chrono::duration<double>(t2 - t1).count());
+  }
+  for (float v : out) ASSERT_TRUE(std::isfinite(v));
+}
+
+}  // namespace
+}  // namespace deepinfer::arch
