@@ -103,6 +103,13 @@ struct ForwardBatch {
   const int32_t* tokens = nullptr;
   int32_t num_tokens = 0;
   std::vector<SequenceSlice> seqs;
+  // Image spans (DeepSeek-V4.1, arch/vision_tower.h): per batch token its ImageTokenType
+  // (0 start, 1 image, 2 newline, 3 end), -1 for text; null when no token of the step is in a
+  // span. span_rows holds one row [hidden] per token whose type is >= 0, in batch order: the
+  // vision tower's span rows, which replace those tokens' embeddings. An architecture without a
+  // vision tower never receives them (the engine refuses image requests first).
+  const int8_t* token_types = nullptr;
+  const float* span_rows = nullptr;
 
   int32_t num_logit_rows() const {
     int32_t n = 0;
@@ -145,6 +152,8 @@ const char* NumericsName(Numerics numerics);
 //           from the stages' own window caches, which the main Forward keeps up to date.
 // The engine asks CausalLm::draft_heads() and drives the kind it gets (engine/speculative.h).
 // Threads: as CausalLm (the heads share its scratch).
+class VisionTower;  // arch/vision_tower.h
+
 class DraftHeads {
  public:
   enum class Kind { kMtp, kDspark };
@@ -220,6 +229,10 @@ class CausalLm {
   // The checkpoint's speculative-draft heads, or null when it has none (arch/causal_lm.h's
   // DraftHeads). The heads live as long as this object.
   virtual DraftHeads* draft_heads() { return nullptr; }
+
+  // The checkpoint's vision tower (arch/vision_tower.h), or null when the model takes text only.
+  // It lives as long as this object; like Forward, called from the engine thread only.
+  virtual VisionTower* vision_tower() { return nullptr; }
 };
 
 // Builds the forward pass for `model.config.architecture`, after checking the model's tensors

@@ -31,7 +31,22 @@ enum class FinishReason {
   kError,      // the engine could not run it; see StreamUpdate::error
 };
 
-// A request as the engine sees it: token ids only, no text or JSON.
+// One image of a prompt (DeepSeek-V4.1 image input, docs/image.md): its span occupies prompt
+// positions [position, position + span tokens), each holding the model's image_token_id, with
+// span tokens = n_llm_h (n_llm_w + 1) + 2 for the LLM grid of the ViT grid (arch::LlmGridOf).
+// The engine encodes pixel_values with the model's vision tower (once per content_hash while the
+// encoder cache holds it) and the span rows replace those positions' embeddings. content_hash
+// keys the prefix cache: a block holding span positions chains the hashes of its images, so two
+// different images never share cached blocks and the same image in a later turn hits.
+// Shapes: pixel_values [n_vit_h n_vit_w, 3, patch, patch] f32 (bf16-valued, image/deepseek_vision.h).
+struct ImageInput {
+  int32_t position = 0;
+  int32_t n_vit_h = 0, n_vit_w = 0;
+  std::vector<float> pixel_values;
+  uint64_t content_hash = 0;  // of the image file's bytes (XXH3-64)
+};
+
+// A request as the engine sees it: token ids (and decoded images) only, no text or JSON.
 //
 // Units: max_tokens counts generated tokens; the caller guarantees
 //   prompt.size() + max_tokens <= the engine's max_model_len (Engine::Submit rejects otherwise).
@@ -80,6 +95,9 @@ struct GenerateRequest {
   // is computed (no prefix-cache hit or checkpoint restore for the request) and speculative
   // drafts are off. With max_tokens 0 the request ends (kLength) once they are computed. -1: off.
   int32_t prompt_logprobs = -1;
+  // The prompt's images, in prompt order, spans not overlapping (ImageInput). Shared so that a
+  // request's copies (DP routing, retries) do not copy pixels.
+  std::vector<std::shared_ptr<const ImageInput>> images;
 };
 
 // One generated token.
