@@ -110,14 +110,15 @@ void BlockManager::Acquire(int32_t b) {
   ++ref_[b];
 }
 
-int32_t BlockManager::MatchPrefix(const int32_t* tokens, int32_t max_blocks, uint64_t salt,
+int32_t BlockManager::MatchPrefix(const int32_t* tokens, int32_t max_blocks,
+                                  absl::FunctionRef<uint64_t(int32_t)> salt_of,
                                   std::vector<int32_t>& blocks, std::vector<uint64_t>& hashes) {
   if (!enable_prefix_caching_) return 0;
   uint64_t parent = 0;
   int32_t matched = 0;
   for (int32_t i = 0; i < max_blocks; ++i) {
     const int32_t* t = tokens + static_cast<size_t>(i) * block_size_;
-    const uint64_t h = HashBlock(parent, t, block_size_, salt);
+    const uint64_t h = HashBlock(parent, t, block_size_, salt_of(i));
     const int32_t b = Find(h, t);
     if (b < 0) break;
     Acquire(b);

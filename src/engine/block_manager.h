@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 
 namespace deepinfer::engine {
 
@@ -45,8 +46,15 @@ class BlockManager {
   // Finds the longest cached run of full blocks for `tokens` (at most `max_blocks` blocks),
   // takes a reference on each, appends them to `blocks` and their hashes to `hashes`.
   // Returns the number of blocks matched.
+  // salt_of(i) is block i's salt (the request's cache_salt, mixed with its images' hashes:
+  // engine/image_spans.h BlockSalt).
+  int32_t MatchPrefix(const int32_t* tokens, int32_t max_blocks,
+                      absl::FunctionRef<uint64_t(int32_t)> salt_of, std::vector<int32_t>& blocks,
+                      std::vector<uint64_t>& hashes);
   int32_t MatchPrefix(const int32_t* tokens, int32_t max_blocks, uint64_t salt,
-                      std::vector<int32_t>& blocks, std::vector<uint64_t>& hashes);
+                      std::vector<int32_t>& blocks, std::vector<uint64_t>& hashes) {
+    return MatchPrefix(tokens, max_blocks, [salt](int32_t) { return salt; }, blocks, hashes);
+  }
 
   // Registers a block that has just become full. `tokens` are its block_size token ids.
   // Returns the block's hash (for chaining the next block).

@@ -240,6 +240,9 @@ void Checkpointer::Save(const Sequence& seq) {
   // A P/D prefill is saved whatever its length, and whenever its file is missing now: the
   // decode side reads the file, and the one this process saved may have been evicted since.
   const bool prefill_only = seq.req.prefill_only;
+  // A checkpoint's file name and header know token ids and the salt, not image hashes: a prompt
+  // with images is never saved (nor restored, Find), so no image's KV can serve another image.
+  if (!seq.image_spans.empty()) return;
   if (k == 0 || (!prefill_only && int64_t{k} * bs < options_.checkpoint_min_tokens) ||
       static_cast<int32_t>(seq.block_hashes.size()) < k) {
     return;

@@ -23,6 +23,7 @@
 #include "xxhash.h"
 #include "spdlog/spdlog.h"
 #include "arch/causal_lm.h"
+#include "arch/vision_tower.h"
 #include "engine/block_manager.h"
 #include "engine/checkpointer.h"
 #include "engine/executor.h"
@@ -360,13 +361,23 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
                                   "the request can never fit in the KV cache of " +
                                       std::to_string(kv_capacity_tokens()) + " tokens");
   }
-  // A prompt-logprobs request computes its whole prompt: nothing is restored for it.
+  const arch::VisionTower* tower = lm_->vision_tower();
+  DI_ASSIGN_OR_RETURN(std::vector<ImageSpan> spans,
+                      PlanImageSpans(request, tower != nullptr ? &tower->config() : nullptr));
+  if (!spans.empty() && request.prefill_only) {
+    return InvalidArgumentError(util::codes::kUnsupportedOnPd,
+                                "prefill/decode disaggregation carries text prompts only");
+  }
+  // A prompt-logprobs request computes its whole prompt: nothing is restored for it; nor for a
+  // prompt with images (Checkpointer::Save).
   std::shared_ptr<const PrefixCheckpoint> restore =
-      request.prompt_logprobs >= 0 || checkpointer_ == nullptr ? nullptr
-                                                                : checkpointer_->Find(request);
+      request.prompt_logprobs >= 0 || checkpointer_ == nullptr || !spans.empty()
+          ? nullptr
+          : checkpointer_->Find(request);
   if (request.constraint != nullptr) request.ignore_eos = false;  // the grammar's end is an end
   std::unique_ptr<Sequence> seq = Sequence::Create(0, std::move(request), Clock::now());
   seq->restore = std::move(restore);
+  seq->image_spans = std::move(spans);
   if (seq->req.constraint != nullptr) {
     seq->matcher = std::make_unique<constraint::ConstraintMatcher>(seq->req.constraint);
   }

@@ -13,8 +13,13 @@
 namespace deepinfer::engine {
 
 Executor::Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool,
-                   bool keep_hidden)
-    : lm_(lm), kv_(kv), pool_(pool), keep_hidden_(keep_hidden), vocab_(lm.config().vocab) {}
+                   bool keep_hidden, int64_t encoder_cache_bytes)
+    : lm_(lm),
+      kv_(kv),
+      pool_(pool),
+      keep_hidden_(keep_hidden),
+      vocab_(lm.config().vocab),
+      spans_(lm.vision_tower(), encoder_cache_bytes) {}
 
 void Executor::Warmup(int32_t token, int32_t block, int32_t window_block) {
   arch::ForwardBatch b;
@@ -60,6 +65,7 @@ void Executor::BuildBatch(const StepPlan& plan) {
   }
   batch_.tokens = batch_tokens_.data();
   batch_.num_tokens = static_cast<int32_t>(batch_tokens_.size());
+  spans_.Build(plan, batch_, pool_);
 }
 
 void Executor::ApplyConstraint(Sequence& seq, float* logits) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "arch/causal_lm.h"
+#include "engine/image_spans.h"
 #include "engine/sequence.h"
 #include "util/thread_pool.h"
 
@@ -20,7 +21,9 @@ class Executor {
  public:
   // `keep_hidden`: also fetch the final hidden states after each Forward (for MTP drafts;
   // REQUIRES then lm.draft_heads() non-null).
-  Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool, bool keep_hidden);
+  // `encoder_cache_bytes`: the span rows of images kept for reuse (engine/image_spans.h).
+  Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool, bool keep_hidden,
+           int64_t encoder_cache_bytes = int64_t{1} << 30);
 
   // Runs `plan` and returns one SeqOutput per planned sequence (valid until the next Run).
   // Each slice's sequence must have a sampler and KV blocks covering the slice.
@@ -37,6 +40,7 @@ class Executor {
   // Token masks applied so far (one per token sampled under a constraint) and the seconds they
   // took, for EngineStats.
   int64_t constraint_masks() const { return constraint_masks_; }
+  const EncoderCache& encoder_cache() const { return spans_.cache(); }
   double constraint_mask_seconds() const { return constraint_mask_seconds_; }
 
  private:
@@ -65,6 +69,7 @@ class Executor {
   std::vector<uint32_t> mask_;  // a constrained sequence's allowed tokens (bitmask)
   std::vector<float> hidden_;
   StepOutputs outputs_;
+  SpanRowsBuilder spans_;  // image spans of the step (no-op without a vision tower)
   int64_t constraint_masks_ = 0;
   double constraint_mask_seconds_ = 0;
 };

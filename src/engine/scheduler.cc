@@ -203,8 +203,10 @@ void Scheduler::LookUpPrefix(Sequence& seq) {
   // A prompt-logprobs request computes every position (none may come from the cache).
   const int32_t max_blocks =
       seq.req.prompt_logprobs >= 0 ? 0 : (static_cast<int32_t>(seq.tokens.size()) - 1) / bs;
-  int32_t matched = blocks_.MatchPrefix(seq.tokens.data(), max_blocks, seq.req.cache_salt,
-                                        seq.blocks, seq.block_hashes);
+  int32_t matched = blocks_.MatchPrefix(
+      seq.tokens.data(), max_blocks,
+      [&](int32_t b) { return BlockSalt(seq.req.cache_salt, seq.image_spans, b, bs); },
+      seq.blocks, seq.block_hashes);
   if (window_.blocks != nullptr && matched > 0) {
     // Resuming at block k also needs the window blocks of positions k*B - window_tokens + 1 ..
     // k*B - 1: keep the longest match whose window is still cached.
@@ -373,9 +375,11 @@ void Scheduler::CommitFullBlocks(Sequence& seq) {
     const size_t i = seq.block_hashes.size();
     const uint64_t parent = i == 0 ? 0 : seq.block_hashes[i - 1];
     const int32_t* tokens = seq.tokens.data() + i * bs;
-    seq.block_hashes.push_back(blocks_.Commit(seq.blocks[i], parent, tokens, seq.req.cache_salt));
+    const uint64_t salt =
+        BlockSalt(seq.req.cache_salt, seq.image_spans, static_cast<int32_t>(i), bs);
+    seq.block_hashes.push_back(blocks_.Commit(seq.blocks[i], parent, tokens, salt));
     if (window_.blocks != nullptr && seq.window_blocks[i] >= 0) {
-      window_.blocks->Commit(seq.window_blocks[i], parent, tokens, seq.req.cache_salt);
+      window_.blocks->Commit(seq.window_blocks[i], parent, tokens, salt);
     }
   }
   ReleaseWindowBlocks(window_, seq);

@@ -10,6 +10,7 @@
 
 #include "constraint/grammar.h"
 #include "engine/block_manager.h"
+#include "engine/image_spans.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 
@@ -58,6 +59,10 @@ struct Sequence {
   // A verified prefix checkpoint for this prompt, installed into the caches by the engine thread
   // before the first prefix-cache lookup (then released); null: none.
   std::shared_ptr<const PrefixCheckpoint> restore;
+  // The prompt's image spans (PlanImageSpans at Submit), and each one's encoded span rows while
+  // its prefill needs them (SpanRowsBuilder; null before and after).
+  std::vector<ImageSpan> image_spans;
+  std::vector<std::shared_ptr<const std::vector<float>>> image_rows;
   bool prompt_reported = false;  // the prompt-computed hook ran (Scheduler)
 
   // A sequence for `request` (moved in) with a fresh stream; no sampler. The token vector is
