@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "cli/numerics_flag.h"
 #include "engine/engine.h"
 #include "fmt/format.h"
+#include "image/image.h"
+#include "image/deepseek_vision.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/chat_template.h"
@@ -24,7 +27,9 @@
 #include "tokenizer/servable.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error_codes.h"
+#include "util/mapped_file.h"
 #include "util/status.h"
+#include "xxhash.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -34,6 +39,7 @@ struct GenerateFlags {
   std::string tokenizer;
   std::string prompt;
   std::vector<int32_t> prompt_ids;  // --prompt-ids: token ids instead of text
+  std::vector<std::string> images;  // --image: one per image token id in --prompt-ids
   bool print_ids = false;           // --print-ids: token ids on stdout instead of text
   bool chat = false;
   bool raw = false;
@@ -244,6 +250,59 @@ int RunRandomPrompt(const GenerateFlags& f, engine::Engine& engine, const tokeni
   return 0;
 }
 
+// --image with --prompt-ids: each image token id in `prompt` marks where the next image goes
+// and becomes its span (n_h (n_w + 1) + 2 image token ids); the images, decoded and
+// preprocessed as DeepSeek's reference does (image/deepseek_vision.h), go into `request`.
+// Errors: kUnsupportedContent (a text-only model), kBadFlags (counts disagree), the file's and
+//   the image library's.
+absl::Status ExpandImages(const GenerateFlags& f, const model::Model& m,
+                          std::vector<int32_t>& prompt, engine::GenerateRequest& request) {
+  if (f.images.empty()) return absl::OkStatus();
+  if (!m.config.deepseek_v4 || !m.config.deepseek_v4->vision) {
+    return util::CodedError(util::codes::kUnsupportedContent,
+                            "--image: this model takes text only (no vision_config)");
+  }
+  const model::DeepseekV41VisionConfig& v = *m.config.deepseek_v4->vision;
+  const image::VisionKnobs knobs{.patch_size = v.patch_size,
+                                 .downsample_ratio = v.downsample_ratio,
+                                 .max_image_tokens = v.max_image_tokens,
+                                 .min_pixels = v.min_pixels,
+                                 .max_wh_ratio = v.max_wh_ratio};
+  std::vector<int32_t> out;
+  size_t next = 0;
+  for (int32_t id : prompt) {
+    if (id != v.image_token_id) {
+      out.push_back(id);
+      continue;
+    }
+    if (next == f.images.size()) break;
+    DI_ASSIGN_OR_RETURN(std::string bytes, util::ReadFile(f.images[next]));
+    const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                        bytes.size());
+    DI_ASSIGN_OR_RETURN(image::RgbImage rgb, image::DecodeImage(data));
+    DI_ASSIGN_OR_RETURN(image::PreprocessedImage pre, image::PreprocessImage(rgb, knobs));
+    auto in = std::make_shared<engine::ImageInput>();
+    in->position = static_cast<int32_t>(out.size());
+    in->n_vit_h = pre.plan.n_vit_h;
+    in->n_vit_w = pre.plan.n_vit_w;
+    in->pixel_values = std::move(pre.pixel_values);
+    in->content_hash = XXH3_64bits(bytes.data(), bytes.size());
+    out.insert(out.end(), pre.plan.num_image_tokens(), v.image_token_id);
+    request.images.push_back(std::move(in));
+    ++next;
+  }
+  const size_t marks = static_cast<size_t>(
+      std::count(prompt.begin(), prompt.end(), static_cast<int32_t>(v.image_token_id)));
+  if (marks != f.images.size()) {
+    return util::CodedError(
+        util::codes::kBadFlags,
+        fmt::format("--prompt-ids has {} image token ids ({}) for {} --image files", marks,
+                    v.image_token_id, f.images.size()));
+  }
+  prompt = std::move(out);
+  return absl::OkStatus();
+}
+
 // --prompt-ids: the prompt is token ids (so a reference's ids can be checked without a
 // tokenizer). With --print-ids, or when the model has no tokenizer, stdout gets the generated
 // ids ("1,2,3") instead of text.
@@ -261,9 +320,12 @@ int RunPromptIds(const GenerateFlags& f, engine::Engine& engine, const tokenizer
     return Fail(
         util::CodedError(util::codes::kContextLengthExceeded, "the prompt fills the context"));
   }
+  std::vector<int32_t> prompt = f.prompt_ids;
+  engine::GenerateRequest request = base;
+  if (auto st = ExpandImages(f, engine.model(), prompt, request); !st.ok()) return Fail(st);
   const bool ids = f.print_ids || tok == nullptr;
   std::string text;
-  auto st = Generate(engine, ids ? nullptr : tok, base, f.prompt_ids, &text, !ids && !f.json);
+  auto st = Generate(engine, ids ? nullptr : tok, request, prompt, &text, !ids && !f.json);
   if (!st.ok()) return Fail(st.status());
   PrintStats(*st, f.json, ids ? nullptr : &text, ids);
   if (!f.json) std::printf("%s\n", ids ? JoinIds(st->token_ids).c_str() : "");
@@ -391,6 +453,11 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   prompt->excludes(chat);
   chat->excludes(random);
   prompt_ids->excludes(prompt)->excludes(chat)->excludes(random);
+  cmd->add_option("--image", flags->images,
+                  "an image file (PNG, JPEG, WebP, GIF) for the next image token id of "
+                  "--prompt-ids, which expands to the image's span; repeatable")
+      ->needs(prompt_ids)
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--print-ids", flags->print_ids,
                 "print the generated token ids (1,2,3) instead of text; with --json as "
                 "\"token_ids\"");
