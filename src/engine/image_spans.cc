@@ -182,18 +182,14 @@ void SpanRowsBuilder::Build(const StepPlan& plan, arch::ForwardBatch& batch,
     const int32_t begin = p.start_pos, end = p.start_pos + p.num_real_tokens();
     ForSpansIn(seq, begin, end, [&](size_t k, const ImageSpan& s) {
       const float* rows = seq.image_rows[k]->data();
+      const arch::LlmGrid grid{.n_h = (s.length - 2) / (s.n_llm_w + 1), .n_w = s.n_llm_w};
+      span_types_.resize(static_cast<size_t>(s.length));
+      arch::ImageSpanTokenTypes(grid, span_types_.data());
       for (int32_t q = std::max(begin, s.position); q < std::min(end, s.position + s.length);
            ++q) {
         const int32_t off = q - s.position;
-        int8_t type = static_cast<int8_t>(arch::ImageTokenType::kImage);
-        if (off == 0) {
-          type = static_cast<int8_t>(arch::ImageTokenType::kStart);
-        } else if (off == s.length - 1) {
-          type = static_cast<int8_t>(arch::ImageTokenType::kEnd);
-        } else if ((off - 1) % (s.n_llm_w + 1) == s.n_llm_w) {
-          type = static_cast<int8_t>(arch::ImageTokenType::kNewline);
-        }
-        types_[static_cast<size_t>(p.token_offset + (q - begin))] = type;
+        types_[static_cast<size_t>(p.token_offset + (q - begin))] =
+            static_cast<int8_t>(span_types_[static_cast<size_t>(off)]);
         if (static_cast<int64_t>(rows_.size()) < (num_rows + 1) * hidden) {
           rows_.resize(static_cast<size_t>((num_rows + 1) * hidden));
         }

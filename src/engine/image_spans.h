@@ -15,13 +15,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "arch/causal_lm.h"
+#include "arch/vision_tower.h"
 #include "engine/request.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
-
-namespace deepinfer::arch {
-class VisionTower;
-}  // namespace deepinfer::arch
 
 namespace deepinfer::engine {
 
@@ -91,6 +88,7 @@ class SpanRowsBuilder {
   arch::VisionTower* tower_;
   EncoderCache cache_;
   std::vector<int8_t> types_;
+  std::vector<arch::ImageTokenType> span_types_;
   std::vector<float> rows_, encoded_;
 };
 

@@ -206,18 +206,6 @@ std::vector<float> PixelValues(const RgbImage& resized, int patch_size) {
   return out;
 }
 
-std::vector<int> ImageSpanTokenTypes(int n_llm_h, int n_llm_w) {
-  std::vector<int> types;
-  types.reserve(NumImageTokens(n_llm_h, n_llm_w));
-  types.push_back(kTokenImageStart);
-  for (int row = 0; row < n_llm_h; ++row) {
-    types.insert(types.end(), n_llm_w, kTokenImage);
-    types.push_back(kTokenImageNewLine);
-  }
-  types.push_back(kTokenImageEnd);
-  return types;
-}
-
 absl::StatusOr<PreprocessedImage> PreprocessImage(const RgbImage& image,
                                                   const VisionKnobs& knobs) {
   PreprocessedImage out;

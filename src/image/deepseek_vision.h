@@ -101,16 +101,8 @@ const std::array<float, 256>& PixelValueTable();
 // Preconditions: resized's sides are multiples of patch_size (DI_CHECK).
 std::vector<float> PixelValues(const RgbImage& resized, int patch_size);
 
-// Token types of the prompt (image_processor.py's constants).
-inline constexpr int kTokenText = -1;
-inline constexpr int kTokenImageStart = 0;
-inline constexpr int kTokenImage = 1;
-inline constexpr int kTokenImageNewLine = 2;
-inline constexpr int kTokenImageEnd = 3;
-
-// [START] + ([IMAGE] * n_llm_w + [NEW_LINE]) * n_llm_h + [END]; NumImageTokens entries. Every
-// position of the span carries the model's image_token_id in input_ids; only these types differ.
-std::vector<int> ImageSpanTokenTypes(int n_llm_h, int n_llm_w);
+// The span's token types (start, image, newline, end) are the model's: arch/vision_tower.h
+// ImageSpanTokenTypes.
 
 // Everything one image contributes: the plan, the resized uint8 image and the pixel values.
 struct PreprocessedImage {

@@ -184,10 +184,8 @@ TEST(DeepseekVisionGoldenTest, PlansAndPadGeometryMatchTheReferenceExactly) {
     EXPECT_EQ(g.pad_top, z["pad_top"]);
     EXPECT_EQ(g.pad_right, z["pad_right"]);
     EXPECT_EQ(g.pad_bottom, z["pad_bottom"]);
-    std::vector<int> types = ImageSpanTokenTypes(plan->n_llm_h, plan->n_llm_w);
-    EXPECT_EQ(static_cast<int>(types.size()), plan->num_image_tokens());
     if (!r["token_types"].is_null()) {
-      EXPECT_EQ(types, r["token_types"].get<std::vector<int>>());
+      EXPECT_EQ(static_cast<int>(r["token_types"].size()), plan->num_image_tokens());
     }
   }
 }
@@ -356,9 +354,8 @@ TEST(PadToSizeTest, AFittedSideThatRoundsToZeroLeavesAnAllGreyCanvas) {
   for (uint8_t v : out.pixels) ASSERT_EQ(v, 127);
 }
 
-TEST(ImageSpanTokenTypesTest, LayoutIsStartRowsWithNewLinesEnd) {
-  EXPECT_EQ(ImageSpanTokenTypes(2, 3), (std::vector<int>{0, 1, 1, 1, 2, 1, 1, 1, 2, 3}));
-  EXPECT_EQ(NumImageTokens(2, 3), 10);
+TEST(ImageSpanTest, TwoRowsOfThreeCellsAreTenTokens) {
+  EXPECT_EQ(NumImageTokens(2, 3), 10);  // start, 3 cells + newline twice, end
 }
 
 }  // namespace
