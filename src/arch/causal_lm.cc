@@ -103,4 +103,14 @@ void GatherLogitRows(const ForwardBatch& batch, const float* src, int64_t width,
   }
 }
 
+void BatchPositions(const ForwardBatch& batch, int32_t* positions, int32_t* token_seq) {
+  for (size_t si = 0; si < batch.seqs.size(); ++si) {
+    const SequenceSlice& s = batch.seqs[si];
+    for (int32_t i = 0; i < s.num_tokens; ++i) {
+      positions[s.token_offset + i] = s.start_pos + i;
+      if (token_seq != nullptr) token_seq[s.token_offset + i] = static_cast<int32_t>(si);
+    }
+  }
+}
+
 }  // namespace deepinfer::arch

@@ -122,6 +122,10 @@ struct ForwardBatch {
 // order) from src [batch.num_tokens, width] to dst [batch.num_logit_rows(), width] (f32).
 void GatherLogitRows(const ForwardBatch& batch, const float* src, int64_t width, float* dst);
 
+// Each batch token's position (its slice's start_pos plus its index in the slice) and, when
+// token_seq is not null, the index of its slice. Shapes: positions, token_seq [batch.num_tokens].
+void BatchPositions(const ForwardBatch& batch, int32_t* positions, int32_t* token_seq = nullptr);
+
 // Float arithmetic of a forward pass.
 enum class Numerics {
   // The engine's own kernels: fastest, and batch invariant (a sequence gets the same logits

@@ -289,13 +289,7 @@ void DeepseekImpl::Prepare(const ForwardBatch& batch, util::ThreadPool& pool) {
   grow(thread_scratch_, pool.num_threads() * thread_stride_);
   grow(positions_, T);
   grow(token_seq_, T);
-  for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
-    const auto& s = batch.seqs[si];
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      positions_[s.token_offset + i] = s.start_pos + i;
-      token_seq_[s.token_offset + i] = si;
-    }
-  }
+  BatchPositions(batch, positions_.data(), token_seq_.data());
   const int half = ds_.qk_rope_head_dim / 2;
   for (int64_t t = 0; t < T; ++t) {
     const float p = static_cast<float>(positions_[t]);

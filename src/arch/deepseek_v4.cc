@@ -262,9 +262,7 @@ absl::StatusOr<HcSite> DeepseekV4Impl::LoadHead(const std::string& p) {
 void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
   const int64_t T = batch.num_tokens;
   Grow(positions_, T);
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
-  }
+  BatchPositions(batch, positions_.data());
   rope_.Compute(positions_.data(), T);
 }
 

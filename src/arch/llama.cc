@@ -206,13 +206,7 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
   const int64_t H = cfg_.hidden, kvd = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
   Reserve(T, pool.num_threads());
   const kernels::GqaKvLayout layout = KvLayout(kv);
-  for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
-    const auto& s = batch.seqs[si];
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      positions_[s.token_offset + i] = s.start_pos + i;
-      token_seq_[s.token_offset + i] = si;
-    }
-  }
+  BatchPositions(batch, positions_.data(), token_seq_.data());
   float* x = x_.data();
   float* h = h_.data();
   const int64_t qd = int64_t{cfg_.num_heads} * cfg_.head_dim, F = cfg_.ffn_hidden;
