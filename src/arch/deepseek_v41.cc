@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "arch/engram_block.h"
 #include "arch/moe.h"
 #include "arch/rope.h"
+#include "arch/vision_tower.h"
 #include "fmt/format.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -94,19 +96,26 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   }
   void DsparkPropose(const ForwardBatch& batch, KvCache& kv, int32_t* drafts, float* confidence,
                      util::ThreadPool& pool) override;
+  VisionTower* vision_tower() override { return vision_.get(); }
 
  private:
   // Main layer l, or DSpark stage l - num_layers.
   absl::StatusOr<Layer> LoadLayer(int l);
   absl::Status LoadDspark();
+  // The vision tower when the config has a vision_config (its tensors then required).
+  absl::Status LoadVision();
+  // h_ rows of the batch's image-span tokens = batch.span_rows, in batch order.
+  void WriteSpanRows(const ForwardBatch& batch);
   // The window key/value rows of `in` (kv_norm, RoPE, FP8 under QAT) into attn_.kv().
   void WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
                 int64_t T, const float* cosv, const float* sinv, util::ThreadPool& pool);
   // The streams = h_ replicated hc times, pre_mix_ one-hot on stream 0 (the first layer's input).
   void StartStreams(int64_t T);
   // One mHC layer over the streams (pre_mix_ in, the FFN site's pre out); attention by `attend`.
+  // token_types [T] (null: all text) routes image-span rows by the MoE's bias_vl.
   template <typename Attend>
-  void RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool, Attend&& attend);
+  void RunLayer(const Layer& L, int64_t T, const int8_t* token_types, util::ThreadPool& pool,
+                Attend&& attend);
   // DSpark: the stages' window KV from taps_ at the batch's positions.
   void DsparkAbsorb(const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
   // Queries of h_ (RoPE'd, no per-head norm) and the attention of T rows over the keys
@@ -158,6 +167,7 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   const TensorView* embed_ = nullptr;
   const TensorView* head_ = nullptr;
   std::vector<float> final_norm_;
+  std::unique_ptr<VisionTower> vision_;  // null: text only
   int32_t window_tokens_ = 0;
   // Per layer, the offset from a group's first position to the slot holding its entry: 0 when
   // the entry spreads over the group's slots, ratio - 1 when it sits whole in the last one.
@@ -231,9 +241,10 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
                                          stage ? ds_.dspark_num_experts_per_tok
                                                : ds_.num_experts_per_tok,
                                          /*biased=*/true, ds_.n_shared_experts > 0));
-  // The image-token routing bias: loaded, unused for text (the stages have none).
-  if (!stage && schema_.Has(f + "gate.bias_vl")) {
-    DI_RETURN_IF_ERROR(schema_.Vec(f + "gate.bias_vl", {E}).status());
+  // The image-span routing bias (the stages have none): required with a vision tower; a text-
+  // only checkpoint may carry it too (transformers saves it), and never routes by it.
+  if (!stage && (ds_.vision.has_value() || schema_.Has(f + "gate.bias_vl"))) {
+    DI_ASSIGN_OR_RETURN(L.moe.router_bias_vl, schema_.Vec(f + "gate.bias_vl", {E}));
   }
   return L;
 }
@@ -258,6 +269,9 @@ absl::Status DeepseekV41Impl::Init() {
   } else {
     DI_ASSIGN_OR_RETURN(head_, schema_.Mat(head, cfg_.vocab, H));
   }
+  // Before the layers: a vision_config without vision tensors is bad_config, not the layers'
+  // missing gate.bias_vl.
+  DI_RETURN_IF_ERROR(LoadVision());
   int kv_src = -1;
   for (int l = 0; l < cfg_.num_layers; ++l) {
     DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
@@ -271,18 +285,41 @@ absl::Status DeepseekV41Impl::Init() {
   keep_classes_ = engram_.enabled();
   if (keep_classes_) kv_floats_ = std::max<int64_t>(kv_floats_, 1);
   DI_RETURN_IF_ERROR(LoadDspark());
-  // The vision tower and the image embeddings are not read yet (nor DSpark stages a config
-  // does not declare).
-  std::vector<const char*> unread = {"vision.", "aligner.", "image_"};
-  if (dspark_.stages.empty()) unread.push_back("mtp.");
-  for (const auto& [name, t] : model_.tensors) {
-    for (const char* prefix : unread) {
-      if (name.rfind(prefix, 0) == 0) schema_.MarkUsed(name);
+  // DSpark stages a config does not declare are not read.
+  if (dspark_.stages.empty()) {
+    for (const auto& [name, t] : model_.tensors) {
+      if (name.rfind("mtp.", 0) == 0) schema_.MarkUsed(name);
     }
   }
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4.1"));
   rope_.Init(cfg_, ds_);
   mhc_.Init(ds_.hc_mult, H, cfg_.rms_norm_eps, ds_.hc_eps, ds_.hc_sinkhorn_iters);
+  return absl::OkStatus();
+}
+
+// The vision tower, aligner and span vectors (vision.*, aligner.*, image_{start,end,newline})
+// come with the config's vision_config: one without the other is a broken checkpoint (images
+// would be refused, or their tensors silently ignored), so both directions are bad_config.
+absl::Status DeepseekV41Impl::LoadVision() {
+  std::string vision_tensor;
+  for (const auto& [name, t] : model_.tensors) {
+    for (const char* prefix : {"vision.", "aligner.", "image_start", "image_end", "image_newline"}) {
+      if (name.rfind(prefix, 0) == 0 && vision_tensor.empty()) vision_tensor = name;
+    }
+  }
+  if (!ds_.vision.has_value()) {
+    if (vision_tensor.empty()) return absl::OkStatus();
+    return InvalidArgumentError(
+        util::codes::kBadConfig,
+        fmt::format("checkpoint has vision tensors ('{}') but config.json has no vision_config",
+                    vision_tensor));
+  }
+  if (vision_tensor.empty()) {
+    return InvalidArgumentError(util::codes::kBadConfig,
+                                "config.json has a vision_config but the checkpoint has no "
+                                "vision tensors (vision.*, aligner.*, image_*)");
+  }
+  DI_ASSIGN_OR_RETURN(vision_, VisionTower::Load(schema_, *ds_.vision, cfg_.hidden));
   return absl::OkStatus();
 }
 
@@ -540,8 +577,8 @@ void DeepseekV41Impl::StartStreams(int64_t T) {
 }
 
 template <typename Attend>
-void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool,
-                               Attend&& attend) {
+void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, const int8_t* token_types,
+                               util::ThreadPool& pool, Attend&& attend) {
   const int64_t H = cfg_.hidden;
   mhc_.Mixes(L.hc_attn, T, pre_attn_.data(), pool);
   Collapse(pre_mix_.data(), T);
@@ -560,7 +597,7 @@ void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, util::ThreadPool& pool
                              .swiglu_limit = ds_.swiglu_limit,
                              .clamp = ds_.swiglu_limit > 0};
   Grow(out_, T * H);
-  moe_.Run(L.moe, moe, h_.data(), nullptr, T, H, out_.data(), pool);
+  moe_.Run(L.moe, moe, h_.data(), nullptr, T, H, out_.data(), pool, token_types);
   mhc_.Expand(out_.data(), T);
   std::swap(pre_mix_, pre_ffn_);
 }
@@ -637,7 +674,8 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
   for (size_t st = 0; st < dspark_.stages.size(); ++st) {
     const Layer& L = dspark_.stages[st];
     const int l = cfg_.num_layers + static_cast<int>(st);
-    RunLayer(L, T, pool, [&] { StageAttention(L, l, batch, kv, pool); });
+    // Proposal rows are text (generated tokens): the stages have no image routing.
+    RunLayer(L, T, /*token_types=*/nullptr, pool, [&] { StageAttention(L, l, batch, kv, pool); });
   }
   Grow(draft_x_, T * H);  // x per row (the confidence head reads it)
   Grow(rows_, T * H);
@@ -676,6 +714,22 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
   }
 }
 
+// The reference overwrites the token embeddings of every span position (START / END / NEWLINE
+// by the learned vectors, IMAGE by the aligner rows) before the hc streams start; the span's
+// token ids (image_token_id) are looked up and then discarded.
+void DeepseekV41Impl::WriteSpanRows(const ForwardBatch& batch) {
+  // Only a model with a vision tower routes by bias_vl (the engine refuses images otherwise).
+  DI_CHECK(vision_ != nullptr);
+  const int64_t H = cfg_.hidden;
+  int64_t r = 0;
+  for (int64_t t = 0; t < batch.num_tokens; ++t) {
+    if (batch.token_types[t] < 0) continue;
+    DI_CHECK(batch.span_rows != nullptr);
+    std::memcpy(h_.data() + t * H, batch.span_rows + r * H, H * sizeof(float));
+    ++r;
+  }
+}
+
 void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                               util::ThreadPool& pool) {
   const int stages = dspark_on_ ? static_cast<int>(dspark_.stages.size()) : 0;
@@ -699,6 +753,7 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   rope_.Compute(positions_.data(), T);
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
+  if (batch.token_types != nullptr) WriteSpanRows(batch);
   StartStreams(T);
   if (keep_classes_) engram_.Hashes(batch, kv, cfg_.num_layers);
   const int64_t num_taps = dspark_on_ ? static_cast<int64_t>(dspark_.taps.size()) : 0;
@@ -714,8 +769,8 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
                          H, taps_.data() + (t * num_taps + k) * H);
       }
     }
-    if (L.engram.index >= 0) engram_.Apply(L.engram, T, mhc_.data(), pool);
-    RunLayer(L, T, pool, [&] { Attention(L, l, batch, kv, pool); });
+    if (L.engram.index >= 0) engram_.Apply(L.engram, T, mhc_.data(), pool, batch.token_types);
+    RunLayer(L, T, batch.token_types, pool, [&] { Attention(L, l, batch, kv, pool); });
   }
   if (num_taps > 0) DsparkAbsorb(batch, kv, pool);
   const int32_t num_rows = batch.num_logit_rows();

@@ -47,11 +47,22 @@ namespace deepinfer::arch {
 //   through the stages (window-only attention over the window and the whole block: non-causal
 //   inside it; their own MoE), lm_head(norm(x)) plus the Markov head's term for the previous
 //   guess, greedy, and a confidence sigmoid(proj . [x, markov_embed[previous]]) per row.
-// Not yet: images (bias_vl is loaded and unused).
+// Images (a config with vision_config; its tensors vision.*, aligner.*, image_* required, and
+//   vision tensors without vision_config refused, both bad_config): vision_tower() is the
+//   checkpoint's VisionTower (arch/vision_tower.h). Forward reads ForwardBatch::token_types /
+//   span_rows: the embedding of each span position (type >= 0) is overwritten by the next span
+//   row before the streams start; the MoE of the main layers selects experts at span positions
+//   (delimiters included) with gate.bias_vl instead of gate.bias (weights still from the
+//   unbiased scores; DSpark stages never); Engram treats span positions as DEAD (class -1 in
+//   the cache, so later positions' look-back stops there, and gate 0). Otherwise span positions
+//   are ordinary causal positions, so chunks may cut through a span (each chunk passes its slice
+//   of the types and rows). Source: DeepSeek-V4.1-Flash inference/model.py and engram.py as
+//   ../shared/goldens/deepseek_v41_vision ran them (README "Text model with images").
 // Threads / Lifetime: as CausalLm.
 // Source: transformers models/deepseek_v41/modeling_deepseek_v41.py at commit 0a2080b4 (the
 //   reference of ../shared/goldens/deepseek_v41); research notes section 5.
-// Errors: as CreateDeepseekV4 (arch/deepseek_v4.h).
+// Errors: as CreateDeepseekV4 (arch/deepseek_v4.h); InvalidArgument "bad_config" for vision
+//   tensors without vision_config or the reverse; the vision tower's (VisionTower::Load).
 absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model);
 
 }  // namespace deepinfer::arch

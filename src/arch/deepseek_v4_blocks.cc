@@ -238,8 +238,9 @@ absl::StatusOr<std::vector<int32_t>> LoadTid2eid(TensorSchema& schema, const mod
 
 void MoeBlock::Run(const MoeLayer& L, const MoeOptions& opt, const float* x,
                    const int32_t* tokens, int64_t T, int64_t H, float* out,
-                   util::ThreadPool& pool) {
+                   util::ThreadPool& pool, const int8_t* token_types) {
   const int E = static_cast<int>(L.experts.size()), K = L.top_k;
+  DI_CHECK(token_types == nullptr || !L.router_bias_vl.empty());
   Grow(router_logits_, T * E);
   Grow(route_idx_, T * K);
   Grow(route_w_, T * K);
@@ -253,7 +254,10 @@ void MoeBlock::Run(const MoeLayer& L, const MoeOptions& opt, const float* x,
     if (!L.tid2eid.empty()) {
       for (int k = 0; k < K; ++k) idx[k] = L.tid2eid[int64_t{tokens[t]} * K + k];
     } else {
-      SelectExperts(score.data(), L.router_bias.data(), E, K, order, idx);
+      // Image-span rows select with their own bias (the reference's Gate.bias_vl).
+      const bool image = token_types != nullptr && token_types[t] >= 0;
+      SelectExperts(score.data(), image ? L.router_bias_vl.data() : L.router_bias.data(), E, K,
+                    order, idx);
     }
     float* w = route_w_.data() + t * K;
     float sum = 0;

@@ -218,10 +218,12 @@ struct Expert {
 };
 
 // A MoE layer: the router gate.weight [E, H] (and its selection bias gate.bias [E] unless the
-// layer routes by hash), E experts, and the shared expert when there is one.
+// layer routes by hash), E experts, and the shared expert when there is one. DeepSeek-V4.1 with
+// a vision tower also has gate.bias_vl [E], the selection bias of image-span rows.
 struct MoeLayer {
   const tensor::TensorView* router = nullptr;
-  std::vector<float> router_bias;  // empty: hash routed (tid2eid)
+  std::vector<float> router_bias;     // empty: hash routed (tid2eid)
+  std::vector<float> router_bias_vl;  // empty: no image routing (every row uses router_bias)
   std::vector<int32_t> tid2eid;    // hash routing table [vocab, top_k]
   std::vector<Expert> experts;
   Expert shared;
@@ -253,11 +255,16 @@ struct MoeOptions {
 
 // The MoE block: routes each row (hash table by token, else the top-k of score + bias), runs
 // each expert once over its rows (MoeDispatch: expert order per row whatever the batch), adds
-// the shared expert. Shapes: x, out [T, H]; tokens [T] (hash routing only).
+// the shared expert. Shapes: x, out [T, H]; tokens [T] (hash routing only); token_types [T] or
+// null (null: every row is text).
+// Image spans (DeepSeek-V4.1): a row whose token_types entry is >= 0 selects its experts by
+// score + router_bias_vl instead of score + router_bias; its weights still come from the
+// unbiased scores. REQUIRES: L.router_bias_vl non-empty when token_types has such a row.
 class MoeBlock {
  public:
   void Run(const MoeLayer& L, const MoeOptions& opt, const float* x, const int32_t* tokens,
-           int64_t T, int64_t H, float* out, util::ThreadPool& pool);
+           int64_t T, int64_t H, float* out, util::ThreadPool& pool,
+           const int8_t* token_types = nullptr);
 
  private:
   std::vector<float> router_logits_, route_w_, moe_out_;

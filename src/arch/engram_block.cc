@@ -131,7 +131,10 @@ void EngramBlock::Hashes(const ForwardBatch& batch, KvCache& kv, int class_layer
   std::vector<int32_t> classes(static_cast<size_t>(N));
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
-      *slot(s, s.start_pos + i) = static_cast<float>(class_of(batch.tokens[s.token_offset + i]));
+      const int64_t t = s.token_offset + i;
+      // A span position is DEAD (class -1): it blocks the look-back of the positions after it.
+      const bool dead = batch.token_types != nullptr && batch.token_types[t] >= 0;
+      *slot(s, s.start_pos + i) = dead ? -1.0f : static_cast<float>(class_of(batch.tokens[t]));
     }
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int32_t p = s.start_pos + i;
@@ -148,7 +151,7 @@ void EngramBlock::Hashes(const ForwardBatch& batch, KvCache& kv, int class_layer
 }
 
 void EngramBlock::Apply(const EngramWeights& e, int64_t T, float* streams,
-                        util::ThreadPool& pool) {
+                        util::ThreadPool& pool, const int8_t* token_types) {
   const int cols = layout_.columns();
   const int64_t hd = head_dim_, H = hidden_, hc = hc_;
   const int64_t in = cols * hd;
@@ -173,6 +176,7 @@ void EngramBlock::Apply(const EngramWeights& e, int64_t T, float* streams,
   kernels::MatMul(*e.wkv, rows_.data(), T, kv_.data(), pool);
   const float inv_sqrt_h = 1.0f / std::sqrt(static_cast<float>(H));
   for (int64_t t = 0; t < T; ++t) {
+    if (token_types != nullptr && token_types[t] >= 0) continue;  // span: gate 0
     const float* key = kv_.data() + t * (hc + 1) * H;
     const float* value = key + hc * H;
     for (int64_t k = 0; k < hc; ++k) {

@@ -52,13 +52,21 @@ class EngramBlock {
   // Writes each batch token's class into its slot of cache layer `class_layer`, then hashes the
   // classes at p, p - 1, ..., p - (N - 1) of every position (those before this step read from
   // their slots) for every Engram layer. Token ids outside the tokenizer hash as the pad class.
+  // Image spans (batch.token_types >= 0; null: all text) are DEAD: their slot holds class -1,
+  // so the look-back of every later position stops there and hashes the pad class from there
+  // on (EngramLayout::Hash's blocking is cumulative), in this step and all later ones.
+  // Source: DeepSeek-V4.1-Flash inference/engram.py as the vision goldens ran it (README "Text
+  // model with images").
   void Hashes(const ForwardBatch& batch, KvCache& kv, int class_layer);
 
   // streams [T, hc, H] += gate * value per (token, stream), with kv = wkv(rows) =
   // [keys (hc x H), value (H)], dot_k = sum(X_k q_k k_k key_k) rsqrt(mean X_k^2 + eps)
   // rsqrt(mean key_k^2 + eps) / sqrt(H), gate_k = sigmoid(sign(dot_k) sqrt(max(|dot_k|, 1e-6))).
-  // Reads the rows Hashes chose for this step. Source: DeepseekV41Engram.forward.
-  void Apply(const EngramWeights& e, int64_t T, float* streams, util::ThreadPool& pool);
+  // Rows whose token_types entry is >= 0 (image spans; null: all text) get gate 0: their
+  // streams are left as they are. Reads the rows Hashes chose for this step.
+  // Source: DeepseekV41Engram.forward; the span gate from inference/engram.py (vision goldens).
+  void Apply(const EngramWeights& e, int64_t T, float* streams, util::ThreadPool& pool,
+             const int8_t* token_types = nullptr);
 
  private:
   bool enabled_ = false;

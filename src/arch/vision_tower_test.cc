@@ -23,6 +23,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "arch/causal_lm.h"
+#include "arch/vision_testing.h"
 #include "tensor/dtype.h"
 #include "model/hf_config.h"
 #include "model/model.h"
@@ -37,6 +38,8 @@ namespace deepinfer::arch {
 namespace {
 
 using Json = nlohmann::json;
+using testing::Hex;
+using testing::PixelValues;
 
 std::string CaseDir(const std::string& name) {
   return std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41_vision/" + name;
@@ -47,90 +50,12 @@ std::string CaseDir(const std::string& name) {
     GTEST_SKIP() << "../shared/goldens/deepseek_v41_vision is absent (a user's clone has none)"; \
   }
 
-std::string Hex(const util::Sha256Digest& d) {
-  std::string s;
-  for (uint8_t b : d) s += fmt::format("{:02x}", b);
-  return s;
-}
-
-// A gzipped NumPy .npy file (version 1, C order): its dtype string, shape and raw data.
-struct Npy {
-  std::string descr;
-  std::vector<int64_t> shape;
-  std::string data;
-};
-
-Npy ReadNpyGz(const std::string& path) {
-  Npy npy;
-  auto text = util::ReadGzipFile(path);
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (!text.ok() || text->size() < 10 || text->compare(1, 5, "NUMPY") != 0) {
-    ADD_FAILURE() << path << " is not a .npy file";
-    return npy;
-  }
-  const size_t header_len = static_cast<uint8_t>((*text)[8]) | static_cast<uint8_t>((*text)[9]) << 8;
-  const std::string header = text->substr(10, header_len);
-  const size_t d = header.find("'descr': '") + 10;
-  npy.descr = header.substr(d, header.find('\'', d) - d);
-  EXPECT_NE(header.find("'fortran_order': False"), std::string::npos) << path;
-  const size_t s = header.find("'shape': (") + 10;
-  std::string dims = header.substr(s, header.find(')', s) - s);
-  for (size_t p = 0; p < dims.size();) {
-    const size_t comma = dims.find(',', p);
-    const std::string dim = dims.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
-    if (dim.find_first_of("0123456789") != std::string::npos) npy.shape.push_back(std::stoll(dim));
-    if (comma == std::string::npos) break;
-    p = comma + 1;
-  }
-  npy.data = text->substr(10 + header_len);
-  return npy;
-}
-
 // One image of a case: its pixel values and the reference's outputs.
 struct CaseImage {
   std::string stem;
   std::vector<float> pixels;  // [n_patches, 3, 14, 14]
   VisionImage image;
 };
-
-// pixel_values from `<stem>.pixel_values.npy.gz` when the case stores it, else from the resized
-// uint8 image through the value table (the README's formula), checked against the sha256 the
-// reference printed either way.
-std::vector<float> PixelValues(const std::string& dir, const Json& rec, const Json& value_table) {
-  const int64_t h = rec["plan"]["n_vit_h"], w = rec["plan"]["n_vit_w"], n = h * w;
-  const std::string image = rec["image"];
-  const std::string stem = std::filesystem::path(image).stem();
-  std::vector<float> pv(n * 3 * 14 * 14);
-  const std::string stored = dir + "/" + stem + ".pixel_values.npy.gz";
-  if (std::filesystem::exists(stored)) {
-    const Npy npy = ReadNpyGz(stored);
-    EXPECT_EQ(npy.descr, "<f4");
-    EXPECT_EQ(npy.shape, (std::vector<int64_t>{n, 3, 14, 14}));
-    if (npy.data.size() == pv.size() * 4) std::memcpy(pv.data(), npy.data.data(), npy.data.size());
-  } else {
-    const Npy npy = ReadNpyGz(dir + "/" + rec["resized_rgb"].get<std::string>());
-    EXPECT_EQ(npy.descr, "|u1");
-    EXPECT_EQ(npy.shape, (std::vector<int64_t>{h * 14, w * 14, 3}));
-    if (npy.data.size() != pv.size()) return pv;
-    const std::vector<float> table = value_table.get<std::vector<float>>();
-    const auto* u8 = reinterpret_cast<const uint8_t*>(npy.data.data());
-    for (int64_t p = 0; p < n; ++p) {
-      for (int c = 0; c < 3; ++c) {
-        for (int i = 0; i < 14; ++i) {
-          for (int j = 0; j < 14; ++j) {
-            const int64_t y = (p / w) * 14 + i, x = (p % w) * 14 + j;
-            pv[((p * 3 + c) * 14 + i) * 14 + j] = table[u8[(y * w * 14 + x) * 3 + c]];
-          }
-        }
-      }
-    }
-  }
-  EXPECT_EQ(Hex(util::Sha256(std::string_view(reinterpret_cast<const char*>(pv.data()),
-                                               pv.size() * sizeof(float)))),
-            rec["pixel_values_sha256"].get<std::string>())
-      << stem;
-  return pv;
-}
 
 struct VisionCase {
   Json golden, outputs;  // golden.json, vision.json.gz
@@ -339,8 +264,8 @@ TEST(VisionTowerTest, ModelWithoutVisionConfigHasNoTower) {
   EXPECT_EQ(ErrorCodeOf(CreateVisionTower(m).status()), "unsupported_config");
 }
 
-// The text builder reads the composite checkpoint too (it leaves the vision tensors to this
-// block), and the tower loads from the same Model.
+// The text builder reads the composite checkpoint too (its tower loads through the text
+// schema), and a tower of its own loads from the same Model.
 TEST(VisionTowerTest, TextModelLoadsTheCompositeCheckpointBesideTheTower) {
   SKIP_WITHOUT_SHARED("v41vis_a");
   auto folder = model::SyntheticCheckpoint(CaseDir("v41vis_a"),
@@ -349,7 +274,9 @@ TEST(VisionTowerTest, TextModelLoadsTheCompositeCheckpointBesideTheTower) {
   auto m = model::LoadModel(*folder);
   ASSERT_TRUE(m.ok()) << m.status();
   auto lm = CreateCausalLm(**m);
-  EXPECT_TRUE(lm.ok()) << lm.status();
+  ASSERT_TRUE(lm.ok()) << lm.status();
+  ASSERT_NE((*lm)->vision_tower(), nullptr);
+  EXPECT_EQ((*lm)->vision_tower()->text_hidden(), (*m)->config.hidden);
   auto tower = CreateVisionTower(**m);
   ASSERT_TRUE(tower.ok()) << tower.status();
   EXPECT_EQ((*tower)->text_hidden(), (*m)->config.hidden);
