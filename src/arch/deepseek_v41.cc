@@ -747,9 +747,7 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   }
   const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult;
   Grow(positions_, T);
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) positions_[s.token_offset + i] = s.start_pos + i;
-  }
+  BatchPositions(batch, positions_.data());
   rope_.Compute(positions_.data(), T);
   Grow(h_, T * H);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, h_.data());
