@@ -166,6 +166,15 @@ void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
   counter("deepinfer_structured_output_mask_seconds_total",
           "Engine-thread seconds spent computing and applying those tokens' masks.",
           [](const S& s) { return s.constraint_mask_seconds; });
+  counter("deepinfer_images_encoded_total",
+          "Images the vision tower encoded (those the encoder cache held are not counted).",
+          [&](const S& s) { return d(s.images_encoded); });
+  counter("deepinfer_encoder_cache_hits_total",
+          "Image span rows the encoder cache supplied without encoding.",
+          [&](const S& s) { return d(s.encoder_cache_hits); });
+  counter("deepinfer_image_encode_seconds_total",
+          "Engine-thread seconds the vision tower spent encoding images.",
+          [](const S& s) { return s.image_encode_seconds; });
   {
     // vLLM's per-position counter: position i counts the steps that accepted more than i drafts.
     const char* per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total";

@@ -86,6 +86,9 @@ class DataParallelEngine final : public Engine {
       }
       total.constraint_masks += s.constraint_masks;
       total.constraint_mask_seconds += s.constraint_mask_seconds;
+      total.images_encoded += s.images_encoded;
+      total.encoder_cache_hits += s.encoder_cache_hits;
+      total.image_encode_seconds += s.image_encode_seconds;
       AddHistogram(total.ttft, s.ttft);
       AddHistogram(total.tpot, s.tpot);
       AddHistogram(total.e2e, s.e2e);

@@ -503,6 +503,9 @@ void EngineImpl::PublishStats() {
             std::begin(stats_.spec_accepted_per_pos));
   stats_.constraint_masks = executor_->constraint_masks();
   stats_.constraint_mask_seconds = executor_->constraint_mask_seconds();
+  stats_.images_encoded = executor_->encoder_cache().encodes();
+  stats_.encoder_cache_hits = executor_->encoder_cache().hits();
+  stats_.image_encode_seconds = executor_->encoder_cache().encode_seconds();
   stats_.ttft = c.ttft;
   stats_.tpot = c.tpot;
   stats_.e2e = c.e2e;

@@ -111,6 +111,11 @@ struct EngineStats {
   // token masks took (xgrammar's mask plus setting the banned logits).
   int64_t constraint_masks = 0;
   double constraint_mask_seconds = 0;
+  // Images (engine/image_spans.h): images the vision tower encoded, span-row lookups the encoder
+  // cache answered, and the engine-thread seconds the encodes took.
+  int64_t images_encoded = 0;
+  int64_t encoder_cache_hits = 0;
+  double image_encode_seconds = 0;
   Histogram ttft, tpot, e2e, queue_time;
 };
 

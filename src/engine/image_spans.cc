@@ -1,6 +1,7 @@
 #include "engine/image_spans.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <span>
 
@@ -125,7 +126,8 @@ void SpanRowsBuilder::Encode(const StepPlan& plan, util::ThreadPool& pool) {
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence& seq = *p.seq;
     seq.image_rows.resize(seq.image_spans.size());
-    ForSpansIn(seq, p.start_pos, p.start_pos + p.num_real_tokens(), [&](size_t k, const ImageSpan& s) {
+    const int32_t end = p.start_pos + p.num_real_tokens();
+    ForSpansIn(seq, p.start_pos, end, [&](size_t k, const ImageSpan& s) {
       if (seq.image_rows[k] != nullptr) return;
       if ((seq.image_rows[k] = cache_.Find(s.content_hash)) != nullptr) return;
       owners.emplace_back(&seq, k);
@@ -140,25 +142,22 @@ void SpanRowsBuilder::Encode(const StepPlan& plan, util::ThreadPool& pool) {
   int64_t total = 0;
   for (const arch::VisionImage& im : images) total += tower_->GridOf(im).span_rows();
   encoded_.resize(static_cast<size_t>(total * hidden));
+  const auto start = std::chrono::steady_clock::now();
   tower_->EmbedImages(std::span<const arch::VisionImage>(images), encoded_.data(), pool);
+  cache_.AddEncodeSeconds(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   int64_t offset = 0;
+  std::vector<EncoderCache::Rows> fresh;
   for (size_t i = 0; i < images.size(); ++i) {
     const int64_t n = tower_->GridOf(images[i]).span_rows() * hidden;
-    cache_.Insert(queued[i], std::make_shared<const std::vector<float>>(
-                                 encoded_.begin() + offset, encoded_.begin() + offset + n));
+    fresh.push_back(std::make_shared<const std::vector<float>>(encoded_.begin() + offset,
+                                                               encoded_.begin() + offset + n));
+    cache_.Insert(queued[i], fresh.back());
     offset += n;
   }
   for (auto [seq, k] : owners) {
-    seq->image_rows[k] = cache_.Find(seq->image_spans[k].content_hash);
-    // A cache too small to keep this step's images: encode it alone for this sequence.
-    if (seq->image_rows[k] == nullptr) {
-      const ImageInput& in = *seq->req.images[seq->image_spans[k].image];
-      const arch::VisionImage im{in.pixel_values.data(), in.n_vit_h, in.n_vit_w};
-      auto rows = std::make_shared<std::vector<float>>(
-          static_cast<size_t>(tower_->GridOf(im).span_rows() * hidden));
-      tower_->EmbedImages(std::span<const arch::VisionImage>(&im, 1), rows->data(), pool);
-      seq->image_rows[k] = std::move(rows);
-    }
+    const auto it = std::find(queued.begin(), queued.end(), seq->image_spans[k].content_hash);
+    seq->image_rows[k] = fresh[static_cast<size_t>(it - queued.begin())];
   }
 }
 

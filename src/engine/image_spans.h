@@ -63,10 +63,13 @@ class EncoderCache {
   int64_t bytes() const { return bytes_; }
   int64_t hits() const { return hits_; }
   int64_t encodes() const { return encodes_; }
+  double encode_seconds() const { return encode_seconds_; }
+  void AddEncodeSeconds(double s) { encode_seconds_ += s; }
 
  private:
   const int64_t max_bytes_;
   int64_t bytes_ = 0, hits_ = 0, encodes_ = 0;
+  double encode_seconds_ = 0;
   std::list<std::pair<uint64_t, Rows>> lru_;  // front: most recent
   absl::flat_hash_map<uint64_t, std::list<std::pair<uint64_t, Rows>>::iterator> by_hash_;
 };
