@@ -4,19 +4,23 @@
 // Anthropic messages), and the loop that drives a Generation while watching the client.
 //
 // ServeRoute runs, in this order:
-//   1. Parse     the body into the route's request type (Route::Parse);
+//   1. Parse     the body into the route's request type (Route::Parse); images are checked
+//                against the server (CheckImagesAllowed: P/D decode side, vision tower, count)
+//                before anything is fetched;
 //   2. CheckModel the request's model name against the served one;
 //   3. Render    the prompts to token ids (Route::Render: a chat template, or the prompts as
 //   given), and compile the output constraint (Route::Constraint) on this thread;
 //   4. ResolveMaxTokens for each prompt against the context window (an empty prompt is refused);
 //   5. MakeEngineRequest for each of the request's n choices of each prompt;
 //   6. Answer    submits them together (Generation::Start) and answers through Route::Stream or
-//                Route::Complete.
+//                Route::Complete. A request with images is refused with "images_not_served_yet"
+//                here unless the engine accepts_images().
 // A failure of steps 1-6 before any byte was sent is answered whole through Route::AnswerError
 // (OpenAI's error shape unless the route says otherwise).
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +51,12 @@ class Route {
   virtual absl::Status Parse(std::string_view body, const ParseLimits& limits) = 0;
   // The generation parameters of the parsed request (valid after Parse).
   virtual const GenerationParams& params() const = 0;
+  // The conversation of a chat-shaped request (valid after Parse), whose images are checked
+  // before Render; null for other routes.
+  virtual const std::vector<ChatMessage>* chat_messages() const { return nullptr; }
+  // The prompt's images with their span positions (valid after Render); every choice carries
+  // them. Empty for text prompts.
+  virtual const std::vector<std::shared_ptr<const engine::ImageInput>>& images() const;
   // Step 3: the prompts, as token ids; each is answered by params().n choices, choice i of
   // prompt p getting index p * n + i.
   // Errors: InvalidArgument from the chat encoder.

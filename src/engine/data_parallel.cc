@@ -119,6 +119,10 @@ class DataParallelEngine final : public Engine {
     return std::all_of(ranks_.begin(), ranks_.end(), [](const auto& r) { return r->ready(); });
   }
   const model::Model& model() const override { return ranks_[0]->model(); }
+  bool accepts_images() const override {
+    return std::all_of(ranks_.begin(), ranks_.end(),
+                       [](const auto& r) { return r->accepts_images(); });
+  }
   CheckpointRef CheckpointFor(const std::vector<int32_t>& prompt,
                               uint64_t cache_salt) const override {
     return ranks_[0]->CheckpointFor(prompt, cache_salt);

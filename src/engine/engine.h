@@ -157,6 +157,10 @@ class Engine {
   virtual int32_t draft_tokens_per_step() const { return 0; }
   // True once the model is loaded and a warm-up step has run.
   virtual bool ready() const = 0;
+  // True when Submit reads GenerateRequest::images (encodes them with the model's vision tower
+  // and puts the span rows at their positions). Until then serve refuses image requests with
+  // 400 "images_not_served_yet" rather than run the spans as plain image tokens.
+  virtual bool accepts_images() const { return false; }
   virtual const model::Model& model() const = 0;
   // The checkpoint that holds, or would hold, the KV of `prompt`'s full blocks under
   // `cache_salt`: its file name ("<16 hex digits>.dipc") and the tokens it covers. Empty without

@@ -42,6 +42,7 @@ class FakeEngine : public engine::Engine {
     int32_t max_model_len = 512;
     std::chrono::milliseconds step{1};
     bool ready = true;
+    bool accepts_images = false;  // Engine::accepts_images
   };
   FakeEngine(const model::Model& model, Options options);
   ~FakeEngine() override;
@@ -60,6 +61,7 @@ class FakeEngine : public engine::Engine {
   int64_t kv_bytes_per_token() const override { return 0; }
   const char* numerics_name() const override { return "fast"; }
   bool ready() const override { return options_.ready; }
+  bool accepts_images() const override { return options_.accepts_images; }
   const model::Model& model() const override { return model_; }
 
   int num_submitted() const { return num_submitted_.load(); }
