@@ -1,8 +1,12 @@
 #include "api/image_inputs.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
-#include <fstream>
 #include <span>
 #include <system_error>
 #include <utility>
@@ -62,6 +66,41 @@ bool PercentDecode(std::string_view in, std::string* out) {
   return true;
 }
 
+// Reads `file` (resolved under `root`) through one descriptor: the path the descriptor really
+// opened is checked under `root` again, so a link swapped in after the first check cannot lead
+// outside; size and bytes come from that descriptor.
+absl::StatusOr<std::string> ReadOpenedUnder(const ImageRef& ref,
+                                            const std::filesystem::path& file,
+                                            const std::filesystem::path& root,
+                                            int64_t max_bytes) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return FetchFailed(ref, "The image file cannot be read.");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  std::error_code ec;
+  const std::filesystem::path opened =
+      std::filesystem::read_symlink("/proc/self/fd/" + std::to_string(fd), ec);
+  if (ec || !opened.string().starts_with(root.string() + "/")) {
+    return NotAllowed(ref, "The file is outside --allowed-local-media-path.");
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    return FetchFailed(ref, "The image path is not a regular file.");
+  }
+  if (st.st_size > max_bytes) return TooLarge(ref, max_bytes);
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return FetchFailed(ref, "The image file cannot be read.");
+    done += static_cast<size_t>(n);
+  }
+  return bytes;
+}
+
 absl::StatusOr<std::string> ReadLocalFile(const ImageRef& ref, std::string_view rest,
                                           const MediaOptions& options) {
   if (options.allowed_local_media_path.empty()) {
@@ -91,20 +130,7 @@ absl::StatusOr<std::string> ReadLocalFile(const ImageRef& ref, std::string_view 
   if (!resolved.starts_with(root.string() + "/")) {
     return NotAllowed(ref, "The file is outside --allowed-local-media-path.");
   }
-  if (!std::filesystem::is_regular_file(file, ec) || ec) {
-    return FetchFailed(ref, "The image path is not a regular file.");
-  }
-  const auto size = std::filesystem::file_size(file, ec);
-  if (ec) return FetchFailed(ref, "The image file cannot be read.");
-  if (static_cast<int64_t>(size) > options.max_image_bytes) {
-    return TooLarge(ref, options.max_image_bytes);
-  }
-  std::ifstream in(file, std::ios::binary);
-  std::string bytes(size, '\0');
-  if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) {
-    return FetchFailed(ref, "The image file cannot be read.");
-  }
-  return bytes;
+  return ReadOpenedUnder(ref, file, root, options.max_image_bytes);
 }
 
 // The host of "host[:port][/...]" (lower case), "" when malformed or with user info.
