@@ -28,9 +28,10 @@ ALLOWED = {
     "engine": {"util", "tensor", "model", "kernels", "arch", "constraint"},
     "http": {"util"},
     "protocol": {"util", "http", "tokenizer", "constraint"},
-    "api": {"util", "http", "tensor", "model", "tokenizer", "constraint", "engine", "protocol"},
+    "api": {"util", "http", "tensor", "image", "model", "tokenizer", "constraint", "engine",
+            "protocol"},
     "gateway": {"util", "http", "protocol"},
-    "tools": {"util", "http", "tensor", "model", "tokenizer", "protocol"},
+    "tools": {"util", "http", "tensor", "image", "model", "tokenizer", "protocol"},
     "cli": {"util", "tensor", "image", "model", "kernels", "arch", "tokenizer", "constraint",
             "engine", "http", "protocol", "api", "gateway", "tools"},
 }

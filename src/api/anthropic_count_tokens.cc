@@ -1,5 +1,6 @@
 #include "api/anthropic_count_tokens.h"
 
+#include "api/image_inputs.h"
 #include <string>
 
 #include "http/errors.h"
@@ -20,6 +21,27 @@ void RespondAnthropicError(http::ResponseWriter& writer, const absl::Status& sta
   writer.Respond(error.http_status, headers, util::DumpJson(http::AnthropicErrorJson(error)));
 }
 
+absl::StatusOr<int64_t> CountChatTokens(const ServedModel& model,
+                                        const std::vector<ChatMessage>& messages,
+                                        const tokenizer::ChatOptions& options) {
+  if (model.vision == nullptr) {
+    // No vision tower: the image spans cannot be planned; each image counts the reserve.
+    DI_ASSIGN_OR_RETURN(ChatPrompt prompt,
+                        RenderChatPrompt(*model.tokenizer, *model.chat_template, messages, options,
+                                         kCountOnlyImageToken));
+    const int64_t images = static_cast<int64_t>(prompt.image_positions.size());
+    return static_cast<int64_t>(prompt.tokens.size()) - images + images * kDefaultImageTokens;
+  }
+  DI_RETURN_IF_ERROR(CheckImagesAllowed(messages, model.vision, model.media, false));
+  DI_ASSIGN_OR_RETURN(ChatPrompt prompt,
+                      RenderChatPrompt(*model.tokenizer, *model.chat_template, messages, options,
+                                       model.vision->image_token_id));
+  if (!prompt.image_positions.empty()) {
+    DI_RETURN_IF_ERROR(ExpandChatImages(messages, *model.vision, model.media, &prompt, nullptr));
+  }
+  return static_cast<int64_t>(prompt.tokens.size());
+}
+
 namespace {
 
 absl::Status RunCountTokens(const ServedModel& model, const http::Request& http_request,
@@ -37,10 +59,7 @@ absl::Status RunCountTokens(const ServedModel& model, const http::Request& http_
   }
   DI_RETURN_IF_ERROR(CheckModel(model, model_name));
   DI_ASSIGN_OR_RETURN(AnthropicChat chat, ParseAnthropicChat(body));
-  DI_ASSIGN_OR_RETURN(ChatPrompt prompt, RenderChatPrompt(*model.tokenizer, *model.chat_template,
-                                                       chat.messages, chat.options));
-  int64_t total = static_cast<int64_t>(prompt.tokens.size()) +
-                  static_cast<int64_t>(chat.num_images) * kDefaultImageTokens;
+  DI_ASSIGN_OR_RETURN(int64_t total, CountChatTokens(model, chat.messages, chat.options));
   RespondJson(writer, 200, util::Json{{"input_tokens", total}});
   return absl::OkStatus();
 }

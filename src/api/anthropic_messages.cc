@@ -28,6 +28,7 @@ class MessagesRoute final : public ChatPromptRoute {
     return absl::OkStatus();
   }
   const GenerationParams& params() const override { return request_.params; }
+  const std::vector<ChatMessage>* chat_messages() const override { return &request_.chat.messages; }
   absl::StatusOr<std::vector<std::vector<int32_t>>> Render() override {
     return RenderChat(request_.chat.messages, request_.chat.options, request_.tool_choice);
   }

@@ -1,5 +1,6 @@
 #include "api/chat_route.h"
 
+#include "api/image_inputs.h"
 #include "protocol/tool_constraint.h"
 #include "util/status.h"
 
@@ -8,8 +9,13 @@ namespace deepinfer::api {
 absl::StatusOr<std::vector<std::vector<int32_t>>> ChatPromptRoute::RenderChat(
     const std::vector<ChatMessage>& messages, const tokenizer::ChatOptions& options,
     const ToolChoice& tool_choice) {
+  const int32_t image_token_id = model().vision != nullptr ? model().vision->image_token_id : -1;
   DI_ASSIGN_OR_RETURN(prompt_, RenderChatPrompt(*model().tokenizer, *model().chat_template,
-                                                messages, options));
+                                                messages, options, image_token_id));
+  if (!prompt_.image_positions.empty()) {
+    DI_RETURN_IF_ERROR(
+        ExpandChatImages(messages, *model().vision, model().media, &prompt_, &images_));
+  }
   tool_format_ = ToolFormatFor(*model().chat_template, !options.tools.empty(),
                                tool_choice.mode == ToolChoice::Mode::kNone);
   const ToolCallFormat model_format =

@@ -5,6 +5,7 @@
 // the same file's AnswerSplitter.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -23,14 +24,18 @@ class ChatPromptRoute : public Route {
  public:
   const ChatPrompt& prompt() const { return prompt_; }
   ToolCallFormat tool_format() const { return tool_format_; }
+  const std::vector<std::shared_ptr<const engine::ImageInput>>& images() const override {
+    return images_;
+  }
 
  protected:
   using Route::Route;
 
-  // Step 3 for a chat: RenderChatPrompt of `messages` with `options`; tool calls are parsed when
+  // Step 3 for a chat: RenderChatPrompt of `messages` with `options`, each image read, decoded,
+  // preprocessed and expanded to its span (ExpandChatImages); tool calls are parsed when
   // `options` offers tools and `tool_choice` is not none (ToolFormatFor); a required or named
   // tool_choice becomes the output constraint (ToolChoiceConstraint).
-  // Errors: those of RenderChatPrompt and ToolChoiceConstraint.
+  // Errors: those of RenderChatPrompt, ExpandChatImages and ToolChoiceConstraint.
   absl::StatusOr<std::vector<std::vector<int32_t>>> RenderChat(
       const std::vector<ChatMessage>& messages, const tokenizer::ChatOptions& options,
       const ToolChoice& tool_choice);
@@ -45,6 +50,7 @@ class ChatPromptRoute : public Route {
 
  private:
   ChatPrompt prompt_;
+  std::vector<std::shared_ptr<const engine::ImageInput>> images_;
   ToolCallFormat tool_format_ = ToolCallFormat::kNone;
   std::optional<constraint::ConstraintSpec> tool_constraint_;
 };

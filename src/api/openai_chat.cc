@@ -36,6 +36,7 @@ class ChatRoute final : public ChatPromptRoute {
     return absl::OkStatus();
   }
   const GenerationParams& params() const override { return request_.params; }
+  const std::vector<ChatMessage>* chat_messages() const override { return &request_.messages; }
   absl::StatusOr<std::vector<std::vector<int32_t>>> Render() override {
     return RenderChat(request_.messages, ChatOptionsFor(request_), request_.tool_choice);
   }

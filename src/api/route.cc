@@ -4,6 +4,7 @@
 #include <optional>
 #include <utility>
 
+#include "api/image_inputs.h"
 #include "api/metrics.h"
 #include "api/pd.h"
 #include "http/errors.h"
@@ -53,7 +54,11 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
   }
   const GenerationParams& params = route.params();
   DI_RETURN_IF_ERROR(CheckModel(model, params.model));
+  if (const std::vector<ChatMessage>* messages = route.chat_messages(); messages != nullptr) {
+    DI_RETURN_IF_ERROR(CheckImagesAllowed(*messages, model.vision, model.media, pd_decode));
+  }
   DI_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> prompts, route.Render());
+  const std::vector<std::shared_ptr<const engine::ImageInput>>& images = route.images();
   // Structured output and enforced tool choice: compiled here, on the connection's thread
   // (cached by constraint), so that a bad schema is a 400 before anything runs.
   std::shared_ptr<const constraint::CompiledConstraint> compiled;
@@ -91,6 +96,7 @@ absl::Status RunRoute(Route& route, const http::Request& request, http::Response
       spec.request.x_request_id = writer.log().request_id;
       spec.request.prompt_logprobs = params.prompt_logprobs;
       spec.request.constraint = compiled;
+      spec.request.images = images;
       spec.prompt_index = static_cast<int32_t>(p);
       spec.stops = params.stop;
       spec.reasoning_end_token = reasoning_end;
@@ -138,6 +144,11 @@ Route::Route(const ServedModel& model, std::string_view id_prefix, std::string_v
       id_(NewRequestId(id_prefix)),
       created_(UnixNow()),
       prompt_param_(prompt_param) {}
+
+const std::vector<std::shared_ptr<const engine::ImageInput>>& Route::images() const {
+  static const std::vector<std::shared_ptr<const engine::ImageInput>> kNone;
+  return kNone;
+}
 
 std::optional<Route::OutputConstraint> Route::Constraint() const {
   if (!params().constraint.has_value()) return std::nullopt;

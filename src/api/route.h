@@ -4,7 +4,9 @@
 // Anthropic messages), and the loop that drives a Generation while watching the client.
 //
 // ServeRoute runs, in this order:
-//   1. Parse     the body into the route's request type (Route::Parse);
+//   1. Parse     the body into the route's request type (Route::Parse); images are checked
+//                against the server (CheckImagesAllowed: P/D decode side, vision tower, count)
+//                before anything is fetched;
 //   2. CheckModel the request's model name against the served one;
 //   3. Render    the prompts to token ids (Route::Render: a chat template, or the prompts as
 //   given), and compile the output constraint (Route::Constraint) on this thread;
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +50,12 @@ class Route {
   virtual absl::Status Parse(std::string_view body, const ParseLimits& limits) = 0;
   // The generation parameters of the parsed request (valid after Parse).
   virtual const GenerationParams& params() const = 0;
+  // The conversation of a chat-shaped request (valid after Parse), whose images are checked
+  // before Render; null for other routes.
+  virtual const std::vector<ChatMessage>* chat_messages() const { return nullptr; }
+  // The prompt's images with their span positions (valid after Render); every choice carries
+  // them. Empty for text prompts.
+  virtual const std::vector<std::shared_ptr<const engine::ImageInput>>& images() const;
   // Step 3: the prompts, as token ids; each is answered by params().n choices, choice i of
   // prompt p getting index p * n + i.
   // Errors: InvalidArgument from the chat encoder.

@@ -400,6 +400,9 @@ absl::StatusOr<StartPlan> CheckSettings(ServeOptions& o) {
   StartPlan plan;
   DI_RETURN_IF_ERROR(ResolveModel(o, &plan));
   DI_RETURN_IF_ERROR(CheckTelemetry(o));
+  if (absl::Status media = CheckMediaOptions(o.media); !media.ok()) {
+    return Failed("bad image input settings", media);
+  }
   absl::StatusOr<std::vector<std::string>> keys = LoadApiKeys(o);
   if (!keys.ok()) return Failed("bad API key settings", keys.status());
   plan.api_keys = *std::move(keys);
@@ -493,6 +496,11 @@ ServedModel MakeServedModel(const ServeOptions& o, const StartPlan& plan,
   served.checkpoints = plan.checkpoints.get();
   served.pd = o.pd.role != PdRole::kCombined ? &o.pd : nullptr;
   served.grammar = loaded.grammar.get();
+  const model::ModelConfig& config = loaded.servable.model->config;
+  if (config.deepseek_v4.has_value() && config.deepseek_v4->vision.has_value()) {
+    served.vision = &*config.deepseek_v4->vision;
+  }
+  served.media = o.media;
   return served;
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/image_inputs.h"
 #include "api/pd.h"
 #include "engine/engine.h"
 
@@ -55,6 +56,9 @@ struct ServeOptions {
   PdConfig pd;
   std::string pd_checkpoint_dir;
   engine::EngineOptions engine;      // max_model_len 0 = the model's
+  // Image inputs: allowed URL sources and caps (api/image_inputs.h); checked before the model
+  // loads (CheckMediaOptions, "bad_option").
+  MediaOptions media;
 };
 
 // The environment variable serve reads one more API key from (never printed or logged).

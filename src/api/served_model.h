@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "api/image_inputs.h"
 #include "constraint/grammar.h"
 #include "engine/engine.h"
 #include "http/server.h"
@@ -42,6 +43,10 @@ struct ServedModel {
   // Compiles structured-output constraints for this model's vocabulary; null where no
   // generation runs.
   constraint::GrammarCompiler* grammar = nullptr;
+  // The model's vision tower config (image_token_id, preprocessing knobs); null for a model that
+  // reads text only. Borrowed from the loaded model.
+  const model::DeepseekV41VisionConfig* vision = nullptr;
+  MediaOptions media;  // where image bytes may come from, and the caps (serve's flags)
 };
 
 // What the request parsers check against `model` (ParseLimits).

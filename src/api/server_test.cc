@@ -717,10 +717,72 @@ TEST_F(ApiServerTest, ImagesAreUnsupportedContentBeforeAnyStreamByte) {
     EXPECT_EQ(messages.json()["type"], "error");
     EXPECT_EQ(messages.json()["error"]["type"], "invalid_request_error");
     EXPECT_NE(
-        messages.json()["error"]["message"].get<std::string>().find("Images are not supported"),
+        messages.json()["error"]["message"].get<std::string>().find("has no vision tower"),
         std::string::npos);
     EXPECT_EQ(messages.log().error, "unsupported_content");
   }
+}
+
+// A vision model (the byte model with a vision config): images are read, planned and expanded
+// to their spans; /tokenize counts them; bad ones are refused before the engine sees anything;
+// a good request reaches the engine with its ImageInputs.
+constexpr char kPng1x1DataUri[] =
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhg"
+    "GAWjR9awAAAABJRU5ErkJggg==";
+
+std::string ChatWithImages(int n, const std::string& url, const std::string& extra = "") {
+  std::string parts = R"({"type":"text","text":"Hi"})";
+  for (int i = 0; i < n; ++i) {
+    parts += R"(,{"type":"image_url","image_url":{"url":")" + url + R"("}})";
+  }
+  return R"({"max_tokens":4)" + extra + R"(,"messages":[{"role":"user","content":[)" + parts +
+         "]}]}";
+}
+
+TEST_F(ApiServerTest, VisionModelImagesAreExpandedCheckedAndSubmitted) {
+  FakeEngine::Options options;
+  options.max_model_len = 2048;
+  Init(options);
+  model::DeepseekV41VisionConfig vision;
+  vision.min_pixels = 295936;
+  vision.image_token_id = 7;
+  served_.vision = &vision;
+  served_.media.limit_images_per_request = 2;
+  auto code = [&](const std::string& body) {
+    CaptureWriter w = Call("POST", "/v1/chat/completions", body);
+    EXPECT_EQ(w.status(), 400) << body;
+    return w.json()["error"]["code"].get<std::string>();
+  };
+  EXPECT_EQ(code(ChatWithImages(3, kPng1x1DataUri)), "too_many_images");
+  EXPECT_EQ(code(ChatWithImages(1, "data:image/png;base64,AAAA")), "unsupported_image_format");
+  EXPECT_EQ(code(ChatWithImages(1, "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA")),
+            "invalid_image");
+  EXPECT_EQ(code(ChatWithImages(1, "http://example.com/a.png")), "image_url_not_allowed");
+  EXPECT_EQ(engine_->num_submitted(), 0);
+
+  // /tokenize: the text plus 184 tokens per 1x1 image (a 13x13 grid), the span all image ids.
+  CaptureWriter text = Call("POST", "/tokenize", R"({"messages":[{"role":"user","content":"Hi"}]})");
+  CaptureWriter one = Call("POST", "/tokenize", ChatWithImages(1, kPng1x1DataUri));
+  CaptureWriter two = Call("POST", "/tokenize", ChatWithImages(2, kPng1x1DataUri));
+  ASSERT_EQ(one.status(), 200) << one.body();
+  ASSERT_EQ(two.status(), 200) << two.body();
+  const int64_t base = one.json()["count"].get<int64_t>() - 184;
+  EXPECT_EQ(two.json()["count"].get<int64_t>(), base + 2 * 184 + 1);  // the "\n" between parts
+  EXPECT_GE(base, text.json()["count"].get<int64_t>());
+
+  // A good request reaches the engine with both ImageInputs.
+  CaptureWriter ok = Call("POST", "/v1/chat/completions", ChatWithImages(2, kPng1x1DataUri));
+  ASSERT_EQ(ok.status(), 200) << ok.body();
+  const std::vector<engine::GenerateRequest> seen = engine_->submitted();
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_EQ(seen[0].images.size(), 2u);
+  EXPECT_EQ(ok.json()["usage"]["prompt_tokens"].get<int64_t>(),
+            static_cast<int64_t>(seen[0].prompt.size()));
+  for (const auto& image : seen[0].images) {
+    EXPECT_EQ(image->n_vit_h, 39);
+    for (int32_t i = 0; i < 184; ++i) EXPECT_EQ(seen[0].prompt[image->position + i], 7);
+  }
+  EXPECT_EQ(seen[0].images[1]->position, seen[0].images[0]->position + 184 + 1);
 }
 
 TEST_F(ApiServerTest, AnthropicClientGoneMidStreamCancelsTheEngineRequest) {

@@ -5,6 +5,7 @@
 //   TokenizeResponse {count, max_model_len, tokens, token_strs}, DetokenizeResponse {prompt}).
 
 #include "api/handlers.h"
+#include "api/image_inputs.h"
 #include "http/errors.h"
 #include "protocol/chat_prompt.h"
 #include "util/status.h"
@@ -20,7 +21,20 @@ absl::Status RunTokenize(const ServedModel& model, const http::Request& http_req
   DI_RETURN_IF_ERROR(CheckModel(model, request.model));
   std::vector<int32_t> tokens;
   if (request.has_messages) {
-    if (request.add_special_tokens.has_value()) {
+    DI_RETURN_IF_ERROR(CheckImagesAllowed(request.messages, model.vision, model.media, false));
+    if (CountImages(request.messages) > 0 || !request.add_special_tokens.has_value()) {
+      // The same tokens a chat request with these messages, tools and options is charged for,
+      // each image expanded to its span.
+      DI_ASSIGN_OR_RETURN(ChatPrompt chat,
+                          RenderChatPrompt(*model.tokenizer, *model.chat_template,
+                                           request.messages, ChatOptionsFor(request.extras),
+                                           model.vision ? model.vision->image_token_id : -1));
+      if (!chat.image_positions.empty()) {
+        DI_RETURN_IF_ERROR(
+            ExpandChatImages(request.messages, *model.vision, model.media, &chat, nullptr));
+      }
+      tokens = std::move(chat.tokens);
+    } else {
       std::vector<tokenizer::ChatMessage> turns;
       for (const ChatMessage& m : request.messages) {
         turns.push_back({m.role == "developer" ? "system" : m.role, m.content});
@@ -32,12 +46,6 @@ absl::Status RunTokenize(const ServedModel& model, const http::Request& http_req
                           tokenizer::RenderChat(*model.chat_template, turns, options));
       tokens = model.tokenizer->Encode(text, true,
                                        *request.add_special_tokens && model.tokenizer->add_bos());
-    } else {
-      // The same tokens a chat request with these messages, tools and options is charged for.
-      DI_ASSIGN_OR_RETURN(ChatPrompt chat,
-                          RenderChatPrompt(*model.tokenizer, *model.chat_template,
-                                           request.messages, ChatOptionsFor(request.extras)));
-      tokens = std::move(chat.tokens);
     }
   } else {
     bool add_bos = request.add_special_tokens.value_or(true) && model.tokenizer->add_bos();

@@ -3,6 +3,7 @@
 
 #include "api/serve.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -19,6 +20,8 @@ namespace {
 struct ServeFlags {
   api::ServeOptions options;
   std::string max_request_bytes = "32MiB";
+  std::string max_image_bytes = "20MiB";
+  double media_fetch_timeout_s = 5;
   std::string kv_cache_memory = "2GiB";
   std::string dp_cores = "split";
   std::string checkpoint_max_bytes = "16GiB";
@@ -88,6 +91,14 @@ int Run(ServeFlags f) {
                   f.checkpoint_max_bytes);
     return kExitBadInput;
   }
+  auto max_image_bytes = util::ParseByteSize(f.max_image_bytes);
+  if (!max_image_bytes || *max_image_bytes < 1) {
+    spdlog::error("bad_flags: --max-image-bytes '{}' is not a positive size", f.max_image_bytes);
+    return kExitBadInput;
+  }
+  f.options.media.max_image_bytes = *max_image_bytes;
+  f.options.media.media_fetch_timeout_ms =
+      static_cast<int>(std::min(f.media_fetch_timeout_s, 3600.0) * 1000);
   if (!ResolveSpeculative(f)) return kExitBadInput;
   f.options.checkpoint_max_bytes = *checkpoint_max_bytes;
   f.options.pd.role = api::ParsePdRole(f.pd_role).value_or(api::PdRole::kCombined);
@@ -162,6 +173,26 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--max-request-bytes", flags->max_request_bytes,
                   "largest request body; larger ones get 413 (suffixes KiB, MiB, GiB)")
+      ->capture_default_str();
+  cmd->add_option("--limit-images-per-request", flags->options.media.limit_images_per_request,
+                  "most images one request may carry (vLLM's --limit-mm-per-prompt image)")
+      ->check(CLI::Range(0, api::kMaxImagesPerRequestLimit))
+      ->capture_default_str();
+  cmd->add_option("--allowed-media-domains", flags->options.media.allowed_media_domains,
+                  "hosts whose http:// image URLs may be fetched (default: none; data: URIs "
+                  "always work)");
+  cmd->add_option("--allowed-local-media-path", flags->options.media.allowed_local_media_path,
+                  "folder file:// image URLs may be read from (default: none)");
+  cmd->add_option("--media-fetch-timeout", flags->media_fetch_timeout_s,
+                  "seconds one image URL fetch may take")
+      ->check(CLI::Range(0.001, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--max-image-bytes", flags->max_image_bytes,
+                  "largest encoded image (data: URI, fetch or file; suffixes KiB, MiB)")
+      ->capture_default_str();
+  cmd->add_option("--max-image-pixels", flags->options.media.max_image_pixels,
+                  "largest image width x height, checked from its header before decoding")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31))
       ->capture_default_str();
   cmd->add_option("--max-connections", flags->options.max_connections,
                   "open connections at once; more get 503")

@@ -36,11 +36,12 @@ struct ImageSpan {
 
 // Checks r.images against r.prompt and the vision tower's config `vision` (null: the model takes
 // text only; arch::VisionTower::config()) and returns the
-// spans in prompt order. Every span position must hold `image_token_id`, no other prompt position
-// may, spans may not overlap or leave the prompt, and each image's pixels must fill its grid.
+// spans in prompt order. Every span position must hold `image_token_id` (elsewhere the id is an
+// ordinary token, as in the reference), spans may not overlap or leave the prompt, and each
+// image's pixels must fill its grid.
 // Errors: InvalidArgument kUnsupportedContent (images for a model without a vision tower);
-//   kInvalidImage (a grid, pixel count or position that does not fit); kInvalidToken (the image
-//   token outside a span).
+//   kInvalidImage (a grid, pixel count or position that does not fit, a span position without
+//   the image token).
 absl::StatusOr<std::vector<ImageSpan>> PlanImageSpans(
     const GenerateRequest& r, const model::DeepseekV41VisionConfig* vision);
 

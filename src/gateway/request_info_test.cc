@@ -108,6 +108,25 @@ TEST(InspectBodyTest, ImageDataIsNotCountedAsText) {
   EXPECT_EQ(b.prompt_text_bytes, 4 + 4 + 3 + 9);
 }
 
+// Image payloads of every API (OpenAI image_url, Responses input_image, Anthropic base64 and
+// url sources, inside tool_result too) never count as prompt text for the pre-check.
+TEST(InspectBodyTest, ImagePartsOfEveryApiAreNotText) {
+  const std::string blob(4000, 'A');
+  BodyInfo responses = InspectBody(R"({"input":[{"role":"user","content":[)"
+                                   R"({"type":"input_image","image_url":"data:image/png;base64,)" +
+                                   blob + R"(","detail":"low"}]}]})");
+  EXPECT_TRUE(responses.json_object);
+  EXPECT_LT(responses.prompt_text_bytes, 100);
+  BodyInfo anthropic = InspectBody(
+      R"({"max_tokens":8,"messages":[{"role":"user","content":[{"type":"image","source":)"
+      R"({"type":"base64","media_type":"image/png","data":")" + blob + R"("}},)"
+      R"({"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":)"
+      R"({"type":"url","url":"http://x/)" + blob + R"("}}]}]}]})");
+  EXPECT_TRUE(anthropic.json_object);
+  EXPECT_EQ(anthropic.max_tokens, 8);
+  EXPECT_LT(anthropic.prompt_text_bytes, 200);
+}
+
 TEST(InspectBodyTest, TokenIdPromptsCountOneTokenPerId) {
   EXPECT_EQ(InspectBody(R"({"prompt":[1,2,3,4]})").prompt_token_ids, 4);
   EXPECT_EQ(InspectBody(R"({"prompt":[[1,2],[3]]})").prompt_token_ids, 3);

@@ -13,9 +13,11 @@ namespace deepinfer::api {
 
 namespace {
 
-// Text of a tool_result's content: a string or an array of text (and image) blocks.
-absl::Status ToolResultText(const util::Json& content, const std::string& param, std::string* text,
-                            int32_t* num_images) {
+// A tool_result's content: a string or an array of text and image blocks, into the tool
+// message `result`.
+absl::Status ToolResultContent(const util::Json& content, const std::string& param,
+                               ChatMessage* result, int32_t* num_images) {
+  std::string* text = &result->content;
   if (content.is_null()) return absl::OkStatus();
   if (content.is_string()) {
     *text = content.get<std::string>();
@@ -31,6 +33,7 @@ absl::Status ToolResultText(const util::Json& content, const std::string& param,
     std::string p = fmt::format("{}[{}]", param, k);
     if (IsImagePart(block)) {
       ++*num_images;
+      DI_RETURN_IF_ERROR(AppendImagePart(block, p, &num_parts, result));
       continue;
     }
     if (!block.is_object() || !block.contains("type") || block["type"] != "text" ||
@@ -184,6 +187,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
         AppendTextPart(block["text"].get_ref<const std::string&>(), &num_parts, &turn.content);
       } else if (type == "image") {
         ++*num_images;
+        DI_RETURN_IF_ERROR(AppendImagePart(block, param, &num_parts, &turn));
       } else if (type == "thinking" || type == "redacted_thinking") {
         // Earlier reasoning is not part of the prompt.
       } else if (type == "tool_use") {
@@ -207,7 +211,7 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
         result.tool_call_id = block["tool_use_id"].get<std::string>();
         if (block.contains("content")) {
           DI_RETURN_IF_ERROR(
-              ToolResultText(block["content"], param + ".content", &result.content, num_images));
+              ToolResultContent(block["content"], param + ".content", &result, num_images));
         }
         out.push_back(std::move(result));
       } else {
@@ -231,31 +235,6 @@ absl::StatusOr<std::vector<ChatMessage>> AnthropicToChatMessages(const util::Jso
 }
 
 namespace {
-
-// Where the first image block of `body`'s messages is (a message's content or a tool_result's),
-// e.g. "messages[1].content[0]"; "messages" when none is found.
-std::string FirstImageParam(const util::Json& body) {
-  auto messages = body.find("messages");
-  if (messages == body.end() || !messages->is_array()) return "messages";
-  for (size_t i = 0; i < messages->size(); ++i) {
-    const util::Json& msg = (*messages)[i];
-    if (!msg.is_object()) continue;
-    auto content = msg.find("content");
-    if (content == msg.end() || !content->is_array()) continue;
-    for (size_t k = 0; k < content->size(); ++k) {
-      const util::Json& block = (*content)[k];
-      const std::string param = fmt::format("messages[{}].content[{}]", i, k);
-      if (IsImagePart(block)) return param;
-      if (util::StringMember(block, "type") != "tool_result") continue;
-      auto inner = block.find("content");
-      if (inner == block.end() || !inner->is_array()) continue;
-      for (size_t j = 0; j < inner->size(); ++j) {
-        if (IsImagePart((*inner)[j])) return fmt::format("{}.content[{}]", param, j);
-      }
-    }
-  }
-  return "messages";
-}
 
 // Anthropic's tool_choice: {"type": "auto" | "any" | "tool" | "none", "name" (tool),
 // "disable_parallel_tool_use"}.
@@ -395,7 +374,6 @@ absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::stri
   DI_RETURN_IF_ERROR(ParseThinkingBudget(json, &r.params));
   DI_ASSIGN_OR_RETURN(r.tool_choice, ParseToolChoice(json));
   DI_ASSIGN_OR_RETURN(r.chat, ParseAnthropicChat(json));
-  if (r.chat.num_images > 0) return ImageUnsupportedError(FirstImageParam(json));
   return r;
 }
 

@@ -20,7 +20,7 @@ namespace deepinfer::api {
 // Converts the `system` and `messages` of an Anthropic Messages request into chat messages:
 // text blocks are joined with "\n" (AppendTextPart), tool_use blocks become assistant tool_calls, tool_result blocks become
 // "tool" messages (before the text of their user turn), thinking blocks are dropped, image blocks
-// are counted in *num_images.
+// become ImageRefs of their message (AppendImagePart) and are counted in *num_images.
 // Errors: InvalidArgument "missing_field", "invalid_type", "invalid_value" (an empty `messages`
 //   too), "unsupported_value" (documents and other block types no model here reads), each with
 //   its `param`.
@@ -59,8 +59,8 @@ struct AnthropicMessagesRequest {
 //   "missing_field" (max_tokens, messages), "unsupported_value" (server tools),
 //   "invalid_constraint" (an output_config.format / output_format that is not
 //   {"type": "json_schema", "schema": {...}}),
-//   "unsupported_content" (an image block, in a message or a tool_result: ImageUnsupportedError,
-//   `param` naming the first one), and those of ParseGenerationParams and ParseAnthropicChat.
+//   and those of ParseGenerationParams and ParseAnthropicChat (image blocks, in a message or a
+//   tool_result, are kept as ImageRefs; nothing is fetched).
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<AnthropicMessagesRequest> ParseAnthropicMessagesRequest(std::string_view body,
                                                                        const ParseLimits& limits);

@@ -1,5 +1,8 @@
 #include "protocol/chat_prompt.h"
 
+#include "fmt/format.h"
+#include "http/errors.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::api {
@@ -38,6 +41,35 @@ std::vector<tokenizer::ChatMessage> EncoderMessages(const std::vector<ChatMessag
   return turns;
 }
 
+// Tokenizes `text` with one image_token_id for each kImagePlaceholder, recording where they are.
+absl::Status EncodeWithImages(const tokenizer::Tokenizer& tokenizer, std::string_view text,
+                              bool add_bos, int32_t num_images, int32_t image_token_id,
+                              ChatPrompt* prompt) {
+  size_t start = 0;
+  bool first = true;
+  while (true) {
+    const size_t at = text.find(kImagePlaceholder, start);
+    const std::string_view piece = text.substr(start, at == std::string_view::npos
+                                                          ? std::string_view::npos
+                                                          : at - start);
+    std::vector<int32_t> ids = tokenizer.Encode(piece, /*parse_special=*/true, first && add_bos);
+    prompt->tokens.insert(prompt->tokens.end(), ids.begin(), ids.end());
+    first = false;
+    if (at == std::string_view::npos) break;
+    prompt->image_positions.push_back(static_cast<int32_t>(prompt->tokens.size()));
+    prompt->tokens.push_back(image_token_id);
+    start = at + kImagePlaceholder.size();
+  }
+  if (prompt->image_positions.size() != static_cast<size_t>(num_images)) {
+    return http::RequestError(
+        "messages", util::codes::kInvalidValue,
+        fmt::format("The conversation renders {} image placeholders for {} images: a text part "
+                    "must not contain the image placeholder '{}'.",
+                    prompt->image_positions.size(), num_images, kImagePlaceholder));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras) {
@@ -53,13 +85,25 @@ tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras) {
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const tokenizer::Tokenizer& tokenizer,
                                             const tokenizer::ChatTemplate& chat_template,
                                             const std::vector<ChatMessage>& messages,
-                                            const tokenizer::ChatOptions& options) {
+                                            const tokenizer::ChatOptions& options,
+                                            int32_t image_token_id) {
+  const int32_t num_images = CountImages(messages);
+  if (num_images > 0 && image_token_id < 0) {
+    for (const ChatMessage& m : messages) {
+      if (!m.images.empty()) return ImageUnsupportedError(m.images.front().param);
+    }
+  }
   DI_ASSIGN_OR_RETURN(std::string text,
                       tokenizer::RenderChat(chat_template, EncoderMessages(messages), options));
   ChatPrompt prompt;
   // Templates that write the BOS text themselves (DeepSeek) must not get a second BOS.
   const bool add_bos = tokenizer.add_bos() && !chat_template.writes_bos();
-  prompt.tokens = tokenizer.Encode(text, /*parse_special=*/true, add_bos);
+  if (image_token_id >= 0) {
+    DI_RETURN_IF_ERROR(
+        EncodeWithImages(tokenizer, text, add_bos, num_images, image_token_id, &prompt));
+  } else {
+    prompt.tokens = tokenizer.Encode(text, /*parse_special=*/true, add_bos);
+  }
   prompt.parse_reasoning = chat_template.name().starts_with("deepseek");
   prompt.starts_in_reasoning = prompt.parse_reasoning && PromptOpensReasoning(text);
   return prompt;

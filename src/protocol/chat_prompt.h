@@ -18,6 +18,10 @@
 
 namespace deepinfer::api {
 
+// An image token id outside every vocabulary: RenderChatPrompt's image_token_id where images are
+// only counted (a model without a vision tower).
+inline constexpr int32_t kCountOnlyImageToken = 0x7fffffff;
+
 // A rendered chat prompt and how to read the model's answer.
 struct ChatPrompt {
   std::vector<int32_t> tokens;
@@ -25,6 +29,9 @@ struct ChatPrompt {
   bool parse_reasoning = false;
   // The prompt itself opened the reasoning block, so the answer starts inside it.
   bool starts_in_reasoning = false;
+  // Where each image's one image_token_id sits in `tokens`, in order (before the spans are
+  // expanded: ExpandImageSpans); empty without images.
+  std::vector<int32_t> image_positions;
 };
 
 // The encoder options a chat request renders with: its tool definitions, thinking mode,
@@ -34,12 +41,20 @@ tokenizer::ChatOptions ChatOptionsFor(const ChatExtras& extras);
 
 // Renders `messages` (with tool definitions, thinking mode and a continued final message:
 // tokenizer::RenderChat) through the model's encoder and tokenizes the result, exactly as
-// generation sees it.
-// Errors: InvalidArgument "bad_chat_request" from the encoder (e.g. a malformed tool call).
+// generation sees it. With `image_token_id` >= 0 (a vision model), each image's
+// kImagePlaceholder in the rendered text becomes exactly one image_token_id (the text between
+// them is tokenized piece by piece, as a special token splits it) and image_positions says where;
+// the engine knows images by their positions (engine::ImageInput), never by the id. Counting
+// without a vision model passes kCountOnlyImageToken.
+// Errors: InvalidArgument "bad_chat_request" from the encoder (e.g. a malformed tool call);
+//   "invalid_value" (param "messages") when the rendered text holds another number of
+//   placeholders than there are images (a text part spelled the placeholder);
+//   "unsupported_content" for images with image_token_id < 0.
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const tokenizer::Tokenizer& tokenizer,
                                             const tokenizer::ChatTemplate& chat_template,
                                             const std::vector<ChatMessage>& messages,
-                                            const tokenizer::ChatOptions& options);
+                                            const tokenizer::ChatOptions& options,
+                                            int32_t image_token_id = -1);
 
 // Tool calls are read out of an answer only when the request offers tools, does not turn them
 // off (`tools_off`: tool_choice "none" in every API), and the model's

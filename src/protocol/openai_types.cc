@@ -485,7 +485,10 @@ absl::Status ParseMessages(const util::Json& json, std::vector<ChatMessage>* out
           return http::RequestError(param, util::codes::kMissingField,
                                     "Content parts need a string 'type'.");
         }
-        if (IsImagePart(part)) return ImageUnsupportedError(param);
+        if (IsImagePart(part)) {
+          DI_RETURN_IF_ERROR(AppendImagePart(part, param, &num_parts, &msg));
+          continue;
+        }
         if (*type != "text" && *type != "input_text") {
           return http::RequestError(param, util::codes::kUnsupportedValue,
                                     fmt::format("Content part type '{}' is not supported; only "
@@ -729,8 +732,28 @@ void AppendTextPart(std::string_view text, int32_t* num_parts, std::string* join
 
 absl::Status ImageUnsupportedError(std::string_view param) {
   return http::RequestError(param, util::codes::kUnsupportedContent,
-                            "Images are not supported by this server yet: the served model reads "
-                            "text only. Send the message without image content.");
+                            "The served model reads text only (it has no vision tower). Send the "
+                            "message without image content.");
+}
+
+absl::Status AppendImagePart(const util::Json& part, std::string_view param, int32_t* num_parts,
+                             ChatMessage* message) {
+  if (message->role != "user" && message->role != "tool") {
+    return http::RequestError(param, util::codes::kInvalidValue,
+                              fmt::format("Images are allowed in user (and tool) messages only, "
+                                          "not in a '{}' message.",
+                                          message->role));
+  }
+  DI_ASSIGN_OR_RETURN(ImageRef ref, ParseImagePart(part, param));
+  AppendTextPart(kImagePlaceholder, num_parts, &message->content);
+  message->images.push_back(std::move(ref));
+  return absl::OkStatus();
+}
+
+int32_t CountImages(const std::vector<ChatMessage>& messages) {
+  size_t n = 0;
+  for (const ChatMessage& m : messages) n += m.images.size();
+  return static_cast<int32_t>(n);
 }
 
 absl::Status ParseGenerationParams(const util::Json& json, const ParseLimits& limits,
@@ -792,28 +815,9 @@ absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
                                                      const ParseLimits& limits,
                                                      int32_t* num_images) {
   *num_images = 0;
-  DI_ASSIGN_OR_RETURN(util::Json json, util::ParseJson(body));
-  if (json.is_object()) {
-    auto messages = json.find("messages");
-    if (messages != json.end() && messages->is_array()) {
-      for (util::Json& m : *messages) {
-        if (!m.is_object()) continue;
-        auto content = m.find("content");
-        if (content == m.end() || !content->is_array()) continue;
-        util::Json kept = util::Json::array();
-        for (util::Json& part : *content) {
-          if (IsImagePart(part)) {
-            ++*num_images;
-          } else {
-            kept.push_back(std::move(part));
-          }
-        }
-        // A content of images only renders as an empty text.
-        *content = kept.empty() ? util::Json("") : std::move(kept);
-      }
-    }
-  }
-  return ParseChatRequest(util::DumpJson(json), limits);
+  DI_ASSIGN_OR_RETURN(ChatRequest req, ParseChatRequest(body, limits));
+  *num_images = CountImages(req.messages);
+  return req;
 }
 
 }  // namespace deepinfer::api

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "constraint/grammar.h"
+#include "protocol/image_parts.h"
 #include "util/json.h"
 #include "util/sampling_params.h"
 
@@ -23,7 +24,8 @@ inline constexpr int32_t kMaxChatTopLogprobs = 20;       // chat top_logprobs
 inline constexpr int32_t kMaxCompletionLogprobs = 5;     // completions logprobs
 inline constexpr int32_t kMaxPrompts = 64;               // completions prompt arrays
 inline constexpr int32_t kMaxSequencesPerRequest = 128;  // prompts x n
-// Tokens reserved per image by token counting (no model served today reads images).
+// Tokens reserved per image where an image's real span cannot be known (a model without a
+// vision tower, an image count-tokens cannot read); the operator profile's bound.
 inline constexpr int32_t kDefaultImageTokens = 1024;
 
 // Settings shared by chat and completions.
@@ -58,7 +60,8 @@ struct GenerationParams {
 // One chat message with its content flattened to text.
 struct ChatMessage {
   std::string role;         // system, developer, user, assistant, tool
-  std::string content;      // text parts joined
+  std::string content;      // text parts joined; each image is kImagePlaceholder in its place
+  std::vector<ImageRef> images;  // in content order (user and tool messages only)
   bool has_content = true;  // false for a null/absent content (assistant with tool calls)
   std::string name;
   std::string tool_call_id;
@@ -156,9 +159,19 @@ void AppendTextPart(std::string_view text, int32_t* num_parts, std::string* join
 // True for an image content part or block ("image_url", "input_image", "image").
 bool IsImagePart(const util::Json& part);
 
-// InvalidArgument "unsupported_content" for an image at `param` (a content part or block): no
-// model served here reads images yet. Every route refuses them with it, before any stream byte.
+// InvalidArgument "unsupported_content" for an image at `param` (a content part or block): the
+// served model has no vision tower. The server refuses them with it, before any stream byte.
 absl::Status ImageUnsupportedError(std::string_view param);
+
+// Adds image part `part` (at `param`) to `message`: its placeholder joins the content like a
+// text part (AppendTextPart) and its ImageRef goes to message->images.
+// Errors: those of ParseImagePart; InvalidArgument "invalid_value" for a role other than user
+//   or tool (no API puts images in system or assistant turns).
+absl::Status AppendImagePart(const util::Json& part, std::string_view param, int32_t* num_parts,
+                             ChatMessage* message);
+
+// The images of `messages`, in prompt order.
+int32_t CountImages(const std::vector<ChatMessage>& messages);
 
 // tool_choice and parallel_tool_calls of an OpenAI chat or Responses body: "none", "auto",
 // "required", or a named function ({"type": "function", "function": {"name": ...}} in chat
@@ -170,7 +183,7 @@ absl::StatusOr<ToolChoice> ParseOpenAiToolChoice(const util::Json& body);
 // Parses and validates a request body. Unknown fields are ignored; `null` counts as absent.
 // Errors: InvalidArgument with a `param` payload (see errors.h): "invalid_json",
 //   "invalid_type", "invalid_value", "missing_field", "unsupported_value",
-//   "unsupported_content" (an image part: ImageUnsupportedError).
+//   and those of AppendImagePart for an image part (kept as an ImageRef; nothing is fetched).
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseLimits& limits);
 
@@ -181,9 +194,7 @@ absl::StatusOr<ChatRequest> ParseChatRequest(std::string_view body, const ParseL
 // Errors: InvalidArgument "invalid_type" / "invalid_value" / "invalid_token" with the `param`.
 absl::Status ParseGenerationParams(const util::Json& json, const ParseLimits& limits,
                                    GenerationParams* params);
-// Parses an OpenAI chat request for counting: image parts ("image_url", "input_image", "image")
-// are taken out of the contents and counted in *num_images; the rest goes through
-// ParseChatRequest unchanged.
+// ParseChatRequest, with the number of its image parts in *num_images.
 // Errors: those of ParseChatRequest.
 absl::StatusOr<ChatRequest> ParseChatRequestForCount(std::string_view body,
                                                      const ParseLimits& limits,

@@ -213,53 +213,82 @@ TEST(ParseChatRequestTest, RejectsBadMessages) {
             "unsupported_value");
 }
 
-// Images are refused as unsupported_content, with a message that says so, on every API: the
-// OpenAI chat part, the Responses input_image and the Anthropic image block (in a message or a
-// tool_result).
-TEST(ImageContentTest, IsUnsupportedContentOnEveryApi) {
-  auto expect_image_error = [](const absl::Status& status, const std::string& param,
-                               const std::string& body) {
-    http::ApiError e = http::ApiErrorFromStatus(status);
-    EXPECT_EQ(e.http_status, 400) << body;
-    EXPECT_EQ(e.code, "unsupported_content") << body << " -> " << status;
-    EXPECT_EQ(e.param, param) << body;
-    EXPECT_NE(e.message.find("Images are not supported"), std::string::npos) << e.message;
-  };
-  for (const char* body :
-       {R"({"messages":[{"role":"user","content":[{"type":"text","text":"What is it?"},)"
-        R"({"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]}]})",
-        R"({"stream":true,"messages":[{"role":"user","content":"x"},{"role":"user",)"
-        R"("content":[{"type":"image_url","image_url":{"url":"https://x/y.png"}}]}]})"}) {
-    auto r = ParseChatRequest(body, Limits());
-    ASSERT_FALSE(r.ok()) << body;
-    const bool second = std::string(body).find("https") != std::string::npos;
-    expect_image_error(r.status(), second ? "messages[1].content[0]" : "messages[0].content[1]",
-                       body);
+// Image parts are parsed into ImageRefs on every API, in order with the text: the OpenAI chat
+// part (detail accepted and ignored), the Responses input_image and the Anthropic image block
+// (base64 -> data: URI, url; in a message or a tool_result). Each leaves one placeholder.
+TEST(ImageContentTest, EveryApiKeepsImagesInOrderWithTheirPlaceholders) {
+  const std::string ph(kImagePlaceholder);
+  {
+    auto r = ParseChatRequest(
+        R"({"messages":[{"role":"user","content":[{"type":"text","text":"What is it?"},)"
+        R"({"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}},)"
+        R"({"type":"text","text":"and"},{"type":"image_url","image_url":"http://x/y.png"}]}]})",
+        Limits());
+    ASSERT_TRUE(r.ok()) << r.status();
+    const ChatMessage& m = r->messages[0];
+    EXPECT_EQ(m.content, "What is it?\n" + ph + "\nand\n" + ph);
+    ASSERT_EQ(m.images.size(), 2u);
+    EXPECT_EQ(m.images[0].url, "data:image/png;base64,AAAA");
+    EXPECT_EQ(m.images[0].param, "messages[0].content[1]");
+    EXPECT_EQ(m.images[1].url, "http://x/y.png");
+    EXPECT_EQ(CountImages(r->messages), 2);
   }
   {
-    const std::string body =
-        R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]})";
-    auto r = ParseResponsesRequest(body, Limits());
-    ASSERT_FALSE(r.ok());
-    expect_image_error(r.status(), "input[0].content[0]", body);
+    auto r = ParseResponsesRequest(
+        R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:,x",)"
+        R"("detail":"auto"},{"type":"input_text","text":"hi"}]}]})",
+        Limits());
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(CountImages(r->messages), 1);
+    EXPECT_EQ(r->messages.back().content, ph + "\nhi");
   }
   const std::string image =
       R"({"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}})";
-  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"max_tokens":8,"messages":[{"role":"user","content":[)" + image + "]}]}",
-            "messages[0].content[0]"},
-           {R"({"max_tokens":8,"stream":true,"messages":[{"role":"user","content":"x"},)"
-            R"({"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f",)"
-            R"("input":{}}]},{"role":"user","content":[{"type":"tool_result",)"
-            R"("tool_use_id":"t1","content":[{"type":"text","text":"ok"},)" +
-                image + "]}]}]}",
-            "messages[2].content[0].content[1]"}}) {
-    auto r = ParseAnthropicMessagesRequest(body, Limits());
-    ASSERT_FALSE(r.ok()) << body;
-    expect_image_error(r.status(), param, body);
-  }
+  auto r = ParseAnthropicMessagesRequest(
+      R"({"max_tokens":8,"messages":[{"role":"user","content":[)" + image +
+          R"(,{"type":"image","source":{"type":"url","url":"http://a/b.png"}}]},)"
+          R"({"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},)"
+          R"({"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[)"
+          R"({"type":"text","text":"ok"},)" +
+          image + "]}]}]}",
+      Limits());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chat.num_images, 3);
+  ASSERT_EQ(CountImages(r->chat.messages), 3);
+  EXPECT_EQ(r->chat.messages[0].images[0].url, "data:image/png;base64,AAAA");
+  EXPECT_EQ(r->chat.messages[0].images[1].url, "http://a/b.png");
+  EXPECT_EQ(r->chat.messages[2].role, "tool");
+  EXPECT_EQ(r->chat.messages[2].content, "ok\n" + ph);
+  EXPECT_EQ(r->chat.messages[2].images[0].param, "messages[2].content[0].content[1]");
   EXPECT_TRUE(IsImagePart(util::Json::parse(image)));
   EXPECT_FALSE(IsImagePart(util::Json::parse(R"({"type":"text","text":"image"})")));
+}
+
+// Malformed image parts are clear 400s naming the field.
+TEST(ImageContentTest, MalformedImagePartsAreRefused) {
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+                       "messages[0].content[0].image_url"),
+            "missing_field");
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"user","content":[{"type":"image_url",)"
+                       R"("image_url":{"url":5}}]}]})",
+                       "messages[0].content[0].image_url.url"),
+            "invalid_type");
+  EXPECT_EQ(RejectChat(R"({"messages":[{"role":"assistant","content":[{"type":"image_url",)"
+                       R"("image_url":{"url":"data:,"}}]}]})",
+                       "messages[0].content[0]"),
+            "invalid_value");
+  auto responses = ParseResponsesRequest(
+      R"({"input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]})",
+      Limits());
+  ASSERT_FALSE(responses.ok());
+  EXPECT_EQ(http::ApiErrorFromStatus(responses.status()).code, "unsupported_value");
+  EXPECT_EQ(http::ApiErrorFromStatus(responses.status()).param, "input[0].content[0].file_id");
+  auto anthropic = ParseAnthropicMessagesRequest(
+      R"({"max_tokens":8,"messages":[{"role":"user","content":[{"type":"image",)"
+      R"("source":{"type":"file","file_id":"f"}}]}]})",
+      Limits());
+  ASSERT_FALSE(anthropic.ok());
+  EXPECT_EQ(http::ApiErrorFromStatus(anthropic.status()).code, "unsupported_value");
 }
 
 TEST(ParseAnthropicMessagesRequestTest, EmptyMessagesAreInvalid) {

@@ -20,8 +20,11 @@ std::optional<std::string> StringField(const util::Json& object, const char* key
   return it->get<std::string>();
 }
 
-// Text of a message's content: a string, or input_text / output_text / text parts.
-absl::Status ContentText(const util::Json& content, const std::string& param, std::string* out) {
+// A message's content: a string, or input_text / output_text / text and input_image parts,
+// into `message` (its role set).
+absl::Status ContentText(const util::Json& content, const std::string& param,
+                         ChatMessage* message) {
+  std::string* out = &message->content;
   if (content.is_string()) {
     *out = content.get<std::string>();
     return absl::OkStatus();
@@ -36,7 +39,10 @@ absl::Status ContentText(const util::Json& content, const std::string& param, st
     const std::string p = fmt::format("{}[{}]", param, k);
     if (!part.is_object())
       return http::RequestError(p, util::codes::kInvalidType, "Content parts must be objects.");
-    if (IsImagePart(part)) return ImageUnsupportedError(p);
+    if (IsImagePart(part)) {
+      DI_RETURN_IF_ERROR(AppendImagePart(part, p, &num_parts, message));
+      continue;
+    }
     const std::string type = StringField(part, "type").value_or("");
     if (type != "input_text" && type != "output_text" && type != "text") {
       return http::RequestError(p, util::codes::kUnsupportedValue,
@@ -84,7 +90,7 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
       }
       ChatMessage m;
       m.role = *role == "developer" ? "system" : *role;
-      DI_RETURN_IF_ERROR(ContentText(*content, param + ".content", &m.content));
+      DI_RETURN_IF_ERROR(ContentText(*content, param + ".content", &m));
       out->push_back(std::move(m));
     } else if (type == "function_call") {
       auto call_id = StringField(item, "call_id");
@@ -119,7 +125,7 @@ absl::Status ParseInput(const util::Json& input, std::vector<ChatMessage>* out) 
       ChatMessage m;
       m.role = "tool";
       m.tool_call_id = *call_id;
-      DI_RETURN_IF_ERROR(ContentText(*output, param + ".output", &m.content));
+      DI_RETURN_IF_ERROR(ContentText(*output, param + ".output", &m));
       out->push_back(std::move(m));
     } else if (type == "reasoning") {
       continue;  // earlier reasoning is not shown to the model again

@@ -38,8 +38,8 @@ struct ResponsesRequest : ChatExtras {
 //   prompt, include, max_tool_calls, top_logprobs, truncation: "auto", service tiers other than
 //   auto/default, prompt_cache_retention "24h", n other than 1, text.verbosity other than
 //   medium, files, built-in tools such as web_search, text formats other than plain text);
-//   "unsupported_content" for an image part (ImageUnsupportedError); and those of
-//   ParseGenerationParams.
+//   and those of AppendImagePart (input_image parts are kept as ImageRefs; a file_id is
+//   "unsupported_value") and ParseGenerationParams.
 // Cost: O(body size). Never throws, whatever the bytes.
 absl::StatusOr<ResponsesRequest> ParseResponsesRequest(std::string_view body,
                                                        const ParseLimits& limits);

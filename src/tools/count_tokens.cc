@@ -1,9 +1,14 @@
 #include "tools/count_tokens.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <span>
 
 #include "fmt/format.h"
+#include "image/deepseek_vision.h"
+#include "image/image.h"
 #include "model/model.h"
 #include "protocol/anthropic_types.h"
 #include "protocol/chat_prompt.h"
@@ -18,6 +23,39 @@ namespace deepinfer::tools {
 namespace {
 
 using util::Json;
+
+// The span of `ref` on a model with `vision`, when its bytes can be read here (a data: URI, a
+// file:// path) and decode; nullopt otherwise (the caller reserves for it).
+std::optional<int64_t> PlannedSpan(const api::ImageRef& ref,
+                                   const model::DeepseekV41VisionConfig& vision) {
+  const image::DecodeLimits limits;
+  std::string bytes;
+  if (api::IsDataUri(ref.url)) {
+    absl::StatusOr<std::string> decoded = api::DecodeDataUri(ref.url, limits.max_bytes);
+    if (!decoded.ok()) return std::nullopt;
+    bytes = *std::move(decoded);
+  } else if (ref.url.starts_with("file:///")) {
+    std::ifstream in(ref.url.substr(7), std::ios::binary);
+    if (!in) return std::nullopt;
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } else {
+    return std::nullopt;
+  }
+  const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                      bytes.size());
+  absl::StatusOr<image::RgbImage> decoded = image::DecodeImage(data, limits);
+  if (!decoded.ok()) return std::nullopt;
+  image::VisionKnobs knobs;
+  knobs.patch_size = vision.patch_size;
+  knobs.downsample_ratio = vision.downsample_ratio;
+  knobs.max_image_tokens = vision.max_image_tokens;
+  knobs.min_pixels = vision.min_pixels;
+  if (vision.max_wh_ratio.has_value()) knobs.max_wh_ratio = *vision.max_wh_ratio;
+  absl::StatusOr<image::ImageGridPlan> plan =
+      image::PlanImageGrid(decoded->width, decoded->height, knobs);
+  if (!plan.ok()) return std::nullopt;
+  return plan->num_image_tokens();
+}
 
 // 1234567 -> "1,234,567".
 std::string Grouped(int64_t n) {
@@ -165,10 +203,12 @@ const std::string& RequestCounter::template_name() const { return impl_->templat
 
 absl::StatusOr<int64_t> RequestCounter::CountMessages(const std::vector<api::ChatMessage>& messages,
                                                       const tokenizer::ChatOptions& options) const {
+  // Each image renders as one image token here (any id does); those are left out of the text
+  // count, and the images are counted apart.
   DI_ASSIGN_OR_RETURN(api::ChatPrompt prompt,
                       api::RenderChatPrompt(*impl_->tokenizer, *impl_->chat_template, messages,
-                                            options));
-  return static_cast<int64_t>(prompt.tokens.size());
+                                            options, api::kCountOnlyImageToken));
+  return static_cast<int64_t>(prompt.tokens.size() - prompt.image_positions.size());
 }
 
 TokenBudget ResolveBudget(const BudgetFlags& flags, int64_t model_window,
@@ -234,31 +274,46 @@ absl::StatusOr<TokenCount> RequestCounter::Count(std::string_view body, RequestF
                     count.budget.output_tokens, count.budget.headroom_tokens, count.budget.window));
   }
   DI_ASSIGN_OR_RETURN(count.text_tokens, CountMessages(count.messages, count.options));
-  count.input_tokens = count.text_tokens + int64_t{count.num_images} * count.budget.image_tokens;
+  const model::ModelConfig& config = impl_->servable.model->config;
+  const model::DeepseekV41VisionConfig* vision =
+      config.deepseek_v4.has_value() && config.deepseek_v4->vision.has_value()
+          ? &*config.deepseek_v4->vision
+          : nullptr;
+  for (const api::ChatMessage& m : count.messages) {
+    for (const api::ImageRef& ref : m.images) {
+      std::optional<int64_t> span = vision ? PlannedSpan(ref, *vision) : std::nullopt;
+      count.num_planned_images += span.has_value() ? 1 : 0;
+      count.image_tokens += span.value_or(count.budget.image_tokens);
+    }
+  }
+  count.input_tokens = count.text_tokens + count.image_tokens;
   count.needs_compaction = count.input_tokens >= count.budget.limit();
   return count;
 }
 
 absl::Status RequestCounter::CountPlan(const TokenCount& count, CompactionPlan* plan) const {
-  const TokenBudget& budget = count.budget;
   if (!plan->possible) return absl::OkStatus();
   std::vector<api::ChatMessage> kept;
   for (int32_t i = 0; i < static_cast<int32_t>(count.messages.size()); ++i) {
     if (i < plan->begin || i >= plan->end) kept.push_back(count.messages[i]);
   }
   DI_ASSIGN_OR_RETURN(int64_t kept_tokens, CountMessages(kept, count.options));
-  plan->input_tokens_after = kept_tokens + int64_t{count.num_images} * budget.image_tokens;
+  plan->input_tokens_after = kept_tokens + count.image_tokens;
   return absl::OkStatus();
 }
 
 std::string FormatTokenCount(const TokenCount& count, const CompactionPlan* plan) {
   const TokenBudget& budget = count.budget;
   std::string out;
-  std::string images =
-      count.num_images > 0
-          ? fmt::format("  (text {} + {} image(s) x {})", Grouped(count.text_tokens),
-                        count.num_images, Grouped(budget.image_tokens))
-          : std::string();
+  std::string images;
+  if (count.num_images > 0 && count.num_planned_images == 0) {
+    images = fmt::format("  (text {} + {} image(s) x {})", Grouped(count.text_tokens),
+                         count.num_images, Grouped(budget.image_tokens));
+  } else if (count.num_images > 0) {
+    images = fmt::format("  (text {} + {} image(s): {} tokens, {} at their span)",
+                         Grouped(count.text_tokens), count.num_images,
+                         Grouped(count.image_tokens), count.num_planned_images);
+  }
   out += fmt::format("{:<20} {:>11}{}\n", "input tokens", Grouped(count.input_tokens), images);
   out += fmt::format("{:<20} {:>11}\n", "output reservation", Grouped(budget.output_tokens));
   out += fmt::format("{:<20} {:>11}\n", "headroom", Grouped(budget.headroom_tokens));
@@ -292,6 +347,8 @@ std::string TokenCountJson(const TokenCount& count, const CompactionPlan* plan,
   out["text_tokens"] = count.text_tokens;
   out["num_images"] = count.num_images;
   out["image_tokens_each"] = budget.image_tokens;
+  out["image_tokens"] = count.image_tokens;
+  out["num_planned_images"] = count.num_planned_images;
   out["output_tokens"] = budget.output_tokens;
   out["headroom_tokens"] = budget.headroom_tokens;
   out["window"] = budget.window;

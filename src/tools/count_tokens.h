@@ -65,7 +65,12 @@ struct TokenCount {
   std::string format;  // "openai" or "anthropic"
   int64_t text_tokens = 0;
   int32_t num_images = 0;
-  int64_t input_tokens = 0;  // text + images at the budget's reservation
+  // The images' tokens: on a model with a vision tower, each image whose bytes are here (a data:
+  // URI, a file:// path) counts its real span, as serve counts it; every other image counts the
+  // budget's reservation (image_tokens).
+  int64_t image_tokens = 0;
+  int32_t num_planned_images = 0;  // images counted at their real span
+  int64_t input_tokens = 0;        // text + image_tokens
   std::optional<int64_t> max_tokens;  // the request's output budget, when it sets one
   TokenBudget budget;                 // resolved from the flags, the model and the request
   bool needs_compaction = false;

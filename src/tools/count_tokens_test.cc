@@ -130,7 +130,10 @@ TEST(AnthropicToChatMessagesTest, ToolUseAndResultsBecomeCallsAndToolMessages) {
       << (*messages)[2].tool_calls_json;
   EXPECT_EQ((*messages)[3].tool_call_id, "t1");
   EXPECT_EQ((*messages)[3].content, "Sun");
-  EXPECT_EQ((*messages)[4].content, "Tomorrow?");
+  // The image keeps its place after the text, as its placeholder.
+  EXPECT_EQ((*messages)[4].content, "Tomorrow?\n" + std::string(api::kImagePlaceholder));
+  ASSERT_EQ((*messages)[4].images.size(), 1u);
+  EXPECT_EQ((*messages)[4].images[0].url, "data:image/png;base64,");
   EXPECT_EQ(num_images, 1);
 }
 

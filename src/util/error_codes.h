@@ -83,6 +83,17 @@ inline constexpr ErrorCode kImageTooLarge{
     ErrorSurface::kServe | ErrorSurface::kCommand,
     "An image input exceeds the byte size or pixel count limit (checked from its header before "
     "any pixel is decoded)."};
+inline constexpr ErrorCode kTooManyImages{
+    "too_many_images", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
+    "A request carries more images than --limit-images-per-request allows."};
+inline constexpr ErrorCode kImageUrlNotAllowed{
+    "image_url_not_allowed", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
+    "An image URL this server may not read: a host outside --allowed-media-domains, a file "
+    "outside --allowed-local-media-path, or another scheme; `param` names the part."};
+inline constexpr ErrorCode kImageFetchFailed{
+    "image_fetch_failed", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
+    "An allowed image URL could not be read (connection, timeout, HTTP status, missing file); "
+    "`param` names the part."};
 inline constexpr ErrorCode kInvalidToken{
     "invalid_token", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A token id outside the vocabulary (prompt, logit_bias, stop_token_ids)."};

@@ -295,7 +295,7 @@ PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGA
 
 
 def images_refused(body):
-    return "Images are not supported" in body["message"]
+    return "has no vision tower" in body["message"]
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -1,6 +1,7 @@
 """`deepinfer gateway` in front of three real `deepinfer serve` backends (stories260K): auth,
-session affinity with prefix-cache hits, context pre-check, /v1/models, metrics, and client
-cancellation reaching a real backend."""
+session affinity with prefix-cache hits, context pre-check, image requests (passed through; over
+the body limit a 413 before any backend), /v1/models, metrics, and client cancellation reaching
+a real backend."""
 
 import concurrent.futures
 import json
@@ -154,6 +155,35 @@ def test_context_limit_precheck_is_400_before_any_backend(serve_pool, gateways):
     assert r.headers["x-should-retry"] == "false"
     r = chat(gw, [{"role": "user", "content": "a" * 40000}], max_tokens=10)
     assert r.status_code == 400 and error_of(r)["param"] == "messages"
+    after = [httpx.get(s.base_url + "/metrics").text for s in serve_pool]
+    route = 'route="/v1/chat/completions"'
+    for b, a in zip(before, after):
+        assert metric(a, "deepinfer_http_requests_total", route) == \
+            metric(b, "deepinfer_http_requests_total", route)
+
+
+def test_image_requests_pass_through_and_oversized_ones_are_413_before_any_backend(
+        serve_pool, gateways):
+    """Image parts of every API reach the backend unchanged (stories260K has no vision tower, so
+    its own 400 unsupported_content comes back); a body over --max-request-mib (a 2 MiB data:
+    URI) is a 413 from the gateway that no backend sees."""
+    gw = gateways([s.base_url for s in serve_pool], extra_args=["--max-request-mib", "1"])
+    png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5"
+           "ErkJggg==")
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + png}}
+    r = chat(gw, [{"role": "user", "content": [{"type": "text", "text": "What is it?"}, image]}])
+    assert r.status_code == 400 and error_of(r)["code"] == "unsupported_content", r.text
+    assert error_of(r)["param"] == "messages[0].content[1]"
+    r = httpx.post(gw.url + "/v1/messages", headers=gw.headers(), timeout=60, json={
+        "model": "stories260K", "max_tokens": 8, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": png}}]}]})
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error", r.text
+    before = [httpx.get(s.base_url + "/metrics").text for s in serve_pool]
+    big = "data:image/png;base64," + "A" * (2 << 20)
+    r = chat(gw, [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": big}}]}])
+    assert r.status_code == 413 and error_of(r)["code"] == "request_too_large", r.text
     after = [httpx.get(s.base_url + "/metrics").text for s in serve_pool]
     route = 'route="/v1/chat/completions"'
     for b, a in zip(before, after):

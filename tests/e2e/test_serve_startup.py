@@ -200,3 +200,16 @@ def test_failing_warmup_request_stops_the_start_with_exit_2(tmp_path):
     assert "request 2 of 2 (line 2, POST /v1/chat/completions)" in errors[0]
     assert "HTTP 400" in errors[0]
     assert "(ready)" not in r.stderr
+
+
+@pytest.mark.parametrize("flags,expect", [
+    (["--allowed-local-media-path", "/nonexistent/images"], "bad_option"),
+    (["--limit-images-per-request", "1000"], "--limit-images-per-request"),
+    (["--max-image-bytes", "lots"], "--max-image-bytes"),
+])
+def test_bad_image_flags_exit_2_before_loading(flags, expect):
+    """Image input settings (docs/api.md "Images") are checked before the model loads."""
+    r = subprocess.run(serve_args(0, *flags), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert expect in r.stderr, r.stderr
+    assert "loading" not in r.stderr

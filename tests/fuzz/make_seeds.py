@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets safetensors, llama2c, tokenizer_json,
-prefix_checkpoint, chat_template and image into tests/fuzz/corpus/<target>/ (tiny synthetic files, no model weights; the input
+prefix_checkpoint, chat_template, image and image_part into tests/fuzz/corpus/<target>/ (tiny synthetic files, no model weights; the input
 layouts are described at the top of each tests/fuzz/<target>_fuzz.cc). Standard library only;
 deterministic, so rerunning it rewrites the same bytes:
     python3 tests/fuzz/make_seeds.py
@@ -506,12 +506,44 @@ def make_image():
             write("image", f"{name}_{k}", options + data)
 
 
+def make_image_part():
+    """image_part_fuzz: content parts of every API, with small images as data: URIs."""
+    import base64
+    tiny = png(2, 2, 2, 8, [bytes(range(6)), bytes(range(6, 12))])
+    b64 = base64.b64encode(tiny).decode()
+    gray = png(9, 9, 0, 8, [bytes(range(y, y + 9)) for y in range(9)], interlace=1)
+    parts = {
+        "openai_data": {"type": "image_url",
+                        "image_url": {"url": "data:image/png;base64," + b64, "detail": "low"}},
+        "openai_string_url": {"type": "image_url", "image_url": "http://example.com/a.png"},
+        "openai_no_url": {"type": "image_url", "image_url": {"detail": "high"}},
+        "responses_data": {"type": "input_image", "detail": "auto",
+                           "image_url": "data:image/png;base64," +
+                                        base64.b64encode(gray).decode()},
+        "responses_file_id": {"type": "input_image", "file_id": "file-1"},
+        "anthropic_base64": {"type": "image", "source": {"type": "base64",
+                                                          "media_type": "image/png", "data": b64}},
+        "anthropic_url": {"type": "image", "source": {"type": "url",
+                                                       "url": "file:///tmp/a.png"}},
+        "anthropic_webp": {"type": "image", "source": {
+            "type": "base64", "media_type": "image/webp",
+            "data": base64.b64encode(ENCODED["webp_lossy_8x8"]).decode()}},
+        "anthropic_jpeg_unpadded": {"type": "image", "source": {
+            "type": "base64", "media_type": "image/jpeg",
+            "data": base64.b64encode(ENCODED["jpeg_gray_8x8"]).decode().rstrip("=")}},
+    }
+    for name, part in sorted(parts.items()):
+        write("image_part", name, compact(part))
+    write("image_part", "raw_base64", b64)
+
+
 def main():
     make_safetensors()
     make_llama2c()
     make_tokenizer_json()
     make_prefix_checkpoint()
     make_image()
+    make_image_part()
     n = make_chat_template()
     print("seeds written under", CORPUS, "(%d chat cases)" % n)
 
