@@ -36,14 +36,7 @@ using Json = nlohmann::json;
 using testing::ArgMax;
 using testing::MaxAbsDiff;
 
-std::string CaseDir(const std::string& name) {
-  return std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41_vision/" + name;
-}
-
-#define SKIP_WITHOUT_SHARED(name)                                                                \
-  if (!std::filesystem::exists(CaseDir(name))) {                                                 \
-    GTEST_SKIP() << "../shared/goldens/deepseek_v41_vision is absent (a user's clone has none)"; \
-  }
+using testing::CaseDir;
 
 // A case's composite model and its expanded prompt: ids, token types, and the span rows our
 // vision tower computes for its images (one row per span position, in prompt order).
@@ -210,12 +203,12 @@ void ExpectPromptMatches(const std::string& name) {
 }
 
 TEST(DeepseekV41VisionParityTest, TwoImagePromptMatchesTheReference) {
-  SKIP_WITHOUT_SHARED("v41vis_a");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_a");
   ExpectPromptMatches("v41vis_a");
 }
 
 TEST(DeepseekV41VisionParityTest, EngramThreeImagePromptMatchesTheReference) {
-  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_b_engram");
   ExpectPromptMatches("v41vis_b_engram");
 }
 
@@ -264,12 +257,12 @@ void ExpectBatchInvariance(const std::string& name) {
 }
 
 TEST(DeepseekV41VisionConsistencyTest, BatchingWithATextPromptChangesNothing) {
-  SKIP_WITHOUT_SHARED("v41vis_a");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_a");
   ExpectBatchInvariance("v41vis_a");
 }
 
 TEST(DeepseekV41VisionConsistencyTest, EngramBatchingWithATextPromptChangesNothing) {
-  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_b_engram");
   ExpectBatchInvariance("v41vis_b_engram");
 }
 
@@ -277,7 +270,7 @@ TEST(DeepseekV41VisionConsistencyTest, EngramBatchingWithATextPromptChangesNothi
 // positions are DEAD, so a text position's look-back stops at the span before it and hashes the
 // pad class from there on (cumulatively). Span positions' own rows are not compared (gate 0).
 TEST(DeepseekV41VisionEngramTest, LookBackStopsAtSpans) {
-  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_b_engram");
   const std::string dir = CaseDir("v41vis_b_engram");
   const Json golden = ReadJson(dir + "/golden.json");
   const Json config = ReadJson(dir + "/config.json")["text_config"];
@@ -313,7 +306,7 @@ TEST(DeepseekV41VisionEngramTest, LookBackStopsAtSpans) {
 // A checkpoint with vision tensors but no vision_config, and a vision_config without vision
 // tensors, are one-line bad_config errors.
 TEST(DeepseekV41VisionLoadTest, VisionTensorsAndVisionConfigComeTogether) {
-  SKIP_WITHOUT_SHARED("v41vis_a");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_a");
   const std::string text_case =
       std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41/v41_noengram_noqat";
   auto expect_bad_config = [](const std::string& folder) {

@@ -19,6 +19,17 @@
 
 namespace deepinfer::arch::testing {
 
+// A folder of ../shared/goldens/deepseek_v41_vision (beside the checkout).
+inline std::string CaseDir(const std::string& name) {
+  return std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41_vision/" + name;
+}
+
+// Skips the test with a clear message when the goldens are absent (a user's clone has none).
+#define DI_SKIP_WITHOUT_VISION_GOLDENS(name)                                                     \
+  if (!std::filesystem::exists(::deepinfer::arch::testing::CaseDir(name))) {                     \
+    GTEST_SKIP() << "../shared/goldens/deepseek_v41_vision is absent (a user's clone has none)"; \
+  }
+
 inline std::string Hex(const util::Sha256Digest& d) {
   std::string s;
   for (uint8_t b : d) s += fmt::format("{:02x}", b);

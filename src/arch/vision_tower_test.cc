@@ -41,14 +41,7 @@ using Json = nlohmann::json;
 using testing::Hex;
 using testing::PixelValues;
 
-std::string CaseDir(const std::string& name) {
-  return std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41_vision/" + name;
-}
-
-#define SKIP_WITHOUT_SHARED(name)                                                                \
-  if (!std::filesystem::exists(CaseDir(name))) {                                                 \
-    GTEST_SKIP() << "../shared/goldens/deepseek_v41_vision is absent (a user's clone has none)"; \
-  }
+using testing::CaseDir;
 
 // One image of a case: its pixel values and the reference's outputs.
 struct CaseImage {
@@ -161,18 +154,18 @@ void ExpectCaseMatches(const std::string& name, double vit_tol, double aligner_t
 }
 
 TEST(VisionTowerParityTest, ReleaseKnobsCaseMatchesTheReferenceOnEveryImage) {
-  SKIP_WITHOUT_SHARED("v41vis_a");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_a");
   ExpectCaseMatches("v41vis_a", 1e-5, 1e-5);
 }
 
 TEST(VisionTowerParityTest, EngramCaseWithThetaFiveHundredMatchesTheReferenceOnEveryImage) {
-  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_b_engram");
   ExpectCaseMatches("v41vis_b_engram", 1e-5, 1e-5);
 }
 
 TEST(VisionTowerTest, RecipeWeightsEqualTheReferencesWeightsBitForBit) {
   for (const char* name : {"v41vis_a", "v41vis_b_engram"}) {
-    SKIP_WITHOUT_SHARED(name);
+    DI_SKIP_WITHOUT_VISION_GOLDENS(name);
     std::ifstream g(CaseDir(name) + "/golden.json"), r(CaseDir(name) + "/weights.json");
     auto tensors = model::DrawSyntheticTensors(Json::parse(r));
     ASSERT_TRUE(tensors.ok()) << tensors.status();
@@ -183,7 +176,7 @@ TEST(VisionTowerTest, RecipeWeightsEqualTheReferencesWeightsBitForBit) {
 }
 
 TEST(VisionTowerTest, CompositeConfigCarriesTheVisionConfig) {
-  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_b_engram");
   std::ifstream in(CaseDir("v41vis_b_engram") + "/config.json");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   auto c = model::ParseHfConfig(text);
@@ -219,7 +212,7 @@ TEST(VisionTowerTest, CompositeConfigCarriesTheVisionConfig) {
 }
 
 TEST(VisionTowerTest, SpanTokenTypesAndLengthsAreThePromptsOnes) {
-  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_b_engram");
   std::ifstream in(CaseDir("v41vis_b_engram") + "/golden.json");
   const Json g = Json::parse(in);
   const std::vector<int> types = g["e2e"]["token_types"].get<std::vector<int>>();
@@ -236,7 +229,7 @@ TEST(VisionTowerTest, SpanTokenTypesAndLengthsAreThePromptsOnes) {
 
 // Batching images together or running on more threads changes no bit of any image's rows.
 TEST(VisionTowerTest, BatchedImagesAndThreadCountsGiveTheSameRowsAsOneImageAlone) {
-  SKIP_WITHOUT_SHARED("v41vis_b_engram");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_b_engram");
   auto c = LoadCase("v41vis_b_engram");
   ASSERT_TRUE(c && c->tower);
   VisionTower& t = *c->tower;
@@ -267,7 +260,7 @@ TEST(VisionTowerTest, ModelWithoutVisionConfigHasNoTower) {
 // The text builder reads the composite checkpoint too (its tower loads through the text
 // schema), and a tower of its own loads from the same Model.
 TEST(VisionTowerTest, TextModelLoadsTheCompositeCheckpointBesideTheTower) {
-  SKIP_WITHOUT_SHARED("v41vis_a");
+  DI_SKIP_WITHOUT_VISION_GOLDENS("v41vis_a");
   auto folder = model::SyntheticCheckpoint(CaseDir("v41vis_a"),
                                            std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
   ASSERT_TRUE(folder.ok()) << folder.status();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "api/image_inputs.h"
 #include "arch/causal_lm.h"
 #include "cli/chat_input.h"
 #include "cli/commands.h"
@@ -263,11 +264,7 @@ absl::Status ExpandImages(const GenerateFlags& f, const model::Model& m,
                             "--image: this model takes text only (no vision_config)");
   }
   const model::DeepseekV41VisionConfig& v = *m.config.deepseek_v4->vision;
-  const image::VisionKnobs knobs{.patch_size = v.patch_size,
-                                 .downsample_ratio = v.downsample_ratio,
-                                 .max_image_tokens = v.max_image_tokens,
-                                 .min_pixels = v.min_pixels,
-                                 .max_wh_ratio = v.max_wh_ratio};
+  const image::VisionKnobs knobs = api::VisionKnobsOf(v);
   std::vector<int32_t> out;
   size_t next = 0;
   for (int32_t id : prompt) {
