@@ -42,6 +42,7 @@ class Smoke {
     Health();
     Models();
     Chat();
+    Image();
     Stream();
     PrefixCache();
     OverWindow();
@@ -231,6 +232,38 @@ class Smoke {
     Add("chat", true,
         fmt::format("{} prompt + {} completion tokens, finish_reason {}", prompt, completion,
                     choice["finish_reason"].get<std::string>()));
+  }
+
+  // A chat with a 1x1 PNG: a vision model answers, its prompt longer than the same text alone
+  // by the image's span; a text-only model refuses it with unsupported_content. Either passes.
+  void Image() {
+    static constexpr char kPng1x1[] =
+        "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QD"
+        "wADhgGAWjR9awAAAABJRU5ErkJggg==";
+    const std::string question = "What is in this image?";
+    util::Json content = util::Json::array(
+        {util::Json{{"type", "text"}, {"text", question}},
+         util::Json{{"type", "image_url"}, {"image_url", util::Json{{"url", kPng1x1}}}}});
+    util::Json messages =
+        util::Json::array({util::Json{{"role", "user"}, {"content", std::move(content)}}});
+    auto r = Probe(Request("POST", api_ + "/chat/completions",
+                           util::DumpJson(ChatBody(messages, 1, false)), true));
+    if (!r.ok()) return Add("image", false, std::string(r.status().message()));
+    if (r->status == 400 && Describe(*r).find("unsupported_content") != std::string::npos) {
+      return Add("image", true, "the model takes text only: the image was refused "
+                                "(unsupported_content)");
+    }
+    if (r->status != 200) return Add("image", false, Describe(*r));
+    auto with = util::ParseJson(r->body);
+    auto text = PostChat(ChatBody(UserMessage(question), 1, false));
+    if (!with.ok() || !text.ok()) return Add("image", false, "the answers are not JSON objects");
+    const int64_t span =
+        IntAt(*with, {"usage", "prompt_tokens"}) - IntAt(*text, {"usage", "prompt_tokens"});
+    if (span <= 2) {
+      return Add("image", false,
+                 fmt::format("the prompt with the image is only {} tokens longer", span));
+    }
+    Add("image", true, fmt::format("answered; the image took about {} prompt tokens", span));
   }
 
   void Stream() {

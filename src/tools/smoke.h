@@ -38,11 +38,12 @@ struct SmokeReport {
   bool ok() const;
 };
 
-// Runs every check in order: health, models, chat, stream, prefix_cache, over_window, cancel
+// Runs every check in order: health, models, chat, image (a vision model answers a 1x1 PNG, a
+// text-only one refuses it with unsupported_content), stream, prefix_cache, over_window, cancel
 // (a hung-up stream followed by a successful request). A failed check does not stop the later
 // ones, so one run shows everything that is wrong.
 // Errors: InvalidArgument "bad_url" only; what the server does wrong is in the report.
-// Cost: about 8 requests; the over-window request carries about 2 bytes per token of the window.
+// Cost: about 10 requests; the over-window request carries about 2 bytes per token of the window.
 absl::StatusOr<SmokeReport> RunSmoke(const SmokeOptions& options);
 
 // A table with one line per check, and a final verdict line.

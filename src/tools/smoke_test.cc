@@ -23,6 +23,7 @@ struct FakeBehavior {
   bool send_done = true;
   bool refuse_over_window = true;
   bool expect_rank_header = false;
+  bool vision = false;  // answers images (50 tokens each); otherwise refuses them
 };
 
 // A server speaking just enough of the API for the smoke checks, over real sockets.
@@ -70,6 +71,22 @@ class FakeServer {
     int64_t prompt = 0;
     std::string system;
     for (util::Json& m : req["messages"]) {
+      if (m["content"].is_array()) {  // text and image parts
+        for (util::Json& part : m["content"]) {
+          if (part["type"] == "text") prompt += Words(part["text"].get<std::string>());
+          if (part["type"] != "image_url") continue;
+          if (!behavior_.vision) {
+            w.Respond(400, {{"Content-Type", "application/json"}},
+                      "{\"error\":{\"message\":\"text only\",\"type\":"
+                      "\"invalid_request_error\",\"param\":\"messages\",\"code\":"
+                      "\"unsupported_content\"}}");
+            return;
+          }
+          prompt += 50;
+        }
+        prompt += 4;
+        continue;
+      }
       prompt += Words(m["content"].get<std::string>()) + 4;
       if (m["role"] == "system") system = m["content"].get<std::string>();
     }
@@ -152,7 +169,10 @@ TEST(SmokeTest, GoodServerPassesEveryCheck) {
   auto report = RunSmoke(options);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_TRUE(report->ok()) << FormatSmokeReport(*report);
-  EXPECT_EQ(report->checks.size(), 7u);
+  EXPECT_EQ(report->checks.size(), 8u);
+  const SmokeCheck* image = Find(*report, "image");
+  ASSERT_NE(image, nullptr);
+  EXPECT_NE(image->detail.find("text only"), std::string::npos) << image->detail;
   EXPECT_EQ(report->window, 256);
   EXPECT_EQ(report->model, "fake");
   EXPECT_GT(server.num_rank_headers(), 0);
@@ -160,6 +180,18 @@ TEST(SmokeTest, GoodServerPassesEveryCheck) {
   auto json = util::ParseJson(SmokeReportJson(*report));
   ASSERT_TRUE(json.ok());
   EXPECT_EQ((*json)["ok"], true);
+}
+
+TEST(SmokeTest, VisionServerAnswersTheImageWithALongerPrompt) {
+  FakeBehavior b;
+  b.vision = true;
+  FakeServer server(b);
+  auto report = RunSmoke(Options(server.base()));
+  ASSERT_TRUE(report.ok());
+  EXPECT_TRUE(report->ok()) << FormatSmokeReport(*report);
+  const SmokeCheck* c = Find(*report, "image");
+  ASSERT_NE(c, nullptr);
+  EXPECT_NE(c->detail.find("about 50 prompt tokens"), std::string::npos) << c->detail;
 }
 
 TEST(SmokeTest, ServerWithoutPrefixCachingFailsWithOneClearLine) {

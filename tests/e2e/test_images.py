@@ -24,6 +24,7 @@ import pytest
 from conftest import REPO, Server
 from test_deepseek import synthetic_checkpoint
 from test_tools_count_tokens import count_cli
+from test_tools_smoke import smoke
 
 VISION = REPO.parent / "shared" / "goldens" / "deepseek_v41_vision"
 CASE = VISION / "v41vis_b_engram"
@@ -304,3 +305,10 @@ def test_the_same_image_hits_the_caches_and_another_shares_nothing_after_it(serv
     assert u3.prompt_tokens == u1.prompt_tokens
     assert u3.prompt_tokens_details.cached_tokens <= image_start, (u3, image_start)
     assert metric(server, "deepinfer_images_encoded_total") == encoded + 2
+
+
+def test_smoke_sends_an_image_to_a_vision_model(server):
+    result = smoke(server.base_url, "--json")
+    report = json.loads(result.stdout)
+    image = [c for c in report["checks"] if c["name"] == "image"][0]
+    assert image["ok"] and "answered" in image["detail"], image

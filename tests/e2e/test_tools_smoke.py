@@ -20,14 +20,16 @@ def test_smoke_passes_on_stories(stories):
     report = json.loads(result.stdout)
     assert report["ok"] and report["window"] == 512 and report["model"] == "stories260K"
     assert [c["name"] for c in report["checks"]] == [
-        "health", "models", "chat", "stream", "prefix_cache", "over_window", "cancel"]
+        "health", "models", "chat", "image", "stream", "prefix_cache", "over_window", "cancel"]
+    image = report["checks"][3]
+    assert "text only" in image["detail"], image  # stories260K refuses images
     assert stories.alive()
 
 
 def test_smoke_passes_on_smollm(smollm):
     result = smoke(smollm.base_url, "--expect-window", "2048")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "PASS: all 7 checks passed" in result.stdout
+    assert "PASS: all 8 checks passed" in result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def test_smoke_fails_clearly_without_prefix_caching(no_prefix_cache):
     failed = [l for l in result.stdout.splitlines() if " FAIL " in l]
     assert len(failed) == 1, result.stdout
     assert failed[0].startswith("prefix_cache") and "cached_tokens=0" in failed[0]
-    assert "FAIL: 1 of 7 checks failed" in result.stdout
+    assert "FAIL: 1 of 8 checks failed" in result.stdout
 
 
 def test_smoke_fails_clearly_on_a_too_small_window(stories):
