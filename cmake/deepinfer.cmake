@@ -1,5 +1,8 @@
 # Helpers that make every source folder a target with declared dependencies.
-set(DI_DEFAULT_COPTS -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare)
+# -Wno-missing-field-initializers: designated initializers that leave members at their default
+# member initializers are intended (option structs), and GCC warns about them.
+set(DI_DEFAULT_COPTS -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare
+  -Wno-missing-field-initializers)
 if(DI_WERROR)
   list(APPEND DI_DEFAULT_COPTS -Werror)
 endif()

@@ -17,6 +17,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -DDI_BUILD_FUZZ=ON -DDI_BUILD_TESTS=OFF > /dev/null
 fi
 # Build only the fuzz targets (and what they link), not the whole project a second time.
+echo "fuzz: building the fuzz targets with clang (a few minutes; log $BUILD/build.log)"
 targets=$(ninja -C "$BUILD" -t targets all | sed -n 's/^\([a-z0-9_]*_fuzz\): .*/\1/p' | grep -v '^cmake_' | sort -u)
 [ -n "$targets" ] || { echo "fuzz: no fuzz targets defined"; exit 1; }
 # shellcheck disable=SC2086

@@ -33,7 +33,7 @@ ParseLimits ParseLimitsFor(const ServedModel& model) {
 
 absl::Status CheckModel(const ServedModel& model, const std::string& name) {
   if (name.empty() || name == model.served_model_name) return absl::OkStatus();
-  return http::ModelNotFoundError(name);
+  return http::ModelNotFoundError(name, model.served_model_name);
 }
 
 std::string NewRequestId(std::string_view prefix) {

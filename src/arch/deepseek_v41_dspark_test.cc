@@ -40,7 +40,9 @@ Loaded Load(const std::string& name, bool enable = true) {
   EXPECT_TRUE(lm.ok()) << lm.status();
   if (!lm.ok()) return l;
   l.lm = std::move(*lm);
-  if (enable) EXPECT_TRUE(l.lm->draft_heads() != nullptr && l.lm->draft_heads()->EnableDspark());
+  if (enable) {
+    EXPECT_TRUE(l.lm->draft_heads() != nullptr && l.lm->draft_heads()->EnableDspark());
+  }
   return l;
 }
 
@@ -177,7 +179,9 @@ TEST(DsparkTest, TheAgreeingDrafterGuessesTheBigramChain) {
     b.seqs.push_back(cache.Slice(0, 1, 0, 1));
     l.lm->Forward(b, cache.kv, logits.data(), pool);
     token = testing::ArgMax(logits.data(), V);
-    if (r == 0) EXPECT_EQ(p.drafts[r], token);  // its row has no noise token
+    if (r == 0) {  // its row has no noise token
+      EXPECT_EQ(p.drafts[r], token);
+    }
     matches += p.drafts[r] == token;
     token = p.drafts[r];
   }

@@ -316,7 +316,9 @@ TEST(DeepseekV41ConfigTest, BadSourceSchedulesAreRefused) {
   for (const auto& c : cases) {
     auto parsed = model::ParseHfConfig(config(c.kv, c.idx));
     ASSERT_FALSE(parsed.ok()) << c.kv << " " << c.idx;
-    if (!c.code.empty()) EXPECT_EQ(ErrorCodeOf(parsed.status()), c.code) << parsed.status();
+    if (!c.code.empty()) {
+      EXPECT_EQ(ErrorCodeOf(parsed.status()), c.code) << parsed.status();
+    }
     EXPECT_EQ(OneLineError(parsed.status()).find('\n'), std::string::npos);
   }
   auto ok = model::ParseHfConfig(config("[1, 3]", "[1, 3]"));

@@ -192,7 +192,9 @@ void ExpectPromptMatches(const std::string& name) {
     c->lm->Forward(b, cache.kv, step.data(), pool);
     dc = std::max(dc, MaxAbsDiff(step.data(), step_ref.data() + int64_t{i} * V, V));
     next = ArgMax(step.data(), V);
-    if (i + 1 < steps) EXPECT_EQ(next, want[i + 1]) << name << " step " << i + 1;
+    if (i + 1 < steps) {
+      EXPECT_EQ(next, want[i + 1]) << name << " step " << i + 1;
+    }
   }
   std::printf(
       "%s, %lld tokens: max |logit diff| prefill vs reference %.3g, chunks of 37 and 1 vs one "

@@ -2,6 +2,8 @@
 // engine::Engine exactly as `serve` submits them (one sequence at a time), so parity checks run
 // the real engine; prefill and decode speed come from the request's own engine-side timings.
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -386,6 +388,10 @@ int RunChat(const GenerateFlags& f, engine::Engine& engine, const tokenizer::Tok
     auto st = Generate(engine, &tok, base, prompt, &reply, true, &StopRequested);
     ClearStopRequest();
     if (!st.ok()) return Fail(st.status());
+    // Piped or redirected, each reply is a line of its own (on a terminal the stats line on
+    // stderr starts with the newline).
+    if (!isatty(STDOUT_FILENO)) std::fputc('\n', stdout);
+    std::fflush(stdout);
     PrintStats(*st, false);
     if (st->finish == "interrupted" && st->generated == 0) {
       // Stopped before the first token: the question goes too, so it can be asked again.

@@ -162,7 +162,9 @@ TEST_P(ConstraintTest, ControlTokensNeverMatchGrammarText) {
   std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
   m.FillMask(mask.data());
   for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
-    if (tok_->IsSpecial(id)) EXPECT_FALSE(Allowed(mask, id)) << id;
+    if (tok_->IsSpecial(id)) {
+      EXPECT_FALSE(Allowed(mask, id)) << id;
+    }
   }
 }
 

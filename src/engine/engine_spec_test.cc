@@ -91,8 +91,12 @@ TEST_P(EngineSpeculativeTest, GreedyOutputIsIdenticalWithAndWithoutDrafts) {
     int64_t sum = 0;
     for (int32_t i = 0; i < kMaxSpeculativeTokens; ++i) {
       sum += st.spec_accepted_per_pos[i];
-      if (i > 0) EXPECT_LE(st.spec_accepted_per_pos[i], st.spec_accepted_per_pos[i - 1]);
-      if (i >= spec) EXPECT_EQ(st.spec_accepted_per_pos[i], 0);
+      if (i > 0) {
+        EXPECT_LE(st.spec_accepted_per_pos[i], st.spec_accepted_per_pos[i - 1]);
+      }
+      if (i >= spec) {
+        EXPECT_EQ(st.spec_accepted_per_pos[i], 0);
+      }
     }
     EXPECT_EQ(sum, st.spec_num_accepted_tokens);
   }
@@ -259,8 +263,12 @@ TEST_F(DsparkEngineTest, AConfidenceThresholdCutsDraftsAndChangesNoToken) {
     ASSERT_TRUE(e.ok()) << e.status();
     const int64_t drafted = Run(**e, &got).spec_num_draft_tokens;
     EXPECT_EQ(got, plain) << threshold;
-    if (previous >= 0) EXPECT_LE(drafted, previous) << threshold;
-    if (threshold == 1.0f) EXPECT_LT(drafted, previous);
+    if (previous >= 0) {
+      EXPECT_LE(drafted, previous) << threshold;
+    }
+    if (threshold == 1.0f) {
+      EXPECT_LT(drafted, previous);
+    }
     previous = drafted;
   }
 }

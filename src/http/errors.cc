@@ -183,14 +183,28 @@ absl::Status ContextLengthError(std::string_view param, int64_t prompt_tokens,
   return status;
 }
 
-absl::Status ModelNotFoundError(std::string_view model) {
-  return WithParam(NotFoundError(util::codes::kModelNotFound,
-                                 fmt::format("The model `{}` does not exist.", model)),
-                   "model");
+absl::Status ModelNotFoundError(std::string_view model, std::string_view served) {
+  std::string message = fmt::format("The model `{}` does not exist.", model);
+  if (!served.empty()) message += fmt::format(" This server serves `{}`.", served);
+  return WithParam(NotFoundError(util::codes::kModelNotFound, message), "model");
 }
 
 absl::Status RouteNotFoundError(std::string_view path) {
-  return NotFoundError(util::codes::kNotFound, fmt::format("No route for path `{}`.", path));
+  std::string message = fmt::format("No route for path `{}`.", path);
+  static constexpr std::string_view kRoutes[] = {"/chat/completions", "/completions", "/responses",
+                                                 "/messages", "/models", "/embeddings"};
+  std::string_view rest = path;
+  int prefixes = 0;  // how many "/v1" the path starts with: one is right
+  for (; rest.substr(0, 3) == "/v1"; ++prefixes) rest.remove_prefix(3);
+  for (std::string_view r : kRoutes) {
+    if (prefixes != 1 && rest.substr(0, r.size()) == r) {
+      message += fmt::format(" Did you mean `/v1{}`? (A client's base URL should end in /v1 "
+                             "for the OpenAI SDK and without it for the Anthropic SDK.)",
+                             rest);
+      break;
+    }
+  }
+  return NotFoundError(util::codes::kNotFound, message);
 }
 
 absl::Status MethodNotAllowedError(std::string_view method, std::string_view path) {

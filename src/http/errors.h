@@ -68,7 +68,10 @@ absl::Status ContextLengthError(std::string_view param, int64_t prompt_tokens,
                                 bool prompt_is_lower_bound = false);
 
 // Shorthands for the non-400 errors of the HTTP layer.
-absl::Status ModelNotFoundError(std::string_view model);
+// `served`, when not empty, is named in the message (what the client should send instead).
+absl::Status ModelNotFoundError(std::string_view model, std::string_view served = {});
+// A path under neither API's prefix that one would route gets a hint ("/chat/completions" ->
+// "did you mean /v1/chat/completions?": a client base URL without /v1, or with it twice).
 absl::Status RouteNotFoundError(std::string_view path);
 absl::Status MethodNotAllowedError(std::string_view method, std::string_view path);
 absl::Status RequestTooLargeError(int64_t limit_bytes);

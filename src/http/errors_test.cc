@@ -50,6 +50,18 @@ TEST(ApiErrorTest, MapsEveryHttpClass) {
   EXPECT_EQ(ApiErrorFromStatus(ModelNotFoundError("x")).param, "model");
   EXPECT_EQ(ApiErrorFromStatus(RouteNotFoundError("/x")).http_status, 404);
   EXPECT_EQ(ApiErrorFromStatus(RouteNotFoundError("/x")).code, "not_found");
+  // A base URL without /v1, or with it twice, gets the path it meant.
+  auto message = [](std::string_view path) {
+    return std::string(ApiErrorFromStatus(RouteNotFoundError(path)).message);
+  };
+  EXPECT_NE(message("/chat/completions").find("Did you mean `/v1/chat/completions`?"),
+            std::string::npos);
+  EXPECT_NE(message("/v1/v1/messages").find("Did you mean `/v1/messages`?"), std::string::npos);
+  EXPECT_EQ(message("/v1/nothing").find("Did you mean"), std::string::npos);
+  EXPECT_EQ(message("/x").find("Did you mean"), std::string::npos);
+  EXPECT_NE(std::string(ApiErrorFromStatus(ModelNotFoundError("gpt-4o", "tiny")).message)
+                .find("This server serves `tiny`."),
+            std::string::npos);
   EXPECT_EQ(ApiErrorFromStatus(MethodNotAllowedError("GET", "/v1/completions")).http_status, 405);
   EXPECT_EQ(ApiErrorFromStatus(RequestTooLargeError(10)).http_status, 413);
   EXPECT_EQ(ApiErrorFromStatus(RequestTooLargeError(10)).code, "request_too_large");
