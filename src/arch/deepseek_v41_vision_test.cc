@@ -76,14 +76,8 @@ std::unique_ptr<ImageCase> LoadCase(const std::string& name, util::ThreadPool& p
   if (!text.ok()) return nullptr;
   c->logits = Json::parse(*text);
   c->vocab = c->golden["vocab"].get<int>();
-  auto folder =
-      model::SyntheticCheckpoint(dir, std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
-  EXPECT_TRUE(folder.ok()) << folder.status();
-  if (!folder.ok()) return nullptr;
-  auto m = model::LoadModel(*folder);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return nullptr;
-  c->model = std::move(*m);
+  c->model = testing::LoadCaseModel(dir);
+  if (c->model == nullptr) return nullptr;
   // Engram case: the token classes of the case's toy tokenizer, as the reference built them.
   if (c->golden.contains("engram")) {
     c->model->engram_token_classes =

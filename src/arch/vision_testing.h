@@ -7,11 +7,14 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "fmt/format.h"
+#include "model/model.h"
+#include "model/synthetic_checkpoint.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
@@ -22,6 +25,18 @@ namespace deepinfer::arch::testing {
 // A folder of ../shared/goldens/deepseek_v41_vision (beside the checkout).
 inline std::string CaseDir(const std::string& name) {
   return std::string(DI_SOURCE_DIR) + "/../shared/goldens/deepseek_v41_vision/" + name;
+}
+
+// The case's weights written from its recipe (once per test data folder) and loaded; null
+// (with the failure recorded) when either fails.
+inline std::unique_ptr<model::Model> LoadCaseModel(const std::string& dir) {
+  auto folder =
+      model::SyntheticCheckpoint(dir, std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
+  EXPECT_TRUE(folder.ok()) << folder.status();
+  if (!folder.ok()) return nullptr;
+  auto m = model::LoadModel(*folder);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
 }
 
 // Skips the test with a clear message when the goldens are absent (a user's clone has none).

@@ -81,14 +81,8 @@ std::unique_ptr<VisionCase> LoadCase(const std::string& name) {
   EXPECT_TRUE(text.ok()) << text.status();
   if (!text.ok()) return nullptr;
   c->outputs = Json::parse(*text);
-  auto folder =
-      model::SyntheticCheckpoint(dir, std::string(DI_TESTDATA_DIR) + "/deepseek_v41_vision");
-  EXPECT_TRUE(folder.ok()) << folder.status();
-  if (!folder.ok()) return nullptr;
-  auto m = model::LoadModel(*folder);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return nullptr;
-  c->model = std::move(*m);
+  c->model = testing::LoadCaseModel(dir);
+  if (c->model == nullptr) return nullptr;
   auto tower = CreateVisionTower(*c->model);
   EXPECT_TRUE(tower.ok()) << tower.status();
   if (!tower.ok()) return nullptr;
