@@ -100,7 +100,9 @@ TEST(PrefixCheckpointTest, EveryTruncationIsRejected) {
     const CheckpointReject r = RejectOf(std::string_view(file).substr(0, n), ExpectFor(c));
     // Inside the JSON header a cut can read as a malformed header; past it, truncated.
     EXPECT_TRUE(r == CheckpointReject::kTruncated || r == CheckpointReject::kBadFormat) << n;
-    if (n >= file.size() - c.payload.size()) EXPECT_EQ(r, CheckpointReject::kTruncated) << n;
+    if (n >= file.size() - c.payload.size()) {
+      EXPECT_EQ(r, CheckpointReject::kTruncated) << n;
+    }
   }
   EXPECT_EQ(RejectOf(file + "x", ExpectFor(c)), CheckpointReject::kBadFormat);
 }
@@ -115,7 +117,9 @@ TEST(PrefixCheckpointTest, EveryFlippedBitIsRejected) {
       std::string bad = file;
       bad[i] = static_cast<char>(bad[i] ^ (1 << bit));
       const CheckpointReject r = RejectOf(bad, ExpectFor(c));
-      if (i >= tokens_start) EXPECT_EQ(r, CheckpointReject::kCorrupt) << i;
+      if (i >= tokens_start) {
+        EXPECT_EQ(r, CheckpointReject::kCorrupt) << i;
+      }
     }
   }
 }
