@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "fmt/format.h"
 #include "http/errors.h"
 #include "util/error_codes.h"
@@ -56,17 +57,6 @@ absl::StatusOr<std::string> AnthropicSource(const util::Json& part, const std::s
                                         type));
 }
 
-// 0-63 for a base64 character (standard or URL-safe alphabet), -1 otherwise.
-int Base64Value(unsigned char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+' || c == '-') return 62;
-  if (c == '/' || c == '_') return 63;
-  return -1;
-}
-
-bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 }  // namespace
 
@@ -133,33 +123,13 @@ absl::StatusOr<std::string> DecodeDataUri(std::string_view uri, size_t max_bytes
                      fmt::format("The image is larger than {} bytes (--max-image-bytes).",
                                  max_bytes));
   }
+  // absl's decoders skip whitespace and take the padding as optional; clients send the
+  // standard alphabet, a few the URL-safe one.
   std::string out;
-  out.reserve(data.size() / 4 * 3 + 3);
-  uint32_t acc = 0;
-  int bits = 0;
-  size_t padding = 0;
-  for (char c : data) {
-    if (IsSpace(c)) continue;
-    if (c == '=') {
-      ++padding;
-      continue;
-    }
-    const int v = Base64Value(static_cast<unsigned char>(c));
-    if (v < 0 || padding > 0) {
-      return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kInvalidImage,
-                       "The image's data: URI is not valid base64.");
-    }
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xFF));
-    }
-  }
-  // Leftover bits must be the zero fill of a final partial group (6 bits is a lone character).
-  if (bits >= 6 || padding > 2) {
+  const absl::string_view b64(data.data(), data.size());  // Debian's absl has its own string_view
+  if (!absl::Base64Unescape(b64, &out) && !absl::WebSafeBase64Unescape(b64, &out)) {
     return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kInvalidImage,
-                     "The image's data: URI is truncated base64.");
+                     "The image's data: URI is not valid base64.");
   }
   if (out.size() > max_bytes) {
     return MakeError(absl::StatusCode::kInvalidArgument, util::codes::kImageTooLarge,
