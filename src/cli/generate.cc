@@ -267,6 +267,14 @@ absl::Status ExpandImages(const GenerateFlags& f, const model::Model& m,
   }
   const model::DeepseekV41VisionConfig& v = *m.config.deepseek_v4->vision;
   const image::VisionKnobs knobs = api::VisionKnobsOf(v);
+  const size_t marks = static_cast<size_t>(
+      std::count(prompt.begin(), prompt.end(), static_cast<int32_t>(v.image_token_id)));
+  if (marks != f.images.size()) {
+    return util::CodedError(
+        util::codes::kBadFlags,
+        fmt::format("--prompt-ids has {} image token ids ({}) for {} --image files", marks,
+                    v.image_token_id, f.images.size()));
+  }
   std::vector<int32_t> out;
   size_t next = 0;
   for (int32_t id : prompt) {
@@ -274,7 +282,6 @@ absl::Status ExpandImages(const GenerateFlags& f, const model::Model& m,
       out.push_back(id);
       continue;
     }
-    if (next == f.images.size()) break;
     DI_ASSIGN_OR_RETURN(std::string bytes, util::ReadFile(f.images[next]));
     const std::span<const uint8_t> data(reinterpret_cast<const uint8_t*>(bytes.data()),
                                         bytes.size());
@@ -289,14 +296,6 @@ absl::Status ExpandImages(const GenerateFlags& f, const model::Model& m,
     out.insert(out.end(), pre.plan.num_image_tokens(), v.image_token_id);
     request.images.push_back(std::move(in));
     ++next;
-  }
-  const size_t marks = static_cast<size_t>(
-      std::count(prompt.begin(), prompt.end(), static_cast<int32_t>(v.image_token_id)));
-  if (marks != f.images.size()) {
-    return util::CodedError(
-        util::codes::kBadFlags,
-        fmt::format("--prompt-ids has {} image token ids ({}) for {} --image files", marks,
-                    v.image_token_id, f.images.size()));
   }
   prompt = std::move(out);
   return absl::OkStatus();

@@ -138,17 +138,18 @@ void SpanRowsBuilder::Encode(const StepPlan& plan, util::ThreadPool& pool) {
   const int64_t hidden = tower_->text_hidden();
   int64_t total = 0;
   for (const arch::VisionImage& im : images) total += tower_->GridOf(im).span_rows();
-  encoded_.resize(static_cast<size_t>(total * hidden));
+  // Encodes are rare and large: the buffer lives for this call only.
+  std::vector<float> encoded(static_cast<size_t>(total * hidden));
   const auto start = std::chrono::steady_clock::now();
-  tower_->EmbedImages(std::span<const arch::VisionImage>(images), encoded_.data(), pool);
+  tower_->EmbedImages(std::span<const arch::VisionImage>(images), encoded.data(), pool);
   cache_.AddEncodeSeconds(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   int64_t offset = 0;
   std::vector<EncoderCache::Rows> fresh;
   for (size_t i = 0; i < images.size(); ++i) {
     const int64_t n = tower_->GridOf(images[i]).span_rows() * hidden;
-    fresh.push_back(std::make_shared<const std::vector<float>>(encoded_.begin() + offset,
-                                                               encoded_.begin() + offset + n));
+    fresh.push_back(std::make_shared<const std::vector<float>>(encoded.begin() + offset,
+                                                               encoded.begin() + offset + n));
     cache_.Insert(queued[i], fresh.back());
     offset += n;
   }
@@ -163,15 +164,20 @@ void SpanRowsBuilder::Build(const StepPlan& plan, arch::ForwardBatch& batch,
   batch.token_types = nullptr;
   batch.span_rows = nullptr;
   if (tower_ == nullptr) return;
-  bool any = false;
+  int64_t span_tokens = 0;  // the step's tokens inside spans: one row each
   for (const ScheduledSeq& p : plan.seqs) {
-    ForSpansIn(*p.seq, p.start_pos, p.start_pos + p.num_real_tokens(),
-               [&](size_t, const ImageSpan&) { any = true; });
+    const int32_t begin = p.start_pos, end = p.start_pos + p.num_real_tokens();
+    ForSpansIn(*p.seq, begin, end, [&](size_t, const ImageSpan& s) {
+      span_tokens += std::min(end, s.position + s.length) - std::max(begin, s.position);
+    });
   }
-  if (!any) return;
+  if (span_tokens == 0) return;
   Encode(plan, pool);
   const int64_t hidden = tower_->text_hidden();
   types_.assign(static_cast<size_t>(batch.num_tokens), -1);
+  if (static_cast<int64_t>(rows_.size()) < span_tokens * hidden) {
+    rows_.resize(static_cast<size_t>(span_tokens * hidden));
+  }
   int64_t num_rows = 0;
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence& seq = *p.seq;
@@ -186,9 +192,6 @@ void SpanRowsBuilder::Build(const StepPlan& plan, arch::ForwardBatch& batch,
         const int32_t off = q - s.position;
         types_[static_cast<size_t>(p.token_offset + (q - begin))] =
             static_cast<int8_t>(span_types_[static_cast<size_t>(off)]);
-        if (static_cast<int64_t>(rows_.size()) < (num_rows + 1) * hidden) {
-          rows_.resize(static_cast<size_t>((num_rows + 1) * hidden));
-        }
         std::memcpy(rows_.data() + num_rows * hidden, rows + int64_t{off} * hidden,
                     hidden * sizeof(float));
         ++num_rows;
@@ -201,6 +204,7 @@ void SpanRowsBuilder::Build(const StepPlan& plan, arch::ForwardBatch& batch,
       if (s.position + s.length <= end) seq.image_rows[k] = nullptr;
     }
   }
+  DI_CHECK(num_rows == span_tokens);
   batch.token_types = types_.data();
   batch.span_rows = rows_.data();
 }

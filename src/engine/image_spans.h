@@ -93,7 +93,7 @@ class SpanRowsBuilder {
   EncoderCache cache_;
   std::vector<int8_t> types_;
   std::vector<arch::ImageTokenType> span_types_;
-  std::vector<float> rows_, encoded_;
+  std::vector<float> rows_;
 };
 
 }  // namespace deepinfer::engine
