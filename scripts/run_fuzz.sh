@@ -16,6 +16,8 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
     -DDI_BUILD_FUZZ=ON -DDI_BUILD_TESTS=OFF > /dev/null
 fi
+# Regenerate first when a CMakeLists.txt changed, so the target list below includes new targets.
+ninja -C "$BUILD" build.ninja > /dev/null
 # Build only the fuzz targets (and what they link), not the whole project a second time.
 echo "fuzz: building the fuzz targets with clang (a few minutes; log $BUILD/build.log)"
 targets=$(ninja -C "$BUILD" -t targets all | sed -n 's/^\([a-z0-9_]*_fuzz\): .*/\1/p' | grep -v '^cmake_' | sort -u)
