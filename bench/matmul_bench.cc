@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/half.h"
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
@@ -60,6 +61,15 @@ Weights MakeWeights(DType t, int64_t out, int64_t in, bool cold) {
   if (t == DType::kF32) {
     auto* f = reinterpret_cast<float*>(w.bytes.data());
     for (size_t i = 0; i < w.bytes.size() / 4; ++i) f[i] = 0.01f * static_cast<float>(i % 7);
+  }
+  if (t == DType::kBF16) {  // random bits would be NaNs and denormals (microcode assists)
+    auto* h = reinterpret_cast<uint16_t*>(w.bytes.data());
+    for (size_t i = 0; i < w.bytes.size() / 2; ++i) {
+      const float f = 0.01f * static_cast<float>(static_cast<int>(i % 13) - 6);
+      uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      h[i] = static_cast<uint16_t>(bits >> 16);
+    }
   }
   return w;
 }
@@ -110,6 +120,79 @@ BENCHMARK(BM_Q8_0_49152x576_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_Q4_1_1536x576_Prefill512)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_Q4_1_576x1536_Prefill512)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_Q8_0_49152x576_Prefill512)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The BF16 matmuls of one release-sized ViT layer (DeepSeek-V4.1's vision tower: width 1024,
+// SwiGLU 2816) on a 1,024-patch image, next to BM_FmaPeak: the tower's matmul efficiency.
+void BM_Bf16_Vit_Qkv3072x1024_Prefill1024(benchmark::State& s) { RunMatMul(s, DType::kBF16, 3072, 1024, 1024, false); }
+void BM_Bf16_Vit_W1_5632x1024_Prefill1024(benchmark::State& s) { RunMatMul(s, DType::kBF16, 5632, 1024, 1024, false); }
+void BM_Bf16_Vit_W2_1024x2816_Prefill1024(benchmark::State& s) { RunMatMul(s, DType::kBF16, 1024, 2816, 1024, false); }
+BENCHMARK(BM_Bf16_Vit_Qkv3072x1024_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16_Vit_W1_5632x1024_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16_Vit_W2_1024x2816_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// One head of the vision tower's attention (head_dim 64, every patch attends every patch) over
+// n patches, single-threaded: GFLOP/s counts 4 * n^2 * head_dim (Q·K and P·V).
+void BM_DenseAttentionHead64(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), D = 64, rows = 64;
+  std::vector<float> qkv(static_cast<size_t>(n) * 3 * D);
+  std::mt19937 rng(4);
+  std::normal_distribution<float> normal;
+  for (auto& v : qkv) v = normal(rng);
+  std::vector<float> packed(DensePackedFloats(n, D)), out(static_cast<size_t>(n) * D);
+  std::vector<float> scratch(DenseAttendScratchFloats(rows, D));
+  for (auto _ : state) {
+    PackDenseKv(qkv.data() + D, qkv.data() + 2 * D, 3 * D, n, D, packed.data());
+    for (int r0 = 0; r0 < n; r0 += rows) {
+      DenseAttend(qkv.data() + int64_t{r0} * 3 * D, 3 * D, std::min(rows, n - r0), packed.data(), n,
+                  D, 0.125f, scratch.data(), out.data() + int64_t{r0} * D, D);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(IsaName(ActiveIsa()));
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      4.0 * n * n * D * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_DenseAttentionHead64)->Arg(1024)->Arg(8649)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// The f32 FMA peak of the widest vector unit the kernels use: 16 independent chains of
+// register-only FMAs per thread (enough to cover a 4-cycle latency on two ports), counted as
+// 2 flops per lane. The ceiling for every f32-accumulating prefill kernel on this machine.
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v8f __attribute__((vector_size(32)));
+template <typename vec>
+__attribute__((always_inline)) inline float FmaChains(int64_t iters, float seed) {
+  vec acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = vec{} + seed * static_cast<float>(i);
+  const vec a = vec{} + 0.999f, b = vec{} + 1e-6f;
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = acc[i] * a + b;
+  }
+  vec sum = vec{};
+  for (int i = 0; i < 16; ++i) sum += acc[i];
+  return sum[0];
+}
+__attribute__((target("avx512f,fma"), noinline)) float FmaChains512(int64_t n, float s) { return FmaChains<v16f>(n, s); }
+__attribute__((target("avx2,fma"), noinline)) float FmaChains256(int64_t n, float s) { return FmaChains<v8f>(n, s); }
+
+void BM_FmaPeak(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const bool wide = ActiveIsa() == Isa::kAvx512;
+  const int64_t iters = 1 << 22;
+  util::ThreadPool pool(threads);
+  std::vector<float> sink(static_cast<size_t>(threads) * 16);
+  for (auto _ : state) {
+    pool.RunOnAll([&](int t, int) {
+      sink[static_cast<size_t>(t) * 16] = wide ? FmaChains512(iters, 1.0f + t) : FmaChains256(iters, 1.0f + t);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.SetLabel(wide ? "avx512" : "avx2");
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * 16 * (wide ? 16 : 8) * static_cast<double>(iters) * threads * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
 
 // Plain streaming read of 256 MiB on 1 or 2 threads: the bandwidth ceiling for decode.
 void BM_MemoryRead(benchmark::State& state) {

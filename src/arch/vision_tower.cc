@@ -17,10 +17,9 @@ namespace {
 
 // The reference's RMSNorm eps (vision.py RMSNorm(dim, eps=1e-6)); the config does not carry it.
 constexpr float kNormEps = 1e-6f;
-// Attention reuses the paged GQA kernel: every image's keys and values go into blocks of this
-// many patches (its fast path), and a work item is one head of this many query patches.
-constexpr int kKvBlock = 16;
-constexpr int kQueryChunk = 32;
+// A work item of attention is one head of this many query patches (a multiple of every ISA's
+// tile of DenseAttend, and enough rows to reuse each packed key block from cache).
+constexpr int kQueryChunk = 64;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -162,76 +161,67 @@ void VisionTower::RopeTable(const VisionImage& image) {
 }
 
 // Multi-head attention of every image over its own patches, from qkv_ [rows, 3D] into attn_
-// [rows, D]. RoPE is applied to q and k in place; keys and values are written into the f32
-// GqaKvLayout blocks of the paged attention kernel (an image's blocks contiguous in kv_), which
-// then computes each (head, query chunk) with an online softmax over 16-patch blocks. Every
-// query sits at position n - 1 so the kernel's causal mask hides nothing: bidirectional.
+// [rows, D]: RoPE on q and k in place, each (image, head)'s keys and values packed for the dense
+// attention kernel (kernels::PackDenseKv), then each (image, head, 64 query patches) attends all
+// of its image's patches: bidirectional, no mask.
 void VisionTower::Attention(std::span<const VisionImage> images, util::ThreadPool& pool) {
   const int64_t D = cfg_.hidden, H = cfg_.num_heads, hd = cfg_.head_dim(), half = hd / 2;
-  const kernels::GqaKvLayout layout{kKvBlock, static_cast<int>(H), static_cast<int>(hd),
-                                    kernels::KvDtype::kF32};
-  struct Item {
-    int64_t token0, kv_block0;
-    int32_t n, h, t0, nt;
+  struct Head {
+    int64_t token0, packed0;
+    int32_t n, h;
   };
+  struct Item {
+    int32_t head, r0, rows;
+  };
+  std::vector<Head> heads;
   std::vector<Item> items;
-  int64_t token0 = 0, block0 = 0, max_blocks = 0;
-  for (const VisionImage& im : images) block0 += CeilDiv(im.num_patches(), kKvBlock);
-  Grow(kv_, block0 * layout.block_values());
-  block0 = 0;
+  int64_t token0 = 0, packed0 = 0;
   for (const VisionImage& im : images) {
-    const int64_t n = im.num_patches(), blocks = CeilDiv(n, kKvBlock);
+    const int64_t n = im.num_patches();
     RopeTable(im);
     float* qkv = qkv_.data() + token0 * 3 * D;
-    float* kv = kv_.data() + block0 * layout.block_values();
     pool.ParallelFor(
         n,
         [&](int64_t begin, int64_t end, int) {
           for (int64_t t = begin; t < end; ++t) {
-            float* q = qkv + t * 3 * D;
             for (int64_t h = 0; h < 2 * H; ++h) {  // the q heads, then the k heads
-              RotateHalfSplit(q + h * hd, cos_.data() + t * half, sin_.data() + t * half,
-                              static_cast<int>(half));
+              RotateHalfSplit(qkv + t * 3 * D + h * hd, cos_.data() + t * half,
+                              sin_.data() + t * half, static_cast<int>(half));
             }
-            kernels::StoreKv(layout, kv + (t / kKvBlock) * layout.block_values(),
-                             static_cast<int>(t % kKvBlock), q + D, q + 2 * D);
           }
         },
         16);
     for (int32_t h = 0; h < H; ++h) {
-      for (int64_t t0 = 0; t0 < n; t0 += kQueryChunk) {
-        items.push_back({token0, block0, static_cast<int32_t>(n), h, static_cast<int32_t>(t0),
-                         static_cast<int32_t>(std::min<int64_t>(kQueryChunk, n - t0))});
+      for (int64_t r0 = 0; r0 < n; r0 += kQueryChunk) {
+        items.push_back({static_cast<int32_t>(heads.size()), static_cast<int32_t>(r0),
+                         static_cast<int32_t>(std::min<int64_t>(kQueryChunk, n - r0))});
       }
+      heads.push_back({token0, packed0, static_cast<int32_t>(n), h});
+      packed0 += kernels::DensePackedFloats(static_cast<int>(n), static_cast<int>(hd));
     }
     token0 += n;
-    block0 += blocks;
-    max_blocks = std::max(max_blocks, blocks);
   }
-  std::vector<int32_t> table(max_blocks);
-  std::iota(table.begin(), table.end(), 0);
-  const int64_t scratch = kernels::AttentionScratchFloats(layout, kQueryChunk);
-  const int64_t per_thread = scratch + int64_t{kQueryChunk} * (hd + 2);
+  Grow(packed_kv_, packed0);
+  pool.ParallelFor(static_cast<int64_t>(heads.size()), [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Head& head = heads[i];
+      const float* k = qkv_.data() + head.token0 * 3 * D + D + head.h * hd;
+      kernels::PackDenseKv(k, k + D, 3 * D, head.n, static_cast<int>(hd),
+                           packed_kv_.data() + head.packed0);
+    }
+  });
+  const int64_t per_thread = kernels::DenseAttendScratchFloats(kQueryChunk, static_cast<int>(hd));
   Grow(thread_scratch_, per_thread * pool.num_threads());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   pool.ParallelFor(static_cast<int64_t>(items.size()), [&](int64_t begin, int64_t end, int th) {
-    float* s = thread_scratch_.data() + th * per_thread;
-    const kernels::AttentionPartial part{s + scratch, s + scratch + kQueryChunk * hd,
-                                         s + scratch + kQueryChunk * (hd + 1)};
+    float* scratch = thread_scratch_.data() + th * per_thread;
     for (int64_t i = begin; i < end; ++i) {
       const Item& it = items[i];
-      kernels::AttentionQuery q;
-      q.q = qkv_.data() + (it.token0 + it.t0) * 3 * D + it.h * hd;
-      q.token_stride = 3 * D;
-      q.num_tokens = it.nt;
-      q.first_pos = it.n - 1;
-      q.kv_head = it.h;
-      q.scale = scale;
-      kernels::AttendRange(layout, kv_.data() + it.kv_block0 * layout.block_values(),
-                           table.data(), q, 0, it.n, s, part);
-      q.token_stride = D;  // the output rows
-      kernels::FinishAttention(q, static_cast<int>(hd), part, 1, 0,
-                               attn_.data() + (it.token0 + it.t0) * D + it.h * hd);
+      const Head& head = heads[it.head];
+      const int64_t row = head.token0 + it.r0;
+      kernels::DenseAttend(qkv_.data() + row * 3 * D + head.h * hd, 3 * D, it.rows,
+                           packed_kv_.data() + head.packed0, head.n, static_cast<int>(hd), scale,
+                           scratch, attn_.data() + row * D + head.h * hd, D);
     }
   });
 }

@@ -141,8 +141,8 @@ class VisionTower {
   int64_t dim_;
   VisionWeights w_;
   // Scratch, grown on demand and reused.
-  std::vector<float> h_, qkv_, attn_, mlp_, cos_, sin_, kv_, thread_scratch_, cells_, ffn_, vit_,
-      aligned_;
+  std::vector<float> h_, qkv_, attn_, mlp_, cos_, sin_, packed_kv_, thread_scratch_, cells_, ffn_,
+      vit_, aligned_;
 };
 
 // Loads the vision tower of `m` through a schema of its own (every tensor outside the tower is

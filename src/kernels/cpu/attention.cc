@@ -57,22 +57,26 @@ DI_INLINE float SumLanes(v16 v) {
 // e^x for x <= 0 to about 1 ulp: x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' expf
 // polynomial, 2^n built in the exponent bits. Inputs below -87 give e^-87 (callers mask them).
 // Source: Cephes Math Library, expf.c (S. L. Moshier).
-DI_INLINE v16 ExpNonPositive(v16 x) {
-  x = x < Splat(-87.0f) ? Splat(-87.0f) : x;
+// Any float vector type (16 lanes for the paged kernels, 8 for DenseAttend's AVX2 tile).
+template <typename V>
+DI_INLINE V ExpNonPositive(V x) {
+  using VI = decltype(x < x);
+  const V lo = V{} - 87.0f;
+  x = x < lo ? lo : x;
   // Adding then subtracting 1.5 * 2^23 rounds to the nearest integer in f32 arithmetic.
-  const v16 magic = Splat(12582912.0f);
-  const v16 n = (x * 1.44269504088896341f + magic) - magic;
-  v16 r = x - n * 0.693359375f;
+  const V magic = V{} + 12582912.0f;
+  const V n = (x * 1.44269504088896341f + magic) - magic;
+  V r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  v16 p = Splat(1.9875691500e-4f);
+  V p = V{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;
-  const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-  v16 pow2n;
+  const VI e = (__builtin_convertvector(n, VI) + 127) << 23;
+  V pow2n;
   std::memcpy(&pow2n, &e, sizeof(e));
   return p * pow2n;
 }
@@ -470,6 +474,206 @@ void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionP
     const float inv = l > 0 ? 1.0f / l : 0.0f;
     for (int d = 0; d < D; ++d) dst[d] *= inv;
   }
+}
+
+
+// ---- Dense attention ---------------------------------------------------------------------------
+
+namespace {
+
+DI_INLINE int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+typedef float v8 __attribute__((vector_size(32)));
+typedef float v4 __attribute__((vector_size(16)));
+
+template <typename V>
+DI_INLINE V LoadV(const float* p) {
+  V r;
+  std::memcpy(&r, p, sizeof(r));
+  return r;
+}
+template <typename V>
+DI_INLINE void StoreV(float* p, V v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+// One call of DenseAttend with a register tile of R query rows by two vectors V of L lanes:
+// R x 2L logits (Q·K) or output values (P·V) of accumulators. 8 rows x 2 zmm on AVX-512 and
+// 6 rows x 2 ymm on AVX2, so the accumulators and the two loaded vectors fit the register file.
+template <typename V, int R>
+DI_INLINE void DenseAttendTiled(const float* q, int64_t q_stride, int rows, const float* packed,
+                                int n, int D, float scale, float* scratch, float* out,
+                                int64_t out_stride) {
+  constexpr int KB = kDenseKeyBlock, L = sizeof(V) / sizeof(float);
+  const int64_t n_pad = RoundUp(n, 32);
+  const int D16 = static_cast<int>(RoundUp(D, 16));
+  const int rows_pad = static_cast<int>(RoundUp(rows, R));
+  float* qs = scratch;                        // [rows_pad][D] queries times the scale
+  float* s = qs + int64_t{rows_pad} * D;      // [rows_pad][KB] logits, then weights
+  float* o = s + int64_t{rows_pad} * KB;      // [rows_pad][D16] unnormalized outputs
+  float* m = o + int64_t{rows_pad} * D16;     // [rows_pad] running max logit
+  float* l = m + rows_pad;                    // [rows_pad] running sum of weights
+  float* c = l + rows_pad;                    // [rows_pad] this block's rescale of o
+  for (int r = 0; r < rows_pad; ++r) {
+    float* dst = qs + int64_t{r} * D;
+    for (int d = 0; d < D; ++d) dst[d] = r < rows ? q[r * q_stride + d] * scale : 0.0f;
+    m[r] = -INFINITY;
+    l[r] = 0;
+  }
+  std::fill(o, o + int64_t{rows_pad} * D16, 0.0f);
+  using VI = decltype(V{} < V{});
+  VI lane;
+  for (int i = 0; i < L; ++i) lane[i] = i;
+  const float* values = packed + n_pad * D;
+  for (int64_t j0 = 0; j0 < n_pad; j0 += KB) {
+    const int w = static_cast<int>(std::min<int64_t>(KB, n_pad - j0));  // a multiple of 32
+    const int valid = static_cast<int>(std::min<int64_t>(w, n - j0));   // >= 1
+    const float* kt = packed + j0 * D;                                  // [D][w]
+    for (int r0 = 0; r0 < rows_pad; r0 += R) {
+      const float* q0 = qs + int64_t{r0} * D;
+      for (int c0 = 0; c0 < valid; c0 += 2 * L) {
+        V a[R][2] = {};
+        for (int d = 0; d < D; ++d) {
+          const V k0 = LoadV<V>(kt + int64_t{d} * w + c0);
+          const V k1 = LoadV<V>(kt + int64_t{d} * w + c0 + L);
+          for (int i = 0; i < R; ++i) {
+            const float x = q0[i * D + d];
+            a[i][0] += x * k0;
+            a[i][1] += x * k1;
+          }
+        }
+        for (int i = 0; i < R; ++i) {
+          StoreV(s + int64_t{r0 + i} * KB + c0, a[i][0]);
+          StoreV(s + int64_t{r0 + i} * KB + c0 + L, a[i][1]);
+        }
+      }
+    }
+    // Online softmax, once per row per block; padded keys get weight 0 and are not read below.
+    for (int r = 0; r < rows_pad; ++r) {
+      float* sr = s + int64_t{r} * KB;
+      for (int j = valid; j % L != 0; ++j) sr[j] = -INFINITY;
+      V mx = LoadV<V>(sr);
+      for (int j = L; j < valid; j += L) {
+        const V x = LoadV<V>(sr + j);
+        mx = x > mx ? x : mx;
+      }
+      float bm = mx[0];
+      for (int i = 1; i < L; ++i) bm = std::max(bm, mx[i]);
+      const float m_new = std::max(m[r], bm);
+      c[r] = std::exp(m[r] - m_new);  // 0 for the first block (m = -inf)
+      V sum = V{};
+      for (int j = 0; j < valid; j += L) {
+        V p = ExpNonPositive(LoadV<V>(sr + j) - m_new);
+        p = lane < valid - j ? p : V{};
+        StoreV(sr + j, p);
+        sum += p;
+      }
+      float total = 0;
+      for (int i = 0; i < L; ++i) total += sum[i];
+      l[r] = l[r] * c[r] + total;
+      m[r] = m_new;
+    }
+    const float* vb = values + j0 * D16;  // [w][D16]
+    for (int r0 = 0; r0 < rows_pad; r0 += R) {
+      int c0 = 0;
+      for (; c0 + 2 * L <= D16; c0 += 2 * L) {
+        V a[R][2];
+        for (int i = 0; i < R; ++i) {
+          a[i][0] = LoadV<V>(o + int64_t{r0 + i} * D16 + c0) * c[r0 + i];
+          a[i][1] = LoadV<V>(o + int64_t{r0 + i} * D16 + c0 + L) * c[r0 + i];
+        }
+        for (int j = 0; j < valid; ++j) {
+          const V v0 = LoadV<V>(vb + int64_t{j} * D16 + c0);
+          const V v1 = LoadV<V>(vb + int64_t{j} * D16 + c0 + L);
+          for (int i = 0; i < R; ++i) {
+            const float p = s[int64_t{r0 + i} * KB + j];
+            a[i][0] += p * v0;
+            a[i][1] += p * v1;
+          }
+        }
+        for (int i = 0; i < R; ++i) {
+          StoreV(o + int64_t{r0 + i} * D16 + c0, a[i][0]);
+          StoreV(o + int64_t{r0 + i} * D16 + c0 + L, a[i][1]);
+        }
+      }
+      if (c0 < D16) {  // one vector left (a head_dim of an odd number of 16-float groups)
+        V a[R];
+        for (int i = 0; i < R; ++i) a[i] = LoadV<V>(o + int64_t{r0 + i} * D16 + c0) * c[r0 + i];
+        for (int j = 0; j < valid; ++j) {
+          const V v0 = LoadV<V>(vb + int64_t{j} * D16 + c0);
+          for (int i = 0; i < R; ++i) a[i] += s[int64_t{r0 + i} * KB + j] * v0;
+        }
+        for (int i = 0; i < R; ++i) StoreV(o + int64_t{r0 + i} * D16 + c0, a[i]);
+      }
+    }
+  }
+  for (int r = 0; r < rows; ++r) {
+    const float inv = 1.0f / l[r];
+    for (int d = 0; d < D; ++d) out[r * out_stride + d] = o[int64_t{r} * D16 + d] * inv;
+  }
+}
+
+using DenseAttendFn = void (*)(const float*, int64_t, int, const float*, int, int, float, float*,
+                               float*, int64_t);
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,fma"))) void DenseAttendAvx512(
+    const float* q, int64_t q_stride, int rows, const float* packed, int n, int D, float scale,
+    float* scratch, float* out, int64_t out_stride) {
+  DenseAttendTiled<v16, 8>(q, q_stride, rows, packed, n, D, scale, scratch, out, out_stride);
+}
+__attribute__((target("avx2,fma"))) void DenseAttendAvx2(const float* q, int64_t q_stride,
+                                                         int rows, const float* packed, int n,
+                                                         int D, float scale, float* scratch,
+                                                         float* out, int64_t out_stride) {
+  DenseAttendTiled<v8, 6>(q, q_stride, rows, packed, n, D, scale, scratch, out, out_stride);
+}
+#endif
+void DenseAttendPortable(const float* q, int64_t q_stride, int rows, const float* packed, int n,
+                         int D, float scale, float* scratch, float* out, int64_t out_stride) {
+  DenseAttendTiled<v4, 4>(q, q_stride, rows, packed, n, D, scale, scratch, out, out_stride);
+}
+
+}  // namespace
+
+int64_t DensePackedFloats(int n, int head_dim) {
+  const int64_t n_pad = RoundUp(n, 32);
+  return n_pad * head_dim + n_pad * RoundUp(head_dim, 16);
+}
+
+void PackDenseKv(const float* k, const float* v, int64_t stride, int n, int head_dim,
+                 float* packed) {
+  const int D = head_dim, D16 = static_cast<int>(RoundUp(D, 16));
+  const int64_t n_pad = RoundUp(n, 32);
+  for (int64_t j0 = 0; j0 < n_pad; j0 += kDenseKeyBlock) {
+    const int w = static_cast<int>(std::min<int64_t>(kDenseKeyBlock, n_pad - j0));
+    float* kt = packed + j0 * D;
+    for (int j = 0; j < w; ++j) {
+      const float* src = j0 + j < n ? k + (j0 + j) * stride : nullptr;
+      for (int d = 0; d < D; ++d) kt[int64_t{d} * w + j] = src != nullptr ? src[d] : 0.0f;
+    }
+  }
+  float* vp = packed + n_pad * D;
+  for (int64_t t = 0; t < n_pad; ++t) {
+    float* row = vp + t * D16;
+    if (t < n) std::memcpy(row, v + t * stride, sizeof(float) * D);
+    std::fill(row + (t < n ? D : 0), row + D16, 0.0f);
+  }
+}
+
+int64_t DenseAttendScratchFloats(int rows, int head_dim) {
+  // Every ISA's tile has at most 8 rows, so rows + 8 covers its padding.
+  return int64_t{rows + 8} * (head_dim + kDenseKeyBlock + RoundUp(head_dim, 16) + 3);
+}
+
+void DenseAttend(const float* q, int64_t q_stride, int rows, const float* packed, int n,
+                 int head_dim, float scale, float* scratch, float* out, int64_t out_stride) {
+  DenseAttendFn fn = DenseAttendPortable;
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (ActiveIsa() == Isa::kAvx512) fn = DenseAttendAvx512;
+  if (ActiveIsa() == Isa::kAvx2) fn = DenseAttendAvx2;
+#endif
+  fn(q, q_stride, rows, packed, n, head_dim, scale, scratch, out, out_stride);
 }
 
 }  // namespace deepinfer::kernels

@@ -142,4 +142,44 @@ void MlaAttendRange(const MlaKv& kv, const float* q_t, int32_t pos_begin, int32_
 // REQUIRES: num_parts >= 1.
 void MlaFinish(int rank, const AttentionPartial& parts, int num_parts, float* out_t);
 
+// ---- Dense (unmasked) multi-head attention, for encoders ---------------------------------------
+//
+// Every one of n tokens attends all n tokens of its own sequence, one head at a time: the ViT of
+// DeepSeek-V4.1's vision tower. FlashAttention-2's schedule on a CPU: a call's query rows walk
+// the keys in blocks of kDenseKeyBlock; the logits of a register tile of rows come from
+// broadcast-FMAs over keys packed transposed (no horizontal sums), the online softmax rescales
+// once per row per block, and P·V is register-tiled over values packed as padded rows. The
+// packed keys of one block (kDenseKeyBlock x head_dim floats) and its values stay in L1/L2 while
+// every row tile of the call uses them.
+// Source: Dao 2023, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+//   Partitioning", Algorithm 1; Milakov & Gimelshein 2018 (online softmax).
+
+// Keys per online-softmax step.
+constexpr int kDenseKeyBlock = 128;
+
+// Floats of one head's packed keys and values for n tokens of head_dim.
+int64_t DensePackedFloats(int n, int head_dim);
+
+// Packs one head's keys and values for DenseAttend: keys transposed per key block ([head_dim]
+// [block width] each, n padded to a multiple of 32 with zeros), then values as rows padded to a
+// multiple of 16 floats.
+// Shapes: token t's key at k + t * stride .. + head_dim, its value at v + t * stride, f32;
+//   packed: DensePackedFloats(n, head_dim) floats.
+// Threads: pure function of its arguments (heads pack on different threads).
+void PackDenseKv(const float* k, const float* v, int64_t stride, int n, int head_dim,
+                 float* packed);
+
+// Floats of scratch DenseAttend needs for `rows` query rows.
+int64_t DenseAttendScratchFloats(int rows, int head_dim);
+
+// Query rows [0, rows) (row i at q + i * q_stride, head_dim f32) attend all n tokens packed by
+// PackDenseKv with softmax scale `scale`, and write the normalized outputs to
+// out + i * out_stride (head_dim floats each).
+// Cost: 4 * rows * n * head_dim flops; best with rows a multiple of 8 (the AVX-512 tile) and
+//   at least 32, so each packed key block is reused from cache.
+// Threads: pure function of its arguments; callers run disjoint row ranges on different threads.
+// REQUIRES: n >= 1; scratch holds DenseAttendScratchFloats(rows, head_dim) floats.
+void DenseAttend(const float* q, int64_t q_stride, int rows, const float* packed, int n,
+                 int head_dim, float scale, float* scratch, float* out, int64_t out_stride);
+
 }  // namespace deepinfer::kernels

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/matmul.h"
 #include "tensor/dtype.h"
 
 namespace deepinfer::kernels {
@@ -266,6 +267,58 @@ TEST(AttentionTest, MlaAbsorbedMatchesReference) {
   CheckMla(40, 32, 16, 37, 2, 4);   // the tiny test checkpoints: 4 heads, rank 32, rope 8
   CheckMla(41, 35, 8, 9, 3, 11);    // odd sizes: rank not a multiple of 8
   CheckMla(288, 256, 16, 2000, 80, 16);  // more than 64 parts
+}
+
+// Dense attention against plain softmax attention in double, for every ISA this CPU has: token
+// counts around the 32-key padding and the 128-key block, head sizes that are one, two and an
+// odd number of 16-float vectors or none of them, row counts below, at and past a tile.
+TEST(DenseAttentionTest, MatchesReferenceForEveryIsaTokenCountHeadSizeAndRowCount) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  for (const int n : {1, 5, 31, 32, 33, 127, 128, 129, 300}) {
+    for (const int D : {16, 24, 64, 80}) {
+      const int64_t stride = 3 * D + 5;  // q, k, v of a token side by side, as in a fused qkv row
+      std::vector<float> qkv(static_cast<size_t>(n * stride));
+      for (float& x : qkv) x = normal(rng);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      std::vector<float> want(static_cast<size_t>(n) * D);
+      for (int i = 0; i < n; ++i) {
+        std::vector<double> w(n);
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < n; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += double(qkv[i * stride + d]) * qkv[j * stride + D + d];
+          mx = std::max(mx, w[j] = dot * scale);
+        }
+        for (double& x : w) sum += (x = std::exp(x - mx));
+        for (int d = 0; d < D; ++d) {
+          double o = 0;
+          for (int j = 0; j < n; ++j) o += w[j] * qkv[j * stride + 2 * D + d];
+          want[i * D + d] = static_cast<float>(o / sum);
+        }
+      }
+      std::vector<float> packed(DensePackedFloats(n, D), -7.0f);
+      PackDenseKv(qkv.data() + D, qkv.data() + 2 * D, stride, n, D, packed.data());
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        SetIsaForTest(isa);
+        if (ActiveIsa() != isa) continue;
+        for (const int rows : {1, 3, 8, 13, 64}) {
+          std::vector<float> scratch(DenseAttendScratchFloats(rows, D), NAN);
+          std::vector<float> got(static_cast<size_t>(n) * D, NAN);
+          for (int r0 = 0; r0 < n; r0 += rows) {
+            const int r = std::min(rows, n - r0);
+            DenseAttend(qkv.data() + r0 * stride, stride, r, packed.data(), n, D, scale,
+                        scratch.data(), got.data() + r0 * D, D);
+          }
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_NEAR(got[i], want[i], 2e-5 * (1 + std::abs(want[i])))
+                << IsaName(isa) << " n " << n << " D " << D << " rows " << rows << " at " << i;
+          }
+        }
+      }
+      SetIsaForTest(DetectIsa());
+    }
+  }
 }
 
 }  // namespace
