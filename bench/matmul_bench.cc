@@ -75,7 +75,7 @@ Weights MakeWeights(DType t, int64_t out, int64_t in, bool cold) {
 }
 
 void RunMatMul(benchmark::State& state, DType t, int64_t out, int64_t in, int64_t tokens,
-               bool cold) {
+               bool cold, bool panels = false) {
   const int threads = static_cast<int>(state.range(0));
   util::ThreadPool pool(threads);
   Weights w = MakeWeights(t, out, in, cold);
@@ -91,7 +91,11 @@ void RunMatMul(benchmark::State& state, DType t, int64_t out, int64_t in, int64_
   for (auto _ : state) {
     view.data = w.bytes.data() + static_cast<size_t>(copy) * w.one_bytes;
     copy = (copy + 1) % w.copies;
-    MatMul(view, x.data(), tokens, y.data(), pool);
+    if (panels) {
+      MatMulPanels(view, x.data(), tokens, y.data(), pool);
+    } else {
+      MatMul(view, x.data(), tokens, y.data(), pool);
+    }
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(IsaName(ActiveIsa()));
@@ -129,6 +133,13 @@ void BM_Bf16_Vit_W2_1024x2816_Prefill1024(benchmark::State& s) { RunMatMul(s, DT
 BENCHMARK(BM_Bf16_Vit_Qkv3072x1024_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Bf16_Vit_W1_5632x1024_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Bf16_Vit_W2_1024x2816_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+// The same shapes through MatMulPanels, which the vision tower uses.
+void BM_Bf16Panels_Vit_Qkv3072x1024_Prefill1024(benchmark::State& s) { RunMatMul(s, DType::kBF16, 3072, 1024, 1024, false, true); }
+void BM_Bf16Panels_Vit_W1_5632x1024_Prefill1024(benchmark::State& s) { RunMatMul(s, DType::kBF16, 5632, 1024, 1024, false, true); }
+void BM_Bf16Panels_Vit_W2_1024x2816_Prefill1024(benchmark::State& s) { RunMatMul(s, DType::kBF16, 1024, 2816, 1024, false, true); }
+BENCHMARK(BM_Bf16Panels_Vit_Qkv3072x1024_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16Panels_Vit_W1_5632x1024_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Bf16Panels_Vit_W2_1024x2816_Prefill1024)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // One head of the vision tower's attention (head_dim 64, every patch attends every patch) over
 // n patches, single-threaded: GFLOP/s counts 4 * n^2 * head_dim (Q·K and P·V).

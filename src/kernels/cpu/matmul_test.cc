@@ -259,6 +259,67 @@ TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
   }
 }
 
+// MatMulPanels against double on the exactly widened weights, for every ISA this CPU has, across
+// the panel (2 vector widths of rows), micro-kernel (6 tokens) and k-panel (256) edges; a token's
+// outputs equal, bit for bit, those it gets alone, and the thread count changes nothing.
+TEST(MatMulPanelsTest, MatchesReferenceAndIsBatchAndThreadInvariantForEveryIsa) {
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  util::ThreadPool pool1(1), pool3(3);
+  for (const DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    ASSERT_TRUE(MatMulPanelsSupports(t));
+    for (const int64_t rows : {1, 17, 32, 33, 70}) {
+      for (const int64_t cols : {1, 37, 300, 600}) {
+        const size_t es = t == DType::kF32 ? 4 : 2;
+        std::vector<uint8_t> w(static_cast<size_t>(rows * cols) * es);
+        std::vector<double> wd(static_cast<size_t>(rows * cols));
+        for (size_t i = 0; i < wd.size(); ++i) {
+          const float f = 0.1f * normal(rng);
+          if (t == DType::kF32) {
+            std::memcpy(&w[4 * i], &f, 4);
+            wd[i] = f;
+          } else {
+            const uint16_t h = t == DType::kF16 ? internal::FloatToHalf(f) : tensor::Fp32ToBf16(f);
+            std::memcpy(&w[2 * i], &h, 2);
+            wd[i] = t == DType::kF16 ? internal::HalfToFloat(h)
+                                     : internal::BitsToFloat(uint32_t{h} << 16);
+          }
+        }
+        const tensor::TensorView view = View(t, w, rows, cols);
+        const int64_t n = 13;
+        std::vector<float> x(static_cast<size_t>(n * cols));
+        for (auto& v : x) v = normal(rng);
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+          SetIsaForTest(isa);
+          if (ActiveIsa() != isa) continue;
+          std::vector<float> y(static_cast<size_t>(n * rows), NAN), y3(y.size(), NAN);
+          MatMulPanels(view, x.data(), n, y.data(), pool1);
+          MatMulPanels(view, x.data(), n, y3.data(), pool3);
+          ASSERT_EQ(y, y3) << IsaName(isa);
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t o = 0; o < rows; ++o) {
+              double ref = 0, mag = 0;
+              for (int64_t k = 0; k < cols; ++k) {
+                ref += wd[o * cols + k] * x[i * cols + k];
+                mag += std::fabs(wd[o * cols + k] * x[i * cols + k]);
+              }
+              ASSERT_NEAR(y[i * rows + o], ref, 1e-6 * mag + 1e-30)
+                  << TypeName(t) << " " << IsaName(isa) << " rows " << rows << " cols " << cols;
+            }
+          }
+          for (const int64_t i : {int64_t{0}, int64_t{6}, n - 1}) {
+            std::vector<float> alone(static_cast<size_t>(rows));
+            MatMulPanels(view, x.data() + i * cols, 1, alone.data(), pool1);
+            ASSERT_EQ(0, std::memcmp(alone.data(), y.data() + i * rows, rows * sizeof(float)))
+                << TypeName(t) << " " << IsaName(isa) << " token " << i;
+          }
+        }
+        SetIsaForTest(DetectIsa());
+      }
+    }
+  }
+}
+
 TEST_P(MatMulTest, MatMulRowsWritesOnlyItsRows) {
   const DType t = GetParam();
   std::mt19937 rng(99);
