@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "fma_peak.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/half.h"
 #include "nlohmann/json.hpp"
@@ -166,44 +167,14 @@ void BM_DenseAttentionHead64(benchmark::State& state) {
 }
 BENCHMARK(BM_DenseAttentionHead64)->Arg(1024)->Arg(8649)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-// The f32 FMA peak of the widest vector unit the kernels use: 16 independent chains of
-// register-only FMAs per thread (enough to cover a 4-cycle latency on two ports), counted as
-// 2 flops per lane. The ceiling for every f32-accumulating prefill kernel on this machine.
-typedef float v16f __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-template <typename vec>
-__attribute__((always_inline)) inline float FmaChains(int64_t iters, float seed) {
-  vec acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = vec{} + seed * static_cast<float>(i);
-  const vec a = vec{} + 0.999f, b = vec{} + 1e-6f;
-  for (int64_t it = 0; it < iters; ++it) {
-    for (int i = 0; i < 16; ++i) acc[i] = acc[i] * a + b;
-  }
-  vec sum = vec{};
-  for (int i = 0; i < 16; ++i) sum += acc[i];
-  return sum[0];
-}
-__attribute__((target("avx512f,fma"), noinline)) float FmaChains512(int64_t n, float s) { return FmaChains<v16f>(n, s); }
-__attribute__((target("avx2,fma"), noinline)) float FmaChains256(int64_t n, float s) { return FmaChains<v8f>(n, s); }
-
 void BM_FmaPeak(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const bool wide = ActiveIsa() == Isa::kAvx512;
-  const int64_t iters = 1 << 22;
   util::ThreadPool pool(threads);
-  std::vector<float> sink(static_cast<size_t>(threads) * 16);
-  for (auto _ : state) {
-    pool.RunOnAll([&](int t, int) {
-      sink[static_cast<size_t>(t) * 16] = wide ? FmaChains512(iters, 1.0f + t) : FmaChains256(iters, 1.0f + t);
-    });
-    benchmark::DoNotOptimize(sink.data());
-  }
-  state.SetLabel(wide ? "avx512" : "avx2");
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * 16 * (wide ? 16 : 8) * static_cast<double>(iters) * threads * static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  for (auto _ : state) state.SetIterationTime(0);  // the measurement is FmaPeakGflops' own
+  state.SetLabel(ActiveIsa() == Isa::kAvx512 ? "avx512" : "avx2");
+  state.counters["GFLOP/s"] = bench::FmaPeakGflops(pool);
 }
-BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(2)->UseManualTime()->Iterations(1);
 
 // Plain streaming read of 256 MiB on 1 or 2 threads: the bandwidth ceiling for decode.
 void BM_MemoryRead(benchmark::State& state) {

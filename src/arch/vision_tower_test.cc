@@ -7,7 +7,6 @@
 #include "arch/vision_tower.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -15,7 +14,6 @@
 #include <fstream>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -23,6 +21,7 @@
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "arch/causal_lm.h"
+#include "arch/vision_test_model.h"
 #include "arch/vision_testing.h"
 #include "tensor/dtype.h"
 #include "model/hf_config.h"
@@ -39,6 +38,7 @@ namespace {
 
 using Json = nlohmann::json;
 using testing::Hex;
+using testing::InMemoryVisionModel;
 using testing::PixelValues;
 
 using testing::CaseDir;
@@ -269,68 +269,6 @@ TEST(VisionTowerTest, TextModelLoadsTheCompositeCheckpointBesideTheTower) {
   EXPECT_EQ((*tower)->text_hidden(), (*m)->config.hidden);
 }
 
-// A model assembled in memory: `layers` vision layers of width D, `heads` heads, SwiGLU I, text
-// width `dim`, downsample 3; random BF16 linears (uniform, std about 1/sqrt(in)) and span
-// vectors, F32 norm scales 1 +- 0.2.
-std::unique_ptr<model::Model> InMemoryModel(int layers, int64_t D, int heads, int64_t I,
-                                            int64_t dim, float theta = 10000.0f) {
-  auto m = std::make_unique<model::Model>();
-  m->config.hidden = static_cast<int>(dim);
-  model::DeepseekV4Config ds;
-  model::DeepseekV41VisionConfig v;
-  v.num_layers = layers;
-  v.hidden = static_cast<int>(D);
-  v.num_heads = heads;
-  v.intermediate = static_cast<int>(I);
-  v.rope_theta = theta;
-  ds.vision = v;
-  m->config.deepseek_v4 = ds;
-  uint64_t state = 42;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool f32, float scale) {
-    tensor::TensorView t;
-    t.name = name;
-    t.dtype = f32 ? tensor::DType::kF32 : tensor::DType::kBF16;
-    t.shape = shape;
-    const int64_t n = t.num_elements();
-    std::vector<uint8_t>& bytes = m->owned.emplace_back(n * (f32 ? 4 : 2));
-    for (int64_t i = 0; i < n; ++i) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      const float x = static_cast<float>(state >> 40) / (1 << 23) - 1.0f;  // [-1, 1)
-      if (f32) {
-        const float value = 1.0f + 0.2f * x;
-        std::memcpy(bytes.data() + 4 * i, &value, 4);
-      } else {
-        const uint16_t b = tensor::Fp32ToBf16(scale * x);
-        std::memcpy(bytes.data() + 2 * i, &b, 2);
-      }
-    }
-    t.data = bytes.data();
-    t.size_bytes = bytes.size();
-    m->tensors[name] = t;
-  };
-  auto linear = [](int64_t in) { return 1.7f / std::sqrt(static_cast<float>(in)); };
-  add("vision.patch_embed.proj.weight", {D, 588}, false, linear(588));
-  add("vision.patch_embed.proj.bias", {D}, false, 0.1f);
-  for (int l = 0; l < layers; ++l) {
-    const std::string p = fmt::format("vision.blocks.{}.", l);
-    add(p + "norm1.weight", {D}, true, 0);
-    add(p + "norm2.weight", {D}, true, 0);
-    add(p + "attn.wqkv.weight", {3 * D, D}, false, linear(D));
-    add(p + "attn.wqkv.bias", {3 * D}, false, 0.1f);
-    add(p + "attn.wo.weight", {D, D}, false, linear(D));
-    add(p + "attn.wo.bias", {D}, false, 0.1f);
-    add(p + "mlp.w1.weight", {2 * I, D}, false, linear(D));
-    add(p + "mlp.w2.weight", {D, I}, false, linear(I));
-  }
-  add("vision.norm.weight", {D}, true, 0);
-  add("aligner.w1.weight", {dim, 9 * D}, false, linear(9 * D));
-  add("aligner.w1.bias", {dim}, false, 0.1f);
-  add("aligner.w2.weight", {dim, dim}, false, linear(dim));
-  add("aligner.w2.bias", {dim}, false, 0.1f);
-  for (const char* name : {"image_start", "image_end", "image_newline"}) add(name, {dim}, false, 1);
-  return m;
-}
-
 // ---- A direct double-precision transcription of vision.py, for the tests that run without
 // ../shared: full softmax, angles in double. ------------------------------------------------
 
@@ -477,7 +415,7 @@ Mat NaiveSpan(const model::Model& m, const VisionImage& im) {
 // against the double-precision transcription above.
 TEST(VisionTowerTest, MatchesADirectTranscriptionOfTheReferenceOnOddGrids) {
   for (const auto& [D, heads, theta] : {std::tuple{32, 2, 10000.0f}, std::tuple{48, 2, 500.0f}}) {
-    auto m = InMemoryModel(2, D, heads, 40, 24, theta);
+    auto m = InMemoryVisionModel(2, D, heads, 40, 24, theta);
     auto tower = CreateVisionTower(*m);
     ASSERT_TRUE(tower.ok()) << tower.status();
     const std::vector<std::pair<int, int>> grids = {{1, 1}, {5, 7}, {17, 4}, {2, 40}};
@@ -505,37 +443,6 @@ TEST(VisionTowerTest, MatchesADirectTranscriptionOfTheReferenceOnOddGrids) {
       EXPECT_LT(worst, 1e-5) << "D " << D << ", grid " << im.n_vit_h << " x " << im.n_vit_w;
     }
   }
-}
-
-// Timing of one release-sized layer (width 1024, 16 heads of 64, SwiGLU 2816, text width 4096)
-// on the largest image the release plans (93 x 93 patches,
-// 994 tokens): run with --gtest_also_run_disabled_tests.
-TEST(VisionTowerTiming, DISABLED_OneReleaseSizedLayerOnTheLargestImage) {
-  const int layers = std::getenv("DEEPINFER_VISION_LAYERS") != nullptr
-                         ? std::atoi(std::getenv("DEEPINFER_VISION_LAYERS"))
-                         : 1;
-  auto m = InMemoryModel(layers, 1024, 16, 2816, 4096);
-  auto tower = CreateVisionTower(*m);
-  ASSERT_TRUE(tower.ok()) << tower.status();
-  const int32_t side = 93;
-  std::vector<float> pixels(int64_t{side} * side * 588);
-  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<float>(i % 255) / 127 - 1;
-  const VisionImage image{pixels.data(), side, side};
-  const LlmGrid g = (*tower)->GridOf(image);
-  std::vector<float> out(g.span_rows() * 4096), vit(image.num_patches() * 1024);
-  util::ThreadPool pool(std::thread::hardware_concurrency());
-  for (int rep = 0; rep < 2; ++rep) {
-    auto t0 = std::chrono::steady_clock::now();
-    (*tower)->EncodeVit({&image, 1}, vit.data(), pool);
-    auto t1 = std::chrono::steady_clock::now();
-    (*tower)->EmbedImages({&image, 1}, out.data(), pool);
-    auto t2 = std::chrono::steady_clock::now();
-    std::printf("%d layer(s), %lld patches, %d threads: ViT %.2f s, ViT + aligner + span %.2f s\n",
-                layers, static_cast<long long>(image.num_patches()), pool.num_threads(),
-                std::chrono::duration<double>(t1 - t0).count(),
-                std::chrono::duration<double>(t2 - t1).count());
-  }
-  for (float v : out) ASSERT_TRUE(std::isfinite(v));
 }
 
 }  // namespace
