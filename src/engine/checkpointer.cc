@@ -13,11 +13,38 @@
 
 namespace deepinfer::engine {
 
-uint64_t ChainHash(const int32_t* tokens, int32_t num_blocks, int32_t block_size, uint64_t salt) {
+namespace {
+
+// The spans that start inside the first num_tokens positions, as a checkpoint records them.
+std::vector<CheckpointImage> ImagesWithin(const std::vector<ImageSpan>& spans, int32_t num_tokens) {
+  std::vector<CheckpointImage> images;
+  for (const ImageSpan& s : spans) {
+    if (s.position < num_tokens) images.push_back({s.position, s.length, s.content_hash});
+  }
+  return images;
+}
+
+// A checkpoint's images as the spans BlockSalt reads.
+std::vector<ImageSpan> SpansOf(const std::vector<CheckpointImage>& images) {
+  std::vector<ImageSpan> spans;
+  for (const CheckpointImage& im : images) {
+    ImageSpan s;
+    s.position = im.position;
+    s.length = im.length;
+    s.content_hash = im.content_hash;
+    spans.push_back(s);
+  }
+  return spans;
+}
+
+}  // namespace
+
+uint64_t ChainHash(const int32_t* tokens, int32_t num_blocks, int32_t block_size,
+                   uint64_t cache_salt, const std::vector<ImageSpan>& spans) {
   uint64_t chain = 0;
   for (int32_t i = 0; i < num_blocks; ++i) {
     chain = BlockManager::HashBlock(chain, tokens + static_cast<size_t>(i) * block_size,
-                                    block_size, salt);
+                                    block_size, BlockSalt(cache_salt, spans, i, block_size));
   }
   return chain;
 }
@@ -70,7 +97,8 @@ CheckpointRef Checkpointer::CheckpointFor(const std::vector<int32_t>& prompt,
   const int32_t bs = block_size_;
   const size_t k = prompt.size() / static_cast<size_t>(bs);
   if (options_.checkpoint_store == nullptr || k == 0) return {};
-  const uint64_t chain = ChainHash(prompt.data(), static_cast<int32_t>(k), bs, cache_salt);
+  // P/D carries text prompts only (images are refused there), so no spans.
+  const uint64_t chain = ChainHash(prompt.data(), static_cast<int32_t>(k), bs, cache_salt, {});
   return {CheckpointFileName(Name(chain)), static_cast<int32_t>(k) * bs};
 }
 
@@ -84,13 +112,14 @@ std::shared_ptr<const PrefixCheckpoint> Checkpointer::LoadNamed(const GenerateRe
                  r.request_id, r.checkpoint_file.substr(0, 64), n, r.prompt.size());
     return nullptr;
   }
-  return LoadResident(r, *name, ChainHash(r.prompt.data(), n / bs, bs, r.cache_salt), n,
+  return LoadResident(r, *name, ChainHash(r.prompt.data(), n / bs, bs, r.cache_salt, {}), n, {},
                       /*warn_missing=*/true);
 }
 
 std::shared_ptr<const PrefixCheckpoint> Checkpointer::LoadResident(const GenerateRequest& r,
                                                                   uint64_t name, uint64_t chain,
                                                                   int32_t num_tokens,
+                                                                  const std::vector<ImageSpan>& spans,
                                                                   bool warn_missing) {
   {
     absl::MutexLock lock(&resident_mu_);
@@ -102,6 +131,7 @@ std::shared_ptr<const PrefixCheckpoint> Checkpointer::LoadResident(const Generat
   expect.layout = layout_;
   expect.cache_salt = r.cache_salt;
   expect.tokens_sha256 = TokensSha256(r.prompt.data(), static_cast<size_t>(num_tokens));
+  expect.images = ImagesWithin(spans, num_tokens);
   absl::StatusOr<PrefixCheckpoint> c = store.Load(name, expect);
   if (!c.ok()) {
     if (warn_missing || !absl::IsNotFound(c.status())) {
@@ -114,7 +144,8 @@ std::shared_ptr<const PrefixCheckpoint> Checkpointer::LoadResident(const Generat
   return std::make_shared<const PrefixCheckpoint>(*std::move(c));
 }
 
-std::shared_ptr<const PrefixCheckpoint> Checkpointer::Find(const GenerateRequest& r) {
+std::shared_ptr<const PrefixCheckpoint> Checkpointer::Find(const GenerateRequest& r,
+                                                           const std::vector<ImageSpan>& spans) {
   CheckpointStore* store = options_.checkpoint_store.get();
   if (store == nullptr || !options_.enable_prefix_caching) return nullptr;
   if (!r.checkpoint_file.empty()) return LoadNamed(r);
@@ -128,7 +159,7 @@ std::shared_ptr<const PrefixCheckpoint> Checkpointer::Find(const GenerateRequest
   uint64_t parent = 0;
   for (int32_t i = 0; i < max_blocks; ++i) {
     parent = BlockManager::HashBlock(parent, r.prompt.data() + static_cast<size_t>(i) * bs, bs,
-                                     r.cache_salt);
+                                     BlockSalt(r.cache_salt, spans, i, bs));
     hashes[static_cast<size_t>(i)] = parent;
   }
   std::vector<uint64_t> names(hashes.size());
@@ -137,15 +168,15 @@ std::shared_ptr<const PrefixCheckpoint> Checkpointer::Find(const GenerateRequest
   if (k == 0) return nullptr;
   // A file that vanished since the listing is forgotten quietly (another process evicted it).
   return LoadResident(r, names[static_cast<size_t>(k - 1)], hashes[static_cast<size_t>(k - 1)],
-                      k * bs, /*warn_missing=*/false);
+                      k * bs, spans, /*warn_missing=*/false);
 }
 
 void Checkpointer::Install(Sequence& seq) {
   const std::shared_ptr<const PrefixCheckpoint> c = std::move(seq.restore);
   if (InstallBlocks(*c, seq.req.cache_salt)) return;
   // Not restored after all: forget it, so that a later request reads the file again.
-  const uint64_t chain =
-      ChainHash(c->tokens.data(), c->header.num_blocks(), block_size_, seq.req.cache_salt);
+  const uint64_t chain = ChainHash(c->tokens.data(), c->header.num_blocks(), block_size_,
+                                   seq.req.cache_salt, SpansOf(c->header.images));
   absl::MutexLock lock(&resident_mu_);
   resident_.erase(chain);
 }
@@ -160,13 +191,15 @@ bool Checkpointer::InstallBlocks(const PrefixCheckpoint& checkpoint, uint64_t sa
       (caches_.window_blocks != nullptr && caches_.window_blocks->num_available() < k - window_first)) {
     return false;
   }
+  const std::vector<ImageSpan> spans = SpansOf(c->header.images);
   const char* payload = c->payload.data();
   std::vector<int32_t> main(static_cast<size_t>(k)), window(static_cast<size_t>(k), -1);
   std::vector<int32_t> fresh;
   uint64_t parent = 0;
   for (int32_t i = 0; i < k; ++i) {
     const int32_t* t = c->tokens.data() + static_cast<size_t>(i) * bs;
-    const uint64_t h = BlockManager::HashBlock(parent, t, bs, salt);
+    const uint64_t block_salt = BlockSalt(salt, spans, i, bs);
+    const uint64_t h = BlockManager::HashBlock(parent, t, bs, block_salt);
     // Hold every block until the end, so that allocating one never evicts another of the chain.
     auto take = [&](BlockManager& pool, int32_t& slot) {
       slot = pool.Find(h, t);
@@ -195,8 +228,10 @@ bool Checkpointer::InstallBlocks(const PrefixCheckpoint& checkpoint, uint64_t sa
       }
       offset += static_cast<size_t>(block_bytes) * static_cast<size_t>(k - first);
     }
-    if (copy_main) caches_.blocks->Commit(main[static_cast<size_t>(i)], parent, t, salt);
-    if (copy_window) caches_.window_blocks->Commit(window[static_cast<size_t>(i)], parent, t, salt);
+    if (copy_main) caches_.blocks->Commit(main[static_cast<size_t>(i)], parent, t, block_salt);
+    if (copy_window) {
+      caches_.window_blocks->Commit(window[static_cast<size_t>(i)], parent, t, block_salt);
+    }
     parent = h;
   }
   caches_.blocks->Free(main);
@@ -225,7 +260,7 @@ void Checkpointer::Preload() {
     if (!c.ok()) continue;  // another revision or layout, salted, or damaged: counted by Load
     if (restored + c->header.num_tokens > budget) break;
     if (!InstallBlocks(*c, 0)) break;
-    MarkResident(ChainHash(c->tokens.data(), c->header.num_blocks(), bs, 0));
+    MarkResident(ChainHash(c->tokens.data(), c->header.num_blocks(), bs, 0, SpansOf(c->header.images)));
     restored += c->header.num_tokens;
     ++files;
   }
@@ -240,9 +275,6 @@ void Checkpointer::Save(const Sequence& seq) {
   // A P/D prefill is saved whatever its length, and whenever its file is missing now: the
   // decode side reads the file, and the one this process saved may have been evicted since.
   const bool prefill_only = seq.req.prefill_only;
-  // A checkpoint's file name and header know token ids and the salt, not image hashes: a prompt
-  // with images is never saved (nor restored, Find), so no image's KV can serve another image.
-  if (!seq.image_spans.empty()) return;
   if (k == 0 || (!prefill_only && int64_t{k} * bs < options_.checkpoint_min_tokens) ||
       static_cast<int32_t>(seq.block_hashes.size()) < k) {
     return;
@@ -276,6 +308,8 @@ void Checkpointer::Save(const Sequence& seq) {
   c.header.model_revision = options_.model_revision;
   c.header.layout = layout_;
   c.header.cache_salt = seq.req.cache_salt;
+  // The chain (seq.block_hashes) is salted with these images' hashes: the file carries them.
+  c.header.images = ImagesWithin(seq.image_spans, k * bs);
   c.header.window_first_block = caches_.window_blocks != nullptr ? window_first : k;
   c.tokens.assign(seq.tokens.begin(), seq.tokens.begin() + static_cast<ptrdiff_t>(k) * bs);
   size_t total = 0;

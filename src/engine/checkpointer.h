@@ -16,14 +16,17 @@
 #include "arch/causal_lm.h"
 #include "engine/block_manager.h"
 #include "engine/engine.h"
+#include "engine/image_spans.h"
 #include "engine/prefix_checkpoint.h"
 #include "engine/sequence.h"
 
 namespace deepinfer::engine {
 
 // The prefix cache's hash of the chain of the first `num_blocks` full blocks of `tokens`
-// (BlockManager::HashBlock chained from 0): what names a prefix's checkpoint.
-uint64_t ChainHash(const int32_t* tokens, int32_t num_blocks, int32_t block_size, uint64_t salt);
+// (BlockManager::HashBlock chained from 0, each block salted by BlockSalt with `cache_salt` and
+// the image spans it overlaps): what names a prefix's checkpoint.
+uint64_t ChainHash(const int32_t* tokens, int32_t num_blocks, int32_t block_size,
+                   uint64_t cache_salt, const std::vector<ImageSpan>& spans);
 
 // The caches a checkpoint copies, as the engine allocated them. Borrowed.
 struct CheckpointCaches {
@@ -51,12 +54,14 @@ class Checkpointer {
   // A verified checkpoint of the longest saved chain `request`'s prompt starts with (or of the
   // file it names: the P/D decode side), unless this rank restored or saved that chain itself;
   // null otherwise. Caller thread.
-  std::shared_ptr<const PrefixCheckpoint> Find(const GenerateRequest& request);
+  // `spans`: the request's image spans (PlanImageSpans), part of the chain and fingerprint.
+  std::shared_ptr<const PrefixCheckpoint> Find(const GenerateRequest& request,
+                                               const std::vector<ImageSpan>& spans);
   // Engine thread: copies `seq.restore`'s blocks into free blocks of the caches and commits them
   // to the prefix cache (all of them or none), so the lookup that follows finds them.
   void Install(Sequence& seq);
   // Engine thread (the scheduler's prompt-computed hook): copies the prompt's full blocks out
-  // and queues them for the store's writer.
+  // and queues them for the store's writer, with the images whose spans start among them.
   void Save(const Sequence& seq);
   // Restores the store's newest checkpoints until checkpoint_preload_tokens (Init, before the
   // engine thread starts).
@@ -78,6 +83,7 @@ class Checkpointer {
   bool InstallBlocks(const PrefixCheckpoint& c, uint64_t salt);
   std::shared_ptr<const PrefixCheckpoint> LoadResident(const GenerateRequest& r, uint64_t name,
                                                        uint64_t chain, int32_t num_tokens,
+                                                       const std::vector<ImageSpan>& spans,
                                                        bool warn_missing);
   std::shared_ptr<const PrefixCheckpoint> LoadNamed(const GenerateRequest& request);
   void MarkResident(uint64_t chain_hash);

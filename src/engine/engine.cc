@@ -368,12 +368,11 @@ absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateReques
     return InvalidArgumentError(util::codes::kUnsupportedOnPd,
                                 "prefill/decode disaggregation carries text prompts only");
   }
-  // A prompt-logprobs request computes its whole prompt: nothing is restored for it; nor for a
-  // prompt with images (Checkpointer::Save).
+  // A prompt-logprobs request computes its whole prompt: nothing is restored for it.
   std::shared_ptr<const PrefixCheckpoint> restore =
-      request.prompt_logprobs >= 0 || checkpointer_ == nullptr || !spans.empty()
+      request.prompt_logprobs >= 0 || checkpointer_ == nullptr
           ? nullptr
-          : checkpointer_->Find(request);
+          : checkpointer_->Find(request, spans);
   if (request.constraint != nullptr) request.ignore_eos = false;  // the grammar's end is an end
   std::unique_ptr<Sequence> seq = Sequence::Create(0, std::move(request), Clock::now());
   seq->restore = std::move(restore);

@@ -93,6 +93,44 @@ bool LayerArray(const util::Json& j, const char* key, std::vector<int64_t>* out)
   return true;
 }
 
+// More than any prompt can hold (the API accepts at most 999 images per request).
+constexpr size_t kMaxImages = 1 << 16;
+
+util::Json ImagesJson(const std::vector<CheckpointImage>& images) {
+  util::Json out = util::Json::array();
+  for (const CheckpointImage& im : images) {
+    out.push_back({{"position", im.position},
+                   {"length", im.length},
+                   {"content_hash", fmt::format("{:016x}", im.content_hash)}});
+  }
+  return out;
+}
+
+// The header's images, each a span of at least one position starting inside the prefix, in
+// order and disjoint.
+bool ParseImages(const util::Json& j, int64_t num_tokens, std::vector<CheckpointImage>* out) {
+  if (!j.is_array() || j.size() > kMaxImages) return false;
+  int64_t end = 0;
+  for (const auto& e : j) {
+    int64_t position = 0, length = 0;
+    std::string hash;
+    if (!e.is_object() || !IntField(e, "position", end, num_tokens - 1, &position) ||
+        !IntField(e, "length", 1, kMaxTokens, &length) || !StringField(e, "content_hash", &hash) ||
+        hash.size() != 16) {
+      return false;
+    }
+    uint64_t h = 0;
+    for (char ch : hash) {
+      const int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+      if (v < 0) return false;
+      h = h << 4 | static_cast<uint64_t>(v);
+    }
+    out->push_back({static_cast<int32_t>(position), static_cast<int32_t>(length), h});
+    end = position + length;
+  }
+  return true;
+}
+
 bool ParseLayout(const util::Json& j, CheckpointLayout* l) {
   if (!j.is_object()) return false;
   int64_t block_size = 0, window_tokens = 0;
@@ -157,19 +195,28 @@ absl::StatusOr<std::string> EncodeCheckpoint(PrefixCheckpoint& c) {
     return DataLossError(codes::kBadPrefixCheckpoint,
                          "the payload size does not match the layout");
   }
+  int64_t image_end = 0;
+  for (const CheckpointImage& im : h.images) {
+    if (im.position < image_end || im.position >= h.num_tokens || im.length < 1) {
+      return DataLossError(codes::kBadPrefixCheckpoint,
+                           "a checkpoint's images start inside it, in order, without overlap");
+    }
+    image_end = int64_t{im.position} + im.length;
+  }
   h.tokens_sha256 = TokensSha256(c.tokens.data(), c.tokens.size());
   h.payload_bytes = static_cast<int64_t>(c.payload.size());
   h.payload_sha256 = Sha256Hex(c.payload);
-  const util::Json header{{"format", "deepinfer-prefix-checkpoint"},
-                          {"version", 1},
-                          {"model_revision", h.model_revision},
-                          {"layout", LayoutJson(h.layout)},
-                          {"cache_salt", std::to_string(h.cache_salt)},
-                          {"num_tokens", h.num_tokens},
-                          {"window_first_block", h.window_first_block},
-                          {"tokens_sha256", h.tokens_sha256},
-                          {"payload_bytes", h.payload_bytes},
-                          {"payload_sha256", h.payload_sha256}};
+  util::Json header{{"format", "deepinfer-prefix-checkpoint"},
+                    {"version", h.images.empty() ? 1 : 2},
+                    {"model_revision", h.model_revision},
+                    {"layout", LayoutJson(h.layout)},
+                    {"cache_salt", std::to_string(h.cache_salt)},
+                    {"num_tokens", h.num_tokens},
+                    {"window_first_block", h.window_first_block},
+                    {"tokens_sha256", h.tokens_sha256},
+                    {"payload_bytes", h.payload_bytes},
+                    {"payload_sha256", h.payload_sha256}};
+  if (!h.images.empty()) header["images"] = ImagesJson(h.images);
   const std::string json = util::DumpJson(header);
   std::string out;
   out.reserve(kCheckpointMagic.size() + 4 + json.size() + 4 * c.tokens.size() + c.payload.size());
@@ -212,7 +259,7 @@ absl::StatusOr<PrefixCheckpoint> DecodeCheckpoint(std::string_view bytes,
   int64_t version = 0, num_tokens = 0, window_first = 0, payload_bytes = 0;
   const util::Json* layout = util::Member(*json, "layout");
   if (!StringField(*json, "format", &format) || format != "deepinfer-prefix-checkpoint" ||
-      !IntField(*json, "version", 1, 1, &version) ||
+      !IntField(*json, "version", 1, 2, &version) ||
       !StringField(*json, "model_revision", &h.model_revision) || layout == nullptr ||
       !ParseLayout(*layout, &h.layout) || !StringField(*json, "cache_salt", &salt) ||
       !IntField(*json, "num_tokens", 1, kMaxTokens, &num_tokens) ||
@@ -233,6 +280,12 @@ absl::StatusOr<PrefixCheckpoint> DecodeCheckpoint(std::string_view bytes,
   h.num_tokens = static_cast<int32_t>(num_tokens);
   h.window_first_block = static_cast<int32_t>(window_first);
   h.payload_bytes = payload_bytes;
+  // Version 2 has images, version 1 none.
+  const util::Json* images = util::Member(*json, "images");
+  if ((version == 2) != (images != nullptr) ||
+      (images != nullptr && (!ParseImages(*images, num_tokens, &h.images) || h.images.empty()))) {
+    return Reject(CheckpointReject::kBadFormat, reason, "images are invalid or do not match the version");
+  }
   const int64_t bs = h.layout.block_size;
   const int64_t blocks = num_tokens / bs;
   if (num_tokens % bs != 0 || window_first > blocks ||
@@ -256,7 +309,8 @@ absl::StatusOr<PrefixCheckpoint> DecodeCheckpoint(std::string_view bytes,
                               util::DumpJson(LayoutJson(expect.layout))));
   }
   if (h.cache_salt != expect.cache_salt ||
-      (!expect.tokens_sha256.empty() && h.tokens_sha256 != expect.tokens_sha256)) {
+      (!expect.tokens_sha256.empty() &&
+       (h.tokens_sha256 != expect.tokens_sha256 || h.images != expect.images))) {
     return Reject(CheckpointReject::kWrongFingerprint, reason,
                   "its tokens are not the requested prefix");
   }

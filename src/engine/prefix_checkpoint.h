@@ -55,10 +55,27 @@ struct CheckpointLayout {
   bool operator==(const CheckpointLayout&) const = default;
 };
 
+// An image whose span lies (at least partly) in a checkpoint's prefix: the span's positions and
+// the image's content hash. The prefix cache salts every block a span overlaps with the hash
+// (engine/image_spans.h, BlockSalt), so a checkpoint must carry them to be named, found and
+// installed under the same block hashes; a file with images never serves another image.
+struct CheckpointImage {
+  int32_t position = 0;
+  int32_t length = 0;
+  uint64_t content_hash = 0;
+
+  bool operator==(const CheckpointImage&) const = default;
+};
+
 struct CheckpointHeader {
   std::string model_revision;
   CheckpointLayout layout;
   uint64_t cache_salt = 0;
+  // In prompt order, non-overlapping, each starting inside the prefix. A file with images is
+  // version 2 ("images": [{"position", "length", "content_hash": 16 hex digits}]), so that a
+  // server that predates images rejects it instead of installing it unsalted; without images
+  // the file is version 1, byte for byte as before.
+  std::vector<CheckpointImage> images;
   int32_t num_tokens = 0;          // a whole number of blocks
   int32_t window_first_block = 0;  // window blocks kept: [window_first_block, num_blocks)
   std::string tokens_sha256;       // lowercase hex of the token ids' bytes
@@ -83,7 +100,7 @@ enum class CheckpointReject {
   kCorrupt,           // token ids or payload differ from their SHA-256 in the header
   kWrongRevision,     // written by another model revision
   kWrongLayout,       // another architecture, dtype, numerics, block size or layer shapes
-  kWrongFingerprint,  // the token ids (or cache salt) are not the requested prefix's
+  kWrongFingerprint,  // the token ids (or cache salt, or images) are not the requested prefix's
 };
 inline constexpr int kNumCheckpointRejects = 6;
 // "truncated", "bad_format", "corrupt", "wrong_revision", "wrong_layout", "wrong_fingerprint"
@@ -96,11 +113,13 @@ inline const char* CheckpointRejectName(CheckpointReject reason) {
 }
 
 // What the reader requires. An empty `tokens_sha256` skips the fingerprint check (listing).
+// The images are part of the fingerprint: checked only with it.
 struct CheckpointExpect {
   std::string model_revision;
   CheckpointLayout layout;
   uint64_t cache_salt = 0;
   std::string tokens_sha256;
+  std::vector<CheckpointImage> images;
 };
 
 // Lowercase hex SHA-256 of `bytes` (OpenSSL).

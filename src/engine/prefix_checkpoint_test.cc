@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
 #include "util/status.h"
 
@@ -148,6 +150,82 @@ TEST(PrefixCheckpointTest, RevisionLayoutFingerprintAndSaltMustMatch) {
   e = ExpectFor(c);
   e.cache_salt = 1;
   EXPECT_EQ(RejectOf(file, e), CheckpointReject::kWrongFingerprint);
+}
+
+// The header JSON of an encoded file, edited by `edit`, with the rest of the file as it was.
+std::string EditHeader(const std::string& file, const std::function<void(nlohmann::json&)>& edit) {
+  uint32_t hlen = 0;
+  for (int i = 0; i < 4; ++i) hlen |= uint32_t{static_cast<uint8_t>(file[8 + i])} << (8 * i);
+  nlohmann::json j = nlohmann::json::parse(file.substr(12, hlen));
+  edit(j);
+  const std::string json = j.dump();
+  std::string out = "DIPFXCK1";
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((json.size() >> (8 * i)) & 0xff));
+  return out + json + file.substr(12 + hlen);
+}
+
+TEST(PrefixCheckpointTest, ImagesMakeVersionTwoAndArePartOfTheFingerprint) {
+  PrefixCheckpoint text = MakeCheckpoint(3);
+  const std::string text_file = Encode(text);
+  EXPECT_EQ(text_file.find("\"images\""), std::string::npos);
+  EXPECT_NE(text_file.find("\"version\":1"), std::string::npos);
+
+  PrefixCheckpoint c = MakeCheckpoint(3);
+  // The second span starts inside the 12-token prefix and ends after it.
+  c.header.images = {{1, 4, 0xabcdef0123456789ull}, {6, 9, 42}};
+  const std::string file = Encode(c);
+  EXPECT_NE(file.find("\"version\":2"), std::string::npos);
+  EXPECT_NE(file.find("\"content_hash\":\"abcdef0123456789\""), std::string::npos);
+  CheckpointExpect e = ExpectFor(c);
+  e.images = c.header.images;
+  auto back = DecodeCheckpoint(file, e);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->header.images, c.header.images);
+  // Same tokens, other images (or none): not this prefix.
+  e.images[1].content_hash = 43;
+  EXPECT_EQ(RejectOf(file, e), CheckpointReject::kWrongFingerprint);
+  e.images.clear();
+  EXPECT_EQ(RejectOf(file, e), CheckpointReject::kWrongFingerprint);
+  CheckpointExpect text_expect = ExpectFor(text);
+  text_expect.images = c.header.images;
+  EXPECT_EQ(RejectOf(text_file, text_expect), CheckpointReject::kWrongFingerprint);
+  // Listing (no fingerprint) reads it with its images.
+  e.tokens_sha256.clear();
+  back = DecodeCheckpoint(file, e);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->header.images.size(), 2u);
+
+  // Malformed images, or images and version that disagree, are bad_format.
+  const std::vector<std::function<void(nlohmann::json&)>> edits = {
+      [](nlohmann::json& j) { j["version"] = 1; },
+      [](nlohmann::json& j) { j.erase("images"); },
+      [](nlohmann::json& j) { j["images"] = nlohmann::json::array(); },
+      [](nlohmann::json& j) { j["images"][1]["position"] = 3; },    // overlaps the first
+      [](nlohmann::json& j) { j["images"][1]["position"] = 12; },   // outside the prefix
+      [](nlohmann::json& j) { j["images"][0]["length"] = 0; },
+      [](nlohmann::json& j) { j["images"][0]["content_hash"] = "ABCDEF0123456789"; },
+      [](nlohmann::json& j) { j["images"][0]["content_hash"] = "abc"; },
+      [](nlohmann::json& j) { j["images"][0] = 5; },
+      [](nlohmann::json& j) { j["images"] = "x"; },
+  };
+  for (size_t i = 0; i < edits.size(); ++i) {
+    EXPECT_EQ(RejectOf(EditHeader(file, edits[i]), e), CheckpointReject::kBadFormat) << i;
+  }
+  // The text file with images added is version 1 with images: bad_format too.
+  EXPECT_EQ(RejectOf(EditHeader(text_file,
+                                [&](nlohmann::json& j) {
+                                  j["images"] = {{{"position", 0}, {"length", 2},
+                                                  {"content_hash", "0000000000000001"}}};
+                                }),
+                     ExpectFor(text)),
+            CheckpointReject::kBadFormat);
+
+  // The writer refuses images out of order or outside the prefix.
+  PrefixCheckpoint bad = MakeCheckpoint(3);
+  bad.header.images = {{6, 2, 1}, {1, 2, 2}};
+  EXPECT_FALSE(EncodeCheckpoint(bad).ok());
+  bad.header.images = {{12, 2, 1}};
+  EXPECT_FALSE(EncodeCheckpoint(bad).ok());
 }
 
 TEST(PrefixCheckpointTest, HostileHeadersAreBadFormat) {

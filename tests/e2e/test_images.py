@@ -15,6 +15,7 @@ import io
 import json
 import shutil
 import threading
+import time
 
 import anthropic
 import httpx
@@ -312,3 +313,57 @@ def test_smoke_sends_an_image_to_a_vision_model(server):
     report = json.loads(result.stdout)
     image = [c for c in report["checks"] if c["name"] == "image"][0]
     assert image["ok"] and "answered" in image["detail"], image
+
+
+def test_a_prefix_checkpoint_carries_its_image_and_serves_only_that_image(server, tmp_path):
+    """A prompt with an image is checkpointed with the image's content hash (file version 2); a
+    server restarted on the folder restores it at start and answers the same image hot (its span
+    from the checkpoint: nothing encoded) with the same tokens, while the same token ids with
+    another image reuse nothing past the image."""
+    question = "Look at this picture, please, and say what you see in it. " * 3
+    red, blue = png_uri((200, 30, 30)), png_uri((30, 30, 200))
+    args = ["--threads", "2", "--prefix-checkpoint-dir", str(tmp_path), "--checkpoint-min-tokens",
+            "16"]
+
+    def ask(s, uri):
+        c = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0)
+        r = c.chat.completions.create(model=NAME, max_tokens=8, temperature=0, messages=[
+            {"role": "user", "content": [{"type": "text", "text": question}, image_part(uri),
+                                         {"type": "text", "text": "Thanks."}]}])
+        return r.choices[0].message.content, r.usage
+
+    first = Server(server.model_dir, NAME, args)
+    try:
+        cold, u1 = ask(first, red)
+        deadline = time.monotonic() + 30
+        while metric(first, "deepinfer_prefix_checkpoint_saved_total") < 1:
+            assert time.monotonic() < deadline, first.logs()
+            time.sleep(0.05)
+    finally:
+        first.stop()
+    (file,) = [p for p in tmp_path.iterdir() if p.name.endswith(".dipc")]
+    raw = file.read_bytes()
+    header = json.loads(raw[12:12 + int.from_bytes(raw[8:12], "little")])
+    assert header["version"] == 2 and len(header["images"]) == 1, header
+    assert header["images"][0]["length"] == span_len(tokenize(server, [image_part(red)]))
+
+    second = Server(server.model_dir, NAME, args)
+    try:
+        hot, u2 = ask(second, red)
+        assert hot == cold
+        assert u2.prompt_tokens == u1.prompt_tokens
+        assert u2.prompt_tokens_details.cached_tokens >= u2.prompt_tokens - 16, u2
+        assert metric(second, "deepinfer_images_encoded_total") == 0  # the span was restored
+        before = tokenize(server, [{"type": "text", "text": question}, image_part(blue)])
+        image_start = before["count"] - max(runs_of_image_tokens(before["tokens"]))
+        _, u3 = ask(second, blue)
+        assert u3.prompt_tokens == u1.prompt_tokens
+        assert u3.prompt_tokens_details.cached_tokens <= image_start, (u3, image_start)
+        assert metric(second, "deepinfer_images_encoded_total") == 1
+        assert second.alive()
+    finally:
+        second.stop()
+
+
+def span_len(tokenized):
+    return max(runs_of_image_tokens(tokenized["tokens"]))

@@ -360,16 +360,18 @@ def make_chat_template():
 
 # ---------------------------------------------------------------- prefix checkpoints
 
-def checkpoint_seed(blocks, window_first, revision="fuzz-rev", block_size=2):
+def checkpoint_seed(blocks, window_first, revision="fuzz-rev", block_size=2, images=None):
     """A prefix checkpoint file (engine/prefix_checkpoint.h) for the fuzzer's fixed layout:
-    main layers of 8 and 4 bytes per token, one window layer of 4."""
+    main layers of 8 and 4 bytes per token, one window layer of 4; `images` (position, length,
+    hash) make it a version 2 file."""
     import hashlib
     tokens = struct.pack("<%di" % (blocks * block_size),
                          *[100 + i for i in range(blocks * block_size)])
     payload_len = (8 + 4) * block_size * blocks + 4 * block_size * (blocks - window_first)
     payload = bytes((i * 7) & 0xff for i in range(payload_len))
-    header = compact({
-        "format": "deepinfer-prefix-checkpoint", "version": 1, "model_revision": revision,
+    fields = {
+        "format": "deepinfer-prefix-checkpoint", "version": 2 if images else 1,
+        "model_revision": revision,
         "layout": {"architecture": "llama", "kv_dtype": "f32", "numerics": "fast",
                    "block_size": block_size, "layer_bytes": [8, 4], "window_layer_bytes": [4],
                    "window_tokens": 3},
@@ -377,7 +379,11 @@ def checkpoint_seed(blocks, window_first, revision="fuzz-rev", block_size=2):
         "window_first_block": window_first,
         "tokens_sha256": hashlib.sha256(tokens).hexdigest(),
         "payload_bytes": payload_len,
-        "payload_sha256": hashlib.sha256(payload).hexdigest()}).encode()
+        "payload_sha256": hashlib.sha256(payload).hexdigest()}
+    if images:
+        fields["images"] = [{"position": p, "length": n, "content_hash": "%016x" % h}
+                            for p, n, h in images]
+    header = compact(fields).encode()
     return b"DIPFXCK1" + struct.pack("<I", len(header)) + header + tokens + payload
 
 
@@ -386,6 +392,8 @@ def make_prefix_checkpoint():
     write("prefix_checkpoint", "three_blocks_window", checkpoint_seed(3, 1))
     write("prefix_checkpoint", "other_revision", checkpoint_seed(2, 1, revision="rev-2"))
     write("prefix_checkpoint", "truncated", checkpoint_seed(2, 0)[:-5])
+    write("prefix_checkpoint", "two_images",
+          checkpoint_seed(3, 1, images=[(1, 2, 0xabcdef0123456789), (4, 5, 42)]))
 
 
 # ---------------------------------------------------------------- image

@@ -44,7 +44,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = de::EncodeCheckpoint(copy);
   if (!file.ok()) __builtin_trap();
   auto again = de::DecodeCheckpoint(*file, expect);
-  if (!again.ok() || again->tokens != checkpoint->tokens || again->payload != checkpoint->payload) {
+  if (!again.ok() || again->tokens != checkpoint->tokens || again->payload != checkpoint->payload ||
+      again->header.images != checkpoint->header.images) {
     __builtin_trap();
   }
   return 0;
