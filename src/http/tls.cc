@@ -5,6 +5,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 
 #include <algorithm>
 
@@ -106,7 +107,9 @@ absl::Status TlsStream::Handshake(const std::string& host) {
   if (!IsIpAddress(host) && SSL_set_tlsext_host_name(ssl_, host.c_str()) != 1) {
     return HandshakeFailed(fmt::format("bad host name ({})", QueuedErrorText()));
   }
-  // A DNS name matches a DNS SAN (or the CN when there is none), an IP address an IP SAN.
+  // A DNS name matches a DNS SAN (or the CN when there is none), an IP address an IP SAN. A
+  // wildcard only as a whole left-most label (RFC 6125 section 6.4.3), as browsers match.
+  SSL_set_hostflags(ssl_, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
   if (SSL_set1_host(ssl_, host.c_str()) != 1) {
     return HandshakeFailed(fmt::format("bad host name ({})", QueuedErrorText()));
   }
