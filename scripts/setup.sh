@@ -26,9 +26,10 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libhiredis-dev
   libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
 )
-# What the tests add: the fuzzers' compiler, benchmarks, and the real components e2e tests run.
+# What the tests add: the fuzzers' compiler, benchmarks, and the real components e2e tests run
+# (openssl: the command that makes the https image tests' certificate).
 if ((!serve_only)); then
-  APT_PACKAGES+=(clang libbenchmark-dev prometheus shellcheck redis-server caddy)
+  APT_PACKAGES+=(clang libbenchmark-dev prometheus shellcheck redis-server caddy openssl)
 fi
 
 missing=()

@@ -158,13 +158,10 @@ absl::StatusOr<std::string> FetchRemote(const ImageRef& ref, bool https, std::st
                                  "URI (serve --allowed-media-domains enables hosts)."
                                : "The image's host is not in --allowed-media-domains.");
   }
-  if (https) {
-    return FetchFailed(ref, "This server cannot fetch https:// images (it has no TLS client); "
-                            "send the image as a data: URI.");
-  }
   const size_t query = rest.find_first_of("?#");
   absl::StatusOr<http::Url> url =
-      http::ParseUrl(fmt::format("http://{}", rest.substr(0, query)));
+      http::ParseUrl(fmt::format("{}://{}", https ? "https" : "http", rest.substr(0, query)),
+                     http::UrlSchemes::kHttpOrHttps);
   if (!url.ok()) return FetchFailed(ref, "The image URL is malformed.");
   http::ClientRequest request;
   request.target = url->path().empty() ? "/" : url->path();

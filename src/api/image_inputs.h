@@ -1,7 +1,7 @@
 #pragma once
 
 // Image inputs of serve's chat routes: where the bytes may come from (data: URIs always; http://
-// only from allowed domains; file:// only under an allowed folder, as vLLM's
+// and https:// only from allowed domains; file:// only under an allowed folder, as vLLM's
 // --allowed-media-domains and --allowed-local-media-path), decoding with limits, DeepSeek-V4.1's
 // preprocessing, and the image spans laid into the rendered prompt for the engine
 // (engine::ImageInput) or for counting.
@@ -30,7 +30,8 @@ inline constexpr int32_t kMaxImagesPerRequestLimit = 999;
 // What an image request may read and how much (serve's flags).
 // Units: bytes, pixels (width * height), milliseconds.
 struct MediaOptions {
-  // Hosts whose http:// URLs may be fetched (exact names, ASCII case ignored); empty: none.
+  // Hosts whose http:// and https:// URLs may be fetched (exact names, ASCII case ignored);
+  // empty: none.
   std::vector<std::string> allowed_media_domains;
   // The folder file:// URLs must resolve under (symlinks resolved); "": none.
   std::string allowed_local_media_path;
@@ -45,12 +46,13 @@ struct MediaOptions {
 // Errors: InvalidArgument "bad_option".
 absl::Status CheckMediaOptions(const MediaOptions& options);
 
-// The bytes of one image, under `options`: a data: URI is decoded (DecodeDataUri); an http://
-// URL is fetched when its host is allowed (https:// too is checked against the list, but this
-// server has no TLS client, so an allowed https URL fails to fetch); a file:// URL is read when
-// its resolved path lies under allowed_local_media_path. Every error carries ref.param.
+// The bytes of one image, under `options`: a data: URI is decoded (DecodeDataUri); an http:// or
+// https:// URL is fetched when its host is allowed (https: the certificate verified against the
+// system's CA store, http::Fetch); a file:// URL is read when its resolved path lies under
+// allowed_local_media_path. Every error carries ref.param.
 // Errors: InvalidArgument "image_url_not_allowed" (host or path not allowed, another scheme),
-//   "image_fetch_failed" (connect, timeout, a non-200 answer, a missing file), "image_too_large"
+//   "image_fetch_failed" (connect, TLS handshake or certificate, timeout, a non-200 answer, a
+//   missing file), "image_too_large"
 //   (over max_image_bytes), "invalid_image" (a malformed data: URI).
 // Threads: any. Cost: at most one fetch bounded by media_fetch_timeout_ms.
 absl::StatusOr<std::string> FetchImageBytes(const ImageRef& ref, const MediaOptions& options);

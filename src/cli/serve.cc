@@ -179,8 +179,9 @@ void RegisterServe(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(0, api::kMaxImagesPerRequestLimit))
       ->capture_default_str();
   cmd->add_option("--allowed-media-domains", flags->options.media.allowed_media_domains,
-                  "hosts whose http:// image URLs may be fetched (default: none; data: URIs "
-                  "always work)");
+                  "hosts whose http:// and https:// image URLs may be fetched (default: none; "
+                  "data: URIs always work; https trusts the system's CAs, SSL_CERT_FILE adds a "
+                  "private one)");
   cmd->add_option("--allowed-local-media-path", flags->options.media.allowed_local_media_path,
                   "folder file:// image URLs may be read from (default: none)");
   cmd->add_option("--media-fetch-timeout", flags->media_fetch_timeout_s,

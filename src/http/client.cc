@@ -74,6 +74,11 @@ std::string RequestHead::Finish(size_t body_bytes, bool keep_alive) {
 
 ClientConnection::~ClientConnection() { CloseNow(fd_); }
 
+absl::Status ClientConnection::Connect(const Url& url) {
+  DI_RETURN_IF_ERROR(Connect(url.host(), url.port()));
+  return url.tls() ? StartTls(url.host()) : absl::OkStatus();
+}
+
 absl::Status ClientConnection::Connect(const std::string& host, int port) {
   const int timeout_ms =
       Bounded(options_.connect_timeout_ms > 0 ? options_.connect_timeout_ms : kLongestConnectMs,
@@ -83,8 +88,28 @@ absl::Status ClientConnection::Connect(const std::string& host, int port) {
   return absl::OkStatus();
 }
 
+absl::Status ClientConnection::StartTls(const std::string& host) {
+  // The handshake is part of connecting: its reads end within connect_timeout_ms (cut to the
+  // deadline) together. Its writes are a few kB into a fresh socket's buffer; each wait of theirs
+  // has the same bound.
+  const int timeout_ms =
+      Bounded(options_.connect_timeout_ms > 0 ? options_.connect_timeout_ms : kLongestConnectMs,
+              options_.deadline);
+  const Clock::time_point end = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  stream_.set_read_deadline(options_.deadline ? std::min(*options_.deadline, end) : end);
+  stream_.set_read_timeout_ms(timeout_ms);
+  stream_.set_write_timeout_ms(timeout_ms);
+  tls_ = std::make_unique<TlsStream>(stream_);
+  absl::Status status = tls_->Handshake(host);
+  stream_.set_read_deadline(options_.deadline);
+  stream_.set_write_timeout_ms(options_.write_timeout_ms);
+  if (!status.ok()) Adopt(-1);  // no half-open session to send requests on
+  return status;
+}
+
 void ClientConnection::Adopt(int fd) {
   CloseNow(fd_);
+  tls_.reset();
   fd_ = fd;
   parser_.reset();
   buffer_.clear();
@@ -94,6 +119,7 @@ void ClientConnection::Adopt(int fd) {
 int ClientConnection::Release() {
   const int fd = fd_;
   fd_ = -1;
+  tls_.reset();
   stream_ = FdStream(-1);
   return fd;
 }
@@ -114,6 +140,11 @@ error_code ClientConnection::Send(std::string_view head, std::string_view body) 
                   {const_cast<char*>(body.data()), body.size()}};
   iovec* next = iov;
   int count = body.empty() ? 1 : 2;
+  if (tls_) {
+    error_code ec;
+    tls_->WriteAll(iov, count, ec);
+    return ec;
+  }
   while (count > 0) {
     error_code ec;
     size_t n = stream_.Write(next, count, ec);
@@ -148,7 +179,11 @@ error_code ClientConnection::ReadHead(Headers* headers, bool head_request) {
       parser_->header_limit(kHeaderLimitBytes);
       parser_->body_limit(boost::none);
       if (head_request) parser_->skip(true);
-      beast_http::read_header(stream_, buffer_, *parser_, ec);
+      if (tls_) {
+        beast_http::read_header(*tls_, buffer_, *parser_, ec);
+      } else {
+        beast_http::read_header(stream_, buffer_, *parser_, ec);
+      }
       const int code = parser_->status();
       if (ec || code < 100 || code >= 200 || code == 101) break;
       if (interim == kMaxInterimAnswers) ec = beast_http::error::bad_status;
@@ -167,7 +202,11 @@ size_t ClientConnection::ReadBody(char* data, size_t size, error_code& ec) {
   ec = {};
   try {
     parser_->set_body_buffer(data, size);
-    beast_http::read_some(stream_, buffer_, *parser_, ec);
+    if (tls_) {
+      beast_http::read_some(*tls_, buffer_, *parser_, ec);
+    } else {
+      beast_http::read_some(stream_, buffer_, *parser_, ec);
+    }
   } catch (const std::exception&) {
     ec = Failure();
   }

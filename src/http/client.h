@@ -1,14 +1,15 @@
 #pragma once
 
 // The one HTTP/1.1 client: blocking, over the socket helpers of http/socket_io.h and Beast's
-// parser (http/response_parser.h). ClientConnection is the connection-level piece the gateway
-// drives itself (keep-alive reuse, relaying as bytes arrive, closing the moment its client
-// leaves); Fetch is one whole exchange for the tools (`deepinfer bench`, `smoke`, `watch`) and the
-// gateway's health probes.
+// parser (http/response_parser.h), and over TLS (http/tls.h) for https:// URLs. ClientConnection
+// is the connection-level piece the gateway drives itself (keep-alive reuse, relaying as bytes
+// arrive, closing the moment its client leaves); Fetch is one whole exchange for the tools
+// (`deepinfer bench`, `smoke`, `watch`), the gateway's health probes and serve's image fetches.
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -18,6 +19,7 @@
 #include "boost/system/error_code.hpp"
 #include "http/response_parser.h"
 #include "http/socket_io.h"
+#include "http/tls.h"
 #include "http/url.h"
 
 namespace deepinfer::http {
@@ -63,7 +65,8 @@ struct ClientOptions {
 // connection back to a pool instead.
 // Errors: the error_codes are Beast's and Asio's: timed_out (a timeout or the deadline),
 //   operation_aborted (cancel), eof and the socket's errors, boost::beast::http::error for a
-//   malformed answer (bad_status: a status outside 100-599, 101, or too many 1xx answers).
+//   malformed answer (bad_status: a status outside 100-599, 101, or too many 1xx answers); over
+//   TLS also TlsStream's (OpenSSL's, stream_truncated).
 // Threads: one thread at a time. Lifetime: borrows the Headers given to ReadHead.
 class ClientConnection {
  public:
@@ -79,16 +82,21 @@ class ClientConnection {
   ClientConnection& operator=(const ClientConnection&) = delete;
 
   // Opens a new connection (closing the current one) within connect_timeout_ms (cut to the
-  // deadline).
-  // Errors: ConnectTcp's: Unavailable "connect_failed", DeadlineExceeded "connect_timeout".
-  absl::Status Connect(const Url& url) { return Connect(url.host(), url.port()); }
+  // deadline). For an https URL the TLS handshake follows (TlsStream: the certificate verified
+  // for url.host()), within connect_timeout_ms of its own (cut to the deadline); the connection
+  // then carries everything over TLS.
+  // Errors: ConnectTcp's: Unavailable "connect_failed", DeadlineExceeded "connect_timeout";
+  //   TlsStream::Handshake's: Unavailable "tls_handshake_failed", DeadlineExceeded
+  //   "connect_timeout", Cancelled "client_closed_request".
+  absl::Status Connect(const Url& url);
   absl::Status Connect(const std::string& host, int port);
   // Takes over an open socket (an idle keep-alive connection from a pool).
   void Adopt(int fd);
   int fd() const { return fd_; }
-  // Gives up the socket without closing it (-1 when none).
+  // Gives up the socket without closing it (-1 when none); a TLS session ends with it.
   int Release();
   // The stream's waits are set from the options; a caller may add hooks (set_before_read_wait).
+  // Over TLS it carries the ciphertext.
   FdStream& stream() { return stream_; }
 
   // Sends `head` and `body` in as few sends as the socket allows (one for a small request: a
@@ -108,11 +116,15 @@ class ClientConnection {
   // The whole answer was read.
   bool done() const { return parser_ && parser_->is_done(); }
   // The answer was read whole, the server keeps the connection open and sent nothing more:
-  // Release() may hand it to the next request.
-  bool reusable() const { return done() && parser_->keep_alive() && buffer_.size() == 0; }
+  // Release() may hand it to the next request. Never for TLS (a bare socket cannot carry its
+  // session).
+  bool reusable() const {
+    return done() && parser_->keep_alive() && buffer_.size() == 0 && tls_ == nullptr;
+  }
 
  private:
   void SetUpStream();
+  absl::Status StartTls(const std::string& host);
 
   const ClientOptions& options_;
   int fd_ = -1;
@@ -122,6 +134,8 @@ class ClientConnection {
   // without limit.
   boost::beast::flat_buffer buffer_{kHeaderLimitBytes + kBodyChunkBytes};
   std::optional<ResponseParser> parser_;
+  // The TLS session over stream_ (https), else null. After stream_: it borrows it.
+  std::unique_ptr<TlsStream> tls_;
 };
 
 // One request of Fetch. `target` is the path and query, sent as is.
@@ -162,8 +176,11 @@ using BodySink = std::function<bool(std::string_view piece)>;
 // One exchange on a connection of its own ("Connection: close"). With a sink, a 2xx body goes
 // to the sink piece by piece and ClientResponse::body stays empty; other bodies (and every body
 // without a sink) are read whole.
+// An https URL is fetched over TLS (ClientConnection::Connect).
 // Errors: Unavailable "connect_failed" (refused, unresolvable), DeadlineExceeded
-//   "connect_timeout"; Unavailable "io_error" (reset, early close, malformed answer),
+//   "connect_timeout" (the TLS handshake's too); Unavailable "tls_handshake_failed" (the server's
+//   certificate could not be verified, no common TLS version); Unavailable "io_error" (reset,
+//   early close, a TLS stream cut without close_notify, malformed answer),
 //   DeadlineExceeded "timeout"; ResourceExhausted "body_too_large". Past the connect, the message
 //   names the step ("write: ...", "read: ...").
 // Threads: safe to call from many threads at once.

@@ -1,16 +1,26 @@
 // The client against real loopback servers: the repo's http::Server for well-formed exchanges,
-// and a canned one-connection server for what a well-behaved server never sends.
+// a canned one-connection server for what a well-behaved server never sends, and an OpenSSL
+// server with certificates made at run time for https.
 
 #include "http/client.h"
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "boost/asio/error.hpp"
@@ -362,6 +372,237 @@ TEST(ClientConnectionTest, HeaderTimeoutEndsAWaitForTheHead) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(connection.ReadHead(&headers), boost::asio::error::timed_out);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);
+}
+
+// A key and a self-signed certificate, made with OpenSSL at run time: no key material in the
+// tree, nothing that expires.
+struct Identity {
+  std::unique_ptr<X509, decltype(&X509_free)> cert{nullptr, X509_free};
+  std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key{nullptr, EVP_PKEY_free};
+};
+
+// `san`: the subject alternative names, as "IP:127.0.0.1,DNS:localhost". `subject`: the CN,
+// one per certificate (the CA store finds an issuer by its subject name).
+Identity SelfSigned(const char* subject, const char* san) {
+  static std::atomic<long> serial{1};
+  Identity id;
+  id.key.reset(EVP_EC_gen("P-256"));
+  id.cert.reset(X509_new());
+  X509* cert = id.cert.get();
+  X509_set_version(cert, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), serial++);
+  X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600);
+  X509_set_pubkey(cert, id.key.get());
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(subject), -1, -1, 0);
+  X509_set_issuer_name(cert, name);
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, cert, cert, nullptr, nullptr, 0);
+  const std::pair<int, const char*> extensions[] = {
+      {NID_basic_constraints, "critical,CA:TRUE"}, {NID_subject_alt_name, san}};
+  for (const auto& [nid, value] : extensions) {
+    X509_EXTENSION* extension = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+    X509_add_ext(cert, extension, -1);
+    X509_EXTENSION_free(extension);
+  }
+  X509_sign(cert, id.key.get(), EVP_sha256());
+  return id;
+}
+
+// The certificates of the https tests. SSL_CERT_FILE names a file that trusts `trusted` and
+// `other_host`, not `untrusted`; made once per process, before the client's first handshake reads
+// it.
+struct Pki {
+  Identity trusted = SelfSigned("trusted", "IP:127.0.0.1,DNS:localhost");
+  Identity other_host = SelfSigned("other host", "DNS:images.example.com");
+  Identity untrusted = SelfSigned("untrusted", "IP:127.0.0.1,DNS:localhost");
+  std::string ca_file;
+};
+
+const Pki& TestPki() {
+  static const Pki* const pki = [] {
+    auto* p = new Pki;
+    p->ca_file = (std::filesystem::temp_directory_path() /
+                  ("deepinfer-client-test-ca-" + std::to_string(::getpid()) + ".pem"))
+                     .string();
+    BIO* out = BIO_new_file(p->ca_file.c_str(), "w");
+    PEM_write_bio_X509(out, p->trusted.cert.get());
+    PEM_write_bio_X509(out, p->other_host.cert.get());
+    BIO_free(out);
+    ::setenv("SSL_CERT_FILE", p->ca_file.c_str(), 1);
+    return p;
+  }();
+  return *pki;
+}
+
+// A one-connection TLS server on loopback: presents `identity`, reads one request (its head and a
+// Content-Length body), answers `answer`, then ends with close_notify or, without
+// `close_notify`, a bare close of the socket. What it saw is read once the connection ended.
+class TlsServer {
+ public:
+  TlsServer(const Identity& identity, std::string answer, bool close_notify = true)
+      : ctx_(SSL_CTX_new(TLS_server_method()), SSL_CTX_free) {
+    SSL_CTX_use_certificate(ctx_.get(), identity.cert.get());
+    SSL_CTX_use_PrivateKey(ctx_.get(), identity.key.get());
+    listen_fd_ = *ListenTcp("127.0.0.1", 0, &port_);
+    thread_ = std::thread(
+        [this, answer = std::move(answer), close_notify] { Serve(answer, close_notify); });
+  }
+  ~TlsServer() {
+    Finish();
+    ::close(listen_fd_);
+  }
+  Url url(const std::string& host = "127.0.0.1") const {
+    return Url(host, port_, "", Scheme::kHttps);
+  }
+  const std::string& request() {
+    Finish();
+    return request_;
+  }
+  // The SNI the client sent ("" without).
+  const std::string& server_name() {
+    Finish();
+    return server_name_;
+  }
+  bool handshake_ok() {
+    Finish();
+    return handshake_ok_;
+  }
+
+ private:
+  void Finish() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // The request's Content-Length as our client writes it (0 when none, or no head yet).
+  static size_t BodyBytes(const std::string& request) {
+    const size_t at = request.find("Content-Length: ");
+    return at == std::string::npos ? 0 : std::stoul(request.substr(at + 16));
+  }
+  void Serve(const std::string& answer, bool close_notify) {
+    const int fd = ::accept(listen_fd_, nullptr, nullptr);
+    if (fd < 0) return;
+    SSL* ssl = SSL_new(ctx_.get());
+    SSL_set_fd(ssl, fd);
+    if (SSL_accept(ssl) == 1) {
+      handshake_ok_ = true;
+      const char* sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+      if (sni != nullptr) server_name_ = sni;
+      char buf[16384];
+      size_t head_end;
+      while ((head_end = request_.find("\r\n\r\n")) == std::string::npos ||
+             request_.size() < head_end + 4 + BodyBytes(request_)) {
+        const int n = SSL_read(ssl, buf, sizeof(buf));
+        if (n <= 0) break;
+        request_.append(buf, n);
+      }
+      if (!answer.empty()) SSL_write(ssl, answer.data(), static_cast<int>(answer.size()));
+      if (close_notify) SSL_shutdown(ssl);
+    }
+    SSL_free(ssl);
+    ::close(fd);
+  }
+
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::string request_;
+  std::string server_name_;
+  bool handshake_ok_ = false;
+  std::thread thread_;
+};
+
+std::string Ok(std::string_view body) {
+  return "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+         std::string(body);
+}
+
+class TlsFetchTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { TestPki(); }
+  // The client read the file at its first handshake.
+  static void TearDownTestSuite() { std::filesystem::remove(TestPki().ca_file); }
+};
+
+TEST_F(TlsFetchTest, FetchesOverHttpsWithAVerifiedCertificate) {
+  // Bodies of many TLS records both ways.
+  std::string image(100000, '\0');
+  for (size_t i = 0; i < image.size(); ++i) image[i] = static_cast<char>(i * 7);
+  TlsServer server(TestPki().trusted, Ok(image));
+  ClientRequest request;
+  request.method = "POST";
+  request.target = "/img.png?x=1";
+  request.body = std::string(200000, 'b');
+  auto r = Fetch(server.url(), request, Quick());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, image);
+  const std::string expected_head = "POST /img.png?x=1 HTTP/1.1\r\nHost: " +
+                                    std::string(server.url().host_port()) + "\r\n";
+  EXPECT_EQ(server.request().rfind(expected_head, 0), 0u) << server.request().substr(0, 200);
+  EXPECT_TRUE(server.request().ends_with("\r\n\r\n" + request.body));
+  EXPECT_EQ(server.server_name(), "");  // no SNI for an address
+}
+
+TEST_F(TlsFetchTest, SendsTheHostNameAsSni) {
+  TlsServer server(TestPki().trusted, Ok("hi"));
+  auto r = Fetch(server.url("localhost"), ClientRequest{}, Quick());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body, "hi");
+  EXPECT_EQ(server.server_name(), "localhost");
+}
+
+TEST_F(TlsFetchTest, AnUntrustedCertificateFailsTheHandshake) {
+  TlsServer server(TestPki().untrusted, Ok("secret"));
+  auto r = Fetch(server.url(), ClientRequest{}, Quick());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ErrorCodeOf(r.status()), "tls_handshake_failed");
+  EXPECT_NE(r.status().message().find("certificate could not be verified"), std::string::npos)
+      << r.status();
+  EXPECT_FALSE(server.handshake_ok());
+  EXPECT_EQ(server.request(), "");
+}
+
+TEST_F(TlsFetchTest, ATrustedCertificateForAnotherHostFailsTheHandshake) {
+  for (const char* host : {"127.0.0.1", "localhost"}) {
+    TlsServer server(TestPki().other_host, Ok("secret"));
+    auto r = Fetch(server.url(host), ClientRequest{}, Quick());
+    ASSERT_FALSE(r.ok()) << host;
+    EXPECT_EQ(ErrorCodeOf(r.status()), "tls_handshake_failed") << host;
+    EXPECT_NE(r.status().message().find("mismatch"), std::string::npos) << r.status();
+    EXPECT_FALSE(server.handshake_ok()) << host;
+  }
+}
+
+TEST_F(TlsFetchTest, ASilentServerEndsTheHandshakeAtTheDeadline) {
+  CannedServer server({}, 0);  // takes the connection, never answers the hello
+  FetchOptions options;
+  options.idle_timeout_ms = 5000;
+  options.total_timeout_ms = 300;
+  const Url url(server.url().host(), server.url().port(), "", Scheme::kHttps);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = Fetch(url, ClientRequest{}, options);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ErrorCodeOf(r.status()), "connect_timeout");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2000ms);
+}
+
+TEST_F(TlsFetchTest, ABodyUntilTheCloseNeedsTheServersCloseNotify) {
+  const std::string answer = "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nabc";
+  TlsServer whole(TestPki().trusted, answer, /*close_notify=*/true);
+  auto r = Fetch(whole.url(), ClientRequest{}, Quick());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body, "abc");
+  // A bare close could be an attacker's cut: not the end of the body.
+  TlsServer cut(TestPki().trusted, answer, /*close_notify=*/false);
+  r = Fetch(cut.url(), ClientRequest{}, Quick());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ErrorCodeOf(r.status()), "io_error");
+  EXPECT_NE(r.status().message().find("read:"), std::string::npos) << r.status();
 }
 
 }  // namespace

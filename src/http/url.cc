@@ -10,7 +10,10 @@
 namespace deepinfer::http {
 namespace {
 
-constexpr std::string_view kScheme = "http://";
+constexpr std::string_view kHttp = "http://";
+constexpr std::string_view kHttps = "https://";
+
+std::string_view SchemePrefix(Scheme scheme) { return scheme == Scheme::kHttps ? kHttps : kHttp; }
 
 bool IsDigits(std::string_view text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), absl::ascii_isdigit);
@@ -24,27 +27,35 @@ bool IsHostChar(char c, bool bracketed) {
 
 }  // namespace
 
-Url::Url(std::string host, int port, std::string path)
-    : host_(std::move(host)), port_(port), path_(std::move(path)) {
+Url::Url(std::string host, int port, std::string path, Scheme scheme)
+    : scheme_(scheme), host_(std::move(host)), port_(port), path_(std::move(path)) {
   const bool v6 = host_.find(':') != std::string::npos;
-  origin_ = fmt::format("http://{}{}{}:{}", v6 ? "[" : "", host_, v6 ? "]" : "", port_);
+  origin_ = fmt::format("{}{}{}{}:{}", SchemePrefix(scheme_), v6 ? "[" : "", host_,
+                        v6 ? "]" : "", port_);
 }
 
-std::string_view Url::host_port() const { return std::string_view(origin_).substr(kScheme.size()); }
+std::string_view Url::host_port() const {
+  return std::string_view(origin_).substr(SchemePrefix(scheme_).size());
+}
 
-absl::StatusOr<Url> ParseUrl(std::string_view text) {
+absl::StatusOr<Url> ParseUrl(std::string_view text, UrlSchemes schemes) {
   auto bad = [&](std::string_view why) {
     return InvalidArgumentError(util::codes::kBadUrl, fmt::format("'{}': {}", text, why));
   };
-  std::string lower_scheme(text.substr(0, kScheme.size()));
-  absl::AsciiStrToLower(&lower_scheme);
-  if (lower_scheme != kScheme) {
-    std::string https(text.substr(0, 8));
-    absl::AsciiStrToLower(&https);
-    if (https == "https://") return bad("https:// is not supported, only http://");
-    return bad("only http:// URLs are supported");
+  auto has_prefix = [&](std::string_view prefix) {
+    std::string lower(text.substr(0, prefix.size()));
+    absl::AsciiStrToLower(&lower);
+    return lower == prefix;
+  };
+  Scheme scheme = Scheme::kHttp;
+  if (has_prefix(kHttps)) {
+    if (schemes == UrlSchemes::kHttp) return bad("https:// is not supported, only http://");
+    scheme = Scheme::kHttps;
+  } else if (!has_prefix(kHttp)) {
+    return bad(schemes == UrlSchemes::kHttp ? "only http:// URLs are supported"
+                                            : "only http:// and https:// URLs are supported");
   }
-  std::string_view rest = text.substr(kScheme.size());
+  std::string_view rest = text.substr(SchemePrefix(scheme).size());
   if (rest.find_first_of("?#") != std::string_view::npos) {
     return bad("a query or fragment is not allowed");
   }
@@ -84,13 +95,13 @@ absl::StatusOr<Url> ParseUrl(std::string_view text) {
   for (char c : path) {
     if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return bad("bad character in path");
   }
-  int port = 80;
+  int port = scheme == Scheme::kHttps ? 443 : 80;
   if (has_port) {
     if (!IsDigits(port_text) || port_text.size() > 5) return bad("bad port");
     port = std::stoi(std::string(port_text));
     if (port < 1 || port > 65535) return bad("port out of range");
   }
-  return Url(std::move(host), port, std::move(path));
+  return Url(std::move(host), port, std::move(path), scheme);
 }
 
 }  // namespace deepinfer::http

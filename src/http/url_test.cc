@@ -90,5 +90,25 @@ TEST(UrlTest, ErrorsNameTheUrlAndTheReason) {
   EXPECT_NE(std::string(ParseUrl("http://h:0").status().message()).find("port"), std::string::npos);
 }
 
+TEST(UrlTest, HttpsIsParsedOnlyWhenAskedForAndDefaultsToPort443) {
+  auto url = ParseUrl("HTTPS://Images.Example.com/a/b.png", UrlSchemes::kHttpOrHttps);
+  ASSERT_TRUE(url.ok()) << url.status();
+  EXPECT_TRUE(url->tls());
+  EXPECT_EQ(url->port(), 443);
+  EXPECT_EQ(url->origin(), "https://images.example.com:443");
+  EXPECT_EQ(url->host_port(), "images.example.com:443");
+  EXPECT_EQ(url->path(), "/a/b.png");
+  auto v6 = ParseUrl("https://[::1]:8443", UrlSchemes::kHttpOrHttps);
+  ASSERT_TRUE(v6.ok()) << v6.status();
+  EXPECT_EQ(v6->host_port(), "[::1]:8443");
+  auto plain = ParseUrl("http://h", UrlSchemes::kHttpOrHttps);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->tls());
+  EXPECT_EQ(plain->port(), 80);
+  EXPECT_EQ(ErrorCodeOf(ParseUrl("ftp://h", UrlSchemes::kHttpOrHttps).status()), "bad_url");
+  EXPECT_EQ(ErrorCodeOf(ParseUrl("https://u@h", UrlSchemes::kHttpOrHttps).status()), "bad_url");
+  EXPECT_FALSE(ParseUrl("https://h").ok());  // plain http unless asked
+}
+
 }  // namespace
 }  // namespace deepinfer::http

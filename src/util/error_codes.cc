@@ -72,6 +72,7 @@ constexpr ErrorCode kAll[] = {
     codes::kBackendTimeout,
     codes::kConnectTimeout,
     codes::kTimeout,
+    codes::kTlsHandshakeFailed,
     codes::kBadFlags,
     codes::kBadOption,
     codes::kBadAddress,

@@ -274,6 +274,10 @@ inline constexpr ErrorCode kConnectTimeout{"connect_timeout", absl::StatusCode::
 inline constexpr ErrorCode kTimeout{"timeout", absl::StatusCode::kDeadlineExceeded, 504,
                                     ErrorSurface::kCommand,
                                     "An HTTP exchange passed its deadline."};
+inline constexpr ErrorCode kTlsHandshakeFailed{
+    "tls_handshake_failed", absl::StatusCode::kUnavailable, 503, ErrorSurface::kCommand,
+    "A TLS handshake failed: the server's certificate could not be verified for its host, or the "
+    "server shares no TLS 1.2 or later with the client."};
 inline constexpr ErrorCode kBadFlags{"bad_flags", absl::StatusCode::kInvalidArgument, 400,
                                      ErrorSurface::kCommand,
                                      "A command-line flag is malformed or out of range."};

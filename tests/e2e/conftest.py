@@ -58,7 +58,9 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, timeout_s: float, what: 
 class Server:
     """A running `deepinfer serve` process."""
 
-    def __init__(self, model: pathlib.Path, name: str, extra_args=()):
+    def __init__(self, model: pathlib.Path, name: str, extra_args=(), env=None):
+        """`env`: variables set for the process on top of this one's environment (None: this
+        one's as it is)."""
         exe = binary()
         if not exe.exists():
             pytest.fail(f"deepinfer binary not found at {exe} (build it or set DEEPINFER_BIN)")
@@ -69,7 +71,8 @@ class Server:
                                                delete=False)
         self.args = [str(exe), "serve", "--model", str(model), "--host", "127.0.0.1", "--port",
                      str(self.port), "--served-model-name", name, *extra_args]
-        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=None if env is None else {**os.environ, **env})
         self._wait_ready(timeout_s=120)
 
     def _wait_ready(self, timeout_s: float):

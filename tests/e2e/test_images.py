@@ -7,13 +7,19 @@ anthropic SDKs. Bad input: every case gets its 400 code before any stream byte, 
 stays healthy. Running: chat, Responses and Anthropic requests with images answer; greedy answers
 are deterministic and streaming equals non-streaming; the same image in a later request hits the
 prefix cache through its span and is not encoded again, another image with the same token ids
-shares no block at or after its span. Skips when ../shared is absent (a user's clone)."""
+shares no block at or after its span. https image URLs: served by a local TLS server with a
+certificate made at test time (the openssl CLI), trusted through SSL_CERT_FILE in the server's
+environment; the same answer as the image as a data: URI, the domain list still applies, and a
+server that does not trust the certificate refuses the fetch. Skips when ../shared is absent (a
+user's clone)."""
 
 import base64
 import http.server
 import io
 import json
 import shutil
+import ssl
+import subprocess
 import threading
 import time
 
@@ -70,14 +76,46 @@ def media_server():
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def tls_cert(tmp_path_factory):
+    """(cert, key): a self-signed certificate for 127.0.0.1 and localhost, made now."""
+    d = tmp_path_factory.mktemp("tls")
+    openssl = shutil.which("openssl")
+    assert openssl, "the openssl command (Debian package openssl) makes the test certificate"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", str(d / "key.pem"),
+                    "-out", str(d / "cert.pem"), "-days", "2", "-subj", "/CN=deepinfer test",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return d / "cert.pem", d / "key.pem"
+
+
+@pytest.fixture(scope="module")
+def https_media_server(tls_cert):
+    """The goldens' images over https on 127.0.0.1 (an allowed media domain), with `tls_cert`."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*tls_cert)
+    # The handshake runs in accept(); one that fails (an untrusting client) drops that connection.
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+SERVE_ARGS = ["--threads", "2", "--allowed-local-media-path", str(IMAGES),
+              "--allowed-media-domains", "127.0.0.1", "--limit-images-per-request", "3",
+              "--max-image-pixels", "4000000", "--media-fetch-timeout", "5"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tls_cert):
+    """Trusts `tls_cert` (SSL_CERT_FILE), besides the system's CAs."""
     d = tmp_path_factory.mktemp("v41vis_b")
     for f in ["config.json", "weights.json", "tokenizer.json"]:
         shutil.copy(CASE / f, d / f)
     synthetic_checkpoint(d, d)
-    s = Server(d, NAME, ["--threads", "2", "--allowed-local-media-path", str(IMAGES),
-                         "--allowed-media-domains", "127.0.0.1", "--limit-images-per-request",
-                         "3", "--max-image-pixels", "4000000", "--media-fetch-timeout", "5"])
+    s = Server(d, NAME, SERVE_ARGS, env={"SSL_CERT_FILE": str(tls_cert[0])})
     s.model_dir = d
     yield s
     assert s.alive(), "the server died during the tests:\n" + s.logs()
@@ -216,6 +254,48 @@ def test_fetch_errors_over_http(server, media_server):
                    json={"model": NAME, "max_tokens": 4,
                          **chat_with(image_part(f"{media_server}/p01_1x1.png"))})
     assert r.status_code == 200, r.text
+
+
+def greedy_chat(s, part):
+    """(answer, usage) of a greedy chat request with one image part."""
+    c = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    r = c.chat.completions.create(model=NAME, max_tokens=4, temperature=0,
+                                  messages=chat_with(part)["messages"])
+    return r.choices[0].message.content, r.usage
+
+
+def test_https_images_are_fetched_under_the_same_policy(server, https_media_server):
+    url = f"{https_media_server}/p07_gray_300x180.png"
+    data = data_uri("p07_gray_300x180.png")
+    assert tokenize(server, [image_part(url)])["count"] == \
+        tokenize(server, [image_part(data)])["count"]
+    fetched, fetched_usage = greedy_chat(server, image_part(url))
+    sent, sent_usage = greedy_chat(server, image_part(data))
+    assert fetched == sent
+    assert (fetched_usage.prompt_tokens, fetched_usage.completion_tokens) == \
+        (sent_usage.prompt_tokens, sent_usage.completion_tokens)
+    # The allow-list is by host name: localhost is the same server, but not an allowed domain.
+    other = https_media_server.replace("127.0.0.1", "localhost")
+    error = error_of(server, chat_with(image_part(f"{other}/p07_gray_300x180.png")))
+    assert error["code"] == "image_url_not_allowed", error
+    error = error_of(server, chat_with(image_part(f"{https_media_server}/missing.png")))
+    assert error["code"] == "image_fetch_failed" and "404" in error["message"], error
+    assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200
+
+
+def test_an_untrusted_certificate_is_refused(server, https_media_server):
+    """A server started without SSL_CERT_FILE trusts only the system's CAs, which never signed a
+    certificate made a moment ago."""
+    s = Server(server.model_dir, NAME, SERVE_ARGS)
+    try:
+        error = error_of(s, chat_with(image_part(f"{https_media_server}/p01_1x1.png")))
+        assert error["code"] == "image_fetch_failed", error
+        assert "certificate could not be verified" in error["message"], error
+        assert error["param"] == "messages[0].content[1]", error
+        assert httpx.get(s.base_url + "/health", timeout=10).status_code == 200
+        assert s.alive()
+    finally:
+        s.stop()
 
 
 def test_every_api_runs_images(server):

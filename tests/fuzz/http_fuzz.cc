@@ -129,12 +129,16 @@ void FuzzSseParser(std::string_view input) {
 }
 
 void FuzzUrl(std::string_view input) {
-  auto url = deepinfer::http::ParseUrl(input.substr(0, input.find('\n')));
-  if (!url.ok()) return;
-  if (url->host().empty() || url->port() < 1 || url->port() > 65535) __builtin_trap();
-  auto again = deepinfer::http::ParseUrl(url->ToString());
-  if (!again.ok() || again->origin() != url->origin() || again->path() != url->path()) {
-    __builtin_trap();
+  using deepinfer::http::UrlSchemes;
+  for (const UrlSchemes schemes : {UrlSchemes::kHttp, UrlSchemes::kHttpOrHttps}) {
+    auto url = deepinfer::http::ParseUrl(input.substr(0, input.find('\n')), schemes);
+    if (!url.ok()) continue;
+    if (url->host().empty() || url->port() < 1 || url->port() > 65535) __builtin_trap();
+    if (schemes == UrlSchemes::kHttp && url->tls()) __builtin_trap();
+    auto again = deepinfer::http::ParseUrl(url->ToString(), schemes);
+    if (!again.ok() || again->origin() != url->origin() || again->path() != url->path()) {
+      __builtin_trap();
+    }
   }
 }
 
