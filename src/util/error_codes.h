@@ -92,8 +92,8 @@ inline constexpr ErrorCode kImageUrlNotAllowed{
     "outside --allowed-local-media-path, or another scheme; `param` names the part."};
 inline constexpr ErrorCode kImageFetchFailed{
     "image_fetch_failed", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
-    "An allowed image URL could not be read (connection, timeout, HTTP status, missing file); "
-    "`param` names the part."};
+    "An allowed image URL could not be read (connection, timeout, TLS certificate, HTTP "
+    "status, missing file); `param` names the part."};
 inline constexpr ErrorCode kInvalidToken{
     "invalid_token", absl::StatusCode::kInvalidArgument, 400, ErrorSurface::kServe,
     "A token id outside the vocabulary (prompt, logit_bias, stop_token_ids)."};
