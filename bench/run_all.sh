@@ -3,7 +3,7 @@
 # (runtime through llama-cpp-python; serving against llama.cpp's own `llama-server`, built by
 # bench/build_llama_server.sh from the same sdist on first use, ~12 minutes on 2 cores), and the
 # DeepSeek-V3-shaped checkpoints (made on first use, ~3 GB under $DEEPINFER_BENCH_MODELS, default
-# /tmp/ds-bench). Writes bench/results/{runtime,serve,fairness,deepseek*}.{md,json}.
+# /tmp/ds-bench). Writes bench/results/{runtime,serve,fairness,deepseek*,dspark,images}.{md,json}.
 # Usage: bench/run_all.sh [BUILD_DIR]   (PYTHON=... picks an interpreter with llama-cpp-python;
 #   LLAMA_BIN=DIR uses an existing llama-server build instead of building one)
 # Run it on a quiet machine: both engines share the cores with everything else; the scripts
@@ -62,3 +62,11 @@ echo "== DSpark speculative decoding on V4.1-shaped checkpoints (agreeing and ra
 "$PY" bench/dspark.py --deepinfer "$BUILD/deepinfer" --threads "$THREADS" \
   --models "${DEEPINFER_BENCH_MODELS:-/tmp/dspark-bench}" --json bench/results/dspark.json \
   | tee bench/results/dspark.md
+echo "== Images on DeepSeek-V4.1 (vision tower): encode by size, TTFT with 1-16 images, images/s, caches"
+if [ -d ../shared/goldens/deepseek_v41_vision ]; then
+  "$PY" bench/images.py --binary "$BUILD/deepinfer" --threads "$THREADS" \
+    --models "${DEEPINFER_BENCH_MODELS:-/tmp/images-bench}" --json bench/results/images.json \
+    | tee bench/results/images.md
+else
+  echo "skipped: ../shared/goldens/deepseek_v41_vision (the checkpoints' recipe) is absent"
+fi
