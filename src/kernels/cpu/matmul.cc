@@ -219,6 +219,8 @@ void SetIsaForTest(Isa isa) {
   ActiveIsaSlot().store(static_cast<int>(ClampToHardware(isa)), std::memory_order_relaxed);
 }
 
+Isa HardwareIsa() { return ClampToHardware(Isa::kAvx512); }
+
 Isa MatMulKernelIsa(const tensor::TensorView& w) {
   DI_CHECK(HasCpuMatMul(w));
   if (IsBlockScaled(w.dtype) && !SimdScaleBlocks(w)) return Isa::kScalar;
@@ -226,6 +228,25 @@ Isa MatMulKernelIsa(const tensor::TensorView& w) {
   const Tables& all = AllTables();
   const internal::TypeKernels* entry = &KernelsForType(all.table[isa], w.dtype);
   return all.origin[isa][entry - &all.table[isa].f32];
+}
+
+std::string MatMulKernelsByType(const std::vector<const tensor::TensorView*>& weights) {
+  std::string out;
+  for (const tensor::DTypeInfo& info : tensor::AllDTypes()) {
+    bool used[3] = {};
+    for (const tensor::TensorView* w : weights)
+      if (w->dtype == info.type) used[static_cast<int>(MatMulKernelIsa(*w))] = true;
+    std::string isas;
+    for (int i = 2; i >= 0; --i) {
+      if (!used[i]) continue;
+      if (!isas.empty()) isas += '+';
+      isas += IsaName(static_cast<Isa>(i));
+    }
+    if (isas.empty()) continue;
+    if (!out.empty()) out += ", ";
+    out.append(info.name).append(" ").append(isas);
+  }
+  return out;
 }
 
 const char* IsaName(Isa isa) {

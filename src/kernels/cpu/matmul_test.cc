@@ -526,6 +526,30 @@ TEST(IsaTest, NoWeightTypeFallsBackToScalarOnAvx2) {
   SetIsaForTest(DetectIsa());
 }
 
+TEST(IsaTest, KernelsByTypeNamesEachTypeOnceWithEveryIsaItRunsOn) {
+  SetIsaForTest(Isa::kAvx2);
+  if (ActiveIsa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
+  const uint8_t scale_byte = 127;
+  auto view = [&](DType t, int32_t block_rows, int32_t block_cols) {
+    tensor::TensorView w;
+    w.dtype = t;
+    w.shape = {64, 256};
+    if (block_cols > 0) {
+      w.scale = &scale_byte;
+      w.scale_block_rows = block_rows;
+      w.scale_block_cols = block_cols;
+    }
+    return w;
+  };
+  const tensor::TensorView fp4 = view(DType::kFp4E2M1, 1, 32), fp8 = view(DType::kF8E4M3, 32, 32),
+                           fp8_narrow = view(DType::kF8E4M3, 4, 8), bf16 = view(DType::kBF16, 0, 0),
+                           bf16_too = view(DType::kBF16, 0, 0);
+  EXPECT_EQ(MatMulKernelsByType({&fp4, &fp8, &bf16, &fp8_narrow, &bf16_too}),
+            "BF16 avx2, F8_E4M3 avx2+scalar, FP4_E2M1 avx2");
+  EXPECT_EQ(MatMulKernelsByType({}), "");
+  SetIsaForTest(DetectIsa());
+}
+
 TEST(IsaTest, EnvironmentOverrideIsHonouredAndClampedToHardware) {
   SetIsaForTest(Isa::kScalar);
   EXPECT_EQ(ActiveIsa(), Isa::kScalar);
