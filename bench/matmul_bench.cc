@@ -1,4 +1,6 @@
-// Benchmarks of the CPU matmul kernels on SmolLM2 shapes.
+// Benchmarks of the CPU matmul kernels on SmolLM2 shapes, the vision tower's BF16 shapes and
+// DeepSeek-V4.1-sized layers in the released formats (FP8 E4M3 with 32 x 32 E8M0 scales, FP4 E2M1
+// with 1 x 32).
 //
 //   ninja -C build-kernels matmul_bench && build-kernels/src/kernels/cpu/matmul_bench
 //   DEEPINFER_ISA=avx2 build-kernels/src/kernels/cpu/matmul_bench --benchmark_filter=Decode
@@ -37,24 +39,38 @@ constexpr size_t kColdBytes = size_t{256} << 20;  // well above a 32 MiB L3
 
 struct Weights {
   std::vector<uint8_t> bytes;  // `copies` back-to-back copies of one [out, in] weight
+  std::vector<uint8_t> scales;  // block-scaled types: `copies` copies of its E8M0 scales
   int copies = 1;
   size_t one_bytes = 0;
+  size_t one_scale_bytes = 0;
+  int32_t scale_block_rows = 0, scale_block_cols = 0;
 };
 
 Weights MakeWeights(DType t, int64_t out, int64_t in, bool cold) {
   Weights w;
   w.one_bytes = tensor::BlockBytes(t) * static_cast<size_t>(out * in / tensor::BlockSize(t));
-  w.copies = cold ? static_cast<int>(kColdBytes / w.one_bytes + 1) : 1;
+  if (IsBlockScaled(t)) {  // the released checkpoints' blocks: FP8 32 x 32 (V4.1), FP4 1 x 32
+    w.scale_block_rows = t == DType::kF8E4M3 ? 32 : 1;
+    w.scale_block_cols = 32;
+    w.one_scale_bytes = static_cast<size_t>((out + w.scale_block_rows - 1) / w.scale_block_rows *
+                                            (in / w.scale_block_cols));
+  }
+  w.copies = cold ? static_cast<int>(kColdBytes / (w.one_bytes + w.one_scale_bytes) + 1) : 1;
   w.bytes.resize(w.one_bytes * w.copies);
   std::mt19937 rng(1);
   for (auto& b : w.bytes) b = static_cast<uint8_t>(rng());
+  if (t == DType::kF8E4M3) {  // no NaN codes
+    for (auto& b : w.bytes) b = (b & 0x7f) == 0x7f ? b ^ 1 : b;
+  }
+  w.scales.resize(w.one_scale_bytes * w.copies);
+  for (auto& b : w.scales) b = static_cast<uint8_t>(120 + rng() % 8);  // 2^-7 .. 1
   // Keep fp16 scales finite: overwrite them with 0.01 in every block.
   const size_t bb = tensor::BlockBytes(t);
   const uint16_t d = internal::FloatToHalf(0.01f);
-  for (size_t off = 0; off + bb <= w.bytes.size(); off += bb) {
+  for (size_t off = 0; off + bb <= w.bytes.size() && IsQuantized(t); off += bb) {
     if (t == DType::kQ6_K) {
       std::memcpy(&w.bytes[off + 208], &d, 2);
-    } else if (t != DType::kF32 && t != DType::kF16 && t != DType::kBF16) {
+    } else {
       std::memcpy(&w.bytes[off], &d, 2);
       if (t == DType::kQ4_1 || t == DType::kQ4_K) std::memcpy(&w.bytes[off + 2], &d, 2);
     }
@@ -88,9 +104,12 @@ void RunMatMul(benchmark::State& state, DType t, int64_t out, int64_t in, int64_
   view.dtype = t;
   view.shape = {out, in};
   view.size_bytes = w.one_bytes;
+  view.scale_block_rows = w.scale_block_rows;
+  view.scale_block_cols = w.scale_block_cols;
   int copy = 0;
   for (auto _ : state) {
     view.data = w.bytes.data() + static_cast<size_t>(copy) * w.one_bytes;
+    if (!w.scales.empty()) view.scale = w.scales.data() + static_cast<size_t>(copy) * w.one_scale_bytes;
     copy = (copy + 1) % w.copies;
     if (panels) {
       MatMulPanels(view, x.data(), tokens, y.data(), pool);
@@ -100,9 +119,9 @@ void RunMatMul(benchmark::State& state, DType t, int64_t out, int64_t in, int64_
     benchmark::DoNotOptimize(y.data());
   }
   state.SetLabel(IsaName(ActiveIsa()));
-  if (tokens == 1) {
+  if (tokens == 1) {  // the bytes a decode step reads: weights and their scales
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
-                            static_cast<int64_t>(w.one_bytes));
+                            static_cast<int64_t>(w.one_bytes + w.one_scale_bytes));
   } else {
     state.counters["GFLOP/s"] = benchmark::Counter(
         2.0 * static_cast<double>(out * in * tokens) * static_cast<double>(state.iterations()),
@@ -125,6 +144,27 @@ BENCHMARK(BM_Q8_0_49152x576_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_Q4_1_1536x576_Prefill512)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_Q4_1_576x1536_Prefill512)->Arg(1)->Arg(2)->UseRealTime();
 BENCHMARK(BM_Q8_0_49152x576_Prefill512)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// DeepSeek-V4.1-sized layers in the released formats: a 4096 x 4096 attention projection in FP8
+// (32 x 32 scales) and an expert's 2048 x 4096 gate/up and 4096 x 2048 down in FP4 (1 x 32).
+void BM_Fp8_4096x4096_DecodeCold(benchmark::State& s) { RunMatMul(s, DType::kF8E4M3, 4096, 4096, 1, true); }
+void BM_Fp4_2048x4096_DecodeCold(benchmark::State& s) { RunMatMul(s, DType::kFp4E2M1, 2048, 4096, 1, true); }
+void BM_Fp4_4096x2048_DecodeCold(benchmark::State& s) { RunMatMul(s, DType::kFp4E2M1, 4096, 2048, 1, true); }
+void BM_Fp8_4096x4096_DecodeHot(benchmark::State& s) { RunMatMul(s, DType::kF8E4M3, 4096, 4096, 1, false); }
+void BM_Fp4_2048x4096_DecodeHot(benchmark::State& s) { RunMatMul(s, DType::kFp4E2M1, 2048, 4096, 1, false); }
+// The BF16 output head of the V4.1-shaped checkpoint (vocabulary 129,280, hidden 2048): the
+// largest matrix a decode step reads.
+void BM_Bf16_Head129280x2048_DecodeCold(benchmark::State& s) { RunMatMul(s, DType::kBF16, 129280, 2048, 1, true); }
+void BM_Fp8_4096x4096_Prefill512(benchmark::State& s) { RunMatMul(s, DType::kF8E4M3, 4096, 4096, 512, false); }
+void BM_Fp4_2048x4096_Prefill512(benchmark::State& s) { RunMatMul(s, DType::kFp4E2M1, 2048, 4096, 512, false); }
+BENCHMARK(BM_Fp8_4096x4096_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Fp4_2048x4096_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Fp4_4096x2048_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Fp8_4096x4096_DecodeHot)->Arg(1)->UseRealTime();
+BENCHMARK(BM_Fp4_2048x4096_DecodeHot)->Arg(1)->UseRealTime();
+BENCHMARK(BM_Bf16_Head129280x2048_DecodeCold)->Arg(1)->Arg(2)->UseRealTime();
+BENCHMARK(BM_Fp8_4096x4096_Prefill512)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Fp4_2048x4096_Prefill512)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The BF16 matmuls of one release-sized ViT layer (DeepSeek-V4.1's vision tower: width 1024,
 // SwiGLU 2816) on a 1,024-patch image, next to BM_FmaPeak: the tower's matmul efficiency.

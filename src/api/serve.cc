@@ -560,6 +560,7 @@ void LogReady(const ServeOptions& o, const ServedModel& served, const LoadedMode
   spdlog::info("KV cache: {} tokens, {} bytes per token ({:.1f} KiB, {}); numerics {}",
                engine.kv_capacity_tokens(), per_token, per_token / 1024.0,
                kernels::KvDtypeName(o.engine.kv_cache_dtype), engine.numerics_name());
+  spdlog::info("matmul kernels: {}", engine::MatMulKernelsSummary(*loaded.servable.model));
   if (engine.draft_tokens_per_step() > 0) {
     spdlog::info("speculative decoding: {} drafter, up to {} draft tokens per step",
                  engine.drafter_name(), engine.draft_tokens_per_step());

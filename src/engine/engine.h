@@ -204,4 +204,10 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateDataParallelEngine(
     const model::Model& model, const EngineOptions& options, int32_t ranks,
     DataParallelCores cores = DataParallelCores::kSplit);
 
+// The matmul kernels `model` runs with, for serve's start-up log: the ISA in use (and the CPU's,
+// when DEEPINFER_ISA lowered it) and, per weight type among its matrices, the ISA whose kernels
+// multiply it (kernels::MatMulKernelsByType), e.g.
+// "ISA avx2 (the CPU has avx512; DEEPINFER_ISA); by weight type: BF16 avx2, F8_E4M3 avx2".
+std::string MatMulKernelsSummary(const model::Model& model);
+
 }  // namespace deepinfer::engine

@@ -83,6 +83,8 @@ const DTypeInfo* FindDType(DType t) {
   return row < 0 ? nullptr : &kDTypes[row];
 }
 
+std::span<const DTypeInfo> AllDTypes() { return kDTypes; }
+
 int64_t BlockSize(DType t) {
   const DTypeInfo* info = FindDType(t);
   return info == nullptr ? 0 : info->block_size;

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 namespace deepinfer::tensor {
@@ -46,6 +47,8 @@ struct DTypeInfo {
 
 // The table entry of `t`; nullptr for kInvalid and values outside the table.
 const DTypeInfo* FindDType(DType t);
+// Every entry of the table (tests walk it to cover each type a loader can produce).
+std::span<const DTypeInfo> AllDTypes();
 // Elements per block; 0 for a type outside the table (callers check before dividing).
 int64_t BlockSize(DType t);
 // Bytes per block; 0 for a type outside the table.

@@ -60,9 +60,16 @@ std::atomic<int>& ActiveIsaSlot() {
   return slot;
 }
 
-const KernelTable& Table(Isa isa) {
-  static const KernelTable* tables = [] {
-    static KernelTable t[3];
+// The kernel tables of the three ISAs after fallbacks, and which ISA's kernel each entry is.
+struct Tables {
+  KernelTable table[3];
+  Isa origin[3][internal::kKernelTableEntries];
+};
+
+const Tables& AllTables() {
+  static const Tables* tables = [] {
+    static Tables all;
+    KernelTable* t = all.table;
     internal::FillScalarKernels(&t[0]);
 #if defined(DI_KERNELS_X86)
     // Even the Fill functions are compiled for their ISA (the compiler may use wide stores), so
@@ -70,17 +77,25 @@ const KernelTable& Table(Isa isa) {
     if (CpuHasAvx2()) internal::FillAvx2Kernels(&t[1]);
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
 #endif
+    for (int k = 0; k < internal::kKernelTableEntries; ++k) all.origin[0][k] = Isa::kScalar;
     // A type an ISA does not implement uses the next lower ISA's kernels.
     for (int i = 1; i < 3; ++i) {
       internal::TypeKernels* lower = &t[i - 1].f32;
       internal::TypeKernels* mine = &t[i].f32;
-      for (int k = 0; k < internal::kKernelTableEntries; ++k)
-        if (mine[k].gemm == nullptr) mine[k] = lower[k];
+      for (int k = 0; k < internal::kKernelTableEntries; ++k) {
+        all.origin[i][k] = static_cast<Isa>(i);
+        if (mine[k].gemm == nullptr) {
+          mine[k] = lower[k];
+          all.origin[i][k] = all.origin[i - 1][k];
+        }
+      }
     }
-    return t;
+    return &all;
   }();
-  return tables[static_cast<int>(isa)];
+  return *tables;
 }
+
+const KernelTable& Table(Isa isa) { return AllTables().table[static_cast<int>(isa)]; }
 
 // The AVX-512 table with the ggml-order Q4_1 / Q8_0 kernels in place of the default ones.
 const KernelTable& GgmlOrderTable() {
@@ -94,7 +109,11 @@ const KernelTable& GgmlOrderTable() {
   return *table;
 }
 
-const internal::TypeKernels& KernelsFor(DType t, const KernelTable& k) {
+}  // namespace
+
+namespace internal {
+
+const TypeKernels& KernelsForType(const KernelTable& k, DType t) {
   switch (t) {
     case DType::kF32:
       return k.f32;
@@ -122,6 +141,18 @@ const internal::TypeKernels& KernelsFor(DType t, const KernelTable& k) {
   }
 }
 
+}  // namespace internal
+
+namespace {
+
+using internal::KernelsForType;
+
+// The SIMD kernels take one scale per 16 columns (FP4: per 32, the loader's 1 x 32); other
+// block widths run the portable kernel.
+bool SimdScaleBlocks(const tensor::TensorView& w) {
+  return w.scale_block_cols % (w.dtype == DType::kFp4E2M1 ? 32 : 16) == 0;
+}
+
 // Grows but never shrinks, so steady-state calls do not allocate.
 uint8_t* Scratch(size_t bytes) {
   thread_local std::vector<uint8_t> buf;
@@ -144,14 +175,13 @@ Prepared Prepare(const tensor::TensorView& w, const float* x, int64_t num_tokens
   const int64_t wb = tensor::BlockSize(w.dtype);
   DI_CHECK(in % wb == 0);
   Prepared p{};
-  p.kernels = &KernelsFor(w.dtype, table);
+  p.kernels = &KernelsForType(table, w.dtype);
   if (IsBlockScaled(w.dtype)) {
     p.args.scale = w.scale;
     p.args.scale_block_rows = w.scale_block_rows;
     p.args.scale_block_cols = w.scale_block_cols;
     p.args.scale_cols = (in + w.scale_block_cols - 1) / w.scale_block_cols;
-    // The SIMD kernels take one scale per 16 columns; other block widths run the portable one.
-    if (w.scale_block_cols % 16 != 0) p.kernels = &KernelsFor(w.dtype, Table(Isa::kScalar));
+    if (!SimdScaleBlocks(w)) p.kernels = &KernelsForType(Table(Isa::kScalar), w.dtype);
   }
   p.args.w = w.data;
   p.args.w_row_bytes = tensor::BlockBytes(w.dtype) * static_cast<size_t>(in / wb);
@@ -187,6 +217,36 @@ Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order
 
 void SetIsaForTest(Isa isa) {
   ActiveIsaSlot().store(static_cast<int>(ClampToHardware(isa)), std::memory_order_relaxed);
+}
+
+Isa HardwareIsa() { return ClampToHardware(Isa::kAvx512); }
+
+Isa MatMulKernelIsa(const tensor::TensorView& w) {
+  DI_CHECK(HasCpuMatMul(w));
+  if (IsBlockScaled(w.dtype) && !SimdScaleBlocks(w)) return Isa::kScalar;
+  const int isa = static_cast<int>(ActiveIsa());
+  const Tables& all = AllTables();
+  const internal::TypeKernels* entry = &KernelsForType(all.table[isa], w.dtype);
+  return all.origin[isa][entry - &all.table[isa].f32];
+}
+
+std::string MatMulKernelsByType(const std::vector<const tensor::TensorView*>& weights) {
+  std::string out;
+  for (const tensor::DTypeInfo& info : tensor::AllDTypes()) {
+    bool used[3] = {};
+    for (const tensor::TensorView* w : weights)
+      if (w->dtype == info.type) used[static_cast<int>(MatMulKernelIsa(*w))] = true;
+    std::string isas;
+    for (int i = 2; i >= 0; --i) {
+      if (!used[i]) continue;
+      if (!isas.empty()) isas += '+';
+      isas += IsaName(static_cast<Isa>(i));
+    }
+    if (isas.empty()) continue;
+    if (!out.empty()) out += ", ";
+    out.append(info.name).append(" ").append(isas);
+  }
+  return out;
 }
 
 const char* IsaName(Isa isa) {

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "tensor/dtype.h"
 #include "tensor/tensor.h"
@@ -12,13 +14,24 @@ namespace deepinfer::kernels {
 // tests and benchmarks; a level the CPU lacks is lowered to one it has).
 // kAvx2 needs AVX2 + FMA + F16C; kAvx512 needs AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Zen 4 and
 // later; older AVX-512 parts run the AVX2 path). Types without an AVX-512 kernel (K-quants and
-// float weights) use the AVX2 one.
+// float weights) use the AVX2 one; every weight type MatMul accepts has an AVX2 kernel.
 enum class Isa { kScalar, kAvx2, kAvx512 };
 Isa DetectIsa();
+// The highest level this CPU has, whatever DEEPINFER_ISA says.
+Isa HardwareIsa();
 // The ISA the kernels use now; SetIsaForTest overrides it (tests compare paths).
 Isa ActiveIsa();
 void SetIsaForTest(Isa isa);
 const char* IsaName(Isa isa);
+// Which ISA's kernel MatMul runs for `w` under ActiveIsa(): a type that ISA has no kernel for
+// uses the next lower one's, and block-scaled weights whose scale blocks the SIMD kernels do not
+// take (FP8 blocks not a multiple of 16 columns wide, FP4 of 32) the portable one.
+// REQUIRES: HasCpuMatMul(w) (kernels/cpu/quant.h).
+Isa MatMulKernelIsa(const tensor::TensorView& w);
+// Per weight type among `weights` (each HasCpuMatMul), in tensor/dtype.h's table order, the
+// type's name and MatMulKernelIsa's ISA name(s) joined by '+': "BF16 avx2, F8_E4M3 avx2+scalar".
+// What serve logs at start-up.
+std::string MatMulKernelsByType(const std::vector<const tensor::TensorView*>& weights);
 
 // y = x W^T for a weight in any supported dtype, computed directly on quantized blocks.
 //

@@ -56,11 +56,13 @@ struct TypeKernels {
   RowBytesFn act_row_bytes = nullptr;
 };
 
-// Kernel table of one ISA; entries with a null gemm fall back to the scalar ones.
+// Kernel table of one ISA; entries with a null gemm fall back to the next lower ISA's.
 struct KernelTable {
   TypeKernels f32, f16, bf16, q4_0, q4_1, q8_0, q4_k, q6_k, fp8, fp4;
 };
 constexpr int kKernelTableEntries = sizeof(KernelTable) / sizeof(TypeKernels);
+// The entry of `table` for weights of type `t`. REQUIRES: HasCpuKernel(t) or IsBlockScaled(t).
+const TypeKernels& KernelsForType(const KernelTable& table, tensor::DType t);
 
 // E8M0 byte b -> 2^(b - 127) as f32 (0 below the smallest denormal; b = 255, NaN, never reaches
 // a kernel: the loader refuses it).

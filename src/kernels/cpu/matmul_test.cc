@@ -60,13 +60,18 @@ const char* TypeName(DType t) {
       return "Q4_K";
     case DType::kQ6_K:
       return "Q6_K";
+    case DType::kF8E4M3:
+      return "FP8";
+    case DType::kFp4E2M1:
+      return "FP4";
     default:
       return "other";
   }
 }
 
-// Random but valid weight bytes: any bit pattern is a valid quantized value, so only the fp16
-// scale fields are chosen (small, positive or negative, never inf/NaN).
+// Random but valid weight bytes: any bit pattern is a valid quantized value (FP8 E4M3 but its
+// two NaN codes), so only the fp16 scale fields are chosen (small, positive or negative, never
+// inf/NaN). Block-scaled types take their scales from RandomScales.
 std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt19937* rng) {
   const int64_t nb = rows * cols / tensor::BlockSize(t);
   std::vector<uint8_t> bytes(static_cast<size_t>(nb) * tensor::BlockBytes(t));
@@ -108,6 +113,9 @@ std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt1
       case DType::kQ6_K:
         set16(p + 208, scale(0.0005f));
         break;
+      case DType::kF8E4M3:
+        if ((*p & 0x7f) == 0x7f) *p ^= 1;
+        break;
       default:
         break;
     }
@@ -115,12 +123,27 @@ std::vector<uint8_t> RandomWeights(DType t, int64_t rows, int64_t cols, std::mt1
   return bytes;
 }
 
+// The block shapes the released checkpoints use: FP8 DeepSeek-V4.1's 32 x 32 (V4's 128 x 128
+// runs in BlockScaledMatMulTest), FP4 1 x 32.
+int64_t ScaleBlockRows(DType t) { return t == DType::kF8E4M3 ? 32 : 1; }
+constexpr int64_t kScaleBlockCols = 32;
+
+// E8M0 scales of a block-scaled weight, 2^-7 to 2^4 (finite products); empty for other types.
+std::vector<uint8_t> RandomScales(DType t, int64_t rows, int64_t cols, std::mt19937* rng) {
+  if (!IsBlockScaled(t)) return {};
+  const int64_t br = ScaleBlockRows(t), bc = kScaleBlockCols;
+  std::vector<uint8_t> scales(static_cast<size_t>((rows + br - 1) / br * ((cols + bc - 1) / bc)));
+  for (auto& b : scales) b = static_cast<uint8_t>(120 + (*rng)() % 12);
+  return scales;
+}
+
 // Reference y[t, o] in double from dequantized weights and activations that went through the
 // same activation quantization as the kernels. Returns also sum |terms| per output for the
 // tolerance.
-void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t cols,
-               const std::vector<float>& x, int64_t num_tokens, std::vector<double>* y,
-               std::vector<double>* mag) {
+void Reference(const tensor::TensorView& w, const std::vector<float>& x, int64_t num_tokens,
+               std::vector<double>* y, std::vector<double>* mag) {
+  const DType t = w.dtype;
+  const int64_t rows = w.rows(), cols = w.cols();
   std::vector<float> wd(static_cast<size_t>(cols)), xd(static_cast<size_t>(cols));
   std::vector<double> extra(static_cast<size_t>(rows * num_tokens), 0.0);
   const size_t wrow = tensor::BlockBytes(t) * static_cast<size_t>(cols / tensor::BlockSize(t));
@@ -165,7 +188,7 @@ void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t col
   mag->assign(static_cast<size_t>(rows * num_tokens), 0.0);
   std::vector<uint8_t> row(wrow);
   for (int64_t o = 0; o < rows; ++o) {
-    std::memcpy(row.data(), w.data() + o * wrow, wrow);
+    std::memcpy(row.data(), w.data + o * wrow, wrow);
     std::vector<float> mins;
     if (t == DType::kQ4_1) {
       // Dequantize d * q alone; the min times Q8_1's stored s is added per block below, as the
@@ -177,7 +200,11 @@ void Reference(DType t, const std::vector<uint8_t>& w, int64_t rows, int64_t col
         std::memset(row.data() + b * 20 + 2, 0, 2);
       }
     }
-    DequantizeRow(t, row.data(), wd.data(), cols);
+    if (IsBlockScaled(t)) {
+      DequantizeScaledRow(w, o, wd.data());
+    } else {
+      DequantizeRow(t, row.data(), wd.data(), cols);
+    }
     for (int64_t i = 0; i < num_tokens; ++i) {
       double s = 0, m = 0;
       for (int64_t k = 0; k < cols; ++k) {
@@ -203,13 +230,20 @@ std::vector<uint8_t> FromHex(const std::string& hex) {
   return out;
 }
 
-tensor::TensorView View(DType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+// `scales`: RandomScales' for a block-scaled type (borrowed like `bytes`), else empty.
+tensor::TensorView View(DType t, const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                        const std::vector<uint8_t>& scales = {}) {
   tensor::TensorView v;
   v.name.assign(1, 'w');  // not = "w": GCC 12 -Wrestrict false positive
   v.dtype = t;
   v.shape = {rows, cols};
   v.data = bytes.data();
   v.size_bytes = bytes.size();
+  if (!scales.empty()) {
+    v.scale = scales.data();
+    v.scale_block_rows = static_cast<int32_t>(ScaleBlockRows(t));
+    v.scale_block_cols = static_cast<int32_t>(kScaleBlockCols);
+  }
   return v;
 }
 
@@ -223,18 +257,21 @@ TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
   std::mt19937 rng(1234 + static_cast<int>(t));
   std::vector<int64_t> col_options = {512};
   if (tensor::BlockSize(t) <= 32) col_options.push_back(96);  // odd number of 32-blocks
+  // FP8 rows of any length: a last block of 4 columns, past the kernels' 16-column steps.
+  if (t == DType::kF8E4M3) col_options.push_back(100);
   const int64_t rows = 37;
   util::ThreadPool pool1(1), pool2(2), pool3(3);
   util::ThreadPool* pools[] = {&pool1, &pool2, &pool3};
   for (int64_t cols : col_options) {
     const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
-    const tensor::TensorView view = View(t, w, rows, cols);
+    const std::vector<uint8_t> scales = RandomScales(t, rows, cols, &rng);
+    const tensor::TensorView view = View(t, w, rows, cols, scales);
     for (int64_t n : {1, 2, 3, 5, 17, 64}) {
       std::vector<float> x(static_cast<size_t>(n * cols));
       std::normal_distribution<float> normal(0.0f, 1.0f);
       for (auto& v : x) v = normal(rng);
       std::vector<double> ref, mag;
-      Reference(t, w, rows, cols, x, n, &ref, &mag);
+      Reference(view, x, n, &ref, &mag);
       std::vector<float> by_isa[3];
       for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
         SetIsaForTest(isa);
@@ -325,7 +362,8 @@ TEST_P(MatMulTest, MatMulRowsWritesOnlyItsRows) {
   std::mt19937 rng(99);
   const int64_t rows = 45, cols = 256;
   const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
-  const tensor::TensorView view = View(t, w, rows, cols);
+  const std::vector<uint8_t> scales = RandomScales(t, rows, cols, &rng);
+  const tensor::TensorView view = View(t, w, rows, cols, scales);
   const int64_t n = 6;
   std::vector<float> x(static_cast<size_t>(n * cols));
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -348,7 +386,8 @@ TEST_P(MatMulTest, SteadyStateCallsDoNotAllocate) {
   std::mt19937 rng(7);
   const int64_t rows = 64, cols = 512, n = 9;
   const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
-  const tensor::TensorView view = View(t, w, rows, cols);
+  const std::vector<uint8_t> scales = RandomScales(t, rows, cols, &rng);
+  const tensor::TensorView view = View(t, w, rows, cols, scales);
   std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * rows));
   // One thread: this checks the kernels' own allocations. (With workers, util::ThreadPool's
   // ParallelFor currently wraps a large capture in a std::function, which allocates per call.)
@@ -368,7 +407,8 @@ std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatMulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0,
-                                           DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K),
+                                           DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K,
+                                           DType::kF8E4M3, DType::kFp4E2M1),
                          DTypeParamName);
 
 // The SIMD paths repack quantized activations into their own records; the values in them must
@@ -445,6 +485,69 @@ TEST(MatMulGgmlParityTest, EveryIsaTracksLlamaCppCpuBackend) {
   }
   SetIsaForTest(DetectIsa());
   EXPECT_EQ(checked, 5);
+}
+
+// Issue 37: an AVX2-only host (AMD Zen 2/3) ran DeepSeek's released FP8 / FP4 weights on the
+// portable kernels, 0.02x of AVX-512's decode, because the AVX2 table had no entry for them. Every
+// type a loader can hand MatMul (tensor/dtype.h's table, as the architectures' schemas admit
+// matrices: HasCpuKernel or block-scaled) must have a kernel of AVX2's own.
+TEST(IsaTest, NoWeightTypeFallsBackToScalarOnAvx2) {
+  SetIsaForTest(Isa::kAvx2);
+  if (ActiveIsa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
+  const internal::KernelTable& scalar = internal::KernelsForIsa(0);
+  const internal::KernelTable& avx2 = internal::KernelsForIsa(1);
+  const uint8_t scale_byte = 127;
+  int checked = 0;
+  for (const tensor::DTypeInfo& info : tensor::AllDTypes()) {
+    const DType t = info.type;
+    if (!HasCpuKernel(t) && !IsBlockScaled(t)) continue;
+    EXPECT_NE(internal::KernelsForType(avx2, t).gemm, internal::KernelsForType(scalar, t).gemm)
+        << info.name;
+    tensor::TensorView w;
+    w.dtype = t;
+    w.shape = {64, 256};
+    if (IsBlockScaled(t)) {  // the released checkpoints' blocks
+      w.scale = &scale_byte;
+      w.scale_block_rows = t == DType::kF8E4M3 ? 128 : 1;
+      w.scale_block_cols = t == DType::kF8E4M3 ? 128 : 32;
+      EXPECT_EQ(MatMulKernelIsa(w), Isa::kAvx2) << info.name;
+      if (t == DType::kF8E4M3) {  // blocks narrower than a vector step take the portable kernel
+        w.scale_block_cols = 8;
+        EXPECT_EQ(MatMulKernelIsa(w), Isa::kScalar);
+      }
+      w.scale_block_rows = w.scale_block_cols = 32;  // V4.1's FP8 blocks
+    }
+    EXPECT_EQ(MatMulKernelIsa(w), Isa::kAvx2) << info.name;
+    ++checked;
+  }
+  // F32, F16, BF16, F8_E4M3, FP4_E2M1, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K (Q8_1 and Q8_K are
+  // activation formats).
+  EXPECT_EQ(checked, 10);
+  SetIsaForTest(DetectIsa());
+}
+
+TEST(IsaTest, KernelsByTypeNamesEachTypeOnceWithEveryIsaItRunsOn) {
+  SetIsaForTest(Isa::kAvx2);
+  if (ActiveIsa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
+  const uint8_t scale_byte = 127;
+  auto view = [&](DType t, int32_t block_rows, int32_t block_cols) {
+    tensor::TensorView w;
+    w.dtype = t;
+    w.shape = {64, 256};
+    if (block_cols > 0) {
+      w.scale = &scale_byte;
+      w.scale_block_rows = block_rows;
+      w.scale_block_cols = block_cols;
+    }
+    return w;
+  };
+  const tensor::TensorView fp4 = view(DType::kFp4E2M1, 1, 32), fp8 = view(DType::kF8E4M3, 32, 32),
+                           fp8_narrow = view(DType::kF8E4M3, 4, 8), bf16 = view(DType::kBF16, 0, 0),
+                           bf16_too = view(DType::kBF16, 0, 0);
+  EXPECT_EQ(MatMulKernelsByType({&fp4, &fp8, &bf16, &fp8_narrow, &bf16_too}),
+            "BF16 avx2, F8_E4M3 avx2+scalar, FP4_E2M1 avx2");
+  EXPECT_EQ(MatMulKernelsByType({}), "");
+  SetIsaForTest(DetectIsa());
 }
 
 TEST(IsaTest, EnvironmentOverrideIsHonouredAndClampedToHardware) {

@@ -114,8 +114,8 @@ float AbsMax32(const float* x) {
 }  // namespace
 
 bool HasCpuKernel(DType t) {
-  return tensor::BlockSize(t) > 0 && !IsBlockScaled(t) && t != DType::kI64 &&
-         t != DType::kE8M0 && t != DType::kI8;
+  return tensor::BlockSize(t) > 0 && !IsBlockScaled(t) && t != DType::kQ8_1 &&
+         t != DType::kQ8_K && t != DType::kI64 && t != DType::kE8M0 && t != DType::kI8;
 }
 
 bool IsBlockScaled(DType t) { return t == DType::kF8E4M3 || t == DType::kFp4E2M1; }

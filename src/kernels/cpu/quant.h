@@ -35,10 +35,10 @@ void QuantizeRowQ8_K(const float* x, tensor::BlockQ8_K* y, int64_t n);
 void QuantizeRowQ8_0Cpu(const float* x, tensor::BlockQ8_0* y, int64_t n);
 void QuantizeRowQ8_1Cpu(const float* x, tensor::BlockQ8_1* y, int64_t n);
 
-// True when DequantizeRow and the matmul kernels handle `t` on its own: every weight type of
-// model/dtype.h's table but the block-scaled ones (their rows need the tensor's scales) and the
-// non-matrix types (I64, I8, E8M0). Block sizes and bytes come from that table
-// (tensor::BlockSize, tensor::BlockBytes).
+// True when DequantizeRow and the matmul kernels handle `t` on its own: every type of
+// tensor/dtype.h's table but the block-scaled ones (their rows need the tensor's scales), the
+// activation formats (Q8_1, Q8_K) and the non-matrix types (I64, I8, E8M0). Block sizes and
+// bytes come from that table (tensor::BlockSize, tensor::BlockBytes).
 bool HasCpuKernel(tensor::DType t);
 
 // F8_E4M3 and FP4_E2M1: weights whose values need the E8M0 block scales of TensorView::scale

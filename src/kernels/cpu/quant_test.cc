@@ -193,5 +193,17 @@ TEST_F(QuantizeGoldenTest, Q8_1CpuMatchesGgmlCpuBackend) {
   ExpectSameBlocks(got, Expected("q8_1_cpu"), sizeof(tensor::BlockQ8_1));
 }
 
+// HasCpuKernel said yes to Q8_1 and Q8_K, the activation formats, which neither DequantizeRow
+// nor MatMul reads (both abort on them): a loader's schema would have admitted such a weight.
+TEST(HasCpuKernelTest, ActivationFormatsAreNotWeightTypes) {
+  EXPECT_FALSE(HasCpuKernel(tensor::DType::kQ8_1));
+  EXPECT_FALSE(HasCpuKernel(tensor::DType::kQ8_K));
+  for (const tensor::DType t : {tensor::DType::kF32, tensor::DType::kF16, tensor::DType::kBF16,
+                                tensor::DType::kQ4_0, tensor::DType::kQ4_1, tensor::DType::kQ8_0,
+                                tensor::DType::kQ4_K, tensor::DType::kQ6_K}) {
+    EXPECT_TRUE(HasCpuKernel(t)) << tensor::DTypeName(t);
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::kernels

@@ -1,0 +1,22 @@
+// What serve logs about the matmul kernels: the ISA and, per weight type, which ISA's kernels
+// multiply it (a type without a kernel of the ISA in use silently runs a lower one's).
+
+#include "engine/engine.h"
+#include "fmt/format.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant.h"
+
+namespace deepinfer::engine {
+
+std::string MatMulKernelsSummary(const model::Model& model) {
+  std::vector<const tensor::TensorView*> matrices;
+  for (const auto& [name, t] : model.tensors)
+    if (t.shape.size() == 2 && kernels::HasCpuMatMul(t)) matrices.push_back(&t);
+  const kernels::Isa isa = kernels::ActiveIsa(), cpu = kernels::HardwareIsa();
+  return fmt::format("ISA {}{}; by weight type: {}", kernels::IsaName(isa),
+                     isa == cpu ? "" : fmt::format(" (the CPU has {}; DEEPINFER_ISA)",
+                                                   kernels::IsaName(cpu)),
+                     kernels::MatMulKernelsByType(matrices));
+}
+
+}  // namespace deepinfer::engine
