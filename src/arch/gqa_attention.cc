@@ -29,8 +29,8 @@ void GqaAttention::Store(const ForwardBatch& batch, KvCache& kv, int layer, cons
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       int32_t pos = s.start_pos + i;
-      uint8_t* block =
-          kv.layer_bytes(layer) + int64_t{s.block_table[pos / kv.block_size]} * layout.block_bytes();
+      uint8_t* block = kv.layer_bytes(layer) +
+                       int64_t{s.block_table[pos / kv.block_size]} * layout.block_bytes();
       int64_t t = s.token_offset + i;
       kernels::StoreKv(layout, block, pos % kv.block_size, k + t * kvd, v + t * kvd);
     }

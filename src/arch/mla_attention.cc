@@ -149,23 +149,23 @@ void MlaAttention::AttendAbsorbed(const MlaWeights& w, const SequenceSlice& s, K
   Grow(o_, int64_t{num_partials} * rkv * kLanes);
   Grow(ml_, int64_t{num_partials} * 2 * kLanes);
   Grow(scratch_, int64_t{threads} * kernels::MlaScratchFloats());
-  const kernels::MlaKv mla_kv{kv.layers[layer], s.block_table, kv.block_size,
-                              static_cast<int>(lat), static_cast<int>(rkv)};
+  const kernels::MlaKv mla_kv{kv.layers[layer], s.block_table, kv.block_size, static_cast<int>(lat),
+                              static_cast<int>(rkv)};
   auto partial = [&](int32_t slot) {
     return kernels::AttentionPartial{o_.data() + int64_t{slot} * rkv * kLanes,
                                      ml_.data() + int64_t{slot} * kLanes,
                                      ml_.data() + (int64_t{num_partials} + slot) * kLanes};
   };
-  pool.ParallelFor(static_cast<int64_t>(items_.size()), [&](int64_t begin, int64_t end,
-                                                            int thread) {
-    for (int64_t k = begin; k < end; ++k) {
-      const Item& it = items_[k];
-      const float* q_t = q_t_.data() + (int64_t{it.token} * chunks + it.chunk) * lat * kLanes;
-      kernels::MlaAttendRange(mla_kv, q_t, it.pos_begin, it.pos_end,
-                              scratch_.data() + thread * kernels::MlaScratchFloats(),
-                              partial(static_cast<int32_t>(k)));
-    }
-  });
+  pool.ParallelFor(
+      static_cast<int64_t>(items_.size()), [&](int64_t begin, int64_t end, int thread) {
+        for (int64_t k = begin; k < end; ++k) {
+          const Item& it = items_[k];
+          const float* q_t = q_t_.data() + (int64_t{it.token} * chunks + it.chunk) * lat * kLanes;
+          kernels::MlaAttendRange(mla_kv, q_t, it.pos_begin, it.pos_end,
+                                  scratch_.data() + thread * kernels::MlaScratchFloats(),
+                                  partial(static_cast<int32_t>(k)));
+        }
+      });
   // 3. Merge the parts of every (token, chunk), then each head's latent through W_UV.
   Grow(lat_, n * chunks * rkv * kLanes);
   pool.ParallelFor(n * chunks, [&](int64_t begin, int64_t end, int) {
