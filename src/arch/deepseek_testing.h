@@ -1,12 +1,14 @@
 #pragma once
 
 // For the DeepSeek parity tests only: golden loading (tests/golden/<family>/<case>: golden.json,
-// transformers' logits.json.gz), a paged KV cache with a scrambled block table, and running a
-// prompt through a CausalLm in chunks.
+// transformers' logits.json.gz), loading and building a checkpoint, a paged KV cache with a
+// scrambled block table, running a prompt through a CausalLm in chunks, the top-1 parity loop
+// over a case's prompts, and the two forms of an MTP module.
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -14,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "arch/causal_lm.h"
 #include "gtest/gtest.h"
 #include "model/model.h"
@@ -61,6 +65,28 @@ struct GoldenFiles {
     return json["prompts"].get<std::vector<std::vector<int32_t>>>();
   }
 };
+
+// Loads the checkpoint folder `dir` (or reports the error that kept it from being made), lets
+// `prepare` edit the model (e.g. attach Engram token classes), and builds it with `create`.
+// Returns false after a test failure (model and lm then as far as they got).
+template <typename Lm>
+bool LoadAndCreate(const absl::StatusOr<std::string>& dir,
+                   absl::StatusOr<std::unique_ptr<Lm>> (*create)(const model::Model&),
+                   std::unique_ptr<model::Model>& model, std::unique_ptr<Lm>& lm,
+                   absl::FunctionRef<void(model::Model&)> prepare = [](model::Model&) {}) {
+  EXPECT_TRUE(dir.ok()) << dir.status();
+  if (!dir.ok()) return false;
+  auto m = model::LoadModel(*dir);
+  EXPECT_TRUE(m.ok()) << m.status();
+  if (!m.ok()) return false;
+  model = std::move(*m);
+  prepare(*model);
+  auto built = create(*model);
+  EXPECT_TRUE(built.ok()) << built.status();
+  if (!built.ok()) return false;
+  lm = std::move(*built);
+  return true;
+}
 
 // Allocates `kv` (and `window`, attached to it, when the layout has a window cache) as
 // lm.kv_layout(block_size) asks, `blocks` blocks each.
@@ -171,6 +197,16 @@ inline std::array<double, 3> BatchedVsSingle(CausalLm& lm,
           MaxAbsDiff(out.data() + 8 * V, rb.data() + 62 * V, 2 * V)};
 }
 
+// BatchedVsSingle, printed as "<label>: batched vs single: ..." and each difference below `bound`.
+inline void ExpectBatchedEqualsSingle(CausalLm& lm, const std::vector<std::vector<int32_t>>& prompts,
+                                      const char* label, double bound, util::ThreadPool& pool) {
+  const auto [dc, da, db] = BatchedVsSingle(lm, prompts, pool);
+  std::printf("%s: batched vs single: decode %.3g, prefill %.3g, chunk %.3g\n", label, dc, da, db);
+  EXPECT_LT(dc, bound) << label;
+  EXPECT_LT(da, bound) << label;
+  EXPECT_LT(db, bound) << label;
+}
+
 inline double MaxAbsDiff(const float* a, const float* b, int64_t n) {
   double worst = 0;
   for (int64_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
@@ -179,6 +215,73 @@ inline double MaxAbsDiff(const float* a, const float* b, int64_t n) {
 
 inline int ArgMax(const float* x, int n) {
   return static_cast<int>(std::max_element(x, x + n) - x);
+}
+
+// Every prompt of the case through `lm` as one prefill, against transformers' logits_<n>: the
+// top-1 token must agree at every position. Prints one line per prompt ("parity <label> ...").
+// Returns the largest |logit difference| over all prompts (infinity when a golden is missing).
+inline double ExpectTop1AtEveryPosition(CausalLm& lm, GoldenFiles& g, const std::string& label,
+                                        util::ThreadPool& pool) {
+  double worst = 0;
+  for (const auto& prompt : g.Prompts()) {
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    const float* ref = g.Ref("logits_" + std::to_string(n), n);
+    if (ref == nullptr) return INFINITY;
+    const std::vector<float> got = RunTokens(lm, prompt, static_cast<int>(n), pool);
+    const double diff = MaxAbsDiff(got.data(), ref, n * g.vocab);
+    int agree = 0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* r = ref + t * g.vocab;
+      const int want = ArgMax(r, g.vocab), have = ArgMax(got.data() + t * g.vocab, g.vocab);
+      agree += want == have;
+      EXPECT_EQ(want, have) << label << " prompt " << n << " position " << t << " (reference "
+                            << r[want] << " vs " << r[have] << ")";
+    }
+    std::printf("parity %-20s %3lld tokens: max |logit diff| %.3g, top-1 agrees %d/%lld\n",
+                label.c_str(), static_cast<long long>(n), diff, agree, static_cast<long long>(n));
+    worst = std::max(worst, diff);
+  }
+  return worst;
+}
+
+// The main model's final states [n, mtp_hidden_size()] after one prefill of `prompt`.
+inline std::vector<float> FinalStates(CausalLm& lm, const std::vector<int32_t>& prompt,
+                                      util::ThreadPool& pool) {
+  const int n = static_cast<int>(prompt.size());
+  Cache cache(lm, n);
+  ForwardBatch b;
+  b.tokens = prompt.data();
+  b.num_tokens = n;
+  b.seqs.push_back(cache.Slice(0, n, 0, 0));
+  lm.Forward(b, cache.kv, nullptr, pool);
+  std::vector<float> states(n * lm.draft_heads()->mtp_hidden_size());
+  lm.draft_heads()->FinalHidden(states.data());
+  return states;
+}
+
+// MTP module 0's logits [n - 1, vocab] for the next tokens prompt[1, n) with the main states
+// `states` (FinalStates rows 0 .. n - 2), over a cache of its own (one block of n slots): the
+// prefill form (one call over all of them), or, when `one_by_one`, the draft form (one token per
+// call).
+inline std::vector<float> MtpLogits(CausalLm& lm, const std::vector<int32_t>& prompt,
+                                    const float* states, bool one_by_one,
+                                    util::ThreadPool& pool) {
+  DraftHeads& heads = *lm.draft_heads();
+  const int n = static_cast<int>(prompt.size()), V = lm.config().vocab;
+  const int64_t D = heads.mtp_hidden_size();
+  const std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
+  Cache mtp(lm, 1, n);
+  std::vector<float> logits(static_cast<size_t>(n - 1) * V);
+  const int step = one_by_one ? 1 : n - 1;
+  for (int i = 0; i < n - 1; i += step) {
+    ForwardBatch b;
+    b.tokens = next.data() + i;
+    b.num_tokens = step;
+    b.seqs.push_back(mtp.Slice(0, step, i, step));
+    heads.ForwardMtp(0, b, states + int64_t{i} * D, mtp.kv, logits.data() + int64_t{i} * V,
+                     nullptr, pool);
+  }
+  return logits;
 }
 
 }  // namespace deepinfer::arch::testing

@@ -11,14 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "arch/mla_attention.h"
 #include "arch/moe.h"
 #include "arch/rope.h"
 #include "arch/tensor_schema.h"
 #include "fmt/format.h"
-#include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cpu/quant.h"
 #include "model/tensor_values.h"
 #include "util/error_codes.h"
 #include "util/status.h"
@@ -41,9 +40,8 @@ struct Layer {
   const TensorView* q_b = nullptr;
   const TensorView* q = nullptr;  // direct path
   const TensorView* kv_a = nullptr;
-  const TensorView* kv_b = nullptr;
+  MlaWeights kv_b;
   const TensorView* o = nullptr;
-  std::vector<float> kv_b_f32;  // [heads * (nope + v), kv_lora_rank], for the absorbed form
   bool moe = false;
   Mlp dense;
   const TensorView* router = nullptr;
@@ -56,18 +54,15 @@ struct Layer {
   const TensorView* head = nullptr;
 };
 
-// Budget for the expanded attention form's per-slice key/value buffer (256 MiB of f32).
-constexpr int64_t kMaxExpandedFloats = int64_t{64} << 20;
-
 class DeepseekImpl final : public DeepseekV3Lm {
  public:
   explicit DeepseekImpl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek), schema_(m) {}
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek), schema_(m), mla_(m.config) {}
 
   absl::Status Init();
 
   const model::ModelConfig& config() const override { return cfg_; }
-  int64_t kv_floats_per_token() const override { return ds_.kv_lora_rank + ds_.qk_rope_head_dim; }
+  int64_t kv_floats_per_token() const override { return mla_.kv_floats_per_token(); }
   void set_attention_mode(AttentionMode mode) override { mode_ = mode; }
   int num_mtp_layers() const override { return static_cast<int>(mtp_.size()); }
 
@@ -88,15 +83,11 @@ class DeepseekImpl final : public DeepseekV3Lm {
   absl::StatusOr<Layer> LoadLayer(int l);
   void InitRope();
 
-  void Prepare(const ForwardBatch& batch, util::ThreadPool& pool);
+  void Prepare(const ForwardBatch& batch);
   void RunLayer(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                 util::ThreadPool& pool);
   void Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
                  util::ThreadPool& pool);
-  void AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
-                      util::ThreadPool& pool);
-  void AttendExpanded(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
-                      util::ThreadPool& pool);
   void RopeRow(float* x, int64_t t) const;
   void RunMlp(const Mlp& m, const float* in, int64_t n, float* out, util::ThreadPool& pool);
   void Moe(const Layer& L, int64_t T, util::ThreadPool& pool);
@@ -109,6 +100,7 @@ class DeepseekImpl final : public DeepseekV3Lm {
   model::DeepseekConfig ds_;
   // The DeepSeek-V3 schema: types with a CPU kernel, values checked for NaN/Inf.
   TensorSchema schema_;
+  MlaAttention mla_;
   AttentionMode mode_ = AttentionMode::kAuto;
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
@@ -117,27 +109,17 @@ class DeepseekImpl final : public DeepseekV3Lm {
   const TensorView* lm_head_ = nullptr;
   std::vector<float> inv_freq_;
   float rope_mscale_ = 1.0f;  // YaRN attention_factor on cos/sin
-  float softmax_scale_ = 1.0f;
 
   // Scratch, grown on demand and reused across steps.
   int64_t last_tokens_ = 0;
   std::vector<float> x_, h_, qa_, q_, kva_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
-  std::vector<float> thread_scratch_, ctx_lat_, ctx_kv_, router_logits_, moe_out_;
+  std::vector<float> router_logits_, moe_out_;
   std::vector<float> route_w_;
   std::vector<int32_t> positions_, token_seq_, route_idx_;
   MoeDispatch moe_;
   std::vector<float> route_score_, route_choice_, route_gscore_;
   std::vector<int> route_order_;
   std::vector<char> route_keep_;
-  int64_t thread_stride_ = 0;
-  // Absorbed attention: transposed queries [token][chunk][lat][16], partial states per item,
-  // attended latents [token][chunk][rank][16].
-  struct MlaItem {
-    int32_t token, chunk, pos_begin, pos_end, first_part, num_parts;
-  };
-  std::vector<MlaItem> mla_items_;
-  std::vector<int32_t> mla_first_;  // [token][chunk] index of its first item
-  std::vector<float> mla_q_, mla_o_, mla_ml_, mla_lat_, mla_scratch_;
 };
 
 absl::StatusOr<Mlp> DeepseekImpl::LoadMlp(const std::string& p, int64_t inner) {
@@ -154,7 +136,6 @@ absl::StatusOr<Layer> DeepseekImpl::LoadLayer(int l) {
   const std::string a = p + "self_attn.";
   const int64_t H = cfg_.hidden, nh = cfg_.num_heads;
   const int64_t qk = ds_.qk_nope_head_dim + ds_.qk_rope_head_dim;
-  const int64_t kvb_rows = nh * (ds_.qk_nope_head_dim + ds_.v_head_dim);
   Layer L;
   DI_ASSIGN_OR_RETURN(L.attn_norm, Vec(p + "input_layernorm.weight", H));
   DI_ASSIGN_OR_RETURN(L.ffn_norm, Vec(p + "post_attention_layernorm.weight", H));
@@ -168,13 +149,8 @@ absl::StatusOr<Layer> DeepseekImpl::LoadLayer(int l) {
   DI_ASSIGN_OR_RETURN(
       L.kv_a, Mat(a + "kv_a_proj_with_mqa.weight", ds_.kv_lora_rank + ds_.qk_rope_head_dim, H));
   DI_ASSIGN_OR_RETURN(L.kv_a_norm, Vec(a + "kv_a_layernorm.weight", ds_.kv_lora_rank));
-  DI_ASSIGN_OR_RETURN(L.kv_b, Mat(a + "kv_b_proj.weight", kvb_rows, ds_.kv_lora_rank));
+  DI_ASSIGN_OR_RETURN(L.kv_b, LoadMlaWeights(schema_, a + "kv_b_proj.weight", cfg_));
   DI_ASSIGN_OR_RETURN(L.o, Mat(a + "o_proj.weight", H, nh * ds_.v_head_dim));
-  L.kv_b_f32.resize(static_cast<size_t>(kvb_rows * ds_.kv_lora_rank));
-  for (int64_t r = 0; r < kvb_rows; ++r) {
-    kernels::DequantizeRow(L.kv_b->dtype, L.kv_b->row(r), L.kv_b_f32.data() + r * ds_.kv_lora_rank,
-                           ds_.kv_lora_rank);
-  }
   const std::string f = p + "mlp.";
   L.moe = ds_.IsMoeLayer(l);
   if (!L.moe) {
@@ -208,12 +184,6 @@ void DeepseekImpl::InitRope() {
   const RopeFrequencies f = ComputeRopeFrequencies(ds_.qk_rope_head_dim, cfg_.rope_theta, ds_.yarn);
   inv_freq_ = f.inv_freq;
   rope_mscale_ = f.attention_factor;
-  double qk_scale = 1.0 / std::sqrt(static_cast<double>(ds_.qk_nope_head_dim + ds_.qk_rope_head_dim));
-  if (ds_.yarn && ds_.yarn->mscale_all_dim != 0) {
-    const double m = YarnMscale(ds_.yarn->factor, ds_.yarn->mscale_all_dim);
-    qk_scale = qk_scale * m * m;
-  }
-  softmax_scale_ = static_cast<float>(qk_scale);
 }
 
 absl::Status DeepseekImpl::Init() {
@@ -259,15 +229,13 @@ absl::Status DeepseekImpl::Init() {
   return absl::OkStatus();
 }
 
-void DeepseekImpl::Prepare(const ForwardBatch& batch, util::ThreadPool& pool) {
+void DeepseekImpl::Prepare(const ForwardBatch& batch) {
   auto grow = [](auto& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   };
   const int64_t T = batch.num_tokens, H = cfg_.hidden, nh = cfg_.num_heads;
   const int64_t qk = ds_.qk_nope_head_dim + ds_.qk_rope_head_dim;
   const int64_t lat = kv_floats_per_token();
-  int64_t max_ctx = 0;
-  for (const auto& s : batch.seqs) max_ctx = std::max<int64_t>(max_ctx, s.start_pos + s.num_tokens);
   int64_t ffn = cfg_.ffn_hidden;
   if (ds_.n_routed_experts > 0) {
     ffn = std::max<int64_t>(ffn,
@@ -284,9 +252,6 @@ void DeepseekImpl::Prepare(const ForwardBatch& batch, util::ThreadPool& pool) {
   grow(up_, T * ffn);
   grow(cos_, T * ds_.qk_rope_head_dim / 2);
   grow(sin_, T * ds_.qk_rope_head_dim / 2);
-  // Per thread: scores over the context, the absorbed query and the attended latent.
-  thread_stride_ = max_ctx + 2 * lat;
-  grow(thread_scratch_, pool.num_threads() * thread_stride_);
   grow(positions_, T);
   grow(token_seq_, T);
   BatchPositions(batch, positions_.data(), token_seq_.data());
@@ -325,7 +290,7 @@ void DeepseekImpl::RopeRow(float* x, int64_t t) const {
 void DeepseekImpl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                            util::ThreadPool& pool) {
   DI_CHECK(kv.floats_per_token == kv_floats_per_token() && kv.num_layers >= cfg_.num_layers);
-  Prepare(batch, pool);
+  Prepare(batch);
   kernels::EmbeddingLookup(*embed_, batch.tokens, batch.num_tokens, x_.data());
   for (int l = 0; l < cfg_.num_layers; ++l) RunLayer(layers_[l], l, batch, kv, pool);
   Logits(batch, final_norm_.data(), *lm_head_, logits, pool);
@@ -343,7 +308,7 @@ void DeepseekImpl::ForwardMtp(int k, const ForwardBatch& batch, const float* pre
   DI_CHECK(mtp_kv.floats_per_token == kv_floats_per_token() && mtp_kv.num_layers > k);
   const Layer& L = mtp_[k];
   const int64_t T = batch.num_tokens, H = cfg_.hidden;
-  Prepare(batch, pool);
+  Prepare(batch);
   kernels::EmbeddingLookup(*embed_, batch.tokens, T, tmp_.data());
   for (int64_t t = 0; t < T; ++t) {
     float* e = tmp_.data() + t * H;
@@ -410,163 +375,8 @@ void DeepseekImpl::Attention(const Layer& L, int kv_layer, const ForwardBatch& b
   }
   // Append this step's latents before attending, so a token sees itself and the earlier tokens
   // of its own chunk.
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      const int32_t pos = s.start_pos + i;
-      float* slot = kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
-      std::memcpy(slot, kva_.data() + (s.token_offset + i) * lat, lat * sizeof(float));
-    }
-  }
-  // Flops per context token: expanded pays kv_b once per slice (kvb) plus exp per query;
-  // absorbed pays abs per query. Expanded wins once num_tokens > kvb / (abs - exp).
-  const double kvb = static_cast<double>(rkv) * nh * (dn + ds_.v_head_dim);
-  const double per_query_gain = static_cast<double>(nh) * ((2 * rkv + dr) - (qk + ds_.v_head_dim));
-  const int64_t kvb_rows = nh * (dn + ds_.v_head_dim);
-  for (const auto& s : batch.seqs) {
-    bool expanded = mode_ == AttentionMode::kExpanded;
-    if (mode_ == AttentionMode::kAuto) {
-      // The expanded form materializes [context, heads * (nope + v)] floats; past the budget
-      // (long contexts) the absorbed form is used whatever the flop estimate says.
-      const int64_t ctx = s.start_pos + s.num_tokens;
-      expanded = per_query_gain > 0 && s.num_tokens * per_query_gain > kvb &&
-                 ctx * kvb_rows <= kMaxExpandedFloats;
-    }
-    if (expanded) {
-      AttendExpanded(L, kv_layer, s, kv, pool);
-    } else {
-      AttendAbsorbed(L, kv_layer, s, kv, pool);
-    }
-  }
-}
-
-void DeepseekImpl::AttendAbsorbed(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
-                                  util::ThreadPool& pool) {
-  constexpr int kLanes = kernels::kMlaHeadsPerChunk;
-  const int64_t nh = cfg_.num_heads, dn = ds_.qk_nope_head_dim, dr = ds_.qk_rope_head_dim;
-  const int64_t dv = ds_.v_head_dim, qk = dn + dr, rkv = ds_.kv_lora_rank, lat = rkv + dr;
-  const int64_t head_rows = dn + dv;
-  const int64_t chunks = (nh + kLanes - 1) / kLanes;
-  const int64_t n = s.num_tokens;
-  const int threads = pool.num_threads();
-  auto grow = [](std::vector<float>& v, int64_t size) {
-    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
-  };
-  // 1. Queries through W_UK (the absorbed nope part) next to the rope part, scaled, transposed
-  //    so that heads are lanes; padding lanes stay zero.
-  grow(mla_q_, n * chunks * lat * kLanes);
-  std::fill(mla_q_.begin(), mla_q_.begin() + n * chunks * lat * kLanes, 0.0f);
-  const float scale = softmax_scale_;
-  pool.ParallelFor(n * nh, [&](int64_t begin, int64_t end, int thread) {
-    float* qabs = thread_scratch_.data() + thread * thread_stride_;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / nh, h = item % nh;
-      const float* q = q_.data() + ((s.token_offset + i) * nh + h) * qk;
-      const float* wk = L.kv_b_f32.data() + h * head_rows * rkv;
-      std::fill(qabs, qabs + rkv, 0.0f);
-      for (int64_t d = 0; d < dn; ++d) kernels::Axpy(q[d], wk + d * rkv, qabs, rkv);
-      std::memcpy(qabs + rkv, q + dn, dr * sizeof(float));
-      float* dst = mla_q_.data() + (i * chunks + h / kLanes) * lat * kLanes + h % kLanes;
-      for (int64_t d = 0; d < lat; ++d) dst[d * kLanes] = qabs[d] * scale;
-    }
-  });
-  // 2. Items: (token, head chunk, part of the positions). Parts are fixed runs of positions, so
-  //    the threads share even one decode token and the arithmetic does not depend on the rest
-  //    of the batch (batch invariance).
-  constexpr int32_t kPositionsPerPart = 256;
-  mla_items_.clear();
-  mla_first_.clear();
-  int32_t num_partials = 0;
-  for (int32_t i = 0; i < n; ++i) {
-    const int32_t ctx = s.start_pos + i + 1;
-    const int32_t parts = (ctx + kPositionsPerPart - 1) / kPositionsPerPart;
-    for (int32_t c = 0; c < chunks; ++c) {
-      mla_first_.push_back(num_partials);
-      for (int32_t p = 0; p < parts; ++p) {
-        mla_items_.push_back({i, c, p * kPositionsPerPart,
-                              std::min(ctx, (p + 1) * kPositionsPerPart), num_partials, parts});
-        ++num_partials;
-      }
-    }
-  }
-  grow(mla_o_, int64_t{num_partials} * rkv * kLanes);
-  grow(mla_ml_, int64_t{num_partials} * 2 * kLanes);
-  grow(mla_scratch_, int64_t{threads} * kernels::MlaScratchFloats());
-  const kernels::MlaKv mla_kv{kv.layers[kv_layer], s.block_table, kv.block_size,
-                              static_cast<int>(lat), static_cast<int>(rkv)};
-  auto partial = [&](int32_t slot) {
-    return kernels::AttentionPartial{mla_o_.data() + int64_t{slot} * rkv * kLanes,
-                                     mla_ml_.data() + int64_t{slot} * kLanes,
-                                     mla_ml_.data() + (int64_t{num_partials} + slot) * kLanes};
-  };
-  pool.ParallelFor(
-      static_cast<int64_t>(mla_items_.size()), [&](int64_t begin, int64_t end, int thread) {
-        for (int64_t k = begin; k < end; ++k) {
-          const MlaItem& it = mla_items_[k];
-          const float* q_t = mla_q_.data() + (int64_t{it.token} * chunks + it.chunk) * lat * kLanes;
-          kernels::MlaAttendRange(mla_kv, q_t, it.pos_begin, it.pos_end,
-                                  mla_scratch_.data() + thread * kernels::MlaScratchFloats(),
-                                  partial(static_cast<int32_t>(k)));
-        }
-      });
-  // 3. Merge the parts of every (token, chunk), then each head's latent through W_UV.
-  grow(mla_lat_, n * chunks * rkv * kLanes);
-  pool.ParallelFor(n * chunks, [&](int64_t begin, int64_t end, int) {
-    for (int64_t tc = begin; tc < end; ++tc) {
-      const int32_t first = mla_first_[tc];
-      kernels::MlaFinish(static_cast<int>(rkv), partial(first), mla_items_[first].num_parts,
-                         mla_lat_.data() + tc * rkv * kLanes);
-    }
-  });
-  pool.ParallelFor(n * nh, [&](int64_t begin, int64_t end, int thread) {
-    float* olat = thread_scratch_.data() + thread * thread_stride_;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / nh, h = item % nh;
-      const float* src = mla_lat_.data() + (i * chunks + h / kLanes) * rkv * kLanes + h % kLanes;
-      for (int64_t d = 0; d < rkv; ++d) olat[d] = src[d * kLanes];
-      const float* wv = L.kv_b_f32.data() + h * head_rows * rkv + dn * rkv;
-      float* out = attn_.data() + ((s.token_offset + i) * nh + h) * dv;
-      for (int64_t d = 0; d < dv; ++d) out[d] = kernels::Dot(wv + d * rkv, olat, rkv);
-    }
-  });
-}
-
-void DeepseekImpl::AttendExpanded(const Layer& L, int kv_layer, const SequenceSlice& s, KvCache& kv,
-                                  util::ThreadPool& pool) {
-  const int64_t nh = cfg_.num_heads, dn = ds_.qk_nope_head_dim, dr = ds_.qk_rope_head_dim;
-  const int64_t dv = ds_.v_head_dim, qk = dn + dr, rkv = ds_.kv_lora_rank;
-  const int64_t head_rows = dn + dv;
-  const int64_t ctx = s.start_pos + s.num_tokens;
-  if (static_cast<int64_t>(ctx_lat_.size()) < ctx * rkv) ctx_lat_.resize(ctx * rkv);
-  if (static_cast<int64_t>(ctx_kv_.size()) < ctx * nh * head_rows) {
-    ctx_kv_.resize(ctx * nh * head_rows);
-  }
-  for (int64_t j = 0; j < ctx; ++j) {
-    const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
-    std::memcpy(ctx_lat_.data() + j * rkv, slot, rkv * sizeof(float));
-  }
-  // [ctx, heads * (k_nope | v)]
-  kernels::MatMul(*L.kv_b, ctx_lat_.data(), ctx, ctx_kv_.data(), pool);
-  const float scale = softmax_scale_;
-  pool.ParallelFor(int64_t{s.num_tokens} * nh, [&](int64_t begin, int64_t end, int thread) {
-    float* scores = thread_scratch_.data() + thread * thread_stride_;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t i = item / nh, h = item % nh;
-      const int64_t t = s.token_offset + i;
-      const int32_t pos = s.start_pos + static_cast<int32_t>(i);
-      const float* q = q_.data() + (t * nh + h) * qk;
-      for (int32_t j = 0; j <= pos; ++j) {
-        const float* slot = kv.Slot(kv_layer, s.block_table[j / kv.block_size], j % kv.block_size);
-        const float* k_nope = ctx_kv_.data() + (j * nh + h) * head_rows;
-        scores[j] = (kernels::Dot(q, k_nope, dn) + kernels::Dot(q + dn, slot + rkv, dr)) * scale;
-      }
-      kernels::SoftmaxInPlace(scores, pos + 1);
-      float* out = attn_.data() + (t * nh + h) * dv;
-      std::fill(out, out + dv, 0.0f);
-      for (int32_t j = 0; j <= pos; ++j) {
-        kernels::Axpy(scores[j], ctx_kv_.data() + (j * nh + h) * head_rows + dn, out, dv);
-      }
-    }
-  });
+  mla_.Store(batch, kv, kv_layer, kva_.data());
+  mla_.Attend(L.kv_b, batch, kv, kv_layer, q_.data(), attn_.data(), mode_, pool);
 }
 
 void DeepseekImpl::RunMlp(const Mlp& m, const float* in, int64_t n, float* out,

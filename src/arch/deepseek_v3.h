@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "arch/causal_lm.h"
+#include "arch/mla_attention.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
 
@@ -15,22 +16,18 @@ namespace deepinfer::arch {
 // experts with sigmoid + correction-bias group-limited top-k, or V2's softmax routing, plus
 // shared experts). Weight names are the HF checkpoint names ("model.layers.N.self_attn.*").
 //
-// KV cache: per token and layer the latent [c_kv (kv_lora_rank, after kv_a_layernorm) | k_pe
-//   (qk_rope_head_dim, after RoPE)], i.e. kv_floats_per_token() = kv_lora_rank + qk_rope_head_dim.
-// Attention has two equivalent forms. Expanded: k_nope/v of every context token are rebuilt from
-//   the latents with kv_b_proj, then ordinary attention (cheap per query, one kv_b matmul over the
-//   context per step). Absorbed: q_nope is folded through kv_b_proj's key part so scores are dot
-//   products with the cached latent, and the output is mapped through its value part (cheap per
-//   context token). Each slice uses the cheaper form by a flop estimate: decode and short spec-
-//   ulative slices go absorbed, long prefill chunks expanded unless the expanded keys/values of
-//   the context would exceed 256 MiB. Both agree to f32 rounding.
+// KV cache and attention: the MLA block's (arch/mla_attention.h): per token and layer the latent
+//   [c_kv (kv_lora_rank, after kv_a_layernorm) | k_pe (qk_rope_head_dim, after RoPE)], i.e.
+//   kv_floats_per_token() = kv_lora_rank + qk_rope_head_dim; the expanded form for long prefill
+//   chunks, the weight-absorbed form for decode and short slices, equal to f32 rounding.
 // Routing: ties between equal scores pick the lower expert (group) index.
 // Threads / Lifetime: as CausalLm (not thread-safe; borrows the Model).
 // Source: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report" (MLA, DeepSeekMoE, MTP);
 //   transformers modeling_deepseek_v3.py / modeling_deepseek_v2.py (parity reference).
 class DeepseekV3Lm : public CausalLm, public DraftHeads {
  public:
-  enum class AttentionMode { kAuto, kExpanded, kAbsorbed };
+  // The attention form (arch/mla_attention.h): expanded, absorbed, or chosen per slice.
+  using AttentionMode = MlaAttention::Mode;
 
   // Forces one attention form for every slice (tests and benchmarks); kAuto is the default.
   virtual void set_attention_mode(AttentionMode mode) = 0;

@@ -77,21 +77,14 @@ struct Golden : testing::GoldenFiles {
 
 Golden Load(const std::string& name) {
   Golden g;
-  if (!g.Load(model::DeepseekGoldenDir(name))) return g;
-  auto m = model::LoadModel(CheckpointDir(name));
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return g;
-  g.model = std::move(*m);
-  auto lm = CreateDeepseekV3(*g.model);
-  EXPECT_TRUE(lm.ok()) << lm.status();
-  if (!lm.ok()) return g;
-  g.lm = std::move(*lm);
-  g.vocab = g.model->config.vocab;
+  if (g.Load(model::DeepseekGoldenDir(name)) &&
+      testing::LoadAndCreate(model::DeepseekTestCheckpoint(name), &CreateDeepseekV3, g.model,
+                             g.lm)) {
+    g.vocab = g.model->config.vocab;
+  }
   return g;
 }
 
-using testing::ArgMax;
-using testing::Cache;
 using testing::MaxAbsDiff;
 using testing::RunTokens;
 
@@ -101,26 +94,7 @@ TEST_P(DeepseekParityTest, LogitsMatchTransformersAtEveryPosition) {
   Golden g = Load(GetParam());
   ASSERT_TRUE(g.lm);
   util::ThreadPool pool(2);
-  double worst = 0;
-  for (const auto& prompt : g.Prompts()) {
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    const float* ref = g.Ref("logits_" + std::to_string(n), n);
-    ASSERT_NE(ref, nullptr);
-    std::vector<float> got = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
-    const double diff = MaxAbsDiff(got.data(), ref, n * g.vocab);
-    int agree = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* r = ref + t * g.vocab;
-      const int want = ArgMax(r, g.vocab), have = ArgMax(got.data() + t * g.vocab, g.vocab);
-      if (want == have) ++agree;
-      EXPECT_EQ(want, have) << GetParam() << " prompt " << n << " position " << t << " (reference "
-                            << r[want] << " vs " << r[have] << ")";
-    }
-    std::printf("parity %-20s %3lld tokens: max |logit diff| %.3g, top-1 agrees %d/%lld\n",
-                GetParam(), static_cast<long long>(n), diff, agree, static_cast<long long>(n));
-    EXPECT_EQ(agree, n);
-    worst = std::max(worst, diff);
-  }
+  const double worst = testing::ExpectTop1AtEveryPosition(*g.lm, g, GetParam(), pool);
   // f32 math on identical bf16 weights: only summation order differs.
   EXPECT_LT(worst, 1e-4) << GetParam();
 }
@@ -161,12 +135,7 @@ TEST_P(DeepseekConsistencyTest, BatchedSequencesEqualSingleSequences) {
   Golden g = Load(GetParam());
   ASSERT_TRUE(g.lm);
   util::ThreadPool pool(2);
-  const auto [dc, da, db] = testing::BatchedVsSingle(*g.lm, g.Prompts(), pool);
-  std::printf("%s: batched vs single: decode %.3g, prefill %.3g, chunk %.3g\n", GetParam(), dc, da,
-              db);
-  EXPECT_LT(dc, 1e-4);
-  EXPECT_LT(da, 1e-4);
-  EXPECT_LT(db, 1e-4);
+  testing::ExpectBatchedEqualsSingle(*g.lm, g.Prompts(), GetParam(), 1e-4, pool);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekConsistencyTest,
@@ -182,40 +151,15 @@ TEST_P(DeepseekMtpTest, MtpLogitsMatchReference) {
   util::ThreadPool pool(2);
   const auto prompt = g.Prompts()[g.json["mtp_prompt_index"].get<int>()];
   const int n = static_cast<int>(prompt.size());
-  const int V = g.vocab, H = g.model->config.hidden;
-  Cache cache(*g.lm, n);
-  ForwardBatch b;
-  b.tokens = prompt.data();
-  b.num_tokens = n;
-  b.seqs.push_back(cache.Slice(0, n, 0, 0));
-  g.lm->Forward(b, cache.kv, nullptr, pool);
-  std::vector<float> hidden(n * H);
-  g.lm->FinalHidden(hidden.data());
-
+  const std::vector<float> hidden = testing::FinalStates(*g.lm, prompt, pool);
   const float* ref = g.Ref("mtp_logits", n - 1);
   ASSERT_NE(ref, nullptr);
-  // Prefill form: x_{i+1} with h_i for i = 0 .. n-2 in one call.
-  Cache mtp(*g.lm, 1, n);
-  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-  ForwardBatch m;
-  m.tokens = next.data();
-  m.num_tokens = n - 1;
-  m.seqs.push_back(mtp.Slice(0, n - 1, 0, n - 1));
-  std::vector<float> got((n - 1) * V), u((n - 1) * H);
-  g.lm->ForwardMtp(0, m, hidden.data(), mtp.kv, got.data(), u.data(), pool);
-  const double d = MaxAbsDiff(got.data(), ref, int64_t{n - 1} * V);
-  // Draft form: one token at a time (absorbed attention over the MTP cache).
-  Cache mtp2(*g.lm, 1, n);
-  std::vector<float> step(V);
-  double d_step = 0;
-  for (int i = 0; i < n - 1; ++i) {
-    ForwardBatch s;
-    s.tokens = next.data() + i;
-    s.num_tokens = 1;
-    s.seqs.push_back(mtp2.Slice(0, 1, i, 1));
-    g.lm->ForwardMtp(0, s, hidden.data() + int64_t{i} * H, mtp2.kv, step.data(), nullptr, pool);
-    d_step = std::max(d_step, MaxAbsDiff(step.data(), ref + int64_t{i} * V, V));
-  }
+  // Prefill form: x_{i+1} with h_i for i = 0 .. n-2 in one call; draft form: one token at a time
+  // (absorbed attention over the MTP cache).
+  const std::vector<float> got = testing::MtpLogits(*g.lm, prompt, hidden.data(), false, pool);
+  const std::vector<float> steps = testing::MtpLogits(*g.lm, prompt, hidden.data(), true, pool);
+  const double d = MaxAbsDiff(got.data(), ref, int64_t{n - 1} * g.vocab);
+  const double d_step = MaxAbsDiff(steps.data(), ref, int64_t{n - 1} * g.vocab);
   std::printf("%s: MTP max |logit diff| %.3g (prefill), %.3g (token by token)\n", GetParam(), d,
               d_step);
   EXPECT_LT(d, 1e-3);

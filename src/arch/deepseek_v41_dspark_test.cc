@@ -29,17 +29,10 @@ struct Loaded {
 
 Loaded Load(const std::string& name, bool enable = true) {
   Loaded l;
-  auto dir = model::DeepseekTestCheckpoint(name, "deepseek_v41_dspark");
-  EXPECT_TRUE(dir.ok()) << dir.status();
-  if (!dir.ok()) return l;
-  auto m = model::LoadModel(*dir);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return l;
-  l.model = std::move(*m);
-  auto lm = CreateCausalLm(*l.model);
-  EXPECT_TRUE(lm.ok()) << lm.status();
-  if (!lm.ok()) return l;
-  l.lm = std::move(*lm);
+  if (!testing::LoadAndCreate(model::DeepseekTestCheckpoint(name, "deepseek_v41_dspark"),
+                              &CreateCausalLm, l.model, l.lm)) {
+    return l;
+  }
   if (enable) {
     EXPECT_TRUE(l.lm->draft_heads() != nullptr && l.lm->draft_heads()->EnableDspark());
   }

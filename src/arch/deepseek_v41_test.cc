@@ -49,21 +49,15 @@ struct Golden : testing::GoldenFiles {
 Golden Load(const std::string& name) {
   Golden g;
   if (!g.Load(GoldenDir(name))) return g;
-  auto dir =
-      model::SyntheticCheckpoint(GoldenDir(name), std::string(DI_TESTDATA_DIR) + "/deepseek_v41");
-  EXPECT_TRUE(dir.ok()) << dir.status();
-  if (!dir.ok()) return g;
-  auto m = model::LoadModel(*dir);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return g;
-  g.model = std::move(*m);
-  // Engram cases: the token classes of the case's toy tokenizer, as the reference built them.
-  if (g.json.contains("engram")) {
-    g.model->engram_token_classes = g.json["engram"]["token_map"].get<std::vector<int32_t>>();
-  }
-  auto lm = CreateCausalLm(*g.model);
-  EXPECT_TRUE(lm.ok()) << lm.status();
-  if (lm.ok()) g.lm = std::move(*lm);
+  testing::LoadAndCreate(
+      model::SyntheticCheckpoint(GoldenDir(name), std::string(DI_TESTDATA_DIR) + "/deepseek_v41"),
+      &CreateCausalLm, g.model, g.lm, [&](model::Model& m) {
+        // Engram cases: the token classes of the case's toy tokenizer, as the reference built
+        // them.
+        if (g.json.contains("engram")) {
+          m.engram_token_classes = g.json["engram"]["token_map"].get<std::vector<int32_t>>();
+        }
+      });
   return g;
 }
 
@@ -71,24 +65,7 @@ TEST(DeepseekV41ParityTest, NoQatCaseMatchesTheReferenceTightly) {
   LOAD_OR_SKIP(g, "v41_noengram_noqat");
   EXPECT_EQ(g.model->config.architecture, "deepseek_v41");
   util::ThreadPool pool(2);
-  double worst = 0;
-  for (const auto& prompt : g.Prompts()) {
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    const float* ref = g.Ref("logits_" + std::to_string(n), n);
-    ASSERT_NE(ref, nullptr);
-    const std::vector<float> got = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
-    const double diff = MaxAbsDiff(got.data(), ref, n * g.vocab);
-    int agree = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const int want = ArgMax(ref + t * g.vocab, g.vocab);
-      const int have = ArgMax(got.data() + t * g.vocab, g.vocab);
-      agree += want == have;
-      EXPECT_EQ(want, have) << "prompt " << n << " position " << t;
-    }
-    std::printf("parity v41_noengram_noqat %3lld tokens: max |logit diff| %.3g, top-1 %d/%lld\n",
-                static_cast<long long>(n), diff, agree, static_cast<long long>(n));
-    worst = std::max(worst, diff);
-  }
+  const double worst = testing::ExpectTop1AtEveryPosition(*g.lm, g, "v41_noengram_noqat", pool);
   EXPECT_LT(worst, 1e-4);  // the README's bound for the case without fake quantization
 }
 

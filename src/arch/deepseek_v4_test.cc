@@ -43,17 +43,10 @@ struct Golden : testing::GoldenFiles {
 
 Golden Load(const std::string& name) {
   Golden g;
-  if (!g.Load(model::DeepseekGoldenDir(name, kFamily))) return g;
-  auto dir = model::DeepseekTestCheckpoint(name, kFamily);
-  EXPECT_TRUE(dir.ok()) << dir.status();
-  if (!dir.ok()) return g;
-  auto m = model::LoadModel(*dir);
-  EXPECT_TRUE(m.ok()) << m.status();
-  if (!m.ok()) return g;
-  g.model = std::move(*m);
-  auto lm = CreateCausalLm(*g.model);
-  EXPECT_TRUE(lm.ok()) << lm.status();
-  if (lm.ok()) g.lm = std::move(*lm);
+  if (g.Load(model::DeepseekGoldenDir(name, kFamily))) {
+    testing::LoadAndCreate(model::DeepseekTestCheckpoint(name, kFamily), &CreateCausalLm, g.model,
+                           g.lm);
+  }
   return g;
 }
 
@@ -64,24 +57,7 @@ TEST_P(DeepseekV4ParityTest, LogitsMatchTransformersAtEveryPosition) {
   ASSERT_TRUE(g.lm);
   EXPECT_EQ(g.model->config.architecture, "deepseek_v4");
   util::ThreadPool pool(2);
-  double worst = 0;
-  for (const auto& prompt : g.Prompts()) {
-    const int64_t n = static_cast<int64_t>(prompt.size());
-    const float* ref = g.Ref("logits_" + std::to_string(n), n);
-    ASSERT_NE(ref, nullptr);
-    std::vector<float> got = RunTokens(*g.lm, prompt, static_cast<int>(n), pool);
-    const double diff = MaxAbsDiff(got.data(), ref, n * g.vocab);
-    int agree = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* r = ref + t * g.vocab;
-      const int want = ArgMax(r, g.vocab), have = ArgMax(got.data() + t * g.vocab, g.vocab);
-      if (want == have) ++agree;
-      EXPECT_EQ(want, have) << GetParam() << " prompt " << n << " position " << t;
-    }
-    std::printf("parity %-14s %3lld tokens: max |logit diff| %.3g, top-1 agrees %d/%lld\n",
-                GetParam(), static_cast<long long>(n), diff, agree, static_cast<long long>(n));
-    worst = std::max(worst, diff);
-  }
+  const double worst = testing::ExpectTop1AtEveryPosition(*g.lm, g, GetParam(), pool);
   // f32 math on identical bf16/f32 weights: only summation order differs.
   EXPECT_LT(worst, 1e-4) << GetParam();
 }
@@ -153,12 +129,7 @@ TEST_P(DeepseekV4ConsistencyTest, BatchedSequencesEqualSingleSequences) {
   Golden g = Load(GetParam());
   ASSERT_TRUE(g.lm);
   util::ThreadPool pool(2);
-  const auto [dc, da, db] = testing::BatchedVsSingle(*g.lm, g.Prompts(), pool);
-  std::printf("%s: batched vs single: decode %.3g, prefill %.3g, chunk %.3g\n", GetParam(), dc, da,
-              db);
-  EXPECT_LT(dc, 1e-5);
-  EXPECT_LT(da, 1e-5);
-  EXPECT_LT(db, 1e-5);
+  testing::ExpectBatchedEqualsSingle(*g.lm, g.Prompts(), GetParam(), 1e-5, pool);
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, DeepseekV4ConsistencyTest,
@@ -179,38 +150,13 @@ TEST(DeepseekV4MtpTest, PrefillAndTokenByTokenDraftsAgree) {
   const int n = static_cast<int>(prompt.size()), V = g.vocab;
   const int64_t D = g.lm->draft_heads()->mtp_hidden_size();
   EXPECT_EQ(D, 4 * g.model->config.hidden);
-  Cache cache(*g.lm, n);
-  ForwardBatch b;
-  b.tokens = prompt.data();
-  b.num_tokens = n;
-  b.seqs.push_back(cache.Slice(0, n, 0, 0));
-  g.lm->Forward(b, cache.kv, nullptr, pool);
-  std::vector<float> streams(n * D);
-  g.lm->draft_heads()->FinalHidden(streams.data());
-  std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-  Cache mtp(*g.lm, 1, n);
-  ForwardBatch m;
-  m.tokens = next.data();
-  m.num_tokens = n - 1;
-  m.seqs.push_back(mtp.Slice(0, n - 1, 0, n - 1));
-  std::vector<float> all((n - 1) * V), out((n - 1) * D);
-  g.lm->draft_heads()->ForwardMtp(0, m, streams.data(), mtp.kv, all.data(), out.data(), pool);
-  Cache mtp2(*g.lm, 1, n);
-  std::vector<float> step(V);
-  double worst = 0;
-  for (int i = 0; i < n - 1; ++i) {
-    ForwardBatch s;
-    s.tokens = next.data() + i;
-    s.num_tokens = 1;
-    s.seqs.push_back(mtp2.Slice(0, 1, i, 1));
-    g.lm->draft_heads()->ForwardMtp(0, s, streams.data() + int64_t{i} * D, mtp2.kv, step.data(), nullptr, pool);
-    worst = std::max(worst, MaxAbsDiff(step.data(), all.data() + int64_t{i} * V, V));
-  }
-  EXPECT_EQ(worst, 0.0);
+  const std::vector<float> streams = testing::FinalStates(*g.lm, prompt, pool);
+  const std::vector<float> all = testing::MtpLogits(*g.lm, prompt, streams.data(), false, pool);
+  const std::vector<float> steps = testing::MtpLogits(*g.lm, prompt, streams.data(), true, pool);
+  EXPECT_EQ(MaxAbsDiff(steps.data(), all.data(), int64_t{n - 1} * V), 0.0);
   // Other main-model streams give other drafts.
-  std::vector<float> zeros(n * D, 0.5f), other((n - 1) * V);
-  Cache mtp3(*g.lm, 1, n);
-  g.lm->draft_heads()->ForwardMtp(0, m, zeros.data(), mtp3.kv, other.data(), nullptr, pool);
+  const std::vector<float> zeros(n * D, 0.5f);
+  const std::vector<float> other = testing::MtpLogits(*g.lm, prompt, zeros.data(), false, pool);
   EXPECT_GT(MaxAbsDiff(other.data(), all.data(), int64_t{n - 1} * V), 1e-3);
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "arch/gqa_attention.h"
 #include "arch/tensor_schema.h"
 #include "fmt/format.h"
 #include "kernels/cpu/attention.h"
@@ -27,14 +28,6 @@ namespace deepinfer::arch {
 namespace {
 
 using tensor::TensorView;
-
-// Query tokens per attention work item: K/V rows are read once per tile.
-constexpr int kAttentionTile = 16;
-// Attention over a long context is split into parts of this many positions (whole KV blocks),
-// computed in parallel and merged. The split depends only on the positions, never on what else
-// is in the batch, so a sequence gets the same logits alone or batched, in one prefill chunk or
-// several (batch invariance).
-constexpr int kPositionsPerPart = 256;
 
 class LlamaLm final : public CausalLm {
  public:
@@ -53,7 +46,8 @@ class LlamaLm final : public CausalLm {
   LlamaLm(const model::Model& m)
       : model_(m),
         cfg_(m.config),
-        schema_(m, {.matrices = MatrixTypes::kGguf, .check_finite = false, .implied = "expected"}) {
+        schema_(m, {.matrices = MatrixTypes::kGguf, .check_finite = false, .implied = "expected"}),
+        gqa_(cfg_.num_heads, cfg_.num_kv_heads, cfg_.head_dim) {
     // Debug aid for numerics work: DEEPINFER_DUMP_DIR=dir writes every intermediate tensor of
     // Forward call number DEEPINFER_DUMP_STEP (default 0) to dir/NNN_name.bin (raw f32), to
     // compare op by op with llama.cpp's eval callback. Off: one branch per op.
@@ -67,9 +61,7 @@ class LlamaLm final : public CausalLm {
   absl::Status Init();
 
   const model::ModelConfig& config() const override { return cfg_; }
-  int64_t kv_floats_per_token() const override {
-    return 2 * int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
-  }
+  int64_t kv_floats_per_token() const override { return gqa_.kv_floats_per_token(); }
 
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                util::ThreadPool& pool) override;
@@ -92,21 +84,17 @@ class LlamaLm final : public CausalLm {
   absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
     return schema_.Mat(name, rows, cols);
   }
-  void Attention(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
-  void AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool);
   void Dump(const char* name, int layer, const float* data, int64_t count) {
     if (!dump_dir_.empty() && forward_calls_ == dump_step_) WriteDump(name, layer, data, count);
   }
   void WriteDump(const char* name, int layer, const float* data, int64_t count);
   bool ggml() const { return numerics_ == Numerics::kGgml; }
-  void Reserve(int64_t num_tokens, int num_threads);
-  kernels::GqaKvLayout KvLayout(const KvCache& kv) const {
-    return {kv.block_size, cfg_.num_kv_heads, cfg_.head_dim, kv.dtype};
-  }
+  void Reserve(int64_t num_tokens);
 
   const model::Model& model_;
   model::ModelConfig cfg_;
   TensorSchema schema_;
+  GqaAttention gqa_;
   Numerics numerics_ = Numerics::kFast;
   std::string dump_dir_;  // empty: no dumps
   int dump_step_ = 0, forward_calls_ = 0, dump_seq_ = 0;
@@ -118,18 +106,6 @@ class LlamaLm final : public CausalLm {
   // Scratch, grown on demand and reused across steps.
   std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
   std::vector<int32_t> positions_, token_seq_;
-
-  // Attention work: one item per (query tile, KV head, part of the positions).
-  struct AttentionItem {
-    int32_t slice, first, num_tokens;
-    int32_t kv_head;
-    int32_t pos_begin, pos_end;
-    int32_t num_parts;
-    int64_t partial;  // first slot of the item's (tile, head) in partial_*_, or -1: direct
-  };
-  std::vector<AttentionItem> items_;
-  std::vector<int64_t> merges_;  // index in items_ of part 0 of every split (tile, head)
-  std::vector<float> attn_scratch_, partial_o_, partial_ml_;
 };
 
 absl::Status LlamaLm::Init() {
@@ -177,7 +153,7 @@ absl::Status LlamaLm::Init() {
   return absl::OkStatus();
 }
 
-void LlamaLm::Reserve(int64_t t, int num_threads) {
+void LlamaLm::Reserve(int64_t t) {
   auto grow = [](std::vector<float>& v, int64_t n) {
     if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   };
@@ -204,8 +180,7 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                       util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens;
   const int64_t H = cfg_.hidden, kvd = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
-  Reserve(T, pool.num_threads());
-  const kernels::GqaKvLayout layout = KvLayout(kv);
+  Reserve(T);
   BatchPositions(batch, positions_.data(), token_seq_.data());
   float* x = x_.data();
   float* h = h_.data();
@@ -251,20 +226,11 @@ void LlamaLm::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
     Dump("Kcur", l, k_.data(), T * kvd);
     // Append this step's K and V to each sequence's blocks before attending, so a token sees
     // itself and the earlier tokens of its own chunk.
-    for (const auto& s : batch.seqs) {
-      for (int32_t i = 0; i < s.num_tokens; ++i) {
-        int32_t pos = s.start_pos + i;
-        uint8_t* block =
-            kv.layer_bytes(l) + int64_t{s.block_table[pos / kv.block_size]} * layout.block_bytes();
-        int64_t t = s.token_offset + i;
-        kernels::StoreKv(layout, block, pos % kv.block_size, k_.data() + t * kvd,
-                         v_.data() + t * kvd);
-      }
-    }
+    gqa_.Store(batch, kv, l, k_.data(), v_.data());
     if (ggml()) {
-      AttentionGgml(batch, l, kv, pool);
+      gqa_.AttendGgml(batch, kv, l, q_.data(), attn_.data(), pool);
     } else {
-      Attention(batch, l, kv, pool);
+      gqa_.Attend(batch, kv, l, q_.data(), attn_.data(), pool);
     }
     Dump("kqv_out", l, attn_.data(), T * qd);
     matmul(*L.wo, attn_.data(), tmp_.data());
@@ -324,147 +290,6 @@ void LlamaLm::WriteDump(const char* name, int layer, const float* data, int64_t 
     std::fwrite(data, sizeof(float), static_cast<size_t>(count), f);
     std::fclose(f);
   }
-}
-
-void LlamaLm::AttentionGgml(const ForwardBatch& batch, int layer, KvCache& kv,
-                            util::ThreadPool& pool) {
-  DI_CHECK(kv.dtype == kernels::KvDtype::kF32);
-  const int D = cfg_.head_dim, num_kv_heads = cfg_.num_kv_heads;
-  const int group = cfg_.num_heads / num_kv_heads;
-  const int64_t token_stride = int64_t{cfg_.num_heads} * D;
-  // ggml's kq_scale: 1.0f / sqrtf(float(n_embd_head)).
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const kernels::GqaKvLayout layout = KvLayout(kv);
-  const int B = kv.block_size;
-  const bool batched = batch.num_tokens >= 2;
-  const int64_t items = static_cast<int64_t>(batch.seqs.size()) * num_kv_heads;
-  pool.ParallelFor(items, [&](int64_t begin, int64_t end, int) {
-    // K rows [ctx, D] and V^T rows [D, ctx rounded up to 64] of one KV head, as ggml's cache
-    // holds them (its V cache is transposed when flash attention is off).
-    thread_local std::vector<float> k, vt, scratch;
-    for (int64_t it = begin; it < end; ++it) {
-      const SequenceSlice& s = batch.seqs[it / num_kv_heads];
-      const int g = static_cast<int>(it % num_kv_heads);
-      const int ctx = s.start_pos + s.num_tokens;
-      const int64_t pad = (int64_t{ctx} + 63) / 64 * 64;
-      if (static_cast<int64_t>(k.size()) < int64_t{ctx} * D) k.resize(int64_t{ctx} * D);
-      if (static_cast<int64_t>(vt.size()) < pad * D) vt.resize(pad * D);
-      if (static_cast<int64_t>(scratch.size()) < 2 * pad) scratch.resize(2 * pad);
-      for (int j = 0; j < ctx; ++j) {
-        const float* block =
-            kv.layers[layer] + int64_t{s.block_table[j / B]} * layout.block_values();
-        const int slot = j % B;
-        const float* kt = block + int64_t{g} * D * B + slot;
-        const float* vr = block + layout.v_offset() + (int64_t{slot} * num_kv_heads + g) * D;
-        for (int d = 0; d < D; ++d) {
-          k[int64_t{j} * D + d] = kt[int64_t{d} * B];
-          vt[int64_t{d} * pad + j] = vr[d];
-        }
-      }
-      for (int d = 0; d < D; ++d) {
-        std::fill(vt.begin() + int64_t{d} * pad + ctx, vt.begin() + int64_t{d} * pad + pad, 0.0f);
-      }
-      for (int i = 0; i < s.num_tokens; ++i) {
-        const int64_t t = s.token_offset + i;
-        for (int hh = 0; hh < group; ++hh) {
-          const int64_t off = t * token_stride + (int64_t{g} * group + hh) * D;
-          kernels::AttendRowGgml(q_.data() + off, k.data(), vt.data(), pad, s.start_pos + i + 1, D,
-                                 scale, batched, scratch.data(), attn_.data() + off);
-        }
-      }
-    }
-  });
-}
-
-void LlamaLm::Attention(const ForwardBatch& batch, int layer, KvCache& kv, util::ThreadPool& pool) {
-  const int num_heads = cfg_.num_heads, head_dim = cfg_.head_dim;
-  const int num_kv_heads = cfg_.num_kv_heads, group = num_heads / num_kv_heads;
-  const int64_t token_stride = int64_t{num_heads} * head_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const kernels::GqaKvLayout layout = KvLayout(kv);
-  const int block_size = kv.block_size;
-  const int threads = pool.num_threads();
-  const int rows_max = kAttentionTile * group;
-
-  // Items: every (query tile, KV head, part of the positions).
-  items_.clear();
-  merges_.clear();
-  int64_t num_partials = 0;
-  for (int32_t si = 0; si < static_cast<int32_t>(batch.seqs.size()); ++si) {
-    const SequenceSlice& s = batch.seqs[si];
-    for (int32_t first = 0; first < s.num_tokens; first += kAttentionTile) {
-      const int32_t n = std::min(kAttentionTile, s.num_tokens - first);
-      const int32_t ctx = s.start_pos + first + n;
-      const int32_t blocks = (ctx + block_size - 1) / block_size;
-      const int32_t per_part = std::max(1, kPositionsPerPart / block_size);  // in blocks
-      const int32_t parts = (blocks + per_part - 1) / per_part;              // none of them empty
-      for (int32_t g = 0; g < num_kv_heads; ++g) {
-        if (parts > 1) merges_.push_back(static_cast<int64_t>(items_.size()));
-        for (int32_t p = 0; p < parts; ++p) {
-          const int32_t begin = p * per_part * block_size;
-          const int32_t end = std::min(ctx, (p + 1) * per_part * block_size);
-          items_.push_back({si, first, n, g, begin, end, parts, parts > 1 ? num_partials++ : -1});
-        }
-      }
-    }
-  }
-  const int64_t scratch_floats =
-      kernels::AttentionScratchFloats(layout, rows_max) + int64_t{rows_max} * (head_dim + 2);
-  if (static_cast<int64_t>(attn_scratch_.size()) < threads * scratch_floats) {
-    attn_scratch_.resize(threads * scratch_floats);
-  }
-  if (static_cast<int64_t>(partial_ml_.size()) < num_partials * rows_max * 2) {
-    partial_ml_.resize(num_partials * rows_max * 2);
-    partial_o_.resize(num_partials * rows_max * head_dim);
-  }
-  auto query_of = [&](const AttentionItem& it) {
-    const SequenceSlice& s = batch.seqs[it.slice];
-    kernels::AttentionQuery q;
-    const int64_t offset = (int64_t{s.token_offset} + it.first) * token_stride +
-                           int64_t{it.kv_head} * group * head_dim;
-    q.q = q_.data() + offset;
-    q.token_stride = token_stride;
-    q.num_tokens = it.num_tokens;
-    q.first_pos = s.start_pos + it.first;
-    q.group = group;
-    q.kv_head = it.kv_head;
-    q.scale = scale;
-    return std::make_pair(q, offset);
-  };
-  auto partial_at = [&](int64_t slot) {
-    return kernels::AttentionPartial{partial_o_.data() + slot * rows_max * head_dim,
-                                     partial_ml_.data() + slot * rows_max,
-                                     partial_ml_.data() + (num_partials + slot) * rows_max};
-  };
-  pool.ParallelFor(
-      static_cast<int64_t>(items_.size()), [&](int64_t begin, int64_t end, int thread) {
-        float* scratch = attn_scratch_.data() + thread * scratch_floats;
-        float* direct = scratch + kernels::AttentionScratchFloats(layout, rows_max);
-        for (int64_t i = begin; i < end; ++i) {
-          const AttentionItem& it = items_[i];
-          const auto [q, offset] = query_of(it);
-          const SequenceSlice& s = batch.seqs[it.slice];
-          if (it.partial >= 0) {
-            kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin,
-                                 it.pos_end, scratch, partial_at(it.partial));
-          } else {
-            kernels::AttentionPartial part{direct, direct + int64_t{rows_max} * head_dim,
-                                           direct + int64_t{rows_max} * (head_dim + 1)};
-            kernels::AttendRange(layout, kv.layers[layer], s.block_table, q, it.pos_begin,
-                                 it.pos_end, scratch, part);
-            kernels::FinishAttention(q, head_dim, part, 1, rows_max, attn_.data() + offset);
-          }
-        }
-      });
-  if (merges_.empty()) return;
-  pool.ParallelFor(static_cast<int64_t>(merges_.size()), [&](int64_t begin, int64_t end, int) {
-    for (int64_t i = begin; i < end; ++i) {
-      const AttentionItem& it = items_[merges_[i]];
-      const auto [q, offset] = query_of(it);
-      kernels::FinishAttention(q, head_dim, partial_at(it.partial), it.num_parts, rows_max,
-                               attn_.data() + offset);
-    }
-  });
 }
 
 }  // namespace
