@@ -170,7 +170,7 @@ void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
           "Images the vision tower encoded (those the encoder cache held are not counted).",
           [&](const S& s) { return d(s.images_encoded); });
   counter("deepinfer_encoder_cache_hits_total",
-          "Image span rows the encoder cache supplied without encoding.",
+          "Images whose span rows the encoder cache supplied without encoding them.",
           [&](const S& s) { return d(s.encoder_cache_hits); });
   counter("deepinfer_image_encode_seconds_total",
           "Engine-thread seconds the vision tower spent encoding images.",
