@@ -9,6 +9,7 @@
 #endif
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/vector_ext.h"
 #include "kernels/cpu/matmul.h"
 #include "tensor/dtype.h"
 
@@ -486,16 +487,8 @@ DI_INLINE int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 typedef float v8 __attribute__((vector_size(32)));
 typedef float v4 __attribute__((vector_size(16)));
 
-template <typename V>
-DI_INLINE V LoadV(const float* p) {
-  V r;
-  std::memcpy(&r, p, sizeof(r));
-  return r;
-}
-template <typename V>
-DI_INLINE void StoreV(float* p, V v) {
-  std::memcpy(p, &v, sizeof(v));
-}
+using internal::LoadV;
+using internal::StoreV;
 
 // One call of DenseAttend with a register tile of R query rows by two vectors V of L lanes:
 // R x 2L logits (Q·K) or output values (P·V) of accumulators. 8 rows x 2 zmm on AVX-512 and

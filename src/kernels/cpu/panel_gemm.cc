@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/vector_ext.h"
 #include "kernels/cpu/matmul.h"
 
 // The vector types are GCC vector extensions, compiled once per ISA below (target attributes),
@@ -33,16 +34,8 @@ constexpr int64_t kTokenBlock = 1536;
 // vectors and a broadcast: within the 16 registers of AVX2 and SSE as well as AVX-512's 32.
 constexpr int kNr = 6;
 
-template <typename V>
-DI_INLINE V LoadV(const float* p) {
-  V r;
-  std::memcpy(&r, p, sizeof(r));
-  return r;
-}
-template <typename V>
-DI_INLINE void StoreV(float* p, V v) {
-  std::memcpy(p, &v, sizeof(v));
-}
+using internal::LoadV;
+using internal::StoreV;
 
 // Widens rows [o0, o0 + rows) x columns [k0, k0 + kc) of w into panel[k][o - o0] (mr floats per
 // k; rows past `rows` are zero).
