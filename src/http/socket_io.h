@@ -24,10 +24,35 @@ namespace deepinfer::http {
 
 using Clock = std::chrono::steady_clock;
 
+// Beast's SyncReadStream reads over a stream's own `size_t Read(char* data, size_t size,
+// boost::system::error_code& ec)` (bytes read; 0 with ec set on an error): read_some fills the
+// first non-empty buffer of the sequence. FdStream and TlsStream derive from it (CRTP).
+template <class Stream>
+class SyncReadSome {
+ public:
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      boost::asio::mutable_buffer b(*it);
+      if (b.size() > 0) {
+        return static_cast<Stream*>(this)->Read(static_cast<char*>(b.data()), b.size(), ec);
+      }
+    }
+    ec = {};
+    return 0;
+  }
+  template <class MutableBufferSequence>
+  size_t read_some(const MutableBufferSequence& buffers) {
+    boost::system::error_code ec;
+    return read_some(buffers, ec);
+  }
+};
+
 // Waits for one condition of a blocking socket in slices of `slice_ms`, checking `cancel` between
 // slices: the time a cancellation takes to be seen is at most one slice.
 // Threads: one thread at a time. Lifetime: does not own the fd.
-class FdStream {
+class FdStream : public SyncReadSome<FdStream> {
  public:
   explicit FdStream(int fd) : fd_(fd) {}
 
@@ -64,21 +89,6 @@ class FdStream {
   // body bytes that arrive with it leave in one send, yet a head never waits on a slow body.
   void set_before_read_wait(std::function<bool()> hook) { before_read_wait_ = std::move(hook); }
 
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
-    for (auto it = boost::asio::buffer_sequence_begin(buffers);
-         it != boost::asio::buffer_sequence_end(buffers); ++it) {
-      boost::asio::mutable_buffer b(*it);
-      if (b.size() > 0) return Read(static_cast<char*>(b.data()), b.size(), ec);
-    }
-    ec = {};
-    return 0;
-  }
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers) {
-    boost::system::error_code ec;
-    return read_some(buffers, ec);
-  }
   template <class ConstBufferSequence>
   size_t write_some(const ConstBufferSequence& buffers, boost::system::error_code& ec) {
     iovec iov[16];

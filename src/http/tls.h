@@ -30,7 +30,7 @@ namespace deepinfer::http {
 //   the connection ends without TLS's close_notify (a body cut short, not its end); eof after
 //   close_notify.
 // Threads: one thread at a time. Lifetime: borrows `transport`.
-class TlsStream {
+class TlsStream : public SyncReadSome<TlsStream> {
  public:
   explicit TlsStream(FdStream& transport);
   ~TlsStream();
@@ -47,21 +47,6 @@ class TlsStream {
   // ec set on an error.
   bool WriteAll(const iovec* iov, int count, boost::system::error_code& ec);
 
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers, boost::system::error_code& ec) {
-    for (auto it = boost::asio::buffer_sequence_begin(buffers);
-         it != boost::asio::buffer_sequence_end(buffers); ++it) {
-      boost::asio::mutable_buffer b(*it);
-      if (b.size() > 0) return Read(static_cast<char*>(b.data()), b.size(), ec);
-    }
-    ec = {};
-    return 0;
-  }
-  template <class MutableBufferSequence>
-  size_t read_some(const MutableBufferSequence& buffers) {
-    boost::system::error_code ec;
-    return read_some(buffers, ec);
-  }
 
  private:
   // Sends the ciphertext the session has made. False with ec on an error.
