@@ -19,6 +19,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "model/tensor_values.h"
+#include "util/aligned_vector.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
@@ -112,12 +113,12 @@ class DeepseekImpl final : public DeepseekV3Lm {
 
   // Scratch, grown on demand and reused across steps.
   int64_t last_tokens_ = 0;
-  std::vector<float> x_, h_, qa_, q_, kva_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
-  std::vector<float> router_logits_, moe_out_;
-  std::vector<float> route_w_;
+  util::AlignedVector<float> x_, h_, qa_, q_, kva_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
+  util::AlignedVector<float> router_logits_, moe_out_;
+  util::AlignedVector<float> route_w_;
   std::vector<int32_t> positions_, token_seq_, route_idx_;
   MoeDispatch moe_;
-  std::vector<float> route_score_, route_choice_, route_gscore_;
+  util::AlignedVector<float> route_score_, route_choice_, route_gscore_;
   std::vector<int> route_order_;
   std::vector<char> route_keep_;
 };
@@ -395,8 +396,8 @@ void DeepseekImpl::RunMlp(const Mlp& m, const float* in, int64_t n, float* out,
 // when norm_topk_prob and k > 1 (DeepSeek-V2's own modeling code), else scaled.
 void DeepseekImpl::Route(const Layer& L, const float* logits, int32_t* idx, float* w) {
   const int E = ds_.n_routed_experts, K = ds_.num_experts_per_tok;
-  std::vector<float>& score = route_score_;
-  std::vector<float>& choice = route_choice_;
+  auto& score = route_score_;
+  auto& choice = route_choice_;
   std::vector<int>& order = route_order_;
   score.resize(E);
   choice.resize(E);
@@ -412,7 +413,7 @@ void DeepseekImpl::Route(const Layer& L, const float* logits, int32_t* idx, floa
   const bool noaux = ds_.topk_method == "noaux_tc";
   if (ds_.n_group > 1 && ds_.topk_method != "greedy") {
     const int G = ds_.n_group, per = E / G;
-    std::vector<float>& gscore = route_gscore_;
+    auto& gscore = route_gscore_;
     gscore.resize(G);
     for (int g = 0; g < G; ++g) {
       const float* c = choice.data() + g * per;

@@ -9,11 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
+#include "arch/deepseek_v4_attention.h"
 #include "arch/deepseek_v4_blocks.h"
 #include "arch/deepseek_v4_ops.h"
 #include "arch/moe.h"
@@ -23,9 +22,8 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
-#include "model/block_scales.h"
-#include "model/fp8.h"
 #include "model/tensor_values.h"
+#include "util/aligned_vector.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
@@ -33,44 +31,23 @@ namespace deepinfer::arch {
 namespace {
 
 using tensor::TensorView;
-using Attn = model::DeepseekV4Config::Attention;
-using dsv4::FakeQuantFp4;
-using dsv4::FakeQuantFp8;
-using dsv4::Hadamard;
-using dsv4::RopeInterleaved;
 using dsv4::UnweightedRmsNorm;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using dsv4::AttentionLayer;
 using dsv4::HcSite;
 using dsv4::MoeLayer;
 
-// A compressor: a = wkv x, z = wgate x ([coff * dim] each); ape [ratio, coff * dim]; norm [dim].
-struct Compressor {
-  const TensorView* wkv = nullptr;
-  const TensorView* wgate = nullptr;
-  std::vector<float> ape, norm;
-  int dim = 0;
-  int coff = 1;  // 2: overlapping windows (CSA)
-};
-
-// A block: the shared attention layer (mHC sites, norms, attention weights), its compressors
-// and indexer, and the MoE (hash routed by tid2eid on the config's hash layers).
+// A block: the shared attention layer (mHC sites, norms, attention weights), its variant (window,
+// HCA or CSA: compressors, indexer, cache slot), and the MoE (hash routed by tid2eid on the
+// config's hash layers).
 struct Layer : AttentionLayer {
-  Attn kind = Attn::kSliding;
-  int ratio = 0;
-  Compressor comp, index_comp;
-  const TensorView* index_wq_b = nullptr;
-  const TensorView* index_weights = nullptr;
+  dsv4::CompressedAttentionLayer attn;
   MoeLayer moe;
   // MTP module extras: x0_k = e_proj(enorm(Emb(x))) + h_proj(hnorm(X_k)); its own hc head + norm.
   const TensorView* e_proj = nullptr;
   const TensorView* h_proj = nullptr;
   std::vector<float> enorm, hnorm, head_norm;
   HcSite hc_head;
-  // Float offsets inside a token's cache slot.
-  int64_t off_a = 0, off_z = 0, off_entry = 0, off_ia = 0, off_iz = 0, off_ikey = 0;
-  int64_t slot_floats = 0;
 };
 
 class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
@@ -99,8 +76,6 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
     return schema_.Mat(name, rows, cols);
   }
-  absl::StatusOr<Compressor> LoadCompressor(const std::string& prefix, int dim, int coff,
-                                            int ratio);
   absl::StatusOr<Layer> LoadLayer(const std::string& prefix, int l);
   absl::StatusOr<HcSite> LoadHead(const std::string& prefix);
   void RunBlock(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
@@ -110,15 +85,6 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
 
   void Prepare(const ForwardBatch& batch);
   void HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool);
-  void Attention(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
-                 util::ThreadPool& pool);
-  void EmitEntries(const Layer& L, const Compressor& c, int64_t off_a, int64_t off_z,
-                   int64_t off_out, bool index_keys, int kv_layer, const SequenceSlice& s,
-                   KvCache& kv);
-  void QuantizeKv(float* x, int64_t dim) const;
-  void QuantizeIndex(float* x) const;
-  void SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch, KvCache& kv,
-                     util::ThreadPool& pool);
 
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
@@ -131,63 +97,28 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
 
   // The blocks, each with its scratch.
   dsv4::RopeTables rope_;
-  dsv4::SharedKvAttention attn_;
-  dsv4::LightningIndexer indexer_;
+  dsv4::CompressedAttention attention_;
   dsv4::MoeBlock moe_;
   // Scratch, grown on demand.
   dsv4::MhcStreams mhc_;
-  std::vector<float> hc_pre_, hc_mix_, x_, h_;
-  std::vector<float> ca_, cz_, ia_, iz_, out_, tmp_, rows_;
+  util::AlignedVector<float> hc_pre_, hc_mix_, x_, h_;
+  util::AlignedVector<float> out_, tmp_, rows_;
   std::vector<int32_t> positions_;
-  // Selected compressed entries per token of a CSA layer: [T, index_topk], -1 padded.
-  std::vector<int32_t> selected_;
 };
 
 using dsv4::Grow;
 
-absl::StatusOr<Compressor> DeepseekV4Impl::LoadCompressor(const std::string& p, int dim, int coff,
-                                                          int ratio) {
-  Compressor c;
-  c.dim = dim;
-  c.coff = coff;
-  DI_ASSIGN_OR_RETURN(c.wkv, Mat(p + "wkv.weight", int64_t{coff} * dim, cfg_.hidden));
-  DI_ASSIGN_OR_RETURN(c.wgate, Mat(p + "wgate.weight", int64_t{coff} * dim, cfg_.hidden));
-  DI_ASSIGN_OR_RETURN(c.ape, Vec(p + "ape", {ratio, int64_t{coff} * dim}));
-  DI_ASSIGN_OR_RETURN(c.norm, Vec(p + "norm.weight", {dim}));
-  return c;
-}
-
 // Block `l` (main layers, then MTP modules) under `p` ("layers.N." or "mtp.K.").
 absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(const std::string& p, int l) {
-  const std::string a = p + "attn.", f = p + "ffn.";
-  const int64_t H = cfg_.hidden, hd = cfg_.head_dim;
+  const std::string f = p + "ffn.";
+  const int64_t H = cfg_.hidden;
   Layer L;
   DI_ASSIGN_OR_RETURN(static_cast<AttentionLayer&>(L),
                       dsv4::LoadAttentionLayer(schema_, p, cfg_, ds_));
-  L.kind = ds_.attention[l];
-  L.ratio = ds_.compress_ratio[l];
-  int64_t off = hd;
-  if (L.kind != Attn::kSliding) {
-    const int coff = L.kind == Attn::kCsa ? 2 : 1;
-    DI_ASSIGN_OR_RETURN(L.comp, LoadCompressor(a + "compressor.", static_cast<int>(hd), coff,
-                                               L.ratio));
-    L.off_a = off;
-    L.off_z = off + coff * hd;
-    L.off_entry = off + 2 * coff * hd;
-    off = L.off_entry + hd;
-  }
-  if (L.kind == Attn::kCsa) {
-    const int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
-    DI_ASSIGN_OR_RETURN(L.index_wq_b, Mat(a + "indexer.wq_b.weight", ih * ihd, ds_.q_lora_rank));
-    DI_ASSIGN_OR_RETURN(L.index_weights, Mat(a + "indexer.weights_proj.weight", ih, H));
-    DI_ASSIGN_OR_RETURN(L.index_comp, LoadCompressor(a + "indexer.compressor.",
-                                                     static_cast<int>(ihd), 2, L.ratio));
-    L.off_ia = off;
-    L.off_iz = off + 2 * ihd;
-    L.off_ikey = off + 4 * ihd;
-    off = L.off_ikey + ihd;
-  }
-  L.slot_floats = off;
+  // The config lists the MTP modules too (window only).
+  DI_ASSIGN_OR_RETURN(L.attn, dsv4::LoadCompressedAttention(schema_, p, cfg_, ds_,
+                                                            ds_.attention[l],
+                                                            ds_.compress_ratio[l]));
   const bool hash = l < cfg_.num_layers && ds_.hash_routed[l];
   DI_ASSIGN_OR_RETURN(L.moe, dsv4::LoadMoeLayer(schema_, f, ds_.n_routed_experts,
                                                  ds_.moe_intermediate_size, H,
@@ -223,7 +154,7 @@ absl::Status DeepseekV4Impl::Init() {
   DI_ASSIGN_OR_RETURN(hc_head_, LoadHead(""));
   for (int l = 0; l < cfg_.num_layers; ++l) {
     DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(fmt::format("layers.{}.", l), l));
-    kv_floats_ = std::max(kv_floats_, L.slot_floats);
+    kv_floats_ = std::max(kv_floats_, L.attn.slot_floats);
     layers_.push_back(std::move(L));
   }
   // MTP modules present in the checkpoint (a checkpoint may leave them out).
@@ -237,13 +168,14 @@ absl::Status DeepseekV4Impl::Init() {
     DI_ASSIGN_OR_RETURN(L.hnorm, Vec(p + "hnorm.weight", {H}));
     DI_ASSIGN_OR_RETURN(L.head_norm, Vec(p + "norm.weight", {H}));
     DI_ASSIGN_OR_RETURN(L.hc_head, LoadHead(p));
-    kv_floats_ = std::max(kv_floats_, L.slot_floats);
+    kv_floats_ = std::max(kv_floats_, L.attn.slot_floats);
     mtp_.push_back(std::move(L));
   }
   for (const auto& [name, t] : model_.tensors) released_formats_ |= t.scale != nullptr;
   // Every tensor must have a place.
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4"));
   rope_.Init(cfg_, ds_);
+  attention_.Init(cfg_, ds_);
   mhc_.Init(ds_.hc_mult, H, cfg_.rms_norm_eps, ds_.hc_eps, ds_.hc_sinkhorn_iters);
   return absl::OkStatus();
 }
@@ -266,21 +198,6 @@ void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
   rope_.Compute(positions_.data(), T);
 }
 
-// A cached key/value (window or compressed entry) under kDeepseekQat: its non-rotary part as FP8
-// per 64 values (the rotary tail stays float, as DeepSeek stores it).
-void DeepseekV4Impl::QuantizeKv(float* x, int64_t dim) const {
-  if (qat_) FakeQuantFp8(x, dim - cfg_.rope_dim, 64, 1e-4f);
-}
-
-// An indexer query head or key under kDeepseekQat: Hadamard-rotated (when index_head_dim is a
-// power of two), then FP4 per 32.
-void DeepseekV4Impl::QuantizeIndex(float* x) const {
-  if (!qat_) return;
-  const int64_t n = ds_.index_head_dim;
-  if ((n & (n - 1)) == 0) Hadamard(x, n);
-  FakeQuantFp4(x, n, 32);
-}
-
 // mHC at one site: post and comb (kept in mhc_ for the Expand after the sublayer) and the
 // collapsed input x_ [T, H] = sum_j pre_j X_j with this site's own pre.
 void DeepseekV4Impl::HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool) {
@@ -290,204 +207,14 @@ void DeepseekV4Impl::HcPre(const HcSite& site, int64_t T, util::ThreadPool& pool
   mhc_.Collapse(hc_pre_.data(), T, x_.data());
 }
 
-// Writes the entries that the slice's tokens close: entry j (ratio r) pools the tokens of
-// window j (and, overlapping, the first halves of window j - 1) by a per-channel softmax of
-// z + ape over those tokens, then kv norm and RoPE at position r j; stored in the slot of
-// position r (j + 1) - 1 at `off_out`.
-void DeepseekV4Impl::EmitEntries(const Layer& L, const Compressor& c, int64_t off_a,
-                                 int64_t off_z, int64_t off_out, bool index_keys, int kv_layer,
-                                 const SequenceSlice& s, KvCache& kv) {
-  const int r = L.ratio, dim = c.dim, coff = c.coff;
-  const int half = cfg_.rope_dim / 2;
-  std::vector<float>& buf = rows_;
-  Grow(buf, int64_t{4} * dim + 2 * half);
-  float* num = buf.data();
-  float* den = num + dim;
-  float* mx = den + dim;
-  float* cs = mx + dim + dim;
-  float* sn = cs + half;
-  auto slot = [&](int32_t pos) {
-    return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
-  };
-  for (int32_t i = 0; i < s.num_tokens; ++i) {
-    const int32_t p = s.start_pos + i;
-    if ((p + 1) % r != 0) continue;
-    const int32_t j = (p + 1) / r - 1, first = r * j;
-    // Members: (position, channel offset within a/z, ape row offset).
-    std::fill(mx, mx + dim, kNegInf);
-    auto visit = [&](auto&& fn) {
-      if (coff == 2 && j > 0) {
-        for (int t = 0; t < r; ++t) fn(first - r + t, 0, t * coff * dim);
-      }
-      for (int t = 0; t < r; ++t) fn(first + t, coff == 2 ? dim : 0, t * coff * dim + (coff - 1) * dim);
-    };
-    visit([&](int32_t pos, int64_t ch, int64_t ape) {
-      const float* z = slot(pos) + off_z + ch;
-      for (int d = 0; d < dim; ++d) mx[d] = std::max(mx[d], z[d] + c.ape[ape + d]);
-    });
-    std::fill(num, num + dim, 0.0f);
-    std::fill(den, den + dim, 0.0f);
-    // Softmax weights first (as transformers: normalized, then the weighted sum).
-    visit([&](int32_t pos, int64_t ch, int64_t ape) {
-      const float* z = slot(pos) + off_z + ch;
-      for (int d = 0; d < dim; ++d) den[d] += std::exp(z[d] + c.ape[ape + d] - mx[d]);
-    });
-    visit([&](int32_t pos, int64_t ch, int64_t ape) {
-      const float* z = slot(pos) + off_z + ch;
-      const float* a = slot(pos) + off_a + ch;
-      for (int d = 0; d < dim; ++d) {
-        num[d] += a[d] * (std::exp(z[d] + c.ape[ape + d] - mx[d]) / den[d]);
-      }
-    });
-    float* out = slot(p) + off_out;
-    kernels::RmsNorm(num, c.norm.data(), 1, dim, cfg_.rms_norm_eps, out);
-    rope_.CompressedAt(first, cs, sn);
-    RopeInterleaved(out + dim - cfg_.rope_dim, cs, sn, cfg_.rope_dim / 2, /*inverse=*/false);
-    if (index_keys) {
-      QuantizeIndex(out);
-    } else {
-      QuantizeKv(out, dim);
-    }
-  }
-}
-
-// CSA: the lightning indexer's choice of compressed entries for every token of the batch, into
-// selected_ [T, index_topk] (-1 padded).
-void DeepseekV4Impl::SelectIndexed(const Layer& L, int kv_layer, const ForwardBatch& batch,
-                                   KvCache& kv, util::ThreadPool& pool) {
-  const int64_t T = batch.num_tokens, ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
-  const int64_t K = ds_.index_topk;
-  indexer_.Queries(*L.index_wq_b, *L.index_weights, attn_.qr(), h_.data(), T, ih, ihd,
-                   cfg_.rope_dim, rope_.cos_comp.data(), rope_.sin_comp.data(),
-                   [&](float* q) { QuantizeIndex(q); }, pool);
-  Grow(selected_, T * K);
-  for (const auto& s : batch.seqs) {
-    const int64_t V = (s.start_pos + s.num_tokens) / L.ratio;
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      int32_t* sel = selected_.data() + (s.token_offset + i) * K;
-      std::fill(sel, sel + K, -1);
-      const int32_t visible = (s.start_pos + i + 1) / L.ratio;
-      for (int32_t j = 0; j < std::min<int64_t>(visible, K); ++j) sel[j] = j;
-    }
-    if (V <= K) continue;  // every token keeps all it sees
-    // Only tokens that see more than K entries need scores.
-    const int32_t first = std::max<int32_t>(0, static_cast<int32_t>((K + 1) * L.ratio - 1) -
-                                                    s.start_pos);
-    indexer_.Score(
-        s, V, ih, ihd, L.ratio, first, static_cast<int32_t>(K), V, positions_.data(),
-        [&](int64_t j) {
-          const int64_t pos = L.ratio * (j + 1) - 1;
-          return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size) +
-                 L.off_ikey;
-        },
-        [&](int64_t t, int32_t visible, const float* score, int32_t* order) {
-          for (int32_t j = 0; j < visible; ++j) order[j] = j;
-          dsv4::SortTopK(score, order, visible, static_cast<int32_t>(K));
-          std::copy(order, order + K, selected_.data() + t * K);
-        },
-        pool);
-  }
-}
-
-void DeepseekV4Impl::Attention(const Layer& L, int kv_layer, const ForwardBatch& batch,
-                               KvCache& kv, util::ThreadPool& pool) {
-  const int64_t T = batch.num_tokens, nh = cfg_.num_heads, hd = cfg_.head_dim;
-  const bool compressed = L.kind != Attn::kSliding;
-  const float* cosv = compressed ? rope_.cos_comp.data() : rope_.cos_main.data();
-  const float* sinv = compressed ? rope_.sin_comp.data() : rope_.sin_main.data();
-  // Queries: q LoRA, per-head weightless RMS norm, RoPE; this step's key/values (and compressor
-  // projections) into the tokens' slots.
-  attn_.Queries(L, h_.data(), T, nh, hd, cfg_.rope_dim, cfg_.rms_norm_eps, /*head_norm=*/true,
-                cosv, sinv, pool);
-  attn_.WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cfg_.rope_dim, cfg_.rms_norm_eps, cosv, sinv,
-                 [&](float* k) { QuantizeKv(k, hd); }, pool);
-  const float* kvrow = attn_.kv();
-  const int64_t ca_width = compressed ? int64_t{L.comp.coff} * hd : 0;
-  const int64_t ia_width = L.kind == Attn::kCsa ? 2 * int64_t{ds_.index_head_dim} : 0;
-  if (compressed) {
-    Grow(ca_, T * ca_width);
-    Grow(cz_, T * ca_width);
-    const TensorView* ws[2] = {L.comp.wkv, L.comp.wgate};
-    float* ys[2] = {ca_.data(), cz_.data()};
-    kernels::MatMulGroup(ws, ys, 2, h_.data(), T, pool);
-  }
-  if (ia_width > 0) {
-    Grow(ia_, T * ia_width);
-    Grow(iz_, T * ia_width);
-    const TensorView* ws[2] = {L.index_comp.wkv, L.index_comp.wgate};
-    float* ys[2] = {ia_.data(), iz_.data()};
-    kernels::MatMulGroup(ws, ys, 2, h_.data(), T, pool);
-  }
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      const int32_t pos = s.start_pos + i;
-      const int64_t t = s.token_offset + i;
-      float* slot = kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
-      std::memcpy(slot, kvrow + t * hd, hd * sizeof(float));
-      if (compressed) {
-        std::memcpy(slot + L.off_a, ca_.data() + t * ca_width, ca_width * sizeof(float));
-        std::memcpy(slot + L.off_z, cz_.data() + t * ca_width, ca_width * sizeof(float));
-      }
-      if (ia_width > 0) {
-        std::memcpy(slot + L.off_ia, ia_.data() + t * ia_width, ia_width * sizeof(float));
-        std::memcpy(slot + L.off_iz, iz_.data() + t * ia_width, ia_width * sizeof(float));
-      }
-    }
-  }
-  if (compressed) {
-    for (const auto& s : batch.seqs) {
-      EmitEntries(L, L.comp, L.off_a, L.off_z, L.off_entry, false, kv_layer, s, kv);
-      if (L.kind == Attn::kCsa) {
-        EmitEntries(L, L.index_comp, L.off_ia, L.off_iz, L.off_ikey, true, kv_layer, s, kv);
-      }
-    }
-  }
-  if (L.kind == Attn::kCsa) SelectIndexed(L, kv_layer, batch, kv, pool);
-
-  // Attention of every token over its window and compressed entries.
-  std::vector<int32_t> token_seq(static_cast<size_t>(T));
-  int64_t max_keys = 0;
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const auto& s = batch.seqs[si];
-    for (int32_t i = 0; i < s.num_tokens; ++i) token_seq[s.token_offset + i] = static_cast<int32_t>(si);
-    const int64_t ctx = s.start_pos + s.num_tokens;
-    max_keys = std::max<int64_t>(max_keys, ds_.sliding_window + (compressed ? ctx / L.ratio : 0));
-  }
-  const int64_t K = ds_.index_topk;
-  Grow(out_, T * cfg_.hidden);
-  attn_.Attend(L, T, nh, hd, cfg_.rope_dim, ds_.o_groups, ds_.o_lora_rank, max_keys, cosv, sinv,
-               out_.data(), pool, [&](int64_t t, const float** keys) {
-                 const SequenceSlice& s = batch.seqs[token_seq[t]];
-                 const int32_t p = positions_[t];
-                 auto slot = [&](int32_t pos) {
-                   return kv.Slot(kv_layer, s.block_table[pos / kv.block_size],
-                                  pos % kv.block_size);
-                 };
-                 int64_t n = 0;
-                 for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
-                   keys[n++] = slot(j);
-                 }
-                 if (L.kind == Attn::kHca) {
-                   const int32_t visible = (p + 1) / L.ratio;
-                   for (int32_t j = 0; j < visible; ++j) {
-                     keys[n++] = slot(L.ratio * (j + 1) - 1) + L.off_entry;
-                   }
-                 } else if (L.kind == Attn::kCsa) {
-                   const int32_t* sel = selected_.data() + t * K;
-                   for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
-                     keys[n++] = slot(L.ratio * (sel[k] + 1) - 1) + L.off_entry;
-                   }
-                 }
-                 return n;
-               });
-}
-
 void DeepseekV4Impl::RunBlock(const Layer& L, int kv_layer, const ForwardBatch& batch,
                               KvCache& kv, util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, H = cfg_.hidden;
   HcPre(L.hc_attn, T, pool);
   kernels::RmsNorm(x_.data(), L.attn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());
-  Attention(L, kv_layer, batch, kv, pool);
+  Grow(out_, T * H);
+  attention_.Run(L, L.attn, kv_layer, batch, positions_.data(), rope_, h_.data(), qat_, kv,
+                 out_.data(), pool);
   mhc_.Expand(out_.data(), T);
   HcPre(L.hc_ffn, T, pool);
   kernels::RmsNorm(x_.data(), L.ffn_norm.data(), T, H, cfg_.rms_norm_eps, h_.data());

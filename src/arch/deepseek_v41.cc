@@ -7,11 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "arch/deepseek_v41_attention.h"
 #include "arch/deepseek_v4_blocks.h"
 #include "arch/deepseek_v4_ops.h"
 #include "arch/tensor_schema.h"
@@ -23,9 +23,8 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
-#include "model/block_scales.h"
-#include "model/fp8.h"
 #include "model/tensor_values.h"
+#include "util/aligned_vector.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
@@ -33,33 +32,17 @@ namespace deepinfer::arch {
 namespace {
 
 using tensor::TensorView;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using dsv4::AttentionLayer;
 using dsv4::Grow;
 using dsv4::MoeLayer;
 
 // A layer (or DSpark stage): the shared attention layer (mHC sites, norms, attention weights),
-// its CSA2 roles, compressor and index queries, Engram, and the MoE.
+// its CSA2 roles and slots (compressor, index queries), Engram, and the MoE.
 struct Layer : AttentionLayer {
-  int ratio = 0;
+  dsv4::Csa2Layer csa;
   EngramWeights engram;
-  bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
-  int kv_src = -1;  // the layer whose compressed entries this layer reads (ratio > 0)
-  // KV source: the compressor (wgate only at ratio 2) and the index keys' wk / k_norm.
-  const TensorView* c_wkv = nullptr;
-  const TensorView* c_wgate = nullptr;
-  std::vector<float> c_norm, k_norm;
-  const TensorView* i_wk = nullptr;
-  // Index source: its queries and head weights.
-  const TensorView* i_wq_b = nullptr;
-  const TensorView* i_weights = nullptr;
   MoeLayer moe;
-  // Window cache slot: [window key/value (head_dim), a, z (head_dim each, ratio > 1 sources)].
-  // Main cache slot of a source: entry j and its index key, [head_dim + index_head_dim], either
-  // spread over its group's ratio slots (entry_floats / ratio per slot) or, when the block size
-  // or the entry does not divide by the ratio, whole in the group's last slot.
-  int64_t off_a = 0, off_z = 0, window_floats = 0, entry_floats = 0;
 };
 
 // The DSpark drafter (research notes 5.5): stages mtp.0.. (window-only layers with their own
@@ -106,9 +89,6 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   absl::Status LoadVision();
   // h_ rows of the batch's image-span tokens = batch.span_rows, in batch order.
   void WriteSpanRows(const ForwardBatch& batch);
-  // The window key/value rows of `in` (kv_norm, RoPE, FP8 under QAT) into attn_.kv().
-  void WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm, const float* in,
-                int64_t T, const float* cosv, const float* sinv, util::ThreadPool& pool);
   // The streams = h_ replicated hc times, pre_mix_ one-hot on stream 0 (the first layer's input).
   void StartStreams(int64_t T);
   // One mHC layer over the streams (pre_mix_ in, the FFN site's pre out); attention by `attend`.
@@ -118,120 +98,49 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
                 Attend&& attend);
   // DSpark: the stages' window KV from taps_ at the batch's positions.
   void DsparkAbsorb(const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
-  // Queries of h_ (RoPE'd, no per-head norm) and the attention of T rows over the keys
-  // gather(t, keys) lists for row t (at most max_keys), into out_.
-  template <typename Gather>
-  void AttendAndProject(const Layer& L, int64_t T, int64_t max_keys, const float* cosv,
-                        const float* sinv, util::ThreadPool& pool, Gather&& gather);
-  // A stage's attention for proposal rows: each block row (slice i's rows [i B, i B + B)) sees
-  // its sequence's window of positions < start_pos and all B rows of its block.
-  void StageAttention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
-                      util::ThreadPool& pool);
   // x_ [T, H] = the streams collapsed with `pre`.
   void Collapse(const float* pre, int64_t T) {
     Grow(x_, T * cfg_.hidden);
     mhc_.Collapse(pre, T, x_.data());
-  }
-  void Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
-                 util::ThreadPool& pool);
-  void Compress(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
-                util::ThreadPool& pool);
-  void Select(const Layer& L, const ForwardBatch& batch, KvCache& kv, util::ThreadPool& pool);
-  // Layer l's window-cache slot of position pos (within the slice's window).
-  static float* WindowSlot(KvCache& kv, const SequenceSlice& s, int l, int32_t pos) {
-    return kv.window->Slot(l, s.window_block_table[pos / kv.block_size], pos % kv.block_size);
-  }
-  // Layer l's window keys for a query at position p (the last sliding_window positions up to p)
-  // into keys; returns their count.
-  int64_t WindowKeys(KvCache& kv, const SequenceSlice& s, int l, int32_t p,
-                     const float** keys) const {
-    int64_t n = 0;
-    for (int32_t j = std::max(0, p - ds_.sliding_window + 1); j <= p; ++j) {
-      keys[n++] = WindowSlot(kv, s, l, j);
-    }
-    return n;
-  }
-  // KV source l's compressed entry j, followed by its index key.
-  float* EntrySlot(KvCache& kv, const SequenceSlice& s, int l, int64_t j) const {
-    const int32_t pos = static_cast<int32_t>(layers_[l].ratio * j) + entry_shift_[l];
-    return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
   }
 
   std::vector<Layer> layers_;
   Dspark dspark_;          // stages empty: none in the checkpoint
   bool dspark_on_ = false;  // EnableDspark()
   bool keep_classes_ = false;  // Engram on: the cache keeps token classes
-  std::vector<float> taps_;  // [T, taps, H] stream means at the target layers' inputs
-  std::vector<float> draft_x_, draft_logits_, markov_row_, markov_logits_, draft_conf_;
+  util::AlignedVector<float> taps_;  // [T, taps, H] stream means at the target layers' inputs
+  util::AlignedVector<float> draft_x_, draft_logits_, markov_row_, markov_logits_, draft_conf_;
   std::vector<int32_t> draft_tokens_;
   const TensorView* embed_ = nullptr;
   const TensorView* head_ = nullptr;
   std::vector<float> final_norm_;
   std::unique_ptr<VisionTower> vision_;  // null: text only
   int32_t window_tokens_ = 0;
-  // Per layer, the offset from a group's first position to the slot holding its entry: 0 when
-  // the entry spreads over the group's slots, ratio - 1 when it sits whole in the last one.
-  std::vector<int32_t> entry_shift_;
   // Engram; each token's class is kept in the main cache's extra layer num_layers (one float)
   // for later positions' look-back.
   EngramBlock engram_;
 
   // The blocks, each with its scratch.
   dsv4::RopeTables rope_;
-  dsv4::SharedKvAttention attn_;
-  dsv4::LightningIndexer indexer_;
+  dsv4::Csa2Attention attention_;
   dsv4::MoeBlock moe_;
   // Scratch, grown on demand.
   dsv4::MhcStreams mhc_;
-  std::vector<float> pre_mix_, pre_attn_, pre_ffn_;
-  std::vector<float> x_, h_, ca_, cz_, latent_, ikey_, out_, rows_, cs_;
-  std::vector<int32_t> positions_, token_seq_;
-  // Per token: the entries the latest index source selected [T, index_topk] (-1 padded), and the
-  // candidate source's blocks [T, blocks] (1 kept).
-  std::vector<int32_t> selected_;
-  std::vector<uint8_t> candidates_;
-  int64_t candidate_stride_ = 0;
+  util::AlignedVector<float> pre_mix_, pre_attn_, pre_ffn_;
+  util::AlignedVector<float> x_, h_, out_, rows_;
+  std::vector<int32_t> positions_;
 };
 
 absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
   const bool stage = l >= cfg_.num_layers;
   const std::string p = stage ? fmt::format("mtp.{}.", l - cfg_.num_layers)
                               : fmt::format("layers.{}.", l);
-  const std::string a = p + "attn.", f = p + "ffn.";
-  const int64_t H = cfg_.hidden, hd = cfg_.head_dim;
-  const int64_t ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
-  auto in = [](const std::vector<int>& v, int x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
+  const std::string f = p + "ffn.";
+  const int64_t H = cfg_.hidden;
   Layer L;
-  if (!stage) {  // DSpark stages: window only, no sources, no Engram
-    L.ratio = ds_.compress_ratio[l];
-    L.kv_source = in(ds_.kv_source_layer_ids, l);
-    L.index_source = in(ds_.index_source_layer_ids, l);
-    L.candidate_source = l == ds_.candidate_source_layer_id;
-    L.uses_candidates = ds_.candidate_source_layer_id >= 0 && ds_.candidate_source_layer_id < l;
-  }
   DI_ASSIGN_OR_RETURN(static_cast<AttentionLayer&>(L),
                       dsv4::LoadAttentionLayer(schema_, p, cfg_, ds_));
-  L.window_floats = hd;
-  if (L.kv_source) {
-    DI_ASSIGN_OR_RETURN(L.c_wkv, schema_.Mat(a + "compressor.wkv.weight", hd, H));
-    if (L.ratio > 1) {
-      DI_ASSIGN_OR_RETURN(L.c_wgate, schema_.Mat(a + "compressor.wgate.weight", hd, H));
-      L.off_a = hd;
-      L.off_z = 2 * hd;
-      L.window_floats = 3 * hd;
-    }
-    DI_ASSIGN_OR_RETURN(L.c_norm, schema_.Vec(a + "compressor.norm.weight", {hd}));
-    DI_ASSIGN_OR_RETURN(L.i_wk, schema_.Mat(a + "indexer.wk.weight", ihd, hd));
-    DI_ASSIGN_OR_RETURN(L.k_norm, schema_.Vec(a + "indexer.k_norm.weight", {ihd}));
-    L.entry_floats = hd + ihd;
-  }
-  if (L.index_source) {
-    DI_ASSIGN_OR_RETURN(L.i_wq_b,
-                        schema_.Mat(a + "indexer.wq_b.weight", ih * ihd, ds_.q_lora_rank));
-    DI_ASSIGN_OR_RETURN(L.i_weights, schema_.Mat(a + "indexer.weights_proj.weight", ih, H));
-  }
+  DI_ASSIGN_OR_RETURN(L.csa, dsv4::LoadCsa2Layer(schema_, p, cfg_, ds_, l, stage));
   if (!stage) {
     DI_ASSIGN_OR_RETURN(L.engram, engram_.Load(schema_, model_, p + "engram.", l));
   }
@@ -275,10 +184,10 @@ absl::Status DeepseekV41Impl::Init() {
   int kv_src = -1;
   for (int l = 0; l < cfg_.num_layers; ++l) {
     DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(l));
-    if (L.kv_source) kv_src = l;
-    L.kv_src = L.ratio > 0 ? kv_src : -1;
-    kv_floats_ = std::max(kv_floats_, L.entry_floats);
-    if (L.kv_source) window_tokens_ = std::max(window_tokens_, L.ratio);
+    if (L.csa.kv_source) kv_src = l;
+    L.csa.kv_src = L.csa.ratio > 0 ? kv_src : -1;
+    kv_floats_ = std::max(kv_floats_, L.csa.entry_floats);
+    if (L.csa.kv_source) window_tokens_ = std::max(window_tokens_, L.csa.ratio);
     layers_.push_back(std::move(L));
   }
   window_tokens_ = std::max(window_tokens_, ds_.sliding_window);
@@ -293,6 +202,7 @@ absl::Status DeepseekV41Impl::Init() {
   }
   DI_RETURN_IF_ERROR(schema_.CheckAllPlaced("DeepSeek-V4.1"));
   rope_.Init(cfg_, ds_);
+  attention_.Init(cfg_, ds_);
   mhc_.Init(ds_.hc_mult, H, cfg_.rms_norm_eps, ds_.hc_eps, ds_.hc_sinkhorn_iters);
   return absl::OkStatus();
 }
@@ -350,209 +260,14 @@ absl::Status DeepseekV41Impl::LoadDspark() {
   return absl::OkStatus();
 }
 
-// A KV source: the groups its slices' tokens complete become compressed entries and index keys.
-// latent_j = norm(sum over the group's tokens of softmax_t(z_t) * a_t) at ratio 2 (per channel,
-// fp32), norm(wkv x_t) at ratio 1; index key = fp4(RoPE(k_norm(wk latent_j), r j)); entry =
-// fp4e4m3(RoPE(latent_j, r j)); both in the slot of the group's last token.
-void DeepseekV41Impl::Compress(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
-                               util::ThreadPool& pool) {
-  const int64_t T = batch.num_tokens, hd = cfg_.head_dim, ihd = ds_.index_head_dim;
-  const int r = L.ratio, half = cfg_.rope_dim / 2;
-  auto slot = [&](const SequenceSlice& s, int32_t pos) { return WindowSlot(kv, s, l, pos); };
-  Grow(ca_, T * hd);
-  if (r > 1) {
-    Grow(cz_, T * hd);
-    const TensorView* ws[2] = {L.c_wkv, L.c_wgate};
-    float* ys[2] = {ca_.data(), cz_.data()};
-    kernels::MatMulGroup(ws, ys, 2, h_.data(), T, pool);
-  } else {
-    kernels::MatMul(*L.c_wkv, h_.data(), T, ca_.data(), pool);
-  }
-  // The latents of every group completed here, in batch order.
-  Grow(latent_, T * hd);
-  std::vector<std::pair<const SequenceSlice*, int32_t>> groups;  // (slice, closing position)
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      const int32_t p = s.start_pos + i;
-      const int64_t t = s.token_offset + i;
-      if (r > 1) {
-        float* sl = slot(s, p);
-        std::memcpy(sl + L.off_a, ca_.data() + t * hd, hd * sizeof(float));
-        std::memcpy(sl + L.off_z, cz_.data() + t * hd, hd * sizeof(float));
-      }
-      if ((p + 1) % r != 0) continue;
-      float* lat = latent_.data() + static_cast<int64_t>(groups.size()) * hd;
-      if (r == 1) {
-        std::memcpy(lat, ca_.data() + t * hd, hd * sizeof(float));
-      } else {
-        const int32_t first = p + 1 - r;
-        for (int64_t d = 0; d < hd; ++d) {
-          float mx = kNegInf;
-          for (int32_t u = first; u <= p; ++u) mx = std::max(mx, slot(s, u)[L.off_z + d]);
-          float den = 0;
-          for (int32_t u = first; u <= p; ++u) den += std::exp(slot(s, u)[L.off_z + d] - mx);
-          float acc = 0;
-          for (int32_t u = first; u <= p; ++u) {
-            const float* su = slot(s, u);
-            acc += su[L.off_a + d] * (std::exp(su[L.off_z + d] - mx) / den);
-          }
-          lat[d] = acc;
-        }
-      }
-      groups.emplace_back(&s, p);
-    }
-  }
-  const int64_t G = static_cast<int64_t>(groups.size());
-  if (G == 0) return;
-  kernels::RmsNorm(latent_.data(), L.c_norm.data(), G, hd, cfg_.rms_norm_eps, latent_.data());
-  Grow(ikey_, G * ihd);
-  kernels::MatMul(*L.i_wk, latent_.data(), G, ikey_.data(), pool);
-  kernels::RmsNorm(ikey_.data(), L.k_norm.data(), G, ihd, cfg_.rms_norm_eps, ikey_.data());
-  Grow(cs_, int64_t{2} * half);
-  for (int64_t g = 0; g < G; ++g) {
-    const auto [s, p] = groups[g];
-    rope_.CompressedAt(p + 1 - r, cs_.data(), cs_.data() + half);
-    float* entry = EntrySlot(kv, *s, l, (p + 1) / r - 1);
-    float* key = entry + hd;
-    std::memcpy(key, ikey_.data() + g * ihd, ihd * sizeof(float));
-    dsv4::RopeInterleaved(key + ihd - cfg_.rope_dim, cs_.data(), cs_.data() + half, half, false);
-    if (qat_ && ihd % 32 == 0) dsv4::FakeQuantFp4(key, ihd, 32);
-    std::memcpy(entry, latent_.data() + g * hd, hd * sizeof(float));
-    dsv4::RopeInterleaved(entry + hd - cfg_.rope_dim, cs_.data(), cs_.data() + half, half, false);
-    if (qat_ && hd % 16 == 0) dsv4::FakeQuantFp4E4M3Scale(entry, hd, 16);
-  }
-}
-
-// An index source: for every token, the index_topk entries of its KV source it attends (all it
-// sees when fewer), scored sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim) with its own queries;
-// the candidate source first keeps candidate_topk_blocks blocks (block score = max, the block of
-// the newest visible entry pinned) for later index sources, which score only inside them.
-void DeepseekV41Impl::Select(const Layer& L, const ForwardBatch& batch, KvCache& kv,
-                             util::ThreadPool& pool) {
-  const int64_t T = batch.num_tokens, ih = ds_.index_n_heads, ihd = ds_.index_head_dim;
-  const int64_t K = ds_.index_topk, bs = ds_.candidate_block_size;
-  indexer_.Queries(*L.i_wq_b, *L.i_weights, attn_.qr(), h_.data(), T, ih, ihd, cfg_.rope_dim,
-                   rope_.cos_comp.data(), rope_.sin_comp.data(),
-                   [&](float* q) {
-                     if (qat_ && ihd % 32 == 0) dsv4::FakeQuantFp4(q, ihd, 32);
-                   },
-                   pool);
-  Grow(selected_, T * K);
-  std::fill(selected_.begin(), selected_.begin() + T * K, -1);
-  int64_t max_visible = 0;
-  for (const auto& s : batch.seqs) {
-    max_visible = std::max<int64_t>(max_visible, (s.start_pos + s.num_tokens) / L.ratio);
-  }
-  if (L.candidate_source) {
-    candidate_stride_ = (max_visible + bs - 1) / bs;
-    Grow(candidates_, T * std::max<int64_t>(candidate_stride_, 1));
-    std::fill(candidates_.begin(), candidates_.end(), 0);
-  }
-  for (const auto& s : batch.seqs) {
-    const int64_t V = (s.start_pos + s.num_tokens) / L.ratio;
-    if (V == 0) continue;
-    // Per thread: V entry scores, then (candidate source) the block scores after them.
-    const int64_t scratch = V + (V + bs - 1) / bs + 1;
-    indexer_.Score(
-        s, V, ih, ihd, L.ratio, /*first=*/0, /*min_visible=*/0, scratch, positions_.data(),
-        [&](int64_t j) { return EntrySlot(kv, s, L.kv_src, j) + cfg_.head_dim; },
-        [&](int64_t t, int32_t visible, float* score, int32_t* order) {
-          if (L.candidate_source) {
-            // Blocks of bs entries, score = max; the newest block pinned; keep the best.
-            const int32_t nb = static_cast<int32_t>((visible + bs - 1) / bs);
-            float* bscore = score + V;
-            for (int32_t b = 0; b < nb; ++b) {
-              float m = kNegInf;
-              for (int64_t j = b * bs; j < std::min<int64_t>(visible, (b + 1) * bs); ++j) {
-                m = std::max(m, score[j]);
-              }
-              bscore[b] = b == nb - 1 ? std::numeric_limits<float>::infinity() : m;
-              order[b] = b;
-            }
-            const int32_t keep =
-                static_cast<int32_t>(std::min<int64_t>(ds_.candidate_topk_blocks, nb));
-            dsv4::SortTopK(bscore, order, nb, keep);
-            uint8_t* cand = candidates_.data() + t * candidate_stride_;
-            for (int32_t b = 0; b < keep; ++b) cand[order[b]] = 1;
-          }
-          int32_t m = 0;
-          for (int32_t j = 0; j < visible; ++j) {
-            if (L.uses_candidates && !candidates_[t * candidate_stride_ + j / bs]) continue;
-            order[m++] = j;
-          }
-          const int32_t keep = static_cast<int32_t>(std::min<int64_t>(K, m));
-          dsv4::SortTopK(score, order, m, keep);
-          std::copy(order, order + keep, selected_.data() + t * K);
-        },
-        pool);
-  }
-}
-
-void DeepseekV41Impl::WindowKv(const TensorView& wkv, const std::vector<float>& kv_norm,
-                               const float* in, int64_t T, const float* cosv, const float* sinv,
-                               util::ThreadPool& pool) {
-  const int64_t hd = cfg_.head_dim;
-  attn_.WindowKv(wkv, kv_norm, in, T, cfg_.rope_dim, cfg_.rms_norm_eps, cosv, sinv,
-                 [&](float* k) {
-                   if (qat_ && hd % 32 == 0) dsv4::FakeQuantFp8(k, hd, 32, 1e-4f);
-                 },
-                 pool);
-}
-
-void DeepseekV41Impl::Attention(const Layer& L, int l, const ForwardBatch& batch, KvCache& kv,
-                                util::ThreadPool& pool) {
-  const int64_t T = batch.num_tokens, hd = cfg_.head_dim;
-  const float* cosv = L.ratio > 0 ? rope_.cos_comp.data() : rope_.cos_main.data();
-  const float* sinv = L.ratio > 0 ? rope_.sin_comp.data() : rope_.sin_main.data();
-  attn_.Queries(L, h_.data(), T, cfg_.num_heads, hd, cfg_.rope_dim, cfg_.rms_norm_eps,
-                /*head_norm=*/false, cosv, sinv, pool);
-  WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cosv, sinv, pool);
-  for (const auto& s : batch.seqs) {
-    for (int32_t i = 0; i < s.num_tokens; ++i) {
-      const int32_t pos = s.start_pos + i;
-      std::memcpy(WindowSlot(kv, s, l, pos), attn_.kv() + (s.token_offset + i) * hd,
-                  hd * sizeof(float));
-    }
-  }
-  if (L.kv_source) Compress(L, l, batch, kv, pool);
-  if (L.index_source) Select(L, batch, kv, pool);
-
-  // Every token over its window and the selected entries of its KV source.
-  const int64_t K = ds_.index_topk;
-  Grow(token_seq_, T);
-  for (size_t si = 0; si < batch.seqs.size(); ++si) {
-    const auto& s = batch.seqs[si];
-    for (int32_t i = 0; i < s.num_tokens; ++i)
-      token_seq_[s.token_offset + i] = static_cast<int32_t>(si);
-  }
-  const int64_t max_keys = ds_.sliding_window + (L.ratio > 0 ? K : 0);
-  AttendAndProject(L, T, max_keys, cosv, sinv, pool, [&](int64_t t, const float** keys) {
-    const SequenceSlice& s = batch.seqs[token_seq_[t]];
-    int64_t n = WindowKeys(kv, s, l, positions_[t], keys);
-    if (L.ratio > 0) {
-      const int32_t* sel = selected_.data() + t * K;
-      for (int64_t k = 0; k < K && sel[k] >= 0; ++k) keys[n++] = EntrySlot(kv, s, L.kv_src, sel[k]);
-    }
-    return n;
-  });
-}
-
-template <typename Gather>
-void DeepseekV41Impl::AttendAndProject(const Layer& L, int64_t T, int64_t max_keys,
-                                       const float* cosv, const float* sinv,
-                                       util::ThreadPool& pool, Gather&& gather) {
-  Grow(out_, T * cfg_.hidden);
-  attn_.Attend(L, T, cfg_.num_heads, cfg_.head_dim, cfg_.rope_dim, ds_.o_groups, ds_.o_lora_rank,
-               max_keys, cosv, sinv, out_.data(), pool, std::forward<Gather>(gather));
-}
-
 KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
   KvLayout layout;
   // A proposal's first row (position p + 1) reads the stages' windows from p - W + 1 (research
   // notes 5.5: positions max(0, p - 127) .. p), one position further back than the main layers.
   layout.window_tokens = dspark_on_ ? std::max(window_tokens_, ds_.sliding_window + 1)
                                     : window_tokens_;
-  for (const Layer& L : layers_) {
+  for (const Layer& layer : layers_) {
+    const dsv4::Csa2Layer& L = layer.csa;
     layout.window_floats.push_back(L.window_floats);
     const bool spread =
         L.kv_source && L.entry_floats % L.ratio == 0 && block_size % L.ratio == 0;
@@ -607,44 +322,15 @@ void DeepseekV41Impl::RunLayer(const Layer& L, int64_t T, const int8_t* token_ty
 // main_x directly, without its attn_norm).
 void DeepseekV41Impl::DsparkAbsorb(const ForwardBatch& batch, KvCache& kv,
                                    util::ThreadPool& pool) {
-  const int64_t T = batch.num_tokens, H = cfg_.hidden, hd = cfg_.head_dim;
+  const int64_t T = batch.num_tokens, H = cfg_.hidden;
   Grow(draft_x_, T * H);
   kernels::MatMul(*dspark_.main_proj, taps_.data(), T, draft_x_.data(), pool);
   kernels::RmsNorm(draft_x_.data(), dspark_.main_norm.data(), T, H, cfg_.rms_norm_eps,
                    draft_x_.data());
   for (size_t st = 0; st < dspark_.stages.size(); ++st) {
-    const Layer& L = dspark_.stages[st];
-    WindowKv(*L.wkv, L.kv_norm, draft_x_.data(), T, rope_.cos_main.data(), rope_.sin_main.data(),
-             pool);
-    const int l = cfg_.num_layers + static_cast<int>(st);
-    for (const auto& s : batch.seqs) {
-      for (int32_t i = 0; i < s.num_tokens; ++i) {
-        std::memcpy(WindowSlot(kv, s, l, s.start_pos + i),
-                    attn_.kv() + (s.token_offset + i) * hd, hd * sizeof(float));
-      }
-    }
+    attention_.StoreWindowKv(dspark_.stages[st], cfg_.num_layers + static_cast<int>(st), batch,
+                             draft_x_.data(), rope_, qat_, kv, pool);
   }
-}
-
-void DeepseekV41Impl::StageAttention(const Layer& L, int l, const ForwardBatch& batch,
-                                     KvCache& kv, util::ThreadPool& pool) {
-  const int64_t B = dspark_.block, n = static_cast<int64_t>(batch.seqs.size()), T = n * B;
-  const int64_t hd = cfg_.head_dim;
-  const float* cosv = rope_.cos_main.data();
-  const float* sinv = rope_.sin_main.data();
-  attn_.Queries(L, h_.data(), T, cfg_.num_heads, hd, cfg_.rope_dim, cfg_.rms_norm_eps,
-                /*head_norm=*/false, cosv, sinv, pool);
-  WindowKv(*L.wkv, L.kv_norm, h_.data(), T, cosv, sinv, pool);
-  const float* block_kv = attn_.kv();
-  AttendAndProject(L, T, ds_.sliding_window + B, cosv, sinv, pool,
-                   [&](int64_t t, const float** keys) {
-                     const int64_t i = t / B;
-                     const SequenceSlice& s = batch.seqs[i];
-                     // The window up to the newest position it holds, then the block.
-                     int64_t m = WindowKeys(kv, s, l, s.start_pos - 1, keys);
-                     for (int64_t r = 0; r < B; ++r) keys[m++] = block_kv + (i * B + r) * hd;
-                     return m;
-                   });
 }
 
 // Rows [y, noise x (B - 1)] at positions start_pos .. start_pos + B - 1 through the stages
@@ -675,7 +361,10 @@ void DeepseekV41Impl::DsparkPropose(const ForwardBatch& batch, KvCache& kv, int3
     const Layer& L = dspark_.stages[st];
     const int l = cfg_.num_layers + static_cast<int>(st);
     // Proposal rows are text (generated tokens): the stages have no image routing.
-    RunLayer(L, T, /*token_types=*/nullptr, pool, [&] { StageAttention(L, l, batch, kv, pool); });
+    RunLayer(L, T, /*token_types=*/nullptr, pool, [&] {
+      Grow(out_, T * H);
+      attention_.BlockAttention(L, l, batch, B, rope_, h_.data(), qat_, kv, out_.data(), pool);
+    });
   }
   Grow(draft_x_, T * H);  // x per row (the confidence head reads it)
   Grow(rows_, T * H);
@@ -736,15 +425,9 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
   DI_CHECK(kv.window != nullptr && kv.num_layers >= cfg_.num_layers + (keep_classes_ ? 1 : 0) &&
            kv.window->num_layers >= cfg_.num_layers + stages &&
            kv.window->block_size == kv.block_size);
-  entry_shift_.assign(static_cast<size_t>(cfg_.num_layers), 0);
-  for (int l = 0; l < cfg_.num_layers; ++l) {
-    const Layer& L = layers_[l];
-    DI_CHECK(kv.window->layer_floats[l] == L.window_floats);
-    if (!L.kv_source) continue;
-    const bool whole = kv.layer_floats[l] == L.entry_floats;
-    DI_CHECK(whole || kv.layer_floats[l] * L.ratio == L.entry_floats);
-    entry_shift_[l] = whole ? L.ratio - 1 : 0;
-  }
+  attention_.BindCache(cfg_.num_layers, [&](int l) -> const dsv4::Csa2Layer& {
+    return layers_[l].csa;
+  }, kv);
   const int64_t T = batch.num_tokens, H = cfg_.hidden, hc = ds_.hc_mult;
   Grow(positions_, T);
   BatchPositions(batch, positions_.data());
@@ -768,7 +451,11 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
       }
     }
     if (L.engram.index >= 0) engram_.Apply(L.engram, T, mhc_.data(), pool, batch.token_types);
-    RunLayer(L, T, batch.token_types, pool, [&] { Attention(L, l, batch, kv, pool); });
+    RunLayer(L, T, batch.token_types, pool, [&] {
+      Grow(out_, T * H);
+      attention_.Run(L, L.csa, l, batch, positions_.data(), rope_, h_.data(), qat_, kv,
+                     out_.data(), pool);
+    });
   }
   if (num_taps > 0) DsparkAbsorb(batch, kv, pool);
   const int32_t num_rows = batch.num_logit_rows();

@@ -25,6 +25,7 @@
 #include "arch/tensor_schema.h"
 #include "kernels/cpu/matmul.h"
 #include "model/model.h"
+#include "util/aligned_vector.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch::dsv4 {
@@ -57,11 +58,7 @@ class DeepseekV4Base : public CausalLm {
   bool qat_;               // Numerics::kDeepseekQat
 };
 
-// Grows v to at least n elements (never shrinks: scratch is reused across steps).
-template <typename V>
-void Grow(V& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
+using util::Grow;
 
 // One mHC site: fn [(2 + hc) hc, hc H] f32, base [(2 + hc) hc], scale [3].
 struct HcSite {
@@ -108,7 +105,7 @@ class MhcStreams {
   int64_t hc_ = 0, hidden_ = 0;
   float rms_eps_ = 0, hc_eps_ = 0;
   int iters_ = 0;
-  std::vector<float> x_, next_, flat_, mix_, post_, comb_;
+  util::AlignedVector<float> x_, next_, flat_, mix_, post_, comb_;
 };
 
 // What every V4 / V4.1 layer holds besides its compressor, indexer and FFN: the two mHC sites,
@@ -176,7 +173,7 @@ class SharedKvAttention {
               float* out, util::ThreadPool& pool, Gather&& gather);
 
  private:
-  std::vector<float> qr_, q_, kv_, attn_, thread_scratch_;
+  util::AlignedVector<float> qr_, q_, kv_, attn_, thread_scratch_;
   std::vector<const float*> thread_keys_;
   Scratch out_scratch_;
 };
@@ -203,7 +200,7 @@ class LightningIndexer {
 
  private:
   static constexpr int64_t kTokens = 16;
-  std::vector<float> iq_, iw_, keys_, scores_, thread_score_;
+  util::AlignedVector<float> iq_, iw_, keys_, scores_, thread_score_;
   std::vector<int32_t> thread_order_;
 };
 
@@ -267,7 +264,7 @@ class MoeBlock {
            const int8_t* token_types = nullptr);
 
  private:
-  std::vector<float> router_logits_, route_w_, moe_out_;
+  util::AlignedVector<float> router_logits_, route_w_, moe_out_;
   std::vector<int32_t> route_idx_;
   MoeDispatch dispatch_;
   Scratch expert_scratch_;

@@ -11,6 +11,7 @@
 #include "model/block_scales.h"
 #include "model/fp8.h"
 #include "model/tensor_values.h"
+#include "util/aligned_vector.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
@@ -143,11 +144,7 @@ void HcReplicate(const float* h, int64_t T, int64_t hc, int64_t H, float* stream
   }
 }
 
-namespace {
-void Grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-}  // namespace
+using util::Grow;
 
 void GroupedOutput(const tensor::TensorView& wo_a, const tensor::TensorView& wo_b, int64_t groups,
                    int64_t olr, const float* attn, int64_t T, int64_t w, Scratch& scratch,

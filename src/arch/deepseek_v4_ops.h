@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/model.h"
+#include "util/aligned_vector.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch::dsv4 {
@@ -63,7 +64,7 @@ void HcReplicate(const float* h, int64_t T, int64_t hc, int64_t H, float* stream
 
 // Reusable buffers of the functions below (grown on demand, never shrunk).
 struct Scratch {
-  std::vector<float> a, b, c;
+  util::AlignedVector<float> a, b, c;
 };
 
 // The grouped low-rank output projection: group g's heads (columns [g w / G, (g + 1) w / G) of

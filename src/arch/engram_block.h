@@ -21,6 +21,7 @@
 #include "arch/engram_hash.h"
 #include "arch/tensor_schema.h"
 #include "model/model.h"
+#include "util/aligned_vector.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch {
@@ -76,7 +77,7 @@ class EngramBlock {
   std::vector<int32_t> token_class_;
   int32_t pad_class_ = 0;
   std::vector<int64_t> hash_ids_;  // [T, engram layers, columns]
-  std::vector<float> rows_, kv_;
+  util::AlignedVector<float> rows_, kv_;
 };
 
 }  // namespace deepinfer::arch

@@ -10,6 +10,7 @@
 
 #include "arch/causal_lm.h"
 #include "kernels/cpu/attention.h"
+#include "util/aligned_vector.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch {
@@ -72,7 +73,7 @@ class GqaAttention {
   int num_heads_, num_kv_heads_, head_dim_;
   std::vector<Item> items_;
   std::vector<int64_t> merges_;  // index in items_ of part 0 of every split (tile, head)
-  std::vector<float> scratch_, partial_o_, partial_ml_;
+  util::AlignedVector<float> scratch_, partial_o_, partial_ml_;
 };
 
 }  // namespace deepinfer::arch

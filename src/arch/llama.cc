@@ -21,6 +21,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "model/tensor_values.h"
+#include "util/aligned_vector.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
@@ -104,7 +105,7 @@ class LlamaLm final : public CausalLm {
   const TensorView* output_ = nullptr;
 
   // Scratch, grown on demand and reused across steps.
-  std::vector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
+  util::AlignedVector<float> x_, h_, q_, k_, v_, attn_, tmp_, gate_, up_, cos_, sin_, rows_;
   std::vector<int32_t> positions_, token_seq_;
 };
 
@@ -154,22 +155,19 @@ absl::Status LlamaLm::Init() {
 }
 
 void LlamaLm::Reserve(int64_t t) {
-  auto grow = [](std::vector<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  };
   const int64_t h = cfg_.hidden, qd = int64_t{cfg_.num_heads} * cfg_.head_dim,
                 kvd = int64_t{cfg_.num_kv_heads} * cfg_.head_dim;
-  grow(x_, t * h);
-  grow(h_, t * h);
-  grow(q_, t * qd);
-  grow(k_, t * kvd);
-  grow(v_, t * kvd);
-  grow(attn_, t * qd);
-  grow(tmp_, t * std::max(h, qd));
-  grow(gate_, t * cfg_.ffn_hidden);
-  grow(up_, t * cfg_.ffn_hidden);
-  grow(cos_, t * (cfg_.rope_dim / 2));
-  grow(sin_, t * (cfg_.rope_dim / 2));
+  util::Grow(x_, t * h);
+  util::Grow(h_, t * h);
+  util::Grow(q_, t * qd);
+  util::Grow(k_, t * kvd);
+  util::Grow(v_, t * kvd);
+  util::Grow(attn_, t * qd);
+  util::Grow(tmp_, t * std::max(h, qd));
+  util::Grow(gate_, t * cfg_.ffn_hidden);
+  util::Grow(up_, t * cfg_.ffn_hidden);
+  util::Grow(cos_, t * (cfg_.rope_dim / 2));
+  util::Grow(sin_, t * (cfg_.rope_dim / 2));
   if (static_cast<int64_t>(positions_.size()) < t) {
     positions_.resize(t);
     token_seq_.resize(t);

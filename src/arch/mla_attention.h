@@ -14,6 +14,7 @@
 #include "arch/causal_lm.h"
 #include "arch/tensor_schema.h"
 #include "model/model.h"
+#include "util/aligned_vector.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch {
@@ -81,7 +82,7 @@ class MlaAttention {
 
   // Per thread: scores over the context, the absorbed query and the attended latent.
   int64_t thread_stride_ = 0;
-  std::vector<float> thread_scratch_, ctx_lat_, ctx_kv_;
+  util::AlignedVector<float> thread_scratch_, ctx_lat_, ctx_kv_;
   // Absorbed form: transposed queries [token][chunk][lat][16], partial states per item,
   // attended latents [token][chunk][rank][16].
   struct Item {
@@ -89,7 +90,7 @@ class MlaAttention {
   };
   std::vector<Item> items_;
   std::vector<int32_t> first_;  // [token][chunk] index of its first item
-  std::vector<float> q_t_, o_, ml_, lat_, scratch_;
+  util::AlignedVector<float> q_t_, o_, ml_, lat_, scratch_;
 };
 
 }  // namespace deepinfer::arch

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <vector>
+#include "util/aligned_vector.h"
 
 namespace deepinfer::arch {
 
@@ -26,7 +27,7 @@ class MoeDispatch {
 
  private:
   std::vector<int32_t> count_, fill_, tokens_;
-  std::vector<float> token_weights_, in_, result_;
+  util::AlignedVector<float> token_weights_, in_, result_;
 };
 
 }  // namespace deepinfer::arch

@@ -9,11 +9,14 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
+#include "util/aligned_vector.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 
 namespace deepinfer::arch {
 namespace {
+
+using util::Grow;
 
 // The reference's RMSNorm eps (vision.py RMSNorm(dim, eps=1e-6)); the config does not carry it.
 constexpr float kNormEps = 1e-6f;
@@ -23,10 +26,6 @@ constexpr int kQueryChunk = 64;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Grows scratch to at least n elements (never shrinks: reused across calls).
-void Grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
 
 // rows of x [rows, width] += bias [width].
 void AddBias(float* x, const float* bias, int64_t rows, int64_t width, util::ThreadPool& pool) {

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "arch/tensor_schema.h"
 #include "model/model.h"
+#include "util/aligned_vector.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch {
@@ -141,7 +142,7 @@ class VisionTower {
   int64_t dim_;
   VisionWeights w_;
   // Scratch, grown on demand and reused.
-  std::vector<float> h_, qkv_, attn_, mlp_, cos_, sin_, packed_kv_, thread_scratch_, cells_, ffn_,
+  util::AlignedVector<float> h_, qkv_, attn_, mlp_, cos_, sin_, packed_kv_, thread_scratch_, cells_, ffn_,
       vit_, aligned_;
 };
 
