@@ -49,4 +49,4 @@ reference:
 	scripts/make_reference.sh
 
 clean:
-	rm -rf $(BUILD) build-fuzz
+	rm -rf $(BUILD) build-fuzz build-arm64

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test: ctest (unit + integration), the pytest e2e suite, and bounded fuzzing.
+# Runs every test: ctest (unit + integration), the pytest e2e suite, bounded fuzzing, and the
+# aarch64 stage (a cross build of the kernels, tokenizer and architectures whose tests run under
+# qemu-user; scripts/run_arm_tests.sh, skipped where the cross toolchain is not installed).
 # Usage: scripts/run_tests.sh BUILD_DIR FUZZ_SECONDS
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -23,6 +25,9 @@ fi
 
 echo "== fuzz (${FUZZ_SECONDS}s per target) ($(date +%T))"
 scripts/run_fuzz.sh "$FUZZ_SECONDS" || status=1
+
+echo "== arm64 (cross build, tests under qemu) ($(date +%T))"
+scripts/run_arm_tests.sh || status=1
 
 if [ $status -eq 0 ]; then echo "ALL TESTS PASSED"; else echo "SOME TESTS FAILED"; fi
 exit $status

@@ -44,6 +44,35 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# The aarch64 stage of the tests (scripts/run_arm_tests.sh): Debian's cross compiler, qemu-user
+# and the :arm64 -dev packages of the layers it cross-builds. Multiarch installs each library
+# for arm64 beside the native one at the same version, so apt may first upgrade a native -dev
+# package to the archive's current version (a point release). Where that cannot be done (held
+# packages, no arm64 in the archive) the stage is skipped with a message, and the rest of the
+# set-up goes on. DEEPINFER_ARM64=0 skips it.
+if ((!serve_only)) && [ "${DEEPINFER_ARM64:-1}" != 0 ] &&
+   [ "$(dpkg --print-architecture)" = amd64 ]; then
+  mapfile -t arm_packages < <(scripts/run_arm_tests.sh --packages)
+  arm_missing=()
+  for p in "${arm_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      arm_missing+=("$p")
+  done
+  if ((${#arm_missing[@]})); then
+    echo "setup: installing the aarch64 cross toolchain and packages: ${arm_missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    if ! { dpkg --print-foreign-architectures | grep -qx arm64 ||
+           $SUDO dpkg --add-architecture arm64; } ||
+       ! $SUDO apt-get update -qq ||
+       ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+         "${arm_missing[@]}"; then
+      echo "setup: WARNING: could not install the aarch64 cross packages;" \
+        "make test skips its arm64 stage"
+    fi
+  fi
+fi
+
 # Python venv for the e2e tests and golden scripts (pinned versions).
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

@@ -115,7 +115,16 @@ TEST(DTypeTest, HalfEncodingRoundsToNearestEven) {
   EXPECT_EQ(Fp32ToFp16(std::numeric_limits<float>::infinity()), 0x7c00);
 }
 
-#if defined(__FLT16_MAX__)
+// The compiler's IEEE half: __fp16 on Arm (GCC 12 takes _Float16 in C++ only on x86).
+#if defined(__aarch64__)
+using CompilerHalf = __fp16;
+#define DI_HAS_COMPILER_HALF 1
+#elif defined(__FLT16_MAX__)
+using CompilerHalf = _Float16;
+#define DI_HAS_COMPILER_HALF 1
+#endif
+
+#if defined(DI_HAS_COMPILER_HALF)
 TEST(DTypeTest, HalfEncodingMatchesCompilerConversionOnRandomFloats) {
   std::mt19937 rng(42);
   for (int i = 0; i < 2000000; ++i) {
@@ -124,7 +133,7 @@ TEST(DTypeTest, HalfEncodingMatchesCompilerConversionOnRandomFloats) {
     if (i % 2 == 0) u = (u & 0x807fffffu) | ((100u + (u >> 23) % 45u) << 23);
     const float f = FromBits(u);
     if (std::isnan(f)) continue;
-    const _Float16 ref = static_cast<_Float16>(f);
+    const CompilerHalf ref = static_cast<CompilerHalf>(f);
     uint16_t ref_bits;
     std::memcpy(&ref_bits, &ref, 2);
     ASSERT_EQ(Fp32ToFp16(f), ref_bits) << std::hex << u;

@@ -9,6 +9,10 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
@@ -49,21 +53,45 @@ bool CpuHasAvx512() {
 #endif
 }
 
+bool CpuHasNeon() {
+#if defined(__aarch64__) && defined(__linux__)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#else
+  return false;
+#endif
+}
+
+bool CpuHas(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return CpuHasAvx2();
+    case Isa::kAvx512:
+      return CpuHasAvx512();
+    case Isa::kNeon:
+      return CpuHasNeon();
+  }
+  return false;
+}
+
 Isa ClampToHardware(Isa want) {
-  if (want == Isa::kAvx512 && !CpuHasAvx512()) want = Isa::kAvx2;
-  if (want == Isa::kAvx2 && !CpuHasAvx2()) want = Isa::kScalar;
+  while (!CpuHas(want)) want = LowerIsa(want);
   return want;
 }
+
+// The highest level of this CPU's architecture that it has.
+Isa BestIsa() { return CpuHasNeon() ? Isa::kNeon : ClampToHardware(Isa::kAvx512); }
 
 std::atomic<int>& ActiveIsaSlot() {
   static std::atomic<int> slot{static_cast<int>(DetectIsa())};
   return slot;
 }
 
-// The kernel tables of the three ISAs after fallbacks, and which ISA's kernel each entry is.
+// The kernel tables of every ISA after fallbacks, and which ISA's kernel each entry is.
 struct Tables {
-  KernelTable table[3];
-  Isa origin[3][internal::kKernelTableEntries];
+  KernelTable table[kNumIsas];
+  Isa origin[kNumIsas][internal::kKernelTableEntries];
 };
 
 const Tables& AllTables() {
@@ -78,15 +106,17 @@ const Tables& AllTables() {
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
 #endif
     for (int k = 0; k < internal::kKernelTableEntries; ++k) all.origin[0][k] = Isa::kScalar;
-    // A type an ISA does not implement uses the next lower ISA's kernels.
-    for (int i = 1; i < 3; ++i) {
-      internal::TypeKernels* lower = &t[i - 1].f32;
+    // A type an ISA does not implement uses the next lower ISA's kernels (LowerIsa's index is
+    // below the ISA's own, so it is complete by then).
+    for (int i = 1; i < kNumIsas; ++i) {
+      const int l = static_cast<int>(LowerIsa(static_cast<Isa>(i)));
+      internal::TypeKernels* lower = &t[l].f32;
       internal::TypeKernels* mine = &t[i].f32;
       for (int k = 0; k < internal::kKernelTableEntries; ++k) {
         all.origin[i][k] = static_cast<Isa>(i);
         if (mine[k].gemm == nullptr) {
           mine[k] = lower[k];
-          all.origin[i][k] = all.origin[i - 1][k];
+          all.origin[i][k] = all.origin[l][k];
         }
       }
     }
@@ -199,10 +229,12 @@ Prepared Prepare(const tensor::TensorView& w, const float* x, int64_t num_tokens
 
 Isa IsaFromEnv() {
   const char* env = std::getenv("DEEPINFER_ISA");
-  if (env == nullptr) return Isa::kAvx512;
+  if (env == nullptr) return BestIsa();
   if (std::strcmp(env, "scalar") == 0) return Isa::kScalar;
   if (std::strcmp(env, "avx2") == 0) return Isa::kAvx2;
-  return Isa::kAvx512;
+  if (std::strcmp(env, "avx512") == 0) return Isa::kAvx512;
+  if (std::strcmp(env, "neon") == 0) return Isa::kNeon;
+  return BestIsa();
 }
 
 }  // namespace
@@ -219,7 +251,7 @@ void SetIsaForTest(Isa isa) {
   ActiveIsaSlot().store(static_cast<int>(ClampToHardware(isa)), std::memory_order_relaxed);
 }
 
-Isa HardwareIsa() { return ClampToHardware(Isa::kAvx512); }
+Isa HardwareIsa() { return BestIsa(); }
 
 Isa MatMulKernelIsa(const tensor::TensorView& w) {
   DI_CHECK(HasCpuMatMul(w));
@@ -233,11 +265,11 @@ Isa MatMulKernelIsa(const tensor::TensorView& w) {
 std::string MatMulKernelsByType(const std::vector<const tensor::TensorView*>& weights) {
   std::string out;
   for (const tensor::DTypeInfo& info : tensor::AllDTypes()) {
-    bool used[3] = {};
+    bool used[kNumIsas] = {};
     for (const tensor::TensorView* w : weights)
       if (w->dtype == info.type) used[static_cast<int>(MatMulKernelIsa(*w))] = true;
     std::string isas;
-    for (int i = 2; i >= 0; --i) {
+    for (int i = kNumIsas - 1; i >= 0; --i) {
       if (!used[i]) continue;
       if (!isas.empty()) isas += '+';
       isas += IsaName(static_cast<Isa>(i));
@@ -257,6 +289,8 @@ const char* IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kNeon:
+      return "neon";
   }
   return "unknown";
 }

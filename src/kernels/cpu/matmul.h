@@ -10,12 +10,18 @@
 
 namespace deepinfer::kernels {
 
-// Instruction-set level chosen at run time from CPUID (and DEEPINFER_ISA=scalar|avx2|avx512 for
-// tests and benchmarks; a level the CPU lacks is lowered to one it has).
-// kAvx2 needs AVX2 + FMA + F16C; kAvx512 needs AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Zen 4 and
-// later; older AVX-512 parts run the AVX2 path). Types without an AVX-512 kernel (K-quants and
-// float weights) use the AVX2 one; every weight type MatMul accepts has an AVX2 kernel.
-enum class Isa { kScalar, kAvx2, kAvx512 };
+// Instruction-set level chosen at run time from CPUID on x86 and getauxval(AT_HWCAP) on Arm (and
+// DEEPINFER_ISA=scalar|avx2|avx512|neon for tests and benchmarks; a level the CPU lacks, the
+// other architecture's included, is lowered to one it has).
+// x86: kAvx2 needs AVX2 + FMA + F16C; kAvx512 needs AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Zen 4
+// and later; older AVX-512 parts run the AVX2 path). Types without an AVX-512 kernel (K-quants
+// and float weights) use the AVX2 one; every weight type MatMul accepts has an AVX2 kernel.
+// Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it). No weight type has
+// a NEON kernel yet, so all run the portable one there (MatMulKernelIsa says "scalar").
+// A level's missing kernels come from LowerIsa's: kAvx512 -> kAvx2 -> kScalar, kNeon -> kScalar.
+enum class Isa { kScalar, kAvx2, kAvx512, kNeon };
+inline constexpr int kNumIsas = 4;
+constexpr Isa LowerIsa(Isa isa) { return isa == Isa::kAvx512 ? Isa::kAvx2 : Isa::kScalar; }
 Isa DetectIsa();
 // The highest level this CPU has, whatever DEEPINFER_ISA says.
 Isa HardwareIsa();

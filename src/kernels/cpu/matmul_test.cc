@@ -560,6 +560,28 @@ TEST(IsaTest, EnvironmentOverrideIsHonouredAndClampedToHardware) {
   EXPECT_STREQ(IsaName(Isa::kAvx2), "avx2");
 }
 
+// The Arm level: detected from AT_HWCAP on aarch64, lowered to the portable one elsewhere; until
+// the NEON kernels come every weight type runs the portable kernel under it.
+TEST(IsaTest, NeonIsTheArmLevelAndFallsBackToThePortableKernels) {
+  SetIsaForTest(Isa::kNeon);
+#if defined(__aarch64__)
+  EXPECT_EQ(ActiveIsa(), Isa::kNeon);
+  EXPECT_EQ(HardwareIsa(), Isa::kNeon);
+#else
+  EXPECT_EQ(ActiveIsa(), Isa::kScalar);
+  EXPECT_NE(HardwareIsa(), Isa::kNeon);
+#endif
+  tensor::TensorView w;
+  w.dtype = DType::kQ4_0;
+  w.shape = {64, 256};
+  EXPECT_EQ(MatMulKernelIsa(w), Isa::kScalar);
+  EXPECT_EQ(MatMulKernelsByType({&w}), "Q4_0 scalar");
+  SetIsaForTest(DetectIsa());
+  EXPECT_STREQ(IsaName(Isa::kNeon), "neon");
+  EXPECT_EQ(LowerIsa(Isa::kNeon), Isa::kScalar);
+  EXPECT_EQ(LowerIsa(Isa::kAvx512), Isa::kAvx2);
+}
+
 }  // namespace
 }  // namespace deepinfer::kernels
 

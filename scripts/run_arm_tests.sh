@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The aarch64 stage of `make test`: cross-compiles the layers below the engine (util, tensor,
+# model, kernels, tokenizer, arch; cmake -DDI_CORE_ONLY=ON) for 64-bit Arm Linux with Debian's
+# cross toolchain and the multiarch :arm64 -dev packages (cmake/aarch64-linux-gnu.cmake), then
+# runs the kernel, tokenizer and architecture-parity (goldens) tests under qemu-user, TEST_JOBS
+# binaries at a time (default nproc). Each binary's log is BUILD/<name>.log; a failing one's
+# tail is printed. Skips, with a message and exit status 0, where the cross toolchain, qemu or
+# an :arm64 package is missing (scripts/setup.sh installs them; DEEPINFER_ARM64=0 skips both).
+# Usage: scripts/run_arm_tests.sh [BUILD_DIR]   (default build-arm64)
+#        scripts/run_arm_tests.sh --packages    (the Debian packages the stage needs, one a line)
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+
+# The cross compiler, qemu, and the :arm64 -dev packages of what DI_CORE_ONLY links (absl,
+# spdlog + fmt, OpenSSL, zlib, PCRE2, ICU, GoogleTest; nlohmann-json3-dev is
+# architecture-independent and comes with the native build's packages).
+PACKAGES=(crossbuild-essential-arm64 qemu-user
+  libabsl-dev:arm64 libspdlog-dev:arm64 libfmt-dev:arm64 libssl-dev:arm64 zlib1g-dev:arm64
+  libpcre2-dev:arm64 libicu-dev:arm64 libgtest-dev:arm64)
+if [ "${1:-}" = "--packages" ]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
+
+BUILD=${1:-build-arm64}
+JOBS=${TEST_JOBS:-$(nproc)}
+
+# BINARY [GTEST_FILTER]: what runs under qemu, chosen to keep the stage to a few minutes (qemu
+# runs the portable kernels some 5-20x slower than this host runs its SIMD ones): every kernel,
+# tensor and tokenizer test, and of each architecture the tests that compare logits with the
+# goldens and the reference implementations (llama on stories260K; DeepSeek-V2/V3, V4, V4.1 and
+# one V4.1 image prompt on the small test checkpoints) and its loader and schema checks.
+# Left to the native ctest: the tokenizer's speed test (a time limit qemu cannot meet), the
+# consistency tests (chunking, batching and prefix-cache invariance, 2-4x the parity tests' time
+# under qemu), llama's GGUF parity on SmolLM2-135M (about 9 minutes per test under qemu) and
+# vision_tower_test, whose kernels the V4.1 image prompt runs.
+TESTS=(
+  "src/tensor/tensor_test"
+  "src/kernels/cpu/kernels_cpu_test"
+  "src/tokenizer/tokenizer_test -*InUnderASecond"
+  "src/arch/arch_test LlamaSchemaTest.*:LlamaStoriesTest.*-*LogitsDoNotDependOnTheRestOfTheBatch*"
+  "src/arch/deepseek_v3_test -*ConsistencyTest.*"
+  "src/arch/deepseek_v4_test -*ConsistencyTest.*:*QatMovesLogitsSlightlyAndKeepsChunkingExact"
+  "src/arch/deepseek_v41_test -*ConsistencyTest.*"
+  "src/arch/deepseek_v41_vision_test *EngramThreeImagePrompt*:*EngramTest.*:*LoadTest.*"
+)
+
+skip() {
+  echo "arm64: SKIPPED: $*"
+  exit 0
+}
+[ "${DEEPINFER_ARM64:-1}" != 0 ] || skip "DEEPINFER_ARM64=0"
+command -v aarch64-linux-gnu-g++ > /dev/null ||
+  skip "no aarch64-linux-gnu-g++ (scripts/setup.sh installs crossbuild-essential-arm64)"
+command -v qemu-aarch64 > /dev/null || skip "no qemu-aarch64 (scripts/setup.sh installs qemu-user)"
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+((${#missing[@]} == 0)) || skip "not installed: ${missing[*]} (scripts/setup.sh installs them)"
+
+start=$(date +%s)
+mkdir -p "$BUILD"
+if [ ! -f "$BUILD/build.ninja" ]; then
+  # PRE_TEST: ctest lists each binary's tests when it runs them, so the build does not start
+  # qemu once per test binary.
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DDI_CORE_ONLY=ON \
+    -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST > "$BUILD/configure.log" 2>&1 ||
+    { cat "$BUILD/configure.log"; exit 1; }
+fi
+targets=()
+for t in "${TESTS[@]}"; do
+  bin=${t%% *}
+  targets+=("$(basename "$bin")")
+done
+echo "arm64: cross-building ${targets[*]} (log $BUILD/build.log)"
+ninja -C "$BUILD" -j "${BUILD_JOBS:-$(nproc)}" "${targets[@]}" > "$BUILD/build.log" 2>&1 ||
+  { tail -50 "$BUILD/build.log"; echo "arm64: cross build FAILED"; exit 1; }
+built=$(date +%s)
+echo "arm64: built in $((built - start)) s; running the tests under qemu-aarch64"
+
+# Runs one entry of TESTS; prints one line when it is done.
+run_one() {
+  local bin=${1%% *} filter='*' name rc=0 t0 summary
+  [ "$1" = "$bin" ] || filter=${1#* }
+  name=$(basename "$bin")
+  t0=$(date +%s)
+  qemu-aarch64 "$BUILD/$bin" --gtest_filter="$filter" > "$BUILD/$name.log" 2>&1 || rc=$?
+  summary=$(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ tests?' "$BUILD/$name.log" |
+    cut -d, -f1 | tr -s ' ' | tr '\n' ' ')
+  if [ $rc -eq 0 ]; then
+    echo "arm64: $name ok ($(($(date +%s) - t0)) s): $summary"
+  else
+    echo "arm64: $name FAILED (exit $rc, $(($(date +%s) - t0)) s, log $BUILD/$name.log)"
+  fi
+  return $rc
+}
+
+failed=()
+running=0
+declare -A job_name
+for t in "${TESTS[@]}"; do
+  if [ $running -ge "$JOBS" ]; then
+    wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
+    running=$((running - 1))
+  fi
+  run_one "$t" &
+  job_name[$!]=$(basename "${t%% *}")
+  running=$((running + 1))
+done
+while [ $running -gt 0 ]; do
+  wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
+  running=$((running - 1))
+done
+for name in "${failed[@]}"; do
+  echo "== arm64: $name failed; the end of $BUILD/$name.log:"
+  tail -50 "$BUILD/$name.log"
+done
+echo "arm64: the tests took $(($(date +%s) - built)) s under qemu"
+[ ${#failed[@]} -eq 0 ]
