@@ -334,10 +334,14 @@ void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int6
         if (visible <= min_visible) continue;
         const float* w = iw_.data() + t * ih;
         const float* sh = scores_.data() + i * ih * V;
-        for (int32_t j = 0; j < visible; ++j) {
-          float acc = 0;
-          for (int64_t h = 0; h < ih; ++h) acc += std::max(sh[h * V + j], 0.0f) * qscale * w[h];
-          score[j] = acc;
+        // Heads outside, entries inside: each score still sums its heads in order (the same
+        // float result as a per-entry loop), and the inner loop runs over contiguous entries,
+        // which the compiler vectorizes; per entry the head loop would stride by V.
+        std::fill(score, score + visible, 0.0f);
+        for (int64_t h = 0; h < ih; ++h) {
+          const float* row = sh + h * V;
+          const float wh = w[h];
+          for (int32_t j = 0; j < visible; ++j) score[j] += std::max(row[j], 0.0f) * qscale * wh;
         }
         select(t, visible, score, order);
       }

@@ -172,7 +172,10 @@ TEST(FlowControlTest, CancelledWaiterLeavesTheQueue) {
   auto start = Clock::now();
   gone = true;
   EXPECT_EQ(waiter.get().result, AdmitResult::kCancelled);
-  EXPECT_LT(Clock::now() - start, 50ms);
+  // Left because it was cancelled, not at the 5 s queue timeout. The bound is not a latency
+  // target (one wait slice plus scheduling): under a loaded 2-core machine the waiter thread
+  // took 55 ms to run again, so a tight bound failed where nothing was wrong.
+  EXPECT_LT(Clock::now() - start, 2s);
   EXPECT_EQ(p.flow.Stats().waiting, 0);
   held.slot.Release();
   FlowStats s = p.flow.Stats();
