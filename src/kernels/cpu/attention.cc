@@ -249,19 +249,22 @@ __attribute__((target("avx2"))) void WidenBf16Avx2(const uint16_t* src, float* d
 }
 #endif
 
-// The widest variant the CPU runs (DetectIsa: AVX2 there includes F16C), chosen once.
+// The variant of ActiveIsa() (kAvx2 includes F16C), so that SetIsaForTest reaches it too; once
+// per AttendRange call.
 WidenFn WidenFor(KvDtype dtype) {
-  struct Fns {
-    WidenFn f16, bf16;
-  };
-  static const Fns fns = [] {
+  const bool f16 = dtype == KvDtype::kF16;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (DetectIsa() == Isa::kAvx512) return Fns{WidenF16Avx512, WidenBf16Avx512};
-    if (DetectIsa() == Isa::kAvx2) return Fns{WidenF16Avx2, WidenBf16Avx2};
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return f16 ? WidenF16Avx512 : WidenBf16Avx512;
+    case Isa::kAvx2:
+      return f16 ? WidenF16Avx2 : WidenBf16Avx2;
+    case Isa::kScalar:
+    case Isa::kNeon:  // not on x86
+      break;
+  }
 #endif
-    return Fns{WidenF16Scalar, WidenBf16Scalar};
-  }();
-  return dtype == KvDtype::kF16 ? fns.f16 : fns.bf16;
+  return f16 ? WidenF16Scalar : WidenBf16Scalar;
 }
 
 }  // namespace
