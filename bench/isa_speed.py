@@ -16,10 +16,13 @@ reported):
              bench/deepseek_v41_speed.py's checkpoint (made on first use under --models): prefill
              and decode tokens/s.
 
-Caveat: only the matmul kernels follow DEEPINFER_ISA. The loops GCC compiles with target_clones
-(kernels/cpu/ops.cc: dot, axpy, RMSNorm, argmax; kernels/cpu/attention.cc: the paged attention
-ranges) pick their clone from CPUID when the binary loads, so on this AVX-512 machine they run
-their AVX-512 clone under every DEEPINFER_ISA; a real AVX2 host runs their AVX2 clone.
+Every CPU kernel follows DEEPINFER_ISA: the matmuls and the small vector loops of kernels/cpu
+(ops.cc: dot, axpy, RMSNorm, argmax; attention.cc: the paged and MLA attention ranges;
+ggml_numerics.cc), which run one copy per ISA chosen from the active level (isa_dispatch.h).
+Results from before that change (bench/results/isa.md of 2026-12-06) ran those loops' AVX-512
+target_clones at every level, as the binary picked them from CPUID when it loaded. The loops in
+src/arch (V4/V4.1 indexer scoring, Engram, MoE combine, mHC) are plain C++ for baseline x86-64 at
+every level.
 
 Usage: .venv/bin/python bench/isa_speed.py [--deepinfer build/deepinfer]
            [--matmul-bench build/src/kernels/cpu/matmul_bench] [--models /tmp/ds41-bench]

@@ -9,18 +9,17 @@
 #endif
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/vector_ext.h"
 #include "kernels/cpu/matmul.h"
 #include "tensor/dtype.h"
 
-// target_clones lets one portable binary run this with AVX-512 / AVX2 registers, chosen once at
-// load time through an ifunc. The 16-lane vectors below are GCC vector extensions: one zmm in the
-// AVX-512 clone, split into narrower registers by the compiler in the others.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DI_ATTENTION_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DI_ATTENTION_CLONES
-#endif
+// AttendRange, MlaAttendRange and MlaFinish run in one copy per ISA, chosen per call from
+// ActiveIsa() (isa_dispatch.h): target("avx512f") for kAvx512, target("avx2") for kAvx2, the
+// baseline for kScalar, the strings of the target_clones they had. The 16-lane vectors below are
+// GCC vector extensions: one zmm in the AVX-512 copy, split into narrower registers by the
+// compiler in the others. Only the avx512f copy contracts their multiply-adds into FMAs, so it
+// rounds differently from the other two, which agree bit for bit.
 #define DI_INLINE inline __attribute__((always_inline))
 
 // The helpers pass 64-byte vectors by value but are always inlined, so no call ABI is involved.
@@ -199,8 +198,8 @@ DI_INLINE void AttendBlockGeneric(const AttentionQuery& q, int head_dim, int blo
 
 // ---- 16-bit KV values -> f32 -------------------------------------------------------------------
 // Exact in every variant (a 16-bit float is a subset of f32), so which one runs never changes a
-// result. The SIMD ones carry their own target attributes: the attention kernels are
-// target_clones, whose generic clone cannot hold intrinsics.
+// result. The SIMD ones carry their own target attributes: they are called from every copy of
+// the attention ranges (isa_dispatch.h), and the baseline copy cannot hold intrinsics.
 
 using WidenFn = void (*)(const uint16_t* src, float* dst, int64_t n);
 
@@ -250,19 +249,22 @@ __attribute__((target("avx2"))) void WidenBf16Avx2(const uint16_t* src, float* d
 }
 #endif
 
-// The widest variant the CPU runs (DetectIsa: AVX2 there includes F16C), chosen once.
+// The variant of ActiveIsa() (kAvx2 includes F16C), so that SetIsaForTest reaches it too; once
+// per AttendRange call.
 WidenFn WidenFor(KvDtype dtype) {
-  struct Fns {
-    WidenFn f16, bf16;
-  };
-  static const Fns fns = [] {
+  const bool f16 = dtype == KvDtype::kF16;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (DetectIsa() == Isa::kAvx512) return Fns{WidenF16Avx512, WidenBf16Avx512};
-    if (DetectIsa() == Isa::kAvx2) return Fns{WidenF16Avx2, WidenBf16Avx2};
+  switch (ActiveIsa()) {
+    case Isa::kAvx512:
+      return f16 ? WidenF16Avx512 : WidenBf16Avx512;
+    case Isa::kAvx2:
+      return f16 ? WidenF16Avx2 : WidenBf16Avx2;
+    case Isa::kScalar:
+    case Isa::kNeon:  // not on x86
+      break;
+  }
 #endif
-    return Fns{WidenF16Scalar, WidenBf16Scalar};
-  }();
-  return dtype == KvDtype::kF16 ? fns.f16 : fns.bf16;
+  return f16 ? WidenF16Scalar : WidenBf16Scalar;
 }
 
 }  // namespace
@@ -317,10 +319,13 @@ int64_t AttentionScratchFloats(const GqaKvLayout& layout, int rows) {
   return int64_t{rows} * (layout.head_dim + std::max(layout.block_size, kLanes)) + widened;
 }
 
-DI_ATTENTION_CLONES void AttendRange(const GqaKvLayout& layout, const void* layer,
-                                     const int32_t* block_table, const AttentionQuery& query,
-                                     int32_t pos_begin, int32_t pos_end, float* scratch,
-                                     const AttentionPartial& out) {
+namespace {
+
+template <Isa>
+DI_INLINE void AttendRangeBody(const GqaKvLayout& layout, const void* layer,
+                               const int32_t* block_table, const AttentionQuery& query,
+                               int32_t pos_begin, int32_t pos_end, float* scratch,
+                               const AttentionPartial& out) {
   const int B = layout.block_size, D = layout.head_dim, rows = query.rows();
   float* qs = scratch;                    // [rows, D] queries, pre-scaled
   float* s = scratch + int64_t{rows} * D;  // [rows, B] logits, then weights
@@ -364,11 +369,9 @@ DI_ATTENTION_CLONES void AttendRange(const GqaKvLayout& layout, const void* laye
   }
 }
 
-int64_t MlaScratchFloats() { return 2 * kLanes * kLanes; }
-
-DI_ATTENTION_CLONES void MlaAttendRange(const MlaKv& kv, const float* q_t, int32_t pos_begin,
-                                        int32_t pos_end, float* scratch,
-                                        const AttentionPartial& out) {
+template <Isa>
+DI_INLINE void MlaAttendRangeBody(const MlaKv& kv, const float* q_t, int32_t pos_begin,
+                                  int32_t pos_end, float* scratch, const AttentionPartial& out) {
   constexpr int kChains = 8;  // positions whose logits are accumulated together
   const int lat = kv.lat, rank = kv.rank;
   float* s_buf = scratch;                    // [16 positions][16 heads] logits, then weights
@@ -427,8 +430,8 @@ DI_ATTENTION_CLONES void MlaAttendRange(const MlaKv& kv, const float* q_t, int32
   Store(out.l, l);
 }
 
-DI_ATTENTION_CLONES void MlaFinish(int rank, const AttentionPartial& parts, int num_parts,
-                                   float* out_t) {
+template <Isa>
+DI_INLINE void MlaFinishBody(int rank, const AttentionPartial& parts, int num_parts, float* out_t) {
   v16 m = Load(parts.m);
   for (int p = 1; p < num_parts; ++p) {
     const v16 x = Load(parts.m + p * kLanes);
@@ -452,6 +455,26 @@ DI_ATTENTION_CLONES void MlaFinish(int rank, const AttentionPartial& parts, int 
     Store(out_t + int64_t{d} * kLanes, Load(out_t + int64_t{d} * kLanes) * inv);
   }
 }
+
+}  // namespace
+
+#define DI_ATTENTION_DISPATCH(RET, NAME, PARAMS, ARGS) \
+  DI_ISA_DISPATCH(internal::VectorLoopIsa(), "avx512f", "avx2", RET, NAME, PARAMS, ARGS)
+
+DI_ATTENTION_DISPATCH(void, AttendRange,
+                      (const GqaKvLayout& layout, const void* layer, const int32_t* block_table,
+                       const AttentionQuery& query, int32_t pos_begin, int32_t pos_end,
+                       float* scratch, const AttentionPartial& out),
+                      (layout, layer, block_table, query, pos_begin, pos_end, scratch, out))
+DI_ATTENTION_DISPATCH(void, MlaAttendRange,
+                      (const MlaKv& kv, const float* q_t, int32_t pos_begin, int32_t pos_end,
+                       float* scratch, const AttentionPartial& out),
+                      (kv, q_t, pos_begin, pos_end, scratch, out))
+DI_ATTENTION_DISPATCH(void, MlaFinish,
+                      (int rank, const AttentionPartial& parts, int num_parts, float* out_t),
+                      (rank, parts, num_parts, out_t))
+
+int64_t MlaScratchFloats() { return 2 * kLanes * kLanes; }
 
 void FinishAttention(const AttentionQuery& query, int head_dim, const AttentionPartial& parts,
                      int num_parts, int64_t part_stride, float* out) {

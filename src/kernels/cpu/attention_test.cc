@@ -1,6 +1,7 @@
 #include "kernels/cpu/attention.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -16,6 +17,37 @@ namespace {
 struct Case {
   int block_size, num_kv_heads, head_dim, group, num_tokens, first_pos, parts;
 };
+
+// The ISAs this CPU runs: each has its own copy of the attention kernels (isa_dispatch.h), and
+// the checks below run every one of them, whatever DEEPINFER_ISA says.
+std::vector<Isa> CpuIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    SetIsaForTest(isa);
+    if (ActiveIsa() == isa) isas.push_back(isa);
+  }
+  SetIsaForTest(DetectIsa());
+  return isas;
+}
+
+// Runs `attend` under every ISA of the CPU and hands each result to `check`; the AVX2 copy must
+// give the portable copy's bits (only GCC's AVX-512 copy fuses multiply-adds, isa_dispatch.h).
+template <typename Attend, typename CheckFn>
+void ForEveryIsa(Attend attend, CheckFn check) {
+  std::vector<float> portable;
+  for (Isa isa : CpuIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetIsaForTest(isa);
+    const std::vector<float> got = attend();
+    check(got);
+    if (isa == Isa::kScalar) portable = got;
+    if (isa == Isa::kAvx2 && !portable.empty()) {
+      ASSERT_EQ(got.size(), portable.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), portable.data(), got.size() * sizeof(float)));
+    }
+  }
+  SetIsaForTest(DetectIsa());
+}
 
 // Plain softmax attention in double over K/V kept token-major, for comparison.
 std::vector<float> Reference(const Case& c, const std::vector<float>& q,
@@ -118,10 +150,14 @@ void Check(const Case& c) {
   SCOPED_TRACE("B, Hk, D, group, tokens, first, parts = " + Describe(c));
   const Inputs in = MakeInputs(c);
   const std::vector<float> want = Reference(c, in.q, in.k, in.v);
-  const std::vector<float> got = Attend(c, KvDtype::kF32, in);
-  double max_err = 0;
-  for (size_t i = 0; i < want.size(); ++i) max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
-  EXPECT_LT(max_err, 2e-5);
+  ForEveryIsa([&] { return Attend(c, KvDtype::kF32, in); },
+              [&](const std::vector<float>& got) {
+                double max_err = 0;
+                for (size_t i = 0; i < want.size(); ++i) {
+                  max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
+                }
+                EXPECT_LT(max_err, 2e-5);
+              });
 }
 
 // A 16-bit cache gives exactly the f32 cache's result on the rounded K and V (the kernel only
@@ -137,14 +173,20 @@ void CheckSixteenBit(const Case& c, KvDtype dtype, double tolerance) {
                                  : tensor::Bf16ToFp32(tensor::Fp32ToBf16(x));
     }
   }
-  const std::vector<float> got = Attend(c, dtype, in);
-  const std::vector<float> exact = Attend(c, KvDtype::kF32, rounded);
-  ASSERT_EQ(got.size(), exact.size());
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], exact[i]) << "output " << i;
   const std::vector<float> want = Reference(c, in.q, in.k, in.v);
-  double max_err = 0;
-  for (size_t i = 0; i < want.size(); ++i) max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
-  EXPECT_LT(max_err, tolerance);
+  ForEveryIsa([&] { return Attend(c, dtype, in); },
+              [&](const std::vector<float>& got) {
+                const std::vector<float> exact = Attend(c, KvDtype::kF32, rounded);
+                ASSERT_EQ(got.size(), exact.size());
+                for (size_t i = 0; i < got.size(); ++i) {
+                  ASSERT_EQ(got[i], exact[i]) << "output " << i;
+                }
+                double max_err = 0;
+                for (size_t i = 0; i < want.size(); ++i) {
+                  max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
+                }
+                EXPECT_LT(max_err, tolerance);
+              });
 }
 
 TEST(AttentionTest, FastPathMatchesReferenceForPrefillTiles) {
@@ -231,16 +273,19 @@ void CheckMla(int lat, int rank, int block_size, int ctx, int parts, int heads) 
     for (int h = 0; h < heads; ++h) q_t[d * kMlaHeadsPerChunk + h] = dist(rng) * 0.3f;
   }
   const MlaKv kv{cache.data(), table.data(), block_size, lat, rank};
-  std::vector<float> scratch(MlaScratchFloats()), o(size_t(parts) * rank * 16), m(parts * 16),
-      l(parts * 16), got(size_t(rank) * 16);
-  const int per_part = (ctx + parts - 1) / parts;
-  for (int p = 0; p < parts; ++p) {
-    MlaAttendRange(kv, q_t.data(), p * per_part, std::min(ctx, (p + 1) * per_part),
-                   scratch.data(), {o.data() + size_t(p) * rank * 16, m.data() + p * 16,
-                                    l.data() + p * 16});
-  }
-  MlaFinish(rank, {o.data(), m.data(), l.data()}, parts, got.data());
-  double max_err = 0;
+  auto attend = [&] {
+    std::vector<float> scratch(MlaScratchFloats()), o(size_t(parts) * rank * 16), m(parts * 16),
+        l(parts * 16), got(size_t(rank) * 16);
+    const int per_part = (ctx + parts - 1) / parts;
+    for (int p = 0; p < parts; ++p) {
+      MlaAttendRange(kv, q_t.data(), p * per_part, std::min(ctx, (p + 1) * per_part),
+                     scratch.data(), {o.data() + size_t(p) * rank * 16, m.data() + p * 16,
+                                      l.data() + p * 16});
+    }
+    MlaFinish(rank, {o.data(), m.data(), l.data()}, parts, got.data());
+    return got;
+  };
+  std::vector<double> want(size_t(rank) * 16);
   for (int h = 0; h < heads; ++h) {
     std::vector<double> w(ctx);
     double mx = -1e300, sum = 0;
@@ -254,10 +299,18 @@ void CheckMla(int lat, int rank, int block_size, int ctx, int parts, int heads) 
     for (int d = 0; d < rank; ++d) {
       double acc = 0;
       for (int j = 0; j < ctx; ++j) acc += w[j] * rows[size_t(j) * lat + d];
-      max_err = std::max(max_err, std::fabs(acc / sum - got[d * 16 + h]));
+      want[d * 16 + h] = acc / sum;
     }
   }
-  EXPECT_LT(max_err, 2e-5);
+  ForEveryIsa(attend, [&](const std::vector<float>& got) {
+    double max_err = 0;
+    for (int h = 0; h < heads; ++h) {
+      for (int d = 0; d < rank; ++d) {
+        max_err = std::max(max_err, std::fabs(want[d * 16 + h] - got[d * 16 + h]));
+      }
+    }
+    EXPECT_LT(max_err, 2e-5);
+  });
 }
 
 TEST(AttentionTest, MlaAbsorbedMatchesReference) {

@@ -7,20 +7,23 @@
 #include <vector>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
 #include "util/status.h"
 
-// The clones only widen what the compiler may vectorize and let std::fma inline to one
-// instruction; every operation is spelled out, and this file is built with -ffp-contract=off
-// (GCC would otherwise fuse a * b + c in the FMA-capable clones), so each clone gives the same
-// bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DI_GGML_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#else
-#define DI_GGML_CLONES
-#endif
+// The loops below run in one copy per ISA, chosen per call from ActiveIsa() (isa_dispatch.h):
+// target("avx512f") for kAvx512, target("avx2,fma,f16c") for kAvx2 (what kAvx2 guarantees, the
+// flags of ggml_numerics_avx2.cc), the baseline for kScalar. The copies only widen what the
+// compiler may vectorize and let std::fma inline to one instruction; every operation is spelled
+// out, and this file is built with -ffp-contract=off (GCC would otherwise fuse a * b + c in the
+// FMA-capable copies), so each copy gives the same bits.
+// (The target_clones these replace had "arch=haswell" for AVX2, which GCC 12 will not inline an
+// always_inline body into, and whose resolver chose it only on CPUs that report themselves as
+// Intel Haswell; other AVX2 CPUs ran the baseline clone.)
+#define DI_GGML_DISPATCH(RET, NAME, PARAMS, ARGS) \
+  DI_ISA_DISPATCH(internal::VectorLoopIsa(), "avx512f", "avx2,fma,f16c", RET, NAME, PARAMS, ARGS)
 
 namespace deepinfer::kernels {
 
@@ -73,14 +76,17 @@ void MatMulGroupGgml(const tensor::TensorView* const* ws, float* const* ys, int 
   for (int i = 0; i < count; ++i) MatMulGgml(*ws[i], x, num_tokens, ys[i], pool);
 }
 
-DI_GGML_CLONES float DotQ4_1Q8_1Ggml(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
+namespace {
+
+template <Isa>
+DI_ALWAYS_INLINE float DotQ4_1Q8_1GgmlBody(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
   float acc[8] = {0};
   float summs = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const float d = HalfToFloat(w[b].d) * HalfToFloat(x[b].d);
     summs = std::fma(HalfToFloat(w[b].m), HalfToFloat(x[b].s), summs);
     // Lane j holds elements 4j..4j+3: low nibbles are elements 0-15, high nibbles 16-31.
-    // Written as whole-array steps so that the clones vectorize them.
+    // Written as whole-array steps so that the SIMD copies vectorize them.
     int32_t prod[32];
     for (int e = 0; e < 16; ++e) {
       prod[e] = (w[b].qs[e] & 0x0f) * int32_t{x[b].qs[e]};
@@ -94,7 +100,8 @@ DI_GGML_CLONES float DotQ4_1Q8_1Ggml(const BlockQ4_1* w, const BlockQ8_1* x, int
   return Hsum8(acc) + summs;
 }
 
-DI_GGML_CLONES float DotQ8_0Q8_0Ggml(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
+template <Isa>
+DI_ALWAYS_INLINE float DotQ8_0Q8_0GgmlBody(const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb) {
   float acc[8] = {0};
   for (int64_t b = 0; b < nb; ++b) {
     const float d = HalfToFloat(w[b].d) * HalfToFloat(x[b].d);
@@ -107,6 +114,13 @@ DI_GGML_CLONES float DotQ8_0Q8_0Ggml(const BlockQ8_0* w, const BlockQ8_0* x, int
   }
   return Hsum8(acc);
 }
+
+}  // namespace
+
+DI_GGML_DISPATCH(float, DotQ4_1Q8_1Ggml, (const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb),
+                 (w, x, nb))
+DI_GGML_DISPATCH(float, DotQ8_0Q8_0Ggml, (const BlockQ8_0* w, const BlockQ8_0* x, int64_t nb),
+                 (w, x, nb))
 
 void MatMulGgml(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                 util::ThreadPool& pool) {
@@ -173,7 +187,7 @@ namespace {
 // 2^k as a float, for k in [-126, 127].
 inline float Pow2(int k) { return std::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23); }
 
-// Inlined into the callers' clones so that std::fma becomes one instruction there; written
+// Inlined into the callers' copies so that std::fma becomes one instruction there; written
 // without calls or branches so the loops around it vectorize.
 __attribute__((always_inline)) inline float ExpGgmlInline(float x) {
   const float r = 0x1.8p23f;
@@ -196,17 +210,22 @@ __attribute__((always_inline)) inline float ExpGgmlInline(float x) {
   const float saturated = n <= 0.0f ? 0.0f : INFINITY;
   return std::fabs(n) > 192.0f ? saturated : scaled;
 }
-}  // namespace
 
-float ExpGgml(float x) { return ExpGgmlInline(x); }
-
-DI_GGML_CLONES void SwiGluGgml(const float* gate, const float* up, int64_t n, float* out) {
+template <Isa>
+DI_ALWAYS_INLINE void SwiGluGgmlBody(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     const float silu = g / (1.0f + ExpGgmlInline(0.0f - g));
     out[i] = silu * up[i];
   }
 }
+
+}  // namespace
+
+float ExpGgml(float x) { return ExpGgmlInline(x); }
+
+DI_GGML_DISPATCH(void, SwiGluGgml, (const float* gate, const float* up, int64_t n, float* out),
+                 (gate, up, n, out))
 
 void RopeTablesGgml(const int32_t* positions, int64_t num_tokens, int rope_dim, float theta_base,
                     float* cos_out, float* sin_out) {
@@ -222,9 +241,12 @@ void RopeTablesGgml(const int32_t* positions, int64_t num_tokens, int rope_dim, 
   }
 }
 
-DI_GGML_CLONES void ApplyRopeGgml(float* x, int64_t num_tokens, int num_heads, int head_dim,
-                                  int rope_dim, tensor::RopeStyle style, const float* cos_t,
-                                  const float* sin_t) {
+namespace {
+
+template <Isa>
+DI_ALWAYS_INLINE void ApplyRopeGgmlBody(float* x, int64_t num_tokens, int num_heads, int head_dim,
+                                        int rope_dim, tensor::RopeStyle style, const float* cos_t,
+                                        const float* sin_t) {
   const int half = rope_dim / 2;
   const bool adjacent = style == tensor::RopeStyle::kAdjacentPairs;
   const int stride = adjacent ? 1 : half;  // distance between the two elements of a pair
@@ -243,7 +265,8 @@ DI_GGML_CLONES void ApplyRopeGgml(float* x, int64_t num_tokens, int num_heads, i
   }
 }
 
-DI_GGML_CLONES float DotF32Ggml(const float* x, const float* y, int64_t n) {
+template <Isa>
+DI_ALWAYS_INLINE float DotF32GgmlBody(const float* x, const float* y, int64_t n) {
   const int64_t np = n & ~int64_t{63};
   float acc[4][16] = {};
   for (int64_t i = 0; i < np; i += 64) {
@@ -260,7 +283,8 @@ DI_GGML_CLONES float DotF32Ggml(const float* x, const float* y, int64_t n) {
   return sum;
 }
 
-DI_GGML_CLONES float DotF32TinyBlasGgml(const float* x, const float* y, int64_t n) {
+template <Isa>
+DI_ALWAYS_INLINE float DotF32TinyBlasGgmlBody(const float* x, const float* y, int64_t n) {
   float acc[16] = {};
   for (int64_t i = 0; i < n; i += 16) {
     for (int l = 0; l < 16; ++l) acc[l] = std::fma(x[i + l], y[i + l], acc[l]);
@@ -268,15 +292,25 @@ DI_GGML_CLONES float DotF32TinyBlasGgml(const float* x, const float* y, int64_t 
   return Reduce16(acc);
 }
 
-DI_GGML_CLONES void AttendRowGgml(const float* q, const float* k, const float* vt,
-                                  int64_t vt_stride, int ctx, int head_dim, float scale,
-                                  bool batched, float* scratch, float* out) {
+}  // namespace
+
+DI_GGML_DISPATCH(float, DotF32Ggml, (const float* x, const float* y, int64_t n), (x, y, n))
+DI_GGML_DISPATCH(float, DotF32TinyBlasGgml, (const float* x, const float* y, int64_t n), (x, y, n))
+
+namespace {
+
+// Calls the dots' copies of its own ISA: not their dispatchers (a switch per key and output), nor
+// their bodies inlined here (GCC compiles those about 1.7x slower in this loop).
+template <Isa kIsa>
+DI_ALWAYS_INLINE void AttendRowGgmlBody(const float* q, const float* k, const float* vt,
+                                        int64_t vt_stride, int ctx, int head_dim, float scale,
+                                        bool batched, float* scratch, float* out) {
   const int64_t n16 = (int64_t{ctx} + 15) / 16 * 16;
   const int64_t n64 = (int64_t{ctx} + 63) / 64 * 64;
   float* p = scratch;  // [n64]
   float mx = -INFINITY;
   for (int j = 0; j < ctx; ++j) {
-    p[j] = DotF32Ggml(q, k + int64_t{j} * head_dim, head_dim) * scale;
+    p[j] = DotF32GgmlCopy<kIsa>(q, k + int64_t{j} * head_dim, head_dim) * scale;
     mx = std::max(mx, p[j]);
   }
   // ggml_vec_soft_max_f32: 16 at a time, each group summed as _mm512_reduce_add_ps into a double;
@@ -291,8 +325,19 @@ DI_GGML_CLONES void AttendRowGgml(const float* q, const float* k, const float* v
   for (int j = 0; j < ctx; ++j) p[j] *= inv;
   for (int d = 0; d < head_dim; ++d) {
     const float* vd = vt + int64_t{d} * vt_stride;
-    out[d] = batched ? DotF32TinyBlasGgml(vd, p, n16) : DotF32Ggml(vd, p, n64);
+    out[d] = batched ? DotF32TinyBlasGgmlCopy<kIsa>(vd, p, n16) : DotF32GgmlCopy<kIsa>(vd, p, n64);
   }
 }
+
+}  // namespace
+
+DI_GGML_DISPATCH(void, ApplyRopeGgml,
+                 (float* x, int64_t num_tokens, int num_heads, int head_dim, int rope_dim,
+                  tensor::RopeStyle style, const float* cos_t, const float* sin_t),
+                 (x, num_tokens, num_heads, head_dim, rope_dim, style, cos_t, sin_t))
+DI_GGML_DISPATCH(void, AttendRowGgml,
+                 (const float* q, const float* k, const float* vt, int64_t vt_stride, int ctx,
+                  int head_dim, float scale, bool batched, float* scratch, float* out),
+                 (q, k, vt, vt_stride, ctx, head_dim, scale, batched, scratch, out))
 
 }  // namespace deepinfer::kernels

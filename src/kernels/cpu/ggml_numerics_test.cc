@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant.h"
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
 #include "util/thread_pool.h"
@@ -79,6 +80,66 @@ TEST(GgmlNumericsTest, MatMulGivesTheSameBitsOnEveryIsa) {
     for (size_t i = 0; i < want.size(); ++i)
       EXPECT_NEAR(want[i], got[i], 1e-4f * (1 + std::fabs(got[i])));
   }
+}
+
+// The loops below MatMulGgml run in one copy per ISA, chosen from ActiveIsa() (isa_dispatch.h):
+// the SIMD copies vectorize and inline std::fma, and every one gives the portable copy's bits.
+// Sizes with and without the 16- and 64-float steps' tails.
+TEST(GgmlNumericsTest, VectorLoopsGiveTheSameBitsOnEveryIsa) {
+  std::mt19937 rng(13);
+  const int64_t nb = 19, n = 300, ctx = 45, D = 64, stride = 64;
+  const Weights w41 = RandomWeights(DType::kQ4_1, 1, nb * 32, &rng);
+  const Weights w80 = RandomWeights(DType::kQ8_0, 1, nb * 32, &rng);
+  const Weights x80 = RandomWeights(DType::kQ8_0, 1, nb * 32, &rng);
+  std::vector<tensor::BlockQ8_1> x81(nb);
+  QuantizeRowQ8_1Cpu(RandomFloats(nb * 32, 1.0f, &rng).data(), x81.data(), nb * 32);
+  const std::vector<float> a = RandomFloats(n, 2.0f, &rng), b = RandomFloats(n, 1.0f, &rng);
+  const std::vector<float> k = RandomFloats(ctx * D, 1.0f, &rng);
+  const std::vector<float> vt = RandomFloats(D * stride, 1.0f, &rng);
+  const std::vector<float> cos_t = RandomFloats(3 * D / 2, 1.0f, &rng);
+  const std::vector<float> sin_t = RandomFloats(3 * D / 2, 1.0f, &rng);
+  const std::vector<float> heads = RandomFloats(3 * 2 * D, 1.0f, &rng);  // 3 tokens, 2 heads
+  // Every result of one ISA, concatenated.
+  auto run = [&] {
+    std::vector<float> out;
+    out.push_back(DotQ4_1Q8_1Ggml(reinterpret_cast<const tensor::BlockQ4_1*>(w41.bytes.data()),
+                                  x81.data(), nb));
+    out.push_back(DotQ8_0Q8_0Ggml(reinterpret_cast<const tensor::BlockQ8_0*>(w80.bytes.data()),
+                                  reinterpret_cast<const tensor::BlockQ8_0*>(x80.bytes.data()),
+                                  nb));
+    for (int64_t len : {1, 16, 63, 64, 100, 300}) {
+      out.push_back(DotF32Ggml(a.data(), b.data(), len));
+    }
+    for (int64_t len : {16, 64, 288}) out.push_back(DotF32TinyBlasGgml(a.data(), b.data(), len));
+    std::vector<float> swiglu(n);
+    SwiGluGgml(a.data(), b.data(), n, swiglu.data());
+    out.insert(out.end(), swiglu.begin(), swiglu.end());
+    for (auto style : {tensor::RopeStyle::kAdjacentPairs, tensor::RopeStyle::kHalfSplit}) {
+      std::vector<float> x = heads;
+      ApplyRopeGgml(x.data(), 3, 2, D, D, style, cos_t.data(), sin_t.data());
+      out.insert(out.end(), x.begin(), x.end());
+    }
+    for (bool batched : {false, true}) {
+      std::vector<float> scratch(stride), row(D);
+      AttendRowGgml(a.data(), k.data(), vt.data(), stride, ctx, D, 0.125f, batched, scratch.data(),
+                    row.data());
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  };
+  SetIsaForTest(Isa::kScalar);
+  const std::vector<float> want = run();
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    SetIsaForTest(isa);
+    if (ActiveIsa() != isa) continue;
+    const std::vector<float> got = run();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(&got[i], &want[i], sizeof(float)))
+          << IsaName(isa) << " result " << i << ": " << got[i] << " vs " << want[i];
+    }
+  }
+  SetIsaForTest(DetectIsa());
 }
 
 // The tiled AVX-512 kernels (matmul_avx512.cc) against the portable reference, over every tile

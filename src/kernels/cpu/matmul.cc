@@ -83,11 +83,6 @@ Isa ClampToHardware(Isa want) {
 // The highest level of this CPU's architecture that it has.
 Isa BestIsa() { return CpuHasNeon() ? Isa::kNeon : ClampToHardware(Isa::kAvx512); }
 
-std::atomic<int>& ActiveIsaSlot() {
-  static std::atomic<int> slot{static_cast<int>(DetectIsa())};
-  return slot;
-}
-
 // The kernel tables of every ISA after fallbacks, and which ISA's kernel each entry is.
 struct Tables {
   KernelTable table[kNumIsas];
@@ -241,14 +236,29 @@ Isa IsaFromEnv() {
 
 namespace internal {
 const KernelTable& KernelsForIsa(int isa_index) { return Table(static_cast<Isa>(isa_index)); }
+
+// Constant-initialized (no guard, valid during static initialization) so that isa_dispatch.h can
+// read it inline; -1 until the first ActiveIsa() resolves DetectIsa().
+constinit std::atomic<int> g_active_isa{-1};
 }  // namespace internal
 
 Isa DetectIsa() { return ClampToHardware(IsaFromEnv()); }
 
-Isa ActiveIsa() { return static_cast<Isa>(ActiveIsaSlot().load(std::memory_order_relaxed)); }
+Isa ActiveIsa() {
+  int isa = internal::g_active_isa.load(std::memory_order_relaxed);
+  if (isa < 0) {
+    // The first call: threads that race here all detect the same ISA, and a SetIsaForTest that
+    // came first wins.
+    int unset = -1;
+    internal::g_active_isa.compare_exchange_strong(unset, static_cast<int>(DetectIsa()),
+                                                   std::memory_order_relaxed);
+    isa = internal::g_active_isa.load(std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(isa);
+}
 
 void SetIsaForTest(Isa isa) {
-  ActiveIsaSlot().store(static_cast<int>(ClampToHardware(isa)), std::memory_order_relaxed);
+  internal::g_active_isa.store(static_cast<int>(ClampToHardware(isa)), std::memory_order_relaxed);
 }
 
 Isa HardwareIsa() { return BestIsa(); }

@@ -25,7 +25,9 @@ constexpr Isa LowerIsa(Isa isa) { return isa == Isa::kAvx512 ? Isa::kAvx2 : Isa:
 Isa DetectIsa();
 // The highest level this CPU has, whatever DEEPINFER_ISA says.
 Isa HardwareIsa();
-// The ISA the kernels use now; SetIsaForTest overrides it (tests compare paths).
+// The ISA the kernels use now, the matmuls and the small vector loops of ops.h, attention.h and
+// ggml_numerics.h alike (isa_dispatch.h); SetIsaForTest overrides it (tests compare paths).
+// Threads: any; a relaxed atomic load.
 Isa ActiveIsa();
 void SetIsaForTest(Isa isa);
 const char* IsaName(Isa isa);

@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cpu/quant.h"
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
@@ -547,6 +549,79 @@ TEST(IsaTest, KernelsByTypeNamesEachTypeOnceWithEveryIsaItRunsOn) {
   EXPECT_EQ(MatMulKernelsByType({&fp4, &fp8, &bf16, &fp8_narrow, &bf16_too}),
             "BF16 avx2, F8_E4M3 avx2+scalar, FP4_E2M1 avx2");
   EXPECT_EQ(MatMulKernelsByType({}), "");
+  SetIsaForTest(DetectIsa());
+}
+
+// A float product rounded once, as a float multiply rounds it (the double product of two floats
+// is exact), in a form no compiler fuses with the addition that follows (that one is in float).
+float RoundedProduct(float a, float b) { return static_cast<float>(static_cast<double>(a) * b); }
+
+// Issue 37: the small loops of ops.h, attention.h and ggml_numerics.h were GCC target_clones,
+// picked from CPUID when the binary loaded, so under DEEPINFER_ISA=avx2 or scalar an AVX-512 host
+// still ran their AVX-512 clones. They run ActiveIsa()'s copy now (isa_dispatch.h). Dot and Axpy
+// tell the copies apart: GCC fuses their multiply-adds in the AVX-512 copy only (AVX-512F has the
+// FMA; the AVX2 copy's target, like the baseline, has none), so there they equal a reference with
+// std::fma and elsewhere one that rounds every product. The other loops are exact and must give
+// the same bits in every copy.
+TEST(IsaTest, VectorLoopsRunTheActiveIsasCopy) {
+  constexpr int n = 256;  // whole 16-float steps and 64-byte aligned: no AVX-512 peel or tail
+  alignas(64) float a[n], b[n], y[n], got[n], plain_axpy[n], fused_axpy[n], weight[n];
+  float alpha = 0, plain_dot = 0, fused_dot = 0;
+  std::mt19937 rng(37);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Inputs whose dot differs between the two roundings (most do; the sum of the lanes can hide a
+  // difference in them).
+  for (int attempt = 0; attempt < 10 && plain_dot == fused_dot; ++attempt) {
+    for (int i = 0; i < n; ++i) a[i] = normal(rng), b[i] = normal(rng), y[i] = normal(rng);
+    alpha = 0.3f + normal(rng);
+    // Dot keeps 16 partial sums (element i in lane i % 16) and adds them in lane order.
+    float plain_lanes[16] = {}, fused_lanes[16] = {};
+    for (int i = 0; i < n; ++i) {
+      plain_lanes[i % 16] += RoundedProduct(a[i], b[i]);
+      fused_lanes[i % 16] = std::fma(a[i], b[i], fused_lanes[i % 16]);
+    }
+    plain_dot = fused_dot = 0;
+    for (int k = 0; k < 16; ++k) plain_dot += plain_lanes[k], fused_dot += fused_lanes[k];
+  }
+  ASSERT_NE(plain_dot, fused_dot) << "no inputs told the copies apart";
+  for (int i = 0; i < n; ++i) {
+    plain_axpy[i] = y[i] + RoundedProduct(alpha, a[i]);
+    fused_axpy[i] = std::fma(alpha, a[i], y[i]);
+    weight[i] = 1.0f + 0.1f * normal(rng);
+  }
+  ASSERT_NE(0, std::memcmp(plain_axpy, fused_axpy, sizeof(plain_axpy)));
+  // RmsNorm's formula (ops.cc) with each product rounded alone; exact in every copy.
+  std::vector<float> rms(n);
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += RoundedProduct(a[i], a[i]);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(ss / n) + 1e-6f);
+  for (int i = 0; i < n; ++i) rms[i] = RoundedProduct(weight[i], RoundedProduct(a[i], scale));
+  const int32_t argmax = static_cast<int32_t>(std::max_element(b, b + n) - b);
+
+  int ran = 0;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    SetIsaForTest(isa);
+    if (ActiveIsa() != isa) continue;  // the CPU lacks it
+    ++ran;
+    const Isa copy = internal::VectorLoopIsa();
+    EXPECT_EQ(copy, DI_ISA_COPIES ? isa : Isa::kScalar) << IsaName(isa);
+#if defined(__x86_64__)  // elsewhere the portable copy itself may be built with FMA contraction
+    const bool fused = copy == Isa::kAvx512;
+    const float dot = Dot(a, b, n);
+    EXPECT_EQ(0, std::memcmp(&dot, fused ? &fused_dot : &plain_dot, sizeof(dot)))
+        << IsaName(isa) << ": " << dot << " vs fused " << fused_dot << ", plain " << plain_dot;
+    std::memcpy(got, y, sizeof(got));
+    Axpy(alpha, a, got, n);
+    EXPECT_EQ(0, std::memcmp(got, fused ? fused_axpy : plain_axpy, sizeof(got))) << IsaName(isa);
+    RmsNorm(a, weight, 1, n, 1e-6f, got);
+    EXPECT_EQ(0, std::memcmp(got, rms.data(), sizeof(got))) << IsaName(isa);
+#endif
+    std::memcpy(got, y, sizeof(got));
+    AddInPlace(got, a, n);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], y[i] + a[i]) << IsaName(isa) << " at " << i;
+    EXPECT_EQ(ArgMax(b, n), argmax) << IsaName(isa);
+  }
+  EXPECT_GE(ran, 1);
   SetIsaForTest(DetectIsa());
 }
 

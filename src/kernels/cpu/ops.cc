@@ -3,19 +3,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/quant.h"
-
-// target_clones lets one portable binary use AVX-512 / AVX2 for these small loops, chosen once
-// at load time through an ifunc, without a per-call dispatch.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DI_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define DI_VECTOR_CLONES
-#endif
 
 namespace deepinfer::kernels {
 
-DI_VECTOR_CLONES float Dot(const float* a, const float* b, int64_t n) {
+// The loops below run in one copy per ISA, chosen per call from ActiveIsa() (isa_dispatch.h):
+// target("avx512f") for kAvx512, target("avx2") for kAvx2 and the baseline for kScalar, the
+// strings of the target_clones they had. The avx512f copies of Dot and Axpy contract the
+// multiply-adds into FMAs (AVX-512F has them, and GCC contracts by default); the others do not,
+// so those two round differently under kAvx512 than under kAvx2 and kScalar.
+namespace {
+
+template <Isa>
+DI_ALWAYS_INLINE float DotBody(const float* a, const float* b, int64_t n) {
   // Eight independent partial sums so the loop vectorizes without -ffast-math reassociation.
   float acc[16] = {0};
   int64_t i = 0;
@@ -28,16 +29,19 @@ DI_VECTOR_CLONES float Dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-DI_VECTOR_CLONES void Axpy(float a, const float* x, float* y, int64_t n) {
+template <Isa>
+DI_ALWAYS_INLINE void AxpyBody(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-DI_VECTOR_CLONES void AddInPlace(float* y, const float* x, int64_t n) {
+template <Isa>
+DI_ALWAYS_INLINE void AddInPlaceBody(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-DI_VECTOR_CLONES void RmsNorm(const float* x, const float* weight, int64_t num_rows, int64_t dim,
-                              float eps, float* out) {
+template <Isa>
+DI_ALWAYS_INLINE void RmsNormBody(const float* x, const float* weight, int64_t num_rows,
+                                  int64_t dim, float eps, float* out) {
   for (int64_t r = 0; r < num_rows; ++r) {
     const float* xr = x + r * dim;
     float* orow = out + r * dim;
@@ -49,6 +53,29 @@ DI_VECTOR_CLONES void RmsNorm(const float* x, const float* weight, int64_t num_r
     for (int64_t i = 0; i < dim; ++i) orow[i] = weight[i] * (xr[i] * scale);
   }
 }
+
+template <Isa>
+DI_ALWAYS_INLINE int32_t ArgMaxBody(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+}  // namespace
+
+#define DI_OPS_DISPATCH(RET, NAME, PARAMS, ARGS) \
+  DI_ISA_DISPATCH(internal::VectorLoopIsa(), "avx512f", "avx2", RET, NAME, PARAMS, ARGS)
+
+DI_OPS_DISPATCH(float, Dot, (const float* a, const float* b, int64_t n), (a, b, n))
+DI_OPS_DISPATCH(void, Axpy, (float a, const float* x, float* y, int64_t n), (a, x, y, n))
+DI_OPS_DISPATCH(void, AddInPlace, (float* y, const float* x, int64_t n), (y, x, n))
+DI_OPS_DISPATCH(void, RmsNorm,
+                (const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
+                 float* out),
+                (x, weight, num_rows, dim, eps, out))
+DI_OPS_DISPATCH(int32_t, ArgMax, (const float* x, int64_t n), (x, n))
 
 void RopeTables(const int32_t* positions, int64_t num_tokens, int rope_dim, float theta,
                 float* cos_out, float* sin_out) {
@@ -86,14 +113,6 @@ void ApplyRope(float* x, int64_t num_tokens, int num_heads, int head_dim, int ro
       }
     }
   }
-}
-
-DI_VECTOR_CLONES int32_t ArgMax(const float* x, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
 }
 
 void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
