@@ -10,6 +10,7 @@
 #        scripts/run_arm_tests.sh --packages    (the Debian packages the stage needs, one a line)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
+. scripts/job_pool.sh
 
 # The cross compiler, qemu, and the :arm64 -dev packages of what DI_CORE_ONLY links (absl,
 # spdlog + fmt, OpenSSL, zlib, PCRE2, ICU, GoogleTest; nlohmann-json3-dev is
@@ -97,25 +98,8 @@ run_one() {
   return $rc
 }
 
-failed=()
-running=0
-declare -A job_name
-for t in "${TESTS[@]}"; do
-  if [ $running -ge "$JOBS" ]; then
-    wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
-    running=$((running - 1))
-  fi
-  run_one "$t" &
-  job_name[$!]=$(basename "${t%% *}")
-  running=$((running + 1))
-done
-while [ $running -gt 0 ]; do
-  wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
-  running=$((running - 1))
-done
-for name in "${failed[@]}"; do
-  echo "== arm64: $name failed; the end of $BUILD/$name.log:"
-  tail -50 "$BUILD/$name.log"
-done
+test_name() { basename "${1%% *}"; }
+pool_rc=0
+run_pool "$JOBS" arm64 "$BUILD" run_one test_name "${TESTS[@]}" || pool_rc=1
 echo "arm64: the tests took $(($(date +%s) - built)) s under qemu"
-[ ${#failed[@]} -eq 0 ]
+[ $pool_rc -eq 0 ]

@@ -6,6 +6,7 @@
 # Usage: scripts/run_fuzz.sh SECONDS_PER_TARGET
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/job_pool.sh
 SECONDS_PER_TARGET=${1:-30}
 JOBS=${FUZZ_JOBS:-2}
 BUILD=build-fuzz
@@ -52,26 +53,10 @@ fuzz_one() {
 }
 
 echo "fuzz: ${SECONDS_PER_TARGET}s per target, $JOBS at a time"
-failed=()
-running=0
-declare -A job_name
+fuzzers=()
 for fuzzer in "$BUILD"/tests/fuzz/*_fuzz; do
-  [ -x "$fuzzer" ] || continue
-  if [ $running -ge "$JOBS" ]; then
-    wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
-    running=$((running - 1))
-  fi
-  fuzz_one "$fuzzer" &
-  job_name[$!]=$(basename "$fuzzer" _fuzz)
-  running=$((running + 1))
+  [ -x "$fuzzer" ] && fuzzers+=("$fuzzer")
 done
-[ ${#job_name[@]} -gt 0 ] || { echo "fuzz: no fuzz targets built"; exit 1; }
-while [ $running -gt 0 ]; do
-  wait -n -p done_pid || failed+=("${job_name[$done_pid]}")
-  running=$((running - 1))
-done
-for name in "${failed[@]}"; do
-  echo "== fuzz: $name failed; the end of $BUILD/$name.log:"
-  tail -50 "$BUILD/$name.log"
-done
-[ ${#failed[@]} -eq 0 ]
+[ ${#fuzzers[@]} -gt 0 ] || { echo "fuzz: no fuzz targets built"; exit 1; }
+fuzz_name() { basename "$1" _fuzz; }
+run_pool "$JOBS" fuzz "$BUILD" fuzz_one fuzz_name "${fuzzers[@]}"
