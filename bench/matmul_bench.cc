@@ -207,6 +207,45 @@ void BM_DenseAttentionHead64(benchmark::State& state) {
 }
 BENCHMARK(BM_DenseAttentionHead64)->Arg(1024)->Arg(8649)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The decode attention of the paged cache (kernels::AttendRange, what Llama-style models run
+// every step): one token, 4 query heads sharing one KV head of head_dim 64 (GQA), over arg
+// positions of an f32 cache in 16-position blocks, single-threaded. GB/s counts the K and V bytes
+// read; which ISA's copy runs follows DEEPINFER_ISA.
+void BM_PagedAttendDecodeGqa4Head64(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0)), D = 64, group = 4;
+  GqaKvLayout layout;
+  layout.block_size = 16;
+  layout.num_kv_heads = 1;
+  layout.head_dim = D;
+  const int blocks = (n + layout.block_size - 1) / layout.block_size;
+  std::vector<float> cache(static_cast<size_t>(blocks * layout.block_values()));
+  std::vector<float> q(static_cast<size_t>(group) * D);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (auto& v : cache) v = normal(rng);
+  for (auto& v : q) v = normal(rng);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int b = 0; b < blocks; ++b) table[b] = blocks - 1 - b;  // not in address order
+  AttentionQuery query;
+  query.q = q.data();
+  query.token_stride = int64_t{group} * D;
+  query.first_pos = n - 1;
+  query.group = group;
+  query.scale = 0.125f;
+  std::vector<float> scratch(AttentionScratchFloats(layout, query.rows()));
+  std::vector<float> o(static_cast<size_t>(group) * D), m(group), l(group);
+  const AttentionPartial out{o.data(), m.data(), l.data()};
+  for (auto _ : state) {
+    AttendRange(layout, cache.data(), table.data(), query, 0, n, scratch.data(), out);
+    benchmark::DoNotOptimize(o.data());
+  }
+  state.SetLabel(IsaName(ActiveIsa()));
+  state.counters["GB/s"] = benchmark::Counter(
+      2.0 * n * D * sizeof(float) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_PagedAttendDecodeGqa4Head64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 void BM_FmaPeak(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   util::ThreadPool pool(threads);

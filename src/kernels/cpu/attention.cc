@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -36,12 +37,6 @@ constexpr int kLanes = 16;  // the fast path's block size
 typedef float v16 __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
-DI_INLINE v16 Load(const float* p) {
-  v16 r;
-  std::memcpy(&r, p, sizeof(r));
-  return r;
-}
-DI_INLINE void Store(float* p, v16 v) { std::memcpy(p, &v, sizeof(v)); }
 DI_INLINE v16 Splat(float x) { return v16{} + x; }
 DI_INLINE float MaxLanes(v16 v) {
   float m = v[0];
@@ -52,6 +47,84 @@ DI_INLINE float SumLanes(v16 v) {
   float s = 0;
   for (int i = 0; i < kLanes; ++i) s += v[i];
   return s;
+}
+
+// The paged kernels' 16 lanes as two 8-lane halves, for the AVX2 copies: with no 512-bit
+// registers GCC keeps a 64-byte vector-extension value in memory and each operation loads and
+// stores its halves (the AVX2 paged attention range ran 13x slower than the AVX-512 one, and
+// slower than the baseline copy); a struct of two ymm values stays in registers. Every lane does
+// the same arithmetic as in v16 and the cross-lane reductions go lane 0 to 15 as MaxLanes /
+// SumLanes do, so both give the same bits.
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+struct v16x2 {
+  v8 lo, hi;
+};
+DI_INLINE v16x2 operator+(v16x2 a, v16x2 b) { return {a.lo + b.lo, a.hi + b.hi}; }
+DI_INLINE v16x2 operator-(v16x2 a, v16x2 b) { return {a.lo - b.lo, a.hi - b.hi}; }
+DI_INLINE v16x2 operator*(v16x2 a, v16x2 b) { return {a.lo * b.lo, a.hi * b.hi}; }
+DI_INLINE v16x2 operator/(v16x2 a, v16x2 b) { return {a.lo / b.lo, a.hi / b.hi}; }
+DI_INLINE v16x2 operator-(v16x2 a, float b) { return {a.lo - b, a.hi - b}; }
+DI_INLINE v16x2 operator*(v16x2 a, float b) { return {a.lo * b, a.hi * b}; }
+DI_INLINE v16x2 operator*(float a, v16x2 b) { return {a * b.lo, a * b.hi}; }
+DI_INLINE v16x2& operator+=(v16x2& a, v16x2 b) { return a = a + b; }
+
+// The operations the paged bodies need, for both 16-lane types.
+// v16x2 moves half by half: a 64-byte memcpy into the struct is lowered to four 16-byte moves
+// through the stack, which the 32-byte loads after it cannot forward from (a store-forwarding
+// stall on every load: 70% of the AVX2 range's time).
+template <typename V>
+DI_INLINE V Load16(const float* p) {
+  if constexpr (std::is_same_v<V, v16x2>) {
+    return {internal::LoadV<v8>(p), internal::LoadV<v8>(p + 8)};
+  } else {
+    return internal::LoadV<V>(p);
+  }
+}
+template <typename V>
+DI_INLINE void Store16(float* p, V v) {
+  if constexpr (std::is_same_v<V, v16x2>) {
+    internal::StoreV(p, v.lo);
+    internal::StoreV(p + 8, v.hi);
+  } else {
+    internal::StoreV(p, v);
+  }
+}
+template <typename V>
+DI_INLINE V Splat16(float x) {
+  if constexpr (std::is_same_v<V, v16>) {
+    return Splat(x);
+  } else {
+    return {v8{} + x, v8{} + x};
+  }
+}
+DI_INLINE float MaxLanes(v16x2 v) {
+  float m = v.lo[0];
+  for (int i = 1; i < 8; ++i) m = std::max(m, v.lo[i]);
+  for (int i = 0; i < 8; ++i) m = std::max(m, v.hi[i]);
+  return m;
+}
+DI_INLINE float SumLanes(v16x2 v) {
+  float s = 0;
+  for (int i = 0; i < 8; ++i) s += v.lo[i];
+  for (int i = 0; i < 8; ++i) s += v.hi[i];
+  return s;
+}
+// Lanewise a > b ? a : b.
+DI_INLINE v16 Greater(v16 a, v16 b) { return a > b ? a : b; }
+DI_INLINE v16x2 Greater(v16x2 a, v16x2 b) {
+  return {a.lo > b.lo ? a.lo : b.lo, a.hi > b.hi ? a.hi : b.hi};
+}
+// Lanes n and above replaced by `fill`.
+DI_INLINE v16 KeepFirst(v16 x, int n, float fill) {
+  v16i lane;
+  for (int i = 0; i < kLanes; ++i) lane[i] = i;
+  return lane < n ? x : Splat(fill);
+}
+DI_INLINE v16x2 KeepFirst(v16x2 x, int n, float fill) {
+  v8i lane;
+  for (int i = 0; i < 8; ++i) lane[i] = i;
+  return {lane < n ? x.lo : v8{} + fill, lane + 8 < n ? x.hi : v8{} + fill};
 }
 
 // e^x for x <= 0 to about 1 ulp: x = n ln2 + r with |r| <= ln2 / 2, e^r by Cephes' expf
@@ -80,6 +153,7 @@ DI_INLINE V ExpNonPositive(V x) {
   std::memcpy(&pow2n, &e, sizeof(e));
   return p * pow2n;
 }
+DI_INLINE v16x2 ExpNonPositive(v16x2 x) { return {ExpNonPositive(x.lo), ExpNonPositive(x.hi)}; }
 
 // First row of the item that can see position p (rows are ordered by token).
 DI_INLINE int FirstActiveRow(const AttentionQuery& q, int32_t p) {
@@ -110,7 +184,8 @@ DI_INLINE void UpdateRowScalar(float* s, int n, float* m, float* l, float* o, in
   }
 }
 
-// Fast path: block_size 16, head_dim a multiple of 16.
+// Fast path: block_size 16, head_dim a multiple of 16. V: v16, or v16x2 for AVX2.
+template <typename V>
 DI_INLINE void AttendBlock16(const AttentionQuery& q, int head_dim, int row_begin, int32_t p0,
                              int valid, const float* kt, const float* v0, int64_t v_stride,
                              const float* qs, float* s, const AttentionPartial& out) {
@@ -119,56 +194,51 @@ DI_INLINE void AttendBlock16(const AttentionQuery& q, int head_dim, int row_begi
   int r = row_begin;
   for (; r + 4 <= rows; r += 4) {
     const float* q0 = qs + int64_t{r} * D;
-    v16 a[4] = {}, b[4] = {};
+    V a[4] = {}, b[4] = {};
     for (int d = 0; d < D; d += 2) {
-      const v16 k0 = Load(kt + d * kLanes), k1 = Load(kt + (d + 1) * kLanes);
+      const V k0 = Load16<V>(kt + d * kLanes), k1 = Load16<V>(kt + (d + 1) * kLanes);
       for (int i = 0; i < 4; ++i) {
         a[i] += q0[i * D + d] * k0;
         b[i] += q0[i * D + d + 1] * k1;
       }
     }
-    for (int i = 0; i < 4; ++i) Store(s + (r + i) * kLanes, a[i] + b[i]);
+    for (int i = 0; i < 4; ++i) Store16(s + (r + i) * kLanes, a[i] + b[i]);
   }
   for (; r < rows; ++r) {
     const float* q0 = qs + int64_t{r} * D;
-    v16 a[4] = {};
+    V a[4] = {};
     for (int d = 0; d < D; d += 4) {
-      for (int i = 0; i < 4; ++i) a[i] += q0[d + i] * Load(kt + (d + i) * kLanes);
+      for (int i = 0; i < 4; ++i) a[i] += q0[d + i] * Load16<V>(kt + (d + i) * kLanes);
     }
-    Store(s + r * kLanes, (a[0] + a[1]) + (a[2] + a[3]));
+    Store16(s + r * kLanes, (a[0] + a[1]) + (a[2] + a[3]));
   }
 
-  v16i lane;
-  for (int i = 0; i < kLanes; ++i) lane[i] = i;
   for (r = row_begin; r < rows; ++r) {
     const int n = VisibleCount(q, r, p0, valid);
     float* sr = s + r * kLanes;
     float* o = out.o + int64_t{r} * D;
-    const v16i visible = lane < n;
-    v16 x = Load(sr);
-    x = visible ? x : Splat(-INFINITY);
+    const V x = KeepFirst(Load16<V>(sr), n, -INFINITY);
     const float m_new = std::max(out.m[r], MaxLanes(x));
     const float c = std::exp(out.m[r] - m_new);
-    v16 p = ExpNonPositive(x - m_new);
-    p = visible ? p : Splat(0.0f);
+    const V p = KeepFirst(ExpNonPositive(x - m_new), n, 0.0f);
     out.l[r] = out.l[r] * c + SumLanes(p);
     out.m[r] = m_new;
-    Store(sr, p);
+    Store16(sr, p);
     // Weighted sum of V rows: 64 output floats (four chains) at a time, then 16 at a time.
     int d = 0;
     for (; d + 64 <= D; d += 64) {
-      v16 acc[4];
-      for (int i = 0; i < 4; ++i) acc[i] = Load(o + d + 16 * i) * c;
+      V acc[4];
+      for (int i = 0; i < 4; ++i) acc[i] = Load16<V>(o + d + 16 * i) * c;
       for (int j = 0; j < n; ++j) {
         const float* v = v0 + j * v_stride + d;
-        for (int i = 0; i < 4; ++i) acc[i] += sr[j] * Load(v + 16 * i);
+        for (int i = 0; i < 4; ++i) acc[i] += sr[j] * Load16<V>(v + 16 * i);
       }
-      for (int i = 0; i < 4; ++i) Store(o + d + 16 * i, acc[i]);
+      for (int i = 0; i < 4; ++i) Store16(o + d + 16 * i, acc[i]);
     }
     for (; d < D; d += 16) {
-      v16 acc = Load(o + d) * c;
-      for (int j = 0; j < n; ++j) acc += sr[j] * Load(v0 + j * v_stride + d);
-      Store(o + d, acc);
+      V acc = Load16<V>(o + d) * c;
+      for (int j = 0; j < n; ++j) acc += sr[j] * Load16<V>(v0 + j * v_stride + d);
+      Store16(o + d, acc);
     }
   }
 }
@@ -321,7 +391,11 @@ int64_t AttentionScratchFloats(const GqaKvLayout& layout, int rows) {
 
 namespace {
 
-template <Isa>
+// The paged bodies' 16-lane type in each ISA's copy (v16x2: see there).
+template <Isa isa>
+using Lanes16 = std::conditional_t<isa == Isa::kAvx2, v16x2, v16>;
+
+template <Isa isa>
 DI_INLINE void AttendRangeBody(const GqaKvLayout& layout, const void* layer,
                                const int32_t* block_table, const AttentionQuery& query,
                                int32_t pos_begin, int32_t pos_end, float* scratch,
@@ -362,20 +436,21 @@ DI_INLINE void AttendRangeBody(const GqaKvLayout& layout, const void* layer,
       v0 = widened + int64_t{D} * B;
     }
     if (fast) {
-      AttendBlock16(query, D, row_begin, p0, valid, kt, v0, v_stride, qs, s, out);
+      AttendBlock16<Lanes16<isa>>(query, D, row_begin, p0, valid, kt, v0, v_stride, qs, s, out);
     } else {
       AttendBlockGeneric(query, D, B, row_begin, p0, valid, kt, v0, v_stride, qs, s, out);
     }
   }
 }
 
-template <Isa>
+template <Isa isa>
 DI_INLINE void MlaAttendRangeBody(const MlaKv& kv, const float* q_t, int32_t pos_begin,
                                   int32_t pos_end, float* scratch, const AttentionPartial& out) {
+  using V = Lanes16<isa>;
   constexpr int kChains = 8;  // positions whose logits are accumulated together
   const int lat = kv.lat, rank = kv.rank;
   float* s_buf = scratch;                    // [16 positions][16 heads] logits, then weights
-  v16 m = Splat(-INFINITY), l = Splat(0.0f);
+  V m = Splat16<V>(-INFINITY), l = Splat16<V>(0.0f);
   std::fill(out.o, out.o + int64_t{rank} * kLanes, 0.0f);
   const float* rows[kLanes];
   for (int32_t p0 = pos_begin; p0 < pos_end; p0 += kLanes) {
@@ -387,72 +462,68 @@ DI_INLINE void MlaAttendRangeBody(const MlaKv& kv, const float* q_t, int32_t pos
     }
     // Logits: lane h of s_j = sum_d row_j[d] * q_t[d][h].
     for (int j0 = 0; j0 < n; j0 += kChains) {
-      v16 acc[kChains] = {};
+      V acc[kChains] = {};
       for (int d = 0; d < lat; ++d) {
-        const v16 q = Load(q_t + int64_t{d} * kLanes);
+        const V q = Load16<V>(q_t + int64_t{d} * kLanes);
         for (int i = 0; i < kChains; ++i) acc[i] += rows[j0 + i][d] * q;
       }
-      for (int i = 0; i < kChains && j0 + i < n; ++i) Store(s_buf + (j0 + i) * kLanes, acc[i]);
+      for (int i = 0; i < kChains && j0 + i < n; ++i) Store16(s_buf + (j0 + i) * kLanes, acc[i]);
     }
-    v16 bm = Load(s_buf);
-    for (int j = 1; j < n; ++j) {
-      const v16 x = Load(s_buf + j * kLanes);
-      bm = x > bm ? x : bm;
-    }
-    const v16 m_new = bm > m ? bm : m;
-    const v16 c = ExpNonPositive(m - m_new);
-    v16 sum = Splat(0.0f);
+    V bm = Load16<V>(s_buf);
+    for (int j = 1; j < n; ++j) bm = Greater(Load16<V>(s_buf + j * kLanes), bm);
+    const V m_new = Greater(bm, m);
+    const V c = ExpNonPositive(m - m_new);
+    V sum = Splat16<V>(0.0f);
     for (int j = 0; j < n; ++j) {
-      const v16 p = ExpNonPositive(Load(s_buf + j * kLanes) - m_new);
+      const V p = ExpNonPositive(Load16<V>(s_buf + j * kLanes) - m_new);
       sum += p;
-      Store(s_buf + j * kLanes, p);
+      Store16(s_buf + j * kLanes, p);
     }
     l = l * c + sum;
     m = m_new;
     // Output: lane h of o[d] += row_j[d] * p_j[h], eight latent dims in registers at a time.
     int d = 0;
     for (; d + 8 <= rank; d += 8) {
-      v16 acc[8];
-      for (int i = 0; i < 8; ++i) acc[i] = Load(out.o + int64_t{d + i} * kLanes) * c;
+      V acc[8];
+      for (int i = 0; i < 8; ++i) acc[i] = Load16<V>(out.o + int64_t{d + i} * kLanes) * c;
       for (int j = 0; j < n; ++j) {
-        const v16 p = Load(s_buf + j * kLanes);
+        const V p = Load16<V>(s_buf + j * kLanes);
         for (int i = 0; i < 8; ++i) acc[i] += rows[j][d + i] * p;
       }
-      for (int i = 0; i < 8; ++i) Store(out.o + int64_t{d + i} * kLanes, acc[i]);
+      for (int i = 0; i < 8; ++i) Store16(out.o + int64_t{d + i} * kLanes, acc[i]);
     }
     for (; d < rank; ++d) {
-      v16 acc = Load(out.o + int64_t{d} * kLanes) * c;
-      for (int j = 0; j < n; ++j) acc += rows[j][d] * Load(s_buf + j * kLanes);
-      Store(out.o + int64_t{d} * kLanes, acc);
+      V acc = Load16<V>(out.o + int64_t{d} * kLanes) * c;
+      for (int j = 0; j < n; ++j) acc += rows[j][d] * Load16<V>(s_buf + j * kLanes);
+      Store16(out.o + int64_t{d} * kLanes, acc);
     }
   }
-  Store(out.m, m);
-  Store(out.l, l);
+  Store16(out.m, m);
+  Store16(out.l, l);
 }
 
-template <Isa>
+template <Isa isa>
 DI_INLINE void MlaFinishBody(int rank, const AttentionPartial& parts, int num_parts, float* out_t) {
-  v16 m = Load(parts.m);
-  for (int p = 1; p < num_parts; ++p) {
-    const v16 x = Load(parts.m + p * kLanes);
-    m = x > m ? x : m;
-  }
-  v16 l = Splat(0.0f);
+  using V = Lanes16<isa>;
+  V m = Load16<V>(parts.m);
+  for (int p = 1; p < num_parts; ++p) m = Greater(Load16<V>(parts.m + p * kLanes), m);
+  V l = Splat16<V>(0.0f);
   for (int p = 0; p < num_parts; ++p) {
-    l += ExpNonPositive(Load(parts.m + p * kLanes) - m) * Load(parts.l + p * kLanes);
+    l += ExpNonPositive(Load16<V>(parts.m + p * kLanes) - m) * Load16<V>(parts.l + p * kLanes);
   }
   // Parts are added one after another: no per-part storage, so any number of parts.
   std::fill(out_t, out_t + int64_t{rank} * kLanes, 0.0f);
   for (int p = 0; p < num_parts; ++p) {
-    const v16 w = ExpNonPositive(Load(parts.m + p * kLanes) - m);
+    const V w = ExpNonPositive(Load16<V>(parts.m + p * kLanes) - m);
     for (int d = 0; d < rank; ++d) {
-      Store(out_t + int64_t{d} * kLanes,
-            Load(out_t + int64_t{d} * kLanes) + w * Load(parts.o + (int64_t{p} * rank + d) * kLanes));
+      Store16(out_t + int64_t{d} * kLanes,
+                       Load16<V>(out_t + int64_t{d} * kLanes) +
+                           w * Load16<V>(parts.o + (int64_t{p} * rank + d) * kLanes));
     }
   }
-  const v16 inv = Splat(1.0f) / l;
+  const V inv = Splat16<V>(1.0f) / l;
   for (int d = 0; d < rank; ++d) {
-    Store(out_t + int64_t{d} * kLanes, Load(out_t + int64_t{d} * kLanes) * inv);
+    Store16(out_t + int64_t{d} * kLanes, Load16<V>(out_t + int64_t{d} * kLanes) * inv);
   }
 }
 
