@@ -78,7 +78,11 @@ const Json* Member(const Json& j, const char* key) {
 std::optional<int64_t> IntMember(const Json& j, const char* key) {
   const Json* v = Member(j, key);
   if (v == nullptr || !v->is_number()) return std::nullopt;
-  return v->is_number_float() ? static_cast<int64_t>(v->get<double>()) : v->get<int64_t>();
+  if (!v->is_number_float()) return v->get<int64_t>();
+  // Casting a double outside int64's range (or NaN) is undefined behaviour: not an integer.
+  const double d = v->get<double>();
+  if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return std::nullopt;
+  return static_cast<int64_t>(d);
 }
 
 std::optional<std::string> StringMember(const Json& j, const char* key) {

@@ -37,7 +37,8 @@ std::string DumpJson(const Json& value, int indent = -1);
 
 // The member `key` of object `j`, or nullptr (j not an object, key absent).
 const Json* Member(const Json& j, const char* key);
-// Member `key` as an integer (a float is truncated), or nullopt when absent or not a number.
+// Member `key` as an integer (a float is truncated), or nullopt when absent, not a number, or a
+// float outside int64's range (or NaN).
 std::optional<int64_t> IntMember(const Json& j, const char* key);
 // Member `key` as a string, or nullopt when absent or not a string.
 std::optional<std::string> StringMember(const Json& j, const char* key);
