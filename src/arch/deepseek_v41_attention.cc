@@ -106,7 +106,8 @@ void Csa2Attention::Compress(const Csa2Layer& L, int l, const ForwardBatch& batc
   }
   // The latents of every group completed here, in batch order.
   Grow(latent_, T * hd);
-  std::vector<std::pair<const SequenceSlice*, int32_t>> groups;  // (slice, closing position)
+  auto& groups = groups_;  // (slice, closing position)
+  groups.clear();
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int32_t p = s.start_pos + i;

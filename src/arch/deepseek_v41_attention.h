@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -125,6 +126,8 @@ class Csa2Attention {
   // Scratch, grown on demand.
   util::AlignedVector<float> ca_, cz_, latent_, ikey_, cs_;
   std::vector<int32_t> token_seq_;
+  // Compress: the groups a step closes, (slice, closing position) in batch order.
+  std::vector<std::pair<const SequenceSlice*, int32_t>> groups_;
 };
 
 }  // namespace deepinfer::arch::dsv4
