@@ -43,6 +43,17 @@ bool CpuHasAvx2() {
 #endif
 }
 
+// AVX-VNNI, the VEX form of VPDPBUSD on 256-bit vectors: CPUID leaf 7 subleaf 1, EAX bit 4.
+bool CpuHasAvxVnni() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!CpuHasAvx2() || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+  return (eax >> 4) & 1;
+#else
+  return false;
+#endif
+}
+
 bool CpuHasAvx512() {
 #if defined(__x86_64__)
   return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -98,6 +109,7 @@ const Tables& AllTables() {
     // Even the Fill functions are compiled for their ISA (the compiler may use wide stores), so
     // they run only where the CPU has it.
     if (CpuHasAvx2()) internal::FillAvx2Kernels(&t[1]);
+    if (CpuHasAvxVnni()) internal::FillAvx2VnniKernels(&t[1]);
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
 #endif
     for (int k = 0; k < internal::kKernelTableEntries; ++k) all.origin[0][k] = Isa::kScalar;
@@ -262,6 +274,8 @@ void SetIsaForTest(Isa isa) {
 }
 
 Isa HardwareIsa() { return BestIsa(); }
+
+bool Avx2UsesVnni() { return CpuHasAvxVnni(); }
 
 Isa MatMulKernelIsa(const tensor::TensorView& w) {
   DI_CHECK(HasCpuMatMul(w));

@@ -16,6 +16,8 @@ namespace deepinfer::kernels {
 // x86: kAvx2 needs AVX2 + FMA + F16C; kAvx512 needs AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Zen 4
 // and later; older AVX-512 parts run the AVX2 path). Types without an AVX-512 kernel (K-quants
 // and float weights) use the AVX2 one; every weight type MatMul accepts has an AVX2 kernel.
+// Where the CPU has AVX-VNNI (Alder Lake, Sapphire Rapids, Zen 5 and later), kAvx2's Q4_0, Q4_1
+// and Q8_0 kernels use it, with the same bits (Avx2UsesVnni).
 // Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it). No weight type has
 // a NEON kernel yet, so all run the portable one there (MatMulKernelIsa says "scalar").
 // A level's missing kernels come from LowerIsa's: kAvx512 -> kAvx2 -> kScalar, kNeon -> kScalar.
@@ -31,6 +33,9 @@ Isa HardwareIsa();
 Isa ActiveIsa();
 void SetIsaForTest(Isa isa);
 const char* IsaName(Isa isa);
+// Whether kAvx2's Q4_0 / Q4_1 / Q8_0 kernels use AVX-VNNI on this CPU (CPUID; always false off
+// x86). Their results are the same either way.
+bool Avx2UsesVnni();
 // Which ISA's kernel MatMul runs for `w` under ActiveIsa(): a type that ISA has no kernel for
 // uses the next lower one's, and block-scaled weights whose scale blocks the SIMD kernels do not
 // take (FP8 blocks not a multiple of 16 columns wide, FP4 of 32) the portable one.

@@ -86,6 +86,9 @@ void FillScalarKernels(KernelTable* t);
 // use it to check the per-ISA activation formats.
 const KernelTable& KernelsForIsa(int isa_index);
 void FillAvx2Kernels(KernelTable* t);    // defined in matmul_avx2.cc
+// Q4_0 / Q4_1 / Q8_0 with AVX-VNNI (matmul_avx2_vnni.cc), over FillAvx2Kernels' entries: same
+// activation formats, same bits. REQUIRES: the CPU has AVX-VNNI.
+void FillAvx2VnniKernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
 // Q4_1 / Q8_0 kernels that keep ggml-cpu's float order (matmul_avx512.cc; used by MatMulGgml).
 void FillAvx512GgmlKernels(KernelTable* t);

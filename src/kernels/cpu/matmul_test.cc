@@ -528,6 +528,62 @@ TEST(IsaTest, NoWeightTypeFallsBackToScalarOnAvx2) {
   SetIsaForTest(DetectIsa());
 }
 
+// The AVX-VNNI copies of the block kernels (matmul_avx2_vnni.cc) must give the plain AVX2 ones'
+// bits: VPDPBUSD sums the same integers VPMADDUBSW + VPMADDWD do as long as no int16 pair
+// saturates, which these formats cannot reach. Extremes included: Q8_0 codes of -128 and +127
+// against activations quantized to +-127, Q4 nibbles of 15.
+TEST(IsaTest, AvxVnniBlockKernelsGiveThePlainAvx2Bits) {
+  SetIsaForTest(Isa::kAvx2);
+  if (ActiveIsa() != Isa::kAvx2 || !Avx2UsesVnni()) {
+    SetIsaForTest(DetectIsa());
+    GTEST_SKIP() << "no AVX-VNNI here";
+  }
+  internal::KernelTable plain, vnni;
+  internal::FillAvx2Kernels(&plain);
+  vnni = plain;
+  internal::FillAvx2VnniKernels(&vnni);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int64_t rows = 37, k = 256;
+  for (DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0}) {
+    std::vector<uint8_t> w = RandomWeights(t, rows, k, &rng);
+    const size_t row_bytes = static_cast<size_t>(k / 32) * tensor::BlockBytes(t);
+    // Row 0 at the extremes: every Q8_0 code -128 or +127, every nibble 15.
+    for (int64_t b = 0; b < k / 32; ++b) {
+      uint8_t* blk = w.data() + b * tensor::BlockBytes(t);
+      const size_t qs = t == DType::kQ8_0 ? 2 : (t == DType::kQ4_1 ? 4 : 2);
+      for (size_t j = qs; j < tensor::BlockBytes(t); ++j)
+        blk[j] = t == DType::kQ8_0 ? (j % 2 ? 0x80 : 0x7f) : 0xff;
+    }
+    const internal::TypeKernels& pk = internal::KernelsForType(plain, t);
+    const internal::TypeKernels& vk = internal::KernelsForType(vnni, t);
+    ASSERT_NE(pk.gemm, vk.gemm) << TypeName(t);
+    for (int64_t tokens : {1, 3, 4, 9}) {
+      std::vector<float> x(tokens * k);
+      for (auto& v : x) v = normal(rng);
+      for (int64_t j = 0; j < k; j += 2) x[j] = j % 4 ? 100.0f : -100.0f;  // codes of +-127
+      const size_t a_bytes = pk.act_row_bytes(k);
+      ASSERT_EQ(a_bytes, vk.act_row_bytes(k));
+      std::vector<uint8_t> a(tokens * a_bytes), a2(tokens * a_bytes);
+      for (int64_t i = 0; i < tokens; ++i) {
+        pk.quantize(x.data() + i * k, a.data() + i * a_bytes, k);
+        vk.quantize(x.data() + i * k, a2.data() + i * a_bytes, k);
+      }
+      ASSERT_EQ(a, a2) << TypeName(t);
+      std::vector<float> y_plain(tokens * rows), y_vnni(tokens * rows);
+      internal::GemmArgs g{w.data(), row_bytes, a.data(), a_bytes, k, tokens,
+                           y_plain.data(), rows, 0, rows};
+      pk.gemm(g);
+      g.y = y_vnni.data();
+      vk.gemm(g);
+      for (int64_t i = 0; i < tokens * rows; ++i)
+        ASSERT_EQ(internal::FloatToBits(y_plain[i]), internal::FloatToBits(y_vnni[i]))
+            << TypeName(t) << " tokens " << tokens << " index " << i;
+    }
+  }
+  SetIsaForTest(DetectIsa());
+}
+
 TEST(IsaTest, KernelsByTypeNamesEachTypeOnceWithEveryIsaItRunsOn) {
   SetIsaForTest(Isa::kAvx2);
   if (ActiveIsa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
