@@ -61,6 +61,15 @@ bool CpuHasNeon() {
 #endif
 }
 
+// SDOT / UDOT (armv8.2-a dotprod, optional from 8.2 on): the NEON integer kernels' faster copy.
+bool CpuHasNeonDotProd() {
+#if defined(__aarch64__) && defined(__linux__)
+  return CpuHasNeon() && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+  return false;
+#endif
+}
+
 bool CpuHas(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
@@ -99,6 +108,9 @@ const Tables& AllTables() {
     // they run only where the CPU has it.
     if (CpuHasAvx2()) internal::FillAvx2Kernels(&t[1]);
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
+#endif
+#if defined(DI_KERNELS_NEON)
+    if (CpuHasNeon()) internal::FillNeonKernels(&t[3], CpuHasNeonDotProd());
 #endif
     for (int k = 0; k < internal::kKernelTableEntries; ++k) all.origin[0][k] = Isa::kScalar;
     // A type an ISA does not implement uses the next lower ISA's kernels (LowerIsa's index is

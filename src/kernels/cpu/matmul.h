@@ -16,8 +16,9 @@ namespace deepinfer::kernels {
 // x86: kAvx2 needs AVX2 + FMA + F16C; kAvx512 needs AVX-512 F/BW/VL/DQ + VNNI (Ice Lake, Zen 4
 // and later; older AVX-512 parts run the AVX2 path). Types without an AVX-512 kernel (K-quants
 // and float weights) use the AVX2 one; every weight type MatMul accepts has an AVX2 kernel.
-// Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it). No weight type has
-// a NEON kernel yet, so all run the portable one there (MatMulKernelIsa says "scalar").
+// Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it); every weight type
+// MatMul accepts has a NEON kernel, and the integer ones use SDOT where the CPU has dotprod
+// (HWCAP_ASIMDDP; same results as the baseline copy, bit for bit).
 // A level's missing kernels come from LowerIsa's: kAvx512 -> kAvx2 -> kScalar, kNeon -> kScalar.
 enum class Isa { kScalar, kAvx2, kAvx512, kNeon };
 inline constexpr int kNumIsas = 4;
