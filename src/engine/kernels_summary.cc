@@ -13,9 +13,12 @@ std::string MatMulKernelsSummary(const model::Model& model) {
   for (const auto& [name, t] : model.tensors)
     if (t.shape.size() == 2 && kernels::HasCpuMatMul(t)) matrices.push_back(&t);
   const kernels::Isa isa = kernels::ActiveIsa(), cpu = kernels::HardwareIsa();
-  const bool vnni = isa == kernels::Isa::kAvx2 && kernels::Avx2UsesVnni();
-  return fmt::format("ISA {}{}{}; by weight type: {}", kernels::IsaName(isa),
-                     vnni ? " (AVX-VNNI for Q4_0/Q4_1/Q8_0)" : "",
+  const char* integer_dot = "";
+  if (isa == kernels::Isa::kAvx2 && kernels::Avx2UsesVnni())
+    integer_dot = " (AVX-VNNI for Q4_0/Q4_1/Q8_0)";
+  if (isa == kernels::Isa::kNeon && kernels::NeonUsesDotProd())
+    integer_dot = " (dotprod for the integer quants)";
+  return fmt::format("ISA {}{}{}; by weight type: {}", kernels::IsaName(isa), integer_dot,
                      isa == cpu ? "" : fmt::format(" (the CPU has {}; DEEPINFER_ISA)",
                                                    kernels::IsaName(cpu)),
                      kernels::MatMulKernelsByType(matrices));

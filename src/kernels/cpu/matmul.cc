@@ -72,6 +72,15 @@ bool CpuHasNeon() {
 #endif
 }
 
+// SDOT / UDOT (armv8.2-a dotprod, optional from 8.2 on): the NEON integer kernels' faster copy.
+bool CpuHasNeonDotProd() {
+#if defined(__aarch64__) && defined(__linux__)
+  return CpuHasNeon() && (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+  return false;
+#endif
+}
+
 bool CpuHas(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
@@ -111,6 +120,9 @@ const Tables& AllTables() {
     if (CpuHasAvx2()) internal::FillAvx2Kernels(&t[1]);
     if (CpuHasAvxVnni()) internal::FillAvx2VnniKernels(&t[1]);
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
+#endif
+#if defined(DI_KERNELS_NEON)
+    if (CpuHasNeon()) internal::FillNeonKernels(&t[3], CpuHasNeonDotProd());
 #endif
     for (int k = 0; k < internal::kKernelTableEntries; ++k) all.origin[0][k] = Isa::kScalar;
     // A type an ISA does not implement uses the next lower ISA's kernels (LowerIsa's index is
@@ -276,6 +288,8 @@ void SetIsaForTest(Isa isa) {
 Isa HardwareIsa() { return BestIsa(); }
 
 bool Avx2UsesVnni() { return CpuHasAvxVnni(); }
+
+bool NeonUsesDotProd() { return CpuHasNeonDotProd(); }
 
 Isa MatMulKernelIsa(const tensor::TensorView& w) {
   DI_CHECK(HasCpuMatMul(w));

@@ -18,8 +18,9 @@ namespace deepinfer::kernels {
 // and float weights) use the AVX2 one; every weight type MatMul accepts has an AVX2 kernel.
 // Where the CPU has AVX-VNNI (Alder Lake, Sapphire Rapids, Zen 5 and later), kAvx2's Q4_0, Q4_1
 // and Q8_0 kernels use it, with the same bits (Avx2UsesVnni).
-// Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it). No weight type has
-// a NEON kernel yet, so all run the portable one there (MatMulKernelIsa says "scalar").
+// Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it); every weight type
+// MatMul accepts has a NEON kernel, and the integer ones use SDOT where the CPU has dotprod
+// (HWCAP_ASIMDDP; same results as the baseline copy, bit for bit).
 // A level's missing kernels come from LowerIsa's: kAvx512 -> kAvx2 -> kScalar, kNeon -> kScalar.
 enum class Isa { kScalar, kAvx2, kAvx512, kNeon };
 inline constexpr int kNumIsas = 4;
@@ -36,6 +37,9 @@ const char* IsaName(Isa isa);
 // Whether kAvx2's Q4_0 / Q4_1 / Q8_0 kernels use AVX-VNNI on this CPU (CPUID; always false off
 // x86). Their results are the same either way.
 bool Avx2UsesVnni();
+// Whether kNeon's integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K) use SDOT on this CPU
+// (HWCAP_ASIMDDP; always false off aarch64). Their results are the same either way.
+bool NeonUsesDotProd();
 // Which ISA's kernel MatMul runs for `w` under ActiveIsa(): a type that ISA has no kernel for
 // uses the next lower one's, and block-scaled weights whose scale blocks the SIMD kernels do not
 // take (FP8 blocks not a multiple of 16 columns wide, FP4 of 32) the portable one.

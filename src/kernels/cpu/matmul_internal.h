@@ -1,7 +1,8 @@
 #pragma once
 
 // Internal interface between matmul.cc (dispatch, threading, scratch) and the per-ISA kernel
-// files. The SIMD files are compiled with -mavx2 / -mavx512*; to keep their code from leaking
+// files. The x86 SIMD files are compiled with -mavx2 / -mavx512* (matmul_neon.cc keeps its
+// dotprod copy under a target pragma); to keep their code from leaking
 // into paths run on older CPUs they must not instantiate templates or inline functions shared
 // with other files (only `static`/anonymous-namespace helpers and the plain types here).
 
@@ -82,14 +83,18 @@ static inline float E8M0Value(uint8_t b) {
 }
 
 void FillScalarKernels(KernelTable* t);
-// The table MatMul uses for `isa_index` (0 scalar, 1 AVX2, 2 AVX-512), after fallbacks; tests
-// use it to check the per-ISA activation formats.
+// The table MatMul uses for `isa_index` (0 scalar, 1 AVX2, 2 AVX-512, 3 NEON), after fallbacks;
+// tests use it to check the per-ISA activation formats.
 const KernelTable& KernelsForIsa(int isa_index);
 void FillAvx2Kernels(KernelTable* t);    // defined in matmul_avx2.cc
 // Q4_0 / Q4_1 / Q8_0 with AVX-VNNI (matmul_avx2_vnni.cc), over FillAvx2Kernels' entries: same
 // activation formats, same bits. REQUIRES: the CPU has AVX-VNNI.
 void FillAvx2VnniKernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
+// aarch64 only (matmul_neon.cc): every type. `dotprod` picks the SDOT copy of the integer
+// kernels (REQUIRES: the CPU has HWCAP_ASIMDDP) over the baseline VMULL one; both give the same
+// bits (matmul_test.cc checks).
+void FillNeonKernels(KernelTable* t, bool dotprod);
 // Q4_1 / Q8_0 kernels that keep ggml-cpu's float order (matmul_avx512.cc; used by MatMulGgml).
 void FillAvx512GgmlKernels(KernelTable* t);
 

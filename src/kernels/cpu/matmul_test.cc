@@ -22,6 +22,11 @@
 #include "util/mapped_file.h"
 #include "util/thread_pool.h"
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 // Counts global allocations so a test can check that steady-state MatMul calls make none.
 namespace {
 std::atomic<int64_t> g_allocations{0};
@@ -274,8 +279,8 @@ TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
       for (auto& v : x) v = normal(rng);
       std::vector<double> ref, mag;
       Reference(view, x, n, &ref, &mag);
-      std::vector<float> by_isa[3];
-      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      std::vector<float> by_isa[kNumIsas];
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
         SetIsaForTest(isa);
         if (ActiveIsa() != isa) continue;  // not available on this CPU
         for (util::ThreadPool* pool : pools) {
@@ -328,7 +333,7 @@ TEST(MatMulPanelsTest, MatchesReferenceAndIsBatchAndThreadInvariantForEveryIsa) 
         const int64_t n = 13;
         std::vector<float> x(static_cast<size_t>(n * cols));
         for (auto& v : x) v = normal(rng);
-        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+        for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
           SetIsaForTest(isa);
           if (ActiveIsa() != isa) continue;
           std::vector<float> y(static_cast<size_t>(n * rows), NAN), y3(y.size(), NAN);
@@ -425,20 +430,24 @@ TEST(ActivationQuantizeTest, EveryIsaProducesTheCpuBackendQ8Values) {
   for (int j = 1; j < 32; ++j) x[j] = static_cast<float>(j) - 15.5f;
   std::vector<tensor::BlockQ8_1> want(k / 32);
   QuantizeRowQ8_1Cpu(x.data(), want.data(), k);
-  for (int isa = 1; isa <= 2; ++isa) {
+  for (int isa = 1; isa < kNumIsas; ++isa) {
     SetIsaForTest(static_cast<Isa>(isa));
     if (static_cast<int>(ActiveIsa()) != isa) continue;
     const internal::TypeKernels& q41 = internal::KernelsForIsa(isa).q4_1;
     std::vector<uint8_t> got(q41.act_row_bytes(k));
     q41.quantize(x.data(), got.data(), k);
     for (int64_t b = 0; b < k / 32; ++b) {
-      // AVX2: 40-byte record per block; AVX-512: 192-byte record per pair of blocks.
-      const uint8_t* qs =
-          isa == 1 ? got.data() + 40 * b : got.data() + 192 * (b / 2) + 32 * (b % 2);
-      const uint8_t* dp =
-          isa == 1 ? got.data() + 40 * b + 32 : got.data() + 192 * (b / 2) + 64 + 32 * (b % 2);
-      const uint8_t* sp =
-          isa == 1 ? got.data() + 40 * b + 36 : got.data() + 192 * (b / 2) + 128 + 32 * (b % 2);
+      // AVX2: 40-byte record per block; AVX-512: 192-byte record per pair of blocks; NEON:
+      // 160-byte record per group of 4 (qs[4][32] | d[4] | s[4]).
+      const uint8_t* qs = isa == 1   ? got.data() + 40 * b
+                          : isa == 2 ? got.data() + 192 * (b / 2) + 32 * (b % 2)
+                                     : got.data() + 160 * (b / 4) + 32 * (b % 4);
+      const uint8_t* dp = isa == 1   ? got.data() + 40 * b + 32
+                          : isa == 2 ? got.data() + 192 * (b / 2) + 64 + 32 * (b % 2)
+                                     : got.data() + 160 * (b / 4) + 128 + 4 * (b % 4);
+      const uint8_t* sp = isa == 1   ? got.data() + 40 * b + 36
+                          : isa == 2 ? got.data() + 192 * (b / 2) + 128 + 32 * (b % 2)
+                                     : got.data() + 160 * (b / 4) + 144 + 4 * (b % 4);
       float d, s;
       std::memcpy(&d, dp, 4);
       std::memcpy(&s, sp, 4);
@@ -470,7 +479,7 @@ TEST(MatMulGgmlParityTest, EveryIsaTracksLlamaCppCpuBackend) {
     std::vector<float> x(xb.size() / 4);
     std::memcpy(x.data(), xb.data(), xb.size());
     const tensor::TensorView view = View(t, w, rows, cols);
-    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
       SetIsaForTest(isa);
       if (ActiveIsa() != isa) continue;
       std::vector<float> y(static_cast<size_t>(n * rows));
@@ -655,7 +664,7 @@ TEST(IsaTest, VectorLoopsRunTheActiveIsasCopy) {
   const int32_t argmax = static_cast<int32_t>(std::max_element(b, b + n) - b);
 
   int ran = 0;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
     SetIsaForTest(isa);
     if (ActiveIsa() != isa) continue;  // the CPU lacks it
     ++ran;
@@ -691,27 +700,105 @@ TEST(IsaTest, EnvironmentOverrideIsHonouredAndClampedToHardware) {
   EXPECT_STREQ(IsaName(Isa::kAvx2), "avx2");
 }
 
-// The Arm level: detected from AT_HWCAP on aarch64, lowered to the portable one elsewhere; until
-// the NEON kernels come every weight type runs the portable kernel under it.
-TEST(IsaTest, NeonIsTheArmLevelAndFallsBackToThePortableKernels) {
+// The Arm level: detected from AT_HWCAP on aarch64, lowered to the portable one elsewhere. On an
+// Arm CPU every type a loader can hand MatMul has a NEON kernel of its own (as on AVX2 above).
+TEST(IsaTest, NeonIsTheArmLevelAndNoWeightTypeFallsBackToScalarThere) {
   SetIsaForTest(Isa::kNeon);
 #if defined(__aarch64__)
   EXPECT_EQ(ActiveIsa(), Isa::kNeon);
   EXPECT_EQ(HardwareIsa(), Isa::kNeon);
+  const internal::KernelTable& scalar = internal::KernelsForIsa(0);
+  const internal::KernelTable& neon = internal::KernelsForIsa(static_cast<int>(Isa::kNeon));
+  const uint8_t scale_byte = 127;
+  int checked = 0;
+  for (const tensor::DTypeInfo& info : tensor::AllDTypes()) {
+    const DType t = info.type;
+    if (!HasCpuKernel(t) && !IsBlockScaled(t)) continue;
+    EXPECT_NE(internal::KernelsForType(neon, t).gemm, internal::KernelsForType(scalar, t).gemm)
+        << info.name;
+    tensor::TensorView w;
+    w.dtype = t;
+    w.shape = {64, 256};
+    if (IsBlockScaled(t)) {  // the released checkpoints' blocks
+      w.scale = &scale_byte;
+      w.scale_block_rows = t == DType::kF8E4M3 ? 128 : 1;
+      w.scale_block_cols = t == DType::kF8E4M3 ? 128 : 32;
+      EXPECT_EQ(MatMulKernelIsa(w), Isa::kNeon) << info.name;
+      if (t == DType::kF8E4M3) {  // blocks narrower than a vector step take the portable kernel
+        w.scale_block_cols = 8;
+        EXPECT_EQ(MatMulKernelIsa(w), Isa::kScalar);
+      }
+      w.scale_block_rows = w.scale_block_cols = 32;  // V4.1's FP8 blocks
+    }
+    EXPECT_EQ(MatMulKernelIsa(w), Isa::kNeon) << info.name;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
+  tensor::TensorView q4;
+  q4.dtype = DType::kQ4_0;
+  q4.shape = {64, 256};
+  EXPECT_EQ(MatMulKernelsByType({&q4}), "Q4_0 neon");
 #else
   EXPECT_EQ(ActiveIsa(), Isa::kScalar);
   EXPECT_NE(HardwareIsa(), Isa::kNeon);
-#endif
   tensor::TensorView w;
   w.dtype = DType::kQ4_0;
   w.shape = {64, 256};
   EXPECT_EQ(MatMulKernelIsa(w), Isa::kScalar);
   EXPECT_EQ(MatMulKernelsByType({&w}), "Q4_0 scalar");
+#endif
   SetIsaForTest(DetectIsa());
   EXPECT_STREQ(IsaName(Isa::kNeon), "neon");
   EXPECT_EQ(LowerIsa(Isa::kNeon), Isa::kScalar);
   EXPECT_EQ(LowerIsa(Isa::kAvx512), Isa::kAvx2);
 }
+
+#if defined(__aarch64__)
+// The NEON integer kernels have two copies, VMULL + VPADAL (baseline armv8-a) and SDOT
+// (dotprod); both fold the same exact integer block sums into the same float lanes, so they give
+// the same bits, for decode and prefill tiles and a last group of fewer than 4 blocks. Runs where
+// the CPU has dotprod (qemu's default CPU does); elsewhere the baseline copy is the one MatMul
+// uses and MatMulTest covers it.
+TEST(IsaTest, NeonDotProdAndBaselineCopiesGiveTheSameBits) {
+  if ((getauxval(AT_HWCAP) & HWCAP_ASIMDDP) == 0) GTEST_SKIP() << "no dotprod here";
+  internal::KernelTable base, dot;
+  internal::FillNeonKernels(&base, false);
+  internal::FillNeonKernels(&dot, true);
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const internal::TypeKernels& kb = internal::KernelsForType(base, t);
+    const internal::TypeKernels& kd = internal::KernelsForType(dot, t);
+    ASSERT_NE(kb.gemm, kd.gemm);
+    const int64_t rows = 13, cols = tensor::BlockSize(t) == 32 ? 224 : 512;  // 7 blocks of 32
+    const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
+    for (const int64_t n : {1, 6}) {
+      std::vector<float> x(static_cast<size_t>(n * cols));
+      for (auto& v : x) v = normal(rng);
+      std::vector<uint8_t> act(kb.act_row_bytes(cols) * n);
+      for (int64_t i = 0; i < n; ++i)
+        kb.quantize(x.data() + i * cols, act.data() + i * kb.act_row_bytes(cols), cols);
+      std::vector<float> yb(static_cast<size_t>(n * rows), NAN), yd(yb.size(), NAN);
+      internal::GemmArgs g{};
+      g.w = w.data();
+      g.w_row_bytes = w.size() / rows;
+      g.a = act.data();
+      g.a_row_bytes = kb.act_row_bytes(cols);
+      g.k = cols;
+      g.num_tokens = n;
+      g.y_stride = rows;
+      g.row_begin = 0;
+      g.row_end = rows;
+      g.y = yb.data();
+      kb.gemm(g);
+      g.y = yd.data();
+      kd.gemm(g);
+      EXPECT_EQ(0, std::memcmp(yb.data(), yd.data(), yb.size() * sizeof(float)))
+          << TypeName(t) << " tokens " << n;
+    }
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace deepinfer::kernels
@@ -763,7 +850,7 @@ TEST_P(BlockScaledMatMulTest, MatchesReferenceAndIsBatchInvariantOnEveryIsa) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : x) v = normal(rng);
   util::ThreadPool pool(2);
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
     SetIsaForTest(isa);
     if (ActiveIsa() != isa) continue;
     std::vector<float> y(static_cast<size_t>(n * c.rows));
