@@ -537,6 +537,7 @@ TEST(IsaTest, NoWeightTypeFallsBackToScalarOnAvx2) {
   SetIsaForTest(DetectIsa());
 }
 
+#if defined(__x86_64__)  // the AVX2 tables exist only in x86 builds
 // The AVX-VNNI copies of the block kernels (matmul_avx2_vnni.cc) must give the plain AVX2 ones'
 // bits: VPDPBUSD sums the same integers VPMADDUBSW + VPMADDWD do as long as no int16 pair
 // saturates, which these formats cannot reach. Extremes included: Q8_0 codes of -128 and +127
@@ -592,6 +593,7 @@ TEST(IsaTest, AvxVnniBlockKernelsGiveThePlainAvx2Bits) {
   }
   SetIsaForTest(DetectIsa());
 }
+#endif
 
 TEST(IsaTest, KernelsByTypeNamesEachTypeOnceWithEveryIsaItRunsOn) {
   SetIsaForTest(Isa::kAvx2);
