@@ -450,32 +450,7 @@ static void PanelRows(const GemmArgs& g, const float* panel, int64_t kv, int64_t
   }
 }
 
-template <bool kFp4>
-static void ScaledGemm(const GemmArgs& g) {
-  thread_local std::vector<float> panel, scales;
-  if (static_cast<int64_t>(scales.size()) < kPanelRows * g.scale_cols)
-    scales.resize(kPanelRows * g.scale_cols);
-  const int64_t kv = VectorColumns<kFp4>(g.k);
-  for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
-    const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
-    const bool panels = te - tc >= kPanelMinTokens;
-    int64_t r = g.row_begin;
-    for (; r + kPanelRows <= g.row_end; r += kPanelRows) {
-      PrefetchRows(g, r, kPanelRows);
-      if (panels) {
-        if (static_cast<int64_t>(panel.size()) < kPanelRows * g.k) panel.resize(kPanelRows * g.k);
-        DecodePanel<kFp4>(g, r, panel.data());
-        PanelRows(g, panel.data(), kv, r, tc, te);
-      } else {
-        int64_t t = tc;
-        for (; t + 2 <= te; t += 2) ScaledTile<kFp4, 4, 2>(g, r, t, scales.data());
-        for (; t < te; ++t) ScaledTile<kFp4, 4, 1>(g, r, t, scales.data());
-      }
-    }
-    for (; r < g.row_end; ++r)
-      for (int64_t t = tc; t < te; ++t) ScaledTile<kFp4, 1, 1>(g, r, t, scales.data());
-  }
-}
+#include "kernels/cpu/matmul_scaled_gemm.inc"
 
 }  // namespace
 

@@ -498,21 +498,18 @@ TEST(MatMulGgmlParityTest, EveryIsaTracksLlamaCppCpuBackend) {
   EXPECT_EQ(checked, 5);
 }
 
-// Issue 37: an AVX2-only host (AMD Zen 2/3) ran DeepSeek's released FP8 / FP4 weights on the
-// portable kernels, 0.02x of AVX-512's decode, because the AVX2 table had no entry for them. Every
-// type a loader can hand MatMul (tensor/dtype.h's table, as the architectures' schemas admit
-// matrices: HasCpuKernel or block-scaled) must have a kernel of AVX2's own.
-TEST(IsaTest, NoWeightTypeFallsBackToScalarOnAvx2) {
-  SetIsaForTest(Isa::kAvx2);
-  if (ActiveIsa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
+// Every type a loader can hand MatMul (tensor/dtype.h's table, as the architectures' schemas admit
+// matrices: HasCpuKernel or block-scaled) has a kernel of `isa`'s own, not the portable one, for
+// the released checkpoints' scale blocks. Returns how many types it checked.
+int ExpectNoTypeFallsBackToScalar(Isa isa) {
   const internal::KernelTable& scalar = internal::KernelsForIsa(0);
-  const internal::KernelTable& avx2 = internal::KernelsForIsa(1);
+  const internal::KernelTable& own = internal::KernelsForIsa(static_cast<int>(isa));
   const uint8_t scale_byte = 127;
   int checked = 0;
   for (const tensor::DTypeInfo& info : tensor::AllDTypes()) {
     const DType t = info.type;
     if (!HasCpuKernel(t) && !IsBlockScaled(t)) continue;
-    EXPECT_NE(internal::KernelsForType(avx2, t).gemm, internal::KernelsForType(scalar, t).gemm)
+    EXPECT_NE(internal::KernelsForType(own, t).gemm, internal::KernelsForType(scalar, t).gemm)
         << info.name;
     tensor::TensorView w;
     w.dtype = t;
@@ -521,19 +518,29 @@ TEST(IsaTest, NoWeightTypeFallsBackToScalarOnAvx2) {
       w.scale = &scale_byte;
       w.scale_block_rows = t == DType::kF8E4M3 ? 128 : 1;
       w.scale_block_cols = t == DType::kF8E4M3 ? 128 : 32;
-      EXPECT_EQ(MatMulKernelIsa(w), Isa::kAvx2) << info.name;
+      EXPECT_EQ(MatMulKernelIsa(w), isa) << info.name;
       if (t == DType::kF8E4M3) {  // blocks narrower than a vector step take the portable kernel
         w.scale_block_cols = 8;
         EXPECT_EQ(MatMulKernelIsa(w), Isa::kScalar);
       }
       w.scale_block_rows = w.scale_block_cols = 32;  // V4.1's FP8 blocks
     }
-    EXPECT_EQ(MatMulKernelIsa(w), Isa::kAvx2) << info.name;
+    EXPECT_EQ(MatMulKernelIsa(w), isa) << info.name;
     ++checked;
   }
+  return checked;
+}
+
+// Issue 37: an AVX2-only host (AMD Zen 2/3) ran DeepSeek's released FP8 / FP4 weights on the
+// portable kernels, 0.02x of AVX-512's decode, because the AVX2 table had no entry for them. Every
+// type a loader can hand MatMul (tensor/dtype.h's table, as the architectures' schemas admit
+// matrices) must have a kernel of AVX2's own.
+TEST(IsaTest, NoWeightTypeFallsBackToScalarOnAvx2) {
+  SetIsaForTest(Isa::kAvx2);
+  if (ActiveIsa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 + FMA + F16C here";
   // F32, F16, BF16, F8_E4M3, FP4_E2M1, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K (Q8_1 and Q8_K are
   // activation formats).
-  EXPECT_EQ(checked, 10);
+  EXPECT_EQ(ExpectNoTypeFallsBackToScalar(Isa::kAvx2), 10);
   SetIsaForTest(DetectIsa());
 }
 
@@ -709,33 +716,7 @@ TEST(IsaTest, NeonIsTheArmLevelAndNoWeightTypeFallsBackToScalarThere) {
 #if defined(__aarch64__)
   EXPECT_EQ(ActiveIsa(), Isa::kNeon);
   EXPECT_EQ(HardwareIsa(), Isa::kNeon);
-  const internal::KernelTable& scalar = internal::KernelsForIsa(0);
-  const internal::KernelTable& neon = internal::KernelsForIsa(static_cast<int>(Isa::kNeon));
-  const uint8_t scale_byte = 127;
-  int checked = 0;
-  for (const tensor::DTypeInfo& info : tensor::AllDTypes()) {
-    const DType t = info.type;
-    if (!HasCpuKernel(t) && !IsBlockScaled(t)) continue;
-    EXPECT_NE(internal::KernelsForType(neon, t).gemm, internal::KernelsForType(scalar, t).gemm)
-        << info.name;
-    tensor::TensorView w;
-    w.dtype = t;
-    w.shape = {64, 256};
-    if (IsBlockScaled(t)) {  // the released checkpoints' blocks
-      w.scale = &scale_byte;
-      w.scale_block_rows = t == DType::kF8E4M3 ? 128 : 1;
-      w.scale_block_cols = t == DType::kF8E4M3 ? 128 : 32;
-      EXPECT_EQ(MatMulKernelIsa(w), Isa::kNeon) << info.name;
-      if (t == DType::kF8E4M3) {  // blocks narrower than a vector step take the portable kernel
-        w.scale_block_cols = 8;
-        EXPECT_EQ(MatMulKernelIsa(w), Isa::kScalar);
-      }
-      w.scale_block_rows = w.scale_block_cols = 32;  // V4.1's FP8 blocks
-    }
-    EXPECT_EQ(MatMulKernelIsa(w), Isa::kNeon) << info.name;
-    ++checked;
-  }
-  EXPECT_EQ(checked, 10);
+  EXPECT_EQ(ExpectNoTypeFallsBackToScalar(Isa::kNeon), 10);
   tensor::TensorView q4;
   q4.dtype = DType::kQ4_0;
   q4.shape = {64, 256};
