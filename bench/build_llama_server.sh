@@ -10,6 +10,8 @@
 #   LLAMA_CPP_DIR=DIR where the sdist, its unpacked tree and the build go
 #                     (default ${DEEPINFER_CACHE:-~/.cache/deepinfer}/llama.cpp)
 #   JOBS=N            parallel compile jobs (default: nproc)
+#   LLAMA_AVX2=1      the AVX2 peer (issue 37): AVX-512 and AVX-VNNI off, AVX2 + FMA + F16C on, as
+#                     on an AVX2-only host (AMD Zen 2/3), in DIR/build-avx2
 # Idempotent: when DIR/build/bin already holds both binaries it only prints the folder. The first
 # build takes about 12 minutes on 2 cores (`nice -n 15 bench/build_llama_server.sh` to leave the
 # machine usable meanwhile).
@@ -35,6 +37,14 @@ fi
 
 DIR=${LLAMA_CPP_DIR:-${DEEPINFER_CACHE:-$HOME/.cache/deepinfer}/llama.cpp}
 BUILD="$DIR/build"
+# GGML_NATIVE would take -march=native, AVX-512 included; the AVX2 peer names its ISA instead.
+ISA_FLAGS=(-DGGML_NATIVE=ON)
+if [ "${LLAMA_AVX2:-0}" = 1 ]; then
+  BUILD="$DIR/build-avx2"
+  ISA_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+    -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF
+    -DGGML_AVX512_BF16=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF)
+fi
 if have_bins "$BUILD/bin"; then
   echo "$BUILD/bin"
   exit 0
@@ -67,11 +77,11 @@ fi
 # web UI download from Hugging Face at build time (the server works without it). GGML_NATIVE
 # builds for this CPU (-march=native), as llama-cpp-python's own build does.
 echo "build_llama_server: building ${TARGETS[*]} in $BUILD (about 12 minutes on 2 cores)" >&2
-cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${ISA_FLAGS[@]}" \
   -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF \
-  -DLLAMA_BUILD_EXAMPLES=OFF > "$DIR/cmake.log" 2>&1 ||
-  { tail -30 "$DIR/cmake.log" >&2; exit 1; }
-cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" > "$DIR/build.log" 2>&1 ||
-  { tail -30 "$DIR/build.log" >&2; exit 1; }
+  -DLLAMA_BUILD_EXAMPLES=OFF > "$BUILD.cmake.log" 2>&1 ||
+  { tail -30 "$BUILD.cmake.log" >&2; exit 1; }
+cmake --build "$BUILD" -j "${JOBS:-$(nproc)}" --target "${TARGETS[@]}" > "$BUILD.log" 2>&1 ||
+  { tail -30 "$BUILD.log" >&2; exit 1; }
 have_bins "$BUILD/bin" || { echo "build_llama_server: no binaries in $BUILD/bin" >&2; exit 1; }
 echo "$BUILD/bin"
