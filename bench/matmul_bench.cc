@@ -289,8 +289,10 @@ void BM_IndexScoreV41(benchmark::State& state) {
                        packed.data() + i * qf);
       }
       for (int64_t j = 0; j < V; j += bs) {
+        const bool last = j + bs >= V;
         IndexScores(packed.data(), n, ih, ihd, key(j), slot, std::min<int64_t>(bs, V - j),
-                    score.data() + j, V);
+                    score.data() + j, V, last ? nullptr : key(j + bs),
+                    last ? 0 : std::min<int64_t>(bs, V - j - bs));
       }
     } else {
       for (int64_t j = 0; j < V; ++j) std::memcpy(dense.data() + j * ihd, key(j), ihd * 4);

@@ -345,12 +345,19 @@ void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int6
     }
     pool.ParallelFor((seen + kKeyChunk - 1) / kKeyChunk, [&](int64_t begin, int64_t end, int) {
       const int64_t stop = std::min(seen, end * kKeyChunk);
-      for (int64_t j = begin * kKeyChunk; j < stop;) {
-        const IndexKeyRun run = keys(j);
+      int64_t j = begin * kKeyChunk;
+      IndexKeyRun run = keys(j);
+      while (j < stop) {
         const int64_t m = std::min(run.count, stop - j);
+        // The next run (the next cache block) is prefetched while this one is scored.
+        const IndexKeyRun next = j + m < stop ? keys(j + m) : IndexKeyRun{};
+        const bool same = next.key != nullptr && next.stride == run.stride;
         kernels::IndexScores(packed_.data(), n, static_cast<int>(ih), static_cast<int>(ihd),
-                             run.key, run.stride, m, scores_.data() + j, scratch);
+                             run.key, run.stride, m, scores_.data() + j, scratch,
+                             same ? next.key : nullptr,
+                             same ? std::min(next.count, stop - j - m) : 0);
         j += m;
+        run = next;
       }
     });
     pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {

@@ -1,6 +1,7 @@
 #include "kernels/cpu/index_score.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/isa_dispatch.h"
@@ -86,16 +87,33 @@ DI_ALWAYS_INLINE void HeadChunk(const float* qt, const float* wv, int hp, int di
   }
 }
 
+// Asks for key j's dim floats (every cache line they touch).
+DI_ALWAYS_INLINE void PrefetchKey(const float* key, int dim) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(key);
+  const uintptr_t end = begin + static_cast<uintptr_t>(dim) * sizeof(float);
+  for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+  }
+}
+
 template <Isa isa>
 DI_ALWAYS_INLINE void IndexScoresBody(const float* packed, int num_tokens, int heads, int dim,
                                       const float* keys, int64_t key_stride, int64_t count,
-                                      float* score, int64_t score_stride) {
+                                      float* score, int64_t score_stride, const float* next,
+                                      int64_t next_count) {
   using V = typename HeadLanes<isa>::V;
   constexpr int L = sizeof(V) / sizeof(float);
   const int hp = PaddedHeads(heads), hv = hp / L;
   const int64_t qf = IndexQueryFloats(heads, dim);
   for (int64_t j0 = 0; j0 < count; j0 += kKeyTile) {
     const int64_t tile = std::min(kKeyTile, count - j0);
+    // The keys after this tile (the call's next tile, else the caller's next run) are requested
+    // while the first token scores this one: the keys are strided, and scattered over cache
+    // blocks, so the hardware prefetcher does not see them coming (decode waited on memory for
+    // most of its time without this).
+    const float* ahead = j0 + tile < count ? keys + (j0 + tile) * key_stride : next;
+    const int64_t num_ahead =
+        j0 + tile < count ? std::min(kKeyTile, count - j0 - tile) : std::min(kKeyTile, next_count);
     for (int i = 0; i < num_tokens; ++i) {
       const float* qt = packed + i * qf;
       const float* wv = qt + int64_t{dim} * hp;
@@ -105,6 +123,17 @@ DI_ALWAYS_INLINE void IndexScoresBody(const float* packed, int num_tokens, int h
         const int n = static_cast<int>(std::min<int64_t>(kKeys, tile - g));
         const float* key[kKeys];
         for (int k = 0; k < kKeys; ++k) key[k] = keys + (j0 + g + std::min(k, n - 1)) * key_stride;
+        if (i == 0 && ahead != nullptr) {
+          for (int64_t a = g; a < std::min(g + kKeys, num_ahead); ++a) {
+            PrefetchKey(ahead + a * key_stride, dim);
+          }
+          // A tile shorter than the one ahead requests the rest with its last group.
+          if (g + kKeys >= tile) {
+            for (int64_t a = g + kKeys; a < num_ahead; ++a) {
+              PrefetchKey(ahead + a * key_stride, dim);
+            }
+          }
+        }
         V part[kKeys];
         for (int k = 0; k < kKeys; ++k) part[k] = V{};
         int c0 = 0;
@@ -139,7 +168,9 @@ void PackIndexQuery(const float* q, const float* w, float scale, int heads, int 
 
 DI_ISA_DISPATCH(internal::VectorLoopIsa(), "avx512f", "avx2,fma", void, IndexScores,
                 (const float* packed, int num_tokens, int heads, int dim, const float* keys,
-                 int64_t key_stride, int64_t count, float* score, int64_t score_stride),
-                (packed, num_tokens, heads, dim, keys, key_stride, count, score, score_stride))
+                 int64_t key_stride, int64_t count, float* score, int64_t score_stride,
+                 const float* next, int64_t next_count),
+                (packed, num_tokens, heads, dim, keys, key_stride, count, score, score_stride, next,
+                 next_count))
 
 }  // namespace deepinfer::kernels

@@ -36,9 +36,12 @@ void PackIndexQuery(const float* q, const float* w, float scale, int heads, int 
 // run, num_tokens or which thread runs it), so callers may split keys and tokens any way and get
 // the same bits. The copy of the active ISA runs (isa_dispatch.h); copies round differently (16,
 // 8 or 4 lanes per head vector; the AVX-512 and AVX2 copies fuse multiply-adds).
+// `next` (null: none) names the next_count keys (same stride) the caller scores next: they are
+// prefetched while this call computes, which changes no result.
 // Cost: num_tokens * count * hp * dim multiply-adds; each key is read from memory once per call.
 // Threads: pure function of its arguments; callers run disjoint key ranges on different threads.
 void IndexScores(const float* packed, int num_tokens, int heads, int dim, const float* keys,
-                 int64_t key_stride, int64_t count, float* score, int64_t score_stride);
+                 int64_t key_stride, int64_t count, float* score, int64_t score_stride,
+                 const float* next = nullptr, int64_t next_count = 0);
 
 }  // namespace deepinfer::kernels
