@@ -178,6 +178,7 @@ void CompressedAttention::SelectIndexed(const CompressedAttentionLayer& L, int k
               kv.Slot(kv_layer, s.block_table[pos / kv.block_size], off) + L.off_ikey,
               L.ratio * kv.layer_floats[kv_layer], (kv.block_size - 1 - off) / L.ratio + 1};
         },
+        [](int64_t, int64_t) { return true; },
         [&](int64_t t, int32_t visible, const float* score, int32_t* order) {
           for (int32_t j = 0; j < visible; ++j) order[j] = j;
           SortTopK(score, order, visible, static_cast<int32_t>(K));

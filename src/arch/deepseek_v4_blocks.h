@@ -205,14 +205,17 @@ class LightningIndexer {
   // keys(j) -> IndexKeyRun: entry j's index key (ihd floats) and how many entries from j on
   // follow it at a constant stride; Score reads them where they are (no copy), kTokens tokens at
   // a time sharing each key read, the keys split over the pool's threads.
+  // want(t, j) -> bool (asked for any j < V): whether token t's select reads score[j]; a key no
+  // token of a tile wants is not read (a later V4.1 index source scores only inside its candidate
+  // blocks), and its scores are left undefined.
   // A score depends only on its token's queries and the key (kernels::IndexScores): not on the
-  // batch, the chunking or the runs keys() returns.
-  // Cost: per kTokens tokens, one pass over the visible keys (ih x ihd multiply-adds per key and
-  //   token); select runs per token on the pool.
-  template <typename Keys, typename Select>
+  // batch, the chunking, the runs keys() returns or which keys other tokens want.
+  // Cost: per kTokens tokens, one pass over the wanted visible keys (ih x ihd multiply-adds per
+  //   key and token); select runs per token on the pool.
+  template <typename Keys, typename Want, typename Select>
   void Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, int ratio, int32_t first,
              int32_t min_visible, int64_t scratch, const int32_t* positions, Keys&& keys,
-             Select&& select, util::ThreadPool& pool);
+             Want&& want, Select&& select, util::ThreadPool& pool);
 
  private:
   static constexpr int64_t kTokens = 16;
@@ -319,10 +322,10 @@ void SharedKvAttention::Attend(const AttentionLayer& w, int64_t T, int64_t heads
   GroupedOutput(*w.wo_a, *w.wo_b, groups, olr, attn_.data(), T, nh * hd, out_scratch_, out, pool);
 }
 
-template <typename Keys, typename Select>
+template <typename Keys, typename Want, typename Select>
 void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, int ratio,
                              int32_t first, int32_t min_visible, int64_t scratch,
-                             const int32_t* positions, Keys&& keys, Select&& select,
+                             const int32_t* positions, Keys&& keys, Want&& want, Select&& select,
                              util::ThreadPool& pool) {
   // The indexer is quadratic in the context and reads every visible key per step: at decode
   // that read is the cost, so keys are scored in place, block run by block run, each read once
@@ -343,21 +346,37 @@ void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int6
       kernels::PackIndexQuery(iq_.data() + (t0 + i) * ih * ihd, iw_.data() + (t0 + i) * ih, qscale,
                               static_cast<int>(ih), static_cast<int>(ihd), packed_.data() + i * qf);
     }
+    auto wanted = [&](int64_t j) {
+      for (int32_t i = 0; i < n; ++i) {
+        if (want(t0 + i, j)) return true;
+      }
+      return false;
+    };
     pool.ParallelFor((seen + kKeyChunk - 1) / kKeyChunk, [&](int64_t begin, int64_t end, int) {
       const int64_t stop = std::min(seen, end * kKeyChunk);
-      int64_t j = begin * kKeyChunk;
-      IndexKeyRun run = keys(j);
-      while (j < stop) {
-        const int64_t m = std::min(run.count, stop - j);
-        // The next run (the next cache block) is prefetched while this one is scored.
-        const IndexKeyRun next = j + m < stop ? keys(j + m) : IndexKeyRun{};
+      // The next span of wanted keys at or after j within one run: its first index in span_first.
+      auto next_span = [&](int64_t j, int64_t& span_first) {
+        while (j < stop && !wanted(j)) ++j;
+        if (j == stop) return IndexKeyRun{};
+        IndexKeyRun run = keys(j);
+        const int64_t limit = std::min(stop, j + run.count);
+        int64_t e = j + 1;
+        while (e < limit && wanted(e)) ++e;
+        run.count = e - j;
+        span_first = j;
+        return run;
+      };
+      int64_t j = 0, next_j = 0;
+      IndexKeyRun run = next_span(begin * kKeyChunk, j);
+      while (run.key != nullptr) {
+        // The next span (usually the next cache block) is prefetched while this one is scored.
+        const IndexKeyRun next = next_span(j + run.count, next_j);
         const bool same = next.key != nullptr && next.stride == run.stride;
         kernels::IndexScores(packed_.data(), n, static_cast<int>(ih), static_cast<int>(ihd),
-                             run.key, run.stride, m, scores_.data() + j, scratch,
-                             same ? next.key : nullptr,
-                             same ? std::min(next.count, stop - j - m) : 0);
-        j += m;
+                             run.key, run.stride, run.count, scores_.data() + j, scratch,
+                             same ? next.key : nullptr, same ? next.count : 0);
         run = next;
+        j = next_j;
       }
     });
     pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {
