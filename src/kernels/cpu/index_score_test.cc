@@ -7,20 +7,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa_test_util.h"
 #include "kernels/cpu/matmul.h"
 
 namespace deepinfer::kernels {
 namespace {
-
-std::vector<Isa> CpuIsas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    SetIsaForTest(isa);
-    if (ActiveIsa() == isa) isas.push_back(isa);
-  }
-  SetIsaForTest(DetectIsa());
-  return isas;
-}
 
 std::vector<float> Random(int64_t n, std::mt19937& rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
