@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "fma_peak.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/index_score.h"
 #include "nlohmann/json.hpp"
 #include "util/mapped_file.h"
 #include "kernels/cpu/matmul.h"
@@ -245,6 +247,82 @@ void BM_PagedAttendDecodeGqa4Head64(benchmark::State& state) {
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_PagedAttendDecodeGqa4Head64)->Arg(1024)->Arg(8192)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The lightning indexer's scores over a DeepSeek-V4.1-shaped cache (32 heads of 128, one
+// ratio-1 index source: 640-float entries, the index key after the 512-float compressed entry, in
+// blocks of 16 slots not in address order), for arg 0 keys and arg 1 tokens (1: a decode step,
+// 16: one prefill tile), single-threaded. Arg 2 picks the path: 1 scores in place
+// (kernels::IndexScores, what LightningIndexer::Score runs), 0 the earlier path kept here as the
+// reference: gather the keys into a dense matrix, MatMul, then sum the heads per entry. GB/s
+// counts the key bytes a step needs (each key once).
+void BM_IndexScoreV41(benchmark::State& state) {
+  const int64_t V = state.range(0);
+  const int n = static_cast<int>(state.range(1));
+  const bool in_place = state.range(2) != 0;
+  const int ih = 32, ihd = 128, bs = 16;
+  const int64_t slot = 640, off = 512, blocks = (V + bs - 1) / bs;
+  std::vector<float> cache(static_cast<size_t>(blocks * bs * slot));
+  std::vector<float> q(static_cast<size_t>(n) * ih * ihd), w(static_cast<size_t>(n) * ih);
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal;
+  for (auto& v : cache) v = normal(rng);
+  for (auto& v : q) v = normal(rng);
+  for (auto& v : w) v = normal(rng);
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(blocks - 1 - b);
+  auto key = [&](int64_t j) { return cache.data() + (table[j / bs] * bs + j % bs) * slot + off; };
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
+  util::ThreadPool pool(1);
+  std::vector<float> score(static_cast<size_t>(n) * V);
+  // The in-place path's packed queries; the reference's dense keys and per-head scores.
+  const int64_t qf = IndexQueryFloats(ih, ihd);
+  std::vector<float> packed(static_cast<size_t>(n * qf));
+  std::vector<float> dense, heads;
+  if (!in_place) {
+    dense.resize(static_cast<size_t>(V * ihd));
+    heads.resize(static_cast<size_t>(n) * ih * V);
+  }
+  for (auto _ : state) {
+    if (in_place) {
+      for (int i = 0; i < n; ++i) {
+        PackIndexQuery(q.data() + int64_t{i} * ih * ihd, w.data() + i * ih, qscale, ih, ihd,
+                       packed.data() + i * qf);
+      }
+      for (int64_t j = 0; j < V; j += bs) {
+        const bool last = j + bs >= V;
+        IndexScores(packed.data(), n, ih, ihd, key(j), slot, std::min<int64_t>(bs, V - j),
+                    score.data() + j, V, last ? nullptr : key(j + bs),
+                    last ? 0 : std::min<int64_t>(bs, V - j - bs));
+      }
+    } else {
+      for (int64_t j = 0; j < V; ++j) std::memcpy(dense.data() + j * ihd, key(j), ihd * 4);
+      tensor::TensorView keys;
+      keys.dtype = DType::kF32;
+      keys.shape = {V, ihd};
+      keys.data = reinterpret_cast<const uint8_t*>(dense.data());
+      keys.size_bytes = dense.size() * sizeof(float);
+      MatMul(keys, q.data(), int64_t{n} * ih, heads.data(), pool);
+      for (int i = 0; i < n; ++i) {
+        float* s = score.data() + i * V;
+        std::fill(s, s + V, 0.0f);
+        for (int h = 0; h < ih; ++h) {
+          const float* row = heads.data() + (int64_t{i} * ih + h) * V;
+          const float wh = w[i * ih + h];
+          for (int64_t j = 0; j < V; ++j) s[j] += std::max(row[j], 0.0f) * qscale * wh;
+        }
+      }
+    }
+    benchmark::DoNotOptimize(score.data());
+  }
+  state.SetLabel(std::string(in_place ? "in place " : "gather+matmul ") + IsaName(ActiveIsa()));
+  state.counters["GB/s"] = benchmark::Counter(
+      static_cast<double>(V) * ihd * sizeof(float) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_IndexScoreV41)
+    ->ArgsProduct({{4096, 65536}, {1, 16}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_FmaPeak(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));

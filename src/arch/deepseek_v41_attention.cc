@@ -194,7 +194,11 @@ void Csa2Attention::Select(const Csa2Layer& L, const ForwardBatch& batch,
     const int64_t scratch = V + (V + bs - 1) / bs + 1;
     indexer_.Score(
         s, V, ih, ihd, L.ratio, /*first=*/0, /*min_visible=*/0, scratch, positions,
-        [&](int64_t j) { return EntrySlot(kv, s, L.kv_src, j) + cfg_->head_dim; },
+        [&](int64_t j) { return IndexKeys(kv, s, L.kv_src, j); },
+        [&](int64_t t, int64_t j) {
+          // A source inside the candidates reads only their scores.
+          return !L.uses_candidates || candidates_[t * candidate_stride_ + j / bs] != 0;
+        },
         [&](int64_t t, int32_t visible, float* score, int32_t* order) {
           if (L.candidate_source) {
             // Blocks of bs entries, score = max; the newest block pinned; keep the best.

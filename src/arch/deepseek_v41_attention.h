@@ -109,6 +109,14 @@ class Csa2Attention {
     const int32_t pos = static_cast<int32_t>(ratio_[l] * j) + entry_shift_[l];
     return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
   }
+  // KV source l's index keys from entry j to the last entry of j's cache block (entries sit
+  // ratio slots apart, each key head_dim floats into its entry).
+  IndexKeyRun IndexKeys(KvCache& kv, const SequenceSlice& s, int l, int64_t j) const {
+    const int32_t pos = static_cast<int32_t>(ratio_[l] * j) + entry_shift_[l];
+    const int32_t off = pos % kv.block_size;
+    return {kv.Slot(l, s.block_table[pos / kv.block_size], off) + cfg_->head_dim,
+            ratio_[l] * kv.layer_floats[l], (kv.block_size - 1 - off) / ratio_[l] + 1};
+  }
 
   const model::ModelConfig* cfg_ = nullptr;
   const model::DeepseekV4Config* ds_ = nullptr;

@@ -170,10 +170,15 @@ void CompressedAttention::SelectIndexed(const CompressedAttentionLayer& L, int k
     indexer_.Score(
         s, V, ih, ihd, L.ratio, first, static_cast<int32_t>(K), V, positions,
         [&](int64_t j) {
+          // Entry j's key sits in the slot of its group's last position; the block's later
+          // entries follow ratio slots apart.
           const int64_t pos = L.ratio * (j + 1) - 1;
-          return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size) +
-                 L.off_ikey;
+          const int32_t off = static_cast<int32_t>(pos % kv.block_size);
+          return IndexKeyRun{
+              kv.Slot(kv_layer, s.block_table[pos / kv.block_size], off) + L.off_ikey,
+              L.ratio * kv.layer_floats[kv_layer], (kv.block_size - 1 - off) / L.ratio + 1};
         },
+        [](int64_t, int64_t) { return true; },
         [&](int64_t t, int32_t visible, const float* score, int32_t* order) {
           for (int32_t j = 0; j < visible; ++j) order[j] = j;
           SortTopK(score, order, visible, static_cast<int32_t>(K));

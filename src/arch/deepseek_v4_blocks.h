@@ -23,9 +23,11 @@
 #include "arch/deepseek_v4_ops.h"
 #include "arch/moe.h"
 #include "arch/tensor_schema.h"
+#include "kernels/cpu/index_score.h"
 #include "kernels/cpu/matmul.h"
 #include "model/model.h"
 #include "util/aligned_vector.h"
+#include "util/status.h"
 #include "util/thread_pool.h"
 
 namespace deepinfer::arch::dsv4 {
@@ -178,6 +180,14 @@ class SharedKvAttention {
   Scratch out_scratch_;
 };
 
+// Where Score reads index keys: `count` (>= 1) keys from `key` on, key n at key + n * stride
+// floats (for a paged cache, the rest of one block's entries).
+struct IndexKeyRun {
+  const float* key = nullptr;
+  int64_t stride = 0;
+  int64_t count = 1;
+};
+
 // The lightning indexer: per token, scores of the compressed entries it sees,
 // score_j = sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim), with w = weights_proj(h) / sqrt(ih).
 class LightningIndexer {
@@ -188,19 +198,30 @@ class LightningIndexer {
                const float* qr, const float* h, int64_t T, int64_t ih, int64_t ihd, int rope_dim,
                const float* cos, const float* sin, absl::FunctionRef<void(float*)> quantize,
                util::ThreadPool& pool);
-  // For slice s with V entries (key(j) -> ihd floats), each token i >= first whose visible count
+  // For slice s with V entries, each token i >= first whose visible count
   // (positions[t] + 1) / ratio exceeds min_visible gets score[0, visible) and a call
-  // select(t, visible, score, order) on its thread, with `scratch` floats (score) and int32s
-  // (order) of the thread's own. The scores of kTokens tokens at a time are one matmul against
-  // the gathered keys, so a score does not depend on the batch.
-  template <typename Key, typename Select>
+  // select(t, visible, score, order) with `scratch` floats of score (its own; select may write
+  // past visible) and `scratch` int32s of order (its thread's).
+  // keys(j) -> IndexKeyRun: entry j's index key (ihd floats) and how many entries from j on
+  // follow it at a constant stride; Score reads them where they are (no copy), kTokens tokens at
+  // a time sharing each key read, the keys split over the pool's threads.
+  // want(t, j) -> bool (asked for any j < V): whether token t's select reads score[j]; a key no
+  // token of a tile wants is not read (a later V4.1 index source scores only inside its candidate
+  // blocks), and its scores are left undefined.
+  // A score depends only on its token's queries and the key (kernels::IndexScores): not on the
+  // batch, the chunking, the runs keys() returns or which keys other tokens want.
+  // Cost: per kTokens tokens, one pass over the wanted visible keys (ih x ihd multiply-adds per
+  //   key and token); select runs per token on the pool.
+  template <typename Keys, typename Want, typename Select>
   void Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, int ratio, int32_t first,
-             int32_t min_visible, int64_t scratch, const int32_t* positions, Key&& key,
-             Select&& select, util::ThreadPool& pool);
+             int32_t min_visible, int64_t scratch, const int32_t* positions, Keys&& keys,
+             Want&& want, Select&& select, util::ThreadPool& pool);
 
  private:
   static constexpr int64_t kTokens = 16;
-  util::AlignedVector<float> iq_, iw_, keys_, scores_, thread_score_;
+  // Keys per parallel work item: a few per thread even at a few thousand entries.
+  static constexpr int64_t kKeyChunk = 256;
+  util::AlignedVector<float> iq_, iw_, packed_, scores_;
   std::vector<int32_t> thread_order_;
 };
 
@@ -301,49 +322,70 @@ void SharedKvAttention::Attend(const AttentionLayer& w, int64_t T, int64_t heads
   GroupedOutput(*w.wo_a, *w.wo_b, groups, olr, attn_.data(), T, nh * hd, out_scratch_, out, pool);
 }
 
-template <typename Key, typename Select>
-void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd,
-                             int ratio, int32_t first, int32_t min_visible, int64_t scratch,
-                             const int32_t* positions, Key&& key, Select&& select,
+template <typename Keys, typename Want, typename Select>
+void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, int ratio,
+                             int32_t first, int32_t min_visible, int64_t scratch,
+                             const int32_t* positions, Keys&& keys, Want&& want, Select&& select,
                              util::ThreadPool& pool) {
-  // The keys the slice's tokens can see, gathered once into a dense [V, ihd] matrix, scored
-  // against kTokens tokens' heads at a time by the matmul kernel (the indexer is quadratic in
-  // the context; as a matmul it runs at the kernel's speed).
-  Grow(keys_, V * ihd);
-  for (int64_t j = 0; j < V; ++j) std::memcpy(keys_.data() + j * ihd, key(j), ihd * sizeof(float));
-  tensor::TensorView keys;
-  keys.name = "index_keys";
-  keys.dtype = tensor::DType::kF32;
-  keys.shape = {V, ihd};
-  keys.data = reinterpret_cast<const uint8_t*>(keys_.data());
-  keys.size_bytes = static_cast<size_t>(V * ihd) * sizeof(float);
-  Grow(scores_, kTokens * ih * V);
-  Grow(thread_score_, int64_t{pool.num_threads()} * scratch);
+  // The indexer is quadratic in the context and reads every visible key per step: at decode
+  // that read is the cost, so keys are scored in place, block run by block run, each read once
+  // for kTokens tokens (a gathered copy first moved every key twice more).
+  const int64_t qf = kernels::IndexQueryFloats(static_cast<int>(ih), static_cast<int>(ihd));
+  Grow(packed_, kTokens * qf);
+  Grow(scores_, kTokens * scratch);
   Grow(thread_order_, int64_t{pool.num_threads()} * scratch);
   const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
   for (int32_t i0 = first; i0 < s.num_tokens; i0 += kTokens) {
     const int32_t n = std::min<int32_t>(kTokens, s.num_tokens - i0);
     const int64_t t0 = s.token_offset + i0;
-    kernels::MatMul(keys, iq_.data() + t0 * ih * ihd, n * ih, scores_.data(), pool);
+    int64_t seen = 0;  // keys any of the n tokens sees
+    for (int32_t i = 0; i < n; ++i) seen = std::max<int64_t>(seen, (positions[t0 + i] + 1) / ratio);
+    if (seen <= min_visible) continue;
+    DI_CHECK(seen <= V);
+    for (int32_t i = 0; i < n; ++i) {
+      kernels::PackIndexQuery(iq_.data() + (t0 + i) * ih * ihd, iw_.data() + (t0 + i) * ih, qscale,
+                              static_cast<int>(ih), static_cast<int>(ihd), packed_.data() + i * qf);
+    }
+    auto wanted = [&](int64_t j) {
+      for (int32_t i = 0; i < n; ++i) {
+        if (want(t0 + i, j)) return true;
+      }
+      return false;
+    };
+    pool.ParallelFor((seen + kKeyChunk - 1) / kKeyChunk, [&](int64_t begin, int64_t end, int) {
+      const int64_t stop = std::min(seen, end * kKeyChunk);
+      // The next span of wanted keys at or after j within one run: its first index in span_first.
+      auto next_span = [&](int64_t j, int64_t& span_first) {
+        while (j < stop && !wanted(j)) ++j;
+        if (j == stop) return IndexKeyRun{};
+        IndexKeyRun run = keys(j);
+        const int64_t limit = std::min(stop, j + run.count);
+        int64_t e = j + 1;
+        while (e < limit && wanted(e)) ++e;
+        run.count = e - j;
+        span_first = j;
+        return run;
+      };
+      int64_t j = 0, next_j = 0;
+      IndexKeyRun run = next_span(begin * kKeyChunk, j);
+      while (run.key != nullptr) {
+        // The next span (usually the next cache block) is prefetched while this one is scored.
+        const IndexKeyRun next = next_span(j + run.count, next_j);
+        const bool same = next.key != nullptr && next.stride == run.stride;
+        kernels::IndexScores(packed_.data(), n, static_cast<int>(ih), static_cast<int>(ihd),
+                             run.key, run.stride, run.count, scores_.data() + j, scratch,
+                             same ? next.key : nullptr, same ? next.count : 0);
+        run = next;
+        j = next_j;
+      }
+    });
     pool.ParallelFor(n, [&](int64_t begin, int64_t end, int thread) {
-      float* score = thread_score_.data() + thread * scratch;
       int32_t* order = thread_order_.data() + thread * scratch;
       for (int64_t i = begin; i < end; ++i) {
         const int64_t t = t0 + i;
         const int32_t visible = (positions[t] + 1) / ratio;
         if (visible <= min_visible) continue;
-        const float* w = iw_.data() + t * ih;
-        const float* sh = scores_.data() + i * ih * V;
-        // Heads outside, entries inside: each score still sums its heads in order (the same
-        // float result as a per-entry loop), and the inner loop runs over contiguous entries,
-        // which the compiler vectorizes; per entry the head loop would stride by V.
-        std::fill(score, score + visible, 0.0f);
-        for (int64_t h = 0; h < ih; ++h) {
-          const float* row = sh + h * V;
-          const float wh = w[h];
-          for (int32_t j = 0; j < visible; ++j) score[j] += std::max(row[j], 0.0f) * qscale * wh;
-        }
-        select(t, visible, score, order);
+        select(t, visible, scores_.data() + i * scratch, order);
       }
     });
   }

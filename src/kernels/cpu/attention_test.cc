@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/isa_test_util.h"
 #include "kernels/cpu/matmul.h"
 #include "tensor/dtype.h"
 
@@ -17,18 +18,6 @@ namespace {
 struct Case {
   int block_size, num_kv_heads, head_dim, group, num_tokens, first_pos, parts;
 };
-
-// The ISAs this CPU runs: each has its own copy of the attention kernels (isa_dispatch.h), and
-// the checks below run every one of them, whatever DEEPINFER_ISA says.
-std::vector<Isa> CpuIsas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
-    SetIsaForTest(isa);
-    if (ActiveIsa() == isa) isas.push_back(isa);
-  }
-  SetIsaForTest(DetectIsa());
-  return isas;
-}
 
 // Runs `attend` under every ISA of the CPU and hands each result to `check`; the AVX2 copy must
 // give the portable copy's bits (only GCC's AVX-512 copy fuses multiply-adds, isa_dispatch.h).

@@ -1,0 +1,47 @@
+#pragma once
+
+// The lightning indexer's scores (DeepSeek-V3.2 / V4 / V4.1 sparse attention), computed where
+// the index keys lie: score_j = sum_h w_h relu(q_h . k_j) over the query's heads, for keys read
+// in place at a fixed stride (one block of a paged cache at a time), with no gathered copy.
+//
+// The queries are packed transposed, heads in the vector lanes ([dim][heads]), so each key value
+// is broadcast against a lane-width of heads at once and a key's head dot products need no
+// horizontal sums; only the weighted head sum is reduced across lanes, once per key and token.
+// Several tokens share each key while it is in L1 (prefill), and several keys share each query
+// load.
+//
+// Source: DeepSeek-AI 2025, "DeepSeek-V3.2-Exp: Boosting Long-Context Efficiency with DeepSeek
+//   Sparse Attention", the lightning indexer (eq. 1).
+
+#include <cstdint>
+
+namespace deepinfer::kernels {
+
+// A packed query's heads are padded with zero queries and zero weights to a multiple of this.
+constexpr int kIndexHeadPad = 16;
+
+// Floats of one token's packed query (PackIndexQuery) for `heads` heads of `dim` values.
+int64_t IndexQueryFloats(int heads, int dim);
+
+// Packs one token's index queries for IndexScores: the queries transposed, [dim][hp] (hp = heads
+// rounded up to kIndexHeadPad), then the head weights w_h * scale [hp], padding zero.
+// Shapes: q [heads, dim], w [heads] f32; packed IndexQueryFloats(heads, dim) floats.
+// Threads: pure function of its arguments.
+void PackIndexQuery(const float* q, const float* w, float scale, int heads, int dim, float* packed);
+
+// For the num_tokens packed queries (token i's at packed + i * IndexQueryFloats(heads, dim)) and
+// `count` keys (key j's `dim` floats at keys + j * key_stride):
+//   score[i * score_stride + j] = sum_h max(q_{i,h} . k_j, 0) * (w_{i,h} * scale).
+// A score's arithmetic depends only on its query and key (not on count, the key's place in the
+// run, num_tokens or which thread runs it), so callers may split keys and tokens any way and get
+// the same bits. The copy of the active ISA runs (isa_dispatch.h); copies round differently (16,
+// 8 or 4 lanes per head vector; the AVX-512 and AVX2 copies fuse multiply-adds).
+// `next` (null: none) names the next_count keys (same stride) the caller scores next: they are
+// prefetched while this call computes, which changes no result.
+// Cost: num_tokens * count * hp * dim multiply-adds; each key is read from memory once per call.
+// Threads: pure function of its arguments; callers run disjoint key ranges on different threads.
+void IndexScores(const float* packed, int num_tokens, int heads, int dim, const float* keys,
+                 int64_t key_stride, int64_t count, float* score, int64_t score_stride,
+                 const float* next = nullptr, int64_t next_count = 0);
+
+}  // namespace deepinfer::kernels
