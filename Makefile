@@ -5,7 +5,7 @@ PORT ?= 8900
 HOST ?= 127.0.0.1
 CACHE ?= $(or $(DEEPINFER_CACHE),$(HOME)/.cache/deepinfer)
 MODEL ?= $(CACHE)/models/SmolLM2-135M-Instruct.Q4_1.gguf
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 15
 
 .PHONY: setup build test unit e2e fuzz serve bench reference clean
 
