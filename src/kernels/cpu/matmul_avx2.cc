@@ -75,22 +75,6 @@ static inline void FloatTile(const GemmArgs& g, int64_t r0, int64_t t0) {
   }
 }
 
-template <FKind kF>
-void FloatGemm(const GemmArgs& g) {
-  for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
-    const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
-    int64_t r = g.row_begin;
-    for (; r + 4 <= g.row_end; r += 4) {
-      PrefetchRows(g, r, 4);
-      int64_t t = tc;
-      for (; t + 2 <= te; t += 2) FloatTile<kF, 4, 2>(g, r, t);
-      for (; t < te; ++t) FloatTile<kF, 4, 1>(g, r, t);
-    }
-    for (; r < g.row_end; ++r)
-      for (int64_t t = tc; t < te; ++t) FloatTile<kF, 1, 1>(g, r, t);
-  }
-}
-
 size_t F32RowBytes(int64_t k) { return static_cast<size_t>(k) * 4; }
 
 // ---- K-quants times Q8_K (activations in ggml's BlockQ8_K layout) ------------------------------
@@ -479,7 +463,7 @@ static void PanelRows(const GemmArgs& g, const float* panel, int64_t kv, int64_t
   }
 }
 
-#include "kernels/cpu/matmul_scaled_gemm.inc"
+#include "kernels/cpu/matmul_gemm_drivers.inc"
 
 }  // namespace
 
