@@ -470,9 +470,10 @@ absl::StatusOr<LoadedModel> LoadModelAndEngine(const ServeOptions& o) {
   loaded.servable = *std::move(servable);
   const model::Model& model = *loaded.servable.model;
   const tokenizer::Tokenizer& tok = *loaded.servable.tokenizer;
-  // The compiler's vocabulary is the model's logits' width.
-  loaded.grammar =
-      constraint::GrammarCompiler::Create(tok, std::max(model.config.vocab, tok.vocab_size()));
+  // The compiler's vocabulary is the model's logits' width; its end tokens include those the
+  // engine stops on.
+  loaded.grammar = constraint::GrammarCompiler::Create(
+      tok, std::max(model.config.vocab, tok.vocab_size()), model.tokenizer.eog_ids);
   auto engine = engine::CreateDataParallelEngine(model, o.engine, o.data_parallel_size,
                                                  o.data_parallel_cores);
   if (!engine.ok()) return Failed("cannot start engine", engine.status());

@@ -110,7 +110,9 @@ GrammarCompiler::GrammarCompiler(std::unique_ptr<Impl> impl, int32_t logits_size
 GrammarCompiler::~GrammarCompiler() = default;
 
 std::unique_ptr<GrammarCompiler> GrammarCompiler::Create(const tokenizer::Tokenizer& tokenizer,
-                                                         int32_t logits_size, int num_threads) {
+                                                         int32_t logits_size,
+                                                         const std::vector<int32_t>& eog_ids,
+                                                         int num_threads) {
   const int32_t n = tokenizer.vocab_size();
   std::vector<std::string> vocab(static_cast<size_t>(logits_size));
   std::vector<int32_t> stop;
@@ -119,6 +121,11 @@ std::unique_ptr<GrammarCompiler> GrammarCompiler::Create(const tokenizer::Tokeni
     // Control tokens stay empty: xgrammar treats empty entries as special and never lets them
     // match grammar text.
     if (!tokenizer.IsSpecial(id)) vocab[static_cast<size_t>(id)] = tokenizer.TokenPiece(id);
+  }
+  for (int32_t id : eog_ids) {
+    if (id >= 0 && id < logits_size && std::find(stop.begin(), stop.end(), id) == stop.end()) {
+      stop.push_back(id);
+    }
   }
   xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, logits_size, stop,
                                /*add_prefix_space=*/false);
@@ -455,6 +462,10 @@ bool ConstraintMatcher::Accept(int32_t token) {
     return false;
   }
   return impl_->matcher.AcceptToken(token);
+}
+
+void ConstraintMatcher::Rollback(int32_t num_tokens) {
+  if (num_tokens > 0) impl_->matcher.Rollback(num_tokens);
 }
 
 bool ConstraintMatcher::AcceptText(const std::string& text) {

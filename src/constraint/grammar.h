@@ -59,10 +59,16 @@ class CompiledConstraint;
 // Threads: Compile is thread-safe (xgrammar's cache locks); compiles run on the caller's thread.
 class GrammarCompiler {
  public:
+  // `eog_ids`: the tokens the engine ends generation on (model::TokenizerData::eog_ids, from the
+  // checkpoint's config), which end a completed grammar beside the tokenizer's own IsEog ones: a
+  // checkpoint whose tokenizer files name no end token otherwise completes its grammar with
+  // nothing allowed. Ids outside [0, logits_size) are skipped.
   // REQUIRES: logits_size >= tokenizer.vocab_size() > 0. Cost: one pass over the vocabulary
   // (tens of milliseconds for 100K tokens); the tokenizer is not kept.
   static std::unique_ptr<GrammarCompiler> Create(const tokenizer::Tokenizer& tokenizer,
-                                                 int32_t logits_size, int num_threads = 1);
+                                                 int32_t logits_size,
+                                                 const std::vector<int32_t>& eog_ids = {},
+                                                 int num_threads = 1);
   ~GrammarCompiler();
 
   // Errors: InvalidArgument "invalid_constraint" with the reason: the backend's (a malformed or
@@ -103,6 +109,9 @@ class ConstraintMatcher {
   int32_t FillMask(uint32_t* mask);
   // Advances past `token`. Returns false, changing nothing, when the grammar does not allow it.
   bool Accept(int32_t token);
+  // Undoes the last `num_tokens` successful Accept calls (speculative drafts the verification
+  // rejected), termination included. REQUIRES: 0 <= num_tokens <= the tokens accepted so far.
+  void Rollback(int32_t num_tokens);
   // Advances past the bytes of `text`, whatever tokens spell them (tests; forced text). Returns
   // false, changing nothing, when the grammar does not allow them.
   bool AcceptText(const std::string& text);

@@ -157,6 +157,64 @@ TEST_P(ConstraintTest, AWrongContinuationIsMaskedAndRefusedWithoutChangingTheSta
   EXPECT_TRUE(m.IsCompleted());
 }
 
+// Speculative drafts: the engine accepts a sequence's drafts to mask the rows after them, then
+// rolls back those the verification rejected. After a rollback the masks are those of the
+// state before the rolled-back tokens, termination included.
+TEST_P(ConstraintTest, RollbackRestoresTheMasksOfEarlierStatesAndUndoesTermination) {
+  ConstraintMatcher m = Matcher({ConstraintKind::kRegex, "[0-9]{1,3}"});
+  std::vector<uint32_t> start(static_cast<size_t>(m.MaskWords()));
+  std::vector<uint32_t> mask(start.size());
+  m.FillMask(start.data());
+  std::vector<int32_t> digits;
+  for (int32_t id = 0; id < tok_->vocab_size() && digits.size() < 3; ++id) {
+    const std::string piece = tok_->TokenPiece(id);
+    if (piece.size() == 1 && piece[0] >= '0' && piece[0] <= '9' && Allowed(start, id)) {
+      digits.push_back(id);
+    }
+  }
+  ASSERT_EQ(digits.size(), 3u);
+  for (int32_t d : digits) ASSERT_TRUE(m.Accept(d));
+  EXPECT_TRUE(m.IsCompleted());
+  m.FillMask(mask.data());
+  EXPECT_FALSE(Allowed(mask, digits[0]));  // three digits: only the end may follow
+  ASSERT_TRUE(m.Accept(eog_));
+  ASSERT_TRUE(m.IsTerminated());
+  m.Rollback(3);  // back to one digit: live again, more digits allowed
+  EXPECT_FALSE(m.IsTerminated());
+  ASSERT_GT(m.FillMask(mask.data()), 0);
+  EXPECT_TRUE(Allowed(mask, digits[1]));
+  EXPECT_TRUE(Allowed(mask, eog_));
+  m.Rollback(1);  // back to the start
+  m.FillMask(mask.data());
+  EXPECT_EQ(mask, start);
+  m.Rollback(0);  // nothing to undo
+  m.FillMask(mask.data());
+  EXPECT_EQ(mask, start);
+}
+
+// A checkpoint's config can name an end token its tokenizer files do not (no
+// tokenizer_config.json): the engine stops on it, so a completed grammar must allow it too.
+TEST_P(ConstraintTest, TheEnginesEndTokensEndACompletedGrammar) {
+  int32_t extra = -1;  // a control token that is not an end of generation
+  for (int32_t id = 0; id < tok_->vocab_size() && extra < 0; ++id) {
+    if (tok_->IsSpecial(id) && !tok_->IsEog(id)) extra = id;
+  }
+  if (extra < 0) GTEST_SKIP() << "every control token of this vocabulary ends generation";
+  auto compiler = GrammarCompiler::Create(*tok_, logits_, {extra, -5, logits_ + 9});
+  auto compiled = compiler->Compile({ConstraintKind::kChoice, "", {"ok"}});
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  ConstraintMatcher m(*compiled);
+  std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
+  m.FillMask(mask.data());
+  EXPECT_FALSE(Allowed(mask, extra));  // not before the grammar is complete
+  Walk(m, "ok");
+  ASSERT_GT(m.FillMask(mask.data()), 0);
+  EXPECT_TRUE(Allowed(mask, extra));
+  EXPECT_TRUE(Allowed(mask, eog_));
+  EXPECT_TRUE(m.Accept(extra));
+  EXPECT_TRUE(m.IsTerminated());
+}
+
 TEST_P(ConstraintTest, ControlTokensNeverMatchGrammarText) {
   ConstraintMatcher m = Matcher({ConstraintKind::kJsonObject, ""});
   std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));

@@ -452,7 +452,10 @@ bool EngineImpl::Step() {
   if (plan.empty()) return false;
   StepOutputs& outputs = executor_->Run(plan);
   scheduler_->Update(plan, outputs, Clock::now());
-  if (drafter_ != nullptr) drafter_->Draft(plan, executor_->hidden());
+  if (drafter_ != nullptr) {
+    drafter_->Draft(plan, executor_->hidden());
+    for (const ScheduledSeq& s : plan.seqs) TrimDraftsToConstraint(*s.seq);
+  }
   ++step_number_;
   if (telemetry_ != nullptr) {
     StepRecord r;

@@ -43,7 +43,8 @@ struct EngineOptions {
   enum class SpeculativeMethod { kAuto, kNone, kMtp, kDspark, kNoDspark };
   SpeculativeMethod speculative_method = SpeculativeMethod::kAuto;
   // Draft tokens per step: MTP's chain length (0: off under kAuto), DSpark's cap on its block
-  // (0: the whole block). At most kMaxSpeculativeTokens. Unconstrained requests; greedy output
+  // (0: the whole block). At most kMaxSpeculativeTokens. Constrained requests (structured outputs,
+  // enforced tool choice) draft too, cut at the first draft their grammar refuses; greedy output
   // is identical to non-speculative decoding, sampled output has the same distribution
   // (rejection sampling, speculative.h).
   int32_t speculative_tokens = 0;

@@ -90,6 +90,23 @@ void Executor::ApplyConstraint(Sequence& seq, float* logits) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+void Executor::ConstrainDraftRows(Sequence& seq, float* logits, int32_t num_drafts) {
+  ApplyConstraint(seq, logits);
+  // Row r is the distribution after draft r - 1: the matcher takes the drafts one by one to
+  // mask the rows after them, then is rolled back to where it was (TrimDraftsToConstraint left
+  // only drafts it accepts, none after an end of generation).
+  int32_t advanced = 0;
+  while (!seq.constraint_dead_end && advanced < num_drafts &&
+         seq.matcher->Accept(seq.drafts[static_cast<size_t>(advanced)]) &&
+         !seq.matcher->IsTerminated()) {
+    ++advanced;
+    ApplyConstraint(seq, logits + int64_t{advanced} * vocab_);
+  }
+  // An end-of-generation draft that was accepted above and ended the grammar is undone too;
+  // the row after it stays unmasked (what is sampled there follows the end and is dropped).
+  seq.matcher->Rollback(advanced + (seq.matcher->IsTerminated() ? 1 : 0));
+}
+
 void Executor::ForceToken(int32_t token, float* logits) const {
   if (token < 0 || token >= vocab_) return;
   // -inf everywhere else: every sampling path then draws `token` (and reports its logprob as 0).
@@ -133,7 +150,7 @@ void Executor::Sample(const StepPlan& plan) {
     // The sampling rows are the slice's last 1 + num_drafts.
     float* logits = logits_.data() + (row + p.num_logits - 1 - p.num_drafts) * vocab_;
     constraint::ConstraintMatcher* matcher = p.seq->matcher.get();
-    if (matcher != nullptr) ApplyConstraint(*p.seq, logits);
+    if (matcher != nullptr) ConstrainDraftRows(*p.seq, logits, p.num_drafts);
     const bool budgeted = p.seq->req.reasoning_budget >= 0 && !p.seq->reasoning_closed;
     if (budgeted && p.seq->num_generated >= p.seq->req.reasoning_budget) {
       ForceToken(p.seq->req.reasoning_end_token, logits);
@@ -144,9 +161,14 @@ void Executor::Sample(const StepPlan& plan) {
     if (budgeted && outputs_.tokens.back().token == p.seq->req.reasoning_end_token) {
       p.seq->reasoning_closed = true;
     }
-    if (matcher != nullptr && !p.seq->constraint_dead_end &&
-        !matcher->Accept(outputs_.tokens.back().token)) {
-      p.seq->constraint_dead_end = true;  // every allowed token had -inf logits: nothing left
+    // The matcher advances past the accepted drafts and the token sampled after them; tokens
+    // after an end of generation are dropped by Scheduler::Update's stop check.
+    for (int32_t t = out.first; matcher != nullptr && !p.seq->constraint_dead_end &&
+                                !matcher->IsTerminated() && t < out.first + out.num_tokens;
+         ++t) {
+      if (!matcher->Accept(outputs_.tokens[static_cast<size_t>(t)].token)) {
+        p.seq->constraint_dead_end = true;  // every allowed token had -inf logits: nothing left
+      }
     }
     row += p.num_logits;
   }

@@ -50,6 +50,10 @@ class Executor {
   // sequence a dead end when it allows none). Cost: the mask (xgrammar) plus one pass over the
   // banned words of the vocabulary.
   void ApplyConstraint(Sequence& seq, float* logits);
+  // ApplyConstraint on a constrained slice's sampling rows: row 0 (`logits`) from the matcher's
+  // state, row r <= num_drafts from its state after drafts [0, r). Leaves the matcher as it
+  // was. Shapes: logits [num_drafts + 1, vocab].
+  void ConstrainDraftRows(Sequence& seq, float* logits, int32_t num_drafts);
   // Leaves `token` the only one that can be drawn from `logits` (a thinking budget's end).
   void ForceToken(int32_t token, float* logits) const;
   // Appends the prompt logprobs of slice `p`'s first num_prompt_logits rows (`rows`, [rows,

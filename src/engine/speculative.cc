@@ -53,7 +53,7 @@ bool MtpDrafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     const int32_t n = seq.num_computed - from;
     if (n <= 0) continue;
     const bool decode_ready = seq.num_uncomputed() == 1;
-    const bool wants = decode_ready && seq.req.speculative && seq.matcher == nullptr &&
+    const bool wants = decode_ready && seq.req.speculative &&
                        seq.req.reasoning_budget < 0 && seq.req.prompt_logprobs < 0 &&
                        seq.num_generated + 1 < seq.req.max_tokens;
     arch::SequenceSlice s;
@@ -144,7 +144,9 @@ void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence& seq = *p.seq;
     if (seq.finish != FinishReason::kNone || seq.num_uncomputed() != 1) continue;
-    if (!seq.req.speculative || seq.matcher != nullptr ||
+    // A thinking budget forces its end token on the first sampling row only (Executor::Sample),
+    // so budgeted requests take no drafts, as with MTP.
+    if (!seq.req.speculative || seq.req.reasoning_budget >= 0 ||
         seq.num_generated + 1 >= seq.req.max_tokens) {
       continue;
     }
@@ -172,6 +174,22 @@ void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
       drafting_[d]->drafts.push_back(drafts_[d * block_ + r]);
     }
   }
+}
+
+}  // namespace deepinfer::engine
+
+namespace deepinfer::engine {
+
+void TrimDraftsToConstraint(Sequence& seq) {
+  if (seq.matcher == nullptr || seq.drafts.empty()) return;
+  int32_t allowed = 0;
+  for (int32_t draft : seq.drafts) {
+    // Nothing follows an end of generation; Accept refuses anything once terminated.
+    if (!seq.matcher->Accept(draft)) break;
+    ++allowed;
+  }
+  seq.matcher->Rollback(allowed);
+  seq.drafts.resize(static_cast<size_t>(allowed));
 }
 
 }  // namespace deepinfer::engine

@@ -163,6 +163,13 @@ def test_speculative_decoding_gives_the_same_greedy_text(plain, speculative):
     assert "vllm:spec_decode_num_draft_tokens_total" in metrics
 
 
+def test_constrained_requests_take_mtp_drafts_and_keep_their_text(plain, speculative):
+    from helpers import check_constrained_drafts
+
+    check_constrained_drafts(speculative, plain, "tiny-deepseek",
+                             ["Say a name.", "Count.", "Pick one.", "Write JSON."])
+
+
 def test_a_request_can_opt_out_of_speculative_drafts(speculative):
     """"speculative": false: the same greedy text, nothing drafted for it; the per-position
     acceptance counters are exported."""
