@@ -18,6 +18,8 @@ std::string MatMulKernelsSummary(const model::Model& model) {
     integer_dot = " (AVX-VNNI for Q4_0/Q4_1/Q8_0)";
   if (isa == kernels::Isa::kNeon && kernels::NeonUsesDotProd())
     integer_dot = " (dotprod for the integer quants)";
+  if (isa == kernels::Isa::kNeon && kernels::NeonUsesI8mm())
+    integer_dot = " (dotprod and i8mm for the integer quants)";
   return fmt::format("ISA {}{}{}; by weight type: {}", kernels::IsaName(isa), integer_dot,
                      isa == cpu ? "" : fmt::format(" (the CPU has {}; DEEPINFER_ISA)",
                                                    kernels::IsaName(cpu)),

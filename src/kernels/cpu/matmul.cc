@@ -81,6 +81,16 @@ bool CpuHasNeonDotProd() {
 #endif
 }
 
+// SMMLA (FEAT_I8MM: armv8.6-a, optional from 8.2): the NEON integer kernels' prefill tiles. The
+// copy that has them also uses SDOT, so it needs dotprod too.
+bool CpuHasNeonI8mm() {
+#if defined(__aarch64__) && defined(__linux__)
+  return CpuHasNeonDotProd() && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+#else
+  return false;
+#endif
+}
+
 bool CpuHas(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
@@ -122,7 +132,11 @@ const Tables& AllTables() {
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
 #endif
 #if defined(DI_KERNELS_NEON)
-    if (CpuHasNeon()) internal::FillNeonKernels(&t[3], CpuHasNeonDotProd());
+    if (CpuHasNeon()) {
+      internal::FillNeonKernels(&t[3], CpuHasNeonI8mm()      ? internal::NeonIntDot::kI8mm
+                                       : CpuHasNeonDotProd() ? internal::NeonIntDot::kDotProd
+                                                             : internal::NeonIntDot::kBaseline);
+    }
 #endif
     for (int k = 0; k < internal::kKernelTableEntries; ++k) all.origin[0][k] = Isa::kScalar;
     // A type an ISA does not implement uses the next lower ISA's kernels (LowerIsa's index is
@@ -290,6 +304,8 @@ Isa HardwareIsa() { return BestIsa(); }
 bool Avx2UsesVnni() { return CpuHasAvxVnni(); }
 
 bool NeonUsesDotProd() { return CpuHasNeonDotProd(); }
+
+bool NeonUsesI8mm() { return CpuHasNeonI8mm(); }
 
 Isa MatMulKernelIsa(const tensor::TensorView& w) {
   DI_CHECK(HasCpuMatMul(w));

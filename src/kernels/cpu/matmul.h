@@ -20,7 +20,8 @@ namespace deepinfer::kernels {
 // and Q8_0 kernels use it, with the same bits (Avx2UsesVnni).
 // Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it); every weight type
 // MatMul accepts has a NEON kernel, and the integer ones use SDOT where the CPU has dotprod
-// (HWCAP_ASIMDDP; same results as the baseline copy, bit for bit).
+// (HWCAP_ASIMDDP) and, for 2 or more tokens, SMMLA where it has i8mm too (HWCAP2_I8MM); the
+// same results as the baseline copy, bit for bit.
 // A level's missing kernels come from LowerIsa's: kAvx512 -> kAvx2 -> kScalar, kNeon -> kScalar.
 enum class Isa { kScalar, kAvx2, kAvx512, kNeon };
 inline constexpr int kNumIsas = 4;
@@ -40,6 +41,11 @@ bool Avx2UsesVnni();
 // Whether kNeon's integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K) use SDOT on this CPU
 // (HWCAP_ASIMDDP; always false off aarch64). Their results are the same either way.
 bool NeonUsesDotProd();
+// Whether kNeon's integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K) multiply 2 or more tokens
+// with SMMLA tiles (2 weight rows x 2 tokens per instruction) on this CPU: HWCAP2_I8MM and
+// HWCAP_ASIMDDP (single tokens keep SDOT), always false off aarch64. Implies NeonUsesDotProd().
+// Their results are the same either way.
+bool NeonUsesI8mm();
 // Which ISA's kernel MatMul runs for `w` under ActiveIsa(): a type that ISA has no kernel for
 // uses the next lower one's, and block-scaled weights whose scale blocks the SIMD kernels do not
 // take (FP8 blocks not a multiple of 16 columns wide, FP4 of 32) the portable one.

@@ -2,7 +2,7 @@
 
 // Internal interface between matmul.cc (dispatch, threading, scratch) and the per-ISA kernel
 // files. The x86 SIMD files are compiled with -mavx2 / -mavx512* (matmul_neon.cc keeps its
-// dotprod copy under a target pragma); to keep their code from leaking
+// dotprod and i8mm copies under target pragmas); to keep their code from leaking
 // into paths run on older CPUs they must not instantiate templates or inline functions shared
 // with other files (only `static`/anonymous-namespace helpers and the plain types here).
 
@@ -91,10 +91,14 @@ void FillAvx2Kernels(KernelTable* t);    // defined in matmul_avx2.cc
 // activation formats, same bits. REQUIRES: the CPU has AVX-VNNI.
 void FillAvx2VnniKernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
-// aarch64 only (matmul_neon.cc): every type. `dotprod` picks the SDOT copy of the integer
-// kernels (REQUIRES: the CPU has HWCAP_ASIMDDP) over the baseline VMULL one; both give the same
-// bits (matmul_test.cc checks).
-void FillNeonKernels(KernelTable* t, bool dotprod);
+// The copies of the NEON integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K), by the dot
+// instruction they use: VMULL + VPADAL (baseline armv8-a), SDOT (dotprod), or SDOT for single
+// tokens and SMMLA for pairs of tokens (dotprod + i8mm). All three give the same bits.
+enum class NeonIntDot { kBaseline, kDotProd, kI8mm };
+// aarch64 only (matmul_neon.cc): every type, the integer ones from `copy`.
+// REQUIRES: the CPU has what `copy` uses (kDotProd: HWCAP_ASIMDDP; kI8mm: that and HWCAP2_I8MM);
+// matmul_test.cc checks that the copies agree.
+void FillNeonKernels(KernelTable* t, NeonIntDot copy);
 // Q4_1 / Q8_0 kernels that keep ggml-cpu's float order (matmul_avx512.cc; used by MatMulGgml).
 void FillAvx512GgmlKernels(KernelTable* t);
 

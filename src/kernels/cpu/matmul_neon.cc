@@ -1,6 +1,7 @@
 // Advanced SIMD (NEON) kernels for aarch64: every weight type MatMul takes. Baseline armv8-a
 // (every aarch64 Linux CPU); the integer dot products have a second copy with SDOT (armv8.2-a
-// dotprod, HWCAP_ASIMDDP) that FillNeonKernels installs only where getauxval reports it.
+// dotprod, HWCAP_ASIMDDP) and a third that adds SMMLA tiles for 2 or more tokens (i8mm,
+// HWCAP2_I8MM), which FillNeonKernels installs only where getauxval reports them.
 // Everything here has internal linkage (see matmul_internal.h).
 //
 // 32-element formats (Q4_0, Q4_1, Q8_0) times Q8_0 / Q8_1 activations, repacked per group of 4
@@ -9,25 +10,27 @@
 // (dx: the block's fp16 d as f32; sx: Q8_1's fp16 s as f32, Q4_1 only; a row's last group is
 // padded with zero blocks). Weights are signed int8 (Q4_0's nibbles minus 8, Q4_1's nibbles as
 // they are, Q8_0's bytes), so a block's integer sum is sum(w * x) itself, exactly the scalar
-// path's: VMULL.S8 + VPADAL.S16 on baseline NEON, SDOT with dotprod (both exact, in any order).
-// Pairwise adds fold the four blocks' int32x4 partial sums into one vector [b0, b1, b2, b3],
+// path's: VMULL.S8 + VPADAL.S16 on baseline NEON, SDOT with dotprod, SMMLA with i8mm (all
+// exact, in any order). Pairwise adds fold the four blocks' int32x4 partial sums into one vector
+// [b0, b1, b2, b3] (SMMLA's 2x2 tiles of blocks 0-3 are transposed into the same vectors),
 // converted to f32 and multiplied by d_w * d_x with one FMA: lane j accumulates the blocks
-// b = j mod 4 of the row, whichever copy computed the integers, so the dotprod and baseline
-// copies give the same bits.
+// b = j mod 4 of the row, whichever copy computed the integers, so the three copies give the
+// same bits.
 //
 // K-quants (Q4_K, Q6_K) times ggml's BlockQ8_K: per 256-element block the integer sum of each
 // 32 (Q4_K) or 16 (Q6_K) elements times its sub-block scale, as the scalar path (Q6_K's weights
-// signed, q - 32, so no correction term), then one scalar FMA per block.
+// signed, q - 32, so no correction term), then one scalar FMA per block (SMMLA's 2x2 tiles sum
+// the same scaled sub-block dots per (row, token), so the copies agree here too).
 //
 // Float weights (F32 / F16 / BF16) and DeepSeek's block-scaled formats (FP8 E4M3, FP4 E2M1 with
 // E8M0 scales, decoded exactly) multiply the f32 activations: every output accumulates in two
 // 4-lane registers, columns 8i..8i+3 in the first and 8i+4..8i+7 in the second, then one
 // horizontal sum and the last columns one by one.
 //
-// Every tile shape (decode: 4 rows x 1 token; prefill: 2 x 4, or 4 x 2 for float weights, and
-// the block-scaled panels) issues the same operations in the same order for a given output, so a
-// token's outputs do not depend on how many tokens share the call, and the thread count changes
-// nothing (as on x86).
+// Every tile shape (decode: 4 rows x 1 token; prefill: 2 x 4, or 4 x 2 for float weights, the
+// SMMLA tiles and the block-scaled panels) issues the same operations in the same order for a
+// given output, so a token's outputs do not depend on how many tokens share the call, and the
+// thread count changes nothing (as on x86).
 
 #if !defined(__aarch64__)
 #error "matmul_neon.cc is for aarch64 only (src/kernels/cpu/CMakeLists.txt)"
@@ -58,6 +61,14 @@ static inline void PrefetchRows(const GemmArgs& g, int64_t r, int64_t n) {
   const char* p = reinterpret_cast<const char*>(g.w + (r + kPrefetchRows) * g.w_row_bytes);
   const int64_t bytes = n * static_cast<int64_t>(g.w_row_bytes);
   for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+}
+
+// Thread-local scratch of at least `bytes` for the i8mm copy's interleaved token pairs (grows,
+// never shrinks). Compiled here, outside the target pragmas, like every std:: template it uses.
+int8_t* PairScratch(size_t bytes) {
+  thread_local std::vector<int8_t> buf;
+  if (buf.size() < bytes) buf.resize(bytes);
+  return buf.data();
 }
 
 // ---- Q8_0 / Q8_1 activations in groups of 4 blocks ---------------------------------------------
@@ -438,13 +449,14 @@ static void PanelRows(const GemmArgs& g, const float* panel, int64_t kv, int64_t
 
 }  // namespace
 
-// ---- Integer dot-product kernels, once per dot instruction
-// ---------------------------------------
+// ---- Integer dot-product kernels, once per dot instruction --------------------------------------
 //
 // matmul_neon_int.inc holds the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K gemms written against
-// DotAcc; it is included twice, into namespace `base` (VMULL + VPADAL, baseline armv8-a) and
-// into `dot` under a dotprod target pragma (SDOT), so no function of the baseline copy, nor any
-// inline function shared with other files, is compiled for dotprod.
+// DotAcc and kMmla; it is included three times, into namespace `base` (VMULL + VPADAL, baseline
+// armv8-a), into `dot` under a dotprod target pragma (SDOT) and into `mmla` under a dotprod +
+// i8mm one (SDOT for single tokens, SMMLA tiles for pairs of tokens), so no function of the
+// baseline copy, nor any inline function shared with other files, is compiled for dotprod or
+// i8mm.
 
 namespace base {
 namespace {
@@ -453,6 +465,7 @@ static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
   acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(w), vget_low_s8(a)));
   return vpadalq_s16(acc, vmull_high_s8(w, a));
 }
+constexpr bool kMmla = false;
 }  // namespace
 #include "kernels/cpu/matmul_neon_int.inc"
 }  // namespace base
@@ -464,19 +477,42 @@ namespace {
 static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
   return vdotq_s32(acc, w, a);
 }
+constexpr bool kMmla = false;
 }  // namespace
 #include "kernels/cpu/matmul_neon_int.inc"
 }  // namespace dot
 #pragma GCC pop_options
 
-void FillNeonKernels(KernelTable* t, bool dotprod) {
+// FEAT_I8MM is optional from armv8.2-a and mandatory from armv8.6-a; every core that has it
+// (Neoverse V1 / N2 / V2, Cortex-A510 / A710 / X2 and later) has dotprod too, and the copy
+// is installed only where both are reported.
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod+i8mm")
+namespace mmla {
+namespace {
+static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
+  return vdotq_s32(acc, w, a);
+}
+constexpr bool kMmla = true;
+}  // namespace
+#include "kernels/cpu/matmul_neon_int.inc"
+}  // namespace mmla
+#pragma GCC pop_options
+
+void FillNeonKernels(KernelTable* t, NeonIntDot copy) {
   t->f32 = {FloatGemm<FKind::kF32>, nullptr, F32RowBytes};
   t->f16 = {FloatGemm<FKind::kF16>, nullptr, F32RowBytes};
   t->bf16 = {FloatGemm<FKind::kBF16>, nullptr, F32RowBytes};
-  if (dotprod) {
-    dot::FillIntKernels(t);
-  } else {
-    base::FillIntKernels(t);
+  switch (copy) {
+    case NeonIntDot::kBaseline:
+      base::FillIntKernels(t);
+      break;
+    case NeonIntDot::kDotProd:
+      dot::FillIntKernels(t);
+      break;
+    case NeonIntDot::kI8mm:
+      mmla::FillIntKernels(t);
+      break;
   }
   t->fp8 = {ScaledGemm<false>, nullptr, F32RowBytes};
   t->fp4 = {ScaledGemm<true>, nullptr, F32RowBytes};

@@ -737,49 +737,167 @@ TEST(IsaTest, NeonIsTheArmLevelAndNoWeightTypeFallsBackToScalarThere) {
 }
 
 #if defined(__aarch64__)
-// The NEON integer kernels have two copies, VMULL + VPADAL (baseline armv8-a) and SDOT
-// (dotprod); both fold the same exact integer block sums into the same float lanes, so they give
-// the same bits, for decode and prefill tiles and a last group of fewer than 4 blocks. Runs where
-// the CPU has dotprod (qemu's default CPU does); elsewhere the baseline copy is the one MatMul
-// uses and MatMulTest covers it.
-TEST(IsaTest, NeonDotProdAndBaselineCopiesGiveTheSameBits) {
-  if ((getauxval(AT_HWCAP) & HWCAP_ASIMDDP) == 0) GTEST_SKIP() << "no dotprod here";
-  internal::KernelTable base, dot;
-  internal::FillNeonKernels(&base, false);
-  internal::FillNeonKernels(&dot, true);
-  std::mt19937 rng(41);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (const DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    const internal::TypeKernels& kb = internal::KernelsForType(base, t);
-    const internal::TypeKernels& kd = internal::KernelsForType(dot, t);
-    ASSERT_NE(kb.gemm, kd.gemm);
-    const int64_t rows = 13, cols = tensor::BlockSize(t) == 32 ? 224 : 512;  // 7 blocks of 32
-    const std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
-    for (const int64_t n : {1, 6}) {
-      std::vector<float> x(static_cast<size_t>(n * cols));
-      for (auto& v : x) v = normal(rng);
-      std::vector<uint8_t> act(kb.act_row_bytes(cols) * n);
-      for (int64_t i = 0; i < n; ++i)
-        kb.quantize(x.data() + i * cols, act.data() + i * kb.act_row_bytes(cols), cols);
-      std::vector<float> yb(static_cast<size_t>(n * rows), NAN), yd(yb.size(), NAN);
-      internal::GemmArgs g{};
-      g.w = w.data();
-      g.w_row_bytes = w.size() / rows;
-      g.a = act.data();
-      g.a_row_bytes = kb.act_row_bytes(cols);
-      g.k = cols;
-      g.num_tokens = n;
-      g.y_stride = rows;
-      g.row_begin = 0;
-      g.row_end = rows;
-      g.y = yb.data();
-      kb.gemm(g);
-      g.y = yd.data();
-      kd.gemm(g);
-      EXPECT_EQ(0, std::memcmp(yb.data(), yd.data(), yb.size() * sizeof(float)))
-          << TypeName(t) << " tokens " << n;
+// The NEON integer copies this CPU can run (matmul_internal.h's NeonIntDot), lowest first.
+std::vector<internal::NeonIntDot> NeonIntCopies() {
+  std::vector<internal::NeonIntDot> copies = {internal::NeonIntDot::kBaseline};
+  const bool dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  if (dot) copies.push_back(internal::NeonIntDot::kDotProd);
+  if (dot && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0)
+    copies.push_back(internal::NeonIntDot::kI8mm);
+  return copies;
+}
+
+const char* NeonIntCopyName(internal::NeonIntDot c) {
+  return c == internal::NeonIntDot::kI8mm      ? "i8mm"
+         : c == internal::NeonIntDot::kDotProd ? "dotprod"
+                                               : "baseline";
+}
+
+// MatMul's NEON table holds the best copy the CPU reports (qemu-aarch64's default CPU "max" has
+// i8mm, -cpu neoverse-n1 dotprod only, -cpu cortex-a53 neither), and NeonUsesDotProd /
+// NeonUsesI8mm say which; the line printed tells a run under qemu which copy it exercised.
+TEST(IsaTest, NeonIntegerKernelsAreTheBestCopyTheCpuReports) {
+  const std::vector<internal::NeonIntDot> copies = NeonIntCopies();
+  const internal::NeonIntDot best = copies.back();
+  EXPECT_EQ(NeonUsesDotProd(), best != internal::NeonIntDot::kBaseline);
+  EXPECT_EQ(NeonUsesI8mm(), best == internal::NeonIntDot::kI8mm);
+  const internal::KernelTable& used = internal::KernelsForIsa(static_cast<int>(Isa::kNeon));
+  for (const internal::NeonIntDot c : copies) {
+    internal::KernelTable t;
+    internal::FillNeonKernels(&t, c);
+    for (const DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+      EXPECT_EQ(internal::KernelsForType(used, type).gemm == internal::KernelsForType(t, type).gemm,
+                c == best)
+          << NeonIntCopyName(c) << " " << TypeName(type);
+  }
+  std::printf("[ INFO     ] NEON integer kernels: MatMul uses the %s copy\n",
+              NeonIntCopyName(best));
+}
+
+// Weights of the largest magnitudes the integer sums see: every quant at its extreme (Q4_0 -8,
+// Q4_1 15, Q8_0 -128, Q4_K 15 with 6-bit scales and mins of 63, Q6_K -32 with scales of -128),
+// in even rows; the odd rows keep RandomWeights' values. The fp16 scales stay as they are.
+void MakeEvenRowsExtreme(DType t, int64_t rows, int64_t cols, std::vector<uint8_t>* w) {
+  const int64_t row_bytes = static_cast<int64_t>(w->size()) / rows;
+  const size_t bb = tensor::BlockBytes(t);
+  for (int64_t r = 0; r < rows; r += 2) {
+    for (int64_t b = 0; b < cols / tensor::BlockSize(t); ++b) {
+      uint8_t* p = w->data() + r * row_bytes + b * static_cast<int64_t>(bb);
+      switch (t) {
+        case DType::kQ4_0:
+          std::memset(p + 2, 0x00, 16);
+          break;
+        case DType::kQ4_1:
+          std::memset(p + 4, 0xff, 16);
+          break;
+        case DType::kQ8_0:
+          std::memset(p + 2, 0x80, 32);
+          break;
+        case DType::kQ4_K:
+          std::memset(p + 4, 0xff, bb - 4);  // scales and nibbles
+          break;
+        case DType::kQ6_K:
+          std::memset(p, 0x00, 192);       // ql, qh: q = -32
+          std::memset(p + 192, 0x80, 16);  // scales -128
+          break;
+        default:
+          FAIL() << TypeName(t);
+      }
     }
   }
+}
+
+// The NEON integer kernels have three copies, VMULL + VPADAL (baseline armv8-a), SDOT (dotprod)
+// and SDOT + SMMLA (i8mm, 2 x 2 tiles from 2 tokens on); all fold the same exact integer block
+// sums into the same float lanes, so they give the same bits: for decode and prefill tiles
+// (1 to 9 tokens, odd counts leaving a single token beside the pairs, and 67, past one chunk of
+// 64), odd row counts (the single last row), a last group of fewer than 4 blocks, on random and
+// on extreme weights and activations (all +-127 after quantizing, or all zero). Compares every
+// copy the CPU has with the baseline one; skips where that is the baseline alone (qemu's default
+// CPU has all three).
+TEST(IsaTest, NeonIntegerCopiesGiveTheSameBits) {
+  const std::vector<internal::NeonIntDot> copies = NeonIntCopies();
+  if (copies.size() == 1) GTEST_SKIP() << "no dotprod here";
+  std::vector<internal::KernelTable> tables(copies.size());
+  for (size_t c = 0; c < copies.size(); ++c) internal::FillNeonKernels(&tables[c], copies[c]);
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Shape {
+    int64_t rows, blocks;
+  };
+  for (const DType t : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const internal::TypeKernels& kb = internal::KernelsForType(tables[0], t);
+    for (size_t c = 1; c < copies.size(); ++c)
+      ASSERT_NE(kb.gemm, internal::KernelsForType(tables[c], t).gemm) << NeonIntCopyName(copies[c]);
+    const bool k_quant = tensor::BlockSize(t) == 256;
+    // 32-element types: 7 blocks (a last group of 3), 1, 4 (one whole group), 9; K-quants: 2, 1, 3.
+    const std::vector<Shape> shapes = k_quant ? std::vector<Shape>{{13, 2}, {2, 1}, {5, 3}}
+                                              : std::vector<Shape>{{13, 7}, {2, 1}, {6, 4}, {3, 9}};
+    for (const Shape& shape : shapes) {
+      const int64_t rows = shape.rows, cols = shape.blocks * tensor::BlockSize(t);
+      for (const bool extreme : {false, true}) {
+        std::vector<uint8_t> w = RandomWeights(t, rows, cols, &rng);
+        if (extreme) MakeEvenRowsExtreme(t, rows, cols, &w);
+        for (const int64_t n : {1, 2, 3, 4, 5, 6, 7, 9, 67}) {
+          if (k_quant && n > 9 && shape.rows < 13) continue;  // keeps qemu's time down
+          std::vector<float> x(static_cast<size_t>(n * cols));
+          for (int64_t i = 0; i < n; ++i) {
+            for (int64_t j = 0; j < cols; ++j) {
+              float& v = x[static_cast<size_t>(i * cols + j)];
+              if (!extreme) {
+                v = normal(rng);
+              } else {  // token by token: all +100, alternating +-100, all 0
+                v = i % 3 == 0 ? 100.0f : i % 3 == 1 ? ((j & 1) ? -100.0f : 100.0f) : 0.0f;
+              }
+            }
+          }
+          const size_t act_bytes = kb.act_row_bytes(cols);
+          std::vector<uint8_t> act(act_bytes * static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i)
+            kb.quantize(x.data() + i * cols, act.data() + i * act_bytes, cols);
+          internal::GemmArgs g{};
+          g.w = w.data();
+          g.w_row_bytes = w.size() / rows;
+          g.a = act.data();
+          g.a_row_bytes = act_bytes;
+          g.k = cols;
+          g.num_tokens = n;
+          g.y_stride = rows;
+          g.row_begin = 0;
+          g.row_end = rows;
+          std::vector<float> yb(static_cast<size_t>(n * rows), NAN);
+          g.y = yb.data();
+          kb.gemm(g);
+          for (size_t c = 1; c < copies.size(); ++c) {
+            std::vector<float> yc(yb.size(), NAN);
+            g.y = yc.data();
+            internal::KernelsForType(tables[c], t).gemm(g);
+            EXPECT_EQ(0, std::memcmp(yb.data(), yc.data(), yb.size() * sizeof(float)))
+                << TypeName(t) << " " << NeonIntCopyName(copies[c]) << " rows " << rows << " cols "
+                << cols << " tokens " << n << (extreme ? " extreme" : " random");
+          }
+          // Row ranges that start on an odd row (a thread's share) give the same outputs.
+          if (rows >= 3) {
+            for (size_t c = 0; c < copies.size(); ++c) {
+              std::vector<float> yc(yb.size(), NAN);
+              g.y = yc.data();
+              g.row_begin = 1;
+              internal::KernelsForType(tables[c], t).gemm(g);
+              g.row_begin = 0;
+              for (int64_t i = 0; i < n; ++i)
+                for (int64_t r = 1; r < rows; ++r)
+                  ASSERT_EQ(yb[i * rows + r], yc[i * rows + r])
+                      << TypeName(t) << " " << NeonIntCopyName(copies[c]) << " token " << i
+                      << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+  std::printf("[ INFO     ] NEON integer copies compared:");
+  for (const internal::NeonIntDot c : copies) std::printf(" %s", NeonIntCopyName(c));
+  std::printf("\n");
 }
 #endif
 
