@@ -716,9 +716,17 @@ __attribute__((target("avx2,fma"))) void DenseAttendAvx2(const float* q, int64_t
   DenseAttendTiled<v8, 6>(q, q_stride, rows, packed, n, D, scale, scratch, out, out_stride);
 }
 #endif
+// 4-lane vectors: SSE2 on x86 (16 registers: a 4 x 2 tile), NEON on aarch64, whose 32 registers
+// hold AVX-512's 8 x 2 tile (16 accumulators, 2 key vectors and the broadcasts). The tile's rows
+// only group the work: every output sums in the same order whatever R is.
 void DenseAttendPortable(const float* q, int64_t q_stride, int rows, const float* packed, int n,
                          int D, float scale, float* scratch, float* out, int64_t out_stride) {
-  DenseAttendTiled<v4, 4>(q, q_stride, rows, packed, n, D, scale, scratch, out, out_stride);
+#if defined(__aarch64__)
+  constexpr int kRows = 8;
+#else
+  constexpr int kRows = 4;
+#endif
+  DenseAttendTiled<v4, kRows>(q, q_stride, rows, packed, n, D, scale, scratch, out, out_stride);
 }
 
 }  // namespace
