@@ -131,7 +131,7 @@ void RegisterServe(CLI::App& app, int* exit_code) {
            flags->options.engine.speculative_tokens = n;
            flags->speculative_tokens_given = true;
          },
-         "draft tokens per step (unconstrained requests; 0: off): MTP's chain, default 1; a "
+         "draft tokens per step (structured outputs too; 0: off): MTP's chain, default 1; a "
          "cap on DSpark's block, default the whole block")
       ->check(CLI::Range(0, engine::kMaxSpeculativeTokens));
   cmd->add_option("--speculative-method", flags->speculative_method,

@@ -76,10 +76,15 @@ const char* ConstraintKindName(ConstraintKind kind) {
 
 class CompiledConstraint {
  public:
-  CompiledConstraint(xgrammar::CompiledGrammar grammar, int32_t logits_size)
-      : grammar(std::move(grammar)), logits_size(logits_size) {}
+  CompiledConstraint(xgrammar::CompiledGrammar grammar, int32_t logits_size,
+                     std::shared_ptr<const std::vector<bool>> refused)
+      : grammar(std::move(grammar)), logits_size(logits_size), refused(std::move(refused)) {}
   const xgrammar::CompiledGrammar grammar;
   const int32_t logits_size;
+  // [logits_size]: the control tokens that are not end tokens, which no grammar accepts.
+  // ConstraintMatcher::Accept refuses them itself: xgrammar would log a warning for each (a
+  // speculative draft can be one).
+  const std::shared_ptr<const std::vector<bool>> refused;
 };
 
 // Bounds on what a client may ask to compile (compile time grows with size, superlinearly for
@@ -92,10 +97,14 @@ constexpr size_t kMaxChoices = 4096;
 constexpr int64_t kCompileCacheBytes = int64_t{256} << 20;
 
 struct GrammarCompiler::Impl {
-  explicit Impl(const xgrammar::TokenizerInfo& info, int num_threads)
-      : info(info), compiler(info, num_threads, /*cache_enabled=*/true, kCompileCacheBytes) {}
+  Impl(const xgrammar::TokenizerInfo& info, int num_threads,
+       std::shared_ptr<const std::vector<bool>> refused)
+      : info(info),
+        compiler(info, num_threads, /*cache_enabled=*/true, kCompileCacheBytes),
+        refused(std::move(refused)) {}
   const xgrammar::TokenizerInfo info;  // structural tags resolve token references through it
   xgrammar::GrammarCompiler compiler;
+  const std::shared_ptr<const std::vector<bool>> refused;  // CompiledConstraint::refused
   // Scratch for Compile's first-token probe, one per calling thread.
   static uint32_t* probe_mask(const ConstraintMatcher& m) {
     thread_local std::vector<uint32_t> mask;
@@ -129,8 +138,14 @@ std::unique_ptr<GrammarCompiler> GrammarCompiler::Create(const tokenizer::Tokeni
   }
   xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, logits_size, stop,
                                /*add_prefix_space=*/false);
-  return std::unique_ptr<GrammarCompiler>(
-      new GrammarCompiler(std::make_unique<Impl>(info, std::max(1, num_threads)), logits_size));
+  auto refused = std::make_shared<std::vector<bool>>(static_cast<size_t>(logits_size), false);
+  for (int32_t id : info.GetSpecialTokenIds()) {
+    if (id >= 0 && id < logits_size && std::find(stop.begin(), stop.end(), id) == stop.end()) {
+      (*refused)[static_cast<size_t>(id)] = true;
+    }
+  }
+  return std::unique_ptr<GrammarCompiler>(new GrammarCompiler(
+      std::make_unique<Impl>(info, std::max(1, num_threads), std::move(refused)), logits_size));
 }
 
 namespace {
@@ -404,7 +419,7 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> GrammarCompiler::Compi
     // Cached by the grammar's text: a repeated schema is converted again (about a millisecond)
     // but its token tables are computed once.
     auto compiled = std::make_shared<const CompiledConstraint>(
-        impl_->compiler.CompileGrammar(grammar), logits_size_);
+        impl_->compiler.CompileGrammar(grammar), logits_size_, impl_->refused);
     // A grammar that allows no first token ("root ::= root") is refused here rather than
     // failing the request after it started.
     if (ConstraintMatcher probe(compiled); probe.FillMask(impl_->probe_mask(probe)) == 0) {
@@ -458,7 +473,8 @@ int32_t ConstraintMatcher::FillMask(uint32_t* mask) {
 }
 
 bool ConstraintMatcher::Accept(int32_t token) {
-  if (token < 0 || token >= impl_->compiled->logits_size || impl_->matcher.IsTerminated()) {
+  if (token < 0 || token >= impl_->compiled->logits_size || impl_->matcher.IsTerminated() ||
+      (*impl_->compiled->refused)[static_cast<size_t>(token)]) {
     return false;
   }
   return impl_->matcher.AcceptToken(token);

@@ -207,6 +207,7 @@ TEST_P(ConstraintTest, TheEnginesEndTokensEndACompletedGrammar) {
   std::vector<uint32_t> mask(static_cast<size_t>(m.MaskWords()));
   m.FillMask(mask.data());
   EXPECT_FALSE(Allowed(mask, extra));  // not before the grammar is complete
+  EXPECT_FALSE(m.Accept(extra));
   Walk(m, "ok");
   ASSERT_GT(m.FillMask(mask.data()), 0);
   EXPECT_TRUE(Allowed(mask, extra));
@@ -222,6 +223,10 @@ TEST_P(ConstraintTest, ControlTokensNeverMatchGrammarText) {
   for (int32_t id = 0; id < tok_->vocab_size(); ++id) {
     if (tok_->IsSpecial(id)) {
       EXPECT_FALSE(Allowed(mask, id)) << id;
+      // Refused without a word from xgrammar (a speculative draft can be one).
+      testing::internal::CaptureStderr();
+      EXPECT_FALSE(m.Accept(id)) << id;
+      EXPECT_EQ(testing::internal::GetCapturedStderr(), "") << id;
     }
   }
 }

@@ -145,8 +145,9 @@ void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
     Sequence& seq = *p.seq;
     if (seq.finish != FinishReason::kNone || seq.num_uncomputed() != 1) continue;
     // A thinking budget forces its end token on the first sampling row only (Executor::Sample),
-    // so budgeted requests take no drafts, as with MTP.
-    if (!seq.req.speculative || seq.req.reasoning_budget >= 0 ||
+    // so budgeted requests take no drafts, as with MTP; nor do prompt-logprob requests
+    // (docs/api.md).
+    if (!seq.req.speculative || seq.req.reasoning_budget >= 0 || seq.req.prompt_logprobs >= 0 ||
         seq.num_generated + 1 >= seq.req.max_tokens) {
       continue;
     }

@@ -95,8 +95,8 @@ class MtpDrafter final : public Drafter {
 };
 
 // Drafts with DeepSeek-V4.1's DSpark stages (arch::DraftHeads::DsparkPropose): one block per
-// sequence that is ready to decode, wants drafts (speculative, no thinking budget, room for one
-// more token) and was in the step; its first num_spec_tokens guesses become the drafts,
+// sequence that is ready to decode, wants drafts (speculative, no thinking budget nor prompt
+// logprobs, room for one more token) and was in the step; its first num_spec_tokens guesses become the drafts,
 // cut before the first whose confidence is below confidence_threshold (0: never). The stages'
 // windows are written by the main forward pass itself (EnableDspark), so rejected drafts leave
 // nothing to undo here.
