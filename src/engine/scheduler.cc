@@ -164,6 +164,15 @@ void Scheduler::PreemptNewest() {
   victim->num_computed = 0;
   victim->drafts.clear();
   ++counters_.num_preemptions;
+  // Only the front of the queue holds blocks while it waits (the prefix LookUpPrefix matched):
+  // the one it displaces lets them go, to match them again when it is the front. Otherwise
+  // every preemption could leave one more waiting holder, until the pool is full of blocks no
+  // running sequence uses and FitWaiting fails a request that fits alone.
+  if (!waiting_.empty()) {
+    Sequence& front = *waiting_.front();
+    FreeBlocks(blocks_, window_, front);
+    front.num_computed = 0;
+  }
   waiting_.push_front(std::move(victim));
 }
 

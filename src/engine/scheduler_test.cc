@@ -234,6 +234,23 @@ TEST_F(SchedulerTest, PreemptsTheNewestSequenceWhenBlocksRunOut) {
   EXPECT_EQ(again.seqs[0].num_logits, 1);
 }
 
+// Preempted sequences go back to the front of the queue, where each looks up its prefix and
+// holds the matched blocks while it waits. Only the front may hold them: with several waiting
+// holders, the pool could fill with blocks no running sequence uses, and a request that fits
+// alone failed with kv_cache_exhausted (found on V4.1: 64 chats in an 800-token cache).
+TEST_F(SchedulerTest, ManyPreemptionsWithSharedPrefixesNeverStrandTheQueue) {
+  Make(16);  // 64 token slots; each request needs up to 40
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 12; ++i) streams.push_back(Add(12, 28, /*seed=*/i % 3));
+  for (int step = 0; step < 5000 && scheduler_->num_waiting() + scheduler_->num_running() > 0;
+       ++step) {
+    Apply(Schedule());
+  }
+  EXPECT_GT(scheduler_->counters().num_preemptions, 0);
+  for (auto& s : streams) EXPECT_EQ(Final(*s).finish, FinishReason::kLength);
+  EXPECT_EQ(blocks_->num_in_use(), 0);
+}
+
 TEST_F(SchedulerTest, PrefixCacheHitsReduceScheduledTokens) {
   Make(64);
   auto first = Add(10, 1, /*seed=*/0);
