@@ -189,6 +189,7 @@ engine::GenerateRequest MakeEngineRequest(const GenerationParams& params,
   r.sampling = params.sampling;
   if (r.sampling.has_seed) r.sampling.seed += static_cast<uint64_t>(choice_index);
   r.max_tokens = max_tokens;
+  r.min_tokens = std::min(params.min_tokens, max_tokens);
   r.stop_token_ids = params.stop_token_ids;
   r.ignore_eos = params.ignore_eos;
   r.speculative = params.speculative;

@@ -179,7 +179,8 @@ absl::Status EngineImpl::Init() {
       checkpointer_->Preload();  // the engine thread does not run yet: the caches are its own
     }
   }
-  executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0 && !dspark_);
+  executor_ = std::make_unique<Executor>(*lm_, kv_, *pool_, spec_tokens_ > 0 && !dspark_,
+                                         model_.tokenizer.eog_ids);
   if (spec_tokens_ > 0 && dspark_) {
     drafter_ = std::make_unique<DsparkDrafter>(*lm_, kv_, *pool_, spec_tokens_,
                                                options_.dspark_confidence_threshold);

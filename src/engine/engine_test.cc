@@ -119,6 +119,31 @@ TEST_F(EngineTest, GreedyOutputEqualsTheReference) {
   EXPECT_EQ(r.final.completion_tokens, static_cast<int32_t>(r.tokens.size()));
 }
 
+// min_tokens (vLLM) holds back the stop tokens: a request that would stop on its first token
+// generates at least min_tokens, none of them a stop token, then may stop.
+TEST_F(EngineTest, MinTokensHoldsBackStopTokensUntilReached) {
+  auto engine = MakeEngine();
+  const std::vector<int32_t> want = Expected(sequences_[0]);
+  ASSERT_GE(want.size(), 4u);
+  GenerateRequest r = Greedy(sequences_[0]);
+  r.max_tokens = 12;
+  r.stop_token_ids = {want[0]};  // greedy decoding's first token stops it at once
+  auto stopped = engine->Submit(r);
+  ASSERT_TRUE(stopped.ok());
+  Result plain = Drain(**stopped);
+  EXPECT_TRUE(plain.tokens.empty());
+  EXPECT_EQ(plain.final.finish, FinishReason::kStop);
+  r.min_tokens = 3;
+  auto held = engine->Submit(r);
+  ASSERT_TRUE(held.ok());
+  Result got = Drain(**held);
+  ASSERT_GE(got.tokens.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NE(got.tokens[i], want[0]) << i;
+  for (int32_t id : model_->tokenizer.eog_ids) {
+    for (size_t i = 0; i < 3; ++i) EXPECT_NE(got.tokens[i], id) << i;
+  }
+}
+
 TEST_F(EngineTest, ConcurrentRequestsMatchTheirSoloOutputs) {
   EngineOptions opt;
   opt.prefill_budget = 9;  // forces chunked prefill mixed with decodes

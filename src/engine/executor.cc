@@ -13,12 +13,14 @@
 namespace deepinfer::engine {
 
 Executor::Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool,
-                   bool keep_hidden, int64_t encoder_cache_bytes)
+                   bool keep_hidden, std::vector<int32_t> eog_ids,
+                   int64_t encoder_cache_bytes)
     : lm_(lm),
       kv_(kv),
       pool_(pool),
       keep_hidden_(keep_hidden),
       vocab_(lm.config().vocab),
+      eog_ids_(std::move(eog_ids)),
       spans_(lm.vision_tower(), encoder_cache_bytes) {}
 
 void Executor::Warmup(int32_t token, int32_t block, int32_t window_block) {
@@ -107,6 +109,18 @@ void Executor::ConstrainDraftRows(Sequence& seq, float* logits, int32_t num_draf
   seq.matcher->Rollback(advanced + (seq.matcher->IsTerminated() ? 1 : 0));
 }
 
+void Executor::HoldBackEnd(const Sequence& seq, float* logits) const {
+  if (seq.num_generated >= seq.req.min_tokens || seq.req.ignore_eos) return;
+  if (seq.matcher != nullptr && seq.matcher->IsCompleted()) return;  // the grammar's end
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  for (int32_t id : eog_ids_) {
+    if (id >= 0 && id < vocab_) logits[id] = kBanned;
+  }
+  for (int32_t id : seq.req.stop_token_ids) {
+    if (id >= 0 && id < vocab_) logits[id] = kBanned;
+  }
+}
+
 void Executor::ForceToken(int32_t token, float* logits) const {
   if (token < 0 || token >= vocab_) return;
   // -inf everywhere else: every sampling path then draws `token` (and reports its logprob as 0).
@@ -151,6 +165,7 @@ void Executor::Sample(const StepPlan& plan) {
     float* logits = logits_.data() + (row + p.num_logits - 1 - p.num_drafts) * vocab_;
     constraint::ConstraintMatcher* matcher = p.seq->matcher.get();
     if (matcher != nullptr) ConstrainDraftRows(*p.seq, logits, p.num_drafts);
+    HoldBackEnd(*p.seq, logits);  // no drafts until min_tokens: only row 0 can need it
     const bool budgeted = p.seq->req.reasoning_budget >= 0 && !p.seq->reasoning_closed;
     if (budgeted && p.seq->num_generated >= p.seq->req.reasoning_budget) {
       ForceToken(p.seq->req.reasoning_end_token, logits);

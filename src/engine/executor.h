@@ -22,8 +22,9 @@ class Executor {
   // `keep_hidden`: also fetch the final hidden states after each Forward (for MTP drafts;
   // REQUIRES then lm.draft_heads() non-null).
   // `encoder_cache_bytes`: the span rows of images kept for reuse (engine/image_spans.h).
+  // `eog_ids`: the model's end-of-generation tokens, which a request's min_tokens holds back.
   Executor(arch::CausalLm& lm, arch::KvCache& kv, util::ThreadPool& pool, bool keep_hidden,
-           int64_t encoder_cache_bytes = int64_t{1} << 30);
+           std::vector<int32_t> eog_ids, int64_t encoder_cache_bytes = int64_t{1} << 30);
 
   // Runs `plan` and returns one SeqOutput per planned sequence (valid until the next Run).
   // Each slice's sequence must have a sampler and KV blocks covering the slice.
@@ -54,6 +55,9 @@ class Executor {
   // state, row r <= num_drafts from its state after drafts [0, r). Leaves the matcher as it
   // was. Shapes: logits [num_drafts + 1, vocab].
   void ConstrainDraftRows(Sequence& seq, float* logits, int32_t num_drafts);
+  // Sets the logits of the end-of-generation tokens and `seq`'s stop_token_ids to -inf while
+  // it has generated fewer than min_tokens (and its grammar, if any, is not complete).
+  void HoldBackEnd(const Sequence& seq, float* logits) const;
   // Leaves `token` the only one that can be drawn from `logits` (a thinking budget's end).
   void ForceToken(int32_t token, float* logits) const;
   // Appends the prompt logprobs of slice `p`'s first num_prompt_logits rows (`rows`, [rows,
@@ -65,6 +69,7 @@ class Executor {
   util::ThreadPool& pool_;
   const bool keep_hidden_;
   const int32_t vocab_;
+  const std::vector<int32_t> eog_ids_;
   arch::ForwardBatch batch_;
   std::vector<int32_t> batch_tokens_;
   std::vector<float> logits_;

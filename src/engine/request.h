@@ -54,6 +54,10 @@ struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   int32_t max_tokens = 16;
+  // The model's end-of-generation tokens and stop_token_ids cannot be sampled before this many
+  // tokens were generated (vLLM's min_tokens), unless a constraint's grammar is complete (its
+  // end is an end). The request takes no speculative drafts until then.
+  int32_t min_tokens = 0;
   std::vector<int32_t> stop_token_ids;  // in addition to the model's end-of-generation ids
   bool ignore_eos = false;              // benchmarks: keep generating past end-of-generation
   // Speculative drafts for this request when the engine makes them (the body's

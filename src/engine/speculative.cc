@@ -54,6 +54,7 @@ bool MtpDrafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     if (n <= 0) continue;
     const bool decode_ready = seq.num_uncomputed() == 1;
     const bool wants = decode_ready && seq.req.speculative &&
+                       seq.num_generated >= seq.req.min_tokens &&
                        seq.req.reasoning_budget < 0 && seq.req.prompt_logprobs < 0 &&
                        seq.num_generated + 1 < seq.req.max_tokens;
     arch::SequenceSlice s;
@@ -148,6 +149,7 @@ void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
     // so budgeted requests take no drafts, as with MTP; nor do prompt-logprob requests
     // (docs/api.md).
     if (!seq.req.speculative || seq.req.reasoning_budget >= 0 || seq.req.prompt_logprobs >= 0 ||
+        seq.num_generated < seq.req.min_tokens ||
         seq.num_generated + 1 >= seq.req.max_tokens) {
       continue;
     }

@@ -313,6 +313,17 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
     }
     p->max_tokens = static_cast<int32_t>(*max_tokens);  // the second key wins
   }
+  std::optional<int64_t> min_tokens;
+  DI_RETURN_IF_ERROR(f.GetInt("min_tokens", &min_tokens));
+  if (min_tokens) {
+    if (*min_tokens < 0 || *min_tokens > std::numeric_limits<int32_t>::max()) {
+      return f.ValueError("min_tokens", "must be a non-negative integer");
+    }
+    if (p->max_tokens && *min_tokens > *p->max_tokens) {
+      return f.ValueError("min_tokens", "must be at most max_tokens");
+    }
+    p->min_tokens = static_cast<int32_t>(*min_tokens);
+  }
 
   if (const util::Json* stop = f.Find("stop")) {
     if (stop->is_string()) {

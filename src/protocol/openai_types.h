@@ -35,6 +35,9 @@ struct GenerationParams {
   std::string model;  // empty when the request did not name one
   int32_t n = 1;
   std::optional<int32_t> max_tokens;  // max_completion_tokens wins over max_tokens
+  // vLLM's min_tokens: end-of-generation and stop_token_ids tokens are held back until this
+  // many tokens were generated (engine::GenerateRequest::min_tokens). <= max_tokens.
+  int32_t min_tokens = 0;
   std::vector<std::string> stop;      // non-empty strings
   std::vector<int32_t> stop_token_ids;
   util::SamplingParams sampling;  // num_top_logprobs: -1 when logprobs are off

@@ -127,7 +127,7 @@ TEST(ParseChatRequestTest, ReadsEverySupportedField) {
     "temperature": 0, "top_p": 0.5, "top_k": 40, "min_p": 0.1, "seed": 7,
     "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1,
     "logprobs": true, "top_logprobs": 3, "logit_bias": {"5": -100, "9": 2.5}, "user": "u",
-    "ignore_eos": true, "stop_token_ids": [1, 2], "stream": true,
+    "ignore_eos": true, "stop_token_ids": [1, 2], "stream": true, "min_tokens": 4,
     "stream_options": {"include_usage": true}, "unknown_field": {"x": 1},
     "messages": [{"role": "system", "content": "s"},
                  {"role": "user", "content": [{"type": "text", "text": "a"},
@@ -138,6 +138,7 @@ TEST(ParseChatRequestTest, ReadsEverySupportedField) {
   const GenerationParams& p = r->params;
   EXPECT_EQ(p.n, 2);
   EXPECT_EQ(p.max_tokens, 20);  // max_completion_tokens wins
+  EXPECT_EQ(p.min_tokens, 4);
   EXPECT_EQ(p.stop, (std::vector<std::string>{"a", "bb"}));
   EXPECT_EQ(p.sampling.temperature, 0.0f);
   EXPECT_FLOAT_EQ(p.sampling.top_p, 0.5f);
@@ -578,6 +579,9 @@ TEST(ParseChatRequestTest, RejectsOutOfRangeValues) {
   EXPECT_EQ(RejectChat(body(R"("max_completion_tokens":-3)"), "max_completion_tokens"),
             "invalid_value");
   EXPECT_EQ(RejectChat(body(R"("max_tokens":1e300)"), "max_tokens"), "invalid_type");
+  EXPECT_EQ(RejectChat(body(R"("min_tokens":-1)"), "min_tokens"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("min_tokens":5,"max_tokens":4)"), "min_tokens"), "invalid_value");
+  EXPECT_EQ(RejectChat(body(R"("min_tokens":"2")"), "min_tokens"), "invalid_type");
   EXPECT_EQ(RejectChat(body(R"("top_logprobs":21,"logprobs":true)"), "top_logprobs"),
             "invalid_value");
   EXPECT_EQ(RejectChat(body(R"("top_logprobs":2)"), "top_logprobs"), "invalid_value");
