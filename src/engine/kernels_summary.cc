@@ -20,6 +20,10 @@ std::string MatMulKernelsSummary(const model::Model& model) {
     integer_dot = " (dotprod for the integer quants)";
   if (isa == kernels::Isa::kNeon && kernels::NeonUsesI8mm())
     integer_dot = " (dotprod and i8mm for the integer quants)";
+  if (isa == kernels::Isa::kNeon && kernels::NeonUsesSve())
+    integer_dot = kernels::NeonUsesI8mm()
+                      ? " (dotprod and i8mm for the integer quants, 256-bit SVE for Q4_0/Q4_1/Q8_0)"
+                      : " (dotprod for the integer quants, 256-bit SVE for Q4_0/Q4_1/Q8_0)";
   return fmt::format("ISA {}{}{}; by weight type: {}", kernels::IsaName(isa), integer_dot,
                      isa == cpu ? "" : fmt::format(" (the CPU has {}; DEEPINFER_ISA)",
                                                    kernels::IsaName(cpu)),

@@ -1,7 +1,9 @@
 // Advanced SIMD (NEON) kernels for aarch64: every weight type MatMul takes. Baseline armv8-a
 // (every aarch64 Linux CPU); the integer dot products have a second copy with SDOT (armv8.2-a
 // dotprod, HWCAP_ASIMDDP) and a third that adds SMMLA tiles for 2 or more tokens (i8mm,
-// HWCAP2_I8MM), which FillNeonKernels installs only where getauxval reports them.
+// HWCAP2_I8MM), which FillNeonKernels installs only where getauxval reports them. Where SVE's
+// vectors are 256 bits wide, the second and third copies' Q4_0 / Q4_1 / Q8_0 tiles other than
+// SMMLA's have SVE versions (matmul_neon_sve.inc).
 // Everything here has internal linkage (see matmul_internal.h).
 //
 // 32-element formats (Q4_0, Q4_1, Q8_0) times Q8_0 / Q8_1 activations, repacked per group of 4
@@ -15,7 +17,7 @@
 // [b0, b1, b2, b3] (SMMLA's 2x2 tiles of blocks 0-3 are transposed into the same vectors),
 // converted to f32 and multiplied by d_w * d_x with one FMA: lane j accumulates the blocks
 // b = j mod 4 of the row, whichever copy computed the integers, so the three copies give the
-// same bits.
+// same bits (SVE's 256-bit SDOT sums the same integers, matmul_neon_sve.inc).
 //
 // K-quants (Q4_K, Q6_K) times ggml's BlockQ8_K: per 256-element block the integer sum of each
 // 32 (Q4_K) or 16 (Q6_K) elements times its sub-block scale, as the scalar path (Q6_K's weights
@@ -37,6 +39,7 @@
 #endif
 
 #include <arm_neon.h>
+#include <arm_sve.h>
 
 #include <cmath>
 #include <cstring>
@@ -452,11 +455,12 @@ static void PanelRows(const GemmArgs& g, const float* panel, int64_t kv, int64_t
 // ---- Integer dot-product kernels, once per dot instruction --------------------------------------
 //
 // matmul_neon_int.inc holds the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K gemms written against
-// DotAcc and kMmla; it is included three times, into namespace `base` (VMULL + VPADAL, baseline
+// DotAcc and kMmla; it is included five times, into namespace `base` (VMULL + VPADAL, baseline
 // armv8-a), into `dot` under a dotprod target pragma (SDOT) and into `mmla` under a dotprod +
-// i8mm one (SDOT for single tokens, SMMLA tiles for pairs of tokens), so no function of the
-// baseline copy, nor any inline function shared with other files, is compiled for dotprod or
-// i8mm.
+// i8mm one (SDOT for single tokens, SMMLA tiles for pairs of tokens), then into `sve` and
+// `svemmla` with SVE added (DI_NEON_INT_SVE: their Q4_0 / Q4_1 / Q8_0 tiles other than SMMLA's
+// are SVE's; only those three types), so no function of the baseline copy, nor any inline
+// function shared with other files, is compiled for dotprod, i8mm or SVE.
 
 namespace base {
 namespace {
@@ -499,6 +503,44 @@ constexpr bool kMmla = true;
 }  // namespace mmla
 #pragma GCC pop_options
 
+// SVE (FEAT_SVE, armv8.2-a on) has its own SDOT; the copies are the dotprod and i8mm ones with
+// SVE Q4_0 / Q4_1 / Q8_0 tiles, so they need dotprod (and i8mm) too. Installed only where the
+// vectors are 256 bits (matmul_neon_sve.inc): at 256 bits, Neoverse V1's SVE pipes are two
+// 256-bit ones against four 128-bit NEON ones, the same width, so SVE saves instructions per
+// block, not lanes; SMMLA's 2 x 2 tiles do twice SDOT's multiplies per instruction, so with i8mm
+// prefill keeps them (SVE's own SMMLA would need another activation layout).
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod+sve")
+namespace sve {
+namespace {
+static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
+  return vdotq_s32(acc, w, a);
+}
+constexpr bool kMmla = false;
+#define DI_NEON_INT_SVE 1
+}  // namespace
+#include "kernels/cpu/matmul_neon_int.inc"
+#undef DI_NEON_INT_SVE
+}  // namespace sve
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod+i8mm+sve")
+namespace svemmla {
+namespace {
+static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
+  return vdotq_s32(acc, w, a);
+}
+constexpr bool kMmla = true;
+#define DI_NEON_INT_SVE 1
+}  // namespace
+#include "kernels/cpu/matmul_neon_int.inc"
+#undef DI_NEON_INT_SVE
+}  // namespace svemmla
+
+int SveVectorBytes() { return static_cast<int>(svcntb()); }
+#pragma GCC pop_options
+
 void FillNeonKernels(KernelTable* t, NeonIntDot copy) {
   t->f32 = {FloatGemm<FKind::kF32>, nullptr, F32RowBytes};
   t->f16 = {FloatGemm<FKind::kF16>, nullptr, F32RowBytes};
@@ -512,6 +554,14 @@ void FillNeonKernels(KernelTable* t, NeonIntDot copy) {
       break;
     case NeonIntDot::kI8mm:
       mmla::FillIntKernels(t);
+      break;
+    case NeonIntDot::kSve:
+      dot::FillIntKernels(t);
+      sve::FillIntKernels(t);
+      break;
+    case NeonIntDot::kSveI8mm:
+      mmla::FillIntKernels(t);
+      svemmla::FillIntKernels(t);
       break;
   }
   t->fp8 = {ScaledGemm<false>, nullptr, F32RowBytes};
