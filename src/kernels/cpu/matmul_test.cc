@@ -794,7 +794,7 @@ TEST(IsaTest, NeonIntegerKernelsAreTheBestCopyTheCpuReports) {
   }
   // The copy whose K-quant kernels `c` uses.
   const auto k_quants_of = [](NeonIntDot c) {
-    return c == NeonIntDot::kSve ? NeonIntDot::kDotProd
+    return c == NeonIntDot::kSve       ? NeonIntDot::kDotProd
            : c == NeonIntDot::kSveI8mm ? NeonIntDot::kI8mm
                                        : c;
   };
@@ -802,7 +802,8 @@ TEST(IsaTest, NeonIntegerKernelsAreTheBestCopyTheCpuReports) {
   for (const NeonIntDot c : copies) {
     internal::KernelTable t;
     internal::FillNeonKernels(&t, c);
-    for (const DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (const DType type :
+         {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
       const bool k_quant = tensor::BlockSize(type) == 256;
       const bool same = k_quant ? k_quants_of(c) == k_quants_of(best) : c == best;
       EXPECT_EQ(internal::KernelsForType(used, type).gemm == internal::KernelsForType(t, type).gemm,
@@ -865,7 +866,8 @@ TEST(IsaTest, NeonIntegerCopiesGiveTheSameBits) {
   // Whether copy c's kernel for t is a lower copy's (the SVE copies' K-quant kernels).
   const auto repeated = [&](size_t c, DType t) {
     for (size_t l = 0; l < c; ++l)
-      if (internal::KernelsForType(tables[l], t).gemm == internal::KernelsForType(tables[c], t).gemm)
+      if (internal::KernelsForType(tables[l], t).gemm ==
+          internal::KernelsForType(tables[c], t).gemm)
         return true;
     return false;
   };
