@@ -21,8 +21,9 @@ namespace deepinfer::kernels {
 // Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it); every weight type
 // MatMul accepts has a NEON kernel, and the integer ones use SDOT where the CPU has dotprod
 // (HWCAP_ASIMDDP) and, for 2 or more tokens, SMMLA where it has i8mm too (HWCAP2_I8MM); where
-// it has SVE with 256-bit vectors too (Graviton 3), Q4_0 / Q4_1 / Q8_0 use SVE's SDOT outside
-// SMMLA's tiles; the same results as the baseline copy, bit for bit.
+// it has SVE with 256-bit vectors too (Graviton 3), Q4_0 / Q4_1 / Q8_0 use SVE's SDOT for single
+// tokens (without i8mm, for every token count); the same results as the baseline copy, bit for
+// bit.
 // A level's missing kernels come from LowerIsa's: kAvx512 -> kAvx2 -> kScalar, kNeon -> kScalar.
 enum class Isa { kScalar, kAvx2, kAvx512, kNeon };
 inline constexpr int kNumIsas = 4;

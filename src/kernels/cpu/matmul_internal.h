@@ -93,9 +93,9 @@ void FillAvx2VnniKernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
 // The copies of the NEON integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K), by the dot
 // instruction they use: VMULL + VPADAL (baseline armv8-a), SDOT (dotprod), or SDOT for single
-// tokens and SMMLA for pairs of tokens (dotprod + i8mm). kSve and kSveI8mm are kDotProd and
-// kI8mm whose Q4_0 / Q4_1 / Q8_0 tiles other than SMMLA's use SVE's SDOT on 256-bit vectors
-// (matmul_neon_sve.inc). All five give the same bits.
+// tokens and SMMLA for pairs of tokens (dotprod + i8mm). kSve is kDotProd with Q4_0 / Q4_1 /
+// Q8_0 tiles using SVE's SDOT on 256-bit vectors (matmul_neon_sve.inc); kSveI8mm is kI8mm whose
+// Q4_0 / Q4_1 / Q8_0 gemms take single tokens through kSve's. All five give the same bits.
 enum class NeonIntDot { kBaseline, kDotProd, kI8mm, kSve, kSveI8mm };
 // aarch64 only (matmul_neon.cc): every type, the integer ones from `copy`.
 // REQUIRES: the CPU has what `copy` uses (kDotProd: HWCAP_ASIMDDP; kI8mm: that and HWCAP2_I8MM;

@@ -2,8 +2,8 @@
 // (every aarch64 Linux CPU); the integer dot products have a second copy with SDOT (armv8.2-a
 // dotprod, HWCAP_ASIMDDP) and a third that adds SMMLA tiles for 2 or more tokens (i8mm,
 // HWCAP2_I8MM), which FillNeonKernels installs only where getauxval reports them. Where SVE's
-// vectors are 256 bits wide, the second and third copies' Q4_0 / Q4_1 / Q8_0 tiles other than
-// SMMLA's have SVE versions (matmul_neon_sve.inc).
+// vectors are 256 bits wide, Q4_0 / Q4_1 / Q8_0 have SVE tiles (matmul_neon_sve.inc) for single
+// tokens, and without i8mm for every token count.
 // Everything here has internal linkage (see matmul_internal.h).
 //
 // 32-element formats (Q4_0, Q4_1, Q8_0) times Q8_0 / Q8_1 activations, repacked per group of 4
@@ -455,12 +455,12 @@ static void PanelRows(const GemmArgs& g, const float* panel, int64_t kv, int64_t
 // ---- Integer dot-product kernels, once per dot instruction --------------------------------------
 //
 // matmul_neon_int.inc holds the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K gemms written against
-// DotAcc and kMmla; it is included five times, into namespace `base` (VMULL + VPADAL, baseline
-// armv8-a), into `dot` under a dotprod target pragma (SDOT) and into `mmla` under a dotprod +
-// i8mm one (SDOT for single tokens, SMMLA tiles for pairs of tokens), then into `sve` and
-// `svemmla` with SVE added (DI_NEON_INT_SVE: their Q4_0 / Q4_1 / Q8_0 tiles other than SMMLA's
-// are SVE's; only those three types), so no function of the baseline copy, nor any inline
-// function shared with other files, is compiled for dotprod, i8mm or SVE.
+// DotAcc and kMmla; it is included four times, into namespace `base` (VMULL + VPADAL, baseline
+// armv8-a), into `dot` under a dotprod target pragma (SDOT), into `mmla` under a dotprod +
+// i8mm one (SDOT for single tokens, SMMLA tiles for pairs of tokens), and into `sve` under a
+// dotprod + SVE one (DI_NEON_INT_SVE: SVE tiles, and only Q4_0 / Q4_1 / Q8_0), so no function of
+// the baseline copy, nor any inline function shared with other files, is compiled for dotprod,
+// i8mm or SVE.
 
 namespace base {
 namespace {
@@ -503,14 +503,17 @@ constexpr bool kMmla = true;
 }  // namespace mmla
 #pragma GCC pop_options
 
-// SVE (FEAT_SVE, armv8.2-a on) has its own SDOT; the copies are the dotprod and i8mm ones with
-// SVE Q4_0 / Q4_1 / Q8_0 tiles, so they need dotprod (and i8mm) too. Installed only where the
-// vectors are 256 bits (matmul_neon_sve.inc): at 256 bits, Neoverse V1's SVE pipes are two
-// 256-bit ones against four 128-bit NEON ones, the same width, so SVE saves instructions per
-// block, not lanes; SMMLA's 2 x 2 tiles do twice SDOT's multiplies per instruction, so with i8mm
-// prefill keeps them (SVE's own SMMLA would need another activation layout).
+// SVE (FEAT_SVE, armv8.2-a on) has its own SDOT; the SVE copies are the dotprod and i8mm ones
+// with SVE Q4_0 / Q4_1 / Q8_0 tiles, so they need dotprod (and i8mm) too. Installed only where
+// the vectors are 256 bits (matmul_neon_sve.inc): at that width Neoverse V1 issues SVE on two
+// 256-bit pipes against NEON on four 128-bit ones, so SVE saves instructions per block, not
+// lanes. SMMLA's 2 x 2 tiles do twice SDOT's multiplies per instruction, so with i8mm the
+// i8mm copy's gemms keep 2 or more tokens (SveDecodeMmlaPrefill). No auto-vectorization here:
+// with SVE enabled GCC turns the tiles' small scalar loops (LoadHalves4's fp16 loads, pointer
+// setup) into predicated loops and gathers, slower than the plain code the other copies run.
 #pragma GCC push_options
 #pragma GCC target("arch=armv8.2-a+dotprod+sve")
+#pragma GCC optimize("no-tree-vectorize")
 namespace sve {
 namespace {
 static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
@@ -522,24 +525,23 @@ constexpr bool kMmla = false;
 #include "kernels/cpu/matmul_neon_int.inc"
 #undef DI_NEON_INT_SVE
 }  // namespace sve
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("arch=armv8.2-a+dotprod+i8mm+sve")
-namespace svemmla {
-namespace {
-static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
-  return vdotq_s32(acc, w, a);
-}
-constexpr bool kMmla = true;
-#define DI_NEON_INT_SVE 1
-}  // namespace
-#include "kernels/cpu/matmul_neon_int.inc"
-#undef DI_NEON_INT_SVE
-}  // namespace svemmla
 
 int SveVectorBytes() { return static_cast<int>(svcntb()); }
 #pragma GCC pop_options
+
+namespace {
+// kSveI8mm's Q4_0 / Q4_1 / Q8_0 gemm: a single token through the SVE copy's tiles, 2 or more
+// through the i8mm copy's (SMMLA, its leftover single tokens and rows SDOT's): the same bits.
+// Compiled for baseline armv8-a; only the callees use SVE or i8mm.
+template <WKind kW>
+void SveDecodeMmlaPrefill(const GemmArgs& g) {
+  if (g.num_tokens < 2) {
+    sve::BlockGemm<kW>(g);
+  } else {
+    mmla::BlockGemm<kW>(g);
+  }
+}
+}  // namespace
 
 void FillNeonKernels(KernelTable* t, NeonIntDot copy) {
   t->f32 = {FloatGemm<FKind::kF32>, nullptr, F32RowBytes};
@@ -561,7 +563,9 @@ void FillNeonKernels(KernelTable* t, NeonIntDot copy) {
       break;
     case NeonIntDot::kSveI8mm:
       mmla::FillIntKernels(t);
-      svemmla::FillIntKernels(t);
+      t->q4_0.gemm = SveDecodeMmlaPrefill<WKind::kQ4_0>;
+      t->q4_1.gemm = SveDecodeMmlaPrefill<WKind::kQ4_1>;
+      t->q8_0.gemm = SveDecodeMmlaPrefill<WKind::kQ8_0>;
       break;
   }
   t->fp8 = {ScaledGemm<false>, nullptr, F32RowBytes};
