@@ -91,6 +91,28 @@ bool CpuHasNeonI8mm() {
 #endif
 }
 
+// SVE with 256-bit vectors (Neoverse V1 / Graviton 3): the SVE copies of the NEON integer
+// kernels, written for that length (matmul_neon_sve.inc). They are the dotprod copy's (or the
+// i8mm one's) otherwise, so they need dotprod too. svcntb() is read only where HWCAP_SVE says
+// the instruction exists.
+bool CpuHasSve256() {
+#if defined(__aarch64__) && defined(__linux__) && defined(DI_KERNELS_NEON)
+  return CpuHasNeonDotProd() && (getauxval(AT_HWCAP) & HWCAP_SVE) != 0 &&
+         internal::SveVectorBytes() == 32;
+#else
+  return false;
+#endif
+}
+
+// The NEON integer copy MatMul uses: the best one this CPU runs.
+[[maybe_unused]] internal::NeonIntDot BestNeonIntCopy() {
+  using internal::NeonIntDot;
+  if (CpuHasSve256()) return CpuHasNeonI8mm() ? NeonIntDot::kSveI8mm : NeonIntDot::kSve;
+  return CpuHasNeonI8mm()      ? NeonIntDot::kI8mm
+         : CpuHasNeonDotProd() ? NeonIntDot::kDotProd
+                               : NeonIntDot::kBaseline;
+}
+
 bool CpuHas(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
@@ -132,11 +154,7 @@ const Tables& AllTables() {
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
 #endif
 #if defined(DI_KERNELS_NEON)
-    if (CpuHasNeon()) {
-      internal::FillNeonKernels(&t[3], CpuHasNeonI8mm()      ? internal::NeonIntDot::kI8mm
-                                       : CpuHasNeonDotProd() ? internal::NeonIntDot::kDotProd
-                                                             : internal::NeonIntDot::kBaseline);
-    }
+    if (CpuHasNeon()) internal::FillNeonKernels(&t[3], BestNeonIntCopy());
 #endif
     for (int k = 0; k < internal::kKernelTableEntries; ++k) all.origin[0][k] = Isa::kScalar;
     // A type an ISA does not implement uses the next lower ISA's kernels (LowerIsa's index is
@@ -306,6 +324,8 @@ bool Avx2UsesVnni() { return CpuHasAvxVnni(); }
 bool NeonUsesDotProd() { return CpuHasNeonDotProd(); }
 
 bool NeonUsesI8mm() { return CpuHasNeonI8mm(); }
+
+bool NeonUsesSve() { return CpuHasSve256(); }
 
 Isa MatMulKernelIsa(const tensor::TensorView& w) {
   DI_CHECK(HasCpuMatMul(w));

@@ -20,8 +20,10 @@ namespace deepinfer::kernels {
 // and Q8_0 kernels use it, with the same bits (Avx2UsesVnni).
 // Arm (aarch64): kNeon needs Advanced SIMD (every aarch64 Linux CPU has it); every weight type
 // MatMul accepts has a NEON kernel, and the integer ones use SDOT where the CPU has dotprod
-// (HWCAP_ASIMDDP) and, for 2 or more tokens, SMMLA where it has i8mm too (HWCAP2_I8MM); the
-// same results as the baseline copy, bit for bit.
+// (HWCAP_ASIMDDP) and, for 2 or more tokens, SMMLA where it has i8mm too (HWCAP2_I8MM); where
+// it has SVE with 256-bit vectors too (Graviton 3), Q4_0 / Q4_1 / Q8_0 use SVE's SDOT for single
+// tokens (without i8mm, for every token count); the same results as the baseline copy, bit for
+// bit.
 // A level's missing kernels come from LowerIsa's: kAvx512 -> kAvx2 -> kScalar, kNeon -> kScalar.
 enum class Isa { kScalar, kAvx2, kAvx512, kNeon };
 inline constexpr int kNumIsas = 4;
@@ -46,6 +48,12 @@ bool NeonUsesDotProd();
 // HWCAP_ASIMDDP (single tokens keep SDOT), always false off aarch64. Implies NeonUsesDotProd().
 // Their results are the same either way.
 bool NeonUsesI8mm();
+// Whether kNeon's Q4_0 / Q4_1 / Q8_0 kernels use SVE's SDOT on 256-bit vectors for single tokens
+// (and, where NeonUsesI8mm() is false, for every tile) on this CPU: HWCAP_SVE, svcntb() == 32
+// and HWCAP_ASIMDDP, always false off aarch64. Other vector lengths keep the NEON tiles (at 128
+// bits SVE is no wider than NEON; the SVE tiles are written for 256). Implies NeonUsesDotProd().
+// Their results are the same either way.
+bool NeonUsesSve();
 // Which ISA's kernel MatMul runs for `w` under ActiveIsa(): a type that ISA has no kernel for
 // uses the next lower one's, and block-scaled weights whose scale blocks the SIMD kernels do not
 // take (FP8 blocks not a multiple of 16 columns wide, FP4 of 32) the portable one.

@@ -2,7 +2,7 @@
 
 // Internal interface between matmul.cc (dispatch, threading, scratch) and the per-ISA kernel
 // files. The x86 SIMD files are compiled with -mavx2 / -mavx512* (matmul_neon.cc keeps its
-// dotprod and i8mm copies under target pragmas); to keep their code from leaking
+// dotprod, i8mm and SVE copies under target pragmas); to keep their code from leaking
 // into paths run on older CPUs they must not instantiate templates or inline functions shared
 // with other files (only `static`/anonymous-namespace helpers and the plain types here).
 
@@ -93,12 +93,18 @@ void FillAvx2VnniKernels(KernelTable* t);
 void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
 // The copies of the NEON integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K), by the dot
 // instruction they use: VMULL + VPADAL (baseline armv8-a), SDOT (dotprod), or SDOT for single
-// tokens and SMMLA for pairs of tokens (dotprod + i8mm). All three give the same bits.
-enum class NeonIntDot { kBaseline, kDotProd, kI8mm };
+// tokens and SMMLA for pairs of tokens (dotprod + i8mm). kSve is kDotProd with Q4_0 / Q4_1 /
+// Q8_0 tiles using SVE's SDOT on 256-bit vectors (matmul_neon_sve.inc); kSveI8mm is kI8mm whose
+// Q4_0 / Q4_1 / Q8_0 gemms take single tokens through kSve's. All five give the same bits.
+enum class NeonIntDot { kBaseline, kDotProd, kI8mm, kSve, kSveI8mm };
 // aarch64 only (matmul_neon.cc): every type, the integer ones from `copy`.
-// REQUIRES: the CPU has what `copy` uses (kDotProd: HWCAP_ASIMDDP; kI8mm: that and HWCAP2_I8MM);
+// REQUIRES: the CPU has what `copy` uses (kDotProd: HWCAP_ASIMDDP; kI8mm: that and HWCAP2_I8MM;
+// kSve / kSveI8mm: kDotProd's / kI8mm's, HWCAP_SVE and SveVectorBytes() == 32);
 // matmul_test.cc checks that the copies agree.
 void FillNeonKernels(KernelTable* t, NeonIntDot copy);
+// svcntb(): the SVE vector length in bytes of the calling thread (aarch64 only; the kernels
+// assume no thread changes it with prctl(PR_SVE_SET_VL)). REQUIRES: HWCAP_SVE.
+int SveVectorBytes();
 // Q4_1 / Q8_0 kernels that keep ggml-cpu's float order (matmul_avx512.cc; used by MatMulGgml).
 void FillAvx512GgmlKernels(KernelTable* t);
 

@@ -1,7 +1,9 @@
 // Advanced SIMD (NEON) kernels for aarch64: every weight type MatMul takes. Baseline armv8-a
 // (every aarch64 Linux CPU); the integer dot products have a second copy with SDOT (armv8.2-a
 // dotprod, HWCAP_ASIMDDP) and a third that adds SMMLA tiles for 2 or more tokens (i8mm,
-// HWCAP2_I8MM), which FillNeonKernels installs only where getauxval reports them.
+// HWCAP2_I8MM), which FillNeonKernels installs only where getauxval reports them. Where SVE's
+// vectors are 256 bits wide, Q4_0 / Q4_1 / Q8_0 have SVE tiles (matmul_neon_sve.inc) for single
+// tokens, and without i8mm for every token count.
 // Everything here has internal linkage (see matmul_internal.h).
 //
 // 32-element formats (Q4_0, Q4_1, Q8_0) times Q8_0 / Q8_1 activations, repacked per group of 4
@@ -15,7 +17,7 @@
 // [b0, b1, b2, b3] (SMMLA's 2x2 tiles of blocks 0-3 are transposed into the same vectors),
 // converted to f32 and multiplied by d_w * d_x with one FMA: lane j accumulates the blocks
 // b = j mod 4 of the row, whichever copy computed the integers, so the three copies give the
-// same bits.
+// same bits (SVE's 256-bit SDOT sums the same integers, matmul_neon_sve.inc).
 //
 // K-quants (Q4_K, Q6_K) times ggml's BlockQ8_K: per 256-element block the integer sum of each
 // 32 (Q4_K) or 16 (Q6_K) elements times its sub-block scale, as the scalar path (Q6_K's weights
@@ -37,6 +39,7 @@
 #endif
 
 #include <arm_neon.h>
+#include <arm_sve.h>
 
 #include <cmath>
 #include <cstring>
@@ -452,11 +455,12 @@ static void PanelRows(const GemmArgs& g, const float* panel, int64_t kv, int64_t
 // ---- Integer dot-product kernels, once per dot instruction --------------------------------------
 //
 // matmul_neon_int.inc holds the Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K gemms written against
-// DotAcc and kMmla; it is included three times, into namespace `base` (VMULL + VPADAL, baseline
-// armv8-a), into `dot` under a dotprod target pragma (SDOT) and into `mmla` under a dotprod +
-// i8mm one (SDOT for single tokens, SMMLA tiles for pairs of tokens), so no function of the
-// baseline copy, nor any inline function shared with other files, is compiled for dotprod or
-// i8mm.
+// DotAcc and kMmla; it is included four times, into namespace `base` (VMULL + VPADAL, baseline
+// armv8-a), into `dot` under a dotprod target pragma (SDOT), into `mmla` under a dotprod +
+// i8mm one (SDOT for single tokens, SMMLA tiles for pairs of tokens), and into `sve` under a
+// dotprod + SVE one (DI_NEON_INT_SVE: SVE tiles, and only Q4_0 / Q4_1 / Q8_0), so no function of
+// the baseline copy, nor any inline function shared with other files, is compiled for dotprod,
+// i8mm or SVE.
 
 namespace base {
 namespace {
@@ -499,6 +503,46 @@ constexpr bool kMmla = true;
 }  // namespace mmla
 #pragma GCC pop_options
 
+// SVE (FEAT_SVE, armv8.2-a on) has its own SDOT; the SVE copies are the dotprod and i8mm ones
+// with SVE Q4_0 / Q4_1 / Q8_0 tiles, so they need dotprod (and i8mm) too. Installed only where
+// the vectors are 256 bits (matmul_neon_sve.inc): at that width Neoverse V1 issues SVE on two
+// 256-bit pipes against NEON on four 128-bit ones, so SVE saves instructions per block, not
+// lanes. SMMLA's 2 x 2 tiles do twice SDOT's multiplies per instruction, so with i8mm the
+// i8mm copy's gemms keep 2 or more tokens (SveDecodeMmlaPrefill). No auto-vectorization here:
+// with SVE enabled GCC turns the tiles' small scalar loops (LoadHalves4's fp16 loads, pointer
+// setup) into predicated loops and gathers, slower than the plain code the other copies run.
+#pragma GCC push_options
+#pragma GCC target("arch=armv8.2-a+dotprod+sve")
+#pragma GCC optimize("no-tree-vectorize")
+namespace sve {
+namespace {
+static inline int32x4_t DotAcc(int32x4_t acc, int8x16_t w, int8x16_t a) {
+  return vdotq_s32(acc, w, a);
+}
+constexpr bool kMmla = false;
+#define DI_NEON_INT_SVE 1
+}  // namespace
+#include "kernels/cpu/matmul_neon_int.inc"
+#undef DI_NEON_INT_SVE
+}  // namespace sve
+
+int SveVectorBytes() { return static_cast<int>(svcntb()); }
+#pragma GCC pop_options
+
+namespace {
+// kSveI8mm's Q4_0 / Q4_1 / Q8_0 gemm: a single token through the SVE copy's tiles, 2 or more
+// through the i8mm copy's (SMMLA, its leftover single tokens and rows SDOT's): the same bits.
+// Compiled for baseline armv8-a; only the callees use SVE or i8mm.
+template <WKind kW>
+void SveDecodeMmlaPrefill(const GemmArgs& g) {
+  if (g.num_tokens < 2) {
+    sve::BlockGemm<kW>(g);
+  } else {
+    mmla::BlockGemm<kW>(g);
+  }
+}
+}  // namespace
+
 void FillNeonKernels(KernelTable* t, NeonIntDot copy) {
   t->f32 = {FloatGemm<FKind::kF32>, nullptr, F32RowBytes};
   t->f16 = {FloatGemm<FKind::kF16>, nullptr, F32RowBytes};
@@ -512,6 +556,16 @@ void FillNeonKernels(KernelTable* t, NeonIntDot copy) {
       break;
     case NeonIntDot::kI8mm:
       mmla::FillIntKernels(t);
+      break;
+    case NeonIntDot::kSve:
+      dot::FillIntKernels(t);
+      sve::FillIntKernels(t);
+      break;
+    case NeonIntDot::kSveI8mm:
+      mmla::FillIntKernels(t);
+      t->q4_0.gemm = SveDecodeMmlaPrefill<WKind::kQ4_0>;
+      t->q4_1.gemm = SveDecodeMmlaPrefill<WKind::kQ4_1>;
+      t->q8_0.gemm = SveDecodeMmlaPrefill<WKind::kQ8_0>;
       break;
   }
   t->fp8 = {ScaledGemm<false>, nullptr, F32RowBytes};

@@ -741,37 +741,78 @@ TEST(IsaTest, NeonIsTheArmLevelAndNoWeightTypeFallsBackToScalarThere) {
 std::vector<internal::NeonIntDot> NeonIntCopies() {
   std::vector<internal::NeonIntDot> copies = {internal::NeonIntDot::kBaseline};
   const bool dot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  const bool i8mm = dot && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
   if (dot) copies.push_back(internal::NeonIntDot::kDotProd);
-  if (dot && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0)
-    copies.push_back(internal::NeonIntDot::kI8mm);
+  if (i8mm) copies.push_back(internal::NeonIntDot::kI8mm);
+  if (dot && (getauxval(AT_HWCAP) & HWCAP_SVE) != 0 && internal::SveVectorBytes() == 32) {
+    copies.push_back(internal::NeonIntDot::kSve);
+    if (i8mm) copies.push_back(internal::NeonIntDot::kSveI8mm);
+  }
   return copies;
 }
 
 const char* NeonIntCopyName(internal::NeonIntDot c) {
-  return c == internal::NeonIntDot::kI8mm      ? "i8mm"
-         : c == internal::NeonIntDot::kDotProd ? "dotprod"
-                                               : "baseline";
+  switch (c) {
+    case internal::NeonIntDot::kBaseline:
+      return "baseline";
+    case internal::NeonIntDot::kDotProd:
+      return "dotprod";
+    case internal::NeonIntDot::kI8mm:
+      return "i8mm";
+    case internal::NeonIntDot::kSve:
+      return "sve";
+    case internal::NeonIntDot::kSveI8mm:
+      return "sve+i8mm";
+  }
+  return "?";
+}
+
+bool IsSveCopy(internal::NeonIntDot c) {
+  return c == internal::NeonIntDot::kSve || c == internal::NeonIntDot::kSveI8mm;
+}
+
+// The SVE vector length in bits, 0 without SVE.
+int SveBits() {
+  return (getauxval(AT_HWCAP) & HWCAP_SVE) != 0 ? 8 * internal::SveVectorBytes() : 0;
 }
 
 // MatMul's NEON table holds the best copy the CPU reports (qemu-aarch64's default CPU "max" has
-// i8mm, -cpu neoverse-n1 dotprod only, -cpu cortex-a53 neither), and NeonUsesDotProd /
-// NeonUsesI8mm say which; the line printed tells a run under qemu which copy it exercised.
+// i8mm and 512-bit SVE, so the i8mm copy; with sve-default-vector-length=32, 256-bit SVE, the
+// sve+i8mm one; -cpu neoverse-n1 dotprod only, -cpu cortex-a53 neither), and NeonUsesDotProd /
+// NeonUsesI8mm / NeonUsesSve say which; the line printed tells a run under qemu which copy it
+// exercised. The SVE copies take their K-quant kernels from the dotprod / i8mm copy, every other
+// pair of copies has different kernels for every integer type.
 TEST(IsaTest, NeonIntegerKernelsAreTheBestCopyTheCpuReports) {
-  const std::vector<internal::NeonIntDot> copies = NeonIntCopies();
-  const internal::NeonIntDot best = copies.back();
-  EXPECT_EQ(NeonUsesDotProd(), best != internal::NeonIntDot::kBaseline);
-  EXPECT_EQ(NeonUsesI8mm(), best == internal::NeonIntDot::kI8mm);
+  using internal::NeonIntDot;
+  const std::vector<NeonIntDot> copies = NeonIntCopies();
+  const NeonIntDot best = copies.back();
+  EXPECT_EQ(NeonUsesDotProd(), best != NeonIntDot::kBaseline);
+  EXPECT_EQ(NeonUsesI8mm(), best == NeonIntDot::kI8mm || best == NeonIntDot::kSveI8mm);
+  EXPECT_EQ(NeonUsesSve(), IsSveCopy(best));
+  if (SveBits() != 256) {
+    EXPECT_FALSE(NeonUsesSve()) << SveBits();
+  }
+  // The copy whose K-quant kernels `c` uses.
+  const auto k_quants_of = [](NeonIntDot c) {
+    return c == NeonIntDot::kSve       ? NeonIntDot::kDotProd
+           : c == NeonIntDot::kSveI8mm ? NeonIntDot::kI8mm
+                                       : c;
+  };
   const internal::KernelTable& used = internal::KernelsForIsa(static_cast<int>(Isa::kNeon));
-  for (const internal::NeonIntDot c : copies) {
+  for (const NeonIntDot c : copies) {
     internal::KernelTable t;
     internal::FillNeonKernels(&t, c);
-    for (const DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+    for (const DType type :
+         {DType::kQ4_0, DType::kQ4_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+      const bool k_quant = tensor::BlockSize(type) == 256;
+      const bool same = k_quant ? k_quants_of(c) == k_quants_of(best) : c == best;
       EXPECT_EQ(internal::KernelsForType(used, type).gemm == internal::KernelsForType(t, type).gemm,
-                c == best)
+                same)
           << NeonIntCopyName(c) << " " << TypeName(type);
+    }
   }
-  std::printf("[ INFO     ] NEON integer kernels: MatMul uses the %s copy\n",
-              NeonIntCopyName(best));
+  std::printf("[ INFO     ] NEON integer kernels: MatMul uses the %s copy (SVE: %d bits)\n",
+              NeonIntCopyName(best), SveBits());
 }
 
 // Weights of the largest magnitudes the integer sums see: every quant at its extreme (Q4_0 -8,
@@ -807,19 +848,29 @@ void MakeEvenRowsExtreme(DType t, int64_t rows, int64_t cols, std::vector<uint8_
   }
 }
 
-// The NEON integer kernels have three copies, VMULL + VPADAL (baseline armv8-a), SDOT (dotprod)
-// and SDOT + SMMLA (i8mm, 2 x 2 tiles from 2 tokens on); all fold the same exact integer block
-// sums into the same float lanes, so they give the same bits: for decode and prefill tiles
-// (1 to 9 tokens, odd counts leaving a single token beside the pairs, and 67, past one chunk of
-// 64), odd row counts (the single last row), a last group of fewer than 4 blocks, on random and
-// on extreme weights and activations (all +-127 after quantizing, or all zero). Compares every
-// copy the CPU has with the baseline one; skips where that is the baseline alone (qemu's default
-// CPU has all three).
+// The NEON integer kernels have five copies, VMULL + VPADAL (baseline armv8-a), SDOT (dotprod),
+// SDOT + SMMLA (i8mm, 2 x 2 tiles from 2 tokens on), and those two with 256-bit SVE SDOT tiles
+// for Q4_0 / Q4_1 / Q8_0 (sve, sve+i8mm); all fold the same exact integer block sums into the
+// same float lanes, so they give the same bits: for decode and prefill tiles (1 to 9 tokens, odd
+// counts leaving a single token beside the pairs, and 67, past one chunk of 64), odd row counts
+// (the single last row), a last group of fewer than 4 blocks, on random and on extreme weights
+// and activations (all +-127 after quantizing, or all zero). Compares every copy the CPU has with
+// the baseline one (a kernel already compared under another copy's name is not run again);
+// skips where that is the baseline alone (qemu's default CPU has the first three,
+// sve-default-vector-length=32 all five).
 TEST(IsaTest, NeonIntegerCopiesGiveTheSameBits) {
   const std::vector<internal::NeonIntDot> copies = NeonIntCopies();
   if (copies.size() == 1) GTEST_SKIP() << "no dotprod here";
   std::vector<internal::KernelTable> tables(copies.size());
   for (size_t c = 0; c < copies.size(); ++c) internal::FillNeonKernels(&tables[c], copies[c]);
+  // Whether copy c's kernel for t is a lower copy's (the SVE copies' K-quant kernels).
+  const auto repeated = [&](size_t c, DType t) {
+    for (size_t l = 0; l < c; ++l)
+      if (internal::KernelsForType(tables[l], t).gemm ==
+          internal::KernelsForType(tables[c], t).gemm)
+        return true;
+    return false;
+  };
   std::mt19937 rng(41);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   struct Shape {
@@ -830,6 +881,12 @@ TEST(IsaTest, NeonIntegerCopiesGiveTheSameBits) {
     for (size_t c = 1; c < copies.size(); ++c)
       ASSERT_NE(kb.gemm, internal::KernelsForType(tables[c], t).gemm) << NeonIntCopyName(copies[c]);
     const bool k_quant = tensor::BlockSize(t) == 256;
+    // The SVE copies' Q4_0 / Q4_1 / Q8_0 kernels are their own.
+    for (size_t c = 1; c < copies.size(); ++c) {
+      if (IsSveCopy(copies[c]) && !k_quant) {
+        ASSERT_FALSE(repeated(c, t)) << NeonIntCopyName(copies[c]);
+      }
+    }
     // 32-element types: 7 blocks (a last group of 3), 1, 4 (one whole group), 9; K-quants: 2, 1, 3.
     const std::vector<Shape> shapes = k_quant ? std::vector<Shape>{{13, 2}, {2, 1}, {5, 3}}
                                               : std::vector<Shape>{{13, 7}, {2, 1}, {6, 4}, {3, 9}};
@@ -869,6 +926,7 @@ TEST(IsaTest, NeonIntegerCopiesGiveTheSameBits) {
           g.y = yb.data();
           kb.gemm(g);
           for (size_t c = 1; c < copies.size(); ++c) {
+            if (repeated(c, t)) continue;
             std::vector<float> yc(yb.size(), NAN);
             g.y = yc.data();
             internal::KernelsForType(tables[c], t).gemm(g);
@@ -879,6 +937,7 @@ TEST(IsaTest, NeonIntegerCopiesGiveTheSameBits) {
           // Row ranges that start on an odd row (a thread's share) give the same outputs.
           if (rows >= 3) {
             for (size_t c = 0; c < copies.size(); ++c) {
+              if (repeated(c, t)) continue;
               std::vector<float> yc(yb.size(), NAN);
               g.y = yc.data();
               g.row_begin = 1;
