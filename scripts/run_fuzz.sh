@@ -3,6 +3,9 @@
 # fuzzes each target for a bounded time on a scratch copy of its seed corpus, FUZZ_JOBS targets
 # at a time (default 2). Each target's log is build-fuzz/<name>.log; a failing target's tail is
 # printed once all have finished.
+# FUZZ_XGRAMMAR_FROM=DIR (scripts/run_tests.sh: its native build): link DIR's libxgrammar.a,
+# built from the same .deps/ source, rather than compiling xgrammar a second time; the fuzzers
+# link it uninstrumented either way.
 # Usage: scripts/run_fuzz.sh SECONDS_PER_TARGET
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,12 +13,20 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-30}
 JOBS=${FUZZ_JOBS:-2}
 BUILD=build-fuzz
+xgrammar_lib=""
+if [ -n "${FUZZ_XGRAMMAR_FROM:-}" ] && [ -f "$FUZZ_XGRAMMAR_FROM/build.ninja" ]; then
+  # Up to date with the sources (a no-op after that build).
+  ninja -C "$FUZZ_XGRAMMAR_FROM" xgrammar > /dev/null
+  xgrammar_lib="$(cd "$FUZZ_XGRAMMAR_FROM" && pwd)/libxgrammar.a"
+fi
 if [ ! -f "$BUILD/build.ninja" ]; then
   # -O1, as libFuzzer's documentation builds its targets: half the compile time of -O2, and the
   # fuzzers still run fast; line tables come from tests/fuzz/CMakeLists.txt.
   CC=clang CXX=clang++ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-    -DDI_BUILD_FUZZ=ON -DDI_BUILD_TESTS=OFF > /dev/null
+    -DDI_BUILD_FUZZ=ON -DDI_BUILD_TESTS=OFF -DDI_XGRAMMAR_LIB="$xgrammar_lib" > /dev/null
+elif ! grep -qxF "DI_XGRAMMAR_LIB:FILEPATH=$xgrammar_lib" "$BUILD/CMakeCache.txt"; then
+  cmake -DDI_XGRAMMAR_LIB="$xgrammar_lib" "$BUILD" > /dev/null
 fi
 # Regenerate first when a CMakeLists.txt changed, so the target list below includes new targets.
 ninja -C "$BUILD" build.ninja > /dev/null

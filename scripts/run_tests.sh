@@ -44,7 +44,7 @@ else
 fi
 
 echo "== fuzz (${FUZZ_SECONDS}s per target) ($(date +%T))"
-scripts/run_fuzz.sh "$FUZZ_SECONDS" || status=1
+FUZZ_XGRAMMAR_FROM="$BUILD" scripts/run_fuzz.sh "$FUZZ_SECONDS" || status=1
 
 echo "== arm64 (cross build, tests under qemu) ($(date +%T))"
 scripts/run_arm_tests.sh || status=1
