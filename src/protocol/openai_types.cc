@@ -284,22 +284,8 @@ absl::Status ParseConstraint(const util::Json& json, GenerationParams* p) {
   return absl::OkStatus();
 }
 
-// `min_max_tokens` is 0 for a completion that only scores its prompt (echo with logprobs).
-absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, GenerationParams* p,
-                         int64_t min_max_tokens = 1) {
-  Fields f(json);
-  DI_RETURN_IF_ERROR(ParseConstraint(json, p));
-  DI_RETURN_IF_ERROR(f.GetString("model", &p->model));
-
-  std::optional<int64_t> n;
-  DI_RETURN_IF_ERROR(f.GetInt("n", &n));
-  if (n) {
-    if (*n < 1 || *n > kMaxChoices) {
-      return f.ValueError("n", fmt::format("must be between 1 and {}", kMaxChoices));
-    }
-    p->n = static_cast<int32_t>(*n);
-  }
-
+// max_tokens / max_completion_tokens (the second wins) and min_tokens (at most max_tokens).
+absl::Status ParseTokenLimits(const Fields& f, int64_t min_max_tokens, GenerationParams* p) {
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     std::optional<int64_t> max_tokens;
     DI_RETURN_IF_ERROR(f.GetInt(key, &max_tokens));
@@ -324,6 +310,26 @@ absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, Gene
     }
     p->min_tokens = static_cast<int32_t>(*min_tokens);
   }
+  return absl::OkStatus();
+}
+
+// `min_max_tokens` is 0 for a completion that only scores its prompt (echo with logprobs).
+absl::Status ParseCommon(const util::Json& json, const ParseLimits& limits, GenerationParams* p,
+                         int64_t min_max_tokens = 1) {
+  Fields f(json);
+  DI_RETURN_IF_ERROR(ParseConstraint(json, p));
+  DI_RETURN_IF_ERROR(f.GetString("model", &p->model));
+
+  std::optional<int64_t> n;
+  DI_RETURN_IF_ERROR(f.GetInt("n", &n));
+  if (n) {
+    if (*n < 1 || *n > kMaxChoices) {
+      return f.ValueError("n", fmt::format("must be between 1 and {}", kMaxChoices));
+    }
+    p->n = static_cast<int32_t>(*n);
+  }
+
+  DI_RETURN_IF_ERROR(ParseTokenLimits(f, min_max_tokens, p));
 
   if (const util::Json* stop = f.Find("stop")) {
     if (stop->is_string()) {
