@@ -21,6 +21,12 @@ int32_t VerifyDrafts(Sampler& sampler, float* logits, int32_t vocab, const int32
   }
 }
 
+bool WantsDrafts(const Sequence& seq) {
+  return seq.num_uncomputed() == 1 && seq.req.speculative &&
+         seq.num_generated >= seq.req.min_tokens && seq.req.reasoning_budget < 0 &&
+         seq.req.prompt_logprobs < 0 && seq.num_generated + 1 < seq.req.max_tokens;
+}
+
 MtpDrafter::MtpDrafter(arch::CausalLm& lm, arch::KvCache& mtp_kv, util::ThreadPool& pool,
                        BlockManager& blocks, int32_t num_spec_tokens, int32_t max_model_len)
     : heads_(*lm.draft_heads()),
@@ -52,11 +58,7 @@ bool MtpDrafter::DraftFirst(const StepPlan& plan, const float* hidden) {
     const int32_t from = p.start_pos;
     const int32_t n = seq.num_computed - from;
     if (n <= 0) continue;
-    const bool decode_ready = seq.num_uncomputed() == 1;
-    const bool wants = decode_ready && seq.req.speculative &&
-                       seq.num_generated >= seq.req.min_tokens &&
-                       seq.req.reasoning_budget < 0 && seq.req.prompt_logprobs < 0 &&
-                       seq.num_generated + 1 < seq.req.max_tokens;
+    const bool wants = WantsDrafts(seq);
     arch::SequenceSlice s;
     s.token_offset = static_cast<int32_t>(tokens_.size());
     s.num_tokens = n;
@@ -144,15 +146,7 @@ void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
   drafting_.clear();
   for (const ScheduledSeq& p : plan.seqs) {
     Sequence& seq = *p.seq;
-    if (seq.finish != FinishReason::kNone || seq.num_uncomputed() != 1) continue;
-    // A thinking budget forces its end token on the first sampling row only (Executor::Sample),
-    // so budgeted requests take no drafts, as with MTP; nor do prompt-logprob requests
-    // (docs/api.md).
-    if (!seq.req.speculative || seq.req.reasoning_budget >= 0 || seq.req.prompt_logprobs >= 0 ||
-        seq.num_generated < seq.req.min_tokens ||
-        seq.num_generated + 1 >= seq.req.max_tokens) {
-      continue;
-    }
+    if (seq.finish != FinishReason::kNone || !WantsDrafts(seq)) continue;
     arch::SequenceSlice s;
     s.token_offset = static_cast<int32_t>(tokens_.size());
     s.num_tokens = 1;
@@ -178,10 +172,6 @@ void DsparkDrafter::Draft(const StepPlan& plan, const float* /*hidden*/) {
     }
   }
 }
-
-}  // namespace deepinfer::engine
-
-namespace deepinfer::engine {
 
 void TrimDraftsToConstraint(Sequence& seq) {
   if (seq.matcher == nullptr || seq.drafts.empty()) return;

@@ -27,6 +27,13 @@ namespace deepinfer::engine {
 int32_t VerifyDrafts(Sampler& sampler, float* logits, int32_t vocab, const int32_t* drafts,
                      int32_t num_drafts, std::vector<SampledToken>& out);
 
+// Whether `seq` gets drafts for its next step, from either drafter: ready to decode (one
+// uncomputed token), not opted out ("speculative": false), past min_tokens (the end tokens are
+// held back on the first sampling row only), without a thinking budget (its end token is forced
+// on the first row only, Executor::Sample) or prompt logprobs (docs/api.md), and with room for
+// one more token than the one it samples anyway.
+bool WantsDrafts(const Sequence& seq);
+
 // Cuts a constrained sequence's drafts before the first one its grammar does not allow after
 // the drafts before it (and after one that ends the grammar): such a draft would be rejected
 // anyway, and the tokens after it wasted. The drafters draft without the grammar, as the
@@ -52,7 +59,7 @@ class Drafter {
 //
 // After each step, the module sees every position the step verified (so its own KV cache stays
 // complete, prefix-cache hits included) with the main model's final hidden state there, and a
-// sequence that is ready to decode (not opted out) gets its first draft for the position after its last
+// sequence that WantsDrafts gets its first draft for the position after its last
 // token; further drafts chain the module on its own hidden state, one position at a time, up to
 // num_spec_tokens. Drafts stop short of max_tokens and the context window, and a chained draft
 // that needs a KV block when none is free is not made.
@@ -95,11 +102,10 @@ class MtpDrafter final : public Drafter {
 };
 
 // Drafts with DeepSeek-V4.1's DSpark stages (arch::DraftHeads::DsparkPropose): one block per
-// sequence that is ready to decode, wants drafts (speculative, no thinking budget nor prompt
-// logprobs, room for one more token) and was in the step; its first num_spec_tokens guesses become the drafts,
-// cut before the first whose confidence is below confidence_threshold (0: never). The stages'
-// windows are written by the main forward pass itself (EnableDspark), so rejected drafts leave
-// nothing to undo here.
+// sequence that WantsDrafts and was in the step; its first num_spec_tokens guesses become the
+// drafts, cut before the first whose confidence is below confidence_threshold (0: never). The
+// stages' windows are written by the main forward pass itself (EnableDspark), so rejected drafts
+// leave nothing to undo here.
 //
 // Threads: engine thread only.
 // Lifetime: borrows everything it is given. Reuses its buffers across steps.
