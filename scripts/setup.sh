@@ -25,6 +25,7 @@ APT_PACKAGES=(
   libpcre2-dev libicu-dev libxxhash-dev libssl-dev zlib1g-dev libopenblas-dev libedit-dev
   libgtest-dev libgmock-dev libhiredis-dev
   libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
+  openmpi-bin libopenmpi-dev
 )
 # What the tests add: the fuzzers' compiler, benchmarks, and the real components e2e tests run
 # (openssl: the command that makes the https image tests' certificate).

@@ -407,6 +407,14 @@ absl::StatusOr<StartPlan> CheckSettings(ServeOptions& o) {
   if (!keys.ok()) return Failed("bad API key settings", keys.status());
   plan.api_keys = *std::move(keys);
   DI_ASSIGN_OR_RETURN(plan.warmup, ReadWarmup(o));
+  if (o.expert_parallel && (o.data_parallel_size > 1 || !o.prefix_checkpoint_dir.empty() ||
+                            o.pd.role != PdRole::kCombined)) {
+    return Failed("bad expert-parallel settings",
+                  InvalidArgumentError(util::codes::kBadFlags,
+                                       "--expert-parallel does not yet combine with "
+                                       "--data-parallel-size above 1, --prefix-checkpoint-dir or "
+                                       "--pd-role"));
+  }
   DI_ASSIGN_OR_RETURN(plan.checkpoints, OpenCheckpoints(o));
   return plan;
 }
@@ -626,9 +634,33 @@ int ServeUntilSignal(const ServeOptions& o, const engine::Engine& engine,
 
 }  // namespace
 
+// An expert-parallel rank other than 0: the same model loaded the same way (Engram token classes
+// included), no port, rank 0's steps replayed until it stops. SIGINT and SIGTERM stay blocked:
+// mpirun passes a Ctrl-C to every rank, and this rank ends when rank 0 has shut down.
+absl::Status FollowLeader(const ServeOptions& o) {
+  auto servable = tokenizer::LoadServable(
+      {.model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template = o.chat_template});
+  if (!servable.ok()) return Failed("cannot load model", servable.status());
+  spdlog::info("expert parallelism: rank {} of {} runs its share of every MoE layer's routed "
+               "experts and follows rank 0's steps",
+               o.engine.expert_parallel->rank(), o.engine.expert_parallel->ranks());
+  absl::Status followed = engine::RunExpertParallelFollower(
+      *servable->model, *o.engine.expert_parallel, o.engine.num_threads);
+  if (!followed.ok()) return Failed("expert-parallel rank failed", followed);
+  spdlog::info("expert parallelism: rank {} done (rank 0 stopped)", o.engine.expert_parallel->rank());
+  return absl::OkStatus();
+}
+
 absl::Status Serve(ServeOptions o) {
   DI_ASSIGN_OR_RETURN(const StartPlan plan, CheckSettings(o));
   const sigset_t signals = BlockStopSignals();
+  if (o.expert_parallel) {
+    // After the mask, so MPI's own threads inherit it.
+    auto group = engine::ExpertParallelGroup::Init();
+    if (!group.ok()) return Failed("cannot start expert parallelism", group.status());
+    o.engine.expert_parallel = *std::move(group);
+    if (o.engine.expert_parallel->rank() != 0) return FollowLeader(o);
+  }
   ApiServer routes;
   DI_ASSIGN_OR_RETURN(std::unique_ptr<http::Server> server, Listen(o, plan, routes));
   DI_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndEngine(o));

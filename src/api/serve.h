@@ -42,6 +42,11 @@ struct ServeOptions {
   std::string warmup_file;
   // Engine ranks over one copy of the weights (engine::CreateDataParallelEngine); 1: one engine.
   int32_t data_parallel_size = 1;
+  // --expert-parallel: this process is one rank of an mpirun job (engine/expert_parallel.h).
+  // Rank 0 serves; the others load the same model, run their share of the routed experts and
+  // follow rank 0's steps without opening a port. Not with data_parallel_size > 1, prefix
+  // checkpoints or a P/D role (bad_flags).
+  bool expert_parallel = false;
   // How the ranks share --threads: split between them, or all of them to each rank in turn.
   engine::DataParallelCores data_parallel_cores = engine::DataParallelCores::kSplit;
   // Persistent prefix checkpoints (engine::CheckpointStore): an existing folder, "" = off;

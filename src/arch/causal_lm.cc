@@ -82,14 +82,23 @@ const char* NumericsName(Numerics numerics) {
   return "?";
 }
 
-absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model) {
-  if (model.config.architecture == "llama") return CreateLlama(model);
-  if (model.config.architecture == "deepseek_v3" || model.config.architecture == "deepseek_v2") {
-    DI_ASSIGN_OR_RETURN(auto lm, CreateDeepseekV3(model));
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model,
+                                                         ExpertExchange* experts) {
+  const std::string& arch = model.config.architecture;
+  if (arch == "llama") {
+    if (experts != nullptr && experts->ranks() > 1) {
+      return InvalidArgumentError(util::codes::kBadOption,
+                                  "expert parallelism needs a mixture-of-experts model (DeepSeek); "
+                                  "this checkpoint is a dense Llama-family model");
+    }
+    return CreateLlama(model);
+  }
+  if (arch == "deepseek_v3" || arch == "deepseek_v2") {
+    DI_ASSIGN_OR_RETURN(auto lm, CreateDeepseekV3(model, experts));
     return std::unique_ptr<CausalLm>(std::move(lm));
   }
-  if (model.config.architecture == "deepseek_v4") return CreateDeepseekV4(model);
-  if (model.config.architecture == "deepseek_v41") return CreateDeepseekV41(model);
+  if (arch == "deepseek_v4") return CreateDeepseekV4(model, experts);
+  if (arch == "deepseek_v41") return CreateDeepseekV41(model, experts);
   return UnimplementedError(util::codes::kUnsupportedArchitecture,
                             "no forward pass for architecture '" + model.config.architecture + "'");
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "arch/moe.h"
 #include "kernels/cpu/attention.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
@@ -248,6 +249,10 @@ class CausalLm {
 //   "shape_mismatch" (against the config); Unimplemented "unsupported_dtype"; DataLoss
 //   "nan_in_weights"; InvalidArgument "bad_config" (inconsistent dimensions); Llama also
 //   "vocab_mismatch" (token_embd against the tokenizer) and "bad_metadata" (misaligned data).
-absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model);
+// With `experts` of more than one rank (expert parallelism, arch/moe.h) this process reads and
+// runs only its share of every MoE layer's routed experts; InvalidArgument "bad_option" for a
+// model without them. Not owned; must outlive the model.
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateCausalLm(const model::Model& model,
+                                                         ExpertExchange* experts = nullptr);
 
 }  // namespace deepinfer::arch

@@ -71,7 +71,8 @@ struct GoldenFiles {
 // Returns false after a test failure (model and lm then as far as they got).
 template <typename Lm>
 bool LoadAndCreate(const absl::StatusOr<std::string>& dir,
-                   absl::StatusOr<std::unique_ptr<Lm>> (*create)(const model::Model&),
+                   absl::StatusOr<std::unique_ptr<Lm>> (*create)(const model::Model&,
+                                                                 ExpertExchange*),
                    std::unique_ptr<model::Model>& model, std::unique_ptr<Lm>& lm,
                    absl::FunctionRef<void(model::Model&)> prepare = [](model::Model&) {}) {
   EXPECT_TRUE(dir.ok()) << dir.status();
@@ -81,7 +82,7 @@ bool LoadAndCreate(const absl::StatusOr<std::string>& dir,
   if (!m.ok()) return false;
   model = std::move(*m);
   prepare(*model);
-  auto built = create(*model);
+  auto built = create(*model, nullptr);
   EXPECT_TRUE(built.ok()) << built.status();
   if (!built.ok()) return false;
   lm = std::move(*built);

@@ -57,8 +57,11 @@ struct Layer {
 
 class DeepseekImpl final : public DeepseekV3Lm {
  public:
-  explicit DeepseekImpl(const model::Model& m)
-      : model_(m), cfg_(m.config), ds_(*m.config.deepseek), schema_(m), mla_(m.config) {}
+  DeepseekImpl(const model::Model& m, ExpertExchange* experts)
+      : model_(m), cfg_(m.config), ds_(*m.config.deepseek), schema_(m), mla_(m.config),
+        experts_(experts) {
+    moe_.set_exchange(experts);
+  }
 
   absl::Status Init();
 
@@ -77,10 +80,12 @@ class DeepseekImpl final : public DeepseekV3Lm {
   absl::StatusOr<std::vector<float>> Vec(const std::string& name, int64_t n) {
     return schema_.Vec(name, {n});
   }
-  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols) {
-    return schema_.Mat(name, rows, cols);
+  absl::StatusOr<const TensorView*> Mat(const std::string& name, int64_t rows, int64_t cols,
+                                        bool read_values = true) {
+    return schema_.Mat(name, rows, cols, read_values);
   }
-  absl::StatusOr<Mlp> LoadMlp(const std::string& prefix, int64_t inner);
+  // read_values false: another expert-parallel rank's expert (shapes checked, pages untouched).
+  absl::StatusOr<Mlp> LoadMlp(const std::string& prefix, int64_t inner, bool read_values = true);
   absl::StatusOr<Layer> LoadLayer(int l);
   void InitRope();
 
@@ -102,6 +107,7 @@ class DeepseekImpl final : public DeepseekV3Lm {
   // The DeepSeek-V3 schema: types with a CPU kernel, values checked for NaN/Inf.
   TensorSchema schema_;
   MlaAttention mla_;
+  ExpertExchange* experts_;  // null: every routed expert runs here
   AttentionMode mode_ = AttentionMode::kAuto;
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
@@ -123,12 +129,12 @@ class DeepseekImpl final : public DeepseekV3Lm {
   std::vector<char> route_keep_;
 };
 
-absl::StatusOr<Mlp> DeepseekImpl::LoadMlp(const std::string& p, int64_t inner) {
+absl::StatusOr<Mlp> DeepseekImpl::LoadMlp(const std::string& p, int64_t inner, bool read_values) {
   Mlp m;
   m.inner = inner;
-  DI_ASSIGN_OR_RETURN(m.gate, Mat(p + "gate_proj.weight", inner, cfg_.hidden));
-  DI_ASSIGN_OR_RETURN(m.up, Mat(p + "up_proj.weight", inner, cfg_.hidden));
-  DI_ASSIGN_OR_RETURN(m.down, Mat(p + "down_proj.weight", cfg_.hidden, inner));
+  DI_ASSIGN_OR_RETURN(m.gate, Mat(p + "gate_proj.weight", inner, cfg_.hidden, read_values));
+  DI_ASSIGN_OR_RETURN(m.up, Mat(p + "up_proj.weight", inner, cfg_.hidden, read_values));
+  DI_ASSIGN_OR_RETURN(m.down, Mat(p + "down_proj.weight", cfg_.hidden, inner, read_values));
   return m;
 }
 
@@ -168,8 +174,9 @@ absl::StatusOr<Layer> DeepseekImpl::LoadLayer(int l) {
                              "topk_method noaux_tc");
   }
   for (int e = 0; e < ds_.n_routed_experts; ++e) {
-    DI_ASSIGN_OR_RETURN(Mlp m,
-                        LoadMlp(fmt::format("{}experts.{}.", f, e), ds_.moe_intermediate_size));
+    const bool local = experts_ == nullptr || experts_->Owns(e, ds_.n_routed_experts);
+    DI_ASSIGN_OR_RETURN(Mlp m, LoadMlp(fmt::format("{}experts.{}.", f, e),
+                                       ds_.moe_intermediate_size, local));
     L.experts.push_back(m);
   }
   if (ds_.n_shared_experts > 0) {
@@ -491,11 +498,12 @@ void DeepseekImpl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeepseekV3Lm>> CreateDeepseekV3(const model::Model& model) {
+absl::StatusOr<std::unique_ptr<DeepseekV3Lm>> CreateDeepseekV3(const model::Model& model,
+                                                               ExpertExchange* experts) {
   if (!model.config.deepseek) {
     return InvalidArgumentError(util::codes::kBadConfig, "model has no DeepSeek hyperparameters");
   }
-  auto lm = std::make_unique<DeepseekImpl>(model);
+  auto lm = std::make_unique<DeepseekImpl>(model, experts);
   DI_RETURN_IF_ERROR(lm->Init());
   return std::unique_ptr<DeepseekV3Lm>(std::move(lm));
 }

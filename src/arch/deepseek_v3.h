@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "arch/causal_lm.h"
+#include "arch/moe.h"
 #include "arch/mla_attention.h"
 #include "model/model.h"
 #include "util/thread_pool.h"
@@ -66,6 +67,9 @@ class DeepseekV3Lm : public CausalLm, public DraftHeads {
 // "deepseek_v2", loaded by model::LoadHfModel).
 // Errors: NotFound "missing_tensor", InvalidArgument "shape_mismatch" / "bad_config".
 // Cost: copies every kv_b_proj to f32 for the absorbed form (V3: 64 MiB per layer).
-absl::StatusOr<std::unique_ptr<DeepseekV3Lm>> CreateDeepseekV3(const model::Model& model);
+// With `experts` (expert parallelism, arch/moe.h) only this rank's routed experts are read and
+// run. Not owned; must outlive the model.
+absl::StatusOr<std::unique_ptr<DeepseekV3Lm>> CreateDeepseekV3(const model::Model& model,
+                                                               ExpertExchange* experts = nullptr);
 
 }  // namespace deepinfer::arch

@@ -52,7 +52,10 @@ struct Layer : AttentionLayer {
 
 class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
  public:
-  explicit DeepseekV4Impl(const model::Model& m) : DeepseekV4Base(m, /*qat=*/false) {}
+  DeepseekV4Impl(const model::Model& m, ExpertExchange* experts)
+      : DeepseekV4Base(m, /*qat=*/false), experts_(experts) {
+    moe_.set_exchange(experts);
+  }
 
   absl::Status Init();
   void Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
@@ -99,6 +102,7 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   dsv4::RopeTables rope_;
   dsv4::CompressedAttention attention_;
   dsv4::MoeBlock moe_;
+  ExpertExchange* experts_;  // null: every routed expert runs here
   // Scratch, grown on demand.
   dsv4::MhcStreams mhc_;
   util::AlignedVector<float> hc_pre_, hc_mix_, x_, h_;
@@ -123,7 +127,7 @@ absl::StatusOr<Layer> DeepseekV4Impl::LoadLayer(const std::string& p, int l) {
   DI_ASSIGN_OR_RETURN(L.moe, dsv4::LoadMoeLayer(schema_, f, ds_.n_routed_experts,
                                                  ds_.moe_intermediate_size, H,
                                                  ds_.num_experts_per_tok, /*biased=*/!hash,
-                                                 ds_.n_shared_experts > 0));
+                                                 ds_.n_shared_experts > 0, experts_));
   if (hash) {
     DI_ASSIGN_OR_RETURN(L.moe.tid2eid,
                         dsv4::LoadTid2eid(schema_, model_, f + "gate.tid2eid", cfg_.vocab,
@@ -308,7 +312,8 @@ void DeepseekV4Impl::Logits(const ForwardBatch& batch, const HcSite& head,
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& model) {
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& model,
+                                                           ExpertExchange* experts) {
   if (!model.config.deepseek_v4) {
     return InvalidArgumentError(util::codes::kBadConfig,
                                 "model has no DeepSeek-V4 hyperparameters");
@@ -316,7 +321,7 @@ absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& m
   if (model.config.deepseek_v4->hc_mult > 64) {
     return InvalidArgumentError(util::codes::kBadConfig, "hc_mult above 64");
   }
-  auto lm = std::make_unique<DeepseekV4Impl>(model);
+  auto lm = std::make_unique<DeepseekV4Impl>(model, experts);
   DI_RETURN_IF_ERROR(lm->Init());
   return std::unique_ptr<CausalLm>(std::move(lm));
 }

@@ -5,6 +5,7 @@
 
 #include "absl/status/statusor.h"
 #include "arch/causal_lm.h"
+#include "arch/moe.h"
 #include "model/model.h"
 
 namespace deepinfer::arch {
@@ -43,6 +44,9 @@ namespace deepinfer::arch {
 //   "bad_config", "unexpected_tensor" (a tensor the schema has no place for); Unimplemented
 //   "unsupported_dtype"; DataLoss "nan_in_weights"; InvalidArgument "bad_tensor" (a tid2eid entry
 //   outside [0, n_routed_experts)).
-absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& model);
+// With `experts` (expert parallelism, arch/moe.h) only this rank's routed experts are read and
+// run. Not owned; must outlive the model.
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV4(const model::Model& model,
+                                                           ExpertExchange* experts = nullptr);
 
 }  // namespace deepinfer::arch

@@ -62,7 +62,10 @@ struct Dspark {
 class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
  public:
   // The QAT numerics are part of the model (deepseek_v41.h): on unless SetNumerics says kFast.
-  explicit DeepseekV41Impl(const model::Model& m) : DeepseekV4Base(m, /*qat=*/true) {}
+  DeepseekV41Impl(const model::Model& m, ExpertExchange* experts)
+      : DeepseekV4Base(m, /*qat=*/true), experts_(experts) {
+    moe_.set_exchange(experts);
+  }
 
   absl::Status Init();
   KvLayout kv_layout(int32_t block_size) const override;
@@ -124,6 +127,7 @@ class DeepseekV41Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   dsv4::RopeTables rope_;
   dsv4::Csa2Attention attention_;
   dsv4::MoeBlock moe_;
+  ExpertExchange* experts_;  // null: every routed expert runs here
   // Scratch, grown on demand.
   dsv4::MhcStreams mhc_;
   util::AlignedVector<float> pre_mix_, pre_attn_, pre_ffn_;
@@ -149,7 +153,7 @@ absl::StatusOr<Layer> DeepseekV41Impl::LoadLayer(int l) {
                       dsv4::LoadMoeLayer(schema_, f, E, ds_.moe_intermediate_size, H,
                                          stage ? ds_.dspark_num_experts_per_tok
                                                : ds_.num_experts_per_tok,
-                                         /*biased=*/true, ds_.n_shared_experts > 0));
+                                         /*biased=*/true, ds_.n_shared_experts > 0, experts_));
   // The image-span routing bias (the stages have none): required with a vision tower; a text-
   // only checkpoint may carry it too (transformers saves it), and never routes by it.
   if (!stage && (ds_.vision.has_value() || schema_.Has(f + "gate.bias_vl"))) {
@@ -476,12 +480,13 @@ void DeepseekV41Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* log
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model) {
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model,
+                                                            ExpertExchange* experts) {
   if (!model.config.deepseek_v4 || !model.config.deepseek_v4->v41) {
     return InvalidArgumentError(util::codes::kBadConfig,
                                 "model has no DeepSeek-V4.1 hyperparameters");
   }
-  auto lm = std::make_unique<DeepseekV41Impl>(model);
+  auto lm = std::make_unique<DeepseekV41Impl>(model, experts);
   DI_RETURN_IF_ERROR(lm->Init());
   return std::unique_ptr<CausalLm>(std::move(lm));
 }

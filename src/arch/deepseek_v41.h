@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "arch/causal_lm.h"
+#include "arch/moe.h"
 #include "model/model.h"
 
 namespace deepinfer::arch {
@@ -63,6 +64,9 @@ namespace deepinfer::arch {
 //   reference of ../shared/goldens/deepseek_v41); research notes section 5.
 // Errors: as CreateDeepseekV4 (arch/deepseek_v4.h); InvalidArgument "bad_config" for vision
 //   tensors without vision_config or the reverse; the vision tower's (VisionTower::Load).
-absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model);
+// With `experts` (expert parallelism, arch/moe.h) only this rank's routed experts are read and
+// run. Not owned; must outlive the model.
+absl::StatusOr<std::unique_ptr<CausalLm>> CreateDeepseekV41(const model::Model& model,
+                                                            ExpertExchange* experts = nullptr);
 
 }  // namespace deepinfer::arch

@@ -172,26 +172,28 @@ void SortTopK(const float* score, int32_t* order, int32_t m, int32_t keep) {
 }
 
 absl::StatusOr<MoeLayer> LoadMoeLayer(TensorSchema& schema, const std::string& f, int64_t E,
-                                      int64_t I, int64_t H, int top_k, bool biased, bool shared) {
+                                      int64_t I, int64_t H, int top_k, bool biased, bool shared,
+                                      const ExpertExchange* experts) {
   MoeLayer L;
   L.top_k = top_k;
   DI_ASSIGN_OR_RETURN(L.router, schema.Mat(f + "gate.weight", E, H));
   if (biased) {
     DI_ASSIGN_OR_RETURN(L.router_bias, schema.Vec(f + "gate.bias", {E}));
   }
-  auto load = [&](const std::string& x) -> absl::StatusOr<Expert> {
+  auto load = [&](const std::string& x, bool read) -> absl::StatusOr<Expert> {
     Expert ex;
-    DI_ASSIGN_OR_RETURN(ex.w1, schema.Mat(x + "w1.weight", I, H));
-    DI_ASSIGN_OR_RETURN(ex.w3, schema.Mat(x + "w3.weight", I, H));
-    DI_ASSIGN_OR_RETURN(ex.w2, schema.Mat(x + "w2.weight", H, I));
+    DI_ASSIGN_OR_RETURN(ex.w1, schema.Mat(x + "w1.weight", I, H, read));
+    DI_ASSIGN_OR_RETURN(ex.w3, schema.Mat(x + "w3.weight", I, H, read));
+    DI_ASSIGN_OR_RETURN(ex.w2, schema.Mat(x + "w2.weight", H, I, read));
     return ex;
   };
   for (int64_t e = 0; e < E; ++e) {
-    DI_ASSIGN_OR_RETURN(Expert ex, load(fmt::format("{}experts.{}.", f, e)));
+    const bool local = experts == nullptr || experts->Owns(static_cast<int>(e), static_cast<int>(E));
+    DI_ASSIGN_OR_RETURN(Expert ex, load(fmt::format("{}experts.{}.", f, e), local));
     L.experts.push_back(ex);
   }
   if (shared) {
-    DI_ASSIGN_OR_RETURN(L.shared, load(f + "shared_experts."));
+    DI_ASSIGN_OR_RETURN(L.shared, load(f + "shared_experts.", true));
     L.has_shared = true;
   }
   return L;

@@ -250,9 +250,11 @@ struct MoeLayer {
 };
 
 // The router, its bias (when `biased`), experts.{0..E-1}.w{1,3,2} and (when `shared`)
-// shared_experts.* under `ffn` ("layers.N.ffn.").
+// shared_experts.* under `ffn` ("layers.N.ffn."). With `experts` (expert parallelism) the values
+// of other ranks' experts are neither checked nor touched (their shapes and types still are).
 absl::StatusOr<MoeLayer> LoadMoeLayer(TensorSchema& schema, const std::string& ffn, int64_t E,
-                                      int64_t I, int64_t H, int top_k, bool biased, bool shared);
+                                      int64_t I, int64_t H, int top_k, bool biased, bool shared,
+                                      const ExpertExchange* experts = nullptr);
 
 // DeepSeek-V4's hash-routing table (int64 in the release; F32/BF16 with integral values
 // accepted), each entry an expert id.
@@ -280,6 +282,8 @@ struct MoeOptions {
 // unbiased scores. REQUIRES: L.router_bias_vl non-empty when token_types has such a row.
 class MoeBlock {
  public:
+  // Expert parallelism (arch/moe.h): null runs every expert here. Not owned.
+  void set_exchange(ExpertExchange* exchange) { dispatch_.set_exchange(exchange); }
   void Run(const MoeLayer& L, const MoeOptions& opt, const float* x, const int32_t* tokens,
            int64_t T, int64_t H, float* out, util::ThreadPool& pool,
            const int8_t* token_types = nullptr);

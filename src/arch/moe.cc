@@ -27,18 +27,15 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
       ++fill_[e];
     }
   }
+  if (exchange_ != nullptr && exchange_->ranks() > 1) {
+    RunSharded(T, E, x, H, out, run_expert, weights_in_expert);
+    return;
+  }
   std::fill(out, out + T * H, 0.0f);
   for (int e = 0; e < E; ++e) {
     const int32_t begin = count_[e], n = count_[e + 1] - begin;
     if (n == 0) continue;
-    if (static_cast<int64_t>(in_.size()) < int64_t{n} * H) {
-      in_.resize(int64_t{n} * H);
-      result_.resize(int64_t{n} * H);
-    }
-    for (int32_t i = 0; i < n; ++i) {
-      std::memcpy(in_.data() + int64_t{i} * H, x + int64_t{tokens_[begin + i]} * H,
-                  H * sizeof(float));
-    }
+    GatherRows(begin, n, x, H);
     run_expert(e, in_.data(), n, token_weights_.data() + begin, result_.data());
     for (int32_t i = 0; i < n; ++i) {
       float* dst = out + int64_t{tokens_[begin + i]} * H;
@@ -50,6 +47,82 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
       }
     }
   }
+}
+
+void MoeDispatch::GatherRows(int32_t begin, int32_t n, const float* x, int64_t H) {
+  if (static_cast<int64_t>(in_.size()) < int64_t{n} * H) {
+    in_.resize(int64_t{n} * H);
+    result_.resize(int64_t{n} * H);
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    std::memcpy(in_.data() + int64_t{i} * H, x + int64_t{tokens_[begin + i]} * H,
+                H * sizeof(float));
+  }
+}
+
+void MoeDispatch::RunSharded(int64_t T, int E, const float* x, int64_t H, float* out,
+                             const ExpertFn& run_expert, bool weights_in_expert) {
+  ExpertExchange& ex = *exchange_;
+  const int N = ex.ranks(), me = ex.rank();
+  // Token t belongs to slice r when T * r / N <= t < T * (r + 1) / N.
+  token_owner_.resize(T);
+  for (int r = 0; r < N; ++r) {
+    for (int64_t t = T * r / N; t < T * (r + 1) / N; ++t) token_owner_[t] = r;
+  }
+  const int lo = ex.FirstExpert(me, E), hi = ex.FirstExpert(me + 1, E);
+  send_rows_.assign(N, 0);
+  recv_rows_.assign(N, 0);
+  for (int r = 0, e = 0; e < E; ++e) {
+    while (e >= ex.FirstExpert(r + 1, E)) ++r;  // r owns expert e
+    for (int32_t i = count_[e]; i < count_[e + 1]; ++i) {
+      const int d = token_owner_[tokens_[i]];
+      if (e >= lo && e < hi) ++send_rows_[d];
+      if (d == me) ++recv_rows_[r];
+    }
+  }
+  int64_t total_send = 0, total_recv = 0;
+  cursor_.resize(N);
+  for (int d = 0; d < N; ++d) {
+    cursor_[d] = total_send;
+    total_send += send_rows_[d];
+    total_recv += recv_rows_[d];
+  }
+  if (static_cast<int64_t>(send_.size()) < total_send * H) send_.resize(total_send * H);
+  if (static_cast<int64_t>(recv_.size()) < total_recv * H) recv_.resize(total_recv * H);
+  // Own experts, in expert order; each result row goes to its token's slice in the send buffer,
+  // so every destination's rows stay in (expert, token) order.
+  for (int e = lo; e < hi; ++e) {
+    const int32_t begin = count_[e], n = count_[e + 1] - begin;
+    if (n == 0) continue;
+    GatherRows(begin, n, x, H);
+    run_expert(e, in_.data(), n, token_weights_.data() + begin, result_.data());
+    for (int32_t i = 0; i < n; ++i) {
+      const int d = token_owner_[tokens_[begin + i]];
+      std::memcpy(send_.data() + cursor_[d]++ * H, result_.data() + int64_t{i} * H,
+                  H * sizeof(float));
+    }
+  }
+  ex.AllToAllRows(send_.data(), send_rows_.data(), recv_.data(), recv_rows_.data(), H);
+  // Sources arrive in rank order and ranks own ascending expert ranges, so the received rows
+  // are in global expert order: each token's sum runs in the order one process uses.
+  const int64_t first = T * me / N, last = T * (me + 1) / N;
+  std::fill(out + first * H, out + last * H, 0.0f);
+  const float* row = recv_.data();
+  for (int e = 0; e < E; ++e) {
+    for (int32_t i = count_[e]; i < count_[e + 1]; ++i) {
+      if (token_owner_[tokens_[i]] != me) continue;
+      float* dst = out + int64_t{tokens_[i]} * H;
+      if (weights_in_expert) {
+        kernels::AddInPlace(dst, row, H);
+      } else {
+        kernels::Axpy(token_weights_[i], row, dst, H);
+      }
+      row += H;
+    }
+  }
+  std::vector<int64_t>& slice_rows = cursor_;  // free again
+  for (int r = 0; r < N; ++r) slice_rows[r] = T * (r + 1) / N - T * r / N;
+  ex.AllGatherRows(out, slice_rows.data(), H);
 }
 
 }  // namespace deepinfer::arch

@@ -43,7 +43,8 @@ bool TypeAllowed(MatrixTypes rule, const tensor::TensorView& t, bool vector) {
 }  // namespace
 
 absl::StatusOr<const tensor::TensorView*> TensorSchema::Tensor(const std::string& name,
-                                                              const std::vector<int64_t>& shape) {
+                                                              const std::vector<int64_t>& shape,
+                                                              bool read_values) {
   DI_ASSIGN_OR_RETURN(const tensor::TensorView* t, model_.Get(name));
   if (t->shape != shape) {
     return InvalidArgumentError(
@@ -71,7 +72,9 @@ absl::StatusOr<const tensor::TensorView*> TensorSchema::Tensor(const std::string
     return InvalidArgumentError(util::codes::kBadMetadata,
                                 fmt::format("tensor '{}' is misaligned", name));
   }
-  if (options_.check_finite) DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/vector));
+  if (options_.check_finite && read_values) {
+    DI_RETURN_IF_ERROR(model::CheckFinite(*t, /*full=*/vector));
+  }
   used_.insert(name);
   return t;
 }

@@ -51,12 +51,15 @@ class TensorSchema {
   explicit TensorSchema(const model::Model& m, TensorSchemaOptions options = {})
       : model_(m), options_(options) {}
 
-  // The tensor `name` with exactly `shape` and a type the options allow.
+  // The tensor `name` with exactly `shape` and a type the options allow. With read_values
+  // false its values are not checked (nor its pages touched): a tensor this process maps but
+  // never reads, such as another expert-parallel rank's experts.
   absl::StatusOr<const tensor::TensorView*> Tensor(const std::string& name,
-                                                  const std::vector<int64_t>& shape);
+                                                  const std::vector<int64_t>& shape,
+                                                  bool read_values = true);
   absl::StatusOr<const tensor::TensorView*> Mat(const std::string& name, int64_t rows,
-                                               int64_t cols) {
-    return Tensor(name, {rows, cols});
+                                               int64_t cols, bool read_values = true) {
+    return Tensor(name, {rows, cols}, read_values);
   }
   // Values dequantized to f32 (row-major), every element checked for NaN/Inf.
   absl::StatusOr<std::vector<float>> Vec(const std::string& name, std::vector<int64_t> shape);

@@ -20,6 +20,7 @@
 #include "cli/exit_code.h"
 #include "cli/numerics_flag.h"
 #include "engine/engine.h"
+#include "engine/expert_parallel.h"
 #include "fmt/format.h"
 #include "image/image.h"
 #include "image/deepseek_vision.h"
@@ -63,6 +64,7 @@ struct GenerateFlags {
   std::string speculative_method = "auto";  // auto | dspark | mtp | none
   int32_t speculative_tokens = -1;  // unset: the drafter's default; 0: off
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
+  bool expert_parallel = false;  // --expert-parallel: one rank of an mpirun job
 };
 
 struct TurnStats {
@@ -210,8 +212,9 @@ int Fail(const absl::Status& s) { return ReportFailure("generate", s); }
 
 // One sequence at a time, over a KV cache as long as the model's context. Prefill chunks of 512
 // tokens keep scratch memory bounded and, with --numerics ggml, are llama.cpp's batches.
-absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags& f,
-                                                            const model::Model& m) {
+absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(
+    const GenerateFlags& f, const model::Model& m,
+    std::shared_ptr<engine::ExpertParallelGroup> experts) {
   const int capacity = m.config.max_context > 0 ? m.config.max_context : 4096;
   engine::EngineOptions o;
   o.max_num_seqs = 1;
@@ -230,6 +233,7 @@ absl::StatusOr<std::unique_ptr<engine::Engine>> StartEngine(const GenerateFlags&
                          : f.speculative_method == "none"   ? Method::kNone
                                                             : Method::kAuto;
   o.speculative_tokens = std::max(0, f.speculative_tokens);
+  o.expert_parallel = std::move(experts);
   return engine::Engine::Create(m, o);
 }
 
@@ -407,6 +411,14 @@ int Run(const GenerateFlags& f) {
   // Token ids in and out need no tokenizer: a checkpoint without one (the synthetic parity
   // checkpoints) still runs.
   const bool ids_only = !f.prompt_ids.empty() || (f.random_prompt_tokens > 0 && f.print_ids);
+  // Expert parallelism: declared before the engine, so the engine (whose last call tells the
+  // other ranks to stop) goes first.
+  std::shared_ptr<engine::ExpertParallelGroup> experts;
+  if (f.expert_parallel) {
+    auto group = engine::ExpertParallelGroup::Init();
+    if (!group.ok()) return Fail(group.status());
+    experts = *std::move(group);
+  }
   auto servable = tokenizer::LoadServable({.model_path = f.model,
                                            .tokenizer_path = f.tokenizer,
                                            .chat_template = f.chat_template,
@@ -418,7 +430,11 @@ int Run(const GenerateFlags& f) {
     std::fprintf(stderr, "deepinfer generate: no tokenizer (%s): token ids only\n",
                  std::string(servable->text_status.message()).c_str());
   }
-  auto engine = StartEngine(f, m);
+  if (experts != nullptr && experts->rank() != 0) {
+    const absl::Status followed = engine::RunExpertParallelFollower(m, *experts, f.threads);
+    return followed.ok() ? 0 : Fail(followed);
+  }
+  auto engine = StartEngine(f, m, experts);
   if (!engine.ok()) return Fail(engine.status());
   engine::GenerateRequest base = RequestTemplate(f, m, tok);
   base.max_tokens = f.max_tokens;
@@ -491,6 +507,9 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   AddKvCacheDtypeOption(cmd, &flags->kv_cache_dtype);
   cmd->add_flag("--ignore-eos", flags->ignore_eos, "keep generating past end-of-generation tokens");
   cmd->add_flag("--json", flags->json, "print timings as one JSON line on stdout");
+  cmd->add_flag("--expert-parallel", flags->expert_parallel,
+                "one rank of `mpirun -np N deepinfer generate --expert-parallel ...`: each rank "
+                "runs 1/N of every MoE layer's routed experts; rank 0 prints");
   cmd->callback([flags, exit_code, cmd] {
     if (flags->prompt.empty() && flags->prompt_ids.empty() && !flags->chat &&
         flags->random_prompt_tokens == 0) {

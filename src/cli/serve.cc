@@ -260,6 +260,10 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_option("--model-revision", flags->options.engine.model_revision,
                   "the weights' revision, written into every checkpoint and required of every "
                   "restored one (default: the model file's name and size)");
+  cmd->add_flag("--expert-parallel", flags->options.expert_parallel,
+                "one rank of `mpirun -np N deepinfer serve --expert-parallel ...`: each rank "
+                "runs 1/N of every MoE layer's routed experts; rank 0 serves HTTP and schedules, "
+                "the others follow its steps (docs/operations.md)");
   cmd->add_option("--data-parallel-size", flags->options.data_parallel_size,
                   "engine ranks over one copy of the weights, each with its own scheduler, KV "
                   "cache and prefix cache; --kv-cache-memory/--kv-cache-tokens are split between "

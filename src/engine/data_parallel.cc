@@ -255,6 +255,11 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateDataParallelEngine(const model::Mo
                                 "--data-parallel-size must be between 1 and 64");
   }
   if (ranks == 1) return Engine::Create(model, options);
+  if (options.expert_parallel != nullptr) {
+    return InvalidArgumentError(util::codes::kBadOption,
+                                "--expert-parallel does not yet combine with "
+                                "--data-parallel-size above 1");
+  }
   const int threads = options.num_threads > 0
                           ? options.num_threads
                           : static_cast<int>(std::thread::hardware_concurrency());

@@ -27,6 +27,7 @@
 #include "engine/block_manager.h"
 #include "engine/checkpointer.h"
 #include "engine/executor.h"
+#include "engine/expert_parallel.h"
 #include "engine/prefix_checkpoint.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -198,7 +199,18 @@ absl::Status EngineImpl::Init() {
 }
 
 absl::Status EngineImpl::CreateModel() {
-  DI_ASSIGN_OR_RETURN(lm_, arch::CreateCausalLm(model_));
+  ExpertParallelGroup* ep = options_.expert_parallel.get();
+  if (ep != nullptr && options_.checkpoint_store != nullptr) {
+    return InvalidArgumentError(util::codes::kBadOption,
+                                "expert parallelism does not yet combine with prefix checkpoints "
+                                "or P/D roles (they write KV blocks the other ranks would not "
+                                "see)");
+  }
+  DI_ASSIGN_OR_RETURN(lm_, arch::CreateCausalLm(model_, ep != nullptr ? &ep->exchange() : nullptr));
+  if (ep != nullptr) {
+    DI_RETURN_IF_ERROR(ep->CheckSameModel(ModelFingerprint(model_)));
+    lm_ = MakeExpertParallelLeader(std::move(lm_), options_.expert_parallel);
+  }
   const arch::Numerics numerics = options_.numerics.value_or(lm_->default_numerics());
   if (!lm_->SetNumerics(numerics)) {
     return UnimplementedError(

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "arch/causal_lm.h"
+#include "arch/moe.h"
 #include "engine/prefix_checkpoint.h"
 #include "engine/request.h"
 #include "engine/telemetry.h"
@@ -17,6 +18,38 @@
 #include "util/histogram.h"
 
 namespace deepinfer::engine {
+
+
+// Expert parallelism over MPI (engine/expert_parallel.h has how it works): this process's place
+// in the EP group and the transport of the experts' collectives.
+// One per process; Init once, before any thread of the engine starts.
+class ExpertParallelGroup {
+ public:
+  // Initialises MPI (as launched by mpirun; a plain start is a group of one).
+  // Errors: Unimplemented "mpi_unavailable" when this binary was built without MPI; Internal
+  //   "mpi_error" when MPI cannot start.
+  static absl::StatusOr<std::shared_ptr<ExpertParallelGroup>> Init();
+  virtual ~ExpertParallelGroup() = default;
+
+  virtual int rank() const = 0;
+  virtual int ranks() const = 0;
+  // The experts' collectives (arch::ExpertExchange); lives as long as the group.
+  virtual arch::ExpertExchange& exchange() = 0;
+
+  // Every rank passes a fingerprint of what it loaded (ModelFingerprint): Internal
+  // "ep_mismatch" on every rank, naming the first rank that differs from rank 0, when they
+  // are not all equal. A collective.
+  virtual absl::Status CheckSameModel(uint64_t fingerprint) = 0;
+  // Broadcasts `size` bytes from rank 0 into `data` (resized on the followers). A collective.
+  virtual void Broadcast(std::vector<uint8_t>& data) = 0;
+};
+
+// A follower's life: builds its model share over the group's exchange (arch::CreateCausalLm),
+// then replays the leader's calls until the leader stops (OK) with `threads` threads (0: all
+// cores). Writes nothing to stdout (mpirun merges every rank's into one).
+// Errors: those of CreateCausalLm; Internal "ep_mismatch".
+absl::Status RunExpertParallelFollower(const model::Model& model, ExpertParallelGroup& group,
+                                       int threads);
 
 // Engine settings. Defaults follow the seed profile (prefill budget 2,048 tokens per step).
 //
@@ -78,6 +111,11 @@ struct EngineOptions {
   // (unsalted, this revision and layout, verified) are restored into the prefix cache until
   // they hold this many tokens; 0: none (restores then happen on a request's cache miss only).
   int64_t checkpoint_preload_tokens = 0;
+  // Expert parallelism (engine/expert_parallel.h): this engine is rank 0 of the group and every
+  // forward call is replayed by the other ranks, each running its share of the routed experts;
+  // null: one process runs every expert. Not with data-parallel ranks, prefix checkpoints or P/D
+  // (Create refuses them with bad_option).
+  std::shared_ptr<ExpertParallelGroup> expert_parallel;
 };
 
 // A prefix checkpoint of a prompt (Engine::CheckpointFor).

@@ -314,6 +314,15 @@ inline constexpr ErrorCode kNoModel{
 inline constexpr ErrorCode kUnsupportedNumerics{
     "unsupported_numerics", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
     "--numerics ggml was asked of a model it does not cover."};
+inline constexpr ErrorCode kMpiUnavailable{
+    "mpi_unavailable", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
+    "--expert-parallel was asked of a deepinfer built without MPI."};
+inline constexpr ErrorCode kMpiError{
+    "mpi_error", absl::StatusCode::kInternal, 500, ErrorSurface::kCommand,
+    "MPI could not start the expert-parallel group (mpirun's environment, thread support)."};
+inline constexpr ErrorCode kEpMismatch{
+    "ep_mismatch", absl::StatusCode::kInternal, 500, ErrorSurface::kCommand,
+    "The expert-parallel ranks did not load the same model, layout and build."};
 inline constexpr ErrorCode kUnsupportedKvCacheDtype{
     "unsupported_kv_cache_dtype", absl::StatusCode::kUnimplemented, 400, ErrorSurface::kCommand,
     "--kv-cache-dtype f16/bf16 was asked of a model or numerics whose attention reads f32 only."};

@@ -58,9 +58,9 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, timeout_s: float, what: 
 class Server:
     """A running `deepinfer serve` process."""
 
-    def __init__(self, model: pathlib.Path, name: str, extra_args=(), env=None):
+    def __init__(self, model: pathlib.Path, name: str, extra_args=(), env=None, launcher=()):
         """`env`: variables set for the process on top of this one's environment (None: this
-        one's as it is)."""
+        one's as it is). `launcher`: a command the server runs under (mpirun and its flags)."""
         exe = binary()
         if not exe.exists():
             pytest.fail(f"deepinfer binary not found at {exe} (build it or set DEEPINFER_BIN)")
@@ -69,7 +69,7 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(prefix="deepinfer-serve-", suffix=".log",
                                                delete=False)
-        self.args = [str(exe), "serve", "--model", str(model), "--host", "127.0.0.1", "--port",
+        self.args = [*launcher, str(exe), "serve", "--model", str(model), "--host", "127.0.0.1", "--port",
                      str(self.port), "--served-model-name", name, *extra_args]
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
                                      env=None if env is None else {**os.environ, **env})

@@ -1,0 +1,226 @@
+"""Expert parallelism over MPI (engine/expert_parallel.h): `mpirun -np N deepinfer generate|serve
+--expert-parallel` with 2, 3 and 4 ranks on this machine (OpenMPI from Debian, shared memory
+between the ranks) gives exactly the tokens of one process: DeepSeek-V4 with hash-routed layers
+(transformers' greedy tokens), V3 with and without MTP drafts, V4.1 (transformers' greedy
+tokens; with DSpark drafts, the drafter-free text). Served: 8 concurrent greedy chats and a
+prompt prefilled in 32-token chunks equal a one-process server's, streaming included; rank 0
+stops the group on SIGTERM (every process exits 0); a rank killed mid-stream ends the job (no
+hang); flag combinations not supported yet, a dense model and ranks that loaded different
+checkpoints are refused with their codes."""
+
+import concurrent.futures
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import httpx
+import openai
+import pytest
+
+from conftest import REPO, STORIES, Server, binary
+from test_deepseek import synthetic_checkpoint, write_v3_tiny
+from test_dspark import golden_with_stages
+
+V4 = REPO / "tests" / "golden" / "deepseek_v4" / "v4_flash_tiny"
+V41 = REPO.parent / "shared" / "goldens" / "deepseek_v41"
+TOKENIZER = REPO / "tests" / "golden" / "deepseek_v3" / "v3_direct_q"
+# Running as root (CI containers) needs OpenMPI's consent; harmless otherwise.
+MPI_ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def mpirun(n):
+    if shutil.which("mpirun") is None:
+        pytest.fail("mpirun not found: install openmpi-bin (scripts/setup.sh does)")
+    return ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+
+
+def generate(model, prompt, max_tokens, ranks=1, extra=()):
+    """Token ids from `deepinfer generate` on one process (ranks=1) or an EP group."""
+    args = [str(binary()), "generate", "--model", str(model), "--prompt-ids",
+            ",".join(map(str, prompt)), "--max-tokens", str(max_tokens), "--ignore-eos",
+            "--print-ids", *extra]
+    if ranks > 1:
+        args = mpirun(ranks) + args[:2] + ["--expert-parallel", "--threads", "1"] + args[2:]
+    else:
+        args += ["--threads", "2"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=240, env=MPI_ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return [int(t) for t in r.stdout.strip().split(",")]
+
+
+@pytest.fixture(scope="module")
+def v4(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ep_v4")
+    for f in ("config.json", "weights.json"):
+        shutil.copy(V4 / f, d / f)
+    synthetic_checkpoint(d, d)
+    return d
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_v4_with_hash_routed_layers_equals_transformers(v4, ranks):
+    """8 experts over 2, 3 (uneven: 2/3/3) and 4 ranks; the first two layers route by token id."""
+    golden = json.loads((V4 / "golden.json").read_text())
+    assert golden["hash_layers"], "the case must keep its hash-routed layers"
+    prompt = golden["prompts"][golden["greedy_prompt_index"]]
+    assert generate(v4, prompt, len(golden["greedy_tokens"]), ranks) == golden["greedy_tokens"]
+
+
+def test_v3_with_and_without_mtp_drafts_equals_one_process(tmp_path_factory):
+    d = write_v3_tiny(tmp_path_factory.mktemp("ep_v3"))
+    prompt = list(range(3, 40))
+    plain = generate(d, prompt, 40)
+    assert generate(d, prompt, 40, ranks=2) == plain
+    mtp = ["--speculative-method", "mtp", "--speculative-tokens", "2"]
+    assert generate(d, prompt, 40, ranks=2, extra=mtp) == plain
+
+
+needs_v41 = pytest.mark.skipif(not V41.is_dir(), reason="../shared/goldens/deepseek_v41 is absent "
+                                                        "(a user's clone has none)")
+
+
+@needs_v41
+def test_v41_equals_transformers(tmp_path_factory):
+    """Engram, QAT and the release formats (FP8 attention, FP4 experts) over 2 ranks."""
+    d = tmp_path_factory.mktemp("ep_v41")
+    for f in ("config.json", "weights.json", "tokenizer.json"):
+        shutil.copy(V41 / "v41_full_fp8" / f, d / f)
+    synthetic_checkpoint(d, d)
+    g = json.loads((V41 / "v41_full_fp8" / "greedy.json").read_text())
+    assert generate(d, g["prompt"], len(g["tokens"]), ranks=2) == g["tokens"]
+
+
+@needs_v41
+def test_v41_dspark_drafts_over_ranks_keep_the_text(tmp_path_factory):
+    """The DSpark stages' MoE layers are split too; drafted text equals drafter-free text."""
+    d = golden_with_stages("v41_full", tmp_path_factory)
+    g = json.loads((V41 / "v41_full" / "greedy.json").read_text())
+    plain = generate(d, g["prompt"], 40, extra=["--speculative-method", "none"])
+    assert generate(d, g["prompt"], 40, ranks=2, extra=["--speculative-method", "dspark"]) == plain
+
+
+class EpServer(Server):
+    """`mpirun -np N deepinfer serve --expert-parallel`: the Server helper with mpirun in front."""
+
+    def __init__(self, model, name, ranks, extra_args=()):
+        super().__init__(model, name, ["--expert-parallel", *extra_args], env=MPI_ENV,
+                         launcher=mpirun(ranks))
+
+    def rank_pids(self):
+        """The ranks' pids, rank 0 first (mpirun starts them in rank order)."""
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True)
+        return sorted(int(p) for p in out.stdout.split())
+
+
+@pytest.fixture(scope="module")
+def chat_v4(v4, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ep_v4_chat")
+    for f in v4.iterdir():
+        if f.name != "config.json":
+            (d / f.name).symlink_to(f)
+    config = json.loads((v4 / "config.json").read_text())
+    config["max_position_embeddings"] = 4096
+    (d / "config.json").write_text(json.dumps(config))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZER / f, d / f)
+    return d
+
+
+PROMPTS = ["Count to five.", "Name a colour.", "Say hello.", "What is two plus two?",
+           "Spell cat.", "Pick a number.", "Describe rain.", "Tell a joke."]
+
+
+def chat(s, prompt, stream=False, max_tokens=24):
+    """The greedy text; non-streaming, with every token's top-5 log-probabilities as the server
+    printed them (17 significant digits: equal only when the logits are bit-identical)."""
+    c = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    kw = dict(model="ep", messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens,
+              temperature=0)
+    if not stream:
+        choice = c.chat.completions.create(**kw, logprobs=True, top_logprobs=5).choices[0]
+        return choice.message.content, [[(t.token, t.logprob) for t in p.top_logprobs]
+                                        for p in choice.logprobs.content]
+    return "".join(ch.choices[0].delta.content or ""
+                   for ch in c.chat.completions.create(**kw, stream=True) if ch.choices)
+
+
+def test_served_batches_and_chunks_equal_one_process(chat_v4):
+    """8 concurrent chats (one batch) and a long prompt prefilled in 32-token chunks next to
+    decodes: the same text and log-probabilities as a one-process server; rank 0 ends the group
+    on SIGTERM."""
+    common = ["--prefill-budget", "32", "--max-num-seqs", "8"]
+    one = Server(chat_v4, "ep", common + ["--threads", "2"])
+    ep = EpServer(chat_v4, "ep", 2, common + ["--threads", "1"])
+    try:
+        long_prompt = " ".join(PROMPTS * 4)
+        with concurrent.futures.ThreadPoolExecutor(9) as pool:
+            want = list(pool.map(lambda p: chat(one, p), PROMPTS + [long_prompt]))
+            got = list(pool.map(lambda p: chat(ep, p), PROMPTS + [long_prompt]))
+        assert got == want
+        assert chat(ep, PROMPTS[0], stream=True) == want[0][0]
+        assert httpx.get(ep.base_url + "/health").status_code == 200
+        pids = ep.rank_pids()
+        assert len(pids) == 2, pids
+        os.kill(pids[0], signal.SIGTERM)  # rank 0: it stops the followers, then itself
+        assert ep.proc.wait(timeout=30) == 0, ep.logs()
+        assert "rank 1 done (rank 0 stopped)" in ep.logs()
+    finally:
+        one.stop()
+        ep.stop()
+
+
+def test_a_rank_killed_mid_stream_ends_the_job(chat_v4):
+    """No hang: a follower killed while a stream runs ends every rank, non-zero, in seconds."""
+    ep = EpServer(chat_v4, "ep", 2, ["--threads", "1"])
+    try:
+        c = openai.OpenAI(base_url=ep.base_url + "/v1", api_key="unused", max_retries=0,
+                          timeout=30)
+        stream = c.chat.completions.create(
+            model="ep", messages=[{"role": "user", "content": "Go on."}], max_tokens=2000,
+            temperature=0, stream=True)
+        next(iter(stream))
+        os.kill(ep.rank_pids()[1], signal.SIGKILL)
+        start = time.monotonic()
+        assert ep.proc.wait(timeout=30) != 0
+        assert time.monotonic() - start < 30
+    finally:
+        ep.stop()
+
+
+def test_unsupported_combinations_exit_2(chat_v4):
+    r = subprocess.run(mpirun(2) + [str(binary()), "serve", "--expert-parallel", "--model",
+                                    str(chat_v4), "--port", "0", "--data-parallel-size", "2"],
+                       capture_output=True, text=True, timeout=60, env=MPI_ENV)
+    assert r.returncode != 0
+    assert "bad_flags" in r.stderr and "--data-parallel-size" in r.stderr, r.stderr
+
+
+def test_a_dense_model_is_refused(tmp_path):
+    if not STORIES.exists():
+        pytest.skip(f"stories260K not found at {STORIES}")
+    r = subprocess.run(mpirun(2) + [str(binary()), "generate", "--expert-parallel", "--model",
+                                    str(STORIES), "--prompt", "Once", "--max-tokens", "2"],
+                       capture_output=True, text=True, timeout=60, env=MPI_ENV)
+    assert r.returncode != 0
+    assert "bad_option" in r.stderr and "mixture-of-experts" in r.stderr, r.stderr
+
+
+def test_ranks_with_different_checkpoints_are_refused(v4, tmp_path):
+    """mpirun's MPMD form gives rank 1 another revision of the checkpoint (the same config in
+    the FP8 format): both ranks stop at start with ep_mismatch naming rank 1."""
+    other = tmp_path / "other"
+    other.mkdir()
+    for f in ("config.json", "weights.json"):
+        shutil.copy(V4.parent / "v4_flash_tiny_fp8" / f, other / f)
+    synthetic_checkpoint(other, other)
+    base = [str(binary()), "generate", "--expert-parallel", "--prompt-ids", "1,2,3",
+            "--max-tokens", "2", "--threads", "1", "--print-ids"]
+    args = (["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "1"] + base +
+            ["--model", str(v4), ":", "-np", "1"] + base + ["--model", str(other)])
+    r = subprocess.run(args, capture_output=True, text=True, timeout=60, env=MPI_ENV)
+    assert r.returncode != 0
+    assert "ep_mismatch" in r.stderr and "rank 1" in r.stderr, r.stderr
