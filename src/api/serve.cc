@@ -656,7 +656,7 @@ absl::Status Serve(ServeOptions o) {
   const sigset_t signals = BlockStopSignals();
   if (o.expert_parallel) {
     // After the mask, so MPI's own threads inherit it.
-    auto group = engine::ExpertParallelGroup::Init();
+    auto group = engine::ExpertParallelGroup::Init(o.expert_parallel_timeout_s);
     if (!group.ok()) return Failed("cannot start expert parallelism", group.status());
     o.engine.expert_parallel = *std::move(group);
     if (o.engine.expert_parallel->rank() != 0) return FollowLeader(o);

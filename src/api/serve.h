@@ -47,6 +47,8 @@ struct ServeOptions {
   // follow rank 0's steps without opening a port. Not with data_parallel_size > 1, prefix
   // checkpoints or a P/D role (bad_flags).
   bool expert_parallel = false;
+  // A rank silent this long ends the job (engine::ExpertParallelGroup::Init).
+  double expert_parallel_timeout_s = 10;
   // How the ranks share --threads: split between them, or all of them to each rank in turn.
   engine::DataParallelCores data_parallel_cores = engine::DataParallelCores::kSplit;
   // Persistent prefix checkpoints (engine::CheckpointStore): an existing folder, "" = off;

@@ -257,7 +257,10 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
     return;
   }
   if (info.route == RouteId::kHealth) {
-    if (ready && warming_up_.load(std::memory_order_acquire)) {
+    absl::Status health = ready ? model->engine->health() : absl::OkStatus();
+    if (!health.ok()) {
+      RespondError(writer, health);  // an expert-parallel rank lost: the job is ending
+    } else if (ready && warming_up_.load(std::memory_order_acquire)) {
       RespondError(writer, UnavailableError(util::codes::kWarmingUp,
                                             "The server is running its warm-up requests."));
     } else if (ready) {

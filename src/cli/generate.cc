@@ -65,6 +65,7 @@ struct GenerateFlags {
   int32_t speculative_tokens = -1;  // unset: the drafter's default; 0: off
   kernels::KvDtype kv_cache_dtype = kernels::KvDtype::kF32;
   bool expert_parallel = false;  // --expert-parallel: one rank of an mpirun job
+  double expert_parallel_timeout_s = 10;
 };
 
 struct TurnStats {
@@ -415,7 +416,7 @@ int Run(const GenerateFlags& f) {
   // other ranks to stop) goes first.
   std::shared_ptr<engine::ExpertParallelGroup> experts;
   if (f.expert_parallel) {
-    auto group = engine::ExpertParallelGroup::Init();
+    auto group = engine::ExpertParallelGroup::Init(f.expert_parallel_timeout_s);
     if (!group.ok()) return Fail(group.status());
     experts = *std::move(group);
   }
@@ -510,6 +511,10 @@ void RegisterGenerate(CLI::App& app, int* exit_code) {
   cmd->add_flag("--expert-parallel", flags->expert_parallel,
                 "one rank of `mpirun -np N deepinfer generate --expert-parallel ...`: each rank "
                 "runs 1/N of every MoE layer's routed experts; rank 0 prints");
+  cmd->add_option("--expert-parallel-timeout", flags->expert_parallel_timeout_s,
+                  "seconds a rank may stay silent before the job ends (ep_rank_lost)")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
   cmd->callback([flags, exit_code, cmd] {
     if (flags->prompt.empty() && flags->prompt_ids.empty() && !flags->chat &&
         flags->random_prompt_tokens == 0) {

@@ -263,7 +263,12 @@ void RegisterServe(CLI::App& app, int* exit_code) {
   cmd->add_flag("--expert-parallel", flags->options.expert_parallel,
                 "one rank of `mpirun -np N deepinfer serve --expert-parallel ...`: each rank "
                 "runs 1/N of every MoE layer's routed experts; rank 0 serves HTTP and schedules, "
-                "the others follow its steps (docs/operations.md)");
+                "the others follow its steps (docs/engine.md)");
+  cmd->add_option("--expert-parallel-timeout", flags->options.expert_parallel_timeout_s,
+                  "seconds a rank may stay silent (no heartbeat) before the job ends with "
+                  "ep_rank_lost; /health answers 503 meanwhile")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
   cmd->add_option("--data-parallel-size", flags->options.data_parallel_size,
                   "engine ranks over one copy of the weights, each with its own scheduler, KV "
                   "cache and prefix cache; --kv-cache-memory/--kv-cache-tokens are split between "

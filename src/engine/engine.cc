@@ -59,6 +59,10 @@ class EngineImpl final : public Engine {
     absl::MutexLock lock(&stats_mu_);
     return stats_;
   }
+  absl::Status health() const override {
+    return options_.expert_parallel != nullptr ? options_.expert_parallel->health()
+                                               : absl::OkStatus();
+  }
   int32_t max_model_len() const override { return max_model_len_; }
   int64_t kv_capacity_tokens() const override { return int64_t{kv_.num_blocks} * kv_.block_size; }
   int64_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
@@ -342,6 +346,7 @@ absl::Status EngineImpl::AllocateKv() {
 }
 
 absl::StatusOr<std::shared_ptr<RequestStream>> EngineImpl::Submit(GenerateRequest request) {
+  DI_RETURN_IF_ERROR(health());
   if (request.prompt.empty())
     return InvalidArgumentError(util::codes::kEmptyPrompt, "the prompt is empty");
   for (int32_t t : request.prompt) {

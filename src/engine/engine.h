@@ -28,7 +28,12 @@ class ExpertParallelGroup {
   // Initialises MPI (as launched by mpirun; a plain start is a group of one).
   // Errors: Unimplemented "mpi_unavailable" when this binary was built without MPI; Internal
   //   "mpi_error" when MPI cannot start.
-  static absl::StatusOr<std::shared_ptr<ExpertParallelGroup>> Init();
+  // A watchdog thread exchanges a heartbeat with the other ranks every second (rank 0 with each
+  // follower): a rank silent for `timeout_s` (stopped, hung, its host gone) turns health()
+  // into ep_rank_lost on the rank that noticed, which logs the silent rank, waits 3 s (rank 0:
+  // /health answers 503 and new requests are refused meanwhile, so a gateway takes the backend
+  // out) and ends the job with exit status 3 (MPI_Abort).
+  static absl::StatusOr<std::shared_ptr<ExpertParallelGroup>> Init(double timeout_s = 10);
   virtual ~ExpertParallelGroup() = default;
 
   virtual int rank() const = 0;
@@ -42,6 +47,9 @@ class ExpertParallelGroup {
   virtual absl::Status CheckSameModel(uint64_t fingerprint) = 0;
   // Broadcasts `size` bytes from rank 0 into `data` (resized on the followers). A collective.
   virtual void Broadcast(std::vector<uint8_t>& data) = 0;
+  // OK, or Unavailable "ep_rank_lost" once the watchdog found a rank silent (the job then ends
+  // a few seconds later). Any thread.
+  virtual absl::Status health() const = 0;
 };
 
 // A follower's life: builds its model share over the group's exchange (arch::CreateCausalLm),
@@ -201,6 +209,9 @@ class Engine {
   virtual int32_t draft_tokens_per_step() const { return 0; }
   // True once the model is loaded and a warm-up step has run.
   virtual bool ready() const = 0;
+  // OK while the engine can serve; else why not (Unavailable "ep_rank_lost": an expert-parallel
+  // rank stopped answering). Any thread.
+  virtual absl::Status health() const { return absl::OkStatus(); }
   virtual const model::Model& model() const = 0;
   // The checkpoint that holds, or would hold, the KV of `prompt`'s full blocks under
   // `cache_salt`: its file name ("<16 hex digits>.dipc") and the tokens it covers. Empty without

@@ -1,13 +1,18 @@
 #include "engine/expert_parallel.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "util/error_codes.h"
@@ -416,24 +421,34 @@ class MpiExchange final : public arch::ExpertExchange {
 
 class MpiGroup final : public ExpertParallelGroup {
  public:
-  MpiGroup(MPI_Comm comm, int rank, int ranks)
-      : comm_(comm), rank_(rank), ranks_(ranks), exchange_(comm, rank, ranks) {}
+  MpiGroup(MPI_Comm comm, MPI_Comm heartbeat, int rank, int ranks, double timeout_s)
+      : comm_(comm), heartbeat_(heartbeat), rank_(rank), ranks_(ranks), timeout_s_(timeout_s),
+        exchange_(comm, rank, ranks) {
+    if (ranks_ > 1) watchdog_ = std::thread([this] { Watch(); });
+  }
   ~MpiGroup() override {
-    // A leader that ends before telling the followers to stop (an error at start) would leave
-    // them waiting in a collective: end the whole job instead.
-    if (!stopped_ && ranks_ > 1) {
+    // A rank that ends before the group finished (an error at start) would leave the others
+    // waiting in a collective: end the whole job instead.
+    if (!stopped_.load() && ranks_ > 1) {
       spdlog::error("expert parallelism: rank {} ends before the group finished; ending every "
                     "rank",
                     rank_);
       MPI_Abort(comm_, 1);
     }
+    quit_.store(true);
+    if (watchdog_.joinable()) watchdog_.join();
     exchange_.FreeTypes();
+    MPI_Comm_free(&heartbeat_);
     MPI_Comm_free(&comm_);
     MPI_Finalize();
   }
   int rank() const override { return rank_; }
   int ranks() const override { return ranks_; }
   arch::ExpertExchange& exchange() override { return exchange_; }
+  absl::Status health() const override {
+    absl::MutexLock lock(&mu_);
+    return health_;
+  }
 
   absl::Status CheckSameModel(uint64_t fingerprint) override {
     std::vector<uint64_t> all(ranks_);
@@ -441,7 +456,7 @@ class MpiGroup final : public ExpertParallelGroup {
           "MPI_Allgather");
     for (int r = 1; r < ranks_; ++r) {
       if (all[r] != all[0]) {
-        stopped_ = true;  // every rank returns this error and exits on its own
+        stopped_.store(true);  // every rank returns this error and exits on its own
         return InternalError(
             util::codes::kEpMismatch,
             fmt::format("expert parallelism: rank {} loaded a different model, layout or build "
@@ -461,41 +476,119 @@ class MpiGroup final : public ExpertParallelGroup {
     if (size >= static_cast<int64_t>(sizeof(Op))) {
       Op op;
       std::memcpy(&op, data.data(), sizeof(op));
-      if (op == Op::kStop) stopped_ = true;
+      if (op == Op::kStop) stopped_.store(true);
     }
   }
 
  private:
-  MPI_Comm comm_;
+  using Clock = std::chrono::steady_clock;
+
+  // The watchdog: rank 0 and each follower send each other a heartbeat every second on their
+  // own communicator (MPI_THREAD_MULTIPLE: the engine thread may sit in a collective
+  // meanwhile) and watch for the other side's. Independent of the steps, so a long prefill
+  // never looks like silence; a stopped or vanished rank does.
+  void Watch() {
+    std::vector<int> peers;
+    if (rank_ == 0) {
+      for (int r = 1; r < ranks_; ++r) peers.push_back(r);
+    } else {
+      peers.push_back(0);
+    }
+    static const int kBeat = 1;
+    const int n = static_cast<int>(peers.size());
+    std::vector<MPI_Request> inbox(n);
+    std::vector<int> received(n);
+    std::vector<Clock::time_point> heard(n, Clock::now());
+    for (int i = 0; i < n; ++i) {
+      MPI_Irecv(&received[i], 1, MPI_INT, peers[i], kHeartbeatTag, heartbeat_, &inbox[i]);
+    }
+    Clock::time_point next_beat = Clock::now();
+    while (!quit_.load()) {
+      const Clock::time_point now = Clock::now();
+      if (now >= next_beat) {
+        for (int peer : peers) {
+          MPI_Request sent;
+          MPI_Isend(&kBeat, 1, MPI_INT, peer, kHeartbeatTag, heartbeat_, &sent);
+          MPI_Request_free(&sent);
+        }
+        next_beat = now + std::chrono::seconds(1);
+      }
+      for (int i = 0; i < n; ++i) {
+        int done = 0;
+        MPI_Test(&inbox[i], &done, MPI_STATUS_IGNORE);
+        if (done) {
+          heard[i] = now;
+          MPI_Irecv(&received[i], 1, MPI_INT, peers[i], kHeartbeatTag, heartbeat_, &inbox[i]);
+        }
+      }
+      for (int i = 0; i < n && !stopped_.load(); ++i) {
+        const double silent = std::chrono::duration<double>(now - heard[i]).count();
+        if (silent > timeout_s_) Lost(peers[i], silent);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (MPI_Request& r : inbox) {
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+  }
+
+  // Never returns: the job ends.
+  [[noreturn]] void Lost(int peer, double silent) {
+    const std::string message = fmt::format(
+        "expert parallelism: rank {} has not answered for {:.1f} s (stopped, hung or its host "
+        "gone); ending every rank",
+        peer, silent);
+    {
+      absl::MutexLock lock(&mu_);
+      health_ = UnavailableError(util::codes::kEpRankLost, message);
+    }
+    spdlog::error("{}", message);
+    // Rank 0 answers /health with 503 and refuses new requests for a moment first.
+    if (rank_ == 0) std::this_thread::sleep_for(std::chrono::seconds(3));
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    std::abort();  // not reached
+  }
+
+  static constexpr int kHeartbeatTag = 7;
+  MPI_Comm comm_, heartbeat_;
   int rank_, ranks_;
+  double timeout_s_;
   MpiExchange exchange_;
-  bool stopped_ = false;
+  std::atomic<bool> stopped_{false}, quit_{false};
+  mutable absl::Mutex mu_;
+  absl::Status health_ ABSL_GUARDED_BY(mu_);
+  std::thread watchdog_;
 };
 
 #endif  // DI_HAVE_MPI
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<ExpertParallelGroup>> ExpertParallelGroup::Init() {
+absl::StatusOr<std::shared_ptr<ExpertParallelGroup>> ExpertParallelGroup::Init(
+    double timeout_s) {
 #if DI_HAVE_MPI
   int provided = 0;
-  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     return InternalError(util::codes::kMpiError, "expert parallelism: MPI_Init_thread failed");
   }
-  // The leader's collectives run on the engine thread, not the one that initialised MPI.
-  if (provided < MPI_THREAD_SERIALIZED) {
+  // The collectives run on the engine thread, not the one that initialised MPI, while the
+  // watchdog thread exchanges heartbeats.
+  if (provided < MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
     return InternalError(util::codes::kMpiError,
-                         "expert parallelism: this MPI library does not allow calls from more "
-                         "than one thread (MPI_THREAD_SERIALIZED)");
+                         "expert parallelism: this MPI library does not allow calls from several "
+                         "threads at once (MPI_THREAD_MULTIPLE)");
   }
-  MPI_Comm comm;
+  MPI_Comm comm, heartbeat;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_dup(MPI_COMM_WORLD, &heartbeat);
   int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &ranks);
-  return std::make_shared<MpiGroup>(comm, rank, ranks);
+  return std::make_shared<MpiGroup>(comm, heartbeat, rank, ranks, timeout_s);
 #else
+  (void)timeout_s;
   return UnimplementedError(util::codes::kMpiUnavailable,
                             "--expert-parallel needs a deepinfer built with MPI (Debian "
                             "libopenmpi-dev; scripts/setup.sh installs it)");

@@ -89,6 +89,7 @@ constexpr ErrorCode kAll[] = {
     codes::kMpiUnavailable,
     codes::kMpiError,
     codes::kEpMismatch,
+    codes::kEpRankLost,
     codes::kUnsupportedKvCacheDtype,
     codes::kBadWarmup,
     codes::kInvalidDpRank,

@@ -245,6 +245,9 @@ inline constexpr ErrorCode kPdCheckpointNotWritten{
 inline constexpr ErrorCode kShuttingDown{"shutting_down", absl::StatusCode::kUnavailable, 503,
                                          ErrorSurface::kServe,
                                          "The server is stopping; the request was ended."};
+inline constexpr ErrorCode kEpRankLost{
+    "ep_rank_lost", absl::StatusCode::kUnavailable, 503, ErrorSurface::kServe | ErrorSurface::kCommand,
+    "An expert-parallel rank stopped answering; the server is ending (every rank exits non-zero)."};
 inline constexpr ErrorCode kKvCacheExhausted{
     "kv_cache_exhausted", absl::StatusCode::kUnavailable, 503, ErrorSurface::kServe,
     "The KV cache ran out while the request ran and it could not be preempted."};

@@ -5,7 +5,7 @@ between the ranks) gives exactly the tokens of one process: DeepSeek-V4 with has
 tokens; with DSpark drafts, the drafter-free text). Served: 8 concurrent greedy chats and a
 prompt prefilled in 32-token chunks equal a one-process server's, streaming included; rank 0
 stops the group on SIGTERM (every process exits 0); a rank killed mid-stream ends the job (no
-hang); flag combinations not supported yet, a dense model and ranks that loaded different
+hang), a rank frozen mid-stream turns /health 503 and then ends the job; flag combinations not supported yet, a dense model and ranks that loaded different
 checkpoints are refused with their codes."""
 
 import concurrent.futures
@@ -188,6 +188,46 @@ def test_a_rank_killed_mid_stream_ends_the_job(chat_v4):
         assert ep.proc.wait(timeout=30) != 0
         assert time.monotonic() - start < 30
     finally:
+        ep.stop()
+
+
+def test_a_stopped_rank_turns_health_503_then_ends_the_job(chat_v4):
+    """A follower frozen (SIGSTOP: alive, silent) mid-stream: within the 2 s heartbeat timeout
+    rank 0 answers /health and new requests with 503 ep_rank_lost naming rank 1, then every
+    rank ends, non-zero."""
+    ep = EpServer(chat_v4, "ep", 2, ["--threads", "1", "--expert-parallel-timeout", "2"])
+    follower = None
+    try:
+        c = openai.OpenAI(base_url=ep.base_url + "/v1", api_key="unused", max_retries=0,
+                          timeout=60)
+        stream = c.chat.completions.create(
+            model="ep", messages=[{"role": "user", "content": "Go on."}], max_tokens=2000,
+            temperature=0, stream=True)
+        next(iter(stream))
+        follower = ep.rank_pids()[1]
+        os.kill(follower, signal.SIGSTOP)
+        start = time.monotonic()
+        health = None
+        while time.monotonic() - start < 15:
+            health = httpx.get(ep.base_url + "/health", timeout=5)
+            if health.status_code == 503:
+                break
+            time.sleep(0.2)
+        assert health.status_code == 503, health.text
+        assert health.json()["error"]["code"] == "ep_rank_lost", health.text
+        assert "rank 1" in health.json()["error"]["message"], health.text
+        refused = httpx.post(ep.base_url + "/v1/completions", timeout=5,
+                             json={"model": "ep", "prompt": "Hi", "max_tokens": 2})
+        assert refused.status_code == 503 and "ep_rank_lost" in refused.text, refused.text
+        assert ep.proc.wait(timeout=30) != 0
+        assert time.monotonic() - start < 30
+        assert "rank 1 has not answered" in ep.logs()
+    finally:
+        if follower is not None:
+            try:
+                os.kill(follower, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         ep.stop()
 
 
