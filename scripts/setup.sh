@@ -28,9 +28,10 @@ APT_PACKAGES=(
   openmpi-bin libopenmpi-dev
 )
 # What the tests add: the fuzzers' compiler, benchmarks, and the real components e2e tests run
-# (openssl: the command that makes the https image tests' certificate).
+# (openssl: the command that makes the https image tests' certificate; iproute2: `ip netns`, the
+# two simulated hosts of the expert-parallel test).
 if ((!serve_only)); then
-  APT_PACKAGES+=(clang libbenchmark-dev prometheus shellcheck redis-server caddy openssl)
+  APT_PACKAGES+=(clang libbenchmark-dev prometheus shellcheck redis-server caddy openssl iproute2)
 fi
 
 missing=()
