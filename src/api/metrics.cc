@@ -175,6 +175,29 @@ void FormatEngineMetrics(const std::vector<engine::EngineStats>& ranks,
   counter("deepinfer_image_encode_seconds_total",
           "Engine-thread seconds the vision tower spent encoding images.",
           [](const S& s) { return s.image_encode_seconds; });
+  if (!ranks.empty() && ranks[0].ep_ranks > 0) {
+    // Expert parallelism (engine/expert_parallel.h), rank 0's view.
+    gauge("deepinfer_ep_ranks", "Expert-parallel ranks the routed experts are split over.",
+          [&](const S& s) { return d(s.ep_ranks); });
+    counter("deepinfer_ep_forward_calls_total",
+            "Forward calls (main model, MTP, DSpark) every expert-parallel rank replayed.",
+            [&](const S& s) { return d(s.ep_forward_calls); });
+    counter("deepinfer_ep_exchange_bytes_total",
+            "MoE row bytes rank 0 sent to and received from the other ranks.",
+            [&](const S& s) { return d(s.ep_exchange_bytes); });
+    counter("deepinfer_ep_exchange_seconds_total",
+            "Seconds rank 0 spent in the MoE layers' collectives (waits included).",
+            [](const S& s) { return s.ep_exchange_seconds; });
+    counter("deepinfer_ep_expert_seconds_total",
+            "Seconds rank 0 spent running its share of the routed experts.",
+            [](const S& s) { return s.ep_expert_seconds; });
+    counter("deepinfer_ep_broadcast_bytes_total",
+            "Bytes of forward-call descriptions rank 0 broadcast to the other ranks.",
+            [&](const S& s) { return d(s.ep_broadcast_bytes); });
+    counter("deepinfer_ep_broadcast_seconds_total",
+            "Seconds rank 0 spent broadcasting forward calls.",
+            [](const S& s) { return s.ep_broadcast_seconds; });
+  }
   {
     // vLLM's per-position counter: position i counts the steps that accepted more than i drafts.
     const char* per_pos = "vllm:spec_decode_num_accepted_tokens_per_pos_total";

@@ -186,6 +186,38 @@ bool IsOpenRoute(RouteId route, bool open_metrics) {
 
 }  // namespace
 
+// /health: 200 with the data-parallel ranks' states; 503 while loading, warming up, or after an
+// expert-parallel rank was lost (the job is ending).
+void ApiServer::RespondHealth(const ServedModel* model, bool ready,
+                              http::ResponseWriter& writer) const {
+  absl::Status health = ready ? model->engine->health() : absl::OkStatus();
+  if (!health.ok()) {
+    RespondError(writer, health);  // an expert-parallel rank lost: the job is ending
+  } else if (ready && warming_up_.load(std::memory_order_acquire)) {
+    RespondError(writer, UnavailableError(util::codes::kWarmingUp,
+                                          "The server is running its warm-up requests."));
+  } else if (ready) {
+    util::Json body{{"status", "ok"}};
+    const int32_t n = model->engine->num_ranks();
+    if (n > 1) {
+      // Data-parallel ranks: each one's state, for operators and the gateway's probes.
+      util::Json ranks = util::Json::array();
+      for (int32_t r = 0; r < n; ++r) {
+        const engine::EngineStats st = model->engine->RankStats(r);
+        ranks.push_back({{"rank", r},
+                         {"ready", model->engine->rank_ready(r)},
+                         {"running", st.num_running},
+                         {"waiting", st.num_waiting},
+                         {"kv_cache_usage", st.kv_cache_usage}});
+      }
+      body["ranks"] = std::move(ranks);
+    }
+    RespondJson(writer, 200, body);
+  } else {
+    RespondError(writer, UnavailableError(util::codes::kModelLoading, "The model is loading."));
+  }
+}
+
 void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& writer) {
   // Errors answered here take the shape of the API the path belongs to; /v1/models is shared,
   // and answers a client that sends `anthropic-version` (every Anthropic SDK does) in
@@ -257,32 +289,7 @@ void ApiServer::Dispatch(const http::Request& request, http::ResponseWriter& wri
     return;
   }
   if (info.route == RouteId::kHealth) {
-    absl::Status health = ready ? model->engine->health() : absl::OkStatus();
-    if (!health.ok()) {
-      RespondError(writer, health);  // an expert-parallel rank lost: the job is ending
-    } else if (ready && warming_up_.load(std::memory_order_acquire)) {
-      RespondError(writer, UnavailableError(util::codes::kWarmingUp,
-                                            "The server is running its warm-up requests."));
-    } else if (ready) {
-      util::Json body{{"status", "ok"}};
-      const int32_t n = model->engine->num_ranks();
-      if (n > 1) {
-        // Data-parallel ranks: each one's state, for operators and the gateway's probes.
-        util::Json ranks = util::Json::array();
-        for (int32_t r = 0; r < n; ++r) {
-          const engine::EngineStats st = model->engine->RankStats(r);
-          ranks.push_back({{"rank", r},
-                           {"ready", model->engine->rank_ready(r)},
-                           {"running", st.num_running},
-                           {"waiting", st.num_waiting},
-                           {"kv_cache_usage", st.kv_cache_usage}});
-        }
-        body["ranks"] = std::move(ranks);
-      }
-      RespondJson(writer, 200, body);
-    } else {
-      RespondError(writer, UnavailableError(util::codes::kModelLoading, "The model is loading."));
-    }
+    RespondHealth(model, ready, writer);
     return;
   }
   if (!ready) {

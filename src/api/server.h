@@ -85,6 +85,7 @@ class ApiServer {
 
  private:
   void Dispatch(const http::Request& request, http::ResponseWriter& writer);
+  void RespondHealth(const ServedModel* model, bool ready, http::ResponseWriter& writer) const;
 
   std::atomic<const ServedModel*> model_{nullptr};
   std::atomic<const http::Server*> http_server_{nullptr};

@@ -1,11 +1,19 @@
 #include "arch/moe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "kernels/cpu/ops.h"
 
 namespace deepinfer::arch {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
 
 void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K, int num_experts,
                       const float* x, int64_t H, float* out, const ExpertFn& run_expert,
@@ -31,6 +39,7 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
     RunSharded(T, E, x, H, out, run_expert, weights_in_expert);
     return;
   }
+  const auto start = std::chrono::steady_clock::now();
   std::fill(out, out + T * H, 0.0f);
   for (int e = 0; e < E; ++e) {
     const int32_t begin = count_[e], n = count_[e + 1] - begin;
@@ -47,6 +56,7 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
       }
     }
   }
+  if (exchange_ != nullptr) exchange_->counters().expert_seconds += SecondsSince(start);
 }
 
 void MoeDispatch::GatherRows(int32_t begin, int32_t n, const float* x, int64_t H) {
@@ -91,6 +101,7 @@ void MoeDispatch::RunSharded(int64_t T, int E, const float* x, int64_t H, float*
   if (static_cast<int64_t>(recv_.size()) < total_recv * H) recv_.resize(total_recv * H);
   // Own experts, in expert order; each result row goes to its token's slice in the send buffer,
   // so every destination's rows stay in (expert, token) order.
+  const auto start = std::chrono::steady_clock::now();
   for (int e = lo; e < hi; ++e) {
     const int32_t begin = count_[e], n = count_[e + 1] - begin;
     if (n == 0) continue;
@@ -102,6 +113,7 @@ void MoeDispatch::RunSharded(int64_t T, int E, const float* x, int64_t H, float*
                   H * sizeof(float));
     }
   }
+  ex.counters().expert_seconds += SecondsSince(start);
   ex.AllToAllRows(send_.data(), send_rows_.data(), recv_.data(), recv_rows_.data(), H);
   // Sources arrive in rank order and ranks own ascending expert ranges, so the received rows
   // are in global expert order: each token's sum runs in the order one process uses.

@@ -39,6 +39,19 @@ class ExpertExchange {
   // In-place all-gather: rank r holds rows [sum(rows[0..r)), + rows[r]) of `data` [sum(rows),
   // width] f32 and every rank ends with all of them. Shapes: rows [ranks()].
   virtual void AllGatherRows(float* data, const int64_t* rows, int64_t width) = 0;
+
+  // What this rank's MoE layers spent, for telemetry. Written by the thread that drives the
+  // forward pass (MoeDispatch and the collectives), read by it too (the engine publishes them).
+  struct Counters {
+    int64_t collectives = 0;        // AllToAllRows and AllGatherRows calls
+    int64_t bytes = 0;              // row bytes this rank sent to and received from the others
+    double exchange_seconds = 0;    // wall time inside those calls, waits for slower ranks included
+    double expert_seconds = 0;      // wall time running this rank's routed experts
+  };
+  Counters& counters() { return counters_; }
+
+ private:
+  Counters counters_;
 };
 
 // The routed-expert half of a DeepSeek MoE layer over one step's tokens: groups the (token,

@@ -523,6 +523,16 @@ void EngineImpl::PublishStats() {
             std::begin(stats_.spec_accepted_per_pos));
   stats_.constraint_masks = executor_->constraint_masks();
   stats_.constraint_mask_seconds = executor_->constraint_mask_seconds();
+  if (ExpertParallelGroup* ep = options_.expert_parallel.get(); ep != nullptr) {
+    const ExpertParallelGroup::Stats e = ep->stats();
+    stats_.ep_ranks = ep->ranks();
+    stats_.ep_forward_calls = e.forward_calls;
+    stats_.ep_exchange_bytes = e.moe.bytes;
+    stats_.ep_exchange_seconds = e.moe.exchange_seconds;
+    stats_.ep_expert_seconds = e.moe.expert_seconds;
+    stats_.ep_broadcast_bytes = e.broadcast_bytes;
+    stats_.ep_broadcast_seconds = e.broadcast_seconds;
+  }
   stats_.images_encoded = executor_->encoder_cache().encodes();
   stats_.encoder_cache_hits = executor_->encoder_cache().hits();
   stats_.image_encode_seconds = executor_->encoder_cache().encode_seconds();

@@ -47,6 +47,15 @@ class ExpertParallelGroup {
   virtual absl::Status CheckSameModel(uint64_t fingerprint) = 0;
   // Broadcasts `size` bytes from rank 0 into `data` (resized on the followers). A collective.
   virtual void Broadcast(std::vector<uint8_t>& data) = 0;
+  // Telemetry of this rank (rank 0: what the engine publishes as deepinfer_ep_* metrics).
+  struct Stats {
+    int64_t forward_calls = 0;     // calls replayed on every rank (main, MTP, DSpark)
+    int64_t broadcast_bytes = 0;   // the calls' descriptions rank 0 sent
+    double broadcast_seconds = 0;  // wall time broadcasting them
+    arch::ExpertExchange::Counters moe;  // the MoE layers' collectives and expert time
+  };
+  // As of the last call's broadcast (the MoE counters lag one call). Forward thread only.
+  virtual Stats stats() const = 0;
   // OK, or Unavailable "ep_rank_lost" once the watchdog found a rank silent (the job then ends
   // a few seconds later). Any thread.
   virtual absl::Status health() const = 0;
@@ -163,6 +172,14 @@ struct EngineStats {
   int64_t images_encoded = 0;
   int64_t encoder_cache_hits = 0;
   double image_encode_seconds = 0;
+  // Expert parallelism (ExpertParallelGroup::Stats): ranks (0: off) and rank 0's counters.
+  int32_t ep_ranks = 0;
+  int64_t ep_forward_calls = 0;
+  int64_t ep_exchange_bytes = 0;
+  double ep_exchange_seconds = 0;
+  double ep_expert_seconds = 0;
+  int64_t ep_broadcast_bytes = 0;
+  double ep_broadcast_seconds = 0;
   Histogram ttft, tpot, e2e, queue_time;
 };
 

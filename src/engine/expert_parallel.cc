@@ -380,15 +380,27 @@ class MpiExchange final : public arch::ExpertExchange {
     Counts(send_rows, send_counts_, send_displs_);
     Counts(recv_rows, recv_counts_, recv_displs_);
     const MPI_Datatype row = RowType(width);
+    const double start = MPI_Wtime();
     Check(MPI_Alltoallv(send, send_counts_.data(), send_displs_.data(), row, recv,
                         recv_counts_.data(), recv_displs_.data(), row, comm_),
           "MPI_Alltoallv");
+    int64_t rows = 0;
+    for (int r = 0; r < ranks_; ++r) {
+      if (r != rank_) rows += send_rows[r] + recv_rows[r];
+    }
+    Count(start, rows * width);
   }
   void AllGatherRows(float* data, const int64_t* rows, int64_t width) override {
     Counts(rows, recv_counts_, recv_displs_);
+    const double start = MPI_Wtime();
     Check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, recv_counts_.data(),
                          recv_displs_.data(), RowType(width), comm_),
           "MPI_Allgatherv");
+    // Received: every other slice; sent (at least once, to each other rank by a ring or
+    // directly): this rank's slice once per other rank.
+    int64_t moved = 0;
+    for (int r = 0; r < ranks_; ++r) moved += r != rank_ ? rows[r] : rows[r] * (ranks_ - 1);
+    Count(start, moved * width);
   }
 
  private:
@@ -401,6 +413,12 @@ class MpiExchange final : public arch::ExpertExchange {
       displs[r] = static_cast<int>(at);
       at += rows[r];
     }
+  }
+  void Count(double start, int64_t floats) {
+    Counters& c = counters();
+    c.collectives += 1;
+    c.bytes += floats * static_cast<int64_t>(sizeof(float));
+    c.exchange_seconds += MPI_Wtime() - start;
   }
   // Rows travel as one derived type, so counts stay rows (an int) for any width.
   MPI_Datatype RowType(int64_t width) {
@@ -468,16 +486,25 @@ class MpiGroup final : public ExpertParallelGroup {
     return absl::OkStatus();
   }
 
+  Stats stats() const override { return stats_; }
+
   void Broadcast(std::vector<uint8_t>& data) override {
+    const double start = MPI_Wtime();
     int64_t size = static_cast<int64_t>(data.size());
     Check(MPI_Bcast(&size, 1, MPI_INT64_T, 0, comm_), "MPI_Bcast");
     data.resize(static_cast<size_t>(size));
     Check(MPI_Bcast(data.data(), static_cast<int>(size), MPI_BYTE, 0, comm_), "MPI_Bcast");
+    stats_.broadcast_bytes += size;
+    stats_.broadcast_seconds += MPI_Wtime() - start;
     if (size >= static_cast<int64_t>(sizeof(Op))) {
       Op op;
       std::memcpy(&op, data.data(), sizeof(op));
       if (op == Op::kStop) stopped_.store(true);
+      if (op == Op::kForward || op == Op::kForwardMtp || op == Op::kDsparkPropose) {
+        ++stats_.forward_calls;
+      }
     }
+    stats_.moe = exchange_.counters();
   }
 
  private:
@@ -558,6 +585,7 @@ class MpiGroup final : public ExpertParallelGroup {
   std::atomic<bool> stopped_{false}, quit_{false};
   mutable absl::Mutex mu_;
   absl::Status health_ ABSL_GUARDED_BY(mu_);
+  Stats stats_;  // the forward thread's
   std::thread watchdog_;
 };
 

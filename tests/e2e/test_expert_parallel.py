@@ -163,6 +163,15 @@ def test_served_batches_and_chunks_equal_one_process(chat_v4):
         assert got == want
         assert chat(ep, PROMPTS[0], stream=True) == want[0][0]
         assert httpx.get(ep.base_url + "/health").status_code == 200
+        metrics = {line.split()[0].split("{")[0]: float(line.split()[-1])
+                   for line in httpx.get(ep.base_url + "/metrics").text.splitlines()
+                   if line.startswith("deepinfer_ep_")}
+        assert metrics["deepinfer_ep_ranks"] == 2
+        assert metrics["deepinfer_ep_forward_calls_total"] > 8
+        # At least the final gather of every prompt token's output in each of the 4 layers.
+        assert metrics["deepinfer_ep_exchange_bytes_total"] > 4 * 64 * 4 * 100
+        assert metrics["deepinfer_ep_broadcast_bytes_total"] > 0
+        assert "deepinfer_ep_ranks" not in httpx.get(one.base_url + "/metrics").text
         pids = ep.rank_pids()
         assert len(pids) == 2, pids
         os.kill(pids[0], signal.SIGTERM)  # rank 0: it stops the followers, then itself
