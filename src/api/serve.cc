@@ -407,13 +407,11 @@ absl::StatusOr<StartPlan> CheckSettings(ServeOptions& o) {
   if (!keys.ok()) return Failed("bad API key settings", keys.status());
   plan.api_keys = *std::move(keys);
   DI_ASSIGN_OR_RETURN(plan.warmup, ReadWarmup(o));
-  if (o.expert_parallel && (o.data_parallel_size > 1 || !o.prefix_checkpoint_dir.empty() ||
-                            o.pd.role != PdRole::kCombined)) {
+  if (o.expert_parallel && o.data_parallel_size > 1) {
     return Failed("bad expert-parallel settings",
                   InvalidArgumentError(util::codes::kBadFlags,
                                        "--expert-parallel does not yet combine with "
-                                       "--data-parallel-size above 1, --prefix-checkpoint-dir or "
-                                       "--pd-role"));
+                                       "--data-parallel-size above 1"));
   }
   DI_ASSIGN_OR_RETURN(plan.checkpoints, OpenCheckpoints(o));
   return plan;

@@ -225,6 +225,10 @@ bool Checkpointer::InstallBlocks(const PrefixCheckpoint& checkpoint, uint64_t sa
         std::memcpy(r.cache->layer_bytes(r.layer) + static_cast<size_t>(b) * block_bytes,
                     payload + offset + static_cast<size_t>(i - first) * block_bytes,
                     static_cast<size_t>(block_bytes));
+        if (caches_.restored) {
+          caches_.restored(*r.cache, r.layer, static_cast<size_t>(b) * block_bytes,
+                           static_cast<size_t>(block_bytes));
+        }
       }
       offset += static_cast<size_t>(block_bytes) * static_cast<size_t>(k - first);
     }

@@ -7,6 +7,7 @@
 // checkpoint store.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct CheckpointCaches {
   int32_t window_tokens = 0;
   const char* numerics = "";
   std::string architecture;
+  // Called after a restore copied `bytes` bytes into `cache`'s layer `layer` at byte `offset`
+  // (engine thread): expert parallelism mirrors them to the other ranks. Empty: nothing.
+  std::function<void(arch::KvCache& cache, int layer, size_t offset, size_t bytes)> restored;
 };
 
 // Threads: Find and CheckpointFor run on caller threads; Install, Save and Forget on the engine

@@ -172,6 +172,11 @@ absl::Status EngineImpl::Init() {
     caches.window_tokens = window_tokens_;
     caches.numerics = arch::NumericsName(numerics_);
     caches.architecture = model_.config.architecture;
+    if (options_.expert_parallel != nullptr) {
+      caches.restored = [this](arch::KvCache& cache, int layer, size_t offset, size_t bytes) {
+        MirrorKvBytes(*lm_, cache, layer, offset, bytes);
+      };
+    }
     checkpointer_ = std::make_unique<Checkpointer>(options_, caches);
     // A restored chain whose last block is evicted is no longer resident: a later request
     // reads its file again instead of recomputing (sequences free blocks last to first, so the
@@ -204,12 +209,6 @@ absl::Status EngineImpl::Init() {
 
 absl::Status EngineImpl::CreateModel() {
   ExpertParallelGroup* ep = options_.expert_parallel.get();
-  if (ep != nullptr && options_.checkpoint_store != nullptr) {
-    return InvalidArgumentError(util::codes::kBadOption,
-                                "expert parallelism does not yet combine with prefix checkpoints "
-                                "or P/D roles (they write KV blocks the other ranks would not "
-                                "see)");
-  }
   DI_ASSIGN_OR_RETURN(lm_, arch::CreateCausalLm(model_, ep != nullptr ? &ep->exchange() : nullptr));
   if (ep != nullptr) {
     DI_RETURN_IF_ERROR(ep->CheckSameModel(ModelFingerprint(model_)));

@@ -130,8 +130,8 @@ struct EngineOptions {
   int64_t checkpoint_preload_tokens = 0;
   // Expert parallelism (engine/expert_parallel.h): this engine is rank 0 of the group and every
   // forward call is replayed by the other ranks, each running its share of the routed experts;
-  // null: one process runs every expert. Not with data-parallel ranks, prefix checkpoints or P/D
-  // (Create refuses them with bad_option).
+  // null: one process runs every expert. Not with data-parallel ranks (CreateDataParallelEngine
+  // refuses them with bad_option).
   std::shared_ptr<ExpertParallelGroup> expert_parallel;
 };
 

@@ -57,6 +57,7 @@ enum class Op : int32_t {
   kForward,
   kForwardMtp,
   kDsparkPropose,
+  kKvBytes,      // bytes written into a cache outside a forward call (a checkpoint restore)
 };
 
 // A message: plain values appended in order, read back in the same order.
@@ -234,6 +235,16 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
     heads_->DsparkPropose(batch, kv, drafts, confidence, pool);
   }
 
+  void SendKvBytes(arch::KvCache& kv, int layer, size_t offset, size_t bytes) {
+    Writer w;
+    w.Put(Op::kKvBytes);
+    w.Put(CacheId(kv));
+    w.Put<int32_t>(layer);
+    w.Put<int64_t>(static_cast<int64_t>(offset));
+    w.PutArray(kv.layer_bytes(layer) + offset, static_cast<int64_t>(bytes));
+    Send(w);
+  }
+
  private:
   void Send(Writer& w) { group_->Broadcast(w.bytes()); }
 
@@ -313,6 +324,14 @@ class Follower {
         heads.DsparkPropose(batch_.batch, kv, drafts_.data(), confidence_.data(), pool_);
         return true;
       }
+      case Op::kKvBytes: {
+        arch::KvCache& kv = *caches_.at(r.Get<int32_t>());
+        const auto layer = r.Get<int32_t>();
+        const auto offset = r.Get<int64_t>();
+        r.GetArray(bytes_);
+        std::memcpy(kv.layer_bytes(layer) + offset, bytes_.data(), bytes_.size());
+        return true;
+      }
     }
     return Diverged("an unknown call");
   }
@@ -350,6 +369,7 @@ class Follower {
   BatchCopy batch_;
   std::vector<float> logits_, hidden_, prev_hidden_, confidence_;
   std::vector<int32_t> drafts_;
+  std::vector<uint8_t> bytes_;
 };
 
 #if DI_HAVE_MPI
@@ -626,6 +646,13 @@ absl::StatusOr<std::shared_ptr<ExpertParallelGroup>> ExpertParallelGroup::Init(
 std::unique_ptr<arch::CausalLm> MakeExpertParallelLeader(
     std::unique_ptr<arch::CausalLm> lm, std::shared_ptr<ExpertParallelGroup> group) {
   return std::make_unique<LeaderLm>(std::move(lm), std::move(group));
+}
+
+void MirrorKvBytes(arch::CausalLm& leader, arch::KvCache& kv, int layer, size_t offset,
+                   size_t bytes) {
+  auto* lm = dynamic_cast<LeaderLm*>(&leader);
+  DI_CHECK(lm != nullptr);
+  lm->SendKvBytes(kv, layer, offset, bytes);
 }
 
 absl::Status RunExpertParallelFollower(const model::Model& model, ExpertParallelGroup& group,

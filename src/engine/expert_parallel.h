@@ -42,4 +42,10 @@ uint64_t ModelFingerprint(const model::Model& model);
 std::unique_ptr<arch::CausalLm> MakeExpertParallelLeader(
     std::unique_ptr<arch::CausalLm> lm, std::shared_ptr<ExpertParallelGroup> group);
 
+// Copies `bytes` bytes of `kv`'s layer `layer` at byte `offset` from rank 0 to the same place on
+// every other rank: KV written outside a forward call (a prefix-checkpoint restore, which P/D's
+// decode side uses too). REQUIRES: `leader` came from MakeExpertParallelLeader. Engine thread.
+void MirrorKvBytes(arch::CausalLm& leader, arch::KvCache& kv, int layer, size_t offset,
+                   size_t bytes);
+
 }  // namespace deepinfer::engine

@@ -182,6 +182,38 @@ def test_served_batches_and_chunks_equal_one_process(chat_v4):
         ep.stop()
 
 
+def test_a_restored_prefix_checkpoint_reaches_every_rank(chat_v4, tmp_path):
+    """A prompt's prefix saved by one EP group and restored by a new one (whose followers get the
+    restored KV bytes from rank 0): the same text and log-probabilities as a one-process server
+    computing it cold. Without the copy the followers' attention, so their routing, would
+    differ and their experts' rows would not line up."""
+    prompt = " ".join(PROMPTS * 3)
+    one = Server(chat_v4, "ep", ["--threads", "2"])
+    try:
+        want = chat(one, prompt)
+    finally:
+        one.stop()
+    args = ["--threads", "1", "--prefix-checkpoint-dir", str(tmp_path), "--checkpoint-min-tokens",
+            "32"]
+    for run in ("save", "restore"):
+        ep = EpServer(chat_v4, "ep", 2, args)
+        try:
+            assert chat(ep, prompt) == want, run
+            name = ("deepinfer_prefix_checkpoint_saved_total" if run == "save"
+                    else "deepinfer_prefix_checkpoint_restored_total")
+            deadline = time.monotonic() + 20
+            while metric(ep, name) < 1:
+                assert time.monotonic() < deadline, f"{name} stayed 0"
+                time.sleep(0.05)
+        finally:
+            ep.stop()
+
+
+def metric(s, name):
+    return sum(float(line.split()[-1]) for line in httpx.get(s.base_url + "/metrics").text.splitlines()
+               if line.split(" ")[0].split("{")[0] == name)
+
+
 def test_a_rank_killed_mid_stream_ends_the_job(chat_v4):
     """No hang: a follower killed while a stream runs ends every rank, non-zero, in seconds."""
     ep = EpServer(chat_v4, "ep", 2, ["--threads", "1"])
