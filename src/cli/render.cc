@@ -79,7 +79,7 @@ int Run(const RenderFlags& f) {
     if (!written.ok()) return Fail(written);
   }
 
-  std::vector<std::string> checks = tools::PreflightCheckNames(launcher);
+  std::vector<std::string> checks = tools::PreflightCheckNames(*host, launcher);
   if (f.json) {
     util::Json out = util::Json{
         {"output", script_path},
@@ -91,7 +91,9 @@ int Run(const RenderFlags& f) {
         {"port", host->port},
         {"model", recipe->model_id},
         {"revision", recipe->model_revision},
-        {"preflight_checks", checks}};
+        {"preflight_checks", checks},
+        {"expert_parallel_ranks", host->expert_parallel.NumRanks()},
+        {"pd_role", host->pd.role.empty() ? util::Json(nullptr) : util::Json(host->pd.role)}};
     std::printf("%s\n", util::DumpJson(out).c_str());
     return 0;
   }
@@ -107,6 +109,18 @@ int Run(const RenderFlags& f) {
   std::printf("%-16s %s (%s)\n", "instance", host->instance.c_str(), f.launcher.c_str());
   std::printf("%-16s %s @ %s\n", "model", recipe->model_id.c_str(), recipe->model_revision.c_str());
   std::printf("%-16s 127.0.0.1:%d\n", "listens on", host->port);
+  if (!host->expert_parallel.hosts.empty()) {
+    std::string hosts;
+    for (const tools::EpHost& h : host->expert_parallel.hosts) {
+      hosts += fmt::format(" {}:{}", h.address, h.slots);
+    }
+    std::printf("%-16s %d ranks over mpirun:%s (rank 0 here)\n", "expert parallel",
+                host->expert_parallel.NumRanks(), hosts.c_str());
+  }
+  if (!host->pd.role.empty()) {
+    std::printf("%-16s %s, shared folder %s\n", "P/D role", host->pd.role.c_str(),
+                host->pd.checkpoint_dir.c_str());
+  }
   std::printf("%-16s%s\n", "serve flags", serve.c_str());
   std::printf("%-16s %s\n", "preflight", fmt::format("{}", fmt::join(checks, ", ")).c_str());
   // A bare file name would be looked up in PATH, not here.

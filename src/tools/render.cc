@@ -8,6 +8,7 @@
 #include <set>
 
 #include "fmt/format.h"
+#include "util/error_codes.h"
 #include "util/json.h"
 #include "util/paths.h"
 #include "util/status.h"
@@ -21,7 +22,7 @@ constexpr char kRecipeFormat[] = "deepinfer-recipe/1";
 constexpr char kHostFormat[] = "deepinfer-host/1";
 constexpr char kInstanceFormat[] = "deepinfer-instance/1";
 
-enum class ParamType { kInt, kUint, kSize, kName, kEnableFlag };
+enum class ParamType { kInt, kUint, kSize, kName, kEnableFlag, kSeconds };
 
 // The `deepinfer serve` parameters a recipe may pin. Host and port are not among them: the
 // script always binds loopback and takes the port from the host file.
@@ -53,6 +54,12 @@ constexpr ServeParam kServeParams[] = {
     {"threads", "--threads", ParamType::kInt, 0, 1024},
     {"seed", "--seed", ParamType::kUint, 0, 0},
     {"prefix_caching", "--no-prefix-caching", ParamType::kEnableFlag, 0, 0},
+    {"data_parallel_size", "--data-parallel-size", ParamType::kInt, 1, 64},
+    // Prefix checkpoints and P/D roles (their folders come from the host file).
+    {"checkpoint_min_tokens", "--checkpoint-min-tokens", ParamType::kInt, 1, int64_t{1} << 24},
+    {"checkpoint_max_bytes", "--checkpoint-max-bytes", ParamType::kSize, 0, 0},
+    // Expert parallelism (its hosts come from the host file).
+    {"expert_parallel_timeout", "--expert-parallel-timeout", ParamType::kSeconds, 1, 3600},
 };
 
 // Strict field access over one JSON object of a config file: unknown keys are errors, so a
@@ -167,6 +174,148 @@ absl::StatusOr<util::Json> ParseConfigObject(std::string_view text, const char* 
   return std::move(*json);
 }
 
+
+// [A-Za-z0-9][A-Za-z0-9_.-]{0,62}: instance and host names.
+bool IsName(const std::string& s) {
+  return !s.empty() && s.size() <= 63 && MatchesCharset(s, "_.-") && s[0] != '.' &&
+         s[0] != '-' && s[0] != '_';
+}
+
+absl::Status ParseDevices(const Section& devices, DeviceSpec* out) {
+  DI_RETURN_IF_ERROR(devices.OnlyKeys(
+      {"kind", "ids", "max_load", "max_utilization_pct", "max_memory_used_mib", "comment"}));
+  DI_RETURN_IF_ERROR(devices.String("kind", true, &out->kind));
+  // Any kind renders (the script's probe refuses kinds it does not know), but it must be a
+  // plain word so it can sit in the script.
+  if (out->kind.size() > 32 || !MatchesCharset(out->kind, "_-")) {
+    return devices.Error("kind", "must be a plain word (cpu, nvidia)");
+  }
+  if (devices.Has("ids")) {
+    const util::Json& ids = devices.json()["ids"];
+    if (!ids.is_array()) return devices.Error("ids", "must be an array of device indices");
+    for (const util::Json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > 1023) {
+        return devices.Error("ids", "must hold integers between 0 and 1023");
+      }
+      out->ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+  }
+  if (out->kind == "nvidia" && out->ids.empty()) {
+    return devices.Error("ids", "required for nvidia devices");
+  }
+  if (devices.Has("max_load")) {
+    const util::Json& v = devices.json()["max_load"];
+    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
+      return devices.Error("max_load", "must be a non-negative number");
+    }
+    out->max_load = v.get<double>();
+  }
+  std::optional<int64_t> v;
+  DI_RETURN_IF_ERROR(devices.Int("max_utilization_pct", false, 0, 100, &v));
+  if (v) out->max_utilization_pct = static_cast<int32_t>(*v);
+  v.reset();
+  DI_RETURN_IF_ERROR(devices.Int("max_memory_used_mib", false, 0, 1 << 30, &v));
+  if (v) out->max_memory_used_mib = static_cast<int32_t>(*v);
+  return absl::OkStatus();
+}
+
+absl::Status ParsePd(const Section& pd, PdSpec* out) {
+  DI_RETURN_IF_ERROR(
+      pd.OnlyKeys({"role", "checkpoint_dir", "prefill_url", "api_key_file", "comment"}));
+  DI_RETURN_IF_ERROR(pd.String("role", true, &out->role));
+  if (out->role != "prefill" && out->role != "decode") {
+    return pd.Error("role", "must be \"prefill\" or \"decode\" (leave pd out for one server)");
+  }
+  DI_RETURN_IF_ERROR(pd.String("checkpoint_dir", true, &out->checkpoint_dir));
+  DI_RETURN_IF_ERROR(CheckAbsolutePath(pd, "checkpoint_dir", out->checkpoint_dir));
+  DI_RETURN_IF_ERROR(pd.String("api_key_file", true, &out->api_key_file));
+  DI_RETURN_IF_ERROR(CheckAbsolutePath(pd, "api_key_file", out->api_key_file));
+  DI_RETURN_IF_ERROR(pd.String("prefill_url", false, &out->prefill_url));
+  if (out->role == "decode") {
+    const std::string& url = out->prefill_url;
+    if (url.empty()) return pd.Error("prefill_url", "required for the decode role");
+    if (url.rfind("http://", 0) != 0 || url.size() == 7 || url.size() > 256 ||
+        !MatchesCharset(url, ".-_:/[]")) {
+      return pd.Error("prefill_url", "must be http://host:port of the prefill side");
+    }
+  } else if (!out->prefill_url.empty()) {
+    return pd.Error("prefill_url", "is for the decode role");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseEpHost(const Section& s, size_t index, EpHost* out) {
+  DI_RETURN_IF_ERROR(
+      s.OnlyKeys({"name", "address", "slots", "threads", "model", "runtime", "comment"}));
+  DI_RETURN_IF_ERROR(s.String("name", true, &out->name));
+  if (!IsName(out->name)) {
+    return s.Error("name", "must be 1-63 characters of [A-Za-z0-9_.-], starting with a letter "
+                           "or digit");
+  }
+  DI_RETURN_IF_ERROR(s.String("address", true, &out->address));
+  // mpirun's --host list splits on ',' and ':', and ssh takes a leading '-' as an option.
+  if (out->address.size() > 253 || !MatchesCharset(out->address, ".-_") ||
+      out->address[0] == '-' || out->address[0] == '.') {
+    return s.Error("address", "must be a host name or an IPv4 address ([A-Za-z0-9.-_])");
+  }
+  std::optional<int64_t> v;
+  DI_RETURN_IF_ERROR(s.Int("slots", true, 1, 256, &v));
+  out->slots = static_cast<int32_t>(*v);
+  v.reset();
+  DI_RETURN_IF_ERROR(s.Int("threads", false, 0, 1024, &v));
+  if (v) out->threads = static_cast<int32_t>(*v);
+  DI_RETURN_IF_ERROR(s.String("model", false, &out->model_dir));
+  DI_RETURN_IF_ERROR(s.String("runtime", false, &out->runtime_dir));
+  if (index == 0 && (!out->model_dir.empty() || !out->runtime_dir.empty())) {
+    return s.Error(out->model_dir.empty() ? "runtime" : "model",
+                   "the first host is this machine (rank 0): its folders are the host file's "
+                   "paths");
+  }
+  if (!out->model_dir.empty()) DI_RETURN_IF_ERROR(CheckAbsolutePath(s, "model", out->model_dir));
+  if (!out->runtime_dir.empty()) {
+    DI_RETURN_IF_ERROR(CheckAbsolutePath(s, "runtime", out->runtime_dir));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseExpertParallel(const Section& ep, ExpertParallelSpec* out) {
+  DI_RETURN_IF_ERROR(ep.OnlyKeys(
+      {"hosts", "transport", "network", "ucx_devices", "ssh_timeout_s", "comment"}));
+  auto hosts = ep.json().find("hosts");
+  if (hosts == ep.json().end() || !hosts->is_array() || hosts->empty() || hosts->size() > 64) {
+    return ep.Error("hosts", "must be an array of 1-64 hosts, this machine first");
+  }
+  std::set<std::string> names, addresses;
+  for (size_t i = 0; i < hosts->size(); ++i) {
+    if (!(*hosts)[i].is_object()) return ep.Error("hosts", "must hold objects");
+    Section s((*hosts)[i], fmt::format("expert_parallel.hosts[{}].", i), "bad_host");
+    EpHost h;
+    DI_RETURN_IF_ERROR(ParseEpHost(s, i, &h));
+    if (!names.insert(h.name).second) return s.Error("name", "appears twice");
+    if (!addresses.insert(h.address).second) return s.Error("address", "appears twice");
+    out->hosts.push_back(std::move(h));
+  }
+  if (out->NumRanks() < 2) return ep.Error("hosts", "must hold at least 2 slots in all");
+  DI_RETURN_IF_ERROR(ep.String("transport", false, &out->transport));
+  if (out->transport != "auto" && out->transport != "tcp" && out->transport != "ucx") {
+    return ep.Error("transport", "must be auto, tcp or ucx");
+  }
+  DI_RETURN_IF_ERROR(ep.String("network", false, &out->network));
+  if (out->network.size() > 128 || !MatchesCharset(out->network, "._-/,")) {
+    return ep.Error("network", "must be interface names or CIDR subnets (eth1, 10.0.0.0/24)");
+  }
+  DI_RETURN_IF_ERROR(ep.String("ucx_devices", false, &out->ucx_devices));
+  if (out->ucx_devices.size() > 128 || !MatchesCharset(out->ucx_devices, "._-:,")) {
+    return ep.Error("ucx_devices", "must be UCX device names (mlx5_0:1)");
+  }
+  if (!out->ucx_devices.empty() && out->transport != "ucx") {
+    return ep.Error("ucx_devices", "needs transport ucx");
+  }
+  std::optional<int64_t> v;
+  DI_RETURN_IF_ERROR(ep.Int("ssh_timeout_s", false, 1, 60, &v));
+  if (v) out->ssh_timeout_s = static_cast<int32_t>(*v);
+  return absl::OkStatus();
+}
 }  // namespace
 
 std::string ShellQuote(const std::string& value) {
@@ -182,6 +331,12 @@ std::string ShellQuote(const std::string& value) {
 }
 
 std::string BinaryPath(const HostConfig& host) { return host.runtime_dir + "/bin/deepinfer"; }
+
+int32_t ExpertParallelSpec::NumRanks() const {
+  int32_t n = 0;
+  for (const EpHost& h : hosts) n += h.slots;
+  return n;
+}
 
 absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
   constexpr const char* kCode = "bad_recipe";
@@ -245,6 +400,18 @@ absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
         DI_RETURN_IF_ERROR(serve.Int(p.key, false, p.min, p.max, &v));
         r.serve_flags.push_back({p.flag, std::to_string(*v)});
         if (std::string(p.key) == "threads") r.threads = static_cast<int32_t>(*v);
+        if (std::string(p.key) == "data_parallel_size") {
+          r.data_parallel_size = static_cast<int32_t>(*v);
+        }
+        break;
+      }
+      case ParamType::kSeconds: {
+        const util::Json& v = serve.json()[p.key];
+        if (!v.is_number() || !(v.get<double>() >= p.min && v.get<double>() <= p.max)) {
+          return serve.Error(p.key, fmt::format("must be a number of seconds between {} and {}",
+                                                p.min, p.max));
+        }
+        r.serve_flags.push_back({p.flag, fmt::format("{}", v.get<double>())});
         break;
       }
       case ParamType::kUint: {
@@ -279,6 +446,7 @@ absl::StatusOr<Recipe> ParseRecipe(std::string_view text) {
         const util::Json& v = serve.json()[p.key];
         if (!v.is_boolean()) return serve.Error(p.key, "must be true or false");
         if (!v.get<bool>()) r.serve_flags.push_back({p.flag, ""});
+        if (std::string(p.key) == "prefix_caching") r.prefix_caching = v.get<bool>();
         break;
       }
     }
@@ -291,11 +459,11 @@ absl::StatusOr<HostConfig> ParseHost(std::string_view text) {
   DI_ASSIGN_OR_RETURN(util::Json json, ParseConfigObject(text, kCode, "host file", kHostFormat));
   Section top(json, "", kCode);
   DI_RETURN_IF_ERROR(
-      top.OnlyKeys({"format", "instance", "port", "paths", "devices", "warmup", "comment"}));
+      top.OnlyKeys({"format", "instance", "port", "paths", "devices", "warmup", "pd",
+                    "expert_parallel", "comment"}));
   HostConfig h;
   DI_RETURN_IF_ERROR(top.String("instance", true, &h.instance));
-  if (h.instance.size() > 63 || !MatchesCharset(h.instance, "_.-") || h.instance[0] == '.' ||
-      h.instance[0] == '-' || h.instance[0] == '_') {
+  if (!IsName(h.instance)) {
     return top.Error("instance",
                      "must be 1-63 characters of [A-Za-z0-9_.-], starting with a "
                      "letter or digit");
@@ -305,7 +473,8 @@ absl::StatusOr<HostConfig> ParseHost(std::string_view text) {
   h.port = static_cast<int32_t>(*port);
 
   DI_ASSIGN_OR_RETURN(Section paths, top.Object("paths"));
-  DI_RETURN_IF_ERROR(paths.OnlyKeys({"model", "runtime", "artifacts", "comment"}));
+  DI_RETURN_IF_ERROR(
+      paths.OnlyKeys({"model", "runtime", "artifacts", "prefix_checkpoints", "comment"}));
   DI_RETURN_IF_ERROR(paths.String("model", true, &h.model_dir));
   DI_RETURN_IF_ERROR(CheckAbsolutePath(paths, "model", h.model_dir));
   DI_RETURN_IF_ERROR(paths.String("runtime", true, &h.runtime_dir));
@@ -316,40 +485,19 @@ absl::StatusOr<HostConfig> ParseHost(std::string_view text) {
   if (!h.warmup_file.empty()) DI_RETURN_IF_ERROR(CheckAbsolutePath(top, "warmup", h.warmup_file));
 
   DI_ASSIGN_OR_RETURN(Section devices, top.Object("devices"));
-  DI_RETURN_IF_ERROR(devices.OnlyKeys(
-      {"kind", "ids", "max_load", "max_utilization_pct", "max_memory_used_mib", "comment"}));
-  DI_RETURN_IF_ERROR(devices.String("kind", true, &h.devices.kind));
-  // Any kind renders (the script's probe refuses kinds it does not know), but it must be a
-  // plain word so it can sit in the script.
-  if (h.devices.kind.size() > 32 || !MatchesCharset(h.devices.kind, "_-")) {
-    return devices.Error("kind", "must be a plain word (cpu, nvidia)");
+  DI_RETURN_IF_ERROR(ParseDevices(devices, &h.devices));
+  DI_RETURN_IF_ERROR(paths.String("prefix_checkpoints", false, &h.prefix_checkpoint_dir));
+  if (!h.prefix_checkpoint_dir.empty()) {
+    DI_RETURN_IF_ERROR(CheckAbsolutePath(paths, "prefix_checkpoints", h.prefix_checkpoint_dir));
   }
-  if (devices.Has("ids")) {
-    const util::Json& ids = devices.json()["ids"];
-    if (!ids.is_array()) return devices.Error("ids", "must be an array of device indices");
-    for (const util::Json& id : ids) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > 1023) {
-        return devices.Error("ids", "must hold integers between 0 and 1023");
-      }
-      h.devices.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
-    }
+  if (top.Has("pd")) {
+    DI_ASSIGN_OR_RETURN(Section pd, top.Object("pd"));
+    DI_RETURN_IF_ERROR(ParsePd(pd, &h.pd));
   }
-  if (h.devices.kind == "nvidia" && h.devices.ids.empty()) {
-    return devices.Error("ids", "required for nvidia devices");
+  if (top.Has("expert_parallel")) {
+    DI_ASSIGN_OR_RETURN(Section ep, top.Object("expert_parallel"));
+    DI_RETURN_IF_ERROR(ParseExpertParallel(ep, &h.expert_parallel));
   }
-  if (devices.Has("max_load")) {
-    const util::Json& v = devices.json()["max_load"];
-    if (!v.is_number() || !(v.get<double>() >= 0) || !std::isfinite(v.get<double>())) {
-      return devices.Error("max_load", "must be a non-negative number");
-    }
-    h.devices.max_load = v.get<double>();
-  }
-  std::optional<int64_t> v;
-  DI_RETURN_IF_ERROR(devices.Int("max_utilization_pct", false, 0, 100, &v));
-  if (v) h.devices.max_utilization_pct = static_cast<int32_t>(*v);
-  v.reset();
-  DI_RETURN_IF_ERROR(devices.Int("max_memory_used_mib", false, 0, 1 << 30, &v));
-  if (v) h.devices.max_memory_used_mib = static_cast<int32_t>(*v);
   return h;
 }
 
@@ -368,12 +516,157 @@ std::string InstanceJson(const Recipe& recipe, const HostConfig& host, Launcher 
   return util::DumpJson(out) + "\n";
 }
 
-std::vector<std::string> PreflightCheckNames(Launcher launcher) {
+std::vector<std::string> PreflightCheckNames(const HostConfig& host, Launcher launcher) {
   std::vector<std::string> names = {"architecture", "devices",      "paths",
                                     "nesting",      "model_access", "artifacts",
                                     "port",         "instance",     "binary"};
   if (launcher == Launcher::kDocker) names.push_back("docker_image");
+  if (!host.prefix_checkpoint_dir.empty() || !host.pd.role.empty()) {
+    names.push_back("checkpoints");
+  }
+  if (!host.expert_parallel.hosts.empty()) {
+    names.push_back("ep_launch");
+    names.push_back("ep_host");  // one line per host
+  }
   return names;
+}
+
+namespace {
+
+bool HasFlag(const Recipe& recipe, const std::string& flag) {
+  return std::any_of(recipe.serve_flags.begin(), recipe.serve_flags.end(),
+                     [&](const auto& f) { return f.first == flag; });
+}
+
+absl::Status CheckExpertParallel(const Recipe& recipe, const HostConfig& host,
+                                 Launcher launcher) {
+  auto refuse = [](const std::string& why) {
+    return InvalidArgumentError(
+        util::codes::kBadHost,
+        fmt::format("expert_parallel: {} (serve refuses the combination for now)", why));
+  };
+  if (host.expert_parallel.hosts.empty()) {
+    if (HasFlag(recipe, "--expert-parallel-timeout")) {
+      return InvalidArgumentError(util::codes::kBadRecipe,
+                                  "serve.expert_parallel_timeout: needs the host file's "
+                                  "expert_parallel section");
+    }
+    return absl::OkStatus();
+  }
+  if (recipe.data_parallel_size > 1) {
+    return refuse(fmt::format("cannot combine with serve.data_parallel_size {}",
+                              recipe.data_parallel_size));
+  }
+  if (!host.pd.role.empty()) return refuse("cannot combine with a P/D role (pd)");
+  if (!host.prefix_checkpoint_dir.empty()) {
+    return refuse("cannot combine with prefix checkpoints (paths.prefix_checkpoints)");
+  }
+  if (launcher == Launcher::kDocker) {
+    return InvalidArgumentError(util::codes::kBadHost,
+                                "expert_parallel: renders for the plain launcher only (mpirun "
+                                "starts the ranks)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckDeployment(const Recipe& recipe, const HostConfig& host, Launcher launcher) {
+  if (launcher == Launcher::kDocker) {
+    if (recipe.docker_image.empty()) {
+      return InvalidArgumentError(util::codes::kBadRecipe,
+                                  "deepinfer.docker_image is required for --launcher docker");
+    }
+    for (const std::string* p :
+         {&host.model_dir, &host.runtime_dir, &host.artifacts_dir, &host.warmup_file,
+          &host.prefix_checkpoint_dir, &host.pd.checkpoint_dir}) {
+      if (p->find_first_of(",\"") != std::string::npos) {
+        return InvalidArgumentError(
+            util::codes::kBadHost,
+            fmt::format("{}: docker bind mounts cannot take ',' or '\"'", *p));
+      }
+    }
+  }
+  DI_RETURN_IF_ERROR(CheckExpertParallel(recipe, host, launcher));
+  const bool checkpoints = !host.prefix_checkpoint_dir.empty() || !host.pd.role.empty();
+  for (const char* flag : {"--checkpoint-min-tokens", "--checkpoint-max-bytes"}) {
+    if (!checkpoints && HasFlag(recipe, flag)) {
+      return InvalidArgumentError(
+          util::codes::kBadRecipe,
+          fmt::format("serve: {} needs checkpoints: the host file's paths.prefix_checkpoints "
+                      "or pd",
+                      flag));
+    }
+  }
+  if (!host.pd.role.empty()) {
+    if (!host.prefix_checkpoint_dir.empty()) {
+      return InvalidArgumentError(util::codes::kBadHost,
+                                  "pd: a P/D role keeps its checkpoints in pd.checkpoint_dir; "
+                                  "drop paths.prefix_checkpoints");
+    }
+    if (!recipe.prefix_caching) {
+      return InvalidArgumentError(util::codes::kBadHost,
+                                  "pd: a P/D role needs the prefix cache (the recipe's "
+                                  "serve.prefix_caching is false)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> MpirunArgs(const Recipe& recipe, const HostConfig& host,
+                                    const std::vector<std::string>& serve_args,
+                                    const std::string& model_arg) {
+  const ExpertParallelSpec& ep = host.expert_parallel;
+  std::vector<std::string> out = {"--bind-to", "none"};
+  if (ep.transport == "tcp") {
+    out.insert(out.end(), {"--mca", "pml", "ob1", "--mca", "btl", ShellQuote("tcp,vader,self")});
+    if (!ep.network.empty()) {
+      out.insert(out.end(), {"--mca", "btl_tcp_if_include", ShellQuote(ep.network)});
+    }
+  } else if (ep.transport == "ucx") {
+    out.insert(out.end(), {"--mca", "pml", "ucx"});
+    if (!ep.ucx_devices.empty()) {
+      out.insert(out.end(), {"-x", ShellQuote("UCX_NET_DEVICES=" + ep.ucx_devices)});
+    }
+  }
+  if (!ep.network.empty()) {
+    out.insert(out.end(), {"--mca", "oob_tcp_if_include", ShellQuote(ep.network)});
+  }
+  // One command per host: its binary, model folder and threads.
+  auto Command = [&](const EpHost& h) {
+    const std::string& runtime = h.runtime_dir.empty() ? host.runtime_dir : h.runtime_dir;
+    const std::string& model_dir = h.model_dir.empty() ? host.model_dir : h.model_dir;
+    std::vector<std::string> cmd = {ShellQuote(runtime + "/bin/deepinfer")};
+    cmd.insert(cmd.end(), serve_args.begin(), serve_args.end());
+    cmd.push_back("--model");
+    cmd.push_back(ShellQuote(model_arg.empty() ? model_dir : model_dir + "/" + model_arg));
+    int32_t threads = h.threads >= 0 ? h.threads : recipe.threads;
+    if (h.threads >= 0 || HasFlag(recipe, "--threads")) {
+      cmd.push_back("--threads");
+      cmd.push_back(std::to_string(threads));
+    }
+    return cmd;
+  };
+  const std::vector<std::string> first = Command(ep.hosts[0]);
+  bool same = std::all_of(ep.hosts.begin(), ep.hosts.end(),
+                          [&](const EpHost& h) { return Command(h) == first; });
+  if (same) {
+    std::vector<std::string> list;
+    for (const EpHost& h : ep.hosts) list.push_back(fmt::format("{}:{}", h.address, h.slots));
+    out.insert(out.end(), {"--host", ShellQuote(fmt::format("{}", fmt::join(list, ","))), "-np",
+                           std::to_string(ep.NumRanks())});
+    out.insert(out.end(), first.begin(), first.end());
+    return out;
+  }
+  for (size_t i = 0; i < ep.hosts.size(); ++i) {
+    const EpHost& h = ep.hosts[i];
+    if (i > 0) out.push_back(":");
+    out.insert(out.end(), {"-np", std::to_string(h.slots), "--host",
+                           ShellQuote(fmt::format("{}:{}", h.address, h.slots))});
+    std::vector<std::string> cmd = Command(h);
+    out.insert(out.end(), cmd.begin(), cmd.end());
+  }
+  return out;
 }
 
 }  // namespace deepinfer::tools

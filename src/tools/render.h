@@ -2,8 +2,10 @@
 
 // `deepinfer render`: a pinned recipe plus one machine's host file become a reviewed bash launch
 // script. The script runs read-only preflight checks and refuses to start on any failure or
-// unknown answer, then starts `deepinfer serve` bound to loopback, as a plain process or as a
-// docker container. The renderer itself never starts or stops anything.
+// unknown answer, then starts `deepinfer serve` bound to loopback, as a plain process, as a
+// docker container, or (the host file's `expert_parallel` section) as an mpirun group of
+// `deepinfer serve --expert-parallel` ranks over several hosts. The renderer itself never starts
+// or stops anything.
 
 #include <cstdint>
 #include <string>
@@ -30,6 +32,8 @@ struct Recipe {
   // a value has an empty second.
   std::vector<std::pair<std::string, std::string>> serve_flags;
   int32_t threads = 0;  // serve --threads (0: all cores); the CPU probe needs this many cores
+  int32_t data_parallel_size = 1;  // serve --data-parallel-size
+  bool prefix_caching = true;      // false: serve --no-prefix-caching
 };
 
 // Where devices are probed and what counts as idle.
@@ -39,6 +43,37 @@ struct DeviceSpec {
   double max_load = 0.5;            // cpu: highest 1-minute load average that counts as idle
   int32_t max_utilization_pct = 5;  // nvidia: per GPU
   int32_t max_memory_used_mib = 1024;
+};
+
+// One host of an expert-parallel group. File format: deploy/host.ep.example.json.
+struct EpHost {
+  std::string name;     // label in preflight lines: [A-Za-z0-9][A-Za-z0-9_.-]{0,62}
+  std::string address;  // what mpirun and ssh reach: a host name or an IP address
+  int32_t slots = 1;    // ranks on this host
+  int32_t threads = -1;      // serve --threads of its ranks; -1: the recipe's
+  std::string model_dir;     // absolute; empty: the host file's paths.model (same checkpoint)
+  std::string runtime_dir;   // absolute; empty: the host file's paths.runtime
+};
+
+// `mpirun ... deepinfer serve --expert-parallel`: the group's hosts and MPI transport.
+struct ExpertParallelSpec {
+  // Empty: no expert parallelism. hosts[0] is this machine: it runs rank 0, which serves HTTP;
+  // the others are reached over ssh (mpirun's launcher and the preflight alike).
+  std::vector<EpHost> hosts;
+  std::string transport = "auto";  // auto (OpenMPI picks), tcp (ob1 + btl tcp), ucx (pml ucx)
+  std::string network;      // interface or CIDR for btl_tcp_if_include and oob_tcp_if_include
+  std::string ucx_devices;  // ucx: UCX_NET_DEVICES, e.g. "mlx5_0:1"
+  int32_t ssh_timeout_s = 5;  // preflight's ssh ConnectTimeout
+
+  int32_t NumRanks() const;
+};
+
+// Prefill/decode disaggregation: serve --pd-role with its shared folder.
+struct PdSpec {
+  std::string role;            // empty (combined), "prefill" or "decode"
+  std::string checkpoint_dir;  // --pd-checkpoint-dir: the folder both sides share (absolute)
+  std::string prefill_url;     // decode: --pd-prefill-url, http://host:port
+  std::string api_key_file;    // holds DEEPINFER_PD_API_KEY; read by the script at start only
 };
 
 // The private part of one machine. File format: deploy/host.example.json.
@@ -51,6 +86,9 @@ struct HostConfig {
   std::string warmup_file;    // optional: request bodies (JSON lines or one object) that the
                               // rendered script passes as `serve --warmup-file`
   DeviceSpec devices;
+  std::string prefix_checkpoint_dir;  // optional: serve --prefix-checkpoint-dir (absolute)
+  PdSpec pd;
+  ExpertParallelSpec expert_parallel;
 };
 
 enum class Launcher { kPlain, kDocker };
@@ -69,8 +107,16 @@ struct RenderProvenance {
   std::string host_sha256;
 };
 
+// Whether the recipe, host file and launcher make a deployment serve accepts.
+// Errors: InvalidArgument "bad_recipe" (docker launcher without an image, checkpoint or
+//   expert-parallel settings of the recipe with nothing in the host file to apply them to) or
+//   "bad_host" (combinations serve refuses: expert parallelism with P/D roles, prefix
+//   checkpoints, data_parallel_size > 1 or the docker launcher; P/D with prefix checkpoints or
+//   without the prefix cache).
+absl::Status CheckDeployment(const Recipe& recipe, const HostConfig& host, Launcher launcher);
+
 // Returns the script text. Every value from the inputs appears single-quoted.
-// Errors: InvalidArgument "bad_recipe" when the docker launcher has no image.
+// Errors: those of CheckDeployment.
 absl::StatusOr<std::string> RenderLaunchScript(const Recipe& recipe, const HostConfig& host,
                                                Launcher launcher,
                                                const RenderProvenance& provenance);
@@ -82,7 +128,16 @@ std::string InstanceJson(const Recipe& recipe, const HostConfig& host, Launcher 
                          const std::string& script_path, const std::string& script_sha256);
 
 // The names of the preflight checks, in the order the script runs them.
-std::vector<std::string> PreflightCheckNames(Launcher launcher);
+std::vector<std::string> PreflightCheckNames(const HostConfig& host, Launcher launcher);
+
+// The arguments of `mpirun` for an expert-parallel host (shell words, each value quoted): one
+// app context `--host a:N,b:M -np N+M <binary> serve ...` when every host runs the same
+// command, else mpirun's MPMD form, one `-np N --host a:N <binary> serve ... :` per host.
+// `serve_args` are the quoted serve arguments without --model and --threads; `model_arg` is
+// the model path relative to the model folder ("" for the folder itself).
+std::vector<std::string> MpirunArgs(const Recipe& recipe, const HostConfig& host,
+                                    const std::vector<std::string>& serve_args,
+                                    const std::string& model_arg);
 
 // Single-quotes `value` for bash ('it'\''s').
 std::string ShellQuote(const std::string& value);

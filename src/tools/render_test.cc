@@ -157,6 +157,214 @@ TEST(RenderTest, DockerScriptHasNoRestartPolicyAnInitAndReadOnlyMounts) {
   EXPECT_FALSE(RenderLaunchScript(*recipe, *host, Launcher::kDocker, {}).ok());
 }
 
+// An expert-parallel host file: this machine (two ranks) and a second host.
+std::string EpHostFile(const std::string& second, const std::string& extra = "") {
+  return Replace(kHost, "\"warmup\": \"/srv/warmup.json\"",
+                 "\"warmup\": \"/srv/warmup.json\",\n  \"expert_parallel\": {\"hosts\": [\n"
+                 "    {\"name\": \"a\", \"address\": \"localhost\", \"slots\": 2}" +
+                     second + "]" + extra + "}");
+}
+
+absl::StatusOr<std::string> Render(const std::string& recipe, const std::string& host,
+                                   Launcher launcher = Launcher::kPlain) {
+  auto r = ParseRecipe(recipe);
+  if (!r.ok()) return r.status();
+  auto h = ParseHost(host);
+  if (!h.ok()) return h.status();
+  return RenderLaunchScript(*r, *h, launcher, {});
+}
+
+bool Has(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+TEST(RenderTest, IdenticalHostsShareOneMpirunCommand) {
+  auto script = Render(kRecipe, EpHostFile(",\n    {\"name\": \"b\", \"address\": \"10.0.0.2\", "
+                                           "\"slots\": 1}"));
+  ASSERT_TRUE(script.ok()) << script.status();
+  for (const char* needle :
+       {"readonly EP_RANKS=3\n", "readonly EP_HOST_ADDRESSES=('localhost' '10.0.0.2')\n",
+        "  --bind-to none\n", "  --host 'localhost:2,10.0.0.2:1'\n  -np 3\n",
+        "  '/opt/deepinfer/0.1.0/bin/deepinfer'\n  serve\n", "  --expert-parallel\n",
+        "  --host 127.0.0.1\n  --port 8931\n", "(exec -a \"$PROCESS_NAME\" mpirun",
+        "  --threads 2\n", "readonly CPU_THREADS=4\n"}) {
+    EXPECT_TRUE(Has(*script, needle)) << needle << "\n" << *script;
+  }
+  EXPECT_FALSE(Has(*script, "\n  :\n"));  // no MPMD form when every host runs the same command
+  EXPECT_TRUE(Has(*script, "readonly SERVE_ARGS=(\n)"));
+  std::string out;
+  EXPECT_EQ(RunOnScript("bash -n", *script, &out), 0) << out;
+}
+
+TEST(RenderTest, HostsThatDifferGetMpmdContextsWithTheirOwnFlags) {
+  auto script = Render(
+      kRecipe, EpHostFile(",\n    {\"name\": \"b\", \"address\": \"node-b\", \"slots\": 1, "
+                          "\"threads\": 16, \"model\": \"/mnt/models/smollm\", "
+                          "\"runtime\": \"/opt/di\"}",
+                          ", \"transport\": \"tcp\", \"network\": \"10.0.0.0/24\""));
+  ASSERT_TRUE(script.ok()) << script.status();
+  for (const char* needle :
+       {"  -np 2 --host 'localhost:2'\n  '/opt/deepinfer/0.1.0/bin/deepinfer'\n",
+        "  --model '/srv/models/smollm it'\\''s/SmolLM2-135M-Instruct.Q4_1.gguf'\n  --threads 2\n"
+        "  :\n  -np 1 --host 'node-b:1'\n  '/opt/di/bin/deepinfer'\n",
+        "  --model '/mnt/models/smollm/SmolLM2-135M-Instruct.Q4_1.gguf'\n  --threads 16\n)",
+        "  --mca btl_tcp_if_include '10.0.0.0/24'\n", "  --mca oob_tcp_if_include '10.0.0.0/24'\n",
+        "  --mca pml ob1\n", "readonly EP_HOST_BINARIES=('/opt/deepinfer/0.1.0/bin/deepinfer' "
+                          "'/opt/di/bin/deepinfer')\n"}) {
+    EXPECT_TRUE(Has(*script, needle)) << needle << "\n" << *script;
+  }
+  std::string out;
+  EXPECT_EQ(RunOnScript("bash -n", *script, &out), 0) << out;
+}
+
+TEST(RenderTest, UcxTransportPassesItsDevices) {
+  auto script = Render(kRecipe, EpHostFile("", ", \"transport\": \"ucx\", \"ucx_devices\": "
+                                               "\"mlx5_0:1\", \"network\": \"ib0\""));
+  ASSERT_TRUE(script.ok()) << script.status();
+  EXPECT_TRUE(Has(*script, "  --mca pml ucx\n  -x 'UCX_NET_DEVICES=mlx5_0:1'\n")) << *script;
+  EXPECT_TRUE(Has(*script, "  --mca oob_tcp_if_include 'ib0'\n"));
+}
+
+TEST(RenderTest, RejectsBadExpertParallelSections) {
+  const std::string b = ",\n    {\"name\": \"b\", \"address\": \"node-b\", \"slots\": 1}";
+  EXPECT_TRUE(ParseHost(EpHostFile(b)).ok()) << ParseHost(EpHostFile(b)).status();
+  for (const std::string& host : {
+           EpHostFile(Replace(b, "\"b\"", "\"a\"")),                 // a name twice
+           EpHostFile(Replace(b, "node-b", "localhost")),            // an address twice
+           EpHostFile(Replace(b, "node-b", "-oProxyCommand=x")),     // an ssh option
+           EpHostFile(Replace(b, "node-b", "fe80::1")),              // mpirun's ':' separator
+           EpHostFile(Replace(b, "node-b", "b,c")),                  // mpirun's ',' separator
+           EpHostFile(Replace(b, "\"slots\": 1", "\"slots\": 0")),
+           EpHostFile(Replace(b, "\"slots\": 1", "\"slots\": 1, \"model\": \"rel\"")),
+           Replace(EpHostFile(b), "\"slots\": 2}", "\"slots\": 2, \"model\": \"/m\"}"),
+           Replace(EpHostFile(""), "\"slots\": 2", "\"slots\": 1"),  // one rank is no group
+           EpHostFile(b, ", \"transport\": \"shm\""),
+           EpHostFile(b, ", \"ucx_devices\": \"mlx5_0:1\""),         // needs transport ucx
+           EpHostFile(b, ", \"network\": \"eth0; reboot\""),
+           EpHostFile(b, ", \"hots\": []"),
+       }) {
+    EXPECT_FALSE(ParseHost(host).ok()) << host;
+  }
+}
+
+TEST(RenderTest, ExpertParallelRefusesWhatServeRefuses) {
+  const std::string ep = EpHostFile("");
+  auto with_serve = [](const std::string& field) {
+    return Replace(kRecipe, "\"seed\": 7", "\"seed\": 7, " + field);
+  };
+  struct Case {
+    std::string recipe, host;
+    Launcher launcher;
+    const char* words;
+  };
+  std::vector<Case> cases = {
+      {with_serve("\"data_parallel_size\": 2"), ep, Launcher::kPlain, "data_parallel_size 2"},
+      {kRecipe,
+       Replace(ep, "\"expert_parallel\"",
+               "\"pd\": {\"role\": \"prefill\", \"checkpoint_dir\": \"/pd\", "
+               "\"api_key_file\": \"/k\"}, \"expert_parallel\""),
+       Launcher::kPlain, "P/D"},
+      {kRecipe,
+       Replace(ep, "\"artifacts\": \"/var/lib/deepinfer/smollm-a\"",
+               "\"artifacts\": \"/var/lib/deepinfer/smollm-a\", \"prefix_checkpoints\": \"/c\""),
+       Launcher::kPlain, "prefix checkpoints"},
+      {kRecipe, ep, Launcher::kDocker, "plain launcher"},
+      {with_serve("\"expert_parallel_timeout\": 5"), kHost, Launcher::kPlain,
+       "expert_parallel section"},
+  };
+  for (const Case& c : cases) {
+    auto script = Render(c.recipe, c.host, c.launcher);
+    ASSERT_FALSE(script.ok()) << c.words;
+    EXPECT_TRUE(Has(std::string(script.status().message()), c.words)) << script.status();
+  }
+  auto timeout = Render(with_serve("\"expert_parallel_timeout\": 2.5"), ep);
+  ASSERT_TRUE(timeout.ok()) << timeout.status();
+  EXPECT_TRUE(Has(*timeout, "  --expert-parallel-timeout '2.5'\n")) << *timeout;
+}
+
+std::string PdHost(const std::string& role, const std::string& url) {
+  return Replace(kHost, "\"warmup\"",
+                 "\"pd\": {\"role\": \"" + role +
+                     "\", \"checkpoint_dir\": \"/srv/pd shared\", \"api_key_file\": "
+                     "\"/etc/deepinfer/pd.key\"" +
+                     (url.empty() ? "" : ", \"prefill_url\": \"" + url + "\"") +
+                     "},\n  \"warmup\"");
+}
+
+TEST(RenderTest, RendersPdRolesAndPrefixCheckpoints) {
+  const std::string recipe = Replace(Replace(kRecipe, "\"prefix_caching\": false, ", ""),
+                                     "\"seed\": 7", "\"seed\": 7, \"checkpoint_min_tokens\": 64");
+  auto prefill = Render(recipe, PdHost("prefill", ""));
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  for (const char* needle :
+       {"  --pd-role 'prefill'\n  --pd-checkpoint-dir '/srv/pd shared'\n"
+        "  --model-revision 'abc123'\n",
+        "  --checkpoint-min-tokens '64'\n", "readonly PD_API_KEY_FILE='/etc/deepinfer/pd.key'\n",
+        "readonly PD_ROLE='prefill'\n"}) {
+    EXPECT_TRUE(Has(*prefill, needle)) << needle << "\n" << *prefill;
+  }
+  EXPECT_FALSE(Has(*prefill, "--pd-prefill-url"));
+  auto decode = Render(recipe, PdHost("decode", "http://10.0.0.5:8950"));
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  EXPECT_TRUE(Has(*decode, "  --pd-prefill-url 'http://10.0.0.5:8950'\n")) << *decode;
+  auto docker = Render(recipe, PdHost("decode", "http://10.0.0.5:8950"), Launcher::kDocker);
+  ASSERT_TRUE(docker.ok()) << docker.status();
+  EXPECT_TRUE(Has(*docker, "  --pd-checkpoint-dir '/pd-checkpoints'\n")) << *docker;
+  EXPECT_TRUE(Has(*docker, "readonly DOCKER_STATE_ARGS=(--mount "
+                           "'type=bind,src=/srv/pd shared,dst=/pd-checkpoints' "
+                           "--env DEEPINFER_PD_API_KEY)\n"))
+      << *docker;
+
+  const std::string prefix_host =
+      Replace(kHost, "\"artifacts\": \"/var/lib/deepinfer/smollm-a\"",
+              "\"artifacts\": \"/var/lib/deepinfer/smollm-a\", \"prefix_checkpoints\": "
+              "\"/var/cache/di-prefix\"");
+  auto prefix = Render(recipe, prefix_host);
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  EXPECT_TRUE(Has(*prefix, "  --prefix-checkpoint-dir '/var/cache/di-prefix'\n"
+                           "  --model-revision 'abc123'\n"))
+      << *prefix;
+  EXPECT_FALSE(Has(*prefix, "--pd-role"));
+}
+
+TEST(RenderTest, RefusesPdAndCheckpointSettingsServeWouldRefuse) {
+  const std::string ok_recipe = Replace(kRecipe, "\"prefix_caching\": false, ", "");
+  EXPECT_FALSE(ParseHost(PdHost("decode", "")).ok());                          // needs a URL
+  EXPECT_FALSE(ParseHost(PdHost("prefill", "http://10.0.0.5:8950")).ok());     // decode only
+  EXPECT_FALSE(ParseHost(PdHost("decode", "https://x:1")).ok());
+  EXPECT_FALSE(ParseHost(PdHost("decode", "http://x:1/'$(reboot)'")).ok());
+  EXPECT_FALSE(ParseHost(PdHost("combined", "")).ok());
+  EXPECT_FALSE(ParseHost(Replace(PdHost("prefill", ""), "\"/srv/pd shared\"", "\"pd\"")).ok());
+  // The recipe turns the prefix cache off, which a P/D role needs.
+  auto no_cache = Render(kRecipe, PdHost("prefill", ""));
+  ASSERT_FALSE(no_cache.ok());
+  EXPECT_TRUE(Has(std::string(no_cache.status().message()), "prefix cache"));
+  // Both kinds of checkpoints at once.
+  auto both = Render(ok_recipe,
+                     Replace(PdHost("prefill", ""), "\"artifacts\": \"/var/lib/deepinfer/smollm-a\"",
+                             "\"artifacts\": \"/var/lib/deepinfer/smollm-a\", "
+                             "\"prefix_checkpoints\": \"/c\""));
+  EXPECT_FALSE(both.ok());
+  // Checkpoint tuning with no checkpoints to tune.
+  auto stray = Render(Replace(ok_recipe, "\"seed\": 7", "\"seed\": 7, \"checkpoint_max_bytes\": "
+                                                        "\"2GiB\""),
+                      kHost);
+  ASSERT_FALSE(stray.ok());
+  EXPECT_TRUE(Has(std::string(stray.status().message()), "--checkpoint-max-bytes"));
+}
+
+TEST(RenderTest, PreflightNamesTheNewChecks) {
+  auto ep = ParseHost(EpHostFile(""));
+  ASSERT_TRUE(ep.ok());
+  auto names = PreflightCheckNames(*ep, Launcher::kPlain);
+  EXPECT_EQ(names.back(), "ep_host");
+  auto pd = ParseHost(PdHost("prefill", ""));
+  ASSERT_TRUE(pd.ok());
+  names = PreflightCheckNames(*pd, Launcher::kPlain);
+  EXPECT_EQ(names.back(), "checkpoints");
+  EXPECT_EQ(PreflightCheckNames(*ParseHost(kHost), Launcher::kPlain).back(), "binary");
+}
+
 TEST(RenderTest, EveryScriptVariantPassesShellcheck) {
   if (!HasTool("shellcheck")) GTEST_SKIP() << "shellcheck is not installed";
   auto nvidia = ParseHost(
@@ -171,6 +379,25 @@ TEST(RenderTest, EveryScriptVariantPassesShellcheck) {
       std::string out;
       EXPECT_EQ(RunOnScript("shellcheck --severity=style", *script, &out), 0) << out;
     }
+  }
+  // Expert parallelism (one command, MPMD), P/D roles and prefix checkpoints.
+  const std::string cache_recipe = Replace(kRecipe, "\"prefix_caching\": false, ", "");
+  for (auto [host, launcher] : std::vector<std::pair<std::string, Launcher>>{
+           {EpHostFile(""), Launcher::kPlain},
+           {EpHostFile(",\n    {\"name\": \"b\", \"address\": \"b\", \"slots\": 1, "
+                       "\"threads\": 3}",
+                       ", \"transport\": \"tcp\", \"network\": \"eth1\""),
+            Launcher::kPlain},
+           {PdHost("decode", "http://127.0.0.1:9"), Launcher::kPlain},
+           {PdHost("prefill", ""), Launcher::kDocker},
+           {Replace(kHost, "\"artifacts\": \"/var/lib/deepinfer/smollm-a\"",
+                    "\"artifacts\": \"/a\", \"prefix_checkpoints\": \"/c\""),
+            Launcher::kDocker},
+       }) {
+    auto script = Render(cache_recipe, host, launcher);
+    ASSERT_TRUE(script.ok()) << script.status();
+    std::string out;
+    EXPECT_EQ(RunOnScript("shellcheck --severity=style", *script, &out), 0) << out;
   }
 }
 
