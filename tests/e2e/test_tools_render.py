@@ -1,5 +1,8 @@
 """`deepinfer render`: the rendered script passes bash -n and shellcheck, its read-only preflight
 refuses every failed check, and on a good machine it starts a real server that passes smoke.
+An expert-parallel script (two ranks on this machine, mpirun) serves a tiny DeepSeek-V4 chat and
+stops cleanly; its per-host checks name the host that fails; P/D and prefix-checkpoint folders
+are checked.
 
 Uses stories260K (skips when absent) and a copy of the binary as the pinned runtime.
 """
@@ -20,6 +23,7 @@ import httpx
 import pytest
 
 from conftest import STORIES, binary, free_port
+from test_expert_parallel import MPI_ENV, chat_v4, v4  # noqa: F401 (fixtures)
 
 _counter = [0]
 
@@ -362,3 +366,135 @@ def test_preflight_refuses_every_failed_check(deployment, tmp_path):
             assert "artifacts" in failed_checks(preflight(script))
         finally:
             artifacts.chmod(0o755)
+
+
+def ep_deployment(d: Deployment, model: pathlib.Path, hosts):
+    """Turns a stories260K deployment into an expert-parallel one of the tiny V4 chat model."""
+    d.recipe["model"] = {"id": "deepseek-v4-tiny", "revision": "synthetic", "file": "."}
+    d.recipe["serve"] = {"served_model_name": "ep", "max_model_len": 1024, "threads": 1,
+                         "max_num_seqs": 4, "expert_parallel_timeout": 10}
+    d.host["paths"]["model"] = str(model)
+    d.host["expert_parallel"] = {"hosts": hosts}
+
+
+def test_expert_parallel_script_serves_from_two_ranks_and_stops_cleanly(tmp_path, runtime_dir,
+                                                                        chat_v4):  # noqa: F811
+    if shutil.which("mpirun") is None:
+        pytest.fail("mpirun not found: install openmpi-bin (scripts/setup.sh does)")
+    d = Deployment(tmp_path, runtime_dir)
+    ep_deployment(d, chat_v4, [{"name": "here", "address": "localhost", "slots": 2}])
+    result, script = d.render()
+    assert result.returncode == 0, result.stderr
+    text = script.read_text()
+    assert "--host 'localhost:2'" in text and "--expert-parallel" in text, text
+    if shutil.which("shellcheck"):
+        check = run(["shellcheck", script])
+        assert check.returncode == 0, check.stdout
+    check = preflight(script, env=MPI_ENV)
+    assert check.returncode == 0, check.stdout + check.stderr
+    lines = check.stdout.splitlines()
+    assert any(l.startswith("ok") and "ep_launch" in l for l in lines), check.stdout
+    host_line = next(l for l in lines if "ep_host" in l)
+    assert host_line.startswith("ok") and "here (localhost): 2 rank(s)" in host_line, check.stdout
+    assert list(d.artifacts.iterdir()) == []
+
+    log = open(tmp_path / "launch.log", "ab")
+    proc = subprocess.Popen(["bash", str(script), "start"], stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, env=MPI_ENV)
+    try:
+        d.wait_healthy(proc, timeout_s=120)
+        # mpirun runs under the instance's name; its two children are the ranks.
+        launcher = d.server_pid()
+        argv0 = pathlib.Path(f"/proc/{launcher}/cmdline").read_bytes().split(b"\0")[0]
+        assert argv0.decode() == f"deepinfer-serve@{d.name}"
+        ranks = subprocess.run(["pgrep", "-P", str(launcher)], capture_output=True, text=True)
+        assert len(ranks.stdout.split()) == 2, ranks.stdout
+        reply = httpx.post(f"http://127.0.0.1:{d.port}/v1/chat/completions", timeout=120,
+                           json={"model": "ep", "max_tokens": 8, "temperature": 0,
+                                 "messages": [{"role": "user", "content": "Say hello."}]})
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["message"]["content"], reply.text
+        assert reply.json()["usage"]["completion_tokens"] > 0
+    finally:
+        # The script sends SIGTERM to rank 0, which stops rank 1; every process exits 0.
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=60)
+    assert status == 0, d.logs()
+    last = dict(l.split("=", 1) for l in (d.artifacts / "last-exit").read_text().split())
+    assert last["status"] == "0" and last["reason"] == "stopped", last
+    assert "rank 1 done (rank 0 stopped)" in (d.artifacts / "serve.log").read_text(), d.logs()
+    assert not (d.artifacts / "serve.pid").exists()
+
+
+def test_expert_parallel_preflight_names_the_host_that_fails(tmp_path, runtime_dir, chat_v4):  # noqa: F811,E501
+    d = Deployment(tmp_path, runtime_dir)
+    # A second host that cannot be reached (.invalid never resolves).
+    ep_deployment(d, chat_v4, [{"name": "here", "address": "localhost", "slots": 1},
+                               {"name": "gone", "address": "node.invalid", "slots": 1}])
+    result, script = d.render()
+    assert result.returncode == 0, result.stderr
+    text = script.read_text()
+    assert "--host 'localhost:1,node.invalid:1'" in text, text
+    refused = preflight(script, env=MPI_ENV)
+    assert refused.returncode == 1, refused.stdout
+    fails = [l for l in refused.stdout.splitlines() if l.startswith("FAIL")]
+    assert len(fails) == 1 and "ep_host" in fails[0], refused.stdout
+    assert "gone (node.invalid): not reachable over ssh" in fails[0], fails
+    assert "ok    ep_host       here (localhost)" in refused.stdout, refused.stdout
+
+    # The first host must be this machine: rank 0 serves here.
+    ep_deployment(d, chat_v4, [{"name": "far", "address": "192.0.2.1", "slots": 2}])
+    result, script = d.render()
+    assert result.returncode == 0, result.stderr
+    refused = preflight(script, env=MPI_ENV)
+    assert "is not this machine" in failed_checks(refused).get("ep_launch", ""), refused.stdout
+
+    # The rank's memory need is counted from the safetensors headers: too little fails.
+    ep_deployment(d, chat_v4, [{"name": "here", "address": "localhost", "slots": 2}])
+    result, script = d.render()
+    fake = tmp_path / "fake-meminfo-bin"
+    fake.mkdir()
+    (fake / "awk").write_text('#!/bin/bash\nif [[ "$*" == *MemAvailable* ]]; then echo 1024; '
+                              'exit 0; fi\nexec /usr/bin/awk "$@"\n')
+    (fake / "awk").chmod(0o755)
+    short = preflight(script, env={**MPI_ENV, "PATH": f"{fake}:{os.environ['PATH']}"})
+    assert short.returncode == 1
+    assert "MiB available" in failed_checks(short).get("ep_host", ""), short.stdout
+
+    # Flags serve refuses with expert parallelism are refused at render time.
+    d.recipe["serve"]["data_parallel_size"] = 2
+    result, script = d.render()
+    assert result.returncode == 2 and "data_parallel_size" in result.stderr, result.stderr
+    assert not script.exists()
+
+
+def test_checkpoint_folders_are_checked_and_rendered(deployment, tmp_path):
+    prefix = tmp_path / "prefix"
+    deployment.host["paths"]["prefix_checkpoints"] = str(prefix)
+    deployment.recipe["serve"]["checkpoint_min_tokens"] = 16
+    result, script = deployment.render()
+    assert result.returncode == 0, result.stderr
+    text = script.read_text()
+    assert f"--prefix-checkpoint-dir '{prefix}'" in text and "--model-revision 'llama2.c'" in text
+    missing = preflight(script)
+    assert "missing" in failed_checks(missing).get("checkpoints", ""), missing.stdout
+    prefix.mkdir()
+    assert preflight(script).returncode == 0
+
+    # The prefill side of a P/D pair: its shared folder and its key file.
+    del deployment.host["paths"]["prefix_checkpoints"]
+    shared, key = tmp_path / "pd", tmp_path / "pd.key"
+    deployment.host["pd"] = {"role": "prefill", "checkpoint_dir": str(shared),
+                             "api_key_file": str(key)}
+    result, script = deployment.render()
+    assert result.returncode == 0, result.stderr
+    assert "--pd-role 'prefill'" in script.read_text()
+    failed = failed_checks(preflight(script)).get("checkpoints", "")
+    assert "P/D folder" in failed and "key file" in failed, failed
+    shared.mkdir()
+    key.write_text("not a valid key\n")
+    assert "visible ASCII" in failed_checks(preflight(script)).get("checkpoints", "")
+    key.write_text("s3cret-key\n")
+    ok = preflight(script)
+    assert ok.returncode == 0, ok.stdout
+    assert "s3cret" not in ok.stdout and "s3cret" not in script.read_text()
