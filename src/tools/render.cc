@@ -557,10 +557,6 @@ absl::Status CheckExpertParallel(const Recipe& recipe, const HostConfig& host,
     return refuse(fmt::format("cannot combine with serve.data_parallel_size {}",
                               recipe.data_parallel_size));
   }
-  if (!host.pd.role.empty()) return refuse("cannot combine with a P/D role (pd)");
-  if (!host.prefix_checkpoint_dir.empty()) {
-    return refuse("cannot combine with prefix checkpoints (paths.prefix_checkpoints)");
-  }
   if (launcher == Launcher::kDocker) {
     return InvalidArgumentError(util::codes::kBadHost,
                                 "expert_parallel: renders for the plain launcher only (mpirun "

@@ -247,7 +247,7 @@ TEST(RenderTest, RejectsBadExpertParallelSections) {
   }
 }
 
-TEST(RenderTest, ExpertParallelRefusesWhatServeRefuses) {
+TEST(RenderTest, ExpertParallelRefusesWhatServeRefusesAndTakesPdAndCheckpoints) {
   const std::string ep = EpHostFile("");
   auto with_serve = [](const std::string& field) {
     return Replace(kRecipe, "\"seed\": 7", "\"seed\": 7, " + field);
@@ -259,15 +259,6 @@ TEST(RenderTest, ExpertParallelRefusesWhatServeRefuses) {
   };
   std::vector<Case> cases = {
       {with_serve("\"data_parallel_size\": 2"), ep, Launcher::kPlain, "data_parallel_size 2"},
-      {kRecipe,
-       Replace(ep, "\"expert_parallel\"",
-               "\"pd\": {\"role\": \"prefill\", \"checkpoint_dir\": \"/pd\", "
-               "\"api_key_file\": \"/k\"}, \"expert_parallel\""),
-       Launcher::kPlain, "P/D"},
-      {kRecipe,
-       Replace(ep, "\"artifacts\": \"/var/lib/deepinfer/smollm-a\"",
-               "\"artifacts\": \"/var/lib/deepinfer/smollm-a\", \"prefix_checkpoints\": \"/c\""),
-       Launcher::kPlain, "prefix checkpoints"},
       {kRecipe, ep, Launcher::kDocker, "plain launcher"},
       {with_serve("\"expert_parallel_timeout\": 5"), kHost, Launcher::kPlain,
        "expert_parallel section"},
@@ -277,6 +268,18 @@ TEST(RenderTest, ExpertParallelRefusesWhatServeRefuses) {
     ASSERT_FALSE(script.ok()) << c.words;
     EXPECT_TRUE(Has(std::string(script.status().message()), c.words)) << script.status();
   }
+  // P/D roles and prefix checkpoints combine with it (rank 0 mirrors restored KV).
+  const std::string cached = Replace(kRecipe, "\"prefix_caching\": false, ", "");
+  auto pd = Render(cached, Replace(ep, "\"expert_parallel\"",
+                                    "\"pd\": {\"role\": \"prefill\", \"checkpoint_dir\": \"/pd\", "
+                                    "\"api_key_file\": \"/k\"}, \"expert_parallel\""));
+  ASSERT_TRUE(pd.ok()) << pd.status();
+  EXPECT_TRUE(Has(*pd, "--expert-parallel") && Has(*pd, "--pd-role")) << *pd;
+  auto saved = Render(cached, Replace(ep, "\"artifacts\": \"/var/lib/deepinfer/smollm-a\"",
+                                       "\"artifacts\": \"/var/lib/deepinfer/smollm-a\", "
+                                       "\"prefix_checkpoints\": \"/c\""));
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_TRUE(Has(*saved, "--expert-parallel") && Has(*saved, "--prefix-checkpoint-dir")) << *saved;
   auto timeout = Render(with_serve("\"expert_parallel_timeout\": 2.5"), ep);
   ASSERT_TRUE(timeout.ok()) << timeout.status();
   EXPECT_TRUE(Has(*timeout, "  --expert-parallel-timeout '2.5'\n")) << *timeout;
