@@ -407,12 +407,6 @@ absl::StatusOr<StartPlan> CheckSettings(ServeOptions& o) {
   if (!keys.ok()) return Failed("bad API key settings", keys.status());
   plan.api_keys = *std::move(keys);
   DI_ASSIGN_OR_RETURN(plan.warmup, ReadWarmup(o));
-  if (o.expert_parallel && o.data_parallel_size > 1) {
-    return Failed("bad expert-parallel settings",
-                  InvalidArgumentError(util::codes::kBadFlags,
-                                       "--expert-parallel does not yet combine with "
-                                       "--data-parallel-size above 1"));
-  }
   DI_ASSIGN_OR_RETURN(plan.checkpoints, OpenCheckpoints(o));
   return plan;
 }
@@ -642,8 +636,9 @@ absl::Status FollowLeader(const ServeOptions& o) {
   spdlog::info("expert parallelism: rank {} of {} runs its share of every MoE layer's routed "
                "experts and follows rank 0's steps",
                o.engine.expert_parallel->rank(), o.engine.expert_parallel->ranks());
+  // As many lanes as rank 0 has data-parallel engines, its threads split the same way.
   absl::Status followed = engine::RunExpertParallelFollower(
-      *servable->model, *o.engine.expert_parallel, o.engine.num_threads);
+      *servable->model, *o.engine.expert_parallel, o.engine.num_threads, o.data_parallel_size);
   if (!followed.ok()) return Failed("expert-parallel rank failed", followed);
   spdlog::info("expert parallelism: rank {} done (rank 0 stopped)", o.engine.expert_parallel->rank());
   return absl::OkStatus();

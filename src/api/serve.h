@@ -44,7 +44,8 @@ struct ServeOptions {
   int32_t data_parallel_size = 1;
   // --expert-parallel: this process is one rank of an mpirun job (engine/expert_parallel.h).
   // Rank 0 serves; the others load the same model, run their share of the routed experts and
-  // follow rank 0's steps without opening a port. Not with data_parallel_size > 1 (bad_flags).
+  // follow rank 0's steps without opening a port; with data_parallel_size > 1, one replay
+  // thread per rank-0 engine.
   bool expert_parallel = false;
   // A rank silent this long ends the job (engine::ExpertParallelGroup::Init).
   double expert_parallel_timeout_s = 10;

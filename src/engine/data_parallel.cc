@@ -255,11 +255,8 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateDataParallelEngine(const model::Mo
                                 "--data-parallel-size must be between 1 and 64");
   }
   if (ranks == 1) return Engine::Create(model, options);
-  if (options.expert_parallel != nullptr) {
-    return InvalidArgumentError(util::codes::kBadOption,
-                                "--expert-parallel does not yet combine with "
-                                "--data-parallel-size above 1");
-  }
+  // Expert parallelism: a lane (communicator) per engine, opened on every EP rank alike.
+  if (options.expert_parallel != nullptr) options.expert_parallel->OpenLanes(ranks);
   const int threads = options.num_threads > 0
                           ? options.num_threads
                           : static_cast<int>(std::thread::hardware_concurrency());
@@ -278,6 +275,7 @@ absl::StatusOr<std::unique_ptr<Engine>> CreateDataParallelEngine(const model::Mo
     EngineOptions o = per_rank;
     o.seed = options.seed + static_cast<uint64_t>(r) * 0x632BE59BD9B4E019ull;
     o.dp_rank_index = r;
+    if (options.expert_parallel != nullptr) o.expert_parallel = options.expert_parallel->lane(r);
     DI_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(model, o));
     engines.push_back(std::move(e));
   }

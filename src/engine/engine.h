@@ -47,6 +47,14 @@ class ExpertParallelGroup {
   virtual absl::Status CheckSameModel(uint64_t fingerprint) = 0;
   // Broadcasts `size` bytes from rank 0 into `data` (resized on the followers). A collective.
   virtual void Broadcast(std::vector<uint8_t>& data) = 0;
+  // Data-parallel engines on rank 0 each step on a lane of their own: a communicator of its own,
+  // so their calls and collectives never interleave. OpenLanes(n) makes lanes 1..n-1 (a
+  // collective: every rank calls it with the same n, before any forward call); lane(0) is the
+  // first lane, which the calls of this object use. A lane shares the group's rank, health and
+  // watchdog, and keeps the group alive.
+  virtual void OpenLanes(int n) = 0;
+  virtual int num_lanes() const = 0;
+  virtual std::shared_ptr<ExpertParallelGroup> lane(int i) = 0;
   // Telemetry of this rank (rank 0: what the engine publishes as deepinfer_ep_* metrics).
   struct Stats {
     int64_t forward_calls = 0;     // calls replayed on every rank (main, MTP, DSpark)
@@ -61,12 +69,13 @@ class ExpertParallelGroup {
   virtual absl::Status health() const = 0;
 };
 
-// A follower's life: builds its model share over the group's exchange (arch::CreateCausalLm),
-// then replays the leader's calls until the leader stops (OK) with `threads` threads (0: all
-// cores). Writes nothing to stdout (mpirun merges every rank's into one).
-// Errors: those of CreateCausalLm; Internal "ep_mismatch".
+// A follower's life: opens `lanes` lanes (rank 0's data-parallel engines), and on each (a
+// thread per lane, `threads` split between them; 0: all cores) builds its model share over the
+// lane's exchange (arch::CreateCausalLm) and replays that lane's calls until rank 0 stops it.
+// Writes nothing to stdout (mpirun merges every rank's into one).
+// Errors: those of CreateCausalLm; Internal "ep_mismatch" (the first lane's error).
 absl::Status RunExpertParallelFollower(const model::Model& model, ExpertParallelGroup& group,
-                                       int threads);
+                                       int threads, int lanes = 1);
 
 // Engine settings. Defaults follow the seed profile (prefill budget 2,048 tokens per step).
 //
@@ -130,8 +139,8 @@ struct EngineOptions {
   int64_t checkpoint_preload_tokens = 0;
   // Expert parallelism (engine/expert_parallel.h): this engine is rank 0 of the group and every
   // forward call is replayed by the other ranks, each running its share of the routed experts;
-  // null: one process runs every expert. Not with data-parallel ranks (CreateDataParallelEngine
-  // refuses them with bad_option).
+  // null: one process runs every expert. With data-parallel ranks CreateDataParallelEngine gives
+  // each engine a lane of its own (ExpertParallelGroup::OpenLanes).
   std::shared_ptr<ExpertParallelGroup> expert_parallel;
 };
 

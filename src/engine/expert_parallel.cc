@@ -457,36 +457,30 @@ class MpiExchange final : public arch::ExpertExchange {
   absl::flat_hash_map<int64_t, MPI_Datatype> row_types_;
 };
 
-class MpiGroup final : public ExpertParallelGroup {
+class MpiGroup;
+
+// One lane of the group: a communicator of its own with its experts' exchange, the calls
+// broadcast on it and whether rank 0 stopped it. Lane 0 serves rank 0's engine (or its first
+// data-parallel engine), lane i its engine i.
+class MpiLane final : public ExpertParallelGroup {
  public:
-  MpiGroup(MPI_Comm comm, MPI_Comm heartbeat, int rank, int ranks, double timeout_s)
-      : comm_(comm), heartbeat_(heartbeat), rank_(rank), ranks_(ranks), timeout_s_(timeout_s),
-        exchange_(comm, rank, ranks) {
-    if (ranks_ > 1) watchdog_ = std::thread([this] { Watch(); });
-  }
-  ~MpiGroup() override {
-    // A rank that ends before the group finished (an error at start) would leave the others
-    // waiting in a collective: end the whole job instead.
-    if (!stopped_.load() && ranks_ > 1) {
-      spdlog::error("expert parallelism: rank {} ends before the group finished; ending every "
-                    "rank",
-                    rank_);
-      MPI_Abort(comm_, 1);
-    }
-    quit_.store(true);
-    if (watchdog_.joinable()) watchdog_.join();
+  MpiLane(MpiGroup& group, MPI_Comm comm, int rank, int ranks)
+      : group_(group), comm_(comm), rank_(rank), ranks_(ranks), exchange_(comm, rank, ranks) {}
+  // Before MPI_Finalize.
+  void Close() {
     exchange_.FreeTypes();
-    MPI_Comm_free(&heartbeat_);
     MPI_Comm_free(&comm_);
-    MPI_Finalize();
   }
+  bool stopped() const { return stopped_.load(); }
+  MPI_Comm comm() const { return comm_; }
+
   int rank() const override { return rank_; }
   int ranks() const override { return ranks_; }
   arch::ExpertExchange& exchange() override { return exchange_; }
-  absl::Status health() const override {
-    absl::MutexLock lock(&mu_);
-    return health_;
-  }
+  absl::Status health() const override;
+  void OpenLanes(int n) override;
+  int num_lanes() const override;
+  std::shared_ptr<ExpertParallelGroup> lane(int i) override;
 
   absl::Status CheckSameModel(uint64_t fingerprint) override {
     std::vector<uint64_t> all(ranks_);
@@ -525,6 +519,77 @@ class MpiGroup final : public ExpertParallelGroup {
       }
     }
     stats_.moe = exchange_.counters();
+  }
+
+ private:
+  MpiGroup& group_;
+  MPI_Comm comm_;
+  int rank_, ranks_;
+  MpiExchange exchange_;
+  std::atomic<bool> stopped_{false};
+  Stats stats_;  // the forward thread's
+};
+
+// The process's membership: its lanes, the heartbeat communicator and the watchdog. The
+// ExpertParallelGroup calls go to lane 0.
+class MpiGroup final : public ExpertParallelGroup,
+                       public std::enable_shared_from_this<MpiGroup> {
+ public:
+  MpiGroup(MPI_Comm comm, MPI_Comm heartbeat, int rank, int ranks, double timeout_s)
+      : heartbeat_(heartbeat), rank_(rank), ranks_(ranks), timeout_s_(timeout_s) {
+    {
+      absl::MutexLock lock(&lanes_mu_);
+      lanes_.push_back(std::make_unique<MpiLane>(*this, comm, rank, ranks));
+      first_ = lanes_[0].get();
+    }
+    if (ranks_ > 1) watchdog_ = std::thread([this] { Watch(); });
+  }
+  ~MpiGroup() override {
+    // A rank that ends before the group finished (an error at start) would leave the others
+    // waiting in a collective: end the whole job instead.
+    if (!AllStopped() && ranks_ > 1) {
+      spdlog::error("expert parallelism: rank {} ends before the group finished; ending every "
+                    "rank",
+                    rank_);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    quit_.store(true);
+    if (watchdog_.joinable()) watchdog_.join();
+    absl::MutexLock lock(&lanes_mu_);
+    for (auto& l : lanes_) l->Close();
+    MPI_Comm_free(&heartbeat_);
+    MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int ranks() const override { return ranks_; }
+  arch::ExpertExchange& exchange() override { return First().exchange(); }
+  absl::Status health() const override {
+    absl::MutexLock lock(&mu_);
+    return health_;
+  }
+  absl::Status CheckSameModel(uint64_t fingerprint) override {
+    return First().CheckSameModel(fingerprint);
+  }
+  Stats stats() const override { return First().stats(); }
+  void Broadcast(std::vector<uint8_t>& data) override { First().Broadcast(data); }
+
+  void OpenLanes(int n) override {
+    absl::MutexLock lock(&lanes_mu_);
+    DI_CHECK(lanes_.size() == 1);
+    for (int i = 1; i < n; ++i) {
+      MPI_Comm comm;
+      Check(MPI_Comm_dup(lanes_[0]->comm(), &comm), "MPI_Comm_dup");
+      lanes_.push_back(std::make_unique<MpiLane>(*this, comm, rank_, ranks_));
+    }
+  }
+  int num_lanes() const override {
+    absl::MutexLock lock(&lanes_mu_);
+    return static_cast<int>(lanes_.size());
+  }
+  std::shared_ptr<ExpertParallelGroup> lane(int i) override {
+    absl::MutexLock lock(&lanes_mu_);
+    // Aliasing: the lane keeps the group (MPI itself) alive.
+    return std::shared_ptr<ExpertParallelGroup>(shared_from_this(), lanes_.at(i).get());
   }
 
  private:
@@ -568,7 +633,7 @@ class MpiGroup final : public ExpertParallelGroup {
           MPI_Irecv(&received[i], 1, MPI_INT, peers[i], kHeartbeatTag, heartbeat_, &inbox[i]);
         }
       }
-      for (int i = 0; i < n && !stopped_.load(); ++i) {
+      for (int i = 0; i < n && !AllStopped(); ++i) {
         const double silent = std::chrono::duration<double>(now - heard[i]).count();
         if (silent > timeout_s_) Lost(peers[i], silent);
       }
@@ -597,17 +662,32 @@ class MpiGroup final : public ExpertParallelGroup {
     std::abort();  // not reached
   }
 
+  MpiLane& First() const { return *first_; }
+  // Every lane stopped by rank 0 (or refused at start): silence is then expected.
+  bool AllStopped() const {
+    absl::MutexLock lock(&lanes_mu_);
+    return std::all_of(lanes_.begin(), lanes_.end(), [](const auto& l) { return l->stopped(); });
+  }
+
   static constexpr int kHeartbeatTag = 7;
-  MPI_Comm comm_, heartbeat_;
+  MPI_Comm heartbeat_;
   int rank_, ranks_;
   double timeout_s_;
-  MpiExchange exchange_;
-  std::atomic<bool> stopped_{false}, quit_{false};
+  mutable absl::Mutex lanes_mu_;
+  // Lane 0 from the start, the others from OpenLanes; never shrinks, so the lanes' addresses
+  // (and references to them) stay valid.
+  std::vector<std::unique_ptr<MpiLane>> lanes_ ABSL_GUARDED_BY(lanes_mu_);
+  MpiLane* first_ = nullptr;  // lanes_[0], set once
+  std::atomic<bool> quit_{false};
   mutable absl::Mutex mu_;
   absl::Status health_ ABSL_GUARDED_BY(mu_);
-  Stats stats_;  // the forward thread's
   std::thread watchdog_;
 };
+
+absl::Status MpiLane::health() const { return group_.health(); }
+void MpiLane::OpenLanes(int n) { group_.OpenLanes(n); }
+int MpiLane::num_lanes() const { return group_.num_lanes(); }
+std::shared_ptr<ExpertParallelGroup> MpiLane::lane(int i) { return group_.lane(i); }
 
 #endif  // DI_HAVE_MPI
 
@@ -655,19 +735,47 @@ void MirrorKvBytes(arch::CausalLm& leader, arch::KvCache& kv, int layer, size_t 
   lm->SendKvBytes(kv, layer, offset, bytes);
 }
 
-absl::Status RunExpertParallelFollower(const model::Model& model, ExpertParallelGroup& group,
-                                       int threads) {
-  DI_ASSIGN_OR_RETURN(std::unique_ptr<arch::CausalLm> lm,
-                      arch::CreateCausalLm(model, &group.exchange()));
-  DI_RETURN_IF_ERROR(group.CheckSameModel(ModelFingerprint(model)));
-  Follower follower(*lm, threads > 0 ? threads
-                                     : static_cast<int>(std::thread::hardware_concurrency()));
+namespace {
+
+// One lane's replay loop, until rank 0 stops the lane.
+absl::Status FollowLane(ExpertParallelGroup& lane, arch::CausalLm& lm, uint64_t fingerprint,
+                        int threads) {
+  DI_RETURN_IF_ERROR(lane.CheckSameModel(fingerprint));
+  Follower follower(lm, threads);
   std::vector<uint8_t> message;
   for (;;) {
-    group.Broadcast(message);
+    lane.Broadcast(message);
     DI_ASSIGN_OR_RETURN(const bool more, follower.Replay(message));
     if (!more) return absl::OkStatus();
   }
+}
+
+}  // namespace
+
+absl::Status RunExpertParallelFollower(const model::Model& model, ExpertParallelGroup& group,
+                                       int threads, int lanes) {
+  if (lanes > 1) group.OpenLanes(lanes);
+  // The models first, one after another (rank 0's data-parallel engines are built in turn too);
+  // then a thread per lane.
+  std::vector<std::shared_ptr<ExpertParallelGroup>> lane(lanes);
+  std::vector<std::unique_ptr<arch::CausalLm>> lm(lanes);
+  for (int i = 0; i < lanes; ++i) {
+    lane[i] = group.lane(i);
+    DI_ASSIGN_OR_RETURN(lm[i], arch::CreateCausalLm(model, &lane[i]->exchange()));
+  }
+  const uint64_t fingerprint = ModelFingerprint(model);
+  const int all = threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int per_lane = std::max(1, all / lanes);
+  std::vector<absl::Status> status(lanes);
+  std::vector<std::thread> workers;
+  for (int i = 1; i < lanes; ++i) {
+    workers.emplace_back(
+        [&, i] { status[i] = FollowLane(*lane[i], *lm[i], fingerprint, per_lane); });
+  }
+  status[0] = FollowLane(*lane[0], *lm[0], fingerprint, per_lane);
+  for (std::thread& t : workers) t.join();
+  for (const absl::Status& s : status) DI_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
 }
 
 }  // namespace deepinfer::engine

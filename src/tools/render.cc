@@ -540,11 +540,6 @@ bool HasFlag(const Recipe& recipe, const std::string& flag) {
 
 absl::Status CheckExpertParallel(const Recipe& recipe, const HostConfig& host,
                                  Launcher launcher) {
-  auto refuse = [](const std::string& why) {
-    return InvalidArgumentError(
-        util::codes::kBadHost,
-        fmt::format("expert_parallel: {} (serve refuses the combination for now)", why));
-  };
   if (host.expert_parallel.hosts.empty()) {
     if (HasFlag(recipe, "--expert-parallel-timeout")) {
       return InvalidArgumentError(util::codes::kBadRecipe,
@@ -552,10 +547,6 @@ absl::Status CheckExpertParallel(const Recipe& recipe, const HostConfig& host,
                                   "expert_parallel section");
     }
     return absl::OkStatus();
-  }
-  if (recipe.data_parallel_size > 1) {
-    return refuse(fmt::format("cannot combine with serve.data_parallel_size {}",
-                              recipe.data_parallel_size));
   }
   if (launcher == Launcher::kDocker) {
     return InvalidArgumentError(util::codes::kBadHost,

@@ -247,7 +247,7 @@ TEST(RenderTest, RejectsBadExpertParallelSections) {
   }
 }
 
-TEST(RenderTest, ExpertParallelRefusesWhatServeRefusesAndTakesPdAndCheckpoints) {
+TEST(RenderTest, ExpertParallelRefusesDockerAndTakesDpPdAndCheckpoints) {
   const std::string ep = EpHostFile("");
   auto with_serve = [](const std::string& field) {
     return Replace(kRecipe, "\"seed\": 7", "\"seed\": 7, " + field);
@@ -258,7 +258,6 @@ TEST(RenderTest, ExpertParallelRefusesWhatServeRefusesAndTakesPdAndCheckpoints) 
     const char* words;
   };
   std::vector<Case> cases = {
-      {with_serve("\"data_parallel_size\": 2"), ep, Launcher::kPlain, "data_parallel_size 2"},
       {kRecipe, ep, Launcher::kDocker, "plain launcher"},
       {with_serve("\"expert_parallel_timeout\": 5"), kHost, Launcher::kPlain,
        "expert_parallel section"},
@@ -280,6 +279,9 @@ TEST(RenderTest, ExpertParallelRefusesWhatServeRefusesAndTakesPdAndCheckpoints) 
                                        "\"prefix_checkpoints\": \"/c\""));
   ASSERT_TRUE(saved.ok()) << saved.status();
   EXPECT_TRUE(Has(*saved, "--expert-parallel") && Has(*saved, "--prefix-checkpoint-dir")) << *saved;
+  auto dp = Render(with_serve("\"data_parallel_size\": 2"), ep);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_TRUE(Has(*dp, "--expert-parallel") && Has(*dp, "--data-parallel-size")) << *dp;
   auto timeout = Render(with_serve("\"expert_parallel_timeout\": 2.5"), ep);
   ASSERT_TRUE(timeout.ok()) << timeout.status();
   EXPECT_TRUE(Has(*timeout, "  --expert-parallel-timeout '2.5'\n")) << *timeout;

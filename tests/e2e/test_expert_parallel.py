@@ -5,8 +5,9 @@ between the ranks) gives exactly the tokens of one process: DeepSeek-V4 with has
 tokens; with DSpark drafts, the drafter-free text). Served: 8 concurrent greedy chats and a
 prompt prefilled in 32-token chunks equal a one-process server's, streaming included; rank 0
 stops the group on SIGTERM (every process exits 0); a rank killed mid-stream ends the job (no
-hang), a rank frozen mid-stream turns /health 503 and then ends the job; flag combinations not supported yet, a dense model and ranks that loaded different
-checkpoints are refused with their codes."""
+hang), a rank frozen mid-stream turns /health 503 and then ends the job; data-parallel engines
+on rank 0 each get a lane; a prefix checkpoint restored on rank 0 reaches the others; a dense
+model and ranks that loaded different checkpoints are refused with their codes."""
 
 import concurrent.futures
 import json
@@ -272,12 +273,27 @@ def test_a_stopped_rank_turns_health_503_then_ends_the_job(chat_v4):
         ep.stop()
 
 
-def test_unsupported_combinations_exit_2(chat_v4):
-    r = subprocess.run(mpirun(2) + [str(binary()), "serve", "--expert-parallel", "--model",
-                                    str(chat_v4), "--port", "0", "--data-parallel-size", "2"],
-                       capture_output=True, text=True, timeout=60, env=MPI_ENV)
-    assert r.returncode != 0
-    assert "bad_flags" in r.stderr and "--data-parallel-size" in r.stderr, r.stderr
+def test_data_parallel_engines_each_get_a_lane(chat_v4):
+    """--data-parallel-size 2 on a 2-rank group: rank 0's two engines step on lanes of their own
+    (one communicator each, a replay thread each on rank 1); 8 concurrent chats spread over both
+    engines give the one-process text and log-probabilities, and the group stops cleanly."""
+    one = Server(chat_v4, "ep", ["--threads", "2"])
+    ep = EpServer(chat_v4, "ep", 2, ["--threads", "2", "--data-parallel-size", "2"])
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            want = list(pool.map(lambda p: chat(one, p), PROMPTS))
+            got = list(pool.map(lambda p: chat(ep, p), PROMPTS))
+        assert got == want
+        ranks = httpx.get(ep.base_url + "/health").json()["ranks"]
+        assert len(ranks) == 2
+        calls = [line for line in httpx.get(ep.base_url + "/metrics").text.splitlines()
+                 if line.startswith("deepinfer_ep_forward_calls_total")]
+        assert len(calls) == 2 and all(float(c.split()[-1]) > 0 for c in calls), calls
+        os.kill(ep.rank_pids()[0], signal.SIGTERM)
+        assert ep.proc.wait(timeout=30) == 0, ep.logs()
+    finally:
+        one.stop()
+        ep.stop()
 
 
 def test_a_dense_model_is_refused(tmp_path):

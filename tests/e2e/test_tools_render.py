@@ -461,12 +461,6 @@ def test_expert_parallel_preflight_names_the_host_that_fails(tmp_path, runtime_d
     assert short.returncode == 1
     assert "MiB available" in failed_checks(short).get("ep_host", ""), short.stdout
 
-    # Flags serve refuses with expert parallelism are refused at render time.
-    d.recipe["serve"]["data_parallel_size"] = 2
-    result, script = d.render()
-    assert result.returncode == 2 and "data_parallel_size" in result.stderr, result.stderr
-    assert not script.exists()
-
 
 def test_checkpoint_folders_are_checked_and_rendered(deployment, tmp_path):
     prefix = tmp_path / "prefix"
