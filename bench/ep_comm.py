@@ -3,7 +3,8 @@
 `random` one: 12 layers, hidden 768, 32 routed experts top-4 + 1 shared, release formats; made
 on first use under --models): `mpirun -np R deepinfer serve --expert-parallel` with R = 1, 2, 4
 ranks on this machine (shared memory between them), driven by `deepinfer bench` (random
-128-token prompts, 64 output tokens, greedy) at 1, 8 and 16 streams. Per level, from rank 0's
+16-token prompts, 128 output tokens, greedy: decode steps are 8 of every 9 tokens computed, so
+the per-step numbers are close to a decode step's) at 1, 8 and 16 streams. Per level, from rank 0's
 deepinfer_ep_* counters: forward calls (steps), the MoE collectives' bytes and seconds per step,
 the experts' seconds per step, and the forward-call broadcasts' bytes per step; next to them
 output tokens/s and TPOT p50.
@@ -11,7 +12,8 @@ output tokens/s and TPOT p50.
 Then what two hosts would give at 25 / 100 / 400 Gbit/s, from the measured numbers: a decode
 step on two hosts computes what one rank computes minus half of its experts (the expert seconds
 per step of the 1-rank run), and moves the 2-rank run's bytes per step over the link, plus a
-latency per collective (two per MoE layer per step; --latency-us, default 10 µs). Decode tok/s
+latency per collective (two per MoE layer per step and the call's broadcast; --latency-us,
+default 10 µs). Decode tok/s
 = streams / step time. The model assumes each host has this machine's cores and memory
 bandwidth for its ranks, and ignores overlap (there is none: the collectives block).
 
@@ -50,7 +52,7 @@ def bench_level(args, engine: Engine, streams: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "bench.json"
         p = subprocess.run([args.deepinfer, "bench", "--base", engine.base, "--model", "ds",
-                            "--input-len", "128", "--output-len", "64", "--concurrency",
+                            "--input-len", "16", "--output-len", "128", "--concurrency",
                             str(streams), "--num-prompts", str(max(4, 2 * streams)),
                             "--no-progress", "--json", str(out)], capture_output=True, text=True)
         if p.returncode != 0:
@@ -92,7 +94,7 @@ def project(results: dict, streams: int, gbit: float, latency_us: float) -> floa
     two = next(r for r in results["2"] if r["streams"] == streams)
     compute_ms = one["tpot_p50_ms"] - one["expert_ms_per_call"] / 2
     wire_ms = two["exchange_kib_per_call"] * 1024 * 8 / (gbit * 1e9) * 1000
-    wire_ms += 2 * MOE_LAYERS * latency_us / 1000
+    wire_ms += (2 * MOE_LAYERS + 2) * latency_us / 1000
     return streams / ((compute_ms + wire_ms) / 1000)
 
 
@@ -127,7 +129,7 @@ def main() -> None:
                   f"{x['expert_ms_per_call']:.2f} | {x['broadcast_bytes_per_call']:.0f} |")
     if "1" in results and "2" in results:
         print(f"\nTwo hosts (one rank each, this machine's cores each), projected decode tok/s; "
-              f"{args.latency_us:.0f} µs per collective, {2 * MOE_LAYERS} collectives per step:\n")
+              f"{args.latency_us:.0f} µs per collective, {2 * MOE_LAYERS + 2} collectives per step:\n")
         print("| streams | one host | 25 Gbit/s | 100 Gbit/s | 400 Gbit/s |")
         print("|---|---|---|---|---|")
         for s in args.streams:

@@ -215,16 +215,21 @@ def metric(s, name):
                if line.split(" ")[0].split("{")[0] == name)
 
 
+def start_long_stream(s):
+    """A greedy stream of up to 2,000 tokens, its first chunk read (returned to keep it open)."""
+    c = openai.OpenAI(base_url=s.base_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    stream = c.chat.completions.create(
+        model="ep", messages=[{"role": "user", "content": "Go on."}], max_tokens=2000,
+        temperature=0, stream=True)
+    next(iter(stream))
+    return stream
+
+
 def test_a_rank_killed_mid_stream_ends_the_job(chat_v4):
     """No hang: a follower killed while a stream runs ends every rank, non-zero, in seconds."""
     ep = EpServer(chat_v4, "ep", 2, ["--threads", "1"])
     try:
-        c = openai.OpenAI(base_url=ep.base_url + "/v1", api_key="unused", max_retries=0,
-                          timeout=30)
-        stream = c.chat.completions.create(
-            model="ep", messages=[{"role": "user", "content": "Go on."}], max_tokens=2000,
-            temperature=0, stream=True)
-        next(iter(stream))
+        stream = start_long_stream(ep)
         os.kill(ep.rank_pids()[1], signal.SIGKILL)
         start = time.monotonic()
         assert ep.proc.wait(timeout=30) != 0
@@ -240,12 +245,7 @@ def test_a_stopped_rank_turns_health_503_then_ends_the_job(chat_v4):
     ep = EpServer(chat_v4, "ep", 2, ["--threads", "1", "--expert-parallel-timeout", "2"])
     follower = None
     try:
-        c = openai.OpenAI(base_url=ep.base_url + "/v1", api_key="unused", max_retries=0,
-                          timeout=60)
-        stream = c.chat.completions.create(
-            model="ep", messages=[{"role": "user", "content": "Go on."}], max_tokens=2000,
-            temperature=0, stream=True)
-        next(iter(stream))
+        stream = start_long_stream(ep)
         follower = ep.rank_pids()[1]
         os.kill(follower, signal.SIGSTOP)
         start = time.monotonic()
