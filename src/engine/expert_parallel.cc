@@ -60,9 +60,11 @@ enum class Op : int32_t {
   kKvBytes,      // bytes written into a cache outside a forward call (a checkpoint restore)
 };
 
-// A message: plain values appended in order, read back in the same order.
+// A message: plain values appended in order, read back in the same order. Writes into a
+// buffer its owner keeps, so a step's messages allocate nothing once the buffer has grown.
 class Writer {
  public:
+  explicit Writer(std::vector<uint8_t>& buffer) : bytes_(buffer) { bytes_.clear(); }
   template <typename T>
   void Put(T v) {
     Raw(&v, sizeof(T));
@@ -79,7 +81,7 @@ class Writer {
     const auto* b = static_cast<const uint8_t*>(p);
     bytes_.insert(bytes_.end(), b, b + n);
   }
-  std::vector<uint8_t> bytes_;
+  std::vector<uint8_t>& bytes_;
 };
 
 class Reader {
@@ -164,7 +166,7 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
   LeaderLm(std::unique_ptr<arch::CausalLm> lm, std::shared_ptr<ExpertParallelGroup> group)
       : lm_(std::move(lm)), heads_(lm_->draft_heads()), group_(std::move(group)) {}
   ~LeaderLm() override {
-    Writer w;
+    Writer w(message_);
     w.Put(Op::kStop);
     Send(w);
   }
@@ -183,7 +185,7 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
 
   bool SetNumerics(arch::Numerics numerics) override {
     if (!lm_->SetNumerics(numerics)) return false;
-    Writer w;
+    Writer w(message_);
     w.Put(Op::kSetNumerics);
     w.Put(numerics);
     Send(w);
@@ -192,9 +194,10 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
 
   void Forward(const arch::ForwardBatch& batch, arch::KvCache& kv, float* logits,
                util::ThreadPool& pool) override {
-    Writer w;
+    const int32_t cache = CacheId(kv);  // may send a declaration first
+    Writer w(message_);
     w.Put(Op::kForward);
-    w.Put(CacheId(kv));
+    w.Put(cache);
     PutBatch(w, batch, config().hidden);
     Send(w);
     lm_->Forward(batch, kv, logits, pool);
@@ -207,7 +210,7 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
   void FinalHidden(float* out) const override { heads_->FinalHidden(out); }
   int dspark_block_size() const override { return heads_->dspark_block_size(); }
   bool EnableDspark() override {
-    Writer w;
+    Writer w(message_);
     w.Put(Op::kEnableDspark);
     Send(w);
     return heads_->EnableDspark();
@@ -215,9 +218,10 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
   void ForwardMtp(int k, const arch::ForwardBatch& batch, const float* prev_hidden,
                   arch::KvCache& mtp_kv, float* logits, float* hidden_out,
                   util::ThreadPool& pool) override {
-    Writer w;
+    const int32_t cache = CacheId(mtp_kv);
+    Writer w(message_);
     w.Put(Op::kForwardMtp);
-    w.Put(CacheId(mtp_kv));
+    w.Put(cache);
     w.Put<int32_t>(k);
     w.Put<int8_t>(hidden_out != nullptr ? 1 : 0);
     PutBatch(w, batch, config().hidden);
@@ -227,18 +231,20 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
   }
   void DsparkPropose(const arch::ForwardBatch& batch, arch::KvCache& kv, int32_t* drafts,
                      float* confidence, util::ThreadPool& pool) override {
-    Writer w;
+    const int32_t cache = CacheId(kv);
+    Writer w(message_);
     w.Put(Op::kDsparkPropose);
-    w.Put(CacheId(kv));
+    w.Put(cache);
     PutBatch(w, batch, config().hidden);
     Send(w);
     heads_->DsparkPropose(batch, kv, drafts, confidence, pool);
   }
 
   void SendKvBytes(arch::KvCache& kv, int layer, size_t offset, size_t bytes) {
-    Writer w;
+    const int32_t cache = CacheId(kv);
+    Writer w(message_);
     w.Put(Op::kKvBytes);
-    w.Put(CacheId(kv));
+    w.Put(cache);
     w.Put<int32_t>(layer);
     w.Put<int64_t>(static_cast<int64_t>(offset));
     w.PutArray(kv.layer_bytes(layer) + offset, static_cast<int64_t>(bytes));
@@ -249,11 +255,12 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
   void Send(Writer& w) { group_->Broadcast(w.bytes()); }
 
   // The id the followers know `kv` by, declaring it (and its window cache first) on first use.
+  // Sends its own message: call it before starting the message that names the id.
   int32_t CacheId(const arch::KvCache& kv) {
     if (auto it = caches_.find(&kv); it != caches_.end()) return it->second;
     const int32_t window = kv.window != nullptr ? CacheId(*kv.window) : -1;
     const auto id = static_cast<int32_t>(caches_.size());
-    Writer w;
+    Writer w(message_);
     w.Put(Op::kCache);
     w.Put(id);
     w.Put(window);
@@ -268,6 +275,7 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
 
   std::unique_ptr<arch::CausalLm> lm_;
   arch::DraftHeads* heads_;  // lm_'s, or null
+  std::vector<uint8_t> message_;  // the call being described
   std::shared_ptr<ExpertParallelGroup> group_;
   absl::flat_hash_map<const arch::KvCache*, int32_t> caches_;
 };
