@@ -6,7 +6,8 @@ tokens; with DSpark drafts, the drafter-free text). Served: 8 concurrent greedy 
 prompt prefilled in 32-token chunks equal a one-process server's, streaming included; rank 0
 stops the group on SIGTERM (every process exits 0); a rank killed mid-stream ends the job (no
 hang), a rank frozen mid-stream turns /health 503 and then ends the job; data-parallel engines
-on rank 0 each get a lane; a prefix checkpoint restored on rank 0 reaches the others; a dense
+on rank 0 each get a lane; a prefix checkpoint restored on rank 0 reaches the others, as does
+a P/D decode side's restore (both sides 2-rank groups); a dense
 model and ranks that loaded different checkpoints are refused with their codes."""
 
 import concurrent.futures
@@ -208,6 +209,31 @@ def test_a_restored_prefix_checkpoint_reaches_every_rank(chat_v4, tmp_path):
                 time.sleep(0.05)
         finally:
             ep.stop()
+
+
+def test_pd_sides_as_expert_parallel_groups(chat_v4, tmp_path, monkeypatch):
+    """P/D with a 2-rank group on each side: the prefill side saves the prompt, the decode side
+    restores it (its followers get the KV from rank 0) and answers with the one-process text and
+    log-probabilities."""
+    monkeypatch.setenv("DEEPINFER_PD_API_KEY", "pd-key")
+    prompt = " ".join(PROMPTS * 3)
+    one = Server(chat_v4, "ep", ["--threads", "2"])
+    try:
+        want = chat(one, prompt)
+    finally:
+        one.stop()
+    common = ["--threads", "1", "--pd-checkpoint-dir", str(tmp_path), "--model-revision", "r1"]
+    prefill = EpServer(chat_v4, "ep", 2, ["--pd-role", "prefill", *common])
+    try:
+        decode = EpServer(chat_v4, "ep", 2, ["--pd-role", "decode", "--pd-prefill-url",
+                                             prefill.base_url, *common])
+        try:
+            assert chat(decode, prompt) == want
+            assert metric(decode, "deepinfer_prefix_checkpoint_restored_total") >= 1
+        finally:
+            decode.stop()
+    finally:
+        prefill.stop()
 
 
 def metric(s, name):
