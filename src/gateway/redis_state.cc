@@ -9,11 +9,11 @@
 #include "absl/time/time.h"
 #include "fmt/format.h"
 #include "openssl/rand.h"
+#include "util/error_codes.h"
 #include "util/status.h"
 
 #ifdef DI_GATEWAY_HAVE_HIREDIS
 #include "hiredis/hiredis.h"
-#include "util/error_codes.h"
 #endif
 
 namespace deepinfer::gateway {
