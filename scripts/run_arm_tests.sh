@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# The aarch64 stage of `make test`: cross-compiles the layers below the engine (util, tensor,
-# model, kernels, tokenizer, arch; cmake -DDI_CORE_ONLY=ON) for 64-bit Arm Linux with Debian's
-# cross toolchain and the multiarch :arm64 -dev packages (cmake/aarch64-linux-gnu.cmake), then
-# runs the kernel, tokenizer and architecture-parity (goldens) tests under qemu-user, TEST_JOBS
-# binaries at a time (default nproc). Each binary's log is BUILD/<name>.log; a failing one's
-# tail is printed. Skips, with a message and exit status 0, where the cross toolchain, qemu or
-# an :arm64 package is missing (scripts/setup.sh installs them; DEEPINFER_ARM64=0 skips both).
+# The aarch64 stage of `make test`: cross-compiles deepinfer for 64-bit Arm Linux with Debian's
+# cross toolchain and the multiarch :arm64 -dev packages (cmake/aarch64-linux-gnu.cmake), runs
+# the kernel, tokenizer and architecture-parity (goldens) tests under qemu-user, TEST_JOBS
+# binaries at a time (default nproc), then the `serve` smoke (scripts/arm_serve_smoke.py): the
+# cross-built deepinfer serves stories260K under qemu and answers a greedy chat completion and a
+# streamed one, with the native build's greedy text where that build is there ($DEEPINFER_BIN,
+# else build/deepinfer). Each test binary's log is BUILD/<name>.log, the server's
+# BUILD/serve-smoke.log; a failing one's tail is printed. Skips, with a message and exit status
+# 0, where the cross toolchain, qemu or an :arm64 package is missing (scripts/setup.sh installs
+# them; DEEPINFER_ARM64=0 skips both).
 # Usage: scripts/run_arm_tests.sh [BUILD_DIR]   (default build-arm64)
 #        scripts/run_arm_tests.sh --packages    (the Debian packages the stage needs, one a line)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 . scripts/job_pool.sh
 
-# The cross compiler, qemu, and the :arm64 -dev packages of what DI_CORE_ONLY links (absl,
-# spdlog + fmt, OpenSSL, zlib, PCRE2, ICU, GoogleTest; nlohmann-json3-dev is
-# architecture-independent and comes with the native build's packages).
+# The cross compiler, qemu, and the :arm64 packages of what deepinfer and the tests link: the
+# layers below the engine (absl, spdlog + fmt, OpenSSL, zlib, PCRE2, ICU, GoogleTest), and the
+# server's (xxHash, libedit, the image decoders, simdjson's library). Header-only ones come
+# with the native build's packages, their headers being the same for every architecture:
+# nlohmann-json3-dev and libcli11-dev are architecture-independent, Boost.Asio / Beast are
+# headers only (libboost1.81-dev:arm64 would add 150 MB of libraries the build does not link),
+# and libsimdjson-dev cannot be installed for two architectures at once
+# (cmake/aarch64-linux-gnu/simdjson-config.cmake). xgrammar is compiled from the same .deps/
+# source as the native build's.
 PACKAGES=(crossbuild-essential-arm64 qemu-user
   libabsl-dev:arm64 libspdlog-dev:arm64 libfmt-dev:arm64 libssl-dev:arm64 zlib1g-dev:arm64
-  libpcre2-dev:arm64 libicu-dev:arm64 libgtest-dev:arm64)
+  libpcre2-dev:arm64 libicu-dev:arm64 libgtest-dev:arm64
+  libxxhash-dev:arm64 libedit-dev:arm64 libpng-dev:arm64 libjpeg62-turbo-dev:arm64
+  libwebp-dev:arm64 libgif-dev:arm64 libsimdjson14:arm64)
 if [ "${1:-}" = "--packages" ]; then
   printf '%s\n' "${PACKAGES[@]}"
   exit 0
@@ -67,15 +78,19 @@ done
 
 start=$(date +%s)
 mkdir -p "$BUILD"
-if [ ! -f "$BUILD/build.ninja" ]; then
+# A build folder from before the serve smoke was configured with DI_CORE_ONLY=ON (no server
+# layers); configuring it again keeps its objects, whose flags do not change.
+if [ ! -f "$BUILD/build.ninja" ] || grep -qsx 'DI_CORE_ONLY:BOOL=ON' "$BUILD/CMakeCache.txt"; then
   # PRE_TEST: ctest lists each binary's tests when it runs them, so the build does not start
   # qemu once per test binary.
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DDI_CORE_ONLY=ON \
+    -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DDI_CORE_ONLY=OFF \
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST > "$BUILD/configure.log" 2>&1 ||
     { cat "$BUILD/configure.log"; exit 1; }
 fi
-targets=()
+# Only the binaries that run: the tests above and deepinfer for the smoke (not the server
+# layers' own tests, which the native ctest runs).
+targets=(deepinfer)
 for t in "${TESTS[@]}"; do
   bin=${t%% *}
   targets+=("$(basename "$bin")")
@@ -106,5 +121,25 @@ run_one() {
 test_name() { basename "${1%% *}"; }
 pool_rc=0
 run_pool "$JOBS" arm64 "$BUILD" run_one test_name "${TESTS[@]}" || pool_rc=1
-echo "arm64: the tests took $(($(date +%s) - built)) s under qemu"
-[ $pool_rc -eq 0 ]
+tested=$(date +%s)
+echo "arm64: the tests took $((tested - built)) s under qemu"
+
+# The serve smoke, on the model the llama tests use (they skip where it is missing, and so does
+# the smoke: a user's clone has no ../shared).
+smoke_rc=0
+model=../shared/models/stories260K/stories260K.bin
+native=${DEEPINFER_BIN:-build/deepinfer}
+if [ ! -f "$model" ]; then
+  echo "arm64: serve smoke SKIPPED: stories260K not found at $model (../shared/models)"
+else
+  native_args=()
+  if [ -x "$native" ]; then
+    native_args=(--native "$native")
+  else
+    echo "arm64: no native deepinfer at $native: the smoke's greedy text is not compared with it"
+  fi
+  python3 scripts/arm_serve_smoke.py "$BUILD/deepinfer" "$model" --log-dir "$BUILD" \
+    "${native_args[@]}" || smoke_rc=1
+  echo "arm64: the serve smoke took $(($(date +%s) - tested)) s"
+fi
+[ $pool_rc -eq 0 ] && [ $smoke_rc -eq 0 ]

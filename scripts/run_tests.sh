@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: ctest (unit + integration), the architectures' parity tests at the lower kernel
 # levels (DEEPINFER_ISA=avx2, scalar), the pytest e2e suite, bounded fuzzing, and the
-# aarch64 stage (a cross build of the kernels, tokenizer and architectures whose tests run under
-# qemu-user; scripts/run_arm_tests.sh, skipped where the cross toolchain is not installed).
+# aarch64 stage (a cross build whose kernel, tokenizer and architecture tests and a `serve` smoke
+# run under qemu-user; scripts/run_arm_tests.sh, skipped where the cross toolchain is not
+# installed).
 # Usage: scripts/run_tests.sh BUILD_DIR FUZZ_SECONDS
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2

@@ -47,7 +47,7 @@ if ((${#missing[@]})); then
 fi
 
 # The aarch64 stage of the tests (scripts/run_arm_tests.sh): Debian's cross compiler, qemu-user
-# and the :arm64 -dev packages of the layers it cross-builds. Multiarch installs each library
+# and the :arm64 packages of what it cross-builds (the tests it runs and deepinfer). Multiarch installs each library
 # for arm64 beside the native one at the same version, so apt may first upgrade a native -dev
 # package to the archive's current version (a point release). Where that cannot be done (held
 # packages, no arm64 in the archive) the stage is skipped with a message, and the rest of the
