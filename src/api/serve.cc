@@ -465,7 +465,10 @@ struct LoadedModel {
 absl::StatusOr<LoadedModel> LoadModelAndEngine(const ServeOptions& o) {
   LoadedModel loaded;
   auto servable = tokenizer::LoadServable(
-      {.model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template = o.chat_template});
+      {.model_path = o.model,
+       .tokenizer_path = o.tokenizer,
+       .chat_template = o.chat_template,
+       .unread_tensors = engine::ExpertParallelUnread(o.engine.expert_parallel.get())});
   if (!servable.ok()) return Failed("cannot load model", servable.status());
   loaded.servable = *std::move(servable);
   const model::Model& model = *loaded.servable.model;
@@ -631,7 +634,10 @@ int ServeUntilSignal(const ServeOptions& o, const engine::Engine& engine,
 // mpirun passes a Ctrl-C to every rank, and this rank ends when rank 0 has shut down.
 absl::Status FollowLeader(const ServeOptions& o) {
   auto servable = tokenizer::LoadServable(
-      {.model_path = o.model, .tokenizer_path = o.tokenizer, .chat_template = o.chat_template});
+      {.model_path = o.model,
+       .tokenizer_path = o.tokenizer,
+       .chat_template = o.chat_template,
+       .unread_tensors = engine::ExpertParallelUnread(o.engine.expert_parallel.get())});
   if (!servable.ok()) return Failed("cannot load model", servable.status());
   spdlog::info("expert parallelism: rank {} of {} runs its share of every MoE layer's routed "
                "experts and follows rank 0's steps",

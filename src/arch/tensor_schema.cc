@@ -53,6 +53,10 @@ absl::StatusOr<const tensor::TensorView*> TensorSchema::Tensor(const std::string
                     options_.implied, model::ShapeString(shape)));
   }
   const bool vector = shape.size() != 2;
+  if (!read_values) {  // never read here: its type does not matter (it may be stored FP8)
+    used_.insert(name);
+    return t;
+  }
   // A block-scaled matrix (FP8 / FP4) is unreadable without its E8M0 scales.
   if (options_.matrices == MatrixTypes::kBlockScaled && !vector &&
       kernels::IsBlockScaled(t->dtype) && t->scale == nullptr) {

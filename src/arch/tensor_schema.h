@@ -52,8 +52,9 @@ class TensorSchema {
       : model_(m), options_(options) {}
 
   // The tensor `name` with exactly `shape` and a type the options allow. With read_values
-  // false its values are not checked (nor its pages touched): a tensor this process maps but
-  // never reads, such as another expert-parallel rank's experts.
+  // false neither its type nor its values are checked (nor its pages touched): a tensor this
+  // process maps but never reads, such as another expert-parallel rank's experts (which the
+  // loader may have left in their stored FP8).
   absl::StatusOr<const tensor::TensorView*> Tensor(const std::string& name,
                                                   const std::vector<int64_t>& shape,
                                                   bool read_values = true);

@@ -423,7 +423,9 @@ int Run(const GenerateFlags& f) {
   auto servable = tokenizer::LoadServable({.model_path = f.model,
                                            .tokenizer_path = f.tokenizer,
                                            .chat_template = f.chat_template,
-                                           .text_optional = ids_only});
+                                           .text_optional = ids_only,
+                                           .unread_tensors =
+                                               engine::ExpertParallelUnread(experts.get())});
   if (!servable.ok()) return Fail(servable.status());
   const model::Model& m = *servable->model;
   const tokenizer::Tokenizer* tok = servable->tokenizer.get();

@@ -69,6 +69,12 @@ class ExpertParallelGroup {
   virtual absl::Status health() const = 0;
 };
 
+// The routed experts of a DeepSeek-V3/V2 checkpoint that other ranks of `group` own, for
+// model::LoadModel's `unread`: their FP8 weights are then not converted to BF16 here (V3's
+// loader converts FP8 at load; V4 and V4.1 read their FP8 / FP4 as stored and need nothing).
+// Null for a group of one. The group must outlive the loading.
+model::UnreadTensors ExpertParallelUnread(const ExpertParallelGroup* group);
+
 // A follower's life: opens `lanes` lanes (rank 0's data-parallel engines), and on each (a
 // thread per lane, `threads` split between them; 0: all cores) builds its model share over the
 // lane's exchange (arch::CreateCausalLm) and replays that lane's calls until rank 0 stops it.

@@ -40,7 +40,8 @@ uint64_t ModelFingerprint(const model::Model& model) {
   std::sort(table.begin(), table.end(),
             [](const auto* a, const auto* b) { return a->name < b->name; });
   for (const tensor::TensorView* t : table) {
-    key += fmt::format("{}:{}:{}\n", t->name, static_cast<int>(t->dtype), fmt::join(t->shape, ","));
+    // Not the dtype: a rank leaves other ranks' FP8 experts unconverted (ExpertParallelUnread).
+    key += fmt::format("{}:{}\n", t->name, fmt::join(t->shape, ","));
   }
   for (const auto& f : model.files) key += fmt::format("file {}\n", f->size());
   return XXH3_64bits(key.data(), key.size());
@@ -734,6 +735,21 @@ absl::StatusOr<std::shared_ptr<ExpertParallelGroup>> ExpertParallelGroup::Init(
 std::unique_ptr<arch::CausalLm> MakeExpertParallelLeader(
     std::unique_ptr<arch::CausalLm> lm, std::shared_ptr<ExpertParallelGroup> group) {
   return std::make_unique<LeaderLm>(std::move(lm), std::move(group));
+}
+
+model::UnreadTensors ExpertParallelUnread(const ExpertParallelGroup* group) {
+  if (group == nullptr || group->ranks() < 2) return nullptr;
+  const int rank = group->rank(), ranks = group->ranks();
+  return [rank, ranks](const std::string& name, const model::ModelConfig& config) {
+    if (!config.deepseek) return false;
+    // "model.layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.weight"
+    static constexpr std::string_view kExperts = ".mlp.experts.";
+    const size_t at = name.find(kExperts);
+    if (at == std::string::npos) return false;
+    const int e = std::atoi(name.c_str() + at + kExperts.size());
+    const int64_t experts = config.deepseek->n_routed_experts;
+    return !(e >= experts * rank / ranks && e < experts * (rank + 1) / ranks);
+  };
 }
 
 void MirrorKvBytes(arch::CausalLm& leader, arch::KvCache& kv, int layer, size_t offset,

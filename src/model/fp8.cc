@@ -86,12 +86,16 @@ void DequantizeFp8BlockToBf16(const uint8_t* w, int64_t rows, int64_t cols, cons
   }
 }
 
-absl::Status DequantizeFp8Weights(Model& m, const Fp8Blocks& blocks, bool release_pages) {
+absl::Status DequantizeFp8Weights(Model& m, const Fp8Blocks& blocks, bool release_pages,
+                                  const UnreadTensors& unread) {
   std::vector<std::string> fp8;
+  bool stored_fp8 = false;
   for (const auto& [name, t] : m.tensors) {
-    if (t.dtype == DType::kF8E4M3) fp8.push_back(name);
+    if (t.dtype != DType::kF8E4M3) continue;
+    stored_fp8 = true;
+    if (!(unread && unread(name, m.config))) fp8.push_back(name);
   }
-  if (fp8.empty()) return absl::OkStatus();
+  if (!stored_fp8) return absl::OkStatus();
   const int64_t br = blocks.rows, bc = blocks.cols;
   std::sort(fp8.begin(), fp8.end());  // the first bad tensor reported is the same on every run
   util::ThreadPool pool(std::max(1, static_cast<int>(std::thread::hardware_concurrency())));

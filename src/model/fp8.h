@@ -42,6 +42,9 @@ struct Fp8Blocks {
 //   a weight). Messages name the tensor.
 // Threads: runs the dequantization on one thread per core.
 // Cost: 2 bytes of RAM per FP8 weight; one pass over every FP8 byte.
-absl::Status DequantizeFp8Weights(Model& m, const Fp8Blocks& blocks, bool release_pages);
+// `unread` (model.h): the FP8 tensors it names are left as they are (F8_E4M3, unchecked); their
+// scales are dropped like the others'.
+absl::Status DequantizeFp8Weights(Model& m, const Fp8Blocks& blocks, bool release_pages,
+                                  const UnreadTensors& unread = nullptr);
 
 }  // namespace deepinfer::model

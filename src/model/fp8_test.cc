@@ -79,6 +79,18 @@ TEST(Fp8Test, DequantizesWeightsInPlaceAndDropsTheScales) {
   EXPECT_EQ(Bf16ToFp32(last), 32.0f);  // 1.0 in the bottom-right (partial) block
 }
 
+TEST(Fp8Test, UnreadWeightsStayAsStoredAndLoseTheirScale) {
+  // Another expert-parallel rank's experts: mapped, never read, never converted.
+  Fp8Model f({2, 3});
+  const uint8_t* stored = f.m.tensors.at("w").data;
+  auto unread = [](const std::string& name, const ModelConfig&) { return name == "w"; };
+  ASSERT_TRUE(DequantizeFp8Weights(f.m, Fp8Blocks{2, 2}, false, unread).ok());
+  ASSERT_EQ(f.m.tensors.size(), 1u);
+  EXPECT_EQ(f.m.tensors.at("w").dtype, DType::kF8E4M3);
+  EXPECT_EQ(f.m.tensors.at("w").data, stored);
+  EXPECT_TRUE(f.m.owned.empty());
+}
+
 TEST(Fp8Test, ScaleThatDoesNotFitTheWeightIsReported) {
   Fp8Model missing(std::vector<int64_t>{});
   EXPECT_EQ(ErrorCodeOf(DequantizeFp8Weights(missing.m, Fp8Blocks{2, 2}, false)), "missing_tensor");

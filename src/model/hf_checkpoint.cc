@@ -83,7 +83,7 @@ absl::StatusOr<std::vector<std::string>> ShardList(const fs::path& dir) {
 // check.
 absl::StatusOr<std::unique_ptr<Model>> Assemble(
     HfCheckpointConfig parts, std::string name,
-    std::vector<std::unique_ptr<SafetensorsFile>> shards) {
+    std::vector<std::unique_ptr<SafetensorsFile>> shards, const UnreadTensors& unread = nullptr) {
   auto model = std::make_unique<Model>();
   model->config = std::move(parts.config);
   model->config.name = std::move(name);
@@ -112,7 +112,8 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
     }
     DI_RETURN_IF_ERROR(AttachBlockScales(*model, parts.fp8));
   } else {
-    DI_RETURN_IF_ERROR(DequantizeFp8Weights(*model, parts.fp8, /*release_pages=*/mapped));
+    DI_RETURN_IF_ERROR(
+        DequantizeFp8Weights(*model, parts.fp8, /*release_pages=*/mapped, unread));
   }
   AlignTensors(*model);
   if (parts.bos_id) model->tokenizer.bos_id = *parts.bos_id;
@@ -123,7 +124,8 @@ absl::StatusOr<std::unique_ptr<Model>> Assemble(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path) {
+absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path,
+                                                   const UnreadTensors& unread) {
   std::error_code ec;
   fs::path dir = fs::is_directory(path, ec) ? fs::path(path) : fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
@@ -140,7 +142,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path) {
     DI_ASSIGN_OR_RETURN(auto st, SafetensorsFile::Open((dir / shard).string()));
     shards.push_back(std::move(st));
   }
-  DI_ASSIGN_OR_RETURN(auto model, Assemble(std::move(parts), std::move(name), std::move(shards)));
+  DI_ASSIGN_OR_RETURN(auto model,
+                      Assemble(std::move(parts), std::move(name), std::move(shards), unread));
   model->source = {ModelFormat::kHuggingFace, path, dir.string()};
   return model;
 }

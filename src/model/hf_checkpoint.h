@@ -31,7 +31,9 @@ namespace deepinfer::model {
 //   two shards; DataLoss "nan_in_weights" (an FP8 weight or scale). Messages are one line and
 //   name the file or tensor.
 // Cost: maps the shards (no copy of BF16/F32 data); FP8 weights cost 2 bytes/weight of RAM.
-absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path);
+// `unread` (model.h): FP8 tensors it names stay FP8 (never converted nor checked).
+absl::StatusOr<std::unique_ptr<Model>> LoadHfModel(const std::string& path,
+                                                   const UnreadTensors& unread = nullptr);
 
 // LoadHfModel without the files: assembles a checkpoint from config.json's text and its shards,
 // already parsed (SafetensorsFile::Open or ::Parse). The model takes the shards' mappings; the

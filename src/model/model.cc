@@ -273,8 +273,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGguf(std::unique_ptr<util::MappedFile
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
-                                                 const std::string& tokenizer_path) {
-  if (IsHfCheckpointPath(path)) return LoadHfModel(path);  // sets source, with the folder
+                                                 const std::string& tokenizer_path,
+                                                 const UnreadTensors& unread) {
+  if (IsHfCheckpointPath(path)) return LoadHfModel(path, unread);  // sets source, with the folder
   DI_ASSIGN_OR_RETURN(auto file, util::MappedFile::Open(path));
   if (file->size() >= 4 && std::memcmp(file->data(), "GGUF", 4) == 0) {
     auto model = LoadGguf(std::move(file));

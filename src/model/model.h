@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -272,6 +273,10 @@ struct Model {
   const TensorView* Find(const std::string& name) const;
 };
 
+// Names the tensors this process maps but never reads (another expert-parallel rank's routed
+// experts), given the parsed config. Null: every tensor is read.
+using UnreadTensors = std::function<bool(const std::string& name, const ModelConfig& config)>;
+
 // Loads a model from a GGUF file, a llama2.c checkpoint (.bin; the tokenizer is `tok*.bin`
 // beside it or `tokenizer_path`), chosen by the file's magic, or a Hugging Face checkpoint
 // folder (a directory, its config.json or one of its .safetensors files; see hf_checkpoint.h).
@@ -283,7 +288,10 @@ struct Model {
 //   "bad_metadata", "vocab_mismatch" (llama2.c); HF folders add "bad_config",
 //   "unsupported_config", "missing_shard", "bad_header", and for FP8 weights "missing_tensor",
 //   "shape_mismatch", "nan_in_weights" (their scales)).
+// `unread`: tensors this process maps but never reads (another expert-parallel rank's routed
+// experts), which a loader leaves as stored: no conversion, no value check.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& path,
-                                                 const std::string& tokenizer_path = "");
+                                                 const std::string& tokenizer_path = "",
+                                                 const UnreadTensors& unread = nullptr);
 
 }  // namespace deepinfer::model

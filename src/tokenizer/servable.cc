@@ -10,7 +10,8 @@ namespace deepinfer::tokenizer {
 
 absl::StatusOr<Servable> LoadServable(const ServableOptions& options) {
   DI_ASSIGN_OR_RETURN(std::unique_ptr<model::Model> model,
-                      model::LoadModel(options.model_path, options.tokenizer_path));
+                      model::LoadModel(options.model_path, options.tokenizer_path,
+                                                       options.unread_tensors));
   Servable servable;
   absl::StatusOr<ModelText> text = LoadModelText(*model, options.chat_template);
   if (text.ok()) {

@@ -38,6 +38,8 @@ struct ServableOptions {
   // this set, a tokenizer or chat encoder that cannot be built leaves them null with the reason
   // in text_status instead of failing the load. Engram's classes still need the tokenizer.
   bool text_optional = false;
+  // Tensors this process never reads (model::LoadModel's `unread`); null: none.
+  model::UnreadTensors unread_tensors{};
 };
 
 // Errors: those of model::LoadModel, LoadModelText (unless text_optional) and

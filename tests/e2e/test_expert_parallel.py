@@ -81,6 +81,21 @@ def test_v3_with_and_without_mtp_drafts_equals_one_process(tmp_path_factory):
     assert generate(d, prompt, 40, ranks=2, extra=mtp) == plain
 
 
+def test_v3_fp8_experts_of_other_ranks_stay_fp8_and_the_tokens_agree(tmp_path_factory):
+    """A V3 checkpoint in DeepSeek's FP8 (128x128 blocks), which the loader converts to BF16: each
+    rank converts only its own experts (the others stay FP8, never read), and the tokens equal
+    one process's."""
+    d = tmp_path_factory.mktemp("ep_v3_fp8")
+    case = REPO / "tests" / "golden" / "deepseek_v3" / "v3_groups_yarn_fp8"
+    for f in ("config.json", "weights.json"):
+        shutil.copy(case / f, d / f)
+    synthetic_checkpoint(d, d)
+    prompt = list(range(3, 40))
+    plain = generate(d, prompt, 24)
+    assert generate(d, prompt, 24, ranks=2) == plain
+    assert generate(d, prompt, 24, ranks=3) == plain
+
+
 needs_v41 = pytest.mark.skipif(not V41.is_dir(), reason="../shared/goldens/deepseek_v41 is absent "
                                                         "(a user's clone has none)")
 
