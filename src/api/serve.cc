@@ -452,6 +452,16 @@ absl::StatusOr<std::unique_ptr<http::Server>> Listen(const ServeOptions& o,
 
 // The model with its tokenizer, chat encoder, grammar compiler and engine. Members are destroyed
 // in reverse order: the engine first.
+// The model, its tokenizer and chat encoder as --model, --tokenizer and --chat-template say;
+// with expert parallelism, other ranks' FP8 experts left unconverted.
+absl::StatusOr<tokenizer::Servable> LoadServableOf(const ServeOptions& o) {
+  return tokenizer::LoadServable(
+      {.model_path = o.model,
+       .tokenizer_path = o.tokenizer,
+       .chat_template = o.chat_template,
+       .unread_tensors = engine::ExpertParallelUnread(o.engine.expert_parallel.get())});
+}
+
 struct LoadedModel {
   tokenizer::Servable servable;
   std::unique_ptr<constraint::GrammarCompiler> grammar;
@@ -464,11 +474,7 @@ struct LoadedModel {
 // Errors: those of tokenizer::LoadServable and the engine, logged.
 absl::StatusOr<LoadedModel> LoadModelAndEngine(const ServeOptions& o) {
   LoadedModel loaded;
-  auto servable = tokenizer::LoadServable(
-      {.model_path = o.model,
-       .tokenizer_path = o.tokenizer,
-       .chat_template = o.chat_template,
-       .unread_tensors = engine::ExpertParallelUnread(o.engine.expert_parallel.get())});
+  auto servable = LoadServableOf(o);
   if (!servable.ok()) return Failed("cannot load model", servable.status());
   loaded.servable = *std::move(servable);
   const model::Model& model = *loaded.servable.model;
@@ -633,11 +639,7 @@ int ServeUntilSignal(const ServeOptions& o, const engine::Engine& engine,
 // included), no port, rank 0's steps replayed until it stops. SIGINT and SIGTERM stay blocked:
 // mpirun passes a Ctrl-C to every rank, and this rank ends when rank 0 has shut down.
 absl::Status FollowLeader(const ServeOptions& o) {
-  auto servable = tokenizer::LoadServable(
-      {.model_path = o.model,
-       .tokenizer_path = o.tokenizer,
-       .chat_template = o.chat_template,
-       .unread_tensors = engine::ExpertParallelUnread(o.engine.expert_parallel.get())});
+  auto servable = LoadServableOf(o);
   if (!servable.ok()) return Failed("cannot load model", servable.status());
   spdlog::info("expert parallelism: rank {} of {} runs its share of every MoE layer's routed "
                "experts and follows rank 0's steps",

@@ -199,17 +199,22 @@ def test_served_batches_and_chunks_equal_one_process(chat_v4):
         ep.stop()
 
 
+def one_process_chat(model, prompt):
+    """chat() of a one-process server started for it."""
+    one = Server(model, "ep", ["--threads", "2"])
+    try:
+        return chat(one, prompt)
+    finally:
+        one.stop()
+
+
 def test_a_restored_prefix_checkpoint_reaches_every_rank(chat_v4, tmp_path):
     """A prompt's prefix saved by one EP group and restored by a new one (whose followers get the
     restored KV bytes from rank 0): the same text and log-probabilities as a one-process server
     computing it cold. Without the copy the followers' attention, so their routing, would
     differ and their experts' rows would not line up."""
     prompt = " ".join(PROMPTS * 3)
-    one = Server(chat_v4, "ep", ["--threads", "2"])
-    try:
-        want = chat(one, prompt)
-    finally:
-        one.stop()
+    want = one_process_chat(chat_v4, prompt)
     args = ["--threads", "1", "--prefix-checkpoint-dir", str(tmp_path), "--checkpoint-min-tokens",
             "32"]
     for run in ("save", "restore"):
@@ -232,11 +237,7 @@ def test_pd_sides_as_expert_parallel_groups(chat_v4, tmp_path, monkeypatch):
     log-probabilities."""
     monkeypatch.setenv("DEEPINFER_PD_API_KEY", "pd-key")
     prompt = " ".join(PROMPTS * 3)
-    one = Server(chat_v4, "ep", ["--threads", "2"])
-    try:
-        want = chat(one, prompt)
-    finally:
-        one.stop()
+    want = one_process_chat(chat_v4, prompt)
     common = ["--threads", "1", "--pd-checkpoint-dir", str(tmp_path), "--model-revision", "r1"]
     prefill = EpServer(chat_v4, "ep", 2, ["--pd-role", "prefill", *common])
     try:
