@@ -49,6 +49,7 @@ class ExpertExchange {
     double expert_seconds = 0;      // wall time running this rank's routed experts
   };
   Counters& counters() { return counters_; }
+  const Counters& counters() const { return counters_; }
 
  private:
   Counters counters_;

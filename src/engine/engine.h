@@ -62,7 +62,7 @@ class ExpertParallelGroup {
     double broadcast_seconds = 0;  // wall time broadcasting them
     arch::ExpertExchange::Counters moe;  // the MoE layers' collectives and expert time
   };
-  // As of the last call's broadcast (the MoE counters lag one call). Forward thread only.
+  // Forward thread only.
   virtual Stats stats() const = 0;
   // OK, or Unavailable "ep_rank_lost" once the watchdog found a rank silent (the job then ends
   // a few seconds later). Any thread.
@@ -73,7 +73,7 @@ class ExpertParallelGroup {
 // model::LoadModel's `unread`: their FP8 weights are then not converted to BF16 here (V3's
 // loader converts FP8 at load; V4 and V4.1 read their FP8 / FP4 as stored and need nothing).
 // Null for a group of one. The group must outlive the loading.
-model::UnreadTensors ExpertParallelUnread(const ExpertParallelGroup* group);
+model::UnreadTensors ExpertParallelUnread(ExpertParallelGroup* group);
 
 // A follower's life: opens `lanes` lanes (rank 0's data-parallel engines), and on each (a
 // thread per lane, `threads` split between them; 0: all cores) builds its model share over the

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
+#include "util/aligned_vector.h"
 #include "util/error_codes.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
@@ -305,7 +306,7 @@ class Follower {
       case Op::kForward: {
         arch::KvCache& kv = *caches_.at(r.Get<int32_t>());
         batch_.Read(r);
-        Grow(logits_, int64_t{batch_.batch.num_logit_rows()} * lm_.config().vocab);
+        util::Grow(logits_, int64_t{batch_.batch.num_logit_rows()} * lm_.config().vocab);
         lm_.Forward(batch_.batch, kv, logits_.data(), pool_);
         return true;
       }
@@ -316,8 +317,8 @@ class Follower {
         batch_.Read(r);
         r.GetArray(prev_hidden_);
         arch::DraftHeads& heads = *lm_.draft_heads();
-        Grow(logits_, int64_t{batch_.batch.num_logit_rows()} * lm_.config().vocab);
-        Grow(hidden_, int64_t{batch_.batch.num_tokens} * heads.mtp_hidden_size());
+        util::Grow(logits_, int64_t{batch_.batch.num_logit_rows()} * lm_.config().vocab);
+        util::Grow(hidden_, int64_t{batch_.batch.num_tokens} * heads.mtp_hidden_size());
         heads.ForwardMtp(k, batch_.batch, prev_hidden_.data(), kv, logits_.data(),
                          hidden_out ? hidden_.data() : nullptr, pool_);
         return true;
@@ -329,7 +330,7 @@ class Follower {
         const int64_t n = int64_t{static_cast<int64_t>(batch_.batch.seqs.size())} *
                           heads.dspark_block_size();
         drafts_.resize(n);
-        Grow(confidence_, n);
+        util::Grow(confidence_, n);
         heads.DsparkPropose(batch_.batch, kv, drafts_.data(), confidence_.data(), pool_);
         return true;
       }
@@ -346,9 +347,6 @@ class Follower {
   }
 
  private:
-  static void Grow(std::vector<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  }
   static absl::Status Diverged(const char* what) {
     return InternalError(util::codes::kEpMismatch,
                          fmt::format("expert parallelism: this rank's model refused the leader's "
@@ -509,7 +507,11 @@ class MpiLane final : public ExpertParallelGroup {
     return absl::OkStatus();
   }
 
-  Stats stats() const override { return stats_; }
+  Stats stats() const override {
+    Stats s = stats_;
+    s.moe = exchange_.counters();
+    return s;
+  }
 
   void Broadcast(std::vector<uint8_t>& data) override {
     const double start = MPI_Wtime();
@@ -527,7 +529,6 @@ class MpiLane final : public ExpertParallelGroup {
         ++stats_.forward_calls;
       }
     }
-    stats_.moe = exchange_.counters();
   }
 
  private:
@@ -737,18 +738,17 @@ std::unique_ptr<arch::CausalLm> MakeExpertParallelLeader(
   return std::make_unique<LeaderLm>(std::move(lm), std::move(group));
 }
 
-model::UnreadTensors ExpertParallelUnread(const ExpertParallelGroup* group) {
+model::UnreadTensors ExpertParallelUnread(ExpertParallelGroup* group) {
   if (group == nullptr || group->ranks() < 2) return nullptr;
-  const int rank = group->rank(), ranks = group->ranks();
-  return [rank, ranks](const std::string& name, const model::ModelConfig& config) {
+  const arch::ExpertExchange* experts = &group->exchange();
+  return [experts](const std::string& name, const model::ModelConfig& config) {
     if (!config.deepseek) return false;
     // "model.layers.{l}.mlp.experts.{e}.{gate,up,down}_proj.weight"
     static constexpr std::string_view kExperts = ".mlp.experts.";
     const size_t at = name.find(kExperts);
     if (at == std::string::npos) return false;
     const int e = std::atoi(name.c_str() + at + kExperts.size());
-    const int64_t experts = config.deepseek->n_routed_experts;
-    return !(e >= experts * rank / ranks && e < experts * (rank + 1) / ranks);
+    return !experts->Owns(e, config.deepseek->n_routed_experts);
   };
 }
 
