@@ -261,7 +261,7 @@ inline std::vector<float> FinalStates(CausalLm& lm, const std::vector<int32_t>& 
 }
 
 // MTP module 0's logits [n - 1, vocab] for the next tokens prompt[1, n) with the main states
-// `states` (FinalStates rows 0 .. n - 2), over a cache of its own (one block of n slots): the
+// `states` (FinalStates rows 0 .. n - 2), over an MTP cache of its own (one block of n slots): the
 // prefill form (one call over all of them), or, when `one_by_one`, the draft form (one token per
 // call).
 inline std::vector<float> MtpLogits(CausalLm& lm, const std::vector<int32_t>& prompt,
@@ -271,15 +271,18 @@ inline std::vector<float> MtpLogits(CausalLm& lm, const std::vector<int32_t>& pr
   const int n = static_cast<int>(prompt.size()), V = lm.config().vocab;
   const int64_t D = heads.mtp_hidden_size();
   const std::vector<int32_t> next(prompt.begin() + 1, prompt.end());
-  Cache mtp(lm, 1, n);
+  // As the engine's MTP cache: per token, kv_floats_per_token() floats, no window cache.
+  KvCache mtp_kv;
+  EXPECT_TRUE(mtp_kv.Allocate(heads.num_mtp_layers(), n, 1, lm.kv_floats_per_token()).ok());
+  const int32_t table[1] = {0};
   std::vector<float> logits(static_cast<size_t>(n - 1) * V);
   const int step = one_by_one ? 1 : n - 1;
   for (int i = 0; i < n - 1; i += step) {
     ForwardBatch b;
     b.tokens = next.data() + i;
     b.num_tokens = step;
-    b.seqs.push_back(mtp.Slice(0, step, i, step));
-    heads.ForwardMtp(0, b, states + int64_t{i} * D, mtp.kv, logits.data() + int64_t{i} * V,
+    b.seqs.push_back({0, step, i, step, table, 1});
+    heads.ForwardMtp(0, b, states + int64_t{i} * D, mtp_kv, logits.data() + int64_t{i} * V,
                      nullptr, pool);
   }
   return logits;

@@ -64,6 +64,7 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   DraftHeads* draft_heads() override { return mtp_.empty() ? nullptr : this; }
   Kind kind() const override { return Kind::kMtp; }
   int num_mtp_layers() const override { return static_cast<int>(mtp_.size()); }
+  KvLayout kv_layout(int32_t block_size) const override;
   Numerics default_numerics() const override {
     return released_formats_ ? Numerics::kDeepseekQat : Numerics::kFast;
   }
@@ -92,6 +93,7 @@ class DeepseekV4Impl final : public dsv4::DeepseekV4Base, public DraftHeads {
   std::vector<Layer> layers_;
   std::vector<Layer> mtp_;
   int64_t last_tokens_ = 0;  // tokens of the last Forward (FinalHidden)
+  int32_t window_tokens_ = 0;  // KvLayout::window_tokens
   const TensorView* embed_ = nullptr;
   const TensorView* head_ = nullptr;
   std::vector<float> final_norm_;
@@ -158,9 +160,11 @@ absl::Status DeepseekV4Impl::Init() {
   DI_ASSIGN_OR_RETURN(hc_head_, LoadHead(""));
   for (int l = 0; l < cfg_.num_layers; ++l) {
     DI_ASSIGN_OR_RETURN(Layer L, LoadLayer(fmt::format("layers.{}.", l), l));
-    kv_floats_ = std::max(kv_floats_, L.attn.slot_floats);
+    window_tokens_ = std::max(window_tokens_, L.attn.window_tokens(ds_.sliding_window));
     layers_.push_back(std::move(L));
   }
+  // The MTP modules' cache (no window cache: a window key/value per token).
+  kv_floats_ = cfg_.head_dim;
   // MTP modules present in the checkpoint (a checkpoint may leave them out).
   for (int k = 0; k < ds_.num_nextn_predict_layers; ++k) {
     const std::string p = fmt::format("mtp.{}.", k);
@@ -172,7 +176,7 @@ absl::Status DeepseekV4Impl::Init() {
     DI_ASSIGN_OR_RETURN(L.hnorm, Vec(p + "hnorm.weight", {H}));
     DI_ASSIGN_OR_RETURN(L.head_norm, Vec(p + "norm.weight", {H}));
     DI_ASSIGN_OR_RETURN(L.hc_head, LoadHead(p));
-    kv_floats_ = std::max(kv_floats_, L.attn.slot_floats);
+    DI_CHECK(L.attn.window_floats == kv_floats_);  // the config makes MTP modules window only
     mtp_.push_back(std::move(L));
   }
   for (const auto& [name, t] : model_.tensors) released_formats_ |= t.scale != nullptr;
@@ -193,6 +197,18 @@ absl::StatusOr<HcSite> DeepseekV4Impl::LoadHead(const std::string& p) {
   DI_ASSIGN_OR_RETURN(h.base, Vec(p + "hc_head_base", {hc}));
   DI_ASSIGN_OR_RETURN(h.scale, Vec(p + "hc_head_scale", {1}));
   return h;
+}
+
+KvLayout DeepseekV4Impl::kv_layout(int32_t block_size) const {
+  KvLayout layout;
+  layout.window_tokens = window_tokens_;
+  for (const Layer& layer : layers_) {
+    const dsv4::CompressedAttentionLayer& L = layer.attn;
+    layout.window_floats.push_back(L.window_floats);
+    layout.floats.push_back(L.entry_floats /
+                            dsv4::EntryCache::Slots(L.ratio, L.entry_floats, block_size));
+  }
+  return layout;
 }
 
 void DeepseekV4Impl::Prepare(const ForwardBatch& batch) {
@@ -233,7 +249,7 @@ void DeepseekV4Impl::RunBlock(const Layer& L, int kv_layer, const ForwardBatch& 
 
 void DeepseekV4Impl::Forward(const ForwardBatch& batch, KvCache& kv, float* logits,
                              util::ThreadPool& pool) {
-  DI_CHECK(kv.floats_per_token == kv_floats_ && kv.num_layers >= cfg_.num_layers);
+  DI_CHECK(kv.window != nullptr && kv.num_layers >= cfg_.num_layers);
   const int64_t T = batch.num_tokens, H = cfg_.hidden;
   Prepare(batch);
   Grow(h_, T * H);

@@ -21,14 +21,17 @@ namespace deepinfer::arch {
 // SwiGLU, weights applied after w2 as transformers does, one shared expert). Reads the native
 // tensor names ("layers.N.attn.wq_a.weight", ...; model/deepseek_v4_names.h maps transformers').
 //
-// KV cache: every token slot of a layer holds what that token contributes, so chunked prefill
-//   and prefix-cache hits at any block boundary need no other state:
-//     [0, head_dim)                 window key/value (after kv_norm and RoPE at the position)
-//     compressed layers: the compressor's projections a = wkv x and z = wgate x of the token
-//     (coff x head_dim each, coff = 2 for CSA), then the compressed entry that the token's
-//     position closes (written at position r(j+1) - 1 for entry j; other slots leave it unused)
-//     CSA layers also: the indexer compressor's a, z (2 x index_head_dim each) and index key.
-//   kv_floats_per_token() is the largest layer's need (window-only layers use the first part).
+// KV cache (kv_layout): two caches, as V4.1's. The window cache holds per position and layer
+//   what only the last window_tokens positions read: the window key/value (after kv_norm and
+//   RoPE), and on compressed layers the compressor's projections a = wkv x, z = wgate x (coff x
+//   head_dim each, coff = 2 for CSA) and on CSA the indexer compressor's (2 x index_head_dim
+//   each); window_tokens = max(sliding_window, 2 x CSA ratio, HCA ratio). The main cache keeps
+//   each compressed layer's entries with their index keys, spread over the group's slots
+//   (dsv4::EntryCache): head_dim + index_head_dim floats per 4 tokens on CSA, head_dim per 128 on
+//   HCA (per block_size tokens when the block is smaller), nothing on window-only layers.
+//   Chunked prefill and prefix-cache hits at any block boundary stay exact: an entry is written
+//   once its group closes, from window slots still held. The MTP modules' cache (ForwardMtp) has
+//   no window cache: kv_floats_per_token() = head_dim floats per token (their window key/value).
 // Visibility (transformers): a query at position p sees window positions p-W+1 .. p and
 //   compressed entries j < (p + 1) / ratio; CSA keeps the index_topk best of those (all when
 //   fewer), by sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim); ties pick the lower index.

@@ -273,9 +273,8 @@ KvLayout DeepseekV41Impl::kv_layout(int32_t block_size) const {
   for (const Layer& layer : layers_) {
     const dsv4::Csa2Layer& L = layer.csa;
     layout.window_floats.push_back(L.window_floats);
-    const bool spread =
-        L.kv_source && L.entry_floats % L.ratio == 0 && block_size % L.ratio == 0;
-    layout.floats.push_back(spread ? L.entry_floats / L.ratio : L.entry_floats);
+    layout.floats.push_back(L.entry_floats /
+                            dsv4::EntryCache::Slots(L.ratio, L.entry_floats, block_size));
   }
   if (keep_classes_) layout.floats.push_back(1);
   if (dspark_on_) {  // each stage's window key/value, after the main layers'

@@ -62,16 +62,11 @@ absl::StatusOr<Csa2Layer> LoadCsa2Layer(TensorSchema& schema, const std::string&
 
 void Csa2Attention::BindCache(int num_layers, absl::FunctionRef<const Csa2Layer&(int)> layer,
                               const KvCache& kv) {
-  ratio_.assign(static_cast<size_t>(num_layers), 0);
-  entry_shift_.assign(static_cast<size_t>(num_layers), 0);
+  entries_.assign(static_cast<size_t>(num_layers), EntryCache{});
   for (int l = 0; l < num_layers; ++l) {
     const Csa2Layer& L = layer(l);
     DI_CHECK(kv.window->layer_floats[l] == L.window_floats);
-    ratio_[l] = L.ratio;
-    if (!L.kv_source) continue;
-    const bool whole = kv.layer_floats[l] == L.entry_floats;
-    DI_CHECK(whole || kv.layer_floats[l] * L.ratio == L.entry_floats);
-    entry_shift_[l] = whole ? L.ratio - 1 : 0;
+    if (L.kv_source) entries_[l] = EntryCache::Bind(kv, l, L.ratio, L.entry_floats);
   }
 }
 
@@ -149,7 +144,7 @@ void Csa2Attention::Compress(const Csa2Layer& L, int l, const ForwardBatch& batc
   for (int64_t g = 0; g < G; ++g) {
     const auto [s, p] = groups[g];
     rope.CompressedAt(p + 1 - r, cs_.data(), cs_.data() + half);
-    float* entry = EntrySlot(kv, *s, l, (p + 1) / r - 1);
+    float* entry = entries_[l].Entry(kv, *s, (p + 1) / r - 1);
     float* key = entry + hd;
     std::memcpy(key, ikey_.data() + g * ihd, ihd * sizeof(float));
     RopeInterleaved(key + ihd - cfg.rope_dim, cs_.data(), cs_.data() + half, half, false);
@@ -194,7 +189,7 @@ void Csa2Attention::Select(const Csa2Layer& L, const ForwardBatch& batch,
     const int64_t scratch = V + (V + bs - 1) / bs + 1;
     indexer_.Score(
         s, V, ih, ihd, L.ratio, /*first=*/0, /*min_visible=*/0, scratch, positions,
-        [&](int64_t j) { return IndexKeys(kv, s, L.kv_src, j); },
+        [&](int64_t j) { return entries_[L.kv_src].IndexKeys(kv, s, j, cfg_->head_dim); },
         [&](int64_t t, int64_t j) {
           // A source inside the candidates reads only their scores.
           return !L.uses_candidates || candidates_[t * candidate_stride_ + j / bs] != 0;
@@ -279,7 +274,7 @@ void Csa2Attention::Run(const AttentionLayer& w, const Csa2Layer& L, int l,
                  if (L.ratio > 0) {
                    const int32_t* sel = selected_.data() + t * K;
                    for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
-                     keys[n++] = EntrySlot(kv, s, L.kv_src, sel[k]);
+                     keys[n++] = entries_[L.kv_src].Entry(kv, s, sel[k]);
                    }
                  }
                  return n;

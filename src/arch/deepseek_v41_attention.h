@@ -31,9 +31,8 @@ namespace deepinfer::arch::dsv4 {
 
 // One layer's CSA2 roles, its source weights and its cache slots.
 // Window cache slot: [window key/value (head_dim), a, z (head_dim each, ratio > 1 KV sources)].
-// Main cache slot of a KV source: entry j and its index key, [head_dim + index_head_dim], either
-// spread over its group's ratio slots (entry_floats / ratio per slot) or, when the block size or
-// the entry does not divide by the ratio, whole in the group's last slot.
+// Main cache slot of a KV source: entry j and its index key, [head_dim + index_head_dim], placed
+// as EntryCache says (spread over the group's slots when the block size allows).
 struct Csa2Layer {
   int ratio = 0;
   bool kv_source = false, index_source = false, candidate_source = false, uses_candidates = false;
@@ -104,28 +103,12 @@ class Csa2Attention {
   // into keys; returns their count.
   int64_t WindowKeys(KvCache& kv, const SequenceSlice& s, int l, int32_t p,
                      const float** keys) const;
-  // KV source l's compressed entry j, followed by its index key.
-  float* EntrySlot(KvCache& kv, const SequenceSlice& s, int l, int64_t j) const {
-    const int32_t pos = static_cast<int32_t>(ratio_[l] * j) + entry_shift_[l];
-    return kv.Slot(l, s.block_table[pos / kv.block_size], pos % kv.block_size);
-  }
-  // KV source l's index keys from entry j to the last entry of j's cache block (entries sit
-  // ratio slots apart, each key head_dim floats into its entry).
-  IndexKeyRun IndexKeys(KvCache& kv, const SequenceSlice& s, int l, int64_t j) const {
-    const int32_t pos = static_cast<int32_t>(ratio_[l] * j) + entry_shift_[l];
-    const int32_t off = pos % kv.block_size;
-    return {kv.Slot(l, s.block_table[pos / kv.block_size], off) + cfg_->head_dim,
-            ratio_[l] * kv.layer_floats[l], (kv.block_size - 1 - off) / ratio_[l] + 1};
-  }
-
   const model::ModelConfig* cfg_ = nullptr;
   const model::DeepseekV4Config* ds_ = nullptr;
   SharedKvAttention attn_;
   LightningIndexer indexer_;
-  // Per main layer (BindCache): its ratio, and the offset from a group's first position to the
-  // slot holding its entry: 0 when the entry spreads over the group's slots, ratio - 1 when it
-  // sits whole in the last one.
-  std::vector<int32_t> ratio_, entry_shift_;
+  // Per main layer (BindCache): where a KV source keeps its entries (layer -1 otherwise).
+  std::vector<EntryCache> entries_;
   // Per token: the entries the latest index source selected [T, index_topk] (-1 padded), and the
   // candidate source's blocks [T, blocks] (1 kept).
   std::vector<int32_t> selected_;

@@ -48,8 +48,8 @@ absl::StatusOr<CompressedAttentionLayer> LoadCompressedAttention(
                                                coff, L.ratio, H));
     L.off_a = off;
     L.off_z = off + coff * hd;
-    L.off_entry = off + 2 * coff * hd;
-    off = L.off_entry + hd;
+    off = L.off_z + coff * hd;
+    L.entry_floats = hd;
   }
   if (L.kind == Attn::kCsa) {
     const int64_t ih = ds.index_n_heads, ihd = ds.index_head_dim;
@@ -60,10 +60,10 @@ absl::StatusOr<CompressedAttentionLayer> LoadCompressedAttention(
                                                      static_cast<int>(ihd), 2, L.ratio, H));
     L.off_ia = off;
     L.off_iz = off + 2 * ihd;
-    L.off_ikey = off + 4 * ihd;
-    off = L.off_ikey + ihd;
+    off = L.off_iz + 2 * ihd;
+    L.entry_floats += ihd;
   }
-  L.slot_floats = off;
+  L.window_floats = off;
   return L;
 }
 
@@ -84,12 +84,13 @@ void CompressedAttention::QuantizeIndex(float* x, bool qat) const {
 
 // Writes the entries that the slice's tokens close: entry j (ratio r) pools the tokens of
 // window j (and, overlapping, the first halves of window j - 1) by a per-channel softmax of
-// z + ape over those tokens, then kv norm and RoPE at position r j; stored in the slot of
-// position r (j + 1) - 1 at `off_out`.
+// z + ape over those tokens (their a, z at off_a / off_z of the window slots), then kv norm and
+// RoPE at position r j; stored as entry j of `entries` (the index key head_dim floats into it).
 void CompressedAttention::EmitEntries(const CompressedAttentionLayer& L, const Compressor& c,
-                                      int64_t off_a, int64_t off_z, int64_t off_out,
-                                      bool index_keys, int kv_layer, const SequenceSlice& s,
-                                      const RopeTables& rope, bool qat, KvCache& kv) {
+                                      int64_t off_a, int64_t off_z, bool index_keys,
+                                      const EntryCache& entries, int kv_layer,
+                                      const SequenceSlice& s, const RopeTables& rope, bool qat,
+                                      KvCache& kv) {
   const int r = L.ratio, dim = c.dim, coff = c.coff;
   const int half = cfg_->rope_dim / 2;
   Grow(rows_, int64_t{4} * dim + 2 * half);
@@ -98,9 +99,7 @@ void CompressedAttention::EmitEntries(const CompressedAttentionLayer& L, const C
   float* mx = den + dim;
   float* cs = mx + dim + dim;
   float* sn = cs + half;
-  auto slot = [&](int32_t pos) {
-    return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
-  };
+  auto slot = [&](int32_t pos) { return WindowSlot(kv, kv_layer, s, pos); };
   for (int32_t i = 0; i < s.num_tokens; ++i) {
     const int32_t p = s.start_pos + i;
     if ((p + 1) % r != 0) continue;
@@ -131,7 +130,7 @@ void CompressedAttention::EmitEntries(const CompressedAttentionLayer& L, const C
         num[d] += a[d] * (std::exp(z[d] + c.ape[ape + d] - mx[d]) / den[d]);
       }
     });
-    float* out = slot(p) + off_out;
+    float* out = entries.Entry(kv, s, j) + (index_keys ? cfg_->head_dim : 0);
     kernels::RmsNorm(num, c.norm.data(), 1, dim, cfg_->rms_norm_eps, out);
     rope.CompressedAt(first, cs, sn);
     RopeInterleaved(out + dim - cfg_->rope_dim, cs, sn, cfg_->rope_dim / 2, /*inverse=*/false);
@@ -145,8 +144,8 @@ void CompressedAttention::EmitEntries(const CompressedAttentionLayer& L, const C
 
 // CSA: the lightning indexer's choice of compressed entries for every token of the batch, into
 // selected_ [T, index_topk] (-1 padded).
-void CompressedAttention::SelectIndexed(const CompressedAttentionLayer& L, int kv_layer,
-                                        const ForwardBatch& batch, const int32_t* positions,
+void CompressedAttention::SelectIndexed(const CompressedAttentionLayer& L,
+                                        const EntryCache& entries, const ForwardBatch& batch, const int32_t* positions,
                                         const RopeTables& rope, const float* h, bool qat,
                                         KvCache& kv, util::ThreadPool& pool) {
   const int64_t T = batch.num_tokens, ih = ds_->index_n_heads, ihd = ds_->index_head_dim;
@@ -169,15 +168,7 @@ void CompressedAttention::SelectIndexed(const CompressedAttentionLayer& L, int k
                                                     s.start_pos);
     indexer_.Score(
         s, V, ih, ihd, L.ratio, first, static_cast<int32_t>(K), V, positions,
-        [&](int64_t j) {
-          // Entry j's key sits in the slot of its group's last position; the block's later
-          // entries follow ratio slots apart.
-          const int64_t pos = L.ratio * (j + 1) - 1;
-          const int32_t off = static_cast<int32_t>(pos % kv.block_size);
-          return IndexKeyRun{
-              kv.Slot(kv_layer, s.block_table[pos / kv.block_size], off) + L.off_ikey,
-              L.ratio * kv.layer_floats[kv_layer], (kv.block_size - 1 - off) / L.ratio + 1};
-        },
+        [&](int64_t j) { return entries.IndexKeys(kv, s, j, cfg_->head_dim); },
         [](int64_t, int64_t) { return true; },
         [&](int64_t t, int32_t visible, const float* score, int32_t* order) {
           for (int32_t j = 0; j < visible; ++j) order[j] = j;
@@ -221,11 +212,14 @@ void CompressedAttention::Run(const AttentionLayer& w, const CompressedAttention
     float* ys[2] = {ia_.data(), iz_.data()};
     kernels::MatMulGroup(ws, ys, 2, h, T, pool);
   }
+  DI_CHECK(kv.window != nullptr || !compressed);
+  const EntryCache entries =
+      compressed ? EntryCache::Bind(kv, kv_layer, L.ratio, L.entry_floats) : EntryCache{};
   for (const auto& s : batch.seqs) {
     for (int32_t i = 0; i < s.num_tokens; ++i) {
       const int32_t pos = s.start_pos + i;
       const int64_t t = s.token_offset + i;
-      float* slot = kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
+      float* slot = WindowSlot(kv, kv_layer, s, pos);
       std::memcpy(slot, kvrow + t * hd, hd * sizeof(float));
       if (compressed) {
         std::memcpy(slot + L.off_a, ca_.data() + t * ca_width, ca_width * sizeof(float));
@@ -239,14 +233,14 @@ void CompressedAttention::Run(const AttentionLayer& w, const CompressedAttention
   }
   if (compressed) {
     for (const auto& s : batch.seqs) {
-      EmitEntries(L, L.comp, L.off_a, L.off_z, L.off_entry, false, kv_layer, s, rope, qat, kv);
+      EmitEntries(L, L.comp, L.off_a, L.off_z, false, entries, kv_layer, s, rope, qat, kv);
       if (L.kind == Attn::kCsa) {
-        EmitEntries(L, L.index_comp, L.off_ia, L.off_iz, L.off_ikey, true, kv_layer, s, rope,
-                    qat, kv);
+        EmitEntries(L, L.index_comp, L.off_ia, L.off_iz, true, entries, kv_layer, s, rope, qat,
+                    kv);
       }
     }
   }
-  if (L.kind == Attn::kCsa) SelectIndexed(L, kv_layer, batch, positions, rope, h, qat, kv, pool);
+  if (L.kind == Attn::kCsa) SelectIndexed(L, entries, batch, positions, rope, h, qat, kv, pool);
 
   // Attention of every token over its window and compressed entries.
   Grow(token_seq_, T);
@@ -262,23 +256,17 @@ void CompressedAttention::Run(const AttentionLayer& w, const CompressedAttention
                pool, [&](int64_t t, const float** keys) {
                  const SequenceSlice& s = batch.seqs[token_seq_[t]];
                  const int32_t p = positions[t];
-                 auto slot = [&](int32_t pos) {
-                   return kv.Slot(kv_layer, s.block_table[pos / kv.block_size],
-                                  pos % kv.block_size);
-                 };
                  int64_t n = 0;
                  for (int32_t j = std::max(0, p - ds.sliding_window + 1); j <= p; ++j) {
-                   keys[n++] = slot(j);
+                   keys[n++] = WindowSlot(kv, kv_layer, s, j);
                  }
                  if (L.kind == Attn::kHca) {
                    const int32_t visible = (p + 1) / L.ratio;
-                   for (int32_t j = 0; j < visible; ++j) {
-                     keys[n++] = slot(L.ratio * (j + 1) - 1) + L.off_entry;
-                   }
+                   for (int32_t j = 0; j < visible; ++j) keys[n++] = entries.Entry(kv, s, j);
                  } else if (L.kind == Attn::kCsa) {
                    const int32_t* sel = selected_.data() + t * K;
                    for (int64_t k = 0; k < K && sel[k] >= 0; ++k) {
-                     keys[n++] = slot(L.ratio * (sel[k] + 1) - 1) + L.off_entry;
+                     keys[n++] = entries.Entry(kv, s, sel[k]);
                    }
                  }
                  return n;

@@ -11,6 +11,7 @@
 // Source: transformers models/deepseek_v4 (5.24): DeepseekV4Attention, DeepseekV4Compressor,
 // DeepseekV4Indexer.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -34,21 +35,29 @@ struct Compressor {
   int coff = 1;  // 2: overlapping windows (CSA)
 };
 
-// One layer's variant, its compressors and indexer, and its cache slot. A token's slot holds
-// [window key/value (head_dim) | a, z (coff head_dim each) | entry (head_dim) |
-//  index a, z (2 index_head_dim each) | index key (index_head_dim)],
-// the compressed parts on HCA / CSA layers and the index parts on CSA layers only. Compressed
-// entry j (ratio r) and its index key live in the slot of position r (j + 1) - 1, the token that
-// closes window j.
+// One layer's variant, its compressors and indexer, and its cache slots (KvLayout: a window
+// cache and a main cache, as V4.1's).
+// Window cache slot, what only the last window_tokens positions are read for:
+//   [window key/value (head_dim) | a, z (coff head_dim each) | index a, z (2 index_head_dim each)],
+//   the compressor projections on HCA / CSA layers and the indexer's on CSA layers only.
+// Main cache, what every later position may read: compressed entry j (ratio r) and, on CSA, its
+//   index key, [head_dim | index_head_dim], placed over group j's slots as EntryCache says.
+// An MTP module's cache has no window cache: its (window-only) key/value sits in the main slot.
 struct CompressedAttentionLayer {
   model::DeepseekV4Config::Attention kind = model::DeepseekV4Config::Attention::kSliding;
   int ratio = 0;
   Compressor comp, index_comp;
   const tensor::TensorView* index_wq_b = nullptr;
   const tensor::TensorView* index_weights = nullptr;
-  // Float offsets inside a token's cache slot.
-  int64_t off_a = 0, off_z = 0, off_entry = 0, off_ia = 0, off_iz = 0, off_ikey = 0;
-  int64_t slot_floats = 0;  // floats of the slot
+  // Float offsets inside the window slot, and the slots' sizes.
+  int64_t off_a = 0, off_z = 0, off_ia = 0, off_iz = 0;
+  int64_t window_floats = 0;  // the window slot
+  int64_t entry_floats = 0;   // an entry with its index key (0: window only)
+  // Positions a step must still find in the window cache behind its first: the window, or the
+  // 2 x ratio (CSA) / ratio (HCA) tokens a compressed entry pools, whichever is longer.
+  int32_t window_tokens(int32_t sliding_window) const {
+    return std::max(sliding_window, comp.coff * ratio);
+  }
 };
 
 // A layer's variant `kind` with compression `ratio` (the config's attention / compress_ratio)
@@ -67,7 +76,8 @@ class CompressedAttention {
   }
   // out [T, H] = the attention of every batch row over its window and the compressed entries it
   // sees (w's queries, sink and grouped output), after this step's window key/values, compressor
-  // rows, closed entries and index keys are written to layer kv_layer's slots. h [T, H] is the
+  // rows, closed entries and index keys are written to layer kv_layer's slots. kv has a window
+  // cache (kv_layout) unless L is window only. h [T, H] is the
   // normed layer input; positions [T] and rope the batch's (rope.Compute done). qat: DeepSeek's
   // fake quantization of cached keys (FP8 per 64) and index vectors (Hadamard, FP4 per 32).
   void Run(const AttentionLayer& w, const CompressedAttentionLayer& L, int kv_layer,
@@ -76,9 +86,19 @@ class CompressedAttention {
 
  private:
   void EmitEntries(const CompressedAttentionLayer& L, const Compressor& c, int64_t off_a,
-                   int64_t off_z, int64_t off_out, bool index_keys, int kv_layer,
+                   int64_t off_z, bool index_keys, const EntryCache& entries, int kv_layer,
                    const SequenceSlice& s, const RopeTables& rope, bool qat, KvCache& kv);
-  void SelectIndexed(const CompressedAttentionLayer& L, int kv_layer, const ForwardBatch& batch,
+  // Layer kv_layer's window slot of position pos: in the window cache, or the main slot of a
+  // cache without one (MTP modules).
+  static float* WindowSlot(KvCache& kv, int kv_layer, const SequenceSlice& s, int32_t pos) {
+    if (kv.window == nullptr) {
+      return kv.Slot(kv_layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
+    }
+    return kv.window->Slot(kv_layer, s.window_block_table[pos / kv.block_size],
+                           pos % kv.block_size);
+  }
+  void SelectIndexed(const CompressedAttentionLayer& L, const EntryCache& entries,
+                     const ForwardBatch& batch,
                      const int32_t* positions, const RopeTables& rope, const float* h, bool qat,
                      KvCache& kv, util::ThreadPool& pool);
   void QuantizeKv(float* x, int64_t dim, bool qat) const;

@@ -1,5 +1,6 @@
 #include "arch/deepseek_v4_blocks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -163,6 +164,19 @@ void LightningIndexer::Queries(const tensor::TensorView& wq_b,
       iw_[t * ih + hh] *= wscale;
     }
   }
+}
+
+int EntryCache::Slots(int ratio, int64_t floats, int32_t block_size) {
+  if (ratio <= 1 || block_size <= 0) return 1;
+  const int slots = std::min(ratio, static_cast<int>(block_size));
+  const bool aligned = ratio % block_size == 0 || block_size % ratio == 0;
+  return aligned && floats % slots == 0 ? slots : 1;
+}
+
+EntryCache EntryCache::Bind(const KvCache& kv, int layer, int ratio, int64_t floats) {
+  const int slots = Slots(ratio, floats, kv.block_size);
+  DI_CHECK(kv.layer_floats[layer] * slots == floats);
+  return {.layer = layer, .ratio = ratio, .shift = ratio - slots};
 }
 
 void SortTopK(const float* score, int32_t* order, int32_t m, int32_t keep) {

@@ -188,6 +188,38 @@ struct IndexKeyRun {
   int64_t count = 1;
 };
 
+// Where a compressed KV source keeps its entries in the main cache. Entry j (ratio r; `floats`
+// floats: the compressed key/value, then its index key) covers positions r j .. r (j + 1) - 1 and
+// is stored over the last `slots` of them, entry_floats / slots floats per position, contiguous
+// because those positions lie in one block: slots = min(r, block_size) when one of the two
+// divides the other and slots divides `floats`, else 1 (whole in the group's last slot). So a
+// layer of ratio r costs floats / r per token when the block size allows (V4's ratio-128 HCA
+// layers: floats / block_size), and every position's slot exists as paging expects.
+// Threads: immutable after Bind; Entry / IndexKeys only read the cache's addresses.
+struct EntryCache {
+  int layer = -1;
+  int ratio = 0;
+  int shift = 0;  // ratio - slots: from a group's first position to where its entry starts
+
+  // The slots per entry for a layout of `block_size` (KvLayout: per-token floats = floats / it).
+  static int Slots(int ratio, int64_t floats, int32_t block_size);
+  // Layer `layer` of `kv`, whose per-token floats must be floats / Slots(...) (DI_CHECK).
+  static EntryCache Bind(const KvCache& kv, int layer, int ratio, int64_t floats);
+  // Entry j of slice s (its first float).
+  float* Entry(KvCache& kv, const SequenceSlice& s, int64_t j) const {
+    const int32_t pos = static_cast<int32_t>(ratio * j) + shift;
+    return kv.Slot(layer, s.block_table[pos / kv.block_size], pos % kv.block_size);
+  }
+  // Entry j's index key (`key_offset` floats into the entry) and those of the later entries in
+  // its block, ratio positions apart.
+  IndexKeyRun IndexKeys(KvCache& kv, const SequenceSlice& s, int64_t j, int64_t key_offset) const {
+    const int32_t pos = static_cast<int32_t>(ratio * j) + shift;
+    const int32_t off = pos % kv.block_size;
+    return {kv.Slot(layer, s.block_table[pos / kv.block_size], off) + key_offset,
+            ratio * kv.layer_floats[layer], (kv.block_size - 1 - off) / ratio + 1};
+  }
+};
+
 // The lightning indexer: per token, scores of the compressed entries it sees,
 // score_j = sum_h w_h relu(q_h . k_j) / sqrt(index_head_dim), with w = weights_proj(h) / sqrt(ih).
 class LightningIndexer {

@@ -17,6 +17,7 @@
 
 #include "arch/causal_lm.h"
 #include "arch/deepseek_testing.h"
+#include "arch/deepseek_v4_blocks.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant.h"
@@ -82,20 +83,62 @@ TEST_P(DeepseekV4ConsistencyTest, ChunkedPrefillEqualsOnePrefill) {
     std::printf("%s: chunks of %d vs one prefill: max |diff| %.3g\n", GetParam(), chunk, d);
     EXPECT_LT(d, 1e-5) << "chunk " << chunk;
   }
+  // An odd block size: entries sit whole in their group's last slot instead of spreading over
+  // the group's slots (EntryCache), and groups straddle blocks.
+  const std::vector<float> odd = RunTokens(*g.lm, prompt, 7, pool, /*block_size=*/5);
+  EXPECT_LT(MaxAbsDiff(odd.data(), full.data(), n * g.vocab), 1e-5) << "block size 5";
 }
 
-// A prefix-cache hit: the blocks of a prefix computed for one sequence are shared by another
-// that continues from the block boundary; its logits equal a full recompute.
+// The compact layout on v4_flash_tiny (head_dim 64, index_head_dim 32, window 8, ratios
+// 0 / 4 / 128 / 4): the main cache keeps only entries and index keys, (64 + 32) / 4 floats per
+// token on CSA layers and 64 / block_size on the HCA layer; the window cache the last 128
+// positions (the HCA group), whatever the sequence's length.
+TEST(DeepseekV4LayoutTest, MainCacheKeepsEntriesOnlyAndTheWindowCoversTheLongestGroup) {
+  Golden g = Load("v4_flash_tiny");
+  ASSERT_TRUE(g.lm);
+  const KvLayout l16 = g.lm->kv_layout(16);
+  EXPECT_EQ(l16.floats, (std::vector<int64_t>{0, 24, 4, 24}));
+  EXPECT_EQ(l16.window_floats, (std::vector<int64_t>{64, 64 + 4 * 64 + 4 * 32, 64 + 2 * 64,
+                                                     64 + 4 * 64 + 4 * 32}));
+  EXPECT_EQ(l16.window_tokens, 128);
+  // 128-token blocks: 64 floats do not spread over 128 slots, so the HCA entry sits whole.
+  EXPECT_EQ(g.lm->kv_layout(128).floats, (std::vector<int64_t>{0, 24, 64, 24}));
+  EXPECT_EQ(g.lm->kv_layout(5).floats, (std::vector<int64_t>{0, 96, 64, 96}));
+  EXPECT_EQ(g.lm->kv_floats_per_token(), 64);  // the MTP module's window key/value per token
+}
+
+TEST(DeepseekV4LayoutTest, EntriesSpreadOverTheSlotsTheBlockAllows) {
+  using dsv4::EntryCache;
+  EXPECT_EQ(EntryCache::Slots(4, 640, 16), 4);     // V4-Flash CSA: 160 floats per token
+  EXPECT_EQ(EntryCache::Slots(128, 512, 16), 16);  // HCA, small blocks: the group's last block
+  EXPECT_EQ(EntryCache::Slots(128, 512, 256), 128);
+  EXPECT_EQ(EntryCache::Slots(4, 96, 5), 1);       // neither divides the other: whole
+  EXPECT_EQ(EntryCache::Slots(4, 90, 16), 1);      // the entry does not divide: whole
+  EXPECT_EQ(EntryCache::Slots(1, 640, 16), 1);
+  EXPECT_EQ(EntryCache::Slots(0, 0, 16), 1);
+}
+
+// A prefix-cache hit: the main blocks of a prefix computed for one sequence, and the window
+// blocks a step at the cut still reads (as the engine restores them), are shared by another that
+// continues from the block boundary; its logits equal a full recompute. Window blocks further
+// back are released (-1), so a read of one fails.
 TEST_P(DeepseekV4ConsistencyTest, PrefixCacheHitAtBlockBoundaryEqualsFullRecompute) {
   Golden g = Load(GetParam());
   ASSERT_TRUE(g.lm);
   util::ThreadPool pool(2);
   const auto prompt = g.Prompts()[3];
   const int n = static_cast<int>(prompt.size()), V = g.vocab, L = g.model->config.num_layers;
+  auto copy_block = [&](KvCache& from, int32_t fb, KvCache& to, int32_t tb) {
+    for (int l = 0; l < L; ++l) {
+      const float* src = from.Slot(l, fb, 0);
+      std::copy(src, src + from.block_size * from.layer_floats[l], to.Slot(l, tb, 0));
+    }
+  };
   for (int block : {4, 16}) {
     const std::vector<float> full = RunTokens(*g.lm, prompt, n, pool, block);
     for (int cut : {block * 3, block * 9, block * (n / block - 1)}) {
       Cache shared(*g.lm, n, block);
+      ASSERT_NE(shared.kv.window, nullptr);
       ForwardBatch a;
       a.tokens = prompt.data();
       a.num_tokens = cut + 2;  // the first sequence ran past the cut; its later slots are unused
@@ -103,19 +146,17 @@ TEST_P(DeepseekV4ConsistencyTest, PrefixCacheHitAtBlockBoundaryEqualsFullRecompu
       g.lm->Forward(a, shared.kv, nullptr, pool);
       // The second sequence: the first cut/block blocks of the first, then its own blocks.
       Cache own(*g.lm, n, block);
-      std::vector<int32_t> table(own.table);
+      own.Release(cut);
       for (int b = 0; b < cut / block; ++b) {
-        for (int l = 0; l < L; ++l) {
-          for (int o = 0; o < block; ++o) {
-            const float* src = shared.kv.Slot(l, shared.table[b], o);
-            std::copy(src, src + g.lm->kv_floats_per_token(), own.kv.Slot(l, table[b], o));
-          }
+        copy_block(shared.kv, shared.table[b], own.kv, own.table[b]);
+        if (own.window_table[b] >= 0) {
+          copy_block(shared.window, shared.window_table[b], own.window, own.window_table[b]);
         }
       }
       ForwardBatch b;
       b.tokens = prompt.data() + cut;
       b.num_tokens = n - cut;
-      b.seqs.push_back({0, n - cut, cut, n - cut, table.data(), static_cast<int32_t>(table.size())});
+      b.seqs.push_back(own.Slice(0, n - cut, cut, n - cut));
       std::vector<float> got(static_cast<size_t>(n - cut) * V);
       g.lm->Forward(b, own.kv, got.data(), pool);
       const double d = MaxAbsDiff(got.data(), full.data() + int64_t{cut} * V, int64_t{n - cut} * V);

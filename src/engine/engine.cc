@@ -65,7 +65,9 @@ class EngineImpl final : public Engine {
   }
   int32_t max_model_len() const override { return max_model_len_; }
   int64_t kv_capacity_tokens() const override { return int64_t{kv_.num_blocks} * kv_.block_size; }
-  int64_t kv_bytes_per_token() const override { return kv_.bytes_per_token(); }
+  int64_t kv_bytes_per_token() const override {
+    return kv_.bytes_per_token() + mtp_kv_.bytes_per_token();  // the MTP cache shares its blocks
+  }
   int64_t kv_window_cache_bytes() const override { return window_bytes_; }
   int32_t kv_window_tokens() const override { return window_tokens_; }
   const char* numerics_name() const override { return arch::NumericsName(numerics_); }
@@ -290,6 +292,9 @@ absl::Status EngineImpl::AllocateKv() {
   kv_.dtype = options_.kv_cache_dtype;
   int64_t main_floats = 0;
   for (int64_t f : layout.floats) main_floats += f;
+  // The MTP modules' cache shares the main cache's blocks: its bytes count in each token's.
+  const bool mtp = spec_tokens_ > 0 && !dspark_;
+  if (mtp) main_floats += lm_->draft_heads()->num_mtp_layers() * lm_->kv_floats_per_token();
   const int64_t bytes_per_token =
       std::max<int64_t>(1, main_floats * kernels::KvDtypeBytes(options_.kv_cache_dtype));
   int64_t memory = options_.kv_cache_memory_bytes;
@@ -331,11 +336,8 @@ absl::Status EngineImpl::AllocateKv() {
   }
   num_blocks = std::min<int64_t>(num_blocks, int64_t{1} << 30);
   DI_RETURN_IF_ERROR(kv_.AllocateLayers(bs, static_cast<int>(num_blocks), layout.floats));
-  if (spec_tokens_ > 0 && !dspark_) {
-    if (layout.has_window()) {
-      return InvalidArgumentError(util::codes::kSpeculativeUnsupported,
-                                  "the MTP drafter does not keep a window cache");
-    }
+  if (mtp) {
+    // A per-token cache without a window cache (V4's MTP modules keep their window keys in it).
     DI_RETURN_IF_ERROR(mtp_kv_.Allocate(lm_->draft_heads()->num_mtp_layers(), bs, static_cast<int>(num_blocks),
                                         lm_->kv_floats_per_token()));
   }

@@ -228,8 +228,9 @@ class Engine {
   virtual bool rank_ready(int32_t rank) const { return ready(); }
   virtual int32_t max_model_len() const = 0;
   virtual int64_t kv_capacity_tokens() const = 0;
-  // KV cache bytes one token occupies (all layers), and the arithmetic the model runs with:
-  // what serve prints at start-up.
+  // KV cache bytes one token occupies (all layers, the MTP modules' too; not the window cache,
+  // whose size does not grow with the context), and the arithmetic the model runs with: what
+  // serve prints at start-up.
   virtual int64_t kv_bytes_per_token() const = 0;
   // The window cache (arch::KvLayout): bytes reserved for it, and the positions of each
   // sequence it keeps; 0 for architectures without one.
