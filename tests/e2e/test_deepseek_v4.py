@@ -191,3 +191,31 @@ def test_operator_tools_work_on_the_v4_folder(server, chat_checkpoint, tmp_path)
                         "--manifest", str(manifest), "--full", "--no-progress"],
                        capture_output=True, text=True, timeout=120)
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_a_million_token_context_with_the_compact_cache(server, chat_checkpoint):
+    """V4's compact KV cache (window cache + entries only): `--max-model-len 1048576` starts,
+    serve reports the per-token bytes of the layout (entries and index keys, 52 floats, plus the
+    MTP module's 64-float window key), and a prompt well past the 128-position window (whose
+    window blocks are released behind it) gives the default server's greedy text, with MTP
+    drafts and repeated for a prefix-cache hit."""
+    s = Server(chat_checkpoint, NAME, ["--threads", "2", "--max-model-len", "1048576",
+                                       "--speculative-tokens", "2"])
+    try:
+        logs = s.logs()
+        assert "context 1048576 tokens" in logs, logs
+        assert "464 bytes per token" in logs, logs
+        assert "window cache" in logs and "last 128 positions" in logs, logs
+        long_messages = [{"role": "user", "content": "Repeat after me: " + "abcdefgh " * 60}]
+        kw = dict(model=NAME, messages=long_messages, max_tokens=12, temperature=0)
+        want = client(server).chat.completions.create(**kw)
+        assert want.usage.prompt_tokens > 400
+        cached = []
+        for _ in range(2):  # the second one hits the prefix cache, window blocks restored
+            got = client(s).chat.completions.create(**kw)
+            assert got.choices[0].message.content == want.choices[0].message.content
+            cached.append(got.usage.prompt_tokens_details.cached_tokens)
+        assert cached[0] == 0 and cached[1] >= 384, cached
+        assert s.alive(), s.logs()
+    finally:
+        s.stop()
