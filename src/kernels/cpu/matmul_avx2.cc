@@ -48,8 +48,19 @@ static inline float LoadW1(const uint8_t* row, int64_t i) {
   return BitsToFloat(static_cast<uint32_t>(h) << 16);
 }
 
+// The drivers' first token tile of a row group prefetches as it reads (kSpreadPrefetch).
+constexpr bool kSpreadPrefetch = true;
+
+// The line of each of the R rows kPrefetchRows further on, `bytes` into them (once per 64 bytes
+// of row; see matmul_avx512.cc's PrefetchAhead).
+template <int R>
+static inline void PrefetchAhead(const GemmArgs& g, const uint8_t* const* rows, int64_t bytes) {
+  const int64_t ahead = kPrefetchRows * static_cast<int64_t>(g.w_row_bytes) + bytes;
+  for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(rows[r] + ahead), _MM_HINT_T0);
+}
+
 template <FKind kF, int R, int T>
-static inline void FloatTile(const GemmArgs& g, int64_t r0, int64_t t0) {
+static inline void FloatTile(const GemmArgs& g, int64_t r0, int64_t t0, bool prefetch) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -58,8 +69,10 @@ static inline void FloatTile(const GemmArgs& g, int64_t r0, int64_t t0) {
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
   int64_t i = 0;
+  constexpr int64_t kWeightBytes = kF == FKind::kF32 ? 4 : 2;
   for (; i + 8 <= g.k; i += 8) {
     __m256 w[R];
+    if (prefetch && (i * kWeightBytes) % 64 == 0) PrefetchAhead<R>(g, rows, i * kWeightBytes);
     for (int r = 0; r < R; ++r) w[r] = LoadW8<kF>(rows[r], i);
     for (int t = 0; t < T; ++t) {
       const __m256 x = _mm256_loadu_ps(xs[t] + i);
@@ -319,7 +332,8 @@ static void ScaleFloats(const uint8_t* sc, int64_t n, float mul, float* out) {
 // R * g.scale_cols floats. The row loop sits inside the column loop so that the accumulators
 // stay in registers.
 template <bool kFp4, int R, int T>
-static inline void ScaledTile(const GemmArgs& g, int64_t r0, int64_t t0, float* scale_buf) {
+static inline void ScaledTile(const GemmArgs& g, int64_t r0, int64_t t0, float* scale_buf,
+                              bool prefetch) {
   __m256 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
@@ -345,6 +359,8 @@ static inline void ScaledTile(const GemmArgs& g, int64_t r0, int64_t t0, float* 
       ++b;
       next += g.scale_block_cols;
     }
+    // A step reads 16 bytes of each row (32 FP4 or 16 FP8 codes).
+    if (prefetch && i % (kFp4 ? 128 : 64) == 0) PrefetchAhead<R>(g, rows, kFp4 ? i / 2 : i);
     for (int r = 0; r < R; ++r) {
       const __m256 s = _mm256_broadcast_ss(sf[r] + b);
       if constexpr (kFp4) {

@@ -60,6 +60,8 @@ using tensor::BlockQ8_K;
 constexpr int64_t kTokenChunk = 64;
 constexpr int64_t kPrefetchRows = 16;
 
+// The drivers' burst of whole rows stays (no Arm host to measure a spread one on).
+constexpr bool kSpreadPrefetch = false;
 static inline void PrefetchRows(const GemmArgs& g, int64_t r, int64_t n) {
   const char* p = reinterpret_cast<const char*>(g.w + (r + kPrefetchRows) * g.w_row_bytes);
   const int64_t bytes = n * static_cast<int64_t>(g.w_row_bytes);
@@ -202,7 +204,7 @@ static inline float LoadW1(const uint8_t* row, int64_t i) {
 }
 
 template <FKind kF, int R, int T>
-static inline void FloatTile(const GemmArgs& g, int64_t r0, int64_t t0) {
+static inline void FloatTile(const GemmArgs& g, int64_t r0, int64_t t0, bool /*prefetch*/) {
   float32x4_t acc[R][T][2];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t][0] = acc[r][t][1] = vdupq_n_f32(0.0f);
@@ -303,7 +305,8 @@ static inline float Fp8Tail(const GemmArgs& g, const uint8_t* row, const uint8_t
 // R rows x T tokens decoded in registers (decode and short prompts). `scale_buf` holds
 // R * g.scale_cols floats.
 template <bool kFp4, int R, int T>
-static inline void ScaledTile(const GemmArgs& g, int64_t r0, int64_t t0, float* scale_buf) {
+static inline void ScaledTile(const GemmArgs& g, int64_t r0, int64_t t0, float* scale_buf,
+                              bool /*prefetch*/) {
   float32x4_t acc[R][T][2];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t][0] = acc[r][t][1] = vdupq_n_f32(0.0f);
