@@ -1038,11 +1038,15 @@ INSTANTIATE_TEST_SUITE_P(
                       ScaledCase{DType::kF8E4M3, 40, 96, 32, 32},     // V4.1's 32x32
                       ScaledCase{DType::kF8E4M3, 9, 40, 4, 8},        // not SIMD-friendly
                       ScaledCase{DType::kF8E4M3, 12, 80, 16, 16},     // 16-wide blocks, tail
-                      ScaledCase{DType::kFp4E2M1, 37, 256, 1, 32}),
+                      ScaledCase{DType::kFp4E2M1, 37, 256, 1, 32},
+                      // Long rows (the panel path's 4-row panels no longer fit in L1).
+                      ScaledCase{DType::kF8E4M3, 13, 1300, 128, 128},
+                      ScaledCase{DType::kFp4E2M1, 11, 1088, 1, 32}),
     [](const auto& info) {
       const ScaledCase& c = info.param;
       return std::string(c.type == DType::kFp4E2M1 ? "Fp4" : "Fp8") + "_" +
-             std::to_string(c.block_rows) + "x" + std::to_string(c.block_cols);
+             std::to_string(c.block_rows) + "x" + std::to_string(c.block_cols) +
+             (c.cols > 512 ? "_" + std::to_string(c.cols) + "cols" : "");
     });
 
 }  // namespace
