@@ -59,7 +59,6 @@ import pathlib
 import re
 import subprocess
 import sys
-import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -68,46 +67,10 @@ sys.path.insert(0, str(REPO / "tests" / "reference"))
 import deepseek_v41_speed as v41  # noqa: E402
 import deepseek_v4_speed as v4  # noqa: E402
 from runtime_vs_llamacpp import load_average  # noqa: E402
-from serve_vs_llamacpp import Engine, free_port  # noqa: E402
+from serve_vs_llamacpp import Engine, StatusSampler, free_port  # noqa: E402
 
 FIELDS = ("VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem")
 LONG_CONTEXT_MAX_POS = 1048576
-
-
-class StatusSampler:
-    """Peaks (KiB) of FIELDS in /proc/PID/status, read every `interval` s while the process
-    lives, and when each was first reached (s after the start); `samples` counts the reads."""
-
-    def __init__(self, pid: int, interval: float):
-        self.pid, self.interval, self.t0 = pid, interval, time.monotonic()
-        self.peak_kib = {f: 0 for f in FIELDS}
-        self.peak_at_s = {f: 0.0 for f in FIELDS}
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        path = pathlib.Path(f"/proc/{self.pid}/status")
-        while not self._stop.is_set():
-            try:
-                text = path.read_text()
-            except OSError:
-                return
-            for line in text.splitlines():
-                key, _, value = line.partition(":")
-                if key in self.peak_kib and int(value.split()[0]) > self.peak_kib[key]:
-                    self.peak_kib[key] = int(value.split()[0])
-                    self.peak_at_s[key] = time.monotonic() - self.t0
-            self.samples += 1
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
 
 
 def run_sampled(cmd: list, interval: float, limit_s=None) -> dict:
@@ -119,7 +82,7 @@ def run_sampled(cmd: list, interval: float, limit_s=None) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             errors="replace")  # llama.cpp -v prints raw vocabulary bytes
     stopped = False
-    with StatusSampler(proc.pid, interval) as s:
+    with StatusSampler(proc.pid, FIELDS, interval) as s:
         # communicate() reads both pipes while the sampler runs beside it
         try:
             out, err = proc.communicate(timeout=limit_s)
@@ -132,7 +95,7 @@ def run_sampled(cmd: list, interval: float, limit_s=None) -> dict:
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}\n{err[-3000:]}")
     return {"stdout": out, "stderr_all": err, "stderr_tail": err[-4000:], "wall_s": wall,
             "samples": s.samples,
-            "stopped": stopped, "peak_mib": {k: v / 1024 for k, v in s.peak_kib.items()},
+            "stopped": stopped, "peak_mib": {k: v / 1024 for k, v in s.peaks_kib.items()},
             "peak_at_s": s.peak_at_s}
 
 

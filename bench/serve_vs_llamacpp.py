@@ -75,22 +75,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class RssSampler:
-    """Highest VmRSS of a process while active."""
+class StatusSampler:
+    """Peaks (KiB) of `fields` of /proc/PID/status, read every `interval` s while the process
+    lives, and when each was first reached (s after the start); `samples` counts the reads."""
 
-    def __init__(self, pid: int):
-        self.pid, self.peak_kib, self._stop = pid, 0, threading.Event()
+    def __init__(self, pid: int, fields=("VmRSS",), interval: float = 0.1):
+        self.pid, self.interval, self.t0 = pid, interval, time.monotonic()
+        self.peaks_kib = {f: 0 for f in fields}
+        self.peak_at_s = {f: 0.0 for f in fields}
+        self.samples = 0
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
+        path = pathlib.Path(f"/proc/{self.pid}/status")
         while not self._stop.is_set():
             try:
-                for line in pathlib.Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        self.peak_kib = max(self.peak_kib, int(line.split()[1]))
+                text = path.read_text()
             except OSError:
                 return
-            self._stop.wait(0.1)
+            for line in text.splitlines():
+                key, _, value = line.partition(":")
+                if key in self.peaks_kib and int(value.split()[0]) > self.peaks_kib[key]:
+                    self.peaks_kib[key] = int(value.split()[0])
+                    self.peak_at_s[key] = time.monotonic() - self.t0
+            self.samples += 1
+            self._stop.wait(self.interval)
 
     def __enter__(self):
         self._thread.start()
@@ -99,6 +109,17 @@ class RssSampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+class RssSampler(StatusSampler):
+    """Highest VmRSS of a process while active."""
+
+    def __init__(self, pid: int):
+        super().__init__(pid)
+
+    @property
+    def peak_kib(self) -> int:
+        return self.peaks_kib["VmRSS"]
 
 
 class EngineDied(Exception):
