@@ -55,6 +55,19 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, timeout_s: float, what: 
     pytest.fail(f"{what} was not ready within {timeout_s}s:\n{logs()}")
 
 
+def eventually(check, timeout_s=5.0):
+    """Polls `check` until it is true or timeout_s passes; returns whether it became true. For
+    what a server publishes a little after it answers: its stats after the step that finished a
+    request, the start-up lines it logs after /health turns 200 (its main loop notices the ready
+    engine within 20 ms, then logs)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 class Server:
     """A running `deepinfer serve` process."""
 

@@ -4,12 +4,11 @@ warmed up and observable, and nothing is lost with more streams than the ranks h
 
 import concurrent.futures
 import re
-import time
 
 import httpx
 import pytest
 
-from conftest import STORIES, Server, smollm_path
+from conftest import STORIES, Server, eventually, smollm_path
 
 
 def metric(base: str, name: str, rank: int) -> float:
@@ -18,16 +17,6 @@ def metric(base: str, name: str, rank: int) -> float:
                   re.MULTILINE)
     assert m, f"no {name} for engine {rank}:\n{text[:2000]}"
     return float(m.group(1))
-
-
-def eventually(check, timeout_s=5.0):
-    """The engine publishes its stats after the step that finished a request: poll."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +42,8 @@ def chat(base, messages, rank=None, max_tokens=8):
 
 
 def test_every_rank_is_warmed_up_and_listed_by_health(dp2):
+    assert eventually(lambda: "data-parallel: 2 ranks" in dp2.logs()), dp2.logs()
     logs = dp2.logs()
-    assert "data-parallel: 2 ranks" in logs, logs
     assert "on each of 2 ranks" in logs and "warm-up: done" in logs, logs
     for rank in (0, 1):
         assert eventually(lambda: metric(dp2.base_url, "vllm:prompt_tokens_total", rank) > 0)

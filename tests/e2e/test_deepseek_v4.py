@@ -10,7 +10,7 @@ import subprocess
 import openai
 import pytest
 
-from conftest import REPO, Server, binary
+from conftest import REPO, Server, binary, eventually
 from test_deepseek import synthetic_checkpoint
 
 GOLDEN = REPO / "tests" / "golden" / "deepseek_v4" / "v4_flash_tiny"
@@ -202,6 +202,7 @@ def test_a_million_token_context_with_the_compact_cache(server, chat_checkpoint)
     s = Server(chat_checkpoint, NAME, ["--threads", "2", "--max-model-len", "1048576",
                                        "--speculative-tokens", "2"])
     try:
+        assert eventually(lambda: "window cache" in s.logs()), s.logs()  # the last start-up line
         logs = s.logs()
         assert "context 1048576 tokens" in logs, logs
         assert "464 bytes per token" in logs, logs
