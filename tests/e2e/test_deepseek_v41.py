@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import REPO, Server, binary
+from conftest import REPO, Server, binary, eventually
 from test_deepseek import synthetic_checkpoint
 
 GOLDENS = REPO.parent / "shared" / "goldens" / "deepseek_v41"
@@ -382,6 +382,10 @@ def test_batch_of_eight_concurrent_greedy_requests_equals_each_alone(server):
     """Eight different prompts sent at once (run together by the scheduler: --max-num-seqs 8)
     give exactly the greedy answers each gives alone afterwards (then also from the prefix
     cache)."""
+    check_batch_equals_alone(server)
+
+
+def check_batch_equals_alone(server):
     spans = []
 
     def ask(prompt, barrier=None):
@@ -407,3 +411,24 @@ def test_batch_of_eight_concurrent_greedy_requests_equals_each_alone(server):
         assert t[2] == 16 and t[3] == "length", (prompt, t)
         assert t == a, prompt
     assert len({t[0] for t in together}) > 1  # different prompts, different answers
+
+
+def test_amx_tiles_keep_a_batch_equal_to_each_alone(tmp_path_factory):
+    """The release-format checkpoint (FP8 attention, FP4 experts) served with DEEPINFER_AMX=1:
+    where the CPU has AMX the start-up line says its tiles multiply those weights, and eight
+    concurrent greedy requests still equal each alone, log-probabilities included (the tiles
+    give a token the same bits whatever the batch and the prefill chunks)."""
+    d = make("v41_full_fp8", tmp_path_factory)
+    config = json.loads((d / "config.json").read_text())
+    config["text_config"]["max_position_embeddings"] = 4096
+    (d / "config.json").write_text(json.dumps(config))
+    s = Server(d, NAME, ["--threads", "2", "--max-num-seqs", "8"], env={"DEEPINFER_AMX": "1"})
+    try:
+        amx = "amx_bf16" in open("/proc/cpuinfo").read()
+        assert eventually(lambda: "matmul kernels:" in s.logs()), s.logs()
+        line = next(ln for ln in s.logs().splitlines() if "matmul kernels:" in ln)
+        assert ("AMX-BF16 tiles for F8_E4M3/FP4_E2M1" in line) == amx, line
+        check_batch_equals_alone(s)
+        assert s.alive(), s.logs()
+    finally:
+        s.stop()

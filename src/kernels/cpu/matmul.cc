@@ -9,6 +9,10 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -62,6 +66,36 @@ bool CpuHasAvx512() {
 #else
   return false;
 #endif
+}
+
+// AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22) with AVX512-BF16 (leaf 7 subleaf 1,
+// EAX bit 5), the OS saving the tile state (XCR0 bits 17 and 18), and this process allowed to use
+// it: Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA, Documentation/arch/x86/xstate.rst), once for every thread of the process.
+bool CpuHasAmx() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!CpuHasAvx512() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (!((edx >> 24) & 1) || !((edx >> 22) & 1)) return false;
+    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !((eax >> 5) & 1)) return false;
+    uint32_t xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+// Opt-in: the AMX kernels round activations to bf16, which moves logits by about 1e-3 (past the
+// reference-parity tests' 1e-4), and a one-token step runs slower than on the f32 tiles.
+bool AmxWanted() {
+  const char* env = std::getenv("DEEPINFER_AMX");
+  return env != nullptr && (std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0);
 }
 
 bool CpuHasNeon() {
@@ -152,6 +186,7 @@ const Tables& AllTables() {
     if (CpuHasAvx2()) internal::FillAvx2Kernels(&t[1]);
     if (CpuHasAvxVnni()) internal::FillAvx2VnniKernels(&t[1]);
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
+    if (Avx512UsesAmx()) internal::FillAmxKernels(&t[2]);
 #endif
 #if defined(DI_KERNELS_NEON)
     if (CpuHasNeon()) internal::FillNeonKernels(&t[3], BestNeonIntCopy());
@@ -231,7 +266,10 @@ using internal::KernelsForType;
 // The SIMD kernels take one scale per 16 columns (FP4: per 32, the loader's 1 x 32); other
 // block widths run the portable kernel.
 bool SimdScaleBlocks(const tensor::TensorView& w) {
-  return w.scale_block_cols % (w.dtype == DType::kFp4E2M1 ? 32 : 16) == 0;
+  // The FP4 kernels walk whole 32s: a row with a shorter last block takes the portable kernel
+  // too (the SIMD ones read past the row and left its last outputs wrong).
+  if (w.dtype == DType::kFp4E2M1) return w.scale_block_cols % 32 == 0 && w.cols() % 32 == 0;
+  return w.scale_block_cols % 16 == 0;
 }
 
 // Grows but never shrinks, so steady-state calls do not allocate.
@@ -320,6 +358,11 @@ void SetIsaForTest(Isa isa) {
 Isa HardwareIsa() { return BestIsa(); }
 
 bool Avx2UsesVnni() { return CpuHasAvxVnni(); }
+
+bool Avx512UsesAmx() {
+  static const bool uses = AmxWanted() && CpuHasAmx();
+  return uses;
+}
 
 bool NeonUsesDotProd() { return CpuHasNeonDotProd(); }
 

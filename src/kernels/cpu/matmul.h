@@ -40,6 +40,12 @@ const char* IsaName(Isa isa);
 // Whether kAvx2's Q4_0 / Q4_1 / Q8_0 kernels use AVX-VNNI on this CPU (CPUID; always false off
 // x86). Their results are the same either way.
 bool Avx2UsesVnni();
+// Whether kAvx512's FP8 E4M3 and FP4 E2M1 kernels run on AMX-BF16 tiles (matmul_amx.cc): the CPU
+// has AMX-TILE, AMX-BF16 and AVX512-BF16, Linux grants the tile state, and DEEPINFER_AMX is "1" or
+// "on" (read once; off by default). Unlike the other copies these round the activations to bf16 (round to
+// nearest even) before the dot products, so their results differ from kAvx512's f32 kernels by
+// about 2^-9 relative per product; they stay batch and thread invariant. Always false off x86.
+bool Avx512UsesAmx();
 // Whether kNeon's integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K) use SDOT on this CPU
 // (HWCAP_ASIMDDP; always false off aarch64). Their results are the same either way.
 bool NeonUsesDotProd();

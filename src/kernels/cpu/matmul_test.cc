@@ -144,6 +144,18 @@ std::vector<uint8_t> RandomScales(DType t, int64_t rows, int64_t cols, std::mt19
   return scales;
 }
 
+// Whether `isa`'s kernel for `t` rounds the activations to bf16 first (Avx512UsesAmx: FP8 / FP4
+// on AMX tiles), and the activations rounded so, for the reference.
+bool RoundsToBf16(const tensor::TensorView& w) {
+  return IsBlockScaled(w.dtype) && MatMulKernelIsa(w) == Isa::kAvx512 && Avx512UsesAmx();
+}
+std::vector<float> Bf16Rounded(const std::vector<float>& x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = internal::BitsToFloat(uint32_t{tensor::Fp32ToBf16(x[i])} << 16);
+  return out;
+}
+
 // Reference y[t, o] in double from dequantized weights and activations that went through the
 // same activation quantization as the kernels. Returns also sum |terms| per output for the
 // tolerance.
@@ -283,6 +295,7 @@ TEST_P(MatMulTest, MatchesFloatReferenceForEveryIsaTokenCountAndThreadCount) {
       for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
         SetIsaForTest(isa);
         if (ActiveIsa() != isa) continue;  // not available on this CPU
+        if (RoundsToBf16(view)) Reference(view, Bf16Rounded(x), n, &ref, &mag);
         for (util::ThreadPool* pool : pools) {
           std::vector<float> y(static_cast<size_t>(n * rows), -1.0f);
           MatMul(view, x.data(), n, y.data(), *pool);
@@ -1005,14 +1018,17 @@ TEST_P(BlockScaledMatMulTest, MatchesReferenceAndIsBatchInvariantOnEveryIsa) {
   ASSERT_TRUE(HasCpuMatMul(view));
   std::vector<float> dense(static_cast<size_t>(c.rows * c.cols));
   for (int64_t r = 0; r < c.rows; ++r) DequantizeScaledRow(view, r, dense.data() + r * c.cols);
-  const int64_t n = 9;
+  // Past AMX's 16-token groups and 128-token chunks (matmul_amx.cc).
+  const int64_t n = 133;
   std::vector<float> x(static_cast<size_t>(n * c.cols));
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto& v : x) v = normal(rng);
+  const std::vector<float> x_bf16 = Bf16Rounded(x);
   util::ThreadPool pool(2);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
     SetIsaForTest(isa);
     if (ActiveIsa() != isa) continue;
+    const std::vector<float>& xr = RoundsToBf16(view) ? x_bf16 : x;
     std::vector<float> y(static_cast<size_t>(n * c.rows));
     MatMul(view, x.data(), n, y.data(), pool);
     for (int64_t t = 0; t < n; ++t) {
@@ -1021,8 +1037,8 @@ TEST_P(BlockScaledMatMulTest, MatchesReferenceAndIsBatchInvariantOnEveryIsa) {
       for (int64_t r = 0; r < c.rows; ++r) {
         double ref = 0, mag = 0;
         for (int64_t k = 0; k < c.cols; ++k) {
-          ref += double{dense[r * c.cols + k]} * x[t * c.cols + k];
-          mag += std::fabs(double{dense[r * c.cols + k]} * x[t * c.cols + k]);
+          ref += double{dense[r * c.cols + k]} * xr[t * c.cols + k];
+          mag += std::fabs(double{dense[r * c.cols + k]} * xr[t * c.cols + k]);
         }
         ASSERT_NEAR(y[t * c.rows + r], ref, 2e-6 * mag + 1e-30)
             << IsaName(isa) << " token " << t << " row " << r;
@@ -1039,14 +1055,19 @@ INSTANTIATE_TEST_SUITE_P(
                       ScaledCase{DType::kF8E4M3, 9, 40, 4, 8},        // not SIMD-friendly
                       ScaledCase{DType::kF8E4M3, 12, 80, 16, 16},     // 16-wide blocks, tail
                       ScaledCase{DType::kFp4E2M1, 37, 256, 1, 32},
+                      // Past AMX's 64-row blocks, a 6-row tail, a 4-column k tail.
+                      ScaledCase{DType::kF8E4M3, 70, 100, 32, 32},
+                      ScaledCase{DType::kF8E4M3, 8, 100, 32, 32},
+                      ScaledCase{DType::kF8E4M3, 70, 96, 32, 32},
+                      ScaledCase{DType::kFp4E2M1, 70, 80, 1, 32},
                       // Long rows (the panel path's 4-row panels no longer fit in L1).
                       ScaledCase{DType::kF8E4M3, 13, 1300, 128, 128},
                       ScaledCase{DType::kFp4E2M1, 11, 1088, 1, 32}),
     [](const auto& info) {
       const ScaledCase& c = info.param;
       return std::string(c.type == DType::kFp4E2M1 ? "Fp4" : "Fp8") + "_" +
-             std::to_string(c.block_rows) + "x" + std::to_string(c.block_cols) +
-             (c.cols > 512 ? "_" + std::to_string(c.cols) + "cols" : "");
+             std::to_string(c.block_rows) + "x" + std::to_string(c.block_cols) + "_" +
+             std::to_string(c.rows) + "x" + std::to_string(c.cols);
     });
 
 }  // namespace
