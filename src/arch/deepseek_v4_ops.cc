@@ -202,9 +202,12 @@ void FakeQuantFp8(float* x, int64_t n, int64_t block, float amax_floor) {
     float amax = amax_floor;
     for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
     const int e = tensor::PowerOfTwoCeilExponent(amax * (1.0f / 448.0f));
-    for (int64_t i = b0; i < b1; ++i) {
-      x[i] = std::ldexp(tensor::Fp8E4M3ToFp32(tensor::Fp32ToFp8E4M3(std::ldexp(x[i], -e))), e);
-    }
+    // Products with normal powers of two (e is within [-126, 121] here): each rounds once, as
+    // ldexp does, so the bits are ldexp's, without its libm call per element (3% of a V4
+    // prefill profile).
+    const float down = std::ldexp(1.0f, -e), up = std::ldexp(1.0f, e);
+    for (int64_t i = b0; i < b1; ++i)
+      x[i] = tensor::Fp8E4M3ToFp32(tensor::Fp32ToFp8E4M3(x[i] * down)) * up;
   }
 }
 
@@ -214,9 +217,10 @@ void FakeQuantFp4(float* x, int64_t n, int64_t block) {
     float amax = 6.0f * std::ldexp(1.0f, -126);
     for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
     const int e = tensor::PowerOfTwoCeilExponent(amax * (1.0f / 6.0f));
+    const float down = std::ldexp(1.0f, -e), up = std::ldexp(1.0f, e);  // as in FakeQuantFp8
     for (int64_t i = b0; i < b1; ++i) {
-      const float v = std::clamp(std::ldexp(x[i], -e), -6.0f, 6.0f);
-      x[i] = std::ldexp(tensor::Fp4E2M1ToFp32(tensor::Fp32ToFp4E2M1(v)), e);
+      const float v = std::clamp(x[i] * down, -6.0f, 6.0f);
+      x[i] = tensor::Fp4E2M1ToFp32(tensor::Fp32ToFp4E2M1(v)) * up;
     }
   }
 }

@@ -12,7 +12,6 @@
 #include <immintrin.h>
 
 #include <cmath>
-
 #include <cstring>
 #include <vector>
 
