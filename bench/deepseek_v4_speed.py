@@ -102,11 +102,15 @@ def llama_bench(args, prompt: int, gen: int, repeats: int) -> dict:
             "runs": [pp, tg]}
 
 
-def llama_serve_and_bench(args, input_len: int, output_len: int, num_prompts: int) -> dict:
+def llama_serve_and_bench(args, input_len: int, output_len: int, num_prompts: int,
+                          parallel: int = 8, concurrency: str = "1,8") -> dict:
+    """`llama-server --parallel P` (512 tokens of context per slot) driven by `deepinfer bench`
+    at `concurrency`."""
     port = free_port()
     engine = Engine("llama-server", [str(pathlib.Path(args.llama_bin) / "llama-server"), "-m",
                                      args.llama_gguf, "-t", str(args.threads), "-tb",
-                                     str(args.threads), "--parallel", "8", "-c", "4096",
+                                     str(args.threads), "--parallel", str(parallel), "-c",
+                                     str(512 * parallel),
                                      "--no-repack", "--host", "127.0.0.1", "--port", str(port),
                                      "--alias", "ds"], port, "/health")
     try:
@@ -114,7 +118,7 @@ def llama_serve_and_bench(args, input_len: int, output_len: int, num_prompts: in
             out = pathlib.Path(tmp) / "bench.json"
             p = subprocess.run([args.deepinfer, "bench", "--base", engine.base, "--model", "ds",
                                 "--input-len", str(input_len), "--output-len", str(output_len),
-                                "--concurrency", "1,8", "--num-prompts", str(num_prompts),
+                                "--concurrency", concurrency, "--num-prompts", str(num_prompts),
                                 "--no-progress", "--json", str(out)], capture_output=True,
                                text=True)
             if p.returncode != 0:
