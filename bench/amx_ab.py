@@ -5,7 +5,8 @@ next to llama.cpp's llama-server in the same run.
 Two parts, both with the same `deepinfer` binary, the environment variable the only difference:
   generate  `deepinfer generate --random-prompt-tokens P --max-tokens G --ignore-eos --json`,
             --rounds rounds alternating which setting goes first: prefill and decode tokens/s,
-            medians.
+            medians; after them llama.cpp's `llama-bench` on the GGUF (prefill P, decode G after
+            P, --rounds repetitions, --repack 0).
   serving   `deepinfer serve` (AMX on, AMX off) and `llama-server --parallel 16 -c 8192
             --no-repack` (deepseek_v4_speed.llama_serve_and_bench) on the same checkpoint converted by llama.cpp (FP8 -> Q8_0, FP4 ->
             MXFP4; bench/deepseek_v4_speed.py says why --no-repack), each driven by
@@ -29,7 +30,7 @@ import sys
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 from deepseek_speed import generate, serve_and_bench  # noqa: E402
-from deepseek_v4_speed import llama_serve_and_bench  # noqa: E402
+from deepseek_v4_speed import llama_bench, llama_serve_and_bench  # noqa: E402
 from runtime_vs_llamacpp import load_average  # noqa: E402
 
 SETTINGS = {"AMX on": "1", "AMX off": "0"}
@@ -54,6 +55,7 @@ def main() -> None:
         for name in (list(SETTINGS) if r % 2 == 0 else list(SETTINGS)[::-1]):
             os.environ["DEEPINFER_AMX"] = SETTINGS[name]
             results["generate"][name].append(generate(args, model))
+    results["llama_bench"] = llama_bench(args, args.prompt_tokens, args.gen_tokens, args.rounds)
     for name in SETTINGS:
         os.environ["DEEPINFER_AMX"] = SETTINGS[name]
         results["serving"][name] = serve_and_bench(args, model, "8,16", [], 256, 64, 32)
@@ -70,6 +72,8 @@ def main() -> None:
     for name, runs in results["generate"].items():
         print(f"| {name} | {statistics.median(r['prefill_tokens_per_s'] for r in runs):.1f} | "
               f"{statistics.median(r['decode_tokens_per_s'] for r in runs):.2f} |")
+    lb = results["llama_bench"]
+    print(f"| llama.cpp (llama-bench) | {lb['prefill']:.1f} | {lb['decode']:.2f} |")
     print("\nServing, 256-token prompts, 64 output tokens, 32 requests:\n")
     print("| streams | engine | out tok/s | TTFT p50 ms | TPOT p50 ms | load after |")
     print("|---|---|---|---|---|---|")
