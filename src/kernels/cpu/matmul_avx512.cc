@@ -453,29 +453,72 @@ static void Bf16Gemm(const GemmArgs& g) {
 // 2^(scale - 127 + 8) give the exact weights. (A scale of 2^119 or more would overflow here; no
 // finite weight quantizes to one.)
 static inline void Fp8Weights32(const uint8_t* codes, __m512 scale, __m512* lo, __m512* hi) {
+  // Sign-extended, a code shifted left by 7 has its magnitude in bits 7-13 and the sign in bits
+  // 14 and 15: clearing bit 14 leaves the half (one shift and one AND where separate magnitude
+  // and sign paths took five operations; the 4 vector pipes of an AMD Zen 4 were the limit).
   const __m512i v =
-      _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
-  const __m512i half = _mm512_or_si512(
-      _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(0x3f80)),
-      _mm512_and_si512(_mm512_slli_epi16(v, 8), _mm512_set1_epi16(static_cast<int16_t>(0x8000))));
+      _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
+  const __m512i half =
+      _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(static_cast<int16_t>(0xbfff)));
   *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(half)), scale);
   *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1)), scale);
 }
 
 static inline __m512 Fp8Scale(uint8_t b) { return _mm512_set1_ps(E8M0Value(b) * 256.0f); }
 
-// 32 FP4 codes (16 bytes) -> the 16 even and the 16 odd elements, exact, times `scale`.
-static inline void Fp4Weights32(const uint8_t* bytes, __m512 scale, __m512* even, __m512* odd) {
-  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3,
-                                      -4, -6);
-  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
-  *even = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f)), table),
-                        scale);
-  *odd = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), scale);
+// A row's E8M0 scales as f32 times `mul` (E8M0Value(b) * mul: the same bits), 16 at a time. The
+// decode tiles then broadcast each from memory, a load and no ALU work per block; computing
+// E8M0Value per row and block in the loop was scalar work on every 32 weights.
+static void ScaleFloats(const uint8_t* sc, int64_t n, float mul, float* out) {
+  const __m512 m = _mm512_set1_ps(mul);
+  int64_t b = 0;
+  for (; b + 16 <= n; b += 16) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + b)));
+    // 2^(b - 127) is b << 23 for b >= 1, and the denormal 2^-127 for b = 0.
+    const __m512i bits = _mm512_mask_mov_epi32(_mm512_slli_epi32(v, 23), _mm512_testn_epi32_mask(v, v),
+                                               _mm512_set1_epi32(0x00400000));
+    _mm512_storeu_ps(out + b, _mm512_mul_ps(_mm512_castsi512_ps(bits), m));
+  }
+  for (; b < n; ++b) out[b] = E8M0Value(sc[b]) * mul;
 }
 
+// R rows' scale floats (ScaleFloats of their scale rows, times 256 for FP8's half trick, 1 for
+// FP4) in `buf` (room for R * g.scale_cols); rows of one block share theirs.
+template <bool kFp4, int R>
+static inline void RowScaleFloats(const GemmArgs& g, int64_t r0, float* buf, const float* sf[R]) {
+  const uint8_t* prev = nullptr;
+  for (int r = 0; r < R; ++r) {
+    const uint8_t* sc = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
+    if (sc == prev) {
+      sf[r] = sf[r - 1];
+      continue;
+    }
+    ScaleFloats(sc, g.scale_cols, kFp4 ? 1.0f : 256.0f, buf + r * g.scale_cols);
+    sf[r] = buf + r * g.scale_cols;
+    prev = sc;
+  }
+}
+
+// The 16 E2M1 values times a block's scale 2^(b - 127): exact (a power of two), so looking codes
+// up in it gives the same bits as scaling each looked-up value, for one multiply per 32 weights
+// instead of two.
+static inline __m512 Fp4Table(__m512 scale) {
+  const __m512 table = _mm512_setr_ps(0, 0.5f, 1, 1.5f, 2, 3, 4, 6, 0, -0.5f, -1, -1.5f, -2, -3,
+                                      -4, -6);
+  return _mm512_mul_ps(table, scale);
+}
+
+// 32 FP4 codes (16 bytes) -> the 16 even and the 16 odd elements of `table` (Fp4Table).
+static inline void Fp4Weights32(const uint8_t* bytes, __m512 table, __m512* even, __m512* odd) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+  *even = _mm512_permutexvar_ps(_mm512_and_si512(v, _mm512_set1_epi32(0x0f)), table);
+  *odd = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+}
+
+// sf: the rows' scale floats (RowScaleFloats).
 template <int R, int T>
-static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0, bool prefetch) {
+static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0, const float* const* sf,
+                           bool prefetch) {
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
@@ -495,7 +538,7 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0, bool prefe
     __m512 lo[R], hi[R];
     if (prefetch && i % 64 == 0) PrefetchAhead<R>(g, rows, i);
     const int64_t b = i / g.scale_block_cols;
-    for (int r = 0; r < R; ++r) Fp8Weights32(rows[r] + i, Fp8Scale(scales[r][b]), &lo[r], &hi[r]);
+    for (int r = 0; r < R; ++r) Fp8Weights32(rows[r] + i, _mm512_set1_ps(sf[r][b]), &lo[r], &hi[r]);
     for (int t = 0; t < T; ++t) {
       const __m512 x0 = _mm512_loadu_ps(xs[t] + i), x1 = _mm512_loadu_ps(xs[t] + i + 16);
       for (int r = 0; r < R; ++r) {
@@ -508,8 +551,8 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0, bool prefe
     __m512 lo[R], hi[R], unused;
     if (prefetch && i % 64 == 0) PrefetchAhead<R>(g, rows, i);
     for (int r = 0; r < R; ++r) {
-      Fp8Weights32(rows[r] + i, Fp8Scale(scales[r][i / g.scale_block_cols]), &lo[r], &unused);
-      Fp8Weights32(rows[r] + i, Fp8Scale(scales[r][(i + 16) / g.scale_block_cols]), &unused,
+      Fp8Weights32(rows[r] + i, _mm512_set1_ps(sf[r][i / g.scale_block_cols]), &lo[r], &unused);
+      Fp8Weights32(rows[r] + i, _mm512_set1_ps(sf[r][(i + 16) / g.scale_block_cols]), &unused,
                    &hi[r]);
     }
     for (int t = 0; t < T; ++t) {
@@ -533,16 +576,13 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0, bool prefe
 }
 
 template <int R, int T>
-static inline void Fp4Tile(const GemmArgs& g, int64_t r0, int64_t t0, bool prefetch) {
+static inline void Fp4Tile(const GemmArgs& g, int64_t r0, int64_t t0, const float* const* sf,
+                           bool prefetch) {
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
     for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
   const uint8_t* rows[R];
-  const uint8_t* scales[R];
-  for (int r = 0; r < R; ++r) {
-    rows[r] = g.w + (r0 + r) * g.w_row_bytes;
-    scales[r] = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
-  }
+  for (int r = 0; r < R; ++r) rows[r] = g.w + (r0 + r) * g.w_row_bytes;
   const float* xs[T];
   for (int t = 0; t < T; ++t) xs[t] = reinterpret_cast<const float*>(g.a + (t0 + t) * g.a_row_bytes);
   for (int64_t i = 0; i < g.k; i += 32) {  // k % 32 == 0: one scale per 32 along the row
@@ -550,7 +590,7 @@ static inline void Fp4Tile(const GemmArgs& g, int64_t r0, int64_t t0, bool prefe
     if (prefetch && i % 128 == 0) PrefetchAhead<R>(g, rows, i / 2);
     const int64_t b = i / g.scale_block_cols;
     for (int r = 0; r < R; ++r) {
-      Fp4Weights32(rows[r] + i / 2, _mm512_set1_ps(E8M0Value(scales[r][b])), &even[r], &odd[r]);
+      Fp4Weights32(rows[r] + i / 2, Fp4Table(_mm512_set1_ps(sf[r][b])), &even[r], &odd[r]);
     }
     for (int t = 0; t < T; ++t) {
       const __m512 xe = _mm512_loadu_ps(xs[t] + i), xo = _mm512_loadu_ps(xs[t] + i + 16);
@@ -581,8 +621,8 @@ static void DecodePanel(const GemmArgs& g, int64_t r0, float* panel) {
     for (; i + 32 <= g.k; i += 32) {
       if constexpr (kFp4) {
         __m512 even, odd;
-        Fp4Weights32(row + i / 2, _mm512_set1_ps(E8M0Value(sc[i / g.scale_block_cols])), &even,
-                     &odd);
+        Fp4Weights32(row + i / 2, Fp4Table(_mm512_set1_ps(E8M0Value(sc[i / g.scale_block_cols]))),
+                     &even, &odd);
         _mm512_storeu_ps(out + i, even);
         _mm512_storeu_ps(out + i + 16, odd);
       } else {
@@ -634,6 +674,9 @@ static inline void PanelTile(const GemmArgs& g, const float* panel, int64_t r0, 
 template <bool kFp4>
 static void ScaledGemm(const GemmArgs& g) {
   thread_local std::vector<float> panel;
+  thread_local std::vector<float> scale_buf;
+  if (static_cast<int64_t>(scale_buf.size()) < 4 * g.scale_cols) scale_buf.resize(4 * g.scale_cols);
+  const float* sf[4];
   for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
     const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
     int64_t r = g.row_begin;
@@ -648,21 +691,24 @@ static void ScaledGemm(const GemmArgs& g) {
         for (; t + 4 <= te; t += 4) PanelTile<4>(g, panel.data(), r, t);
         for (; t < te; ++t) PanelTile<1>(g, panel.data(), r, t);
       } else if constexpr (kFp4) {
-        for (; t + 4 <= te; t += 4) Fp4Tile<4, 4>(g, r, t, t == tc);
-        for (; t + 2 <= te; t += 2) Fp4Tile<4, 2>(g, r, t, t == tc);
-        for (; t < te; ++t) Fp4Tile<4, 1>(g, r, t, t == tc);
+        RowScaleFloats<kFp4, 4>(g, r, scale_buf.data(), sf);
+        for (; t + 4 <= te; t += 4) Fp4Tile<4, 4>(g, r, t, sf, t == tc);
+        for (; t + 2 <= te; t += 2) Fp4Tile<4, 2>(g, r, t, sf, t == tc);
+        for (; t < te; ++t) Fp4Tile<4, 1>(g, r, t, sf, t == tc);
       } else {
-        for (; t + 4 <= te; t += 4) Fp8Tile<4, 4>(g, r, t, t == tc);
-        for (; t + 2 <= te; t += 2) Fp8Tile<4, 2>(g, r, t, t == tc);
-        for (; t < te; ++t) Fp8Tile<4, 1>(g, r, t, t == tc);
+        RowScaleFloats<kFp4, 4>(g, r, scale_buf.data(), sf);
+        for (; t + 4 <= te; t += 4) Fp8Tile<4, 4>(g, r, t, sf, t == tc);
+        for (; t + 2 <= te; t += 2) Fp8Tile<4, 2>(g, r, t, sf, t == tc);
+        for (; t < te; ++t) Fp8Tile<4, 1>(g, r, t, sf, t == tc);
       }
     }
     for (; r < g.row_end; ++r) {
+      RowScaleFloats<kFp4, 1>(g, r, scale_buf.data(), sf);
       for (int64_t t = tc; t < te; ++t) {
         if constexpr (kFp4) {
-          Fp4Tile<1, 1>(g, r, t, false);
+          Fp4Tile<1, 1>(g, r, t, sf, false);
         } else {
-          Fp8Tile<1, 1>(g, r, t, false);
+          Fp8Tile<1, 1>(g, r, t, sf, false);
         }
       }
     }
