@@ -100,7 +100,8 @@ void AttendSharedKv(const float* q, int64_t heads, const float* const* keys, int
                     int64_t dim, float scale, const float* sinks, float* scratch, float* out) {
   // Entry-major: each shared key/value is read once for all heads while it is hot.
   for (int64_t e = 0; e < n; ++e) {
-    for (int64_t h = 0; h < heads; ++h) scratch[h * n + e] = kernels::Dot(q + h * dim, keys[e], dim) * scale;
+    kernels::DotRows(q, heads, dim, keys[e], dim, scratch + e, n);
+    for (int64_t h = 0; h < heads; ++h) scratch[h * n + e] *= scale;
   }
   std::fill(out, out + heads * dim, 0.0f);
   for (int64_t h = 0; h < heads; ++h) {
@@ -114,9 +115,7 @@ void AttendSharedKv(const float* q, int64_t heads, const float* const* keys, int
     }
     for (int64_t e = 0; e < n; ++e) sc[e] /= den;
   }
-  for (int64_t e = 0; e < n; ++e) {
-    for (int64_t h = 0; h < heads; ++h) kernels::Axpy(scratch[h * n + e], keys[e], out + h * dim, dim);
-  }
+  kernels::WeightedSumRows(scratch, n, keys, n, out, heads, dim, dim);
 }
 
 float SqrtSoftplus(float x) {

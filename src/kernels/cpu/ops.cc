@@ -3,10 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+
 #include "kernels/cpu/isa_dispatch.h"
+#include "kernels/cpu/vector_ext.h"
 #include "kernels/cpu/quant.h"
 
 namespace deepinfer::kernels {
+
+using internal::LoadV;
+using internal::StoreV;
 
 // The loops below run in one copy per ISA, chosen per call from ActiveIsa() (isa_dispatch.h):
 // target("avx512f") for kAvx512, target("avx2") for kAvx2 and the baseline for kScalar, the
@@ -32,6 +37,77 @@ DI_ALWAYS_INLINE float DotBody(const float* a, const float* b, int64_t n) {
 template <Isa>
 DI_ALWAYS_INLINE void AxpyBody(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// DotBody for kDotGroup rows at once: each row's 16 partial sums, tail and final sum are
+// DotBody's, in its order, so the results are its bits; the rows' chains of multiply-adds are
+// independent and overlap, where one Dot call waits on its single chain. The 16 partial sums are
+// a 16-float vector: one zmm register in the AVX-512 copy, where GCC contracts the multiply-add
+// into an FMA as it does Dot's loop, and two or four registers in the others (multiply, then add:
+// their targets have no FMA). OpsTest.DotRowsAndWeightedSumRowsGiveTheCallsBits checks the bits.
+constexpr int kDotGroup = 4;
+typedef float V16 __attribute__((vector_size(64)));
+
+template <Isa isa>
+DI_ALWAYS_INLINE void DotRowsBody(const float* a, int64_t rows, int64_t a_stride, const float* b,
+                                  int64_t n, float* out, int64_t out_stride) {
+  int64_t r = 0;
+  for (; r + kDotGroup <= rows; r += kDotGroup) {
+    const float* ar[kDotGroup];
+    for (int h = 0; h < kDotGroup; ++h) ar[h] = a + (r + h) * a_stride;
+    V16 acc[kDotGroup] = {};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const V16 bi = LoadV<V16>(b + i);
+      for (int h = 0; h < kDotGroup; ++h) acc[h] += LoadV<V16>(ar[h] + i) * bi;
+    }
+    for (int h = 0; h < kDotGroup; ++h) {
+      float s = 0;
+      for (int64_t j = i; j < n; ++j) s += ar[h][j] * b[j];
+      for (int k = 0; k < 16; ++k) s += acc[h][k];
+      out[(r + h) * out_stride] = s;
+    }
+  }
+  for (; r < rows; ++r) out[r * out_stride] = DotBody<isa>(a + r * a_stride, b, n);
+}
+
+// AxpyBody over the vectors x[0..n) in order, for kDotGroup rows of y at once, a block of 16
+// columns held in registers while every x passes: each element takes the same multiply-adds in
+// the same order as n AxpyBody calls, without storing and reloading y between them.
+template <Isa>
+DI_ALWAYS_INLINE void WeightedSumRowsBody(const float* w, int64_t w_stride,
+                                          const float* const* x, int64_t n, float* y,
+                                          int64_t rows, int64_t y_stride, int64_t dim) {
+  int64_t h = 0;
+  for (; h + kDotGroup <= rows; h += kDotGroup) {
+    float* yr[kDotGroup];
+    const float* wr[kDotGroup];
+    for (int g = 0; g < kDotGroup; ++g) {
+      yr[g] = y + (h + g) * y_stride;
+      wr[g] = w + (h + g) * w_stride;
+    }
+    int64_t i = 0;
+    for (; i + 16 <= dim; i += 16) {
+      V16 acc[kDotGroup];
+      for (int g = 0; g < kDotGroup; ++g) acc[g] = LoadV<V16>(yr[g] + i);
+      for (int64_t e = 0; e < n; ++e) {
+        const V16 xe = LoadV<V16>(x[e] + i);
+        for (int g = 0; g < kDotGroup; ++g) acc[g] += wr[g][e] * xe;
+      }
+      for (int g = 0; g < kDotGroup; ++g) StoreV(yr[g] + i, acc[g]);
+    }
+    for (int g = 0; g < kDotGroup; ++g) {
+      for (int64_t e = 0; e < n; ++e) {
+        for (int64_t j = i; j < dim; ++j) yr[g][j] += wr[g][e] * x[e][j];
+      }
+    }
+  }
+  for (; h < rows; ++h) {
+    for (int64_t e = 0; e < n; ++e) {
+      const float wg = w[h * w_stride + e];
+      for (int64_t j = 0; j < dim; ++j) y[h * y_stride + j] += wg * x[e][j];
+    }
+  }
 }
 
 template <Isa>
@@ -70,6 +146,14 @@ DI_ALWAYS_INLINE int32_t ArgMaxBody(const float* x, int64_t n) {
 
 DI_OPS_DISPATCH(float, Dot, (const float* a, const float* b, int64_t n), (a, b, n))
 DI_OPS_DISPATCH(void, Axpy, (float a, const float* x, float* y, int64_t n), (a, x, y, n))
+DI_OPS_DISPATCH(void, DotRows,
+                (const float* a, int64_t rows, int64_t a_stride, const float* b, int64_t n,
+                 float* out, int64_t out_stride),
+                (a, rows, a_stride, b, n, out, out_stride))
+DI_OPS_DISPATCH(void, WeightedSumRows,
+                (const float* w, int64_t w_stride, const float* const* x, int64_t n, float* y,
+                 int64_t rows, int64_t y_stride, int64_t dim),
+                (w, w_stride, x, n, y, rows, y_stride, dim))
 DI_OPS_DISPATCH(void, AddInPlace, (float* y, const float* x, int64_t n), (y, x, n))
 DI_OPS_DISPATCH(void, RmsNorm,
                 (const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,

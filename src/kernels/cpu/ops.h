@@ -43,6 +43,19 @@ float Dot(const float* a, const float* b, int64_t n);
 // y += a * x. Shapes: x, y [n].
 void Axpy(float a, const float* x, float* y, int64_t n);
 
+// out[r * out_stride] = Dot(a + r * a_stride, b, n) for r in [0, rows): the same bits as the
+// separate calls, several rows at a time (one Dot waits on its own chain of multiply-adds).
+// Shapes: a [rows] rows of n f32 at a_stride; b [n]. Threads: any (no shared state).
+void DotRows(const float* a, int64_t rows, int64_t a_stride, const float* b, int64_t n,
+             float* out, int64_t out_stride);
+
+// For r in [0, rows) and e in [0, n) in order: Axpy(w[r * w_stride + e], x[e], y + r * y_stride,
+// dim), the same bits as those calls, with y's rows kept in registers across the x's (MQA-style
+// attention's weighted sum of shared values). Shapes: w [rows] rows of n f32; x[n] -> [dim];
+// y [rows] rows of dim f32 (distinct from x and w). Threads: any.
+void WeightedSumRows(const float* w, int64_t w_stride, const float* const* x, int64_t n, float* y,
+                     int64_t rows, int64_t y_stride, int64_t dim);
+
 // Writes embedding rows for `ids` as f32, dequantizing from the table's dtype.
 // Shapes: table [vocab, hidden] any supported dtype; ids [num_tokens]; out [num_tokens, hidden].
 // REQUIRES: every id in [0, vocab) (callers validate token ids at the boundary).

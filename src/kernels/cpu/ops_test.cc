@@ -1,9 +1,12 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/isa_test_util.h"
 
 namespace deepinfer::kernels {
 namespace {
@@ -58,6 +61,43 @@ TEST(OpsTest, DotAndAxpyHandleTails) {
   EXPECT_NEAR(Dot(a.data(), b.data(), 37), ref, 1e-3);
   Axpy(2.0f, a.data(), y.data(), 37);
   EXPECT_FLOAT_EQ(y[36], 1.0f + 36.0f);
+}
+
+// DotRows and WeightedSumRows promise the bits of the Dot / Axpy calls they replace, under every
+// ISA copy (each contracts multiply-adds as its Dot and Axpy do): row counts below, at and past
+// the group of 4, lengths with and without a tail past the 16-float blocks.
+TEST(OpsTest, DotRowsAndWeightedSumRowsGiveTheCallsBits) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (Isa isa : CpuIsas()) {
+    SetIsaForTest(isa);
+    for (int64_t rows : {1, 3, 4, 5, 8, 9}) {
+      for (int64_t dim : {3, 16, 37, 512}) {
+        const int64_t n = 11;  // vectors (keys)
+        std::vector<float> q(rows * dim), keys(n * dim), w(rows * n);
+        for (float& v : q) v = nd(rng);
+        for (float& v : keys) v = nd(rng);
+        for (float& v : w) v = nd(rng);
+        std::vector<const float*> kp(n);
+        for (int64_t e = 0; e < n; ++e) kp[e] = keys.data() + e * dim;
+        std::vector<float> got(rows * n), want(rows * n);
+        for (int64_t e = 0; e < n; ++e) {
+          DotRows(q.data(), rows, dim, kp[e], dim, got.data() + e, n);
+          for (int64_t r = 0; r < rows; ++r) want[r * n + e] = Dot(q.data() + r * dim, kp[e], dim);
+        }
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << "DotRows isa " << static_cast<int>(isa) << " rows " << rows << " dim " << dim;
+        std::vector<float> y(rows * dim, 0.25f), y_want(rows * dim, 0.25f);
+        WeightedSumRows(w.data(), n, kp.data(), n, y.data(), rows, dim, dim);
+        for (int64_t e = 0; e < n; ++e) {
+          for (int64_t r = 0; r < rows; ++r) Axpy(w[r * n + e], kp[e], y_want.data() + r * dim, dim);
+        }
+        EXPECT_EQ(std::memcmp(y.data(), y_want.data(), y.size() * 4), 0)
+            << "WeightedSumRows isa " << static_cast<int>(isa) << " rows " << rows << " dim " << dim;
+      }
+    }
+  }
+  SetIsaForTest(DetectIsa());
 }
 
 TEST(OpsTest, SiluMulMatchesDefinition) {
