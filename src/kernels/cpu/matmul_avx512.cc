@@ -489,7 +489,7 @@ static inline void RowScaleFloats(const GemmArgs& g, int64_t r0, float* buf, con
   const uint8_t* prev = nullptr;
   for (int r = 0; r < R; ++r) {
     const uint8_t* sc = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
-    if (sc == prev) {
+    if (r > 0 && sc == prev) {
       sf[r] = sf[r - 1];
       continue;
     }
