@@ -192,7 +192,7 @@ TEST(DeepseekV41ConsistencyTest, ChunksPrefixHitsAndBatchingChangeNothing) {
 }
 
 // The released formats (FP8 attention, FP4 experts): their kernels too (AMX tiles included,
-// where the ctest entry deepseek_v41_consistency_amx turns them on) give a token the same bits
+// where the ctest entry deepseek_v41_amx turns them on) give a token the same bits
 // whatever the chunk and the batch.
 TEST(DeepseekV41ConsistencyTest, Fp8Fp4ChunksAndBatchingChangeNothing) {
   ExpectChunksAndBatchingChangeNothing("v41_full_fp8", 2, {1, 3, 7, 17});

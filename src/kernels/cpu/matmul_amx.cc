@@ -62,13 +62,6 @@ void Configure(int64_t tokens) {
   _tile_loadconfig(&c);
 }
 
-// bf16 bits of an f32 that bf16 holds exactly (its low 16 bits are zero).
-inline uint16_t ExactBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-
 // Decoding a k tile of a row (32 codes) into 32 bf16. Both formats are built as bf16 bit
 // patterns with integer operations (the float route, through half-to-float conversions,
 // multiplies and VCVTNE2PS2BF16, ran at half the rate, and decode is what a one-token step waits
@@ -161,7 +154,7 @@ inline void DecodeExact32(const GemmArgs& g, const uint8_t* row, const uint8_t* 
     }
     const float v = kFp4 ? kFp4Values[(row[k / 2] >> (4 * (k % 2))) & 15]
                          : tensor::Fp8E4M3ToFp32(row[k]);
-    out[i] = ExactBf16(v * E8M0Value(sc[k / g.scale_block_cols]));
+    out[i] = tensor::Fp32ToBf16(v * E8M0Value(sc[k / g.scale_block_cols]));  // exact: no rounding
   }
 }
 
