@@ -262,13 +262,16 @@ BENCHMARK(BM_PagedAttendDecodeGqa4Head64)->Arg(1024)->Arg(8192)->UseRealTime()->
 // ratio-1 index source: 640-float entries, the index key after the 512-float compressed entry, in
 // blocks of 16 slots not in address order), for arg 0 keys and arg 1 tokens (1: a decode step,
 // 16: one prefill tile), single-threaded. Arg 2 picks the path: 1 scores in place
-// (kernels::IndexScores, what LightningIndexer::Score runs), 0 the earlier path kept here as the
-// reference: gather the keys into a dense matrix, MatMul, then sum the heads per entry. GB/s
-// counts the key bytes a step needs (each key once).
+// (kernels::IndexScores, what LightningIndexer::Score runs without QAT numerics), 2 the same over
+// FP4 keys and queries packed in place (kernels::IndexScoresFp4, what it runs under DeepSeek's QAT
+// numerics), 0 the earlier path kept here as the reference: gather the keys into a dense matrix,
+// MatMul, then sum the heads per entry. GB/s counts the float key bytes a step needs (each key
+// once), for every path alike, so that it compares their speeds.
 void BM_IndexScoreV41(benchmark::State& state) {
   const int64_t V = state.range(0);
   const int n = static_cast<int>(state.range(1));
-  const bool in_place = state.range(2) != 0;
+  const int path = static_cast<int>(state.range(2));
+  const bool in_place = path != 0, fp4 = path == 2;
   const int ih = 32, ihd = 128, bs = 16;
   const int64_t slot = 640, off = 512, blocks = (V + bs - 1) / bs;
   std::vector<float> cache(static_cast<size_t>(blocks * bs * slot));
@@ -281,11 +284,32 @@ void BM_IndexScoreV41(benchmark::State& state) {
   std::vector<int32_t> table(static_cast<size_t>(blocks));
   for (int64_t b = 0; b < blocks; ++b) table[b] = static_cast<int32_t>(blocks - 1 - b);
   auto key = [&](int64_t j) { return cache.data() + (table[j / bs] * bs + j % bs) * slot + off; };
+  if (fp4) {
+    // FP4 E2M1 values with a power-of-two scale per 32 (as FakeQuantFp4 leaves them), the keys
+    // packed in place.
+    static constexpr float kE2m1[] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    std::uniform_int_distribution<int> code(0, 15), exp(-2, 2);
+    auto fp4_values = [&](float* x, int64_t count) {
+      int e = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        if (i % 32 == 0) e = exp(rng);
+        const int c = code(rng);
+        x[i] = std::ldexp(c & 8 ? -kE2m1[c & 7] : kE2m1[c & 7], e);
+      }
+    };
+    fp4_values(q.data(), static_cast<int64_t>(q.size()));
+    for (int64_t j = 0; j < V; ++j) {
+      float* k = key(j);
+      fp4_values(k, ihd);
+      PackFp4IndexKey(k, ihd, reinterpret_cast<uint8_t*>(k));
+    }
+  }
+  auto key_fp4 = [&](int64_t j) { return reinterpret_cast<const uint8_t*>(key(j)); };
   const float qscale = 1.0f / std::sqrt(static_cast<float>(ihd));
   util::ThreadPool pool(1);
   std::vector<float> score(static_cast<size_t>(n) * V);
   // The in-place path's packed queries; the reference's dense keys and per-head scores.
-  const int64_t qf = IndexQueryFloats(ih, ihd);
+  const int64_t qf = fp4 ? IndexQueryFp4Floats(ih, ihd) : IndexQueryFloats(ih, ihd);
   std::vector<float> packed(static_cast<size_t>(n * qf));
   std::vector<float> dense, heads;
   if (!in_place) {
@@ -293,7 +317,19 @@ void BM_IndexScoreV41(benchmark::State& state) {
     heads.resize(static_cast<size_t>(n) * ih * V);
   }
   for (auto _ : state) {
-    if (in_place) {
+    if (fp4) {
+      for (int i = 0; i < n; ++i) {
+        PackIndexQueryFp4(q.data() + int64_t{i} * ih * ihd, w.data() + i * ih, qscale, ih, ihd,
+                          packed.data() + i * qf);
+      }
+      for (int64_t j = 0; j < V; j += bs) {
+        const bool last = j + bs >= V;
+        IndexScoresFp4(packed.data(), n, ih, ihd, key_fp4(j), slot * 4,
+                       std::min<int64_t>(bs, V - j), score.data() + j, V,
+                       last ? nullptr : key_fp4(j + bs),
+                       last ? 0 : std::min<int64_t>(bs, V - j - bs));
+      }
+    } else if (in_place) {
       for (int i = 0; i < n; ++i) {
         PackIndexQuery(q.data() + int64_t{i} * ih * ihd, w.data() + i * ih, qscale, ih, ihd,
                        packed.data() + i * qf);
@@ -324,13 +360,16 @@ void BM_IndexScoreV41(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(score.data());
   }
-  state.SetLabel(std::string(in_place ? "in place " : "gather+matmul ") + IsaName(ActiveIsa()));
+  state.SetLabel(std::string(fp4        ? "in place, FP4 packed "
+                             : in_place ? "in place "
+                                        : "gather+matmul ") +
+                 IsaName(ActiveIsa()));
   state.counters["GB/s"] = benchmark::Counter(
       static_cast<double>(V) * ihd * sizeof(float) * static_cast<double>(state.iterations()),
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_IndexScoreV41)
-    ->ArgsProduct({{4096, 65536}, {1, 16}, {0, 1}})
+    ->ArgsProduct({{4096, 65536}, {1, 16}, {0, 1, 2}})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -230,6 +231,10 @@ class CausalLm {
   // The arithmetic a model runs with unless told otherwise: kFast, or kDeepseekQat for a
   // DeepSeek-V4 checkpoint in the released (FP8 / FP4) formats.
   virtual Numerics default_numerics() const { return Numerics::kFast; }
+  // How the cache holds values in other than the dtype's elements under the numerics set now
+  // (empty: it does not), e.g. "fp4-index-keys". Prefix checkpoints and P/D record it with the
+  // numerics, so a cache written one way is never read the other.
+  virtual std::string kv_packing() const { return ""; }
 
   // The checkpoint's speculative-draft heads, or null when it has none (arch/causal_lm.h's
   // DraftHeads). The heads live as long as this object.

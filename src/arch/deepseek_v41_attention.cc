@@ -149,6 +149,9 @@ void Csa2Attention::Compress(const Csa2Layer& L, int l, const ForwardBatch& batc
     std::memcpy(key, ikey_.data() + g * ihd, ihd * sizeof(float));
     RopeInterleaved(key + ihd - cfg.rope_dim, cs_.data(), cs_.data() + half, half, false);
     if (qat && ihd % 32 == 0) FakeQuantFp4(key, ihd, 32);
+    if (PackedIndexKeys(qat, ihd)) {
+      kernels::PackFp4IndexKey(key, static_cast<int>(ihd), reinterpret_cast<uint8_t*>(key));
+    }
     std::memcpy(entry, latent_.data() + g * hd, hd * sizeof(float));
     RopeInterleaved(entry + hd - cfg.rope_dim, cs_.data(), cs_.data() + half, half, false);
     if (qat && hd % 16 == 0) FakeQuantFp4E4M3Scale(entry, hd, 16);
@@ -188,7 +191,8 @@ void Csa2Attention::Select(const Csa2Layer& L, const ForwardBatch& batch,
     // Per thread: V entry scores, then (candidate source) the block scores after them.
     const int64_t scratch = V + (V + bs - 1) / bs + 1;
     indexer_.Score(
-        s, V, ih, ihd, L.ratio, /*first=*/0, /*min_visible=*/0, scratch, positions,
+        s, V, ih, ihd, PackedIndexKeys(qat, ihd), L.ratio, /*first=*/0, /*min_visible=*/0, scratch,
+        positions,
         [&](int64_t j) { return entries_[L.kv_src].IndexKeys(kv, s, j, cfg_->head_dim); },
         [&](int64_t t, int64_t j) {
           // A source inside the candidates reads only their scores.

@@ -136,6 +136,18 @@ TEST(DeepseekV41ParityTest, FullCaseInReleaseFormatsMatchesTheReference) {
   ExpectFullCaseParity("v41_full_fp8");
 }
 
+// Under QAT the cache keeps index keys packed (dsv4::PackedIndexKeys), and says so, so that
+// checkpoints and P/D tell such a cache from one of float keys; with fast numerics it does not.
+// The parity tests above run the packed path (qat) and the float one (noqat).
+TEST(DeepseekV41LoadTest, QatNumericsPackTheIndexKeys) {
+  LOAD_OR_SKIP(g, "v41_full");
+  ASSERT_TRUE(g.lm->SetNumerics(Numerics::kDeepseekQat));
+  EXPECT_EQ(g.lm->kv_packing(), "fp4-index-keys");
+  ASSERT_TRUE(g.lm->SetNumerics(Numerics::kFast));
+  EXPECT_EQ(g.lm->kv_packing(), "");
+  ASSERT_TRUE(g.lm->SetNumerics(Numerics::kDeepseekQat));
+}
+
 // transformers saves V4.1 under its module tree: the release's names with "model." in front
 // (lm_head.weight at the top). The same recipe under those names gives the same logits.
 TEST(DeepseekV41LoadTest, TransformersPrefixedNamesLoadAsTheNativeOnes) {

@@ -136,6 +136,9 @@ void CompressedAttention::EmitEntries(const CompressedAttentionLayer& L, const C
     RopeInterleaved(out + dim - cfg_->rope_dim, cs, sn, cfg_->rope_dim / 2, /*inverse=*/false);
     if (index_keys) {
       QuantizeIndex(out, qat);
+      if (PackedIndexKeys(qat, dim)) {
+        kernels::PackFp4IndexKey(out, static_cast<int>(dim), reinterpret_cast<uint8_t*>(out));
+      }
     } else {
       QuantizeKv(out, dim, qat);
     }
@@ -167,8 +170,8 @@ void CompressedAttention::SelectIndexed(const CompressedAttentionLayer& L,
     const int32_t first = std::max<int32_t>(0, static_cast<int32_t>((K + 1) * L.ratio - 1) -
                                                     s.start_pos);
     indexer_.Score(
-        s, V, ih, ihd, L.ratio, first, static_cast<int32_t>(K), V, positions,
-        [&](int64_t j) { return entries.IndexKeys(kv, s, j, cfg_->head_dim); },
+        s, V, ih, ihd, PackedIndexKeys(qat, ihd), L.ratio, first, static_cast<int32_t>(K), V,
+        positions, [&](int64_t j) { return entries.IndexKeys(kv, s, j, cfg_->head_dim); },
         [](int64_t, int64_t) { return true; },
         [&](int64_t t, int32_t visible, const float* score, int32_t* order) {
           for (int32_t j = 0; j < visible; ++j) order[j] = j;

@@ -32,6 +32,15 @@
 
 namespace deepinfer::arch::dsv4 {
 
+// Whether the cache keeps index keys packed (kernels::PackFp4IndexKey, in place of their
+// index_head_dim floats) and the indexer scores them in integers (kernels::IndexScoresFp4): under
+// QAT numerics, where keys and queries are FP4 per 32 (FakeQuantFp4), when whole blocks of 32
+// tile them. Same scores as the float kernel wherever its sums are exact (index_score.h), at a
+// third of the bytes read and about a third of the instructions.
+inline bool PackedIndexKeys(bool qat, int64_t index_head_dim) {
+  return qat && index_head_dim % 32 == 0 && index_head_dim <= 1024;
+}
+
 // What the V4 and V4.1 forward passes share as a CausalLm: the model and its config, the tensor
 // schema (block-scaled FP8 / FP4 matrices allowed), the main cache's slot size, and the switch
 // between fast and QAT numerics (Numerics::kDeepseekQat: the reference's fake quantization).
@@ -49,6 +58,10 @@ class DeepseekV4Base : public CausalLm {
     if (numerics != Numerics::kFast && numerics != Numerics::kDeepseekQat) return false;
     qat_ = numerics == Numerics::kDeepseekQat;
     return true;
+  }
+  // Under QAT the index keys are FP4 and kept packed (PackedIndexKeys).
+  std::string kv_packing() const override {
+    return PackedIndexKeys(qat_, ds_.index_head_dim) ? "fp4-index-keys" : "";
   }
 
  protected:
@@ -234,9 +247,11 @@ class LightningIndexer {
   // (positions[t] + 1) / ratio exceeds min_visible gets score[0, visible) and a call
   // select(t, visible, score, order) with `scratch` floats of score (its own; select may write
   // past visible) and `scratch` int32s of order (its thread's).
-  // keys(j) -> IndexKeyRun: entry j's index key (ihd floats) and how many entries from j on
-  // follow it at a constant stride; Score reads them where they are (no copy), kTokens tokens at
-  // a time sharing each key read, the keys split over the pool's threads.
+  // keys(j) -> IndexKeyRun: entry j's index key (ihd floats, or with fp4 its packed bytes in
+  // their place: PackedIndexKeys) and how many entries from j on follow it at a constant stride;
+  // Score reads them where they are (no copy), kTokens tokens at a time sharing each key read,
+  // the keys split over the pool's threads. fp4: the queries are FP4 too (quantize in Queries)
+  // and both are scored in integers (kernels::IndexScoresFp4).
   // want(t, j) -> bool (asked for any j < V): whether token t's select reads score[j]; a key no
   // token of a tile wants is not read (a later V4.1 index source scores only inside its candidate
   // blocks), and its scores are left undefined.
@@ -245,9 +260,9 @@ class LightningIndexer {
   // Cost: per kTokens tokens, one pass over the wanted visible keys (ih x ihd multiply-adds per
   //   key and token); select runs per token on the pool.
   template <typename Keys, typename Want, typename Select>
-  void Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, int ratio, int32_t first,
-             int32_t min_visible, int64_t scratch, const int32_t* positions, Keys&& keys,
-             Want&& want, Select&& select, util::ThreadPool& pool);
+  void Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, bool fp4, int ratio,
+             int32_t first, int32_t min_visible, int64_t scratch, const int32_t* positions,
+             Keys&& keys, Want&& want, Select&& select, util::ThreadPool& pool);
 
  private:
   static constexpr int64_t kTokens = 16;
@@ -359,14 +374,16 @@ void SharedKvAttention::Attend(const AttentionLayer& w, int64_t T, int64_t heads
 }
 
 template <typename Keys, typename Want, typename Select>
-void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, int ratio,
-                             int32_t first, int32_t min_visible, int64_t scratch,
+void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int64_t ihd, bool fp4,
+                             int ratio, int32_t first, int32_t min_visible, int64_t scratch,
                              const int32_t* positions, Keys&& keys, Want&& want, Select&& select,
                              util::ThreadPool& pool) {
   // The indexer is quadratic in the context and reads every visible key per step: at decode
   // that read is the cost, so keys are scored in place, block run by block run, each read once
   // for kTokens tokens (a gathered copy first moved every key twice more).
-  const int64_t qf = kernels::IndexQueryFloats(static_cast<int>(ih), static_cast<int>(ihd));
+  const int hn = static_cast<int>(ih), dim = static_cast<int>(ihd);
+  const int64_t qf =
+      fp4 ? kernels::IndexQueryFp4Floats(hn, dim) : kernels::IndexQueryFloats(hn, dim);
   Grow(packed_, kTokens * qf);
   Grow(scores_, kTokens * scratch);
   Grow(thread_order_, int64_t{pool.num_threads()} * scratch);
@@ -379,8 +396,13 @@ void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int6
     if (seen <= min_visible) continue;
     DI_CHECK(seen <= V);
     for (int32_t i = 0; i < n; ++i) {
-      kernels::PackIndexQuery(iq_.data() + (t0 + i) * ih * ihd, iw_.data() + (t0 + i) * ih, qscale,
-                              static_cast<int>(ih), static_cast<int>(ihd), packed_.data() + i * qf);
+      const float* q = iq_.data() + (t0 + i) * ih * ihd;
+      const float* w = iw_.data() + (t0 + i) * ih;
+      if (fp4) {
+        kernels::PackIndexQueryFp4(q, w, qscale, hn, dim, packed_.data() + i * qf);
+      } else {
+        kernels::PackIndexQuery(q, w, qscale, hn, dim, packed_.data() + i * qf);
+      }
     }
     auto wanted = [&](int64_t j) {
       for (int32_t i = 0; i < n; ++i) {
@@ -408,9 +430,17 @@ void LightningIndexer::Score(const SequenceSlice& s, int64_t V, int64_t ih, int6
         // The next span (usually the next cache block) is prefetched while this one is scored.
         const IndexKeyRun next = next_span(j + run.count, next_j);
         const bool same = next.key != nullptr && next.stride == run.stride;
-        kernels::IndexScores(packed_.data(), n, static_cast<int>(ih), static_cast<int>(ihd),
-                             run.key, run.stride, run.count, scores_.data() + j, scratch,
-                             same ? next.key : nullptr, same ? next.count : 0);
+        const float* ahead = same ? next.key : nullptr;
+        const int64_t num_ahead = same ? next.count : 0;
+        if (fp4) {
+          auto bytes = [](const float* p) { return reinterpret_cast<const uint8_t*>(p); };
+          kernels::IndexScoresFp4(packed_.data(), n, hn, dim, bytes(run.key),
+                                  run.stride * int64_t{sizeof(float)}, run.count,
+                                  scores_.data() + j, scratch, bytes(ahead), num_ahead);
+        } else {
+          kernels::IndexScores(packed_.data(), n, hn, dim, run.key, run.stride, run.count,
+                               scores_.data() + j, scratch, ahead, num_ahead);
+        }
         run = next;
         j = next_j;
       }

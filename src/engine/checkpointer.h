@@ -37,7 +37,8 @@ struct CheckpointCaches {
   BlockManager* blocks = nullptr;
   BlockManager* window_blocks = nullptr;  // null without a window cache
   int32_t window_tokens = 0;
-  const char* numerics = "";
+  // arch::NumericsName, then "+" and CausalLm::kv_packing() where the cache packs values.
+  std::string numerics;
   std::string architecture;
   // Called after a restore copied `bytes` bytes into `cache`'s layer `layer` at byte `offset`
   // (engine thread): expert parallelism mirrors them to the other ranks. Empty: nothing.

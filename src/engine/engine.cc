@@ -173,6 +173,9 @@ absl::Status EngineImpl::Init() {
     caches.window_blocks = window_blocks_.get();
     caches.window_tokens = window_tokens_;
     caches.numerics = arch::NumericsName(numerics_);
+    if (const std::string packing = lm_->kv_packing(); !packing.empty()) {
+      caches.numerics += "+" + packing;
+    }
     caches.architecture = model_.config.architecture;
     if (options_.expert_parallel != nullptr) {
       caches.restored = [this](arch::KvCache& cache, int layer, size_t offset, size_t bytes) {

@@ -182,6 +182,7 @@ class LeaderLm final : public arch::CausalLm, public arch::DraftHeads {
     return lm_->SupportsKvDtype(dtype);
   }
   arch::Numerics default_numerics() const override { return lm_->default_numerics(); }
+  std::string kv_packing() const override { return lm_->kv_packing(); }
   arch::VisionTower* vision_tower() override { return lm_->vision_tower(); }
   arch::DraftHeads* draft_heads() override { return heads_ != nullptr ? this : nullptr; }
 

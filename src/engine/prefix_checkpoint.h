@@ -46,7 +46,8 @@ inline constexpr std::string_view kCheckpointSuffix = ".dipc";
 struct CheckpointLayout {
   std::string architecture;  // arch::CausalLm's name ("llama", "deepseek_v3", ...)
   std::string kv_dtype;      // "f32", "f16", "bf16"
-  std::string numerics;      // "fast", "ggml", "deepseek-qat": cached values depend on it
+  std::string numerics;      // "fast", "ggml", "deepseek-qat", with "+" and the model's
+                             // kv_packing() where it packs values ("deepseek-qat+fp4-index-keys")
   int32_t block_size = 0;    // tokens per block
   std::vector<int64_t> layer_bytes;         // main cache, [num_layers]
   std::vector<int64_t> window_layer_bytes;  // window cache; empty without one

@@ -1,11 +1,18 @@
 #include "kernels/cpu/index_score.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/vector_ext.h"
+#include "util/status.h"
+
+#if DI_ISA_COPIES
+#include <immintrin.h>
+#endif
 
 // IndexScores runs in one copy per ISA (isa_dispatch.h): 16 lanes under target("avx512f"), 8
 // under target("avx2,fma") (kAvx2 requires FMA, kernels/cpu/matmul.cc), 4 in the portable copy.
@@ -87,10 +94,10 @@ DI_ALWAYS_INLINE void HeadChunk(const float* qt, const float* wv, int hp, int di
   }
 }
 
-// Asks for key j's dim floats (every cache line they touch).
-DI_ALWAYS_INLINE void PrefetchKey(const float* key, int dim) {
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(key);
-  const uintptr_t end = begin + static_cast<uintptr_t>(dim) * sizeof(float);
+// Asks for the cache lines of [p, p + bytes).
+DI_ALWAYS_INLINE void PrefetchLines(const void* p, int64_t bytes) {
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t end = begin + static_cast<uintptr_t>(bytes);
   for (uintptr_t line = begin & ~uintptr_t{63}; line < end; line += 64) {
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
   }
@@ -125,12 +132,12 @@ DI_ALWAYS_INLINE void IndexScoresBody(const float* packed, int num_tokens, int h
         for (int k = 0; k < kKeys; ++k) key[k] = keys + (j0 + g + std::min(k, n - 1)) * key_stride;
         if (i == 0 && ahead != nullptr) {
           for (int64_t a = g; a < std::min(g + kKeys, num_ahead); ++a) {
-            PrefetchKey(ahead + a * key_stride, dim);
+            PrefetchLines(ahead + a * key_stride, int64_t{dim} * sizeof(float));
           }
           // A tile shorter than the one ahead requests the rest with its last group.
           if (g + kKeys >= tile) {
             for (int64_t a = g + kKeys; a < num_ahead; ++a) {
-              PrefetchKey(ahead + a * key_stride, dim);
+              PrefetchLines(ahead + a * key_stride, int64_t{dim} * sizeof(float));
             }
           }
         }
@@ -147,7 +154,120 @@ DI_ALWAYS_INLINE void IndexScoresBody(const float* packed, int num_tokens, int h
   }
 }
 
+// The FP4 kernel's copies (index_score_fp4.inc), each in its own namespace.
+namespace fp4_portable {
+#define DI_FP4_LEVEL 0
+#include "kernels/cpu/index_score_fp4.inc"
+#undef DI_FP4_LEVEL
+}  // namespace fp4_portable
+#if DI_ISA_COPIES
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace fp4_avx2 {
+#define DI_FP4_LEVEL 1
+#include "kernels/cpu/index_score_fp4.inc"
+#undef DI_FP4_LEVEL
+}  // namespace fp4_avx2
+#pragma GCC pop_options
+// kAvx512 requires AVX512-VNNI (CpuHasAvx512, matmul.cc).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+namespace fp4_avx512 {
+#define DI_FP4_LEVEL 2
+#include "kernels/cpu/index_score_fp4.inc"
+#undef DI_FP4_LEVEL
+}  // namespace fp4_avx512
+#pragma GCC pop_options
+#endif
+
+// The exponent E of an FP4 block's grid: every value is n * 2^E with an integer |n| <= 15
+// (values c * 2^e, 2c in {0, 1, 2, 3, 4, 6, 8, 12}: E = ilogb(amax) - 3 <= e - 1); 0 for a block of
+// zeros. The codes n into code[i], checked exact.
+int Fp4BlockCodes(const float* x, int n, int8_t* code) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const int e = amax > 0 ? std::ilogb(amax) - 3 : 0;
+  for (int i = 0; i < n; ++i) {
+    const float v = std::ldexp(x[i], -e);
+    // An FP4 value on a power-of-two grid (what FakeQuantFp4 leaves).
+    DI_CHECK(v == std::nearbyint(v) && std::fabs(v) <= 15.0f && std::ldexp(v, e) == x[i]);
+    code[i] = static_cast<int8_t>(v);
+  }
+  return e;
+}
+
 }  // namespace
+
+// The widest packed key (stack buffers).
+constexpr int kMaxFp4Dim = 1024;
+
+int64_t IndexKeyFp4Bytes(int dim) { return dim + int64_t{8} * (dim / 32); }
+
+void PackFp4IndexKey(const float* key, int dim, uint8_t* out) {
+  DI_CHECK(dim % 32 == 0 && dim <= kMaxFp4Dim);
+  const int nb = dim / 32;
+  // Read every value before the first byte is written (out may overlap key).
+  int8_t code[kMaxFp4Dim];
+  float scale[kMaxFp4Dim / 32];
+  int32_t corr[kMaxFp4Dim / 32];
+  for (int b = 0; b < nb; ++b) {
+    const int e = Fp4BlockCodes(key + b * 32, 32, code + b * 32);
+    scale[b] = std::ldexp(1.0f, e);
+    int32_t sum = 0;
+    for (int i = 0; i < 32; ++i) sum += code[b * 32 + i];
+    corr[b] = -16 * sum;  // the query codes' offset of 16, taken back
+  }
+  std::memcpy(out, code, dim);
+  std::memcpy(out + dim, scale, nb * sizeof(float));
+  std::memcpy(out + dim + nb * sizeof(float), corr, nb * sizeof(int32_t));
+}
+
+int64_t IndexQueryFp4Floats(int heads, int dim) {
+  return int64_t{PaddedHeads(heads)} * (dim / 4 + dim / 32 + 1);
+}
+
+void PackIndexQueryFp4(const float* q, const float* w, float scale, int heads, int dim,
+                       float* packed) {
+  DI_CHECK(dim % 32 == 0);
+  const int hp = PaddedHeads(heads), nb = dim / 32;
+  uint8_t* codes = reinterpret_cast<uint8_t*>(packed);
+  float* qscale = packed + int64_t{dim} * hp / 4;
+  float* wp = qscale + int64_t{nb} * hp;
+  std::memset(codes, 16, static_cast<size_t>(dim) * hp);  // padding heads: code 0
+  std::fill(qscale, qscale + int64_t{nb} * hp, 1.0f);
+  int8_t code[32];
+  for (int h = 0; h < heads; ++h) {
+    for (int b = 0; b < nb; ++b) {
+      const int e = Fp4BlockCodes(q + int64_t{h} * dim + b * 32, 32, code);
+      qscale[int64_t{b} * hp + h] = std::ldexp(1.0f, e);
+      for (int i = 0; i < 32; ++i) {
+        const int d = b * 32 + i;
+        codes[(int64_t{d / 4} * hp + h) * 4 + d % 4] = static_cast<uint8_t>(code[i] + 16);
+      }
+    }
+    wp[h] = w[h] * scale;
+  }
+  std::fill(wp + heads, wp + hp, 0.0f);
+}
+
+void IndexScoresFp4(const float* packed, int num_tokens, int heads, int dim, const uint8_t* keys,
+                    int64_t key_stride, int64_t count, float* score, int64_t score_stride,
+                    const uint8_t* next, int64_t next_count) {
+#if DI_ISA_COPIES
+  switch (internal::VectorLoopIsa()) {
+    case Isa::kAvx512:
+      return fp4_avx512::Scores(packed, num_tokens, heads, dim, keys, key_stride, count, score,
+                                score_stride, next, next_count);
+    case Isa::kAvx2:
+      return fp4_avx2::Scores(packed, num_tokens, heads, dim, keys, key_stride, count, score,
+                              score_stride, next, next_count);
+    default:
+      break;
+  }
+#endif
+  fp4_portable::Scores(packed, num_tokens, heads, dim, keys, key_stride, count, score, score_stride,
+                       next, next_count);
+}
 
 int64_t IndexQueryFloats(int heads, int dim) {
   return int64_t{PaddedHeads(heads)} * (int64_t{dim} + 1);

@@ -44,4 +44,43 @@ void IndexScores(const float* packed, int num_tokens, int heads, int dim, const 
                  int64_t key_stride, int64_t count, float* score, int64_t score_stride,
                  const float* next = nullptr, int64_t next_count = 0);
 
+// ---- The same scores over FP4 keys and queries, in integers ----
+// Under DeepSeek's QAT numerics the index keys and queries are FP4 E2M1 values with a power-of-two
+// scale per 32 (FakeQuantFp4): every value is n * 2^E with n an integer, |n| <= 15. A key is then
+// kept packed (PackFp4IndexKey): its codes n as int8 and, per block of 32, the scale 2^E and -16
+// times the block's code sum; a query is packed with codes n + 16 as uint8 (PackIndexQueryFp4).
+// Each block's dot product is then exact in int32 (VPDPBUSD under AVX-512, VPMADDUBSW + VPMADDWD
+// under AVX2, scalar elsewhere), turned to float and scaled by the two powers of two (exact), and
+// the blocks are summed in order. A float multiply-add chain over the same values gives the same
+// value whenever its partial sums are exact, which holds unless one block's scale is about 2^9
+// times another's; so scores equal IndexScores' bit for bit on such data, on each ISA (the head sum
+// is the same code), while a key is read as dim + 8 * dim / 32 bytes instead of 4 * dim.
+
+// Bytes of one packed key of `dim` values (dim a multiple of 32): dim int8 codes, then per block of
+// 32 a float scale and an int32 correction.
+int64_t IndexKeyFp4Bytes(int dim);
+
+// Packs key [dim] (FP4 E2M1 values times a power of two per 32, as FakeQuantFp4 leaves them) into
+// out [IndexKeyFp4Bytes(dim)]. out may overlap key (it is read first). dim: a multiple of 32.
+// Errors: DI_CHECK that every value is n * 2^E with an integer |n| <= 15 (a value FakeQuantFp4
+// did not produce).
+void PackFp4IndexKey(const float* key, int dim, uint8_t* out);
+
+// Floats of one token's packed FP4 query for `heads` heads of `dim` values.
+int64_t IndexQueryFp4Floats(int heads, int dim);
+
+// Packs one token's FP4 index queries (q [heads, dim] as FakeQuantFp4 leaves each head's values,
+// w [heads] f32) into packed [IndexQueryFp4Floats(heads, dim)]: codes + 16 as uint8 [dim /
+// 4][hp][4] (hp = heads rounded up to kIndexHeadPad, padding heads zero), the blocks' scales [dim /
+// 32][hp], then w_h * scale [hp]. Errors: as PackFp4IndexKey.
+void PackIndexQueryFp4(const float* q, const float* w, float scale, int heads, int dim,
+                       float* packed);
+
+// IndexScores over packed FP4 queries (token i's at packed + i * IndexQueryFp4Floats) and packed
+// keys (key j at keys + j * key_stride bytes): the same scores, threading, splitting and prefetch
+// contract. Cost: num_tokens * count * hp * dim int8 multiply-adds; a key is read once per call.
+void IndexScoresFp4(const float* packed, int num_tokens, int heads, int dim, const uint8_t* keys,
+                    int64_t key_stride, int64_t count, float* score, int64_t score_stride,
+                    const uint8_t* next = nullptr, int64_t next_count = 0);
+
 }  // namespace deepinfer::kernels

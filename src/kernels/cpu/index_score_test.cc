@@ -126,5 +126,162 @@ TEST(IndexScoresTest, PackPadsHeadsWithZeros) {
   }
 }
 
+// ---- FP4 keys and queries (IndexScoresFp4) ----
+
+// Values as FakeQuantFp4 leaves them: per block of 32, an E2M1 value times 2^e, e drawn from
+// [-spread, spread] (the spread between blocks decides whether float sums stay exact).
+std::vector<float> RandomFp4(int64_t n, int spread, std::mt19937& rng) {
+  static constexpr float kE2m1[] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  std::uniform_int_distribution<int> code(0, 15), exp(-spread, spread);
+  std::vector<float> v(static_cast<size_t>(n));
+  int e = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 32 == 0) e = exp(rng);
+    const int c = code(rng);
+    v[i] = std::ldexp(c & 8 ? -kE2m1[c & 7] : kE2m1[c & 7], e);
+  }
+  return v;
+}
+
+struct Fp4Data {
+  std::vector<float> q, w, keys, packed, packed_fp4;
+  std::vector<uint8_t> keys_fp4;
+  float scale;
+};
+
+// Keys at `stride` floats in keys, and packed at 4 * stride bytes in keys_fp4 (as in the cache:
+// a packed key in place of its floats).
+Fp4Data MakeFp4(const Case& c, int spread, std::mt19937& rng) {
+  Fp4Data d;
+  d.q = RandomFp4(int64_t{c.tokens} * c.heads * c.dim, spread, rng);
+  d.w = Random(int64_t{c.tokens} * c.heads, rng);
+  d.keys = Random(c.count * c.stride, rng);  // other values between the keys
+  for (int64_t j = 0; j < c.count; ++j) {
+    const std::vector<float> key = RandomFp4(c.dim, spread, rng);
+    std::copy(key.begin(), key.end(), d.keys.begin() + j * c.stride);
+  }
+  d.scale = 1.0f / std::sqrt(static_cast<float>(c.dim));
+  const int64_t qf = IndexQueryFloats(c.heads, c.dim), qf4 = IndexQueryFp4Floats(c.heads, c.dim);
+  d.packed.resize(static_cast<size_t>(c.tokens * qf));
+  d.packed_fp4.resize(static_cast<size_t>(c.tokens * qf4));
+  for (int i = 0; i < c.tokens; ++i) {
+    const float* q = d.q.data() + int64_t{i} * c.heads * c.dim;
+    PackIndexQuery(q, d.w.data() + i * c.heads, d.scale, c.heads, c.dim, d.packed.data() + i * qf);
+    PackIndexQueryFp4(q, d.w.data() + i * c.heads, d.scale, c.heads, c.dim,
+                      d.packed_fp4.data() + i * qf4);
+  }
+  d.keys_fp4.resize(d.keys.size() * sizeof(float));
+  for (int64_t j = 0; j < c.count; ++j) {
+    PackFp4IndexKey(d.keys.data() + j * c.stride, c.dim,
+                    d.keys_fp4.data() + j * c.stride * int64_t{sizeof(float)});
+  }
+  return d;
+}
+
+std::vector<float> ScoresFp4(const Case& c, const Fp4Data& d) {
+  std::vector<float> got(static_cast<size_t>(c.tokens * c.count));
+  IndexScoresFp4(d.packed_fp4.data(), c.tokens, c.heads, c.dim, d.keys_fp4.data(),
+                 c.stride * int64_t{sizeof(float)}, c.count, got.data(), c.count);
+  return got;
+}
+
+// Where the float kernel's multiply-add chains are exact (block scales within a few powers of
+// two, as normed keys and queries have them), the integer kernel gives its bits on every ISA.
+TEST(IndexScoresFp4Test, EqualsTheFloatKernelBitForBitWhereItsSumsAreExact) {
+  std::mt19937 rng(5);
+  for (const Case& c : {Case{32, 128, 1, 37, 640}, Case{64, 128, 3, 21, 128}, Case{5, 32, 2, 9, 40},
+                        Case{16, 64, 17, 6, 64}}) {
+    SCOPED_TRACE(testing::Message() << c.heads << " heads, dim " << c.dim);
+    const Fp4Data d = MakeFp4(c, /*spread=*/2, rng);
+    for (Isa isa : CpuIsas()) {
+      SCOPED_TRACE(IsaName(isa));
+      SetIsaForTest(isa);
+      std::vector<float> want(static_cast<size_t>(c.tokens * c.count));
+      IndexScores(d.packed.data(), c.tokens, c.heads, c.dim, d.keys.data(), c.stride, c.count,
+                  want.data(), c.count);
+      const std::vector<float> got = ScoresFp4(c, d);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+    }
+    SetIsaForTest(DetectIsa());
+  }
+}
+
+// Block scales 2^40 apart: the float chains round, the integer sums do not; each head's dot
+// product is then exact up to the final block additions.
+TEST(IndexScoresFp4Test, MatchesTheFormulaInDoubleAcrossWideBlockScales) {
+  std::mt19937 rng(9);
+  const Case c{32, 128, 2, 19, 136};
+  const Fp4Data d = MakeFp4(c, /*spread=*/20, rng);
+  for (Isa isa : CpuIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetIsaForTest(isa);
+    const std::vector<float> got = ScoresFp4(c, d);
+    for (int i = 0; i < c.tokens; ++i) {
+      for (int64_t j = 0; j < c.count; ++j) {
+        double want = 0, mag = 0;
+        for (int h = 0; h < c.heads; ++h) {
+          double dot = 0;
+          for (int e = 0; e < c.dim; ++e) {
+            dot += double{d.q[(int64_t{i} * c.heads + h) * c.dim + e]} * d.keys[j * c.stride + e];
+          }
+          const double wh = double{d.w[i * c.heads + h]} * d.scale;
+          want += std::max(dot, 0.0) * wh;
+          mag += std::abs(dot * wh);
+        }
+        EXPECT_NEAR(got[i * c.count + j], want, 1e-6 * mag) << "token " << i << " key " << j;
+      }
+    }
+  }
+  SetIsaForTest(DetectIsa());
+}
+
+TEST(IndexScoresFp4Test, AScoreDoesNotDependOnHowTheKeysAndTokensAreSplit) {
+  std::mt19937 rng(13);
+  const Case c{32, 128, 5, 45, 160};
+  const Fp4Data d = MakeFp4(c, 3, rng);
+  const int64_t qf = IndexQueryFp4Floats(c.heads, c.dim), ks = c.stride * int64_t{sizeof(float)};
+  for (Isa isa : CpuIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    SetIsaForTest(isa);
+    const std::vector<float> whole = ScoresFp4(c, d);
+    std::vector<float> split(whole.size(), -1.0f);
+    for (int i = 0; i < c.tokens; ++i) {
+      int64_t run = 1;
+      for (int64_t j = 0; j < c.count; j += run++) {
+        const int64_t n = std::min(run, c.count - j);
+        IndexScoresFp4(d.packed_fp4.data() + i * qf, 1, c.heads, c.dim, d.keys_fp4.data() + j * ks,
+                       ks, n, split.data() + i * c.count + j, c.count);
+      }
+    }
+    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
+  }
+  SetIsaForTest(DetectIsa());
+}
+
+TEST(IndexScoresFp4Test, PackedKeyHoldsCodesScalesAndCorrections) {
+  std::vector<float> key(64, 0.0f);
+  key[0] = 6.0f * 0.25f;   // block 0: scale 2^-2, amax 1.5 -> E = ilogb(1.5) - 3 = -3
+  key[1] = -0.5f * 0.25f;  // code -1 at 2^-3
+  key[40] = 3.0f;          // block 1: amax 3 -> E = -2, code 12
+  std::vector<uint8_t> out(static_cast<size_t>(IndexKeyFp4Bytes(64)));
+  ASSERT_EQ(out.size(), 64u + 16u);
+  // In place over the floats, as the cache does it.
+  std::vector<float> inplace = key;
+  PackFp4IndexKey(key.data(), 64, out.data());
+  PackFp4IndexKey(inplace.data(), 64, reinterpret_cast<uint8_t*>(inplace.data()));
+  EXPECT_EQ(0, std::memcmp(out.data(), inplace.data(), out.size()));
+  EXPECT_EQ(static_cast<int8_t>(out[0]), 12);
+  EXPECT_EQ(static_cast<int8_t>(out[1]), -1);
+  EXPECT_EQ(static_cast<int8_t>(out[40]), 12);
+  float s[2];
+  int32_t corr[2];
+  std::memcpy(s, out.data() + 64, sizeof(s));
+  std::memcpy(corr, out.data() + 72, sizeof(corr));
+  EXPECT_EQ(s[0], 0.125f);
+  EXPECT_EQ(s[1], 0.25f);
+  EXPECT_EQ(corr[0], -16 * 11);
+  EXPECT_EQ(corr[1], -16 * 12);
+}
+
 }  // namespace
 }  // namespace deepinfer::kernels
