@@ -294,18 +294,28 @@ void Checkpointer::Save(const Sequence& seq) {
     MarkResident(chain);
     return;
   }
-  // The window blocks that a resume at block k reads; released ones are still findable in the
-  // window cache's prefix cache unless evicted (then no checkpoint: it would be incomplete).
-  const int32_t window_first =
-      caches_.window_blocks != nullptr ? std::max(0, k * bs - caches_.window_tokens + 1) / bs : k;
+  // The window blocks that a resume at block k reads, and if still there the one more block a
+  // resume at k - 1 reads: the same prompt again (a prompt of whole blocks resumes a block
+  // early, to compute its last token). Released blocks are still findable in the window cache's
+  // prefix cache unless evicted; without those of block k no checkpoint (it would be incomplete).
+  auto first_read = [&](int32_t blocks) {
+    return std::max(0, blocks * bs - caches_.window_tokens + 1) / bs;
+  };
+  int32_t window_first = caches_.window_blocks != nullptr ? first_read(k - 1) : k;
   std::vector<int32_t> window(static_cast<size_t>(k), -1);
-  for (int32_t b = window_first; b < k; ++b) {
+  for (int32_t b = k - 1; b >= window_first; --b) {
     int32_t w = b < static_cast<int32_t>(seq.window_blocks.size()) ? seq.window_blocks[b] : -1;
     if (w < 0) {
       w = caches_.window_blocks->Find(seq.block_hashes[static_cast<size_t>(b)],
-                               seq.tokens.data() + static_cast<size_t>(b) * bs);
+                                      seq.tokens.data() + static_cast<size_t>(b) * bs);
     }
-    if (w < 0) return;
+    if (w < 0) {
+      if (b < first_read(k)) {  // only a resume at k - 1 would have read it
+        window_first = b + 1;
+        break;
+      }
+      return;
+    }
     window[static_cast<size_t>(b)] = w;
   }
   PrefixCheckpoint c;

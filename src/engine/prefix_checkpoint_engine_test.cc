@@ -290,6 +290,29 @@ TEST_P(PrefixCheckpointEngineTest, APrefillOnlyRequestHandsItsBlocksToADecodeEng
 // Restore at start: a new engine on the folder puts the newest checkpoints back into its prefix
 // cache before its first request, which then finds them (cached_tokens) with nothing left to
 // restore; a budget smaller than a checkpoint restores none.
+// A prompt of whole blocks, sent again after a restart: it resumes a block before the
+// checkpoint's end (its last token must be computed), and a model with a window cache (V4, V4.1)
+// finds that block's window too, because the checkpoint keeps one more window block.
+TEST_P(PrefixCheckpointEngineTest, TheSameWholeBlockPromptAfterARestartHitsTheCheckpoint) {
+  GenerateRequest whole = Request(-11);  // 64 tokens: 4 full blocks
+  auto plain = Make(false);
+  ASSERT_TRUE(plain);
+  const std::vector<int32_t> want = Generate(*plain, whole);
+  {
+    auto first = Make(true);
+    ASSERT_TRUE(first);
+    EXPECT_EQ(Generate(*first, whole), want);
+    store_->Flush();
+    ASSERT_EQ(store_->counters().saved, 1);
+  }
+  auto second = Make(true);
+  ASSERT_TRUE(second);
+  StreamUpdate u;
+  EXPECT_EQ(Generate(*second, whole, &u), want);
+  EXPECT_EQ(u.cached_tokens, 48);
+  EXPECT_EQ(store_->counters().restored, 1);
+}
+
 TEST_P(PrefixCheckpointEngineTest, PreloadedCheckpointsServeTheFirstRequestFromTheCache) {
   std::vector<int32_t> want;
   ASSERT_NO_FATAL_FAILURE(SaveOneCheckpoint(&want));
