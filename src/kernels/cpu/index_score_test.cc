@@ -46,6 +46,37 @@ Data Make(const Case& c, std::mt19937& rng) {
   return d;
 }
 
+// IndexScores of every token and key of the case, [tokens, count].
+std::vector<float> Scores(const Case& c, const std::vector<float>& packed,
+                          const std::vector<float>& keys) {
+  std::vector<float> got(static_cast<size_t>(c.tokens * c.count));
+  IndexScores(packed.data(), c.tokens, c.heads, c.dim, keys.data(), c.stride, c.count, got.data(),
+              c.count);
+  return got;
+}
+
+// Every score against sum_h w_h scale max(q_h . k_j, 0) in double, within
+// tol * (sum_h |w_h scale q_h . k_j| + floor).
+void ExpectNearTheFormula(const Case& c, const std::vector<float>& q, const std::vector<float>& w,
+                          const std::vector<float>& keys, float scale,
+                          const std::vector<float>& got, double tol, double floor) {
+  for (int i = 0; i < c.tokens; ++i) {
+    for (int64_t j = 0; j < c.count; ++j) {
+      double want = 0, mag = 0;
+      for (int h = 0; h < c.heads; ++h) {
+        double dot = 0;
+        for (int e = 0; e < c.dim; ++e) {
+          dot += double{q[(int64_t{i} * c.heads + h) * c.dim + e]} * keys[j * c.stride + e];
+        }
+        const double wh = double{w[i * c.heads + h]} * scale;
+        want += std::max(dot, 0.0) * wh;
+        mag += std::abs(dot * wh);
+      }
+      EXPECT_NEAR(got[i * c.count + j], want, tol * (mag + floor)) << "token " << i << " key " << j;
+    }
+  }
+}
+
 TEST(IndexScoresTest, MatchesTheFormulaInDoubleOnEveryIsa) {
   std::mt19937 rng(7);
   for (const Case& c : {Case{32, 128, 1, 37, 640}, Case{16, 32, 3, 9, 48}, Case{5, 24, 2, 6, 24},
@@ -55,28 +86,24 @@ TEST(IndexScoresTest, MatchesTheFormulaInDoubleOnEveryIsa) {
     for (Isa isa : CpuIsas()) {
       SCOPED_TRACE(IsaName(isa));
       SetIsaForTest(isa);
-      std::vector<float> got(static_cast<size_t>(c.tokens * c.count));
-      IndexScores(d.packed.data(), c.tokens, c.heads, c.dim, d.keys.data(), c.stride, c.count,
-                  got.data(), c.count);
-      for (int i = 0; i < c.tokens; ++i) {
-        for (int64_t j = 0; j < c.count; ++j) {
-          double want = 0, mag = 0;
-          for (int h = 0; h < c.heads; ++h) {
-            double dot = 0;
-            for (int e = 0; e < c.dim; ++e) {
-              dot += double{d.q[(int64_t{i} * c.heads + h) * c.dim + e]} * d.keys[j * c.stride + e];
-            }
-            const double wh = double{d.w[i * c.heads + h]} * d.scale;
-            want += std::max(dot, 0.0) * wh;
-            mag += std::abs(dot * wh);
-          }
-          EXPECT_NEAR(got[i * c.count + j], want, 1e-5 * (mag + 1))
-              << "token " << i << " key " << j;
-        }
-      }
+      ExpectNearTheFormula(c, d.q, d.w, d.keys, d.scale, Scores(c, d.packed, d.keys), 1e-5, 1.0);
     }
     SetIsaForTest(DetectIsa());
   }
+}
+
+// `whole` [tokens, count] against each token scored alone, in runs of 1, 2, 3, ... keys:
+// run(i, j, n, out) scores token i's keys [j, j + n) into out.
+template <typename Run>
+void ExpectSplitsChangeNothing(const Case& c, const std::vector<float>& whole, Run run) {
+  std::vector<float> split(whole.size(), -1.0f);
+  for (int i = 0; i < c.tokens; ++i) {
+    int64_t len = 1;
+    for (int64_t j = 0; j < c.count; j += len++) {
+      run(i, j, std::min(len, c.count - j), split.data() + i * c.count + j);
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
 }
 
 // What lets callers split the work over threads, cache blocks and batches: a score's bits do not
@@ -89,20 +116,11 @@ TEST(IndexScoresTest, AScoreDoesNotDependOnHowTheKeysAndTokensAreSplit) {
   for (Isa isa : CpuIsas()) {
     SCOPED_TRACE(IsaName(isa));
     SetIsaForTest(isa);
-    std::vector<float> whole(static_cast<size_t>(c.tokens * c.count));
-    IndexScores(d.packed.data(), c.tokens, c.heads, c.dim, d.keys.data(), c.stride, c.count,
-                whole.data(), c.count);
-    // One token at a time, in runs of 1, 2, 3, ... keys.
-    std::vector<float> split(whole.size(), -1.0f);
-    for (int i = 0; i < c.tokens; ++i) {
-      int64_t run = 1;
-      for (int64_t j = 0; j < c.count; j += run++) {
-        const int64_t n = std::min(run, c.count - j);
-        IndexScores(d.packed.data() + i * qf, 1, c.heads, c.dim, d.keys.data() + j * c.stride,
-                    c.stride, n, split.data() + i * c.count + j, c.count);
-      }
-    }
-    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
+    ExpectSplitsChangeNothing(
+        c, Scores(c, d.packed, d.keys), [&](int i, int64_t j, int64_t n, float* out) {
+          IndexScores(d.packed.data() + i * qf, 1, c.heads, c.dim, d.keys.data() + j * c.stride,
+                      c.stride, n, out, c.count);
+        });
   }
   SetIsaForTest(DetectIsa());
 }
@@ -196,10 +214,7 @@ TEST(IndexScoresFp4Test, EqualsTheFloatKernelBitForBitWhereItsSumsAreExact) {
     for (Isa isa : CpuIsas()) {
       SCOPED_TRACE(IsaName(isa));
       SetIsaForTest(isa);
-      std::vector<float> want(static_cast<size_t>(c.tokens * c.count));
-      IndexScores(d.packed.data(), c.tokens, c.heads, c.dim, d.keys.data(), c.stride, c.count,
-                  want.data(), c.count);
-      const std::vector<float> got = ScoresFp4(c, d);
+      const std::vector<float> want = Scores(c, d.packed, d.keys), got = ScoresFp4(c, d);
       EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
     }
     SetIsaForTest(DetectIsa());
@@ -215,22 +230,7 @@ TEST(IndexScoresFp4Test, MatchesTheFormulaInDoubleAcrossWideBlockScales) {
   for (Isa isa : CpuIsas()) {
     SCOPED_TRACE(IsaName(isa));
     SetIsaForTest(isa);
-    const std::vector<float> got = ScoresFp4(c, d);
-    for (int i = 0; i < c.tokens; ++i) {
-      for (int64_t j = 0; j < c.count; ++j) {
-        double want = 0, mag = 0;
-        for (int h = 0; h < c.heads; ++h) {
-          double dot = 0;
-          for (int e = 0; e < c.dim; ++e) {
-            dot += double{d.q[(int64_t{i} * c.heads + h) * c.dim + e]} * d.keys[j * c.stride + e];
-          }
-          const double wh = double{d.w[i * c.heads + h]} * d.scale;
-          want += std::max(dot, 0.0) * wh;
-          mag += std::abs(dot * wh);
-        }
-        EXPECT_NEAR(got[i * c.count + j], want, 1e-6 * mag) << "token " << i << " key " << j;
-      }
-    }
+    ExpectNearTheFormula(c, d.q, d.w, d.keys, d.scale, ScoresFp4(c, d), 1e-6, 0.0);
   }
   SetIsaForTest(DetectIsa());
 }
@@ -243,17 +243,10 @@ TEST(IndexScoresFp4Test, AScoreDoesNotDependOnHowTheKeysAndTokensAreSplit) {
   for (Isa isa : CpuIsas()) {
     SCOPED_TRACE(IsaName(isa));
     SetIsaForTest(isa);
-    const std::vector<float> whole = ScoresFp4(c, d);
-    std::vector<float> split(whole.size(), -1.0f);
-    for (int i = 0; i < c.tokens; ++i) {
-      int64_t run = 1;
-      for (int64_t j = 0; j < c.count; j += run++) {
-        const int64_t n = std::min(run, c.count - j);
-        IndexScoresFp4(d.packed_fp4.data() + i * qf, 1, c.heads, c.dim, d.keys_fp4.data() + j * ks,
-                       ks, n, split.data() + i * c.count + j, c.count);
-      }
-    }
-    EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), whole.size() * sizeof(float)));
+    ExpectSplitsChangeNothing(c, ScoresFp4(c, d), [&](int i, int64_t j, int64_t n, float* out) {
+      IndexScoresFp4(d.packed_fp4.data() + i * qf, 1, c.heads, c.dim, d.keys_fp4.data() + j * ks,
+                     ks, n, out, c.count);
+    });
   }
   SetIsaForTest(DetectIsa());
 }
