@@ -8,7 +8,7 @@
 
 #include "kernels/cpu/isa_dispatch.h"
 #include "kernels/cpu/vector_ext.h"
-#include "util/status.h"
+#include "util/status.h"  // DI_CHECK
 
 #if DI_ISA_COPIES
 #include <immintrin.h>
@@ -182,16 +182,18 @@ namespace fp4_avx512 {
 
 // The exponent E of an FP4 block's grid: every value is n * 2^E with an integer |n| <= 15
 // (values c * 2^e, 2c in {0, 1, 2, 3, 4, 6, 8, 12}: E = ilogb(amax) - 3 <= e - 1); 0 for a block of
-// zeros. The codes n into code[i], checked exact.
+// zeros. The codes n into code[i]. A value FakeQuantFp4 cannot leave (NaN or infinite activations
+// of a broken model) gets code 0 rather than stopping the server; others it could not leave are
+// rounded to the grid.
 int Fp4BlockCodes(const float* x, int n, int8_t* code) {
   float amax = 0;
-  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  for (int i = 0; i < n; ++i) {
+    if (std::isfinite(x[i])) amax = std::max(amax, std::fabs(x[i]));
+  }
   const int e = amax > 0 ? std::ilogb(amax) - 3 : 0;
   for (int i = 0; i < n; ++i) {
-    const float v = std::ldexp(x[i], -e);
-    // An FP4 value on a power-of-two grid (what FakeQuantFp4 leaves).
-    DI_CHECK(v == std::nearbyint(v) && std::fabs(v) <= 15.0f && std::ldexp(v, e) == x[i]);
-    code[i] = static_cast<int8_t>(v);
+    const float v = std::isfinite(x[i]) ? std::nearbyint(std::ldexp(x[i], -e)) : 0.0f;
+    code[i] = static_cast<int8_t>(std::clamp(v, -15.0f, 15.0f));
   }
   return e;
 }
@@ -228,7 +230,7 @@ int64_t IndexQueryFp4Floats(int heads, int dim) {
 
 void PackIndexQueryFp4(const float* q, const float* w, float scale, int heads, int dim,
                        float* packed) {
-  DI_CHECK(dim % 32 == 0);
+  DI_CHECK(dim % 32 == 0 && dim <= kMaxFp4Dim);
   const int hp = PaddedHeads(heads), nb = dim / 32;
   uint8_t* codes = reinterpret_cast<uint8_t*>(packed);
   float* qscale = packed + int64_t{dim} * hp / 4;

@@ -61,18 +61,18 @@ void IndexScores(const float* packed, int num_tokens, int heads, int dim, const 
 int64_t IndexKeyFp4Bytes(int dim);
 
 // Packs key [dim] (FP4 E2M1 values times a power of two per 32, as FakeQuantFp4 leaves them) into
-// out [IndexKeyFp4Bytes(dim)]. out may overlap key (it is read first). dim: a multiple of 32.
-// Errors: DI_CHECK that every value is n * 2^E with an integer |n| <= 15 (a value FakeQuantFp4
-// did not produce).
+// out [IndexKeyFp4Bytes(dim)]. out may overlap key (it is read first). dim: a multiple of 32, at
+// most 1,024 (DI_CHECK). Values FakeQuantFp4 does not leave are rounded to the block's grid, NaN
+// and infinities to 0 (a broken model's activations stop no server).
 void PackFp4IndexKey(const float* key, int dim, uint8_t* out);
 
 // Floats of one token's packed FP4 query for `heads` heads of `dim` values.
 int64_t IndexQueryFp4Floats(int heads, int dim);
 
 // Packs one token's FP4 index queries (q [heads, dim] as FakeQuantFp4 leaves each head's values,
-// w [heads] f32) into packed [IndexQueryFp4Floats(heads, dim)]: codes + 16 as uint8 [dim /
-// 4][hp][4] (hp = heads rounded up to kIndexHeadPad, padding heads zero), the blocks' scales [dim /
-// 32][hp], then w_h * scale [hp]. Errors: as PackFp4IndexKey.
+// w [heads] f32) into packed [IndexQueryFp4Floats(heads, dim)]: codes + 16 as uint8
+// [dim / 4][hp][4] (hp = heads rounded up to kIndexHeadPad, padding heads zero), the blocks'
+// scales [dim / 32][hp], then w_h * scale [hp]. dim and other values as PackFp4IndexKey.
 void PackIndexQueryFp4(const float* q, const float* w, float scale, int heads, int dim,
                        float* packed);
 

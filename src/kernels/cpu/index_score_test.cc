@@ -274,6 +274,13 @@ TEST(IndexScoresFp4Test, PackedKeyHoldsCodesScalesAndCorrections) {
   EXPECT_EQ(s[1], 0.25f);
   EXPECT_EQ(corr[0], -16 * 11);
   EXPECT_EQ(corr[1], -16 * 12);
+  // A broken model's NaN or infinity packs as code 0 beside its block's other values.
+  key[2] = std::nanf("");
+  key[3] = -INFINITY;
+  PackFp4IndexKey(key.data(), 64, out.data());
+  EXPECT_EQ(static_cast<int8_t>(out[0]), 12);
+  EXPECT_EQ(out[2], 0);
+  EXPECT_EQ(out[3], 0);
 }
 
 }  // namespace
