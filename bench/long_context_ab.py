@@ -40,6 +40,7 @@ from serve_vs_llamacpp import free_port  # noqa: E402
 
 
 def start(binary: str, model: str, threads: int, max_len: int, folder: str, log) -> tuple:
+    """A server of `binary` on a free port: (process, url, its model id) once healthy."""
     port = free_port()
     proc = subprocess.Popen(
         [binary, "serve", "--model", model, "--threads", str(threads), "--port", str(port),
@@ -50,7 +51,7 @@ def start(binary: str, model: str, threads: int, max_len: int, folder: str, log)
     for _ in range(600):
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
+                return proc, url, httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
         except httpx.HTTPError:
             pass
         if proc.poll() is not None:
@@ -59,9 +60,10 @@ def start(binary: str, model: str, threads: int, max_len: int, folder: str, log)
     sys.exit(f"{binary} serve did not become healthy")
 
 
-def complete(url: str, prompt: list, gen: int) -> dict:
-    """One streamed greedy completion: time to first token and decode tokens/s."""
-    model = httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+def complete(server: tuple, prompt: list, gen: int) -> dict:
+    """One streamed greedy completion on server (proc, url, model id): time to first token and
+    decode tokens/s."""
+    _, url, model = server
     body = {"model": model, "prompt": prompt, "max_tokens": gen, "ignore_eos": True,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     t0 = time.monotonic()
@@ -118,18 +120,17 @@ def main() -> None:
                                d, logs[k])
             # The long prompt once: prefilled (and checkpointed) or restored from the folder.
             t = time.monotonic()
-            complete(servers[k][1], long_prompt, 2)
+            complete(servers[k], long_prompt, 2)
             results["prime"][k] = time.monotonic() - t
         for r in range(args.rounds):
             for k in ("ab" if r % 2 == 0 else "ba"):
-                url = servers[k][1]
-                run = {"short": complete(url, short_prompt, args.gen_tokens),
-                       "long": complete(url, long_prompt, args.gen_tokens)}
+                run = {"short": complete(servers[k], short_prompt, args.gen_tokens),
+                       "long": complete(servers[k], long_prompt, args.gen_tokens)}
                 results["runs"][k].append(run)
                 print(f"round {r + 1} {k}: short {run['short']['decode']:.2f}, long "
                       f"{run['long']['decode']:.2f} tok/s", file=sys.stderr, flush=True)
     finally:
-        for proc, _ in servers.values():
+        for proc, _, _ in servers.values():
             proc.terminate()
             proc.wait()
     results["load_after"] = load_average()

@@ -287,14 +287,13 @@ void BM_IndexScoreV41(benchmark::State& state) {
   if (fp4) {
     // FP4 E2M1 values with a power-of-two scale per 32 (as FakeQuantFp4 leaves them), the keys
     // packed in place.
-    static constexpr float kE2m1[] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
     std::uniform_int_distribution<int> code(0, 15), exp(-2, 2);
     auto fp4_values = [&](float* x, int64_t count) {
       int e = 0;
       for (int64_t i = 0; i < count; ++i) {
         if (i % 32 == 0) e = exp(rng);
         const int c = code(rng);
-        x[i] = std::ldexp(c & 8 ? -kE2m1[c & 7] : kE2m1[c & 7], e);
+        x[i] = std::ldexp(tensor::Fp4E2M1ToFp32(static_cast<uint8_t>(c)), e);
       }
     };
     fp4_values(q.data(), static_cast<int64_t>(q.size()));

@@ -287,9 +287,6 @@ TEST_P(PrefixCheckpointEngineTest, APrefillOnlyRequestHandsItsBlocksToADecodeEng
   EXPECT_EQ(store_->counters().restored, 0);
 }
 
-// Restore at start: a new engine on the folder puts the newest checkpoints back into its prefix
-// cache before its first request, which then finds them (cached_tokens) with nothing left to
-// restore; a budget smaller than a checkpoint restores none.
 // A prompt of whole blocks, sent again after a restart: it resumes a block before the
 // checkpoint's end (its last token must be computed), and a model with a window cache (V4, V4.1)
 // finds that block's window too, because the checkpoint keeps one more window block.
@@ -313,6 +310,9 @@ TEST_P(PrefixCheckpointEngineTest, TheSameWholeBlockPromptAfterARestartHitsTheCh
   EXPECT_EQ(store_->counters().restored, 1);
 }
 
+// Restore at start: a new engine on the folder puts the newest checkpoints back into its prefix
+// cache before its first request, which then finds them (cached_tokens) with nothing left to
+// restore; a budget smaller than a checkpoint restores none.
 TEST_P(PrefixCheckpointEngineTest, PreloadedCheckpointsServeTheFirstRequestFromTheCache) {
   std::vector<int32_t> want;
   ASSERT_NO_FATAL_FAILURE(SaveOneCheckpoint(&want));

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/isa_test_util.h"
 #include "kernels/cpu/matmul.h"
+#include "tensor/tensor.h"
 
 namespace deepinfer::kernels {
 namespace {
@@ -149,14 +150,13 @@ TEST(IndexScoresTest, PackPadsHeadsWithZeros) {
 // Values as FakeQuantFp4 leaves them: per block of 32, an E2M1 value times 2^e, e drawn from
 // [-spread, spread] (the spread between blocks decides whether float sums stay exact).
 std::vector<float> RandomFp4(int64_t n, int spread, std::mt19937& rng) {
-  static constexpr float kE2m1[] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
   std::uniform_int_distribution<int> code(0, 15), exp(-spread, spread);
   std::vector<float> v(static_cast<size_t>(n));
   int e = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (i % 32 == 0) e = exp(rng);
     const int c = code(rng);
-    v[i] = std::ldexp(c & 8 ? -kE2m1[c & 7] : kE2m1[c & 7], e);
+    v[i] = std::ldexp(tensor::Fp4E2M1ToFp32(static_cast<uint8_t>(c)), e);
   }
   return v;
 }
