@@ -203,8 +203,9 @@ TEST(DeepseekV41ConsistencyTest, ChunksPrefixHitsAndBatchingChangeNothing) {
   ExpectChunksAndBatchingChangeNothing("v41_noengram_noqat", 3, {1, 2, 7, 128});  // 300 tokens
 }
 
-// The released formats (FP8 attention, FP4 experts): their kernels too (AMX tiles included,
-// where the ctest entry deepseek_v41_amx turns them on) give a token the same bits
+// The released formats (FP8 attention, FP4 experts): their kernels too (bf16 activations on AMX
+// tiles or AVX512-BF16 included, where the ctest entry deepseek_v41_bf16_activations turns them
+// on) give a token the same bits
 // whatever the chunk and the batch.
 TEST(DeepseekV41ConsistencyTest, Fp8Fp4ChunksAndBatchingChangeNothing) {
   ExpectChunksAndBatchingChangeNothing("v41_full_fp8", 2, {1, 3, 7, 17});

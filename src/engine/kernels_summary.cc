@@ -17,7 +17,13 @@ std::string MatMulKernelsSummary(const model::Model& model) {
   if (isa == kernels::Isa::kAvx2 && kernels::Avx2UsesVnni())
     kernel_notes = " (AVX-VNNI for Q4_0/Q4_1/Q8_0)";
   if (isa == kernels::Isa::kAvx512 && kernels::Avx512UsesAmx())
-    kernel_notes = " (AMX-BF16 tiles for F8_E4M3/FP4_E2M1, activations rounded to bf16; DEEPINFER_AMX)";
+    kernel_notes =
+        " (AMX-BF16 tiles for F8_E4M3/FP4_E2M1, activations rounded to bf16; "
+        "DEEPINFER_BF16_ACTIVATIONS)";
+  if (isa == kernels::Isa::kAvx512 && kernels::Avx512UsesBf16Dot())
+    kernel_notes =
+        " (AVX512-BF16 dot products for F8_E4M3/FP4_E2M1, activations rounded to bf16; "
+        "DEEPINFER_BF16_ACTIVATIONS)";
   if (isa == kernels::Isa::kNeon && kernels::NeonUsesDotProd()) {
     kernel_notes = fmt::format(" (dotprod{} for the integer quants{})",
                               kernels::NeonUsesI8mm() ? " and i8mm" : "",

@@ -413,22 +413,26 @@ def check_batch_equals_alone(server):
     assert len({t[0] for t in together}) > 1  # different prompts, different answers
 
 
-def test_amx_tiles_keep_a_batch_equal_to_each_alone(tmp_path_factory):
-    """The release-format checkpoint (FP8 attention, FP4 experts) served with DEEPINFER_AMX=1:
-    where the CPU has AMX the start-up line says its tiles multiply those weights, and eight
-    concurrent greedy requests still equal each alone, log-probabilities included (the tiles
-    give a token the same bits whatever the batch and the prefill chunks)."""
+def test_bf16_activations_keep_a_batch_equal_to_each_alone(tmp_path_factory):
+    """The release-format checkpoint (FP8 attention, FP4 experts) served with
+    DEEPINFER_BF16_ACTIVATIONS=1: where the CPU has AMX the start-up line says its tiles multiply
+    those weights, where it has AVX512-BF16 but no AMX (Zen 4) that VDPBF16PS does, and eight
+    concurrent greedy requests still equal each alone, log-probabilities included (either kernel
+    gives a token the same bits whatever the batch and the prefill chunks)."""
     d = make("v41_full_fp8", tmp_path_factory)
     config = json.loads((d / "config.json").read_text())
     config["text_config"]["max_position_embeddings"] = 4096
     (d / "config.json").write_text(json.dumps(config))
-    s = Server(d, NAME, ["--threads", "2", "--max-num-seqs", "8"], env={"DEEPINFER_AMX": "1"})
+    s = Server(d, NAME, ["--threads", "2", "--max-num-seqs", "8"],
+               env={"DEEPINFER_BF16_ACTIVATIONS": "1"})
     try:
-        flags = open("/proc/cpuinfo").read()
+        flags = open("/proc/cpuinfo").read().split()
         amx = all(f in flags for f in ("amx_tile", "amx_bf16", "avx512_bf16"))
+        bf16_dot = not amx and all(f in flags for f in ("avx512_bf16", "avx512_vnni", "avx512bw"))
         assert eventually(lambda: "matmul kernels:" in s.logs()), s.logs()
         line = next(ln for ln in s.logs().splitlines() if "matmul kernels:" in ln)
         assert ("AMX-BF16 tiles for F8_E4M3/FP4_E2M1" in line) == amx, line
+        assert ("AVX512-BF16 dot products for F8_E4M3/FP4_E2M1" in line) == bf16_dot, line
         check_batch_equals_alone(s)
         assert s.alive(), s.logs()
     finally:

@@ -91,11 +91,26 @@ bool CpuHasAmx() {
 #endif
 }
 
-// Opt-in: the AMX kernels round activations to bf16, which moves logits by about 1e-3 (past the
-// reference-parity tests' 1e-4), and a one-token step runs slower than on the f32 tiles.
-bool AmxWanted() {
-  const char* env = std::getenv("DEEPINFER_AMX");
-  return env != nullptr && (std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0);
+// Opt-in: the AMX and AVX512-BF16 kernels round activations to bf16, which moves logits by about
+// 1e-3 (past the reference-parity tests' 1e-4). DEEPINFER_BF16_ACTIVATIONS, or its first name
+// DEEPINFER_AMX, "1" or "on".
+bool Bf16ActivationsWanted() {
+  for (const char* name : {"DEEPINFER_BF16_ACTIVATIONS", "DEEPINFER_AMX"}) {
+    const char* env = std::getenv(name);
+    if (env != nullptr && (std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0)) return true;
+  }
+  return false;
+}
+
+// AVX512-BF16 (VDPBF16PS, VCVTNE2PS2BF16): CPUID leaf 7 subleaf 1, EAX bit 5.
+bool CpuHasAvx512Bf16() {
+#if defined(__x86_64__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!CpuHasAvx512() || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+  return (eax >> 5) & 1;
+#else
+  return false;
+#endif
 }
 
 bool CpuHasNeon() {
@@ -187,6 +202,7 @@ const Tables& AllTables() {
     if (CpuHasAvxVnni()) internal::FillAvx2VnniKernels(&t[1]);
     if (CpuHasAvx512()) internal::FillAvx512Kernels(&t[2]);
     if (Avx512UsesAmx()) internal::FillAmxKernels(&t[2]);
+    if (Avx512UsesBf16Dot()) internal::FillAvx512Bf16DotKernels(&t[2]);
 #endif
 #if defined(DI_KERNELS_NEON)
     if (CpuHasNeon()) internal::FillNeonKernels(&t[3], BestNeonIntCopy());
@@ -360,7 +376,12 @@ Isa HardwareIsa() { return BestIsa(); }
 bool Avx2UsesVnni() { return CpuHasAvxVnni(); }
 
 bool Avx512UsesAmx() {
-  static const bool uses = AmxWanted() && CpuHasAmx();
+  static const bool uses = Bf16ActivationsWanted() && CpuHasAmx();
+  return uses;
+}
+
+bool Avx512UsesBf16Dot() {
+  static const bool uses = Bf16ActivationsWanted() && !CpuHasAmx() && CpuHasAvx512Bf16();
   return uses;
 }
 

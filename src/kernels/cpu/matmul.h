@@ -41,11 +41,17 @@ const char* IsaName(Isa isa);
 // x86). Their results are the same either way.
 bool Avx2UsesVnni();
 // Whether kAvx512's FP8 E4M3 and FP4 E2M1 kernels run on AMX-BF16 tiles (matmul_amx.cc): the CPU
-// has AMX-TILE, AMX-BF16 and AVX512-BF16, Linux grants the tile state, and DEEPINFER_AMX is "1" or
-// "on" (read once; off by default). Unlike the other copies these round the activations to bf16 (round to
+// has AMX-TILE, AMX-BF16 and AVX512-BF16, Linux grants the tile state, and bf16 activations are
+// wanted: DEEPINFER_BF16_ACTIVATIONS (or its first name DEEPINFER_AMX) is "1" or "on" (read once;
+// off by default). Unlike the other copies these round the activations to bf16 (round to
 // nearest even) before the dot products, so their results differ from kAvx512's f32 kernels by
 // about 2^-9 relative per product; they stay batch and thread invariant. Always false off x86.
 bool Avx512UsesAmx();
+// Whether they run on AVX512-BF16's VDPBF16PS instead (matmul_avx512.cc): bf16 activations are
+// wanted as above and the CPU has AVX512-BF16 but not AMX (AMD Zen 4 and later, Intel Cooper
+// Lake). Same rounding of the activations, same invariances; a different order of additions
+// than the AMX tiles. Always false off x86.
+bool Avx512UsesBf16Dot();
 // Whether kNeon's integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K) use SDOT on this CPU
 // (HWCAP_ASIMDDP; always false off aarch64). Their results are the same either way.
 bool NeonUsesDotProd();

@@ -452,16 +452,21 @@ static void Bf16Gemm(const GemmArgs& g) {
 // subnormal codes alike), so one half-to-float conversion and one multiply by the block's
 // 2^(scale - 127 + 8) give the exact weights. (A scale of 2^119 or more would overflow here; no
 // finite weight quantizes to one.)
-static inline void Fp8Weights32(const uint8_t* codes, __m512 scale, __m512* lo, __m512* hi) {
+// Columns 0-15 take scale_lo, 16-31 scale_hi (blocks 16 wide; the same scale for wider ones).
+static inline void Fp8Weights32(__m256i codes, __m512 scale_lo, __m512 scale_hi, __m512* lo,
+                                __m512* hi) {
   // Sign-extended, a code shifted left by 7 has its magnitude in bits 7-13 and the sign in bits
   // 14 and 15: clearing bit 14 leaves the half (one shift and one AND where separate magnitude
   // and sign paths took five operations; the 4 vector pipes of an AMD Zen 4 were the limit).
-  const __m512i v =
-      _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)));
+  const __m512i v = _mm512_cvtepi8_epi16(codes);
   const __m512i half =
       _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(static_cast<int16_t>(0xbfff)));
-  *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(half)), scale);
-  *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1)), scale);
+  *lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(half)), scale_lo);
+  *hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(half, 1)), scale_hi);
+}
+
+static inline __m256i Load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
 static inline __m512 Fp8Scale(uint8_t b) { return _mm512_set1_ps(E8M0Value(b) * 256.0f); }
@@ -538,7 +543,10 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0, const floa
     __m512 lo[R], hi[R];
     if (prefetch && i % 64 == 0) PrefetchAhead<R>(g, rows, i);
     const int64_t b = i / g.scale_block_cols;
-    for (int r = 0; r < R; ++r) Fp8Weights32(rows[r] + i, _mm512_set1_ps(sf[r][b]), &lo[r], &hi[r]);
+    for (int r = 0; r < R; ++r) {
+      const __m512 scale = _mm512_set1_ps(sf[r][b]);
+      Fp8Weights32(Load32(rows[r] + i), scale, scale, &lo[r], &hi[r]);
+    }
     for (int t = 0; t < T; ++t) {
       const __m512 x0 = _mm512_loadu_ps(xs[t] + i), x1 = _mm512_loadu_ps(xs[t] + i + 16);
       for (int r = 0; r < R; ++r) {
@@ -548,12 +556,11 @@ static inline void Fp8Tile(const GemmArgs& g, int64_t r0, int64_t t0, const floa
     }
   }
   for (; i + 32 <= g.k; i += 32) {  // narrow blocks: each half with its own scale
-    __m512 lo[R], hi[R], unused;
+    __m512 lo[R], hi[R];
     if (prefetch && i % 64 == 0) PrefetchAhead<R>(g, rows, i);
     for (int r = 0; r < R; ++r) {
-      Fp8Weights32(rows[r] + i, _mm512_set1_ps(sf[r][i / g.scale_block_cols]), &lo[r], &unused);
-      Fp8Weights32(rows[r] + i, _mm512_set1_ps(sf[r][(i + 16) / g.scale_block_cols]), &unused,
-                   &hi[r]);
+      Fp8Weights32(Load32(rows[r] + i), _mm512_set1_ps(sf[r][i / g.scale_block_cols]),
+                   _mm512_set1_ps(sf[r][(i + 16) / g.scale_block_cols]), &lo[r], &hi[r]);
     }
     for (int t = 0; t < T; ++t) {
       const __m512 x0 = _mm512_loadu_ps(xs[t] + i), x1 = _mm512_loadu_ps(xs[t] + i + 16);
@@ -626,9 +633,9 @@ static void DecodePanel(const GemmArgs& g, int64_t r0, float* panel) {
         _mm512_storeu_ps(out + i, even);
         _mm512_storeu_ps(out + i + 16, odd);
       } else {
-        __m512 lo, hi, unused;
-        Fp8Weights32(row + i, Fp8Scale(sc[i / g.scale_block_cols]), &lo, &unused);
-        Fp8Weights32(row + i, Fp8Scale(sc[(i + 16) / g.scale_block_cols]), &unused, &hi);
+        __m512 lo, hi;
+        Fp8Weights32(Load32(row + i), Fp8Scale(sc[i / g.scale_block_cols]),
+                     Fp8Scale(sc[(i + 16) / g.scale_block_cols]), &lo, &hi);
         _mm512_storeu_ps(out + i, lo);
         _mm512_storeu_ps(out + i + 16, hi);
       }
@@ -715,6 +722,194 @@ static void ScaledGemm(const GemmArgs& g) {
   }
 }
 
+// ---- FP8 / FP4 weights times bf16 activations: AVX512-BF16 dot products (opt-in) ---------------
+//
+// Where bf16 activations are allowed and the CPU has AVX512-BF16 but no AMX (AMD Zen 4 and
+// later, Intel Cooper Lake; Avx512UsesBf16Dot), the FP8 and FP4 weights are decoded exactly as
+// above and converted to bf16, which is exact too (an E4M3 or E2M1 value times a power of two has
+// at most 4 significant bits, bf16 keeps 8; values below 2^-126 would be bf16 denormals, which
+// VDPBF16PS reads as zero, as AMX does: no released checkpoint has one). The activations are
+// rounded to bf16 once per call (round to nearest even; FP4's repacked per 32 as [16 even |
+// 16 odd] to match Fp4Weights32's order), and VDPBF16PS multiplies 32 weights by 32 activations
+// into 16 f32 lanes: 32 multiply-adds per instruction where an FMA does 16.
+// Every output accumulates in the same 16 lanes over k in order, in whole steps of 32 (the
+// activations are zero past k and an FP8 row's last partial step loads its codes masked), with
+// the same instructions in the direct tiles and in the panels, so a token's outputs do not depend
+// on the call's other tokens or on the row split.
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+
+static inline int64_t Bf16DotSteps(int64_t k) { return (k + 31) / 32; }
+
+static size_t Bf16DotActivationBytes(int64_t k) {
+  return static_cast<size_t>(Bf16DotSteps(k)) * 64;
+}
+
+static inline __mmask16 TailMask16(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// x[0, k) -> bf16 in order, zeros up to the next multiple of 32 (FP8's activations).
+static void Bf16DotActivations(const float* x, uint8_t* out, int64_t k) {
+  __m512i* o = reinterpret_cast<__m512i*>(out);
+  for (int64_t i = 0; i < k; i += 32) {
+    const __m512 lo = _mm512_maskz_loadu_ps(TailMask16(k - i), x + i);
+    const __m512 hi = k - i > 16 ? _mm512_maskz_loadu_ps(TailMask16(k - i - 16), x + i + 16)
+                                 : _mm512_setzero_ps();
+    _mm512_storeu_si512(o + i / 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+}
+
+// FP4's: every 32 as [16 even | 16 odd], then bf16 (k % 32 == 0).
+static void Bf16DotActivationsFp4(const float* x, uint8_t* out, int64_t k) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  __m512i* o = reinterpret_cast<__m512i*>(out);
+  for (int64_t i = 0; i < k; i += 32) {
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+    const __m512bh v =
+        _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(a, odd, b), _mm512_permutex2var_ps(a, even, b));
+    _mm512_storeu_si512(o + i / 32, reinterpret_cast<__m512i>(v));
+  }
+}
+
+// What the rows of a step (columns [i, i + 32)) share: the scale columns of its two halves and,
+// for an FP8 row's last partial step, the mask of the columns before k.
+struct Bf16Step {
+  int64_t b0, b1;
+  __mmask32 valid;  // all ones for a whole step
+};
+
+static inline Bf16Step MakeBf16Step(const GemmArgs& g, int64_t i) {
+  Bf16Step s;
+  s.b0 = i / g.scale_block_cols;
+  s.b1 = i + 16 < g.k ? (i + 16) / g.scale_block_cols : s.b0;
+  s.valid = i + 32 <= g.k ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (g.k - i)) - 1);
+  return s;
+}
+
+// The step's 32 weights of a row as bf16, in its activations' order; sf: the row's scale floats
+// (RowScaleFloats).
+template <bool kFp4>
+static inline __m512bh WeightsBf16(const uint8_t* row, const float* sf, int64_t i,
+                                   const Bf16Step& s) {
+  __m512 a, b;
+  if constexpr (kFp4) {
+    Fp4Weights32(row + i / 2, Fp4Table(_mm512_set1_ps(sf[s.b0])), &a, &b);
+  } else {
+    const __m256i codes =
+        s.valid == ~__mmask32{0} ? Load32(row + i) : _mm256_maskz_loadu_epi8(s.valid, row + i);
+    Fp8Weights32(codes, _mm512_set1_ps(sf[s.b0]), _mm512_set1_ps(sf[s.b1]), &a, &b);
+  }
+  return _mm512_cvtne2ps_pbh(b, a);
+}
+
+static inline __m512bh LoadBf16(const uint16_t* p) {
+  return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+}
+
+// R rows x T tokens, decoding each step's weights once for the T tokens.
+template <bool kFp4, int R, int T>
+static inline void Bf16DotTile(const GemmArgs& g, int64_t r0, int64_t t0, const float* const* sf,
+                               bool prefetch) {
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = g.w + (r0 + r) * g.w_row_bytes;
+  const uint16_t* xs[T];
+  for (int t = 0; t < T; ++t)
+    xs[t] = reinterpret_cast<const uint16_t*>(g.a + (t0 + t) * g.a_row_bytes);
+  for (int64_t i = 0; i < g.k; i += 32) {
+    constexpr int64_t kStepBytes = kFp4 ? 16 : 32;
+    if (prefetch && (i / 32 * kStepBytes) % 64 == 0) PrefetchAhead<R>(g, rows, i / 32 * kStepBytes);
+    const Bf16Step step = MakeBf16Step(g, i);
+    __m512bh w[R];
+    for (int r = 0; r < R; ++r) w[r] = WeightsBf16<kFp4>(rows[r], sf[r], i, step);
+    for (int t = 0; t < T; ++t) {
+      const __m512bh x = LoadBf16(xs[t] + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+// Prefill: kPanelRows rows decoded once into bf16 ([row][32 x Bf16DotSteps(k)]) for every token
+// of the chunk.
+template <bool kFp4>
+static void DecodePanelBf16(const GemmArgs& g, int64_t r0, const float* const* sf,
+                            uint16_t* panel) {
+  const int64_t kk = Bf16DotSteps(g.k) * 32;
+  for (int64_t r = 0; r < kPanelRows; ++r) {
+    const uint8_t* row = g.w + (r0 + r) * g.w_row_bytes;
+    for (int64_t i = 0; i < g.k; i += 32) {
+      const __m512bh w = WeightsBf16<kFp4>(row, sf[r], i, MakeBf16Step(g, i));
+      _mm512_storeu_si512(panel + r * kk + i, reinterpret_cast<__m512i>(w));
+    }
+  }
+}
+
+template <int T>
+static inline void PanelTileBf16(const GemmArgs& g, const uint16_t* panel, int64_t r0, int64_t t0) {
+  constexpr int R = kPanelRows;
+  const int64_t kk = Bf16DotSteps(g.k) * 32;
+  __m512 acc[R][T];
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  const uint16_t* xs[T];
+  for (int t = 0; t < T; ++t)
+    xs[t] = reinterpret_cast<const uint16_t*>(g.a + (t0 + t) * g.a_row_bytes);
+  for (int64_t i = 0; i < kk; i += 32) {
+    __m512bh w[R];
+    for (int r = 0; r < R; ++r) w[r] = LoadBf16(panel + r * kk + i);
+    for (int t = 0; t < T; ++t) {
+      const __m512bh x = LoadBf16(xs[t] + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int t = 0; t < T; ++t)
+      g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+template <bool kFp4>
+static void Bf16DotGemm(const GemmArgs& g) {
+  thread_local std::vector<uint16_t> panel;
+  thread_local std::vector<float> scale_buf;
+  if (static_cast<int64_t>(scale_buf.size()) < 4 * g.scale_cols) scale_buf.resize(4 * g.scale_cols);
+  const float* sf[4];
+  for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
+    const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
+    const bool panels = te - tc >= kPanelMinTokens;
+    int64_t r = g.row_begin;
+    for (; r + 4 <= g.row_end; r += 4) {
+      RowScaleFloats<kFp4, 4>(g, r, scale_buf.data(), sf);
+      int64_t t = tc;
+      if (panels) {
+        PrefetchRows(g, r, 4);  // decoded once for many tokens: compute bound
+        const int64_t need = kPanelRows * Bf16DotSteps(g.k) * 32;
+        if (static_cast<int64_t>(panel.size()) < need) panel.resize(need);
+        DecodePanelBf16<kFp4>(g, r, sf, panel.data());
+        for (; t + 4 <= te; t += 4) PanelTileBf16<4>(g, panel.data(), r, t);
+        for (; t < te; ++t) PanelTileBf16<1>(g, panel.data(), r, t);
+      } else {
+        for (; t + 4 <= te; t += 4) Bf16DotTile<kFp4, 4, 4>(g, r, t, sf, t == tc);
+        for (; t + 2 <= te; t += 2) Bf16DotTile<kFp4, 4, 2>(g, r, t, sf, t == tc);
+        for (; t < te; ++t) Bf16DotTile<kFp4, 4, 1>(g, r, t, sf, t == tc);
+      }
+    }
+    for (; r < g.row_end; ++r) {
+      RowScaleFloats<kFp4, 1>(g, r, scale_buf.data(), sf);
+      for (int64_t t = tc; t < te; ++t) Bf16DotTile<kFp4, 1, 1>(g, r, t, sf, false);
+    }
+  }
+}
+
+#pragma GCC pop_options
+
 static size_t F32ActivationBytes(int64_t k) { return static_cast<size_t>(k) * 4; }
 
 }  // namespace
@@ -726,6 +921,11 @@ void FillAvx512Kernels(KernelTable* t) {
   t->q8_0 = {PairGemm<WKind::kQ8_0>, QuantizePairs<ActKind::kBias128>, PairRowBytes};
   t->fp8 = {ScaledGemm<false>, nullptr, F32ActivationBytes};
   t->fp4 = {ScaledGemm<true>, DeinterleaveBf16Activations, Bf16ActivationBytes};
+}
+
+void FillAvx512Bf16DotKernels(KernelTable* t) {
+  t->fp8 = {Bf16DotGemm<false>, Bf16DotActivations, Bf16DotActivationBytes};
+  t->fp4 = {Bf16DotGemm<true>, Bf16DotActivationsFp4, Bf16DotActivationBytes};
 }
 
 void FillAvx512GgmlKernels(KernelTable* t) {

@@ -94,6 +94,9 @@ void FillAvx512Kernels(KernelTable* t);  // defined in matmul_avx512.cc
 // FP8 / FP4 on AMX-BF16 tiles with bf16 activations (matmul_amx.cc), over FillAvx512Kernels'
 // entries. REQUIRES: Avx512UsesAmx().
 void FillAmxKernels(KernelTable* t);
+// FP8 / FP4 with bf16 activations on AVX512-BF16 dot products (matmul_avx512.cc), over
+// FillAvx512Kernels' entries. REQUIRES: Avx512UsesBf16Dot().
+void FillAvx512Bf16DotKernels(KernelTable* t);
 // The copies of the NEON integer kernels (Q4_0 / Q4_1 / Q8_0 / Q4_K / Q6_K), by the dot
 // instruction they use: VMULL + VPADAL (baseline armv8-a), SDOT (dotprod), or SDOT for single
 // tokens and SMMLA for pairs of tokens (dotprod + i8mm). kSve is kDotProd with Q4_0 / Q4_1 /

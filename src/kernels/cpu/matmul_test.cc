@@ -144,10 +144,12 @@ std::vector<uint8_t> RandomScales(DType t, int64_t rows, int64_t cols, std::mt19
   return scales;
 }
 
-// Whether `isa`'s kernel for `t` rounds the activations to bf16 first (Avx512UsesAmx: FP8 / FP4
-// on AMX tiles), and the activations rounded so, for the reference.
+// Whether `isa`'s kernel for `t` rounds the activations to bf16 first (FP8 / FP4 on AMX tiles,
+// Avx512UsesAmx, or on VDPBF16PS, Avx512UsesBf16Dot), and the activations rounded so, for the
+// reference.
 bool RoundsToBf16(const tensor::TensorView& w) {
-  return IsBlockScaled(w.dtype) && MatMulKernelIsa(w) == Isa::kAvx512 && Avx512UsesAmx();
+  return IsBlockScaled(w.dtype) && MatMulKernelIsa(w) == Isa::kAvx512 &&
+         (Avx512UsesAmx() || Avx512UsesBf16Dot());
 }
 std::vector<float> Bf16Rounded(const std::vector<float>& x) {
   std::vector<float> out(x.size());
