@@ -24,6 +24,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/fp4_bf16_avx512.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "tensor/dtype.h"
 
@@ -91,21 +92,7 @@ inline TileScale MakeTileScale(int s0, int s1) {
 template <bool kFp4>
 inline void DecodeCodes32(const uint8_t* codes, const TileScale& scale, uint16_t* out) {
   if constexpr (kFp4) {
-    // The 16 values twice: VPERMW reads the low 5 bits of an index.
-    alignas(64) static constexpr uint16_t kValues[32] = {
-        0,      0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
-        0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0,
-        0,      0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
-        0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
-    // Byte b (element 2j in its low nibble, 2j + 1 in the high) as the 32-bit word
-    // b | b << 12: its low half's low 5 bits index the low nibble's value (bit 4 only picks the
-    // table's second copy), its high half is the high nibble; the lookup leaves the elements in
-    // order. Bits 0-2 of each half are the code's magnitude.
-    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
-    const __m512i index = _mm512_or_si512(v, _mm512_slli_epi32(v, 12));
-    const __m512i bits = _mm512_permutexvar_epi16(index, _mm512_load_si512(kValues));
-    const __mmask32 nonzero = _mm512_test_epi16_mask(index, _mm512_set1_epi16(0x07));
-    _mm512_storeu_si512(out, _mm512_mask_add_epi16(bits, nonzero, bits, scale.shift));
+    _mm512_storeu_si512(out, Fp4Bf16Bits32(codes, scale.shift));
   } else {
     alignas(64) static constexpr uint16_t kSubnormals[32] = {0,      0x3b00, 0x3b80, 0x3bc0,
                                                              0x3c00, 0x3c20, 0x3c40, 0x3c60};
@@ -123,21 +110,6 @@ inline void DecodeCodes32(const uint8_t* codes, const TileScale& scale, uint16_t
                                                        _mm512_set1_epi16(static_cast<int16_t>(0x8000)),
                                                        0xf8));
   }
-}
-
-// An FP4 row's scale bytes sc[0, n) as exponent shifts (s - 127) << 7 (TileScale::shift's
-// lanes) into out; false when one lies outside [2, 252] (the integer route's range).
-inline bool Fp4Shifts(const uint8_t* sc, int64_t n, int16_t* out) {
-  __mmask32 bad = 0;
-  for (int64_t i = 0; i < n; i += 32) {
-    const __mmask32 m = n - i >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - i)) - 1;
-    const __m512i v = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, sc + i));
-    bad |= _mm512_mask_cmplt_epu16_mask(m, v, _mm512_set1_epi16(2)) |
-           _mm512_mask_cmpgt_epu16_mask(m, v, _mm512_set1_epi16(252));
-    _mm512_mask_storeu_epi16(out + i, m,
-                             _mm512_slli_epi16(_mm512_sub_epi16(v, _mm512_set1_epi16(127)), 7));
-  }
-  return bad == 0;
 }
 
 // The float route: columns [k0, k0 + 32) of a row, exactly, zeros past g.k.

@@ -34,6 +34,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/fp4_bf16_avx512.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
@@ -729,13 +730,12 @@ static void ScaledGemm(const GemmArgs& g) {
 // above and converted to bf16, which is exact too (an E4M3 or E2M1 value times a power of two has
 // at most 4 significant bits, bf16 keeps 8; values below 2^-126 would be bf16 denormals, which
 // VDPBF16PS reads as zero, as AMX does: no released checkpoint has one). The activations are
-// rounded to bf16 once per call (round to nearest even; FP4's repacked per 32 as [16 even |
-// 16 odd] to match Fp4Weights32's order), and VDPBF16PS multiplies 32 weights by 32 activations
-// into 16 f32 lanes: 32 multiply-adds per instruction where an FMA does 16.
-// Every output accumulates in the same 16 lanes over k in order, in whole steps of 32 (the
-// activations are zero past k and an FP8 row's last partial step loads its codes masked), with
-// the same instructions in the direct tiles and in the panels, so a token's outputs do not depend
-// on the call's other tokens or on the row split.
+// rounded to bf16 once per call (round to nearest even), and VDPBF16PS multiplies 32 weights by 32
+// activations into 16 f32 lanes: 32 multiply-adds per instruction where an FMA does 16. Every
+// output accumulates in the same 16 lanes over k in order, in whole steps of 32 (the activations
+// are zero past k and an FP8 row's last partial step loads its codes masked), with the same
+// instructions in the direct tiles and in the panels, so a token's outputs do not depend on the
+// call's other tokens or on the row split.
 
 #pragma GCC push_options
 #pragma GCC target("avx512bf16")
@@ -750,7 +750,7 @@ static inline __mmask16 TailMask16(int64_t n) {
   return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// x[0, k) -> bf16 in order, zeros up to the next multiple of 32 (FP8's activations).
+// x[0, k) -> bf16 in order, zeros up to the next multiple of 32.
 static void Bf16DotActivations(const float* x, uint8_t* out, int64_t k) {
   __m512i* o = reinterpret_cast<__m512i*>(out);
   for (int64_t i = 0; i < k; i += 32) {
@@ -758,19 +758,6 @@ static void Bf16DotActivations(const float* x, uint8_t* out, int64_t k) {
     const __m512 hi = k - i > 16 ? _mm512_maskz_loadu_ps(TailMask16(k - i - 16), x + i + 16)
                                  : _mm512_setzero_ps();
     _mm512_storeu_si512(o + i / 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-  }
-}
-
-// FP4's: every 32 as [16 even | 16 odd], then bf16 (k % 32 == 0).
-static void Bf16DotActivationsFp4(const float* x, uint8_t* out, int64_t k) {
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  __m512i* o = reinterpret_cast<__m512i*>(out);
-  for (int64_t i = 0; i < k; i += 32) {
-    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
-    const __m512bh v =
-        _mm512_cvtne2ps_pbh(_mm512_permutex2var_ps(a, odd, b), _mm512_permutex2var_ps(a, even, b));
-    _mm512_storeu_si512(o + i / 32, reinterpret_cast<__m512i>(v));
   }
 }
 
@@ -789,20 +776,52 @@ static inline Bf16Step MakeBf16Step(const GemmArgs& g, int64_t i) {
   return s;
 }
 
-// The step's 32 weights of a row as bf16, in its activations' order; sf: the row's scale floats
-// (RowScaleFloats).
+// The scales of up to 4 rows: as floats (RowScaleFloats) and, for FP4, as exponent shifts
+// (Fp4Shifts), with whether every one of them takes the integer route.
+struct Bf16Rows {
+  const float* sf[4];
+  const int16_t* shift[4];
+  bool integer = false;
+};
+
+template <bool kFp4, int R>
+static inline void PrepareBf16Rows(const GemmArgs& g, int64_t r0, float* float_buf,
+                                   int16_t* shift_buf, Bf16Rows* rs) {
+  RowScaleFloats<kFp4, R>(g, r0, float_buf, rs->sf);
+  if constexpr (kFp4) {
+    rs->integer = true;
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* sc = g.scale + ((r0 + r) / g.scale_block_rows) * g.scale_cols;
+      rs->shift[r] = shift_buf + r * g.scale_cols;
+      rs->integer &= Fp4Shifts(sc, g.scale_cols, shift_buf + r * g.scale_cols);
+    }
+  }
+}
+
+// The step's 32 weights of row r as bf16 in element order. FP4 takes the integer route
+// (Fp4Bf16Bits32) when its scales allow, else the float one, whose [16 even | 16 odd] a VPERMW
+// puts back in order: the same bits either way.
 template <bool kFp4>
-static inline __m512bh WeightsBf16(const uint8_t* row, const float* sf, int64_t i,
+static inline __m512bh WeightsBf16(const uint8_t* row, const Bf16Rows& rs, int r, int64_t i,
                                    const Bf16Step& s) {
   __m512 a, b;
   if constexpr (kFp4) {
-    Fp4Weights32(row + i / 2, Fp4Table(_mm512_set1_ps(sf[s.b0])), &a, &b);
+    if (rs.integer)
+      return reinterpret_cast<__m512bh>(
+          Fp4Bf16Bits32(row + i / 2, _mm512_set1_epi16(rs.shift[r][s.b0])));
+    Fp4Weights32(row + i / 2, Fp4Table(_mm512_set1_ps(rs.sf[r][s.b0])), &a, &b);
+    const __m512i order =
+        _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005,
+                          0x00160006, 0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b,
+                          0x001c000c, 0x001d000d, 0x001e000e, 0x001f000f);
+    return reinterpret_cast<__m512bh>(
+        _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a))));
   } else {
     const __m256i codes =
         s.valid == ~__mmask32{0} ? Load32(row + i) : _mm256_maskz_loadu_epi8(s.valid, row + i);
-    Fp8Weights32(codes, _mm512_set1_ps(sf[s.b0]), _mm512_set1_ps(sf[s.b1]), &a, &b);
+    Fp8Weights32(codes, _mm512_set1_ps(rs.sf[r][s.b0]), _mm512_set1_ps(rs.sf[r][s.b1]), &a, &b);
+    return _mm512_cvtne2ps_pbh(b, a);
   }
-  return _mm512_cvtne2ps_pbh(b, a);
 }
 
 static inline __m512bh LoadBf16(const uint16_t* p) {
@@ -811,7 +830,7 @@ static inline __m512bh LoadBf16(const uint16_t* p) {
 
 // R rows x T tokens, decoding each step's weights once for the T tokens.
 template <bool kFp4, int R, int T>
-static inline void Bf16DotTile(const GemmArgs& g, int64_t r0, int64_t t0, const float* const* sf,
+static inline void Bf16DotTile(const GemmArgs& g, int64_t r0, int64_t t0, const Bf16Rows& rs,
                                bool prefetch) {
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
@@ -826,7 +845,7 @@ static inline void Bf16DotTile(const GemmArgs& g, int64_t r0, int64_t t0, const 
     if (prefetch && (i / 32 * kStepBytes) % 64 == 0) PrefetchAhead<R>(g, rows, i / 32 * kStepBytes);
     const Bf16Step step = MakeBf16Step(g, i);
     __m512bh w[R];
-    for (int r = 0; r < R; ++r) w[r] = WeightsBf16<kFp4>(rows[r], sf[r], i, step);
+    for (int r = 0; r < R; ++r) w[r] = WeightsBf16<kFp4>(rows[r], rs, r, i, step);
     for (int t = 0; t < T; ++t) {
       const __m512bh x = LoadBf16(xs[t] + i);
       for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
@@ -840,13 +859,12 @@ static inline void Bf16DotTile(const GemmArgs& g, int64_t r0, int64_t t0, const 
 // Prefill: kPanelRows rows decoded once into bf16 ([row][32 x Bf16DotSteps(k)]) for every token
 // of the chunk.
 template <bool kFp4>
-static void DecodePanelBf16(const GemmArgs& g, int64_t r0, const float* const* sf,
-                            uint16_t* panel) {
+static void DecodePanelBf16(const GemmArgs& g, int64_t r0, const Bf16Rows& rs, uint16_t* panel) {
   const int64_t kk = Bf16DotSteps(g.k) * 32;
   for (int64_t r = 0; r < kPanelRows; ++r) {
     const uint8_t* row = g.w + (r0 + r) * g.w_row_bytes;
     for (int64_t i = 0; i < g.k; i += 32) {
-      const __m512bh w = WeightsBf16<kFp4>(row, sf[r], i, MakeBf16Step(g, i));
+      const __m512bh w = WeightsBf16<kFp4>(row, rs, static_cast<int>(r), i, MakeBf16Step(g, i));
       _mm512_storeu_si512(panel + r * kk + i, reinterpret_cast<__m512i>(w));
     }
   }
@@ -879,31 +897,36 @@ template <bool kFp4>
 static void Bf16DotGemm(const GemmArgs& g) {
   thread_local std::vector<uint16_t> panel;
   thread_local std::vector<float> scale_buf;
-  if (static_cast<int64_t>(scale_buf.size()) < 4 * g.scale_cols) scale_buf.resize(4 * g.scale_cols);
-  const float* sf[4];
+  thread_local std::vector<int16_t> shift_buf;
+  if (static_cast<int64_t>(scale_buf.size()) < 4 * g.scale_cols) {
+    scale_buf.resize(4 * g.scale_cols);
+    shift_buf.resize(4 * g.scale_cols);
+  }
+  Bf16Rows rs;
   for (int64_t tc = 0; tc < g.num_tokens; tc += kTokenChunk) {
     const int64_t te = tc + kTokenChunk < g.num_tokens ? tc + kTokenChunk : g.num_tokens;
     const bool panels = te - tc >= kPanelMinTokens;
     int64_t r = g.row_begin;
     for (; r + 4 <= g.row_end; r += 4) {
-      RowScaleFloats<kFp4, 4>(g, r, scale_buf.data(), sf);
+      PrepareBf16Rows<kFp4, 4>(g, r, scale_buf.data(), shift_buf.data(), &rs);
       int64_t t = tc;
       if (panels) {
         PrefetchRows(g, r, 4);  // decoded once for many tokens: compute bound
         const int64_t need = kPanelRows * Bf16DotSteps(g.k) * 32;
         if (static_cast<int64_t>(panel.size()) < need) panel.resize(need);
-        DecodePanelBf16<kFp4>(g, r, sf, panel.data());
-        for (; t + 4 <= te; t += 4) PanelTileBf16<4>(g, panel.data(), r, t);
+        DecodePanelBf16<kFp4>(g, r, rs, panel.data());
+        for (; t + 6 <= te; t += 6) PanelTileBf16<6>(g, panel.data(), r, t);
+        for (; t + 2 <= te; t += 2) PanelTileBf16<2>(g, panel.data(), r, t);
         for (; t < te; ++t) PanelTileBf16<1>(g, panel.data(), r, t);
       } else {
-        for (; t + 4 <= te; t += 4) Bf16DotTile<kFp4, 4, 4>(g, r, t, sf, t == tc);
-        for (; t + 2 <= te; t += 2) Bf16DotTile<kFp4, 4, 2>(g, r, t, sf, t == tc);
-        for (; t < te; ++t) Bf16DotTile<kFp4, 4, 1>(g, r, t, sf, t == tc);
+        for (; t + 4 <= te; t += 4) Bf16DotTile<kFp4, 4, 4>(g, r, t, rs, t == tc);
+        for (; t + 2 <= te; t += 2) Bf16DotTile<kFp4, 4, 2>(g, r, t, rs, t == tc);
+        for (; t < te; ++t) Bf16DotTile<kFp4, 4, 1>(g, r, t, rs, t == tc);
       }
     }
     for (; r < g.row_end; ++r) {
-      RowScaleFloats<kFp4, 1>(g, r, scale_buf.data(), sf);
-      for (int64_t t = tc; t < te; ++t) Bf16DotTile<kFp4, 1, 1>(g, r, t, sf, false);
+      PrepareBf16Rows<kFp4, 1>(g, r, scale_buf.data(), shift_buf.data(), &rs);
+      for (int64_t t = tc; t < te; ++t) Bf16DotTile<kFp4, 1, 1>(g, r, t, rs, false);
     }
   }
 }
@@ -925,7 +948,7 @@ void FillAvx512Kernels(KernelTable* t) {
 
 void FillAvx512Bf16DotKernels(KernelTable* t) {
   t->fp8 = {Bf16DotGemm<false>, Bf16DotActivations, Bf16DotActivationBytes};
-  t->fp4 = {Bf16DotGemm<true>, Bf16DotActivationsFp4, Bf16DotActivationBytes};
+  t->fp4 = {Bf16DotGemm<true>, Bf16DotActivations, Bf16DotActivationBytes};
 }
 
 void FillAvx512GgmlKernels(KernelTable* t) {

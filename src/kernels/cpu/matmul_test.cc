@@ -988,6 +988,9 @@ namespace {
 struct ScaledCase {
   tensor::DType type;
   int64_t rows, cols, block_rows, block_cols;
+  // When nonzero, the scale byte of row 5's second block: one outside the bf16 kernels' integer
+  // decode (FP4 [2, 252], AMX's FP8 [10, 246]) sends those rows down their float route.
+  uint8_t odd_scale = 0;
 };
 
 class BlockScaledMatMulTest : public ::testing::TestWithParam<ScaledCase> {
@@ -1008,6 +1011,7 @@ TEST_P(BlockScaledMatMulTest, MatchesReferenceAndIsBatchInvariantOnEveryIsa) {
   const int64_t sc = (c.cols + c.block_cols - 1) / c.block_cols;
   std::vector<uint8_t> scales(static_cast<size_t>(sr * sc));
   for (auto& s : scales) s = static_cast<uint8_t>(112 + rng() % 24);
+  if (c.odd_scale != 0) scales[static_cast<size_t>(5 / c.block_rows * sc + 1)] = c.odd_scale;
   tensor::TensorView view;
   view.name = "w";
   view.dtype = c.type;
@@ -1057,6 +1061,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ScaledCase{DType::kF8E4M3, 9, 40, 4, 8},        // not SIMD-friendly
                       ScaledCase{DType::kF8E4M3, 12, 80, 16, 16},     // 16-wide blocks, tail
                       ScaledCase{DType::kFp4E2M1, 37, 256, 1, 32},
+                      ScaledCase{DType::kFp4E2M1, 37, 256, 1, 32, 1},  // float route
+                      ScaledCase{DType::kF8E4M3, 40, 96, 32, 32, 9},   // float route
                       // Past AMX's 64-row blocks, a 6-row tail, a 4-column k tail.
                       ScaledCase{DType::kF8E4M3, 70, 100, 32, 32},
                       ScaledCase{DType::kF8E4M3, 8, 100, 32, 32},
@@ -1069,7 +1075,8 @@ INSTANTIATE_TEST_SUITE_P(
       const ScaledCase& c = info.param;
       return std::string(c.type == DType::kFp4E2M1 ? "Fp4" : "Fp8") + "_" +
              std::to_string(c.block_rows) + "x" + std::to_string(c.block_cols) + "_" +
-             std::to_string(c.rows) + "x" + std::to_string(c.cols);
+             std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+             (c.odd_scale != 0 ? "_scale" + std::to_string(c.odd_scale) : "");
     });
 
 }  // namespace

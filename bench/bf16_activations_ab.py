@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""AMX tiles on and off (DEEPINFER_AMX) on a DeepSeek-V4-shaped checkpoint in the released formats,
-next to llama.cpp's llama-server in the same run.
+"""bf16 activations on and off (DEEPINFER_BF16_ACTIVATIONS: AMX tiles on a Xeon with AMX,
+AVX512-BF16 dot products on AMD Zen 4 and later) on a DeepSeek-V4-shaped checkpoint in the released
+formats, next to llama.cpp's llama-server in the same run. (It was bench/bf16_activations_ab.py before the
+AVX512-BF16 kernels.)
 
 Two parts, both with the same `deepinfer` binary, the environment variable the only difference:
   generate  `deepinfer generate --random-prompt-tokens P --max-tokens G --ignore-eos --json`,
             --rounds rounds alternating which setting goes first: prefill and decode tokens/s,
             medians; after them llama.cpp's `llama-bench` on the GGUF (prefill P, decode G after
             P, --rounds repetitions, --repack 0).
-  serving   `deepinfer serve` (AMX on, AMX off) and `llama-server --parallel 16 -c 8192
+  serving   `deepinfer serve` (bf16 on, bf16 off) and `llama-server --parallel 16 -c 8192
             --no-repack` (deepseek_v4_speed.llama_serve_and_bench) on the same checkpoint converted by llama.cpp (FP8 -> Q8_0, FP4 ->
             MXFP4; bench/deepseek_v4_speed.py says why --no-repack), each driven by
             `deepinfer bench`: random prompts of 256 tokens, 64 output tokens, 32 requests at
@@ -15,9 +17,9 @@ Two parts, both with the same `deepinfer` binary, the environment variable the o
             each engine.
 Markdown on stdout; raw results to --json.
 
-Usage: .venv/bin/python bench/amx_ab.py [--deepinfer build/deepinfer] [--model /tmp/ds4-bench/v4]
+Usage: .venv/bin/python bench/bf16_activations_ab.py [--deepinfer build/deepinfer] [--model /tmp/ds4-bench/v4]
            --llama-bin LLAMA_CPP/build/bin --llama-gguf /tmp/ds4-bench/v4.gguf
-           [--rounds 3] [--json bench/results/amx_ab.json] > bench/results/amx_ab.md
+           [--rounds 3] [--json bench/results/bf16_activations_ab.json] > bench/results/bf16_activations_ab.md
 """
 
 import argparse
@@ -33,7 +35,7 @@ from deepseek_speed import generate, serve_and_bench  # noqa: E402
 from deepseek_v4_speed import llama_bench, llama_serve_and_bench  # noqa: E402
 from runtime_vs_llamacpp import load_average  # noqa: E402
 
-SETTINGS = {"AMX on": "1", "AMX off": "0"}
+SETTINGS = {"bf16 on": "1", "bf16 off": "0"}
 
 
 def main() -> None:
@@ -53,11 +55,11 @@ def main() -> None:
                "serving": {}}
     for r in range(args.rounds):
         for name in (list(SETTINGS) if r % 2 == 0 else list(SETTINGS)[::-1]):
-            os.environ["DEEPINFER_AMX"] = SETTINGS[name]
+            os.environ["DEEPINFER_BF16_ACTIVATIONS"] = SETTINGS[name]
             results["generate"][name].append(generate(args, model))
     results["llama_bench"] = llama_bench(args, args.prompt_tokens, args.gen_tokens, args.rounds)
     for name in SETTINGS:
-        os.environ["DEEPINFER_AMX"] = SETTINGS[name]
+        os.environ["DEEPINFER_BF16_ACTIVATIONS"] = SETTINGS[name]
         results["serving"][name] = serve_and_bench(args, model, "8,16", [], 256, 64, 32)
         results["serving"][name]["load_after"] = load_average()
     results["serving"]["llama-server"] = llama_serve_and_bench(args, 256, 64, 32, parallel=16,
