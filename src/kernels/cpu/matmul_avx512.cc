@@ -828,32 +828,49 @@ static inline __m512bh LoadBf16(const uint16_t* p) {
   return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
 }
 
+// The R x T sums of a tile over tokens [t0, t0 + T): each step adds w[r] . x[t] into lane-wise
+// f32 accumulators; Store writes their horizontal sums.
+template <int R, int T>
+struct Bf16Sums {
+  __m512 acc[R][T];
+  const uint16_t* xs[T];
+
+  Bf16Sums(const GemmArgs& g, int64_t t0) {
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+    for (int t = 0; t < T; ++t)
+      xs[t] = reinterpret_cast<const uint16_t*>(g.a + (t0 + t) * g.a_row_bytes);
+  }
+  // Columns [i, i + 32).
+  void Step(const __m512bh (&w)[R], int64_t i) {
+    for (int t = 0; t < T; ++t) {
+      const __m512bh x = LoadBf16(xs[t] + i);
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
+    }
+  }
+  void Store(const GemmArgs& g, int64_t r0, int64_t t0) const {
+    for (int r = 0; r < R; ++r)
+      for (int t = 0; t < T; ++t)
+        g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+};
+
 // R rows x T tokens, decoding each step's weights once for the T tokens.
 template <bool kFp4, int R, int T>
 static inline void Bf16DotTile(const GemmArgs& g, int64_t r0, int64_t t0, const Bf16Rows& rs,
                                bool prefetch) {
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  Bf16Sums<R, T> sums(g, t0);
   const uint8_t* rows[R];
   for (int r = 0; r < R; ++r) rows[r] = g.w + (r0 + r) * g.w_row_bytes;
-  const uint16_t* xs[T];
-  for (int t = 0; t < T; ++t)
-    xs[t] = reinterpret_cast<const uint16_t*>(g.a + (t0 + t) * g.a_row_bytes);
   for (int64_t i = 0; i < g.k; i += 32) {
     constexpr int64_t kStepBytes = kFp4 ? 16 : 32;
     if (prefetch && (i / 32 * kStepBytes) % 64 == 0) PrefetchAhead<R>(g, rows, i / 32 * kStepBytes);
     const Bf16Step step = MakeBf16Step(g, i);
     __m512bh w[R];
     for (int r = 0; r < R; ++r) w[r] = WeightsBf16<kFp4>(rows[r], rs, r, i, step);
-    for (int t = 0; t < T; ++t) {
-      const __m512bh x = LoadBf16(xs[t] + i);
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
-    }
+    sums.Step(w, i);
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t)
-      g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+  sums.Store(g, r0, t0);
 }
 
 // Prefill: kPanelRows rows decoded once into bf16 ([row][32 x Bf16DotSteps(k)]) for every token
@@ -874,23 +891,13 @@ template <int T>
 static inline void PanelTileBf16(const GemmArgs& g, const uint16_t* panel, int64_t r0, int64_t t0) {
   constexpr int R = kPanelRows;
   const int64_t kk = Bf16DotSteps(g.k) * 32;
-  __m512 acc[R][T];
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
-  const uint16_t* xs[T];
-  for (int t = 0; t < T; ++t)
-    xs[t] = reinterpret_cast<const uint16_t*>(g.a + (t0 + t) * g.a_row_bytes);
+  Bf16Sums<R, T> sums(g, t0);
   for (int64_t i = 0; i < kk; i += 32) {
     __m512bh w[R];
     for (int r = 0; r < R; ++r) w[r] = LoadBf16(panel + r * kk + i);
-    for (int t = 0; t < T; ++t) {
-      const __m512bh x = LoadBf16(xs[t] + i);
-      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], w[r], x);
-    }
+    sums.Step(w, i);
   }
-  for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t)
-      g.y[(t0 + t) * g.y_stride + r0 + r] = _mm512_reduce_add_ps(acc[r][t]);
+  sums.Store(g, r0, t0);
 }
 
 template <bool kFp4>
