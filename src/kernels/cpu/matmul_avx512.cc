@@ -737,8 +737,15 @@ static void ScaledGemm(const GemmArgs& g) {
 // instructions in the direct tiles and in the panels, so a token's outputs do not depend on the
 // call's other tokens or on the row split.
 
+// The file's flags lack AVX512-BF16 (its other kernels run on CPUs without it), so this section
+// alone is compiled for it: GCC's target pragma, clang's attribute region (clang ignores the
+// former; the fuzz build uses clang).
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512bf16"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512bf16")
+#endif
 
 static inline int64_t Bf16DotSteps(int64_t k) { return (k + 31) / 32; }
 
@@ -938,7 +945,11 @@ static void Bf16DotGemm(const GemmArgs& g) {
   }
 }
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 static size_t F32ActivationBytes(int64_t k) { return static_cast<size_t>(k) * 4; }
 
