@@ -47,16 +47,20 @@ bool CpuHasAvx2() {
 #endif
 }
 
-// AVX-VNNI, the VEX form of VPDPBUSD on 256-bit vectors: CPUID leaf 7 subleaf 1, EAX bit 4.
-bool CpuHasAvxVnni() {
+// Bit `bit` of EAX of CPUID leaf 7 subleaf 1 (false off x86 or where the leaf is missing).
+bool CpuidLeaf7Sub1EaxBit(int bit) {
 #if defined(__x86_64__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!CpuHasAvx2() || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
-  return (eax >> 4) & 1;
+  if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
+  return (eax >> bit) & 1;
 #else
+  (void)bit;
   return false;
 #endif
 }
+
+// AVX-VNNI, the VEX form of VPDPBUSD on 256-bit vectors: CPUID leaf 7 subleaf 1, EAX bit 4.
+bool CpuHasAvxVnni() { return CpuHasAvx2() && CpuidLeaf7Sub1EaxBit(4); }
 
 bool CpuHasAvx512() {
 #if defined(__x86_64__)
@@ -68,17 +72,19 @@ bool CpuHasAvx512() {
 #endif
 }
 
-// AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22) with AVX512-BF16 (leaf 7 subleaf 1,
-// EAX bit 5), the OS saving the tile state (XCR0 bits 17 and 18), and this process allowed to use
-// it: Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA, Documentation/arch/x86/xstate.rst), once for every thread of the process.
+// AVX512-BF16 (VDPBF16PS, VCVTNE2PS2BF16): CPUID leaf 7 subleaf 1, EAX bit 5.
+bool CpuHasAvx512Bf16() { return CpuHasAvx512() && CpuidLeaf7Sub1EaxBit(5); }
+
+// AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22) with AVX512-BF16, the OS saving the tile
+// state (XCR0 bits 17 and 18), and this process allowed to use it: Linux hands out the 8 KiB tile
+// state only on request (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA,
+// Documentation/arch/x86/xstate.rst), once for every thread of the process.
 bool CpuHasAmx() {
 #if defined(__x86_64__) && defined(__linux__)
   static const bool has = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!CpuHasAvx512() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if (!CpuHasAvx512Bf16() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
     if (!((edx >> 24) & 1) || !((edx >> 22) & 1)) return false;
-    if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) || !((eax >> 5) & 1)) return false;
     uint32_t xcr0_lo = 0, xcr0_hi = 0;
     __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     if ((xcr0_lo & (3u << 17)) != (3u << 17)) return false;
@@ -100,17 +106,6 @@ bool Bf16ActivationsWanted() {
     if (env != nullptr && (std::strcmp(env, "1") == 0 || std::strcmp(env, "on") == 0)) return true;
   }
   return false;
-}
-
-// AVX512-BF16 (VDPBF16PS, VCVTNE2PS2BF16): CPUID leaf 7 subleaf 1, EAX bit 5.
-bool CpuHasAvx512Bf16() {
-#if defined(__x86_64__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!CpuHasAvx512() || !__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
-  return (eax >> 5) & 1;
-#else
-  return false;
-#endif
 }
 
 bool CpuHasNeon() {

@@ -24,7 +24,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/fp4_bf16_avx512.h"
+#include "kernels/cpu/bf16_avx512.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "tensor/dtype.h"
 
@@ -385,20 +385,6 @@ void AmxScaledGemm(const GemmArgs& g) {
   }
   _tile_release();
 }
-
-// f32 -> bf16 (round to nearest even), zeros up to the next multiple of 32.
-void Bf16Activations(const float* x, uint8_t* out, int64_t k) {
-  uint16_t* o = reinterpret_cast<uint16_t*>(out);
-  int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
-    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
-    _mm512_storeu_si512(o + i, reinterpret_cast<__m512i>(v));
-  }
-  for (; i < k; ++i) o[i] = tensor::Fp32ToBf16(x[i]);
-  for (; i % kTileK != 0; ++i) o[i] = 0;
-}
-
-size_t Bf16RowBytes(int64_t k) { return static_cast<size_t>((k + kTileK - 1) / kTileK * kTileK) * 2; }
 
 }  // namespace
 

@@ -34,7 +34,7 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/fp4_bf16_avx512.h"
+#include "kernels/cpu/bf16_avx512.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant.h"
@@ -749,25 +749,6 @@ static void ScaledGemm(const GemmArgs& g) {
 
 static inline int64_t Bf16DotSteps(int64_t k) { return (k + 31) / 32; }
 
-static size_t Bf16DotActivationBytes(int64_t k) {
-  return static_cast<size_t>(Bf16DotSteps(k)) * 64;
-}
-
-static inline __mmask16 TailMask16(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
-}
-
-// x[0, k) -> bf16 in order, zeros up to the next multiple of 32.
-static void Bf16DotActivations(const float* x, uint8_t* out, int64_t k) {
-  __m512i* o = reinterpret_cast<__m512i*>(out);
-  for (int64_t i = 0; i < k; i += 32) {
-    const __m512 lo = _mm512_maskz_loadu_ps(TailMask16(k - i), x + i);
-    const __m512 hi = k - i > 16 ? _mm512_maskz_loadu_ps(TailMask16(k - i - 16), x + i + 16)
-                                 : _mm512_setzero_ps();
-    _mm512_storeu_si512(o + i / 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-  }
-}
-
 // What the rows of a step (columns [i, i + 32)) share: the scale columns of its two halves and,
 // for an FP8 row's last partial step, the mask of the columns before k.
 struct Bf16Step {
@@ -965,8 +946,8 @@ void FillAvx512Kernels(KernelTable* t) {
 }
 
 void FillAvx512Bf16DotKernels(KernelTable* t) {
-  t->fp8 = {Bf16DotGemm<false>, Bf16DotActivations, Bf16DotActivationBytes};
-  t->fp4 = {Bf16DotGemm<true>, Bf16DotActivations, Bf16DotActivationBytes};
+  t->fp8 = {Bf16DotGemm<false>, Bf16Activations, Bf16RowBytes};
+  t->fp4 = {Bf16DotGemm<true>, Bf16Activations, Bf16RowBytes};
 }
 
 void FillAvx512GgmlKernels(KernelTable* t) {

@@ -1,14 +1,35 @@
 #pragma once
 
-// FP4 E2M1 codes to bf16 bit patterns with AVX-512 BW integer operations, for the kernel files
-// compiled for AVX-512 (matmul_amx.cc's tiles, matmul_avx512.cc's VDPBF16PS kernels). `static`,
-// so each file keeps its own copy (matmul_internal.h: no inline code shared across ISA files).
+// What the bf16 kernels of the AVX-512 files share (matmul_amx.cc's tiles, matmul_avx512.cc's
+// VDPBF16PS kernels): their activations, and FP4 E2M1 codes to bf16 bit patterns by AVX-512 BW
+// integer operations. `static`, so each file keeps its own copy (matmul_internal.h: no inline code
+// shared across ISA files).
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace deepinfer::kernels::internal {
+
+// The bytes of a row of k activations: bf16, padded with zeros to a multiple of 32.
+static inline size_t Bf16RowBytes(int64_t k) { return static_cast<size_t>((k + 31) / 32) * 64; }
+
+// x[0, k) -> bf16 (round to nearest even) in order, zeros up to the next multiple of 32
+// (Bf16RowBytes(k) bytes). Compiled for AVX512-BF16 whatever the file's flags.
+__attribute__((target("avx512bf16"))) static inline void Bf16Activations(const float* x,
+                                                                         uint8_t* out, int64_t k) {
+  const auto tail = [](int64_t n) {
+    return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+  };
+  __m512i* o = reinterpret_cast<__m512i*>(out);
+  for (int64_t i = 0; i < k; i += 32) {
+    const __m512 lo = _mm512_maskz_loadu_ps(tail(k - i), x + i);
+    const __m512 hi =
+        k - i > 16 ? _mm512_maskz_loadu_ps(tail(k - i - 16), x + i + 16) : _mm512_setzero_ps();
+    _mm512_storeu_si512(o + i / 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+  }
+}
 
 // 32 codes (16 bytes; element 2j in byte j's low nibble, 2j + 1 in its high) as 32 bf16 in
 // element order, each value times 2^e where every 16-bit lane of `shift` holds e << 7 (an E8M0
