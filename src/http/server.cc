@@ -396,6 +396,10 @@ void Server::WorkerLoop() {
 void Server::AcceptAll() {
   absl::MutexLock lock(&mu_);
   if (listen_fd_ < 0) return;
+  // The spare is lost when another thread (the gateway's health probes, an upstream connection)
+  // takes the descriptor it freed before it is reopened: take it back as soon as one is free, or
+  // every later connection would wait unanswered in the backlog while the held ones stay open.
+  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   bool out_of_fds = false;
   for (int i = 0; i < kAcceptBatch; ++i) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
