@@ -20,7 +20,7 @@ import time
 import httpx
 import pytest
 
-from conftest import REPO, STORIES, Server, binary, free_port, smollm_path
+from conftest import REPO, STORIES, Server, binary, eventually, free_port, smollm_path
 from test_deepseek import synthetic_checkpoint, write_v3_tiny
 
 KEY = "pd-test-key"
@@ -369,7 +369,8 @@ def test_prefill_side_refuses_internal_calls_without_its_key(stories_model, tmp_
         r = httpx.post(url, headers=auth, timeout=30, json={
             "prompt_token_ids": list(range(3, 40)), "request_id": "x\n\u001b[31mevil"})
         assert r.status_code == 200
-        assert "x???31mevil" in pair.prefill.logs()
+        # The request line is logged after the answer is sent, so it may land a moment later.
+        assert eventually(lambda: "x???31mevil" in pair.prefill.logs()), pair.prefill.logs()
         assert KEY not in pair.prefill.logs() and KEY not in pair.decode.logs()
     finally:
         pair.stop()
