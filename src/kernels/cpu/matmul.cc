@@ -446,103 +446,116 @@ void MatMulRows(const tensor::TensorView& w, const float* x, int64_t num_tokens,
 
 namespace {
 
-void MatMulWith(const KernelTable& table, const tensor::TensorView& w, const float* x,
-                int64_t num_tokens, float* y, util::ThreadPool& pool) {
-  if (num_tokens <= 0) return;
-  Prepared p = Prepare(w, x, num_tokens, y, table);
-  const int64_t out = p.args.row_end;
-  struct Job {
-    Prepared* p;
-    const float* x;
-    uint8_t* a;
-  } job{&p, x, nullptr};
-  // The lambdas below capture one pointer so std::function stores them inline (no allocation).
-  Job* j = &job;
-  if (p.kernels->quantize != nullptr) {
-    job.a = Scratch(p.args.a_row_bytes * static_cast<size_t>(num_tokens));
-    if (num_tokens >= kParallelQuantizeTokens && pool.num_threads() > 1) {
-      pool.ParallelFor(num_tokens, [j](int64_t begin, int64_t end, int) {
-        const GemmArgs& g = j->p->args;
-        for (int64_t i = begin; i < end; ++i)
-          j->p->kernels->quantize(j->x + i * g.k, j->a + i * g.a_row_bytes, g.k);
-      });
-    } else {
-      for (int64_t i = 0; i < num_tokens; ++i)
-        p.kernels->quantize(x + i * p.args.k, job.a + i * p.args.a_row_bytes, p.args.k);
+// The m with starts[m] <= v < starts[m + 1], for ascending starts[0..count] and v < starts[count].
+int Segment(const int64_t* starts, int count, int64_t v) {
+  return static_cast<int>(std::upper_bound(starts, starts + count + 1, v) - starts) - 1;
+}
+
+// Quantizes each job's activations once (a job whose input equals an earlier one's reuses its
+// rows), then runs one parallel region over the row chunks of every job. Each output is computed
+// whole by one task with the same arithmetic, so the split (and which thread runs what) does
+// not change the results: a job's outputs are MatMul's whatever else is in the batch.
+void MatMulBatchWith(const KernelTable& table, const MatMulJob* jobs, int count,
+                     util::ThreadPool& pool) {
+  // Thread-local so steady-state calls do not allocate; a batch is never nested on one thread.
+  thread_local std::vector<Prepared> prepared;
+  thread_local std::vector<int64_t> first_chunk, first_row;
+  thread_local std::vector<int> owner;        // jobs that quantize their own rows
+  thread_local std::vector<size_t> a_offset;  // of each job's activations in the scratch
+  thread_local std::vector<const float*> inputs;
+  prepared.clear();
+  inputs.clear();
+  owner.clear();
+  a_offset.clear();
+  size_t bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    const MatMulJob& job = jobs[i];
+    if (job.num_tokens <= 0) continue;
+    Prepared p = Prepare(*job.w, job.x, job.num_tokens, job.y, table);
+    size_t offset = 0;
+    if (p.kernels->quantize != nullptr) {
+      int same = -1;
+      for (int o : owner) {
+        const Prepared& q = prepared[o];
+        if (inputs[o] == job.x && q.args.num_tokens == p.args.num_tokens &&
+            q.kernels->quantize == p.kernels->quantize &&
+            q.args.a_row_bytes == p.args.a_row_bytes && q.args.k == p.args.k) {
+          same = o;
+          break;
+        }
+      }
+      if (same >= 0) {
+        offset = a_offset[same];
+      } else {
+        owner.push_back(static_cast<int>(prepared.size()));
+        offset = bytes;
+        bytes += p.args.a_row_bytes * static_cast<size_t>(p.args.num_tokens);
+      }
     }
-    p.args.a = job.a;
+    prepared.push_back(p);
+    inputs.push_back(job.x);
+    a_offset.push_back(offset);
   }
-  if (pool.num_threads() == 1 || out <= kRowGrain) {
-    p.kernels->gemm(p.args);
+  const int n = static_cast<int>(prepared.size());
+  if (n == 0) return;
+  if (!owner.empty()) {
+    uint8_t* a = Scratch(bytes);
+    for (int i = 0; i < n; ++i)
+      if (prepared[i].kernels->quantize != nullptr) prepared[i].args.a = a + a_offset[i];
+    // The owners' activation rows, numbered in order, so a long prompt quantizes in parallel.
+    first_row.assign(1, 0);
+    for (int o : owner) first_row.push_back(first_row.back() + prepared[o].args.num_tokens);
+    // Workers see the owner's thread-local vectors only through these pointers (by name they
+    // would reach their own).
+    struct Quantize {
+      const Prepared* p;
+      const float* const* x;
+      const int* owner;
+      const int64_t* first_row;
+      const size_t* a_offset;
+      uint8_t* a;
+      int owners;
+    } q{.p = prepared.data(),
+        .x = inputs.data(),
+        .owner = owner.data(),
+        .first_row = first_row.data(),
+        .a_offset = a_offset.data(),
+        .a = a,
+        .owners = static_cast<int>(owner.size())};
+    auto rows = [&q](int64_t begin, int64_t end) {
+      for (int m = Segment(q.first_row, q.owners, begin); begin < end; ++begin) {
+        while (begin >= q.first_row[m + 1]) ++m;
+        const Prepared& p = q.p[q.owner[m]];
+        const int64_t t = begin - q.first_row[m];
+        p.kernels->quantize(q.x[q.owner[m]] + t * p.args.k,
+                            q.a + q.a_offset[q.owner[m]] + t * p.args.a_row_bytes, p.args.k);
+      }
+    };
+    const int64_t total = first_row.back();
+    if (total >= kParallelQuantizeTokens && pool.num_threads() > 1) {
+      auto* r = &rows;
+      pool.ParallelFor(total, [r](int64_t begin, int64_t end, int) { (*r)(begin, end); });
+    } else {
+      rows(0, total);
+    }
+  }
+  first_chunk.assign(1, 0);
+  for (const Prepared& p : prepared)
+    first_chunk.push_back(first_chunk.back() + (p.args.row_end + kRowGrain - 1) / kRowGrain);
+  if (pool.num_threads() == 1 || first_chunk.back() == 1) {
+    for (const Prepared& p : prepared) p.kernels->gemm(p.args);
     return;
   }
-  // Every output is computed whole by one task with the same arithmetic, so the split (and which
-  // thread runs what) does not change the results.
-  pool.ParallelFor(
-      out,
-      [j](int64_t begin, int64_t end, int) {
-        GemmArgs a = j->p->args;
-        a.row_begin = begin;
-        a.row_end = end;
-        j->p->kernels->gemm(a);
-      },
-      kRowGrain);
-}
-
-}  // namespace
-
-void MatMul(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
-            util::ThreadPool& pool) {
-  MatMulWith(Table(ActiveIsa()), w, x, num_tokens, y, pool);
-}
-
-}  // namespace deepinfer::kernels
-
-namespace deepinfer::kernels {
-
-namespace {
-
-void MatMulGroupWith(const KernelTable& table, const tensor::TensorView* const* ws, float* const* ys,
-                     int count, const float* x, int64_t num_tokens, util::ThreadPool& pool) {
-  if (num_tokens <= 0 || count <= 0) return;
-  constexpr int kMaxGroup = 8;
-  DI_CHECK(count <= kMaxGroup);
-  struct Job {
-    Prepared p[kMaxGroup];
-    int64_t first_chunk[kMaxGroup + 1];
+  struct Region {
+    const Prepared* p;
+    const int64_t* first_chunk;
     int count;
-  } job;
-  job.count = count;
-  bool shared = true;
-  for (int i = 0; i < count; ++i) {
-    job.p[i] = Prepare(*ws[i], x, num_tokens, ys[i], table);
-    shared = shared && job.p[i].kernels->quantize == job.p[0].kernels->quantize &&
-             job.p[i].args.a_row_bytes == job.p[0].args.a_row_bytes &&
-             job.p[i].args.k == job.p[0].args.k;
-  }
-  if (!shared) {
-    // Different activation formats: no quantized input to share.
-    for (int i = 0; i < count; ++i) MatMulWith(table, *ws[i], x, num_tokens, ys[i], pool);
-    return;
-  }
-  if (job.p[0].kernels->quantize != nullptr) {
-    const GemmArgs& g = job.p[0].args;
-    uint8_t* a = Scratch(g.a_row_bytes * static_cast<size_t>(num_tokens));
-    for (int64_t t = 0; t < num_tokens; ++t)
-      job.p[0].kernels->quantize(x + t * g.k, a + t * g.a_row_bytes, g.k);
-    for (int i = 0; i < count; ++i) job.p[i].args.a = a;
-  }
-  job.first_chunk[0] = 0;
-  for (int i = 0; i < count; ++i) {
-    job.first_chunk[i + 1] =
-        job.first_chunk[i] + (job.p[i].args.row_end + kRowGrain - 1) / kRowGrain;
-  }
-  // One parallel region over the row chunks of every matrix: small decode matmuls (q, k, v)
-  // share one fork/join instead of paying for three.
-  Job* j = &job;
-  pool.ParallelFor(job.first_chunk[count], [j](int64_t begin, int64_t end, int) {
-    for (int m = 0; m < j->count && begin < end; ++m) {
-      int64_t lo = std::max(begin, j->first_chunk[m]), hi = std::min(end, j->first_chunk[m + 1]);
+  } region{prepared.data(), first_chunk.data(), n};
+  Region* j = &region;
+  pool.ParallelFor(first_chunk.back(), [j](int64_t begin, int64_t end, int) {
+    for (int m = Segment(j->first_chunk, j->count, begin); m < j->count && begin < end; ++m) {
+      const int64_t lo = std::max(begin, j->first_chunk[m]);
+      const int64_t hi = std::min(end, j->first_chunk[m + 1]);
       if (lo >= hi) continue;
       GemmArgs a = j->p[m].args;
       a.row_begin = (lo - j->first_chunk[m]) * kRowGrain;
@@ -552,11 +565,31 @@ void MatMulGroupWith(const KernelTable& table, const tensor::TensorView* const* 
   });
 }
 
+void MatMulGroupWith(const KernelTable& table, const tensor::TensorView* const* ws,
+                     float* const* ys, int count, const float* x, int64_t num_tokens,
+                     util::ThreadPool& pool) {
+  constexpr int kMaxGroup = 8;
+  DI_CHECK(count <= kMaxGroup);
+  MatMulJob jobs[kMaxGroup];
+  for (int i = 0; i < count; ++i) jobs[i] = {ws[i], x, num_tokens, ys[i]};
+  MatMulBatchWith(table, jobs, count, pool);
+}
+
 }  // namespace
+
+void MatMul(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
+            util::ThreadPool& pool) {
+  const MatMulJob job{&w, x, num_tokens, y};
+  MatMulBatchWith(Table(ActiveIsa()), &job, 1, pool);
+}
 
 void MatMulGroup(const tensor::TensorView* const* ws, float* const* ys, int count, const float* x,
                  int64_t num_tokens, util::ThreadPool& pool) {
   MatMulGroupWith(Table(ActiveIsa()), ws, ys, count, x, num_tokens, pool);
+}
+
+void MatMulBatch(const MatMulJob* jobs, int count, util::ThreadPool& pool) {
+  MatMulBatchWith(Table(ActiveIsa()), jobs, count, pool);
 }
 
 namespace internal {
@@ -564,7 +597,8 @@ namespace internal {
 void MatMulGgmlOrderAvx512(const tensor::TensorView& w, const float* x, int64_t num_tokens, float* y,
                            util::ThreadPool& pool) {
   DI_CHECK(ActiveIsa() == Isa::kAvx512 && (w.dtype == DType::kQ4_1 || w.dtype == DType::kQ8_0));
-  MatMulWith(GgmlOrderTable(), w, x, num_tokens, y, pool);
+  const MatMulJob job{&w, x, num_tokens, y};
+  MatMulBatchWith(GgmlOrderTable(), &job, 1, pool);
 }
 
 void MatMulGroupGgmlOrderAvx512(const tensor::TensorView* const* ws, float* const* ys, int count,

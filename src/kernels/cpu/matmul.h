@@ -102,6 +102,24 @@ void MatMul(const tensor::TensorView& w, const float* x, int64_t num_tokens, flo
 void MatMulGroup(const tensor::TensorView* const* ws, float* const* ys, int count, const float* x,
                  int64_t num_tokens, util::ThreadPool& pool);
 
+// One matmul of a MatMulBatch: y = x w^T, shapes as MatMul's. Not owned.
+struct MatMulJob {
+  const tensor::TensorView* w;
+  const float* x;
+  int64_t num_tokens;
+  float* y;
+};
+
+// Runs `count` matmuls with their own weights and inputs in one parallel region over the row
+// chunks of all of them: a decode step's experts (each about half a megabyte of weights) share
+// one fork/join instead of paying one per matrix. A job whose x, num_tokens and activation
+// format equal an earlier job's reuses its quantized activations. Each job's y is bit-identical
+// to MatMul's, whatever else is in the batch. Jobs with num_tokens <= 0 are skipped; the ys must
+// not overlap each other or any x.
+// Threads: as MatMul. Cost: no heap allocation once the thread-local scratch has grown to the
+//   jobs' quantized activations.
+void MatMulBatch(const MatMulJob* jobs, int count, util::ThreadPool& pool);
+
 // Same as MatMul but only for output rows [row_begin, row_end) and single-threaded; y is still
 // [num_tokens, out] with the full `out` stride. Used by callers that fuse several matmuls into
 // one parallel region. Results are bit-identical to MatMul's.

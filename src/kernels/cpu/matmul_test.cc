@@ -423,6 +423,66 @@ TEST_P(MatMulTest, SteadyStateCallsDoNotAllocate) {
   }
 }
 
+// A batch of matmuls with their own weights (types mixed), inputs and token counts, some sharing
+// an input, one empty: every job's outputs equal MatMul's alone, bit for bit, on every ISA and
+// thread count, and a steady-state batch does not allocate.
+TEST(MatMulBatchTest, EachJobGivesMatMulsBitsWhateverElseIsInTheBatch) {
+  std::mt19937 rng(5);
+  const int64_t cols = 256;
+  struct Weight {
+    DType type;
+    int64_t rows;
+    std::vector<uint8_t> bytes, scales;
+    tensor::TensorView view;
+  };
+  std::vector<Weight> weights;
+  for (auto [t, rows] : {std::pair{DType::kFp4E2M1, 40},
+                         {DType::kF8E4M3, 16},
+                         {DType::kQ4_0, 33},
+                         {DType::kF32, 7},
+                         {DType::kFp4E2M1, 64},
+                         {DType::kQ8_0, 48}})
+    weights.push_back(
+        {t, rows, RandomWeights(t, rows, cols, &rng), RandomScales(t, rows, cols, &rng)});
+  for (Weight& w : weights) w.view = View(w.type, w.bytes, w.rows, cols, w.scales);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x1(3 * cols), x2(9 * cols);
+  for (auto& v : x1) v = normal(rng);
+  for (auto& v : x2) v = normal(rng);
+  // (weight, input, tokens): jobs 0, 2 and 4 share x1 at 3 tokens; job 3 has no tokens.
+  const std::tuple<int, const float*, int64_t> spec[] = {
+      {0, x1.data(), 3}, {1, x2.data(), 9},        {2, x1.data(), 3}, {3, x2.data(), 0},
+      {4, x1.data(), 3}, {5, x2.data() + cols, 8}, {0, x2.data(), 1}};
+  const int count = static_cast<int>(std::size(spec));
+  util::ThreadPool pool1(1), pool2(2), pool3(3);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
+    SetIsaForTest(isa);
+    if (ActiveIsa() != isa) continue;
+    for (util::ThreadPool* pool : {&pool1, &pool2, &pool3}) {
+      std::vector<std::vector<float>> want(count), got(count);
+      std::vector<MatMulJob> jobs;
+      for (int i = 0; i < count; ++i) {
+        const auto [wi, x, n] = spec[i];
+        const tensor::TensorView& v = weights[wi].view;
+        want[i].assign(static_cast<size_t>(std::max<int64_t>(n, 1) * v.rows()), -3.0f);
+        got[i] = want[i];
+        MatMul(v, x, n, want[i].data(), *pool);
+        jobs.push_back({&v, x, n, got[i].data()});
+      }
+      MatMulBatch(jobs.data(), count, *pool);
+      for (int i = 0; i < count; ++i)
+        ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " threads " << pool->num_threads() << " job "
+                                   << i << " " << TypeName(weights[std::get<0>(spec[i])].type);
+      if (pool == &pool1) {
+        const int64_t before = g_allocations.load();
+        MatMulBatch(jobs.data(), count, *pool);
+        EXPECT_EQ(g_allocations.load() - before, 0) << IsaName(isa);
+      }
+    }
+  }
+  SetIsaForTest(DetectIsa());
+}
+
 std::string DTypeParamName(const ::testing::TestParamInfo<DType>& info) {
   return TypeName(info.param);
 }
