@@ -124,6 +124,9 @@ class DeepseekImpl final : public DeepseekV3Lm {
   util::AlignedVector<float> route_w_;
   std::vector<int32_t> positions_, token_seq_, route_idx_;
   MoeDispatch moe_;
+  SwiGluExperts swiglu_;
+  std::vector<ExpertRows> expert_rows_;
+  std::vector<SwiGluWeights> expert_weights_;
   util::AlignedVector<float> route_score_, route_choice_, route_gscore_;
   std::vector<int> route_order_;
   std::vector<char> route_keep_;
@@ -485,8 +488,16 @@ void DeepseekImpl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
   }
   grow(moe_out_, T * H);
   moe_.Run(route_idx_.data(), route_w_.data(), T, K, E, h_.data(), H, moe_out_.data(),
-           [&](int e, const float* in, int64_t n, const float*, float* result) {
-             RunMlp(L.experts[e], in, n, result, pool);
+           [&](const ExpertRows* rows, int count) {
+             expert_weights_.clear();
+             for (int i = 0; i < count; ++i) {
+               const Mlp& m = L.experts[rows[i].expert];
+               expert_weights_.push_back({m.gate, m.up, m.down});
+             }
+             // Unweighted rows: the dispatch scales each result by its routing weight.
+             expert_rows_.assign(rows, rows + count);
+             for (ExpertRows& r : expert_rows_) r.row_weights = nullptr;
+             swiglu_.Run(expert_weights_.data(), expert_rows_.data(), count, 0.0f, false, pool);
            });
   if (L.shared.gate != nullptr) {
     RunMlp(L.shared, h_.data(), T, tmp_.data(), pool);

@@ -286,22 +286,35 @@ void MoeBlock::Run(const MoeLayer& L, const MoeOptions& opt, const float* x,
       w[k] *= opt.routed_scaling;
     }
   }
-  auto run_expert = [&](const Expert& e, const float* in, int64_t n, const float* row_weights,
-                        float* result) {
-    SwiGluExpert(*e.w1, *e.w3, *e.w2, in, n, opt.swiglu_limit, opt.clamp, row_weights,
-                 expert_scratch_, result, pool);
+  // The shared expert joins the first batch of routed experts (a decode step has one), so its
+  // matrices share their parallel regions; it writes its own buffer since `out` may be `x`.
+  const ExpertRows shared{-1, x, T, nullptr, nullptr};
+  bool shared_done = !L.has_shared;
+  if (L.has_shared) Grow(shared_out_, T * H);
+  auto run_experts = [&](const ExpertRows* rows, int count) {
+    expert_rows_.clear();
+    expert_weights_.clear();
+    if (!shared_done) {
+      expert_rows_.push_back(shared);
+      expert_rows_.back().result = shared_out_.data();
+      expert_weights_.push_back(L.shared);
+      shared_done = true;
+    }
+    for (int i = 0; i < count; ++i) {
+      expert_rows_.push_back(rows[i]);
+      if (!opt.weight_before_w2) expert_rows_.back().row_weights = nullptr;
+      expert_weights_.push_back(L.experts[rows[i].expert]);
+    }
+    experts_.Run(expert_weights_.data(), expert_rows_.data(), static_cast<int>(expert_rows_.size()),
+                 opt.swiglu_limit, opt.clamp, pool);
   };
   Grow(moe_out_, T * H);
-  dispatch_.Run(
-      route_idx_.data(), route_w_.data(), T, K, E, x, H, moe_out_.data(),
-      [&](int e, const float* in, int64_t n, const float* row_weights, float* result) {
-        run_expert(L.experts[e], in, n, opt.weight_before_w2 ? row_weights : nullptr, result);
-      },
-      opt.weight_before_w2);
+  dispatch_.Run(route_idx_.data(), route_w_.data(), T, K, E, x, H, moe_out_.data(), run_experts,
+                opt.weight_before_w2);
+  if (!shared_done) run_experts(nullptr, 0);  // no routed rows on this rank
   if (L.has_shared) {
-    run_expert(L.shared, x, T, nullptr, out);
     // routed + shared, in the reference's order of the sum.
-    for (int64_t i = 0; i < T * H; ++i) out[i] = moe_out_[i] + out[i];
+    for (int64_t i = 0; i < T * H; ++i) out[i] = moe_out_[i] + shared_out_[i];
   } else {
     std::memcpy(out, moe_out_.data(), T * H * sizeof(float));
   }

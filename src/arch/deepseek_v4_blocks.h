@@ -276,11 +276,7 @@ class LightningIndexer {
 void SortTopK(const float* score, int32_t* order, int32_t m, int32_t keep);
 
 // One SwiGLU expert's matrices: w1 (gate) and w3 (up) [I, H], w2 (down) [H, I].
-struct Expert {
-  const tensor::TensorView* w1 = nullptr;
-  const tensor::TensorView* w3 = nullptr;
-  const tensor::TensorView* w2 = nullptr;
-};
+using Expert = SwiGluWeights;
 
 // A MoE layer: the router gate.weight [E, H] (and its selection bias gate.bias [E] unless the
 // layer routes by hash), E experts, and the shared expert when there is one. DeepSeek-V4.1 with
@@ -336,10 +332,12 @@ class MoeBlock {
            const int8_t* token_types = nullptr);
 
  private:
-  util::AlignedVector<float> router_logits_, route_w_, moe_out_;
+  util::AlignedVector<float> router_logits_, route_w_, moe_out_, shared_out_;
   std::vector<int32_t> route_idx_;
   MoeDispatch dispatch_;
-  Scratch expert_scratch_;
+  SwiGluExperts experts_;
+  std::vector<ExpertRows> expert_rows_;
+  std::vector<SwiGluWeights> expert_weights_;
 };
 
 template <typename Gather>

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 
 namespace deepinfer::arch {
@@ -16,7 +17,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K, int num_experts,
-                      const float* x, int64_t H, float* out, const ExpertFn& run_expert,
+                      const float* x, int64_t H, float* out, const ExpertBatchFn& run_experts,
                       bool weights_in_expert) {
   const int E = num_experts;
   count_.assign(E + 1, 0);
@@ -36,42 +37,60 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
     }
   }
   if (exchange_ != nullptr && exchange_->ranks() > 1) {
-    RunSharded(T, E, x, H, out, run_expert, weights_in_expert);
+    RunSharded(T, E, x, H, out, run_experts, weights_in_expert);
     return;
   }
   const auto start = std::chrono::steady_clock::now();
   std::fill(out, out + T * H, 0.0f);
-  for (int e = 0; e < E; ++e) {
-    const int32_t begin = count_[e], n = count_[e + 1] - begin;
-    if (n == 0) continue;
-    GatherRows(begin, n, x, H);
-    run_expert(e, in_.data(), n, token_weights_.data() + begin, result_.data());
-    for (int32_t i = 0; i < n; ++i) {
-      float* dst = out + int64_t{tokens_[begin + i]} * H;
-      const float* src = result_.data() + int64_t{i} * H;
+  RunExperts(0, E, x, H, run_experts, [&](int first, int last) {
+    const float* src = result_.data();
+    for (int32_t i = count_[first]; i < count_[last]; ++i, src += H) {
+      float* dst = out + int64_t{tokens_[i]} * H;
       if (weights_in_expert) {
         kernels::AddInPlace(dst, src, H);
       } else {
-        kernels::Axpy(token_weights_[begin + i], src, dst, H);
+        kernels::Axpy(token_weights_[i], src, dst, H);
       }
     }
-  }
+  });
   if (exchange_ != nullptr) exchange_->counters().expert_seconds += SecondsSince(start);
 }
 
-void MoeDispatch::GatherRows(int32_t begin, int32_t n, const float* x, int64_t H) {
-  if (static_cast<int64_t>(in_.size()) < int64_t{n} * H) {
-    in_.resize(int64_t{n} * H);
-    result_.resize(int64_t{n} * H);
-  }
-  for (int32_t i = 0; i < n; ++i) {
-    std::memcpy(in_.data() + int64_t{i} * H, x + int64_t{tokens_[begin + i]} * H,
-                H * sizeof(float));
+void MoeDispatch::RunExperts(int lo, int hi, const float* x, int64_t H,
+                             const ExpertBatchFn& run_experts,
+                             const std::function<void(int first, int last)>& done) {
+  for (int first = lo; first < hi;) {
+    // The batch: experts from `first` while the rows stay within kBatchRows (at least one).
+    int last = first + 1;
+    while (last < hi && count_[last + 1] - count_[first] <= kBatchRows) ++last;
+    const int64_t rows = count_[last] - count_[first];
+    if (rows == 0) {
+      first = last;
+      continue;
+    }
+    if (static_cast<int64_t>(in_.size()) < rows * H) {
+      in_.resize(rows * H);
+      result_.resize(rows * H);
+    }
+    batch_.clear();
+    for (int e = first; e < last; ++e) {
+      const int32_t begin = count_[e], n = count_[e + 1] - begin;
+      if (n == 0) continue;
+      const int64_t at = int64_t{begin - count_[first]} * H;
+      for (int32_t i = 0; i < n; ++i) {
+        std::memcpy(in_.data() + at + int64_t{i} * H, x + int64_t{tokens_[begin + i]} * H,
+                    H * sizeof(float));
+      }
+      batch_.push_back({e, in_.data() + at, n, token_weights_.data() + begin, result_.data() + at});
+    }
+    run_experts(batch_.data(), static_cast<int>(batch_.size()));
+    done(first, last);
+    first = last;
   }
 }
 
 void MoeDispatch::RunSharded(int64_t T, int E, const float* x, int64_t H, float* out,
-                             const ExpertFn& run_expert, bool weights_in_expert) {
+                             const ExpertBatchFn& run_experts, bool weights_in_expert) {
   ExpertExchange& ex = *exchange_;
   const int N = ex.ranks(), me = ex.rank();
   // Token t belongs to slice r when T * r / N <= t < T * (r + 1) / N.
@@ -102,17 +121,13 @@ void MoeDispatch::RunSharded(int64_t T, int E, const float* x, int64_t H, float*
   // Own experts, in expert order; each result row goes to its token's slice in the send buffer,
   // so every destination's rows stay in (expert, token) order.
   const auto start = std::chrono::steady_clock::now();
-  for (int e = lo; e < hi; ++e) {
-    const int32_t begin = count_[e], n = count_[e + 1] - begin;
-    if (n == 0) continue;
-    GatherRows(begin, n, x, H);
-    run_expert(e, in_.data(), n, token_weights_.data() + begin, result_.data());
-    for (int32_t i = 0; i < n; ++i) {
-      const int d = token_owner_[tokens_[begin + i]];
-      std::memcpy(send_.data() + cursor_[d]++ * H, result_.data() + int64_t{i} * H,
-                  H * sizeof(float));
+  RunExperts(lo, hi, x, H, run_experts, [&](int first, int last) {
+    const float* src = result_.data();
+    for (int32_t i = count_[first]; i < count_[last]; ++i, src += H) {
+      const int d = token_owner_[tokens_[i]];
+      std::memcpy(send_.data() + cursor_[d]++ * H, src, H * sizeof(float));
     }
-  }
+  });
   ex.counters().expert_seconds += SecondsSince(start);
   ex.AllToAllRows(send_.data(), send_rows_.data(), recv_.data(), recv_rows_.data(), H);
   // Sources arrive in rank order and ranks own ascending expert ranges, so the received rows
@@ -135,6 +150,41 @@ void MoeDispatch::RunSharded(int64_t T, int E, const float* x, int64_t H, float*
   std::vector<int64_t>& slice_rows = cursor_;  // free again
   for (int r = 0; r < N; ++r) slice_rows[r] = T * (r + 1) / N - T * r / N;
   ex.AllGatherRows(out, slice_rows.data(), H);
+}
+
+void SwiGluExperts::Run(const SwiGluWeights* weights, const ExpertRows* rows, int count,
+                        float limit, bool clamp, util::ThreadPool& pool) {
+  offset_.assign(1, 0);
+  for (int i = 0; i < count; ++i)
+    offset_.push_back(offset_.back() + rows[i].n * weights[i].w1->rows());
+  util::Grow(gate_, offset_.back());
+  util::Grow(up_, offset_.back());
+  jobs_.clear();
+  for (int i = 0; i < count; ++i) {
+    jobs_.push_back({weights[i].w1, rows[i].in, rows[i].n, gate_.data() + offset_[i]});
+    jobs_.push_back({weights[i].w3, rows[i].in, rows[i].n, up_.data() + offset_[i]});
+  }
+  kernels::MatMulBatch(jobs_.data(), static_cast<int>(jobs_.size()), pool);
+  jobs_.clear();
+  for (int i = 0; i < count; ++i) {
+    const int64_t I = weights[i].w1->rows(), n = rows[i].n;
+    float* gate = gate_.data() + offset_[i];
+    float* up = up_.data() + offset_[i];
+    if (clamp) {
+      for (int64_t j = 0; j < n * I; ++j) {
+        gate[j] = std::min(gate[j], limit);
+        up[j] = std::clamp(up[j], -limit, limit);
+      }
+    }
+    kernels::SiluMul(gate, up, n * I, gate);
+    if (rows[i].row_weights != nullptr) {
+      for (int64_t r = 0; r < n; ++r) {
+        for (int64_t j = 0; j < I; ++j) gate[r * I + j] = rows[i].row_weights[r] * gate[r * I + j];
+      }
+    }
+    jobs_.push_back({weights[i].w2, gate, n, rows[i].result});
+  }
+  kernels::MatMulBatch(jobs_.data(), static_cast<int>(jobs_.size()), pool);
 }
 
 }  // namespace deepinfer::arch

@@ -3,7 +3,11 @@
 #include <cstdint>
 #include <functional>
 #include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "tensor/tensor.h"
 #include "util/aligned_vector.h"
+#include "util/thread_pool.h"
 
 namespace deepinfer::arch {
 
@@ -46,7 +50,9 @@ class ExpertExchange {
     int64_t collectives = 0;        // AllToAllRows and AllGatherRows calls
     int64_t bytes = 0;              // row bytes this rank sent to and received from the others
     double exchange_seconds = 0;    // wall time inside those calls, waits for slower ranks included
-    double expert_seconds = 0;      // wall time running this rank's routed experts
+    // Wall time running this rank's routed experts (with what the caller runs in their batches:
+    // DeepSeek-V4's shared expert joins the first).
+    double expert_seconds = 0;
   };
   Counters& counters() { return counters_; }
   const Counters& counters() const { return counters_; }
@@ -55,43 +61,85 @@ class ExpertExchange {
   Counters counters_;
 };
 
+// One expert's rows in a MoE step. Shapes: in [n, H] f32; row_weights [n] (the rows' routing
+// weights; null where the expert applies none, as a shared expert); result [n, H] f32.
+struct ExpertRows {
+  int expert;  // index among the routed experts; -1 for a shared expert
+  const float* in;
+  int64_t n;
+  const float* row_weights;
+  float* result;
+};
+
 // The routed-expert half of a DeepSeek MoE layer over one step's tokens: groups the (token,
 // weight) pairs of the routing by expert (token order within an expert), gathers each expert's
 // tokens into one matrix, runs the expert on it and adds weight * output into each token's row.
 // The summation order per token is expert order, whatever the batch.
+// Experts are handed to run_experts in batches, ascending, of about kBatchRows rows in all (an
+// expert with more rows comes alone), so a decode step's experts can share parallel regions.
 //
 // Shapes: idx, weights [T, K] (expert ids in [0, num_experts)); x [T, H] f32; out [T, H] f32,
-//   overwritten. run_expert(e, in [n, H], n, row_weights [n], result [n, H]).
+//   overwritten. run_experts(rows, count): for each entry, result = expert(in) over its rows.
 // With `weights_in_expert` the expert applies each row's weight itself (DeepSeek-V4.1 scales
 // before w2) and its result is added as it is; otherwise the result is scaled by the weight.
 //
-// With an ExpertExchange of more than one rank (set_exchange), run_expert is called for this
+// With an ExpertExchange of more than one rank (set_exchange), run_experts is called for this
 // rank's experts only, and the output is exactly what one process computes: the step's tokens
 // are cut into ranks() contiguous slices, each expert's owner sends each result row to the
 // owner of its token (AllToAllRows), which adds them in expert order with the same Axpy /
 // AddInPlace, and the slices are then gathered on every rank (AllGatherRows). Per step a rank
 // sends its experts' rows (T * K / ranks on average) and the gather moves T rows.
-// Threads: not thread-safe (scratch); run_expert may use a thread pool.
+// Threads: not thread-safe (scratch); run_experts may use a thread pool.
 class MoeDispatch {
  public:
   // Null or one rank: every expert runs here. Not owned; must outlive Run calls.
   void set_exchange(ExpertExchange* exchange) { exchange_ = exchange; }
-  using ExpertFn = std::function<void(int e, const float* in, int64_t n, const float* row_weights,
-                                      float* result)>;
+  using ExpertBatchFn = std::function<void(const ExpertRows* rows, int count)>;
+  // Rows per batch of experts handed to run_experts: a decode step's experts (a few rows each)
+  // come in one batch, a long prefill's in batches of a few experts.
+  static constexpr int64_t kBatchRows = 256;
   void Run(const int32_t* idx, const float* weights, int64_t T, int K, int num_experts,
-           const float* x, int64_t H, float* out, const ExpertFn& run_expert,
+           const float* x, int64_t H, float* out, const ExpertBatchFn& run_experts,
            bool weights_in_expert = false);
 
  private:
   // Runs this rank's experts and combines the slices (see the class comment).
   void RunSharded(int64_t T, int num_experts, const float* x, int64_t H, float* out,
-                  const ExpertFn& run_expert, bool weights_in_expert);
-  void GatherRows(int32_t begin, int32_t n, const float* x, int64_t H);
+                  const ExpertBatchFn& run_experts, bool weights_in_expert);
+  // Runs experts [lo, hi) (those with rows) in batches; after each batch, done(first, last)
+  // reads the results of experts [first, last): expert e's rows are at result_ + (count_[e] -
+  // count_[first]) * H.
+  void RunExperts(int lo, int hi, const float* x, int64_t H, const ExpertBatchFn& run_experts,
+                  const std::function<void(int first, int last)>& done);
 
   ExpertExchange* exchange_ = nullptr;
   std::vector<int32_t> count_, fill_, tokens_, token_owner_;
   std::vector<int64_t> send_rows_, recv_rows_, cursor_;
+  std::vector<ExpertRows> batch_;
   util::AlignedVector<float> token_weights_, in_, result_, send_, recv_;
+};
+
+// SwiGLU experts over their rows: result = w2(r * silu(g) * u) with g = w1 in, u = w3 in,
+// clamped (g <= limit, |u| <= limit) when `clamp`, and r the row's routing weight (1 when
+// row_weights is null). All the experts' w1 and w3 run in one MatMulBatch, then all their w2 in
+// another: two parallel regions for a decode step's experts instead of two per expert. Each
+// result is bit-identical to running its expert alone.
+// Shapes: weights[i] for rows[i]; w1, w3 [I, H]; w2 [H, I] (I may differ per expert).
+// Threads: call from the pool's owner; not thread-safe (scratch).
+struct SwiGluWeights {
+  const tensor::TensorView* w1 = nullptr;  // gate
+  const tensor::TensorView* w3 = nullptr;  // up
+  const tensor::TensorView* w2 = nullptr;  // down
+};
+class SwiGluExperts {
+ public:
+  void Run(const SwiGluWeights* weights, const ExpertRows* rows, int count, float limit, bool clamp,
+           util::ThreadPool& pool);
+
+ private:
+  util::AlignedVector<float> gate_, up_;
+  std::vector<int64_t> offset_;
+  std::vector<kernels::MatMulJob> jobs_;
 };
 
 }  // namespace deepinfer::arch

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -15,6 +16,8 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "kernels/cpu/ops.h"
 
 namespace deepinfer::arch {
 namespace {
@@ -123,16 +126,47 @@ void Check(const Case& c, int ranks) {
   }
   auto run = [&](MoeDispatch& d, std::vector<float>& out, std::set<int>* ran) {
     out.assign(c.T * c.H, -7.0f);
-    d.Run(idx.data(), weights.data(), c.T, c.K, c.E, x.data(), c.H, out.data(),
-          [&](int e, const float* in, int64_t n, const float* w, float* result) {
-            if (ran != nullptr) ran->insert(e);
-            FakeExpert(e, in, n, c.H, w, c.weights_in_expert, result);
-          },
-          c.weights_in_expert);
+    int after = -1;  // the last expert run: batches come in ascending expert order
+    d.Run(
+        idx.data(), weights.data(), c.T, c.K, c.E, x.data(), c.H, out.data(),
+        [&](const ExpertRows* rows, int count) {
+          int64_t total = 0;
+          for (int i = 0; i < count; ++i) {
+            const ExpertRows& r = rows[i];
+            EXPECT_GT(r.expert, after);
+            EXPECT_GT(r.n, 0);
+            after = r.expert;
+            total += r.n;
+            if (ran != nullptr) ran->insert(r.expert);
+            FakeExpert(r.expert, r.in, r.n, c.H, r.row_weights, c.weights_in_expert, r.result);
+          }
+          EXPECT_TRUE(count == 1 || total <= MoeDispatch::kBatchRows) << total << " rows";
+        },
+        c.weights_in_expert);
   };
   MoeDispatch one;
   std::vector<float> want;
   run(one, want, nullptr);
+  // One process against the sum written out: per token, its experts in ascending order.
+  std::vector<float> direct(c.T * c.H, 0.0f), result(c.H);
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::vector<int> order(c.K);
+    for (int k = 0; k < c.K; ++k) order[k] = k;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return idx[t * c.K + a] < idx[t * c.K + b]; });
+    for (int k : order) {
+      const float w = weights[t * c.K + k];
+      FakeExpert(idx[t * c.K + k], x.data() + t * c.H, 1, c.H, &w, c.weights_in_expert,
+                 result.data());
+      if (c.weights_in_expert) {
+        kernels::AddInPlace(direct.data() + t * c.H, result.data(), c.H);
+      } else {
+        kernels::Axpy(w, result.data(), direct.data() + t * c.H, c.H);
+      }
+    }
+  }
+  EXPECT_EQ(std::memcmp(direct.data(), want.data(), want.size() * sizeof(float)), 0)
+      << "T=" << c.T << " E=" << c.E << " K=" << c.K;
 
   Board board(ranks);
   std::vector<std::vector<float>> got(ranks);
@@ -159,10 +193,87 @@ void Check(const Case& c, int ranks) {
 }
 
 TEST(MoeDispatchTest, ExpertParallelRanksGiveTheBitsOfOneProcess) {
-  for (const Case& c : {Case{1, 16, 8, 2, false}, Case{3, 16, 8, 2, true}, Case{7, 24, 3, 1, false},
-                        Case{64, 32, 8, 2, false}, Case{64, 32, 8, 3, true},
-                        Case{33, 8, 5, 5, false}}) {
+  for (const Case& c :
+       {Case{1, 16, 8, 2, false}, Case{3, 16, 8, 2, true}, Case{7, 24, 3, 1, false},
+        Case{64, 32, 8, 2, false}, Case{64, 32, 8, 3, true}, Case{33, 8, 5, 5, false},
+        // Past kBatchRows: experts come in several batches.
+        Case{300, 8, 6, 3, true}, Case{600, 8, 3, 1, false}}) {
     for (int ranks : {2, 3, 4, 5}) Check(c, ranks);
+  }
+}
+
+// SwiGluExperts over a batch (experts of two widths, one row and several, clamped or not, weighted
+// or not) gives each expert the bits of its own matmuls run alone, at 1 and 3 threads.
+TEST(SwiGluExpertsTest, EachExpertGetsTheBitsOfRunningAlone) {
+  const int64_t H = 64;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  struct Owned {
+    std::vector<float> w1, w3, w2;
+    tensor::TensorView v1, v3, v2;
+  };
+  auto view = [](std::vector<float>& data, int64_t rows, int64_t cols) {
+    tensor::TensorView v;
+    v.dtype = tensor::DType::kF32;
+    v.shape = {rows, cols};
+    v.data = reinterpret_cast<const uint8_t*>(data.data());
+    v.size_bytes = data.size() * sizeof(float);
+    return v;
+  };
+  std::vector<Owned> experts(3);
+  const int64_t widths[] = {32, 48, 32};
+  for (int e = 0; e < 3; ++e) {
+    Owned& o = experts[e];
+    const int64_t I = widths[e];
+    for (auto* w : {&o.w1, &o.w3, &o.w2}) {
+      w->resize(I * H);
+      for (float& v : *w) v = normal(rng) * 0.3f;
+    }
+    o.v1 = view(o.w1, I, H);
+    o.v3 = view(o.w3, I, H);
+    o.v2 = view(o.w2, H, I);
+  }
+  const int64_t ns[] = {1, 5, 3};
+  std::vector<std::vector<float>> in(3), row_w(3);
+  for (int e = 0; e < 3; ++e) {
+    in[e].resize(ns[e] * H);
+    for (float& v : in[e]) v = normal(rng) * 2.0f;
+    row_w[e].resize(ns[e]);
+    for (float& v : row_w[e]) v = normal(rng);
+  }
+  for (bool clamp : {false, true}) {
+    for (bool weighted : {false, true}) {
+      for (int threads : {1, 3}) {
+        util::ThreadPool pool(threads);
+        const float limit = 1.5f;
+        std::vector<SwiGluWeights> weights;
+        std::vector<ExpertRows> rows;
+        std::vector<std::vector<float>> got(3);
+        for (int e = 0; e < 3; ++e) {
+          got[e].assign(ns[e] * H, -1.0f);
+          weights.push_back({&experts[e].v1, &experts[e].v3, &experts[e].v2});
+          rows.push_back(
+              {e, in[e].data(), ns[e], weighted ? row_w[e].data() : nullptr, got[e].data()});
+        }
+        SwiGluExperts batch;
+        batch.Run(weights.data(), rows.data(), 3, limit, clamp, pool);
+        for (int e = 0; e < 3; ++e) {
+          const int64_t I = widths[e], n = ns[e];
+          std::vector<float> g(n * I), u(n * I), want(n * H);
+          kernels::MatMul(experts[e].v1, in[e].data(), n, g.data(), pool);
+          kernels::MatMul(experts[e].v3, in[e].data(), n, u.data(), pool);
+          for (int64_t j = 0; j < n * I && clamp; ++j) {
+            g[j] = std::min(g[j], limit);
+            u[j] = std::clamp(u[j], -limit, limit);
+          }
+          kernels::SiluMul(g.data(), u.data(), n * I, g.data());
+          for (int64_t j = 0; j < n * I && weighted; ++j) g[j] = row_w[e][j / I] * g[j];
+          kernels::MatMul(experts[e].v2, g.data(), n, want.data(), pool);
+          EXPECT_EQ(got[e], want) << "expert " << e << " clamp " << clamp << " weighted "
+                                  << weighted << " threads " << threads;
+        }
+      }
+    }
   }
 }
 
