@@ -81,7 +81,37 @@ absl::StatusOr<AttentionLayer> LoadAttentionLayer(TensorSchema& schema, const st
   DI_ASSIGN_OR_RETURN(L.kv_norm, schema.Vec(a + "kv_norm.weight", {hd}));
   DI_ASSIGN_OR_RETURN(L.wo_a, schema.Mat(a + "wo_a.weight", ow, nh * hd / ds.o_groups));
   DI_ASSIGN_OR_RETURN(L.wo_b, schema.Mat(a + "wo_b.weight", H, ow));
+  DI_ASSIGN_OR_RETURN(L.wo_a_groups, OutputGroups(*L.wo_a, ds.o_groups, ds.o_lora_rank));
   return L;
+}
+
+absl::StatusOr<std::vector<tensor::TensorView>> OutputGroups(const tensor::TensorView& wo_a,
+                                                             int64_t groups, int64_t olr) {
+  // Block scales cover B = scale_block_rows rows each and the kernels find row r's at r / B, so a
+  // group's view starts at the scale row of its first row: right when groups start on scale rows
+  // (olr a multiple of B) or when a group lies within one scale block (small models).
+  const bool scaled = kernels::IsBlockScaled(wo_a.dtype);
+  const int64_t B = scaled ? wo_a.scale_block_rows : 1;
+  const int64_t scale_cols =
+      scaled ? (wo_a.cols() + wo_a.scale_block_cols - 1) / wo_a.scale_block_cols : 0;
+  std::vector<tensor::TensorView> out;
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t first = g * olr;
+    if (scaled && olr % B != 0 && first % B + olr > B) {
+      return InvalidArgumentError(
+          util::codes::kShapeMismatch,
+          fmt::format("tensor '{}': output group {} (rows {} to {}) straddles its {}-row scale "
+                      "blocks",
+                      wo_a.name, g, first, first + olr - 1, B));
+    }
+    tensor::TensorView v = wo_a;
+    v.shape = {olr, wo_a.cols()};
+    v.data = wo_a.row(first);
+    v.size_bytes = static_cast<size_t>(olr) * wo_a.row_bytes();
+    if (scaled) v.scale = wo_a.scale + first / B * scale_cols;
+    out.push_back(std::move(v));
+  }
+  return out;
 }
 
 void RopeTables::Init(const model::ModelConfig& cfg, const model::DeepseekV4Config& ds) {

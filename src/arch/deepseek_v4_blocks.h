@@ -134,7 +134,15 @@ struct AttentionLayer {
   const tensor::TensorView* wkv = nullptr;
   const tensor::TensorView* wo_a = nullptr;
   const tensor::TensorView* wo_b = nullptr;
+  // wo_a's rows of each output group [o_groups] (o_lora_rank rows each), block scales included.
+  std::vector<tensor::TensorView> wo_a_groups;
 };
+
+// wo_a [groups olr, in]'s rows of each output group as a weight of its own, [olr, in], block
+// scales included (AttentionLayer::wo_a_groups). Errors: kShapeMismatch when a group of a
+// block-scaled wo_a straddles scale blocks without starting on one.
+absl::StatusOr<std::vector<tensor::TensorView>> OutputGroups(const tensor::TensorView& wo_a,
+                                                             int64_t groups, int64_t olr);
 
 // The layer under `prefix` ("layers.N." or "mtp.K."): hc_{attn,ffn}_*, {attn,ffn}_norm.weight and
 // attn.{attn_sink, wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b}, shaped by the config.
@@ -368,7 +376,8 @@ void SharedKvAttention::Attend(const AttentionLayer& w, int64_t T, int64_t heads
       }
     }
   });
-  GroupedOutput(*w.wo_a, *w.wo_b, groups, olr, attn_.data(), T, nh * hd, out_scratch_, out, pool);
+  GroupedOutput(w.wo_a_groups.data(), *w.wo_b, groups, olr, attn_.data(), T, nh * hd, out_scratch_,
+                out, pool);
 }
 
 template <typename Keys, typename Want, typename Select>

@@ -145,54 +145,28 @@ void HcReplicate(const float* h, int64_t T, int64_t hc, int64_t H, float* stream
 
 using util::Grow;
 
-void GroupedOutput(const tensor::TensorView& wo_a, const tensor::TensorView& wo_b, int64_t groups,
-                   int64_t olr, const float* attn, int64_t T, int64_t w, Scratch& scratch,
-                   float* out, util::ThreadPool& pool) {
+void GroupedOutput(const tensor::TensorView* wo_a_groups, const tensor::TensorView& wo_b,
+                   int64_t groups, int64_t olr, const float* attn, int64_t T, int64_t w,
+                   Scratch& scratch, float* out, util::ThreadPool& pool) {
   const int64_t gin = w / groups;
-  Grow(scratch.a, T * gin);
-  Grow(scratch.b, T * olr);
+  Grow(scratch.a, groups * T * gin);
+  Grow(scratch.b, groups * T * olr);
   Grow(scratch.c, T * groups * olr);
+  scratch.jobs.clear();
+  for (int64_t g = 0; g < groups; ++g) {
+    float* in = scratch.a.data() + g * T * gin;
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(in + t * gin, attn + t * w + g * gin, gin * sizeof(float));
+    scratch.jobs.push_back({&wo_a_groups[g], in, T, scratch.b.data() + g * T * olr});
+  }
+  kernels::MatMulBatch(scratch.jobs.data(), static_cast<int>(groups), pool);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(scratch.a.data() + t * gin, attn + t * w + g * gin, gin * sizeof(float));
-    }
-    tensor::TensorView block = wo_a;
-    block.shape = {olr, gin};
-    block.data = wo_a.row(g * olr);
-    block.size_bytes = static_cast<size_t>(olr) * wo_a.row_bytes();
-    kernels::MatMul(block, scratch.a.data(), T, scratch.b.data(), pool);
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(scratch.c.data() + t * groups * olr + g * olr, scratch.b.data() + t * olr,
-                  olr * sizeof(float));
+      std::memcpy(scratch.c.data() + t * groups * olr + g * olr,
+                  scratch.b.data() + (g * T + t) * olr, olr * sizeof(float));
     }
   }
   kernels::MatMul(wo_b, scratch.c.data(), T, out, pool);
-}
-
-void SwiGluExpert(const tensor::TensorView& w1, const tensor::TensorView& w3,
-                  const tensor::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
-                  const float* row_weights, Scratch& scratch, float* out, util::ThreadPool& pool) {
-  const int64_t I = w1.rows();
-  Grow(scratch.a, n * I);
-  Grow(scratch.b, n * I);
-  float* gate = scratch.a.data();
-  float* up = scratch.b.data();
-  const tensor::TensorView* ws[2] = {&w1, &w3};
-  float* ys[2] = {gate, up};
-  kernels::MatMulGroup(ws, ys, 2, in, n, pool);
-  if (clamp) {
-    for (int64_t i = 0; i < n * I; ++i) {
-      gate[i] = std::min(gate[i], limit);
-      up[i] = std::clamp(up[i], -limit, limit);
-    }
-  }
-  kernels::SiluMul(gate, up, n * I, gate);
-  if (row_weights != nullptr) {
-    for (int64_t r = 0; r < n; ++r) {
-      for (int64_t i = 0; i < I; ++i) gate[r * I + i] = row_weights[r] * gate[r * I + i];
-    }
-  }
-  kernels::MatMul(w2, gate, n, out, pool);
 }
 
 void FakeQuantFp8(float* x, int64_t n, int64_t block, float amax_floor) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/matmul.h"
 #include "model/model.h"
 #include "util/aligned_vector.h"
 #include "util/thread_pool.h"
@@ -65,21 +66,16 @@ void HcReplicate(const float* h, int64_t T, int64_t hc, int64_t H, float* stream
 // Reusable buffers of the functions below (grown on demand, never shrunk).
 struct Scratch {
   util::AlignedVector<float> a, b, c;
+  std::vector<kernels::MatMulJob> jobs;
 };
 
 // The grouped low-rank output projection: group g's heads (columns [g w / G, (g + 1) w / G) of
-// attn) through rows [g olr, (g + 1) olr) of wo_a, then wo_b over the concatenation.
-// Shapes: attn [T, w]; wo_a [G olr, w / G]; wo_b [H, G olr]; out [T, H].
-void GroupedOutput(const tensor::TensorView& wo_a, const tensor::TensorView& wo_b, int64_t groups,
-                   int64_t olr, const float* attn, int64_t T, int64_t w, Scratch& scratch,
-                   float* out, util::ThreadPool& pool);
-
-// A SwiGLU expert: w2(r * silu(g) * u) with g = w1 x, u = w3 x, clamped (g <= limit, |u| <= limit)
-// when `clamp`, and r the row's routing weight (1 when row_weights is null).
-// Shapes: in [n, H]; out [n, H]; w1, w3 [I, H]; w2 [H, I].
-void SwiGluExpert(const tensor::TensorView& w1, const tensor::TensorView& w3,
-                  const tensor::TensorView& w2, const float* in, int64_t n, float limit, bool clamp,
-                  const float* row_weights, Scratch& scratch, float* out, util::ThreadPool& pool);
+// attn) through wo_a_groups[g] (rows [g olr, (g + 1) olr) of wo_a, AttentionLayer::wo_a_groups),
+// then wo_b over the concatenation. The G group matmuls run in one parallel region.
+// Shapes: attn [T, w]; wo_a_groups [G] of [olr, w / G]; wo_b [H, G olr]; out [T, H].
+void GroupedOutput(const tensor::TensorView* wo_a_groups, const tensor::TensorView& wo_b,
+                   int64_t groups, int64_t olr, const float* attn, int64_t T, int64_t w,
+                   Scratch& scratch, float* out, util::ThreadPool& pool);
 
 // --- Quantization-aware numerics (fake quantization: quantize, then dequantize in place). ---
 // FP8 E4M3 per `block` values (a shorter last block is its own block), scale 2^ceil(log2(

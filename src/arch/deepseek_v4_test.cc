@@ -7,17 +7,20 @@
 
 #include <openssl/sha.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "arch/causal_lm.h"
 #include "arch/deepseek_testing.h"
 #include "arch/deepseek_v4_blocks.h"
+#include "arch/deepseek_v4_ops.h"
 #include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant.h"
@@ -26,6 +29,7 @@
 #include "model/safetensors.h"
 #include "model/synthetic_checkpoint_testing.h"
 #include "util/status.h"
+#include "util/thread_pool.h"
 
 namespace deepinfer::arch {
 namespace {
@@ -298,6 +302,73 @@ TEST(DeepseekV4FormatTest, DequantizedWeightsAreBitIdenticalToTheReference) {
     ++checked;
   }
   EXPECT_EQ(checked, 42 + 120);
+}
+
+// The grouped output projection with a block-scaled wo_a: each group's rows take their own block
+// scales (rows past the first scale block once read the first block's), against a double
+// reference on the dequantized weights; a group that straddles scale blocks without starting on
+// one is a shape error.
+TEST(DeepseekV4OpsTest, GroupedOutputScalesEachGroupWithItsOwnBlockScales) {
+  const int64_t groups = 3, olr = 128, gin = 64, H = 16, T = 2, w = groups * gin;
+  std::mt19937 rng(3);
+  std::vector<uint8_t> codes(static_cast<size_t>(groups * olr * gin));
+  for (uint8_t& c : codes) {
+    c = static_cast<uint8_t>(rng() & 0xff);
+    if ((c & 0x7f) == 0x7f) c ^= 1;  // no NaN codes
+  }
+  std::vector<uint8_t> scales = {120, 127, 131};  // one 128 x 128 block per group
+  tensor::TensorView wo_a;
+  wo_a.name = "attn.wo_a.weight";
+  wo_a.dtype = tensor::DType::kF8E4M3;
+  wo_a.shape = {groups * olr, gin};
+  wo_a.data = codes.data();
+  wo_a.size_bytes = codes.size();
+  wo_a.scale = scales.data();
+  wo_a.scale_block_rows = 128;
+  wo_a.scale_block_cols = 128;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> wo_b_values(static_cast<size_t>(H * groups * olr)), attn(T * w);
+  for (float& v : wo_b_values) v = normal(rng);
+  for (float& v : attn) v = normal(rng);
+  tensor::TensorView wo_b;
+  wo_b.name = "attn.wo_b.weight";
+  wo_b.dtype = tensor::DType::kF32;
+  wo_b.shape = {H, groups * olr};
+  wo_b.data = reinterpret_cast<const uint8_t*>(wo_b_values.data());
+  wo_b.size_bytes = wo_b_values.size() * sizeof(float);
+  auto parts = dsv4::OutputGroups(wo_a, groups, olr);
+  ASSERT_TRUE(parts.ok()) << parts.status();
+  std::vector<float> out(T * H);
+  dsv4::Scratch scratch;
+  util::ThreadPool pool(2);
+  dsv4::GroupedOutput(parts->data(), wo_b, groups, olr, attn.data(), T, w, scratch, out.data(),
+                      pool);
+  std::vector<float> dense(static_cast<size_t>(groups * olr * gin));
+  for (int64_t r = 0; r < groups * olr; ++r) kernels::DequantizeScaledRow(wo_a, r, &dense[r * gin]);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> c(static_cast<size_t>(groups * olr));
+    for (int64_t r = 0; r < groups * olr; ++r) {
+      const int64_t g = r / olr;
+      for (int64_t k = 0; k < gin; ++k)
+        c[r] += double{dense[r * gin + k]} * attn[t * w + g * gin + k];
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      double want = 0, mag = 0;
+      for (int64_t r = 0; r < groups * olr; ++r) {
+        want += double{wo_b_values[h * groups * olr + r]} * c[r];
+        mag += std::fabs(double{wo_b_values[h * groups * olr + r]} * c[r]);
+      }
+      EXPECT_NEAR(out[t * H + h], want, 1e-5 * mag) << "token " << t << " output " << h;
+    }
+  }
+  // Groups of 16 rows lie within one scale block each (the tiny test checkpoints); groups of 96
+  // rows: the second straddles the first two blocks.
+  auto small = dsv4::OutputGroups(wo_a, 24, 16);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ((*small)[9].scale, scales.data() + 1);
+  auto straddling = dsv4::OutputGroups(wo_a, 4, 96);
+  ASSERT_FALSE(straddling.ok());
+  EXPECT_EQ(ErrorCodeOf(straddling.status()), "shape_mismatch");
 }
 
 // --- Bad checkpoints: one-line errors with stable codes. ---
