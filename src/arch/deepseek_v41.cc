@@ -253,6 +253,12 @@ absl::Status DeepseekV41Impl::LoadDspark() {
   DI_ASSIGN_OR_RETURN(d.main_norm, schema_.Vec("mtp.0.main_norm.weight", {H}));
   const std::string last = fmt::format("mtp.{}.", n - 1);
   DI_ASSIGN_OR_RETURN(d.markov_embed, schema_.Mat(last + "markov_head.embed.weight", V, R));
+  // Read by row (an embedding lookup), which needs a dtype with a CPU row decoder.
+  if (!kernels::HasCpuKernel(d.markov_embed->dtype)) {
+    return UnimplementedError(util::codes::kUnsupportedDtype,
+                              fmt::format("{}markov_head.embed.weight has dtype {}", last,
+                                          tensor::DTypeName(d.markov_embed->dtype)));
+  }
   DI_ASSIGN_OR_RETURN(d.markov_head, schema_.Mat(last + "markov_head.head.weight", V, R));
   DI_ASSIGN_OR_RETURN(d.confidence, schema_.Mat(last + "confidence_head.proj.weight", 1, H + R));
   DI_ASSIGN_OR_RETURN(d.norm, schema_.Vec(last + "norm.weight", {H}));

@@ -149,21 +149,28 @@ void GroupedOutput(const tensor::TensorView* wo_a_groups, const tensor::TensorVi
                    int64_t groups, int64_t olr, const float* attn, int64_t T, int64_t w,
                    Scratch& scratch, float* out, util::ThreadPool& pool) {
   const int64_t gin = w / groups;
-  Grow(scratch.a, groups * T * gin);
-  Grow(scratch.b, groups * T * olr);
+  // Groups per batch: all of them for a decode step; for a long prefill chunk one at a time, so
+  // the copies of the groups' inputs stay one group's size.
+  constexpr int64_t kBatchTokens = 64;
+  const int64_t per_batch = std::clamp<int64_t>(kBatchTokens / std::max<int64_t>(T, 1), 1, groups);
+  Grow(scratch.a, per_batch * T * gin);
+  Grow(scratch.b, per_batch * T * olr);
   Grow(scratch.c, T * groups * olr);
-  scratch.jobs.clear();
-  for (int64_t g = 0; g < groups; ++g) {
-    float* in = scratch.a.data() + g * T * gin;
-    for (int64_t t = 0; t < T; ++t)
-      std::memcpy(in + t * gin, attn + t * w + g * gin, gin * sizeof(float));
-    scratch.jobs.push_back({&wo_a_groups[g], in, T, scratch.b.data() + g * T * olr});
-  }
-  kernels::MatMulBatch(scratch.jobs.data(), static_cast<int>(groups), pool);
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t t = 0; t < T; ++t) {
-      std::memcpy(scratch.c.data() + t * groups * olr + g * olr,
-                  scratch.b.data() + (g * T + t) * olr, olr * sizeof(float));
+  for (int64_t g0 = 0; g0 < groups; g0 += per_batch) {
+    const int64_t g1 = std::min(groups, g0 + per_batch);
+    scratch.jobs.clear();
+    for (int64_t g = g0; g < g1; ++g) {
+      float* in = scratch.a.data() + (g - g0) * T * gin;
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(in + t * gin, attn + t * w + g * gin, gin * sizeof(float));
+      scratch.jobs.push_back({&wo_a_groups[g], in, T, scratch.b.data() + (g - g0) * T * olr});
+    }
+    kernels::MatMulBatch(scratch.jobs.data(), static_cast<int>(g1 - g0), pool);
+    for (int64_t g = g0; g < g1; ++g) {
+      for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(scratch.c.data() + t * groups * olr + g * olr,
+                    scratch.b.data() + ((g - g0) * T + t) * olr, olr * sizeof(float));
+      }
     }
   }
   kernels::MatMul(wo_b, scratch.c.data(), T, out, pool);

@@ -71,7 +71,8 @@ struct Scratch {
 
 // The grouped low-rank output projection: group g's heads (columns [g w / G, (g + 1) w / G) of
 // attn) through wo_a_groups[g] (rows [g olr, (g + 1) olr) of wo_a, AttentionLayer::wo_a_groups),
-// then wo_b over the concatenation. The G group matmuls run in one parallel region.
+// then wo_b over the concatenation. A decode step's G group matmuls run in one parallel region
+// (a long prefill chunk's one group at a time, so the scratch stays one group's size).
 // Shapes: attn [T, w]; wo_a_groups [G] of [olr, w / G]; wo_b [H, G olr]; out [T, H].
 void GroupedOutput(const tensor::TensorView* wo_a_groups, const tensor::TensorView& wo_b,
                    int64_t groups, int64_t olr, const float* attn, int64_t T, int64_t w,

@@ -309,7 +309,8 @@ TEST(DeepseekV4FormatTest, DequantizedWeightsAreBitIdenticalToTheReference) {
 // reference on the dequantized weights; a group that straddles scale blocks without starting on
 // one is a shape error.
 TEST(DeepseekV4OpsTest, GroupedOutputScalesEachGroupWithItsOwnBlockScales) {
-  const int64_t groups = 3, olr = 128, gin = 64, H = 16, T = 2, w = groups * gin;
+  // 40 tokens take the groups one at a time, 2 tokens all at once (GroupedOutput's batches).
+  const int64_t groups = 3, olr = 128, gin = 64, H = 16, T = 40, w = groups * gin;
   std::mt19937 rng(3);
   std::vector<uint8_t> codes(static_cast<size_t>(groups * olr * gin));
   for (uint8_t& c : codes) {
@@ -343,6 +344,10 @@ TEST(DeepseekV4OpsTest, GroupedOutputScalesEachGroupWithItsOwnBlockScales) {
   util::ThreadPool pool(2);
   dsv4::GroupedOutput(parts->data(), wo_b, groups, olr, attn.data(), T, w, scratch, out.data(),
                       pool);
+  std::vector<float> first_two(2 * H);
+  dsv4::GroupedOutput(parts->data(), wo_b, groups, olr, attn.data(), 2, w, scratch,
+                      first_two.data(), pool);
+  EXPECT_EQ(first_two, std::vector<float>(out.begin(), out.begin() + 2 * H));
   std::vector<float> dense(static_cast<size_t>(groups * olr * gin));
   for (int64_t r = 0; r < groups * olr; ++r) kernels::DequantizeScaledRow(wo_a, r, &dense[r * gin]);
   for (int64_t t = 0; t < T; ++t) {

@@ -468,28 +468,27 @@ void MatMulBatchWith(const KernelTable& table, const MatMulJob* jobs, int count,
   owner.clear();
   a_offset.clear();
   size_t bytes = 0;
+  int64_t widest = 0;  // the most tokens one owner quantizes
   for (int i = 0; i < count; ++i) {
     const MatMulJob& job = jobs[i];
     if (job.num_tokens <= 0) continue;
     Prepared p = Prepare(*job.w, job.x, job.num_tokens, job.y, table);
     size_t offset = 0;
     if (p.kernels->quantize != nullptr) {
-      int same = -1;
-      for (int o : owner) {
-        const Prepared& q = prepared[o];
-        if (inputs[o] == job.x && q.args.num_tokens == p.args.num_tokens &&
-            q.kernels->quantize == p.kernels->quantize &&
-            q.args.a_row_bytes == p.args.a_row_bytes && q.args.k == p.args.k) {
-          same = o;
-          break;
-        }
-      }
-      if (same >= 0) {
-        offset = a_offset[same];
+      // Callers put the jobs that share an input next to each other (MatMulGroup, an expert's
+      // w1 and w3), so only the latest owner is compared: no quadratic search in big batches.
+      const int o = owner.empty() ? -1 : owner.back();
+      if (o >= 0 && inputs[o] == job.x && prepared[o].args.num_tokens == p.args.num_tokens &&
+          prepared[o].kernels->quantize == p.kernels->quantize &&
+          prepared[o].args.a_row_bytes == p.args.a_row_bytes && prepared[o].args.k == p.args.k) {
+        offset = a_offset[o];
       } else {
         owner.push_back(static_cast<int>(prepared.size()));
         offset = bytes;
-        bytes += p.args.a_row_bytes * static_cast<size_t>(p.args.num_tokens);
+        // Each owner's rows start at a multiple of 64 bytes into the scratch, whatever the row
+        // sizes before them (as aligned as the scratch itself).
+        bytes += (p.args.a_row_bytes * static_cast<size_t>(p.args.num_tokens) + 63) & ~size_t{63};
+        widest = std::max(widest, p.args.num_tokens);
       }
     }
     prepared.push_back(p);
@@ -531,8 +530,10 @@ void MatMulBatchWith(const KernelTable& table, const MatMulJob* jobs, int count,
                             q.a + q.a_offset[q.owner[m]] + t * p.args.a_row_bytes, p.args.k);
       }
     };
+    // In parallel for a long prompt, as MatMul does; a decode step's few rows per job (however
+    // many jobs) stay on this thread rather than cost a parallel region of their own.
     const int64_t total = first_row.back();
-    if (total >= kParallelQuantizeTokens && pool.num_threads() > 1) {
+    if (widest >= kParallelQuantizeTokens && pool.num_threads() > 1) {
       auto* r = &rows;
       pool.ParallelFor(total, [r](int64_t begin, int64_t end, int) { (*r)(begin, end); });
     } else {

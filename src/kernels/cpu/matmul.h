@@ -113,7 +113,8 @@ struct MatMulJob {
 // Runs `count` matmuls with their own weights and inputs in one parallel region over the row
 // chunks of all of them: a decode step's experts (each about half a megabyte of weights) share
 // one fork/join instead of paying one per matrix. A job whose x, num_tokens and activation
-// format equal an earlier job's reuses its quantized activations. Each job's y is bit-identical
+// format equal those of the latest earlier job that quantized its own reuses them (put jobs that
+// share an input next to each other). Each job's y is bit-identical
 // to MatMul's, whatever else is in the batch. Jobs with num_tokens <= 0 are skipped; the ys must
 // not overlap each other or any x.
 // Threads: as MatMul. Cost: no heap allocation once the thread-local scratch has grown to the

@@ -449,10 +449,11 @@ TEST(MatMulBatchTest, EachJobGivesMatMulsBitsWhateverElseIsInTheBatch) {
   std::vector<float> x1(3 * cols), x2(9 * cols);
   for (auto& v : x1) v = normal(rng);
   for (auto& v : x2) v = normal(rng);
-  // (weight, input, tokens): jobs 0, 2 and 4 share x1 at 3 tokens; job 3 has no tokens.
+  // (weight, input, tokens): jobs 0-2 share x1 at 3 tokens (the two FP4 weights its bf16 rows),
+  // job 4 has no tokens, job 6 takes x1 again after other inputs.
   const std::tuple<int, const float*, int64_t> spec[] = {
-      {0, x1.data(), 3}, {1, x2.data(), 9},        {2, x1.data(), 3}, {3, x2.data(), 0},
-      {4, x1.data(), 3}, {5, x2.data() + cols, 8}, {0, x2.data(), 1}};
+      {0, x1.data(), 3}, {4, x1.data(), 3},        {2, x1.data(), 3}, {1, x2.data(), 9},
+      {3, x2.data(), 0}, {5, x2.data() + cols, 8}, {0, x1.data(), 3}, {0, x2.data(), 1}};
   const int count = static_cast<int>(std::size(spec));
   util::ThreadPool pool1(1), pool2(2), pool3(3);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
