@@ -102,6 +102,28 @@ TEST_P(EngineSpeculativeTest, GreedyOutputIsIdenticalWithAndWithoutDrafts) {
   }
 }
 
+// min_tokens no longer turns drafting off (deepinfer bench sends min_tokens = max_tokens with
+// ignore_eos): each verification row holds the stop tokens back while its token comes before
+// min_tokens, so a stop token that greedy decoding reaches early is skipped in every row, and
+// the tokens are those of the engine without drafts.
+TEST_P(EngineSpeculativeTest, MinTokensRequestsDraftAndKeepTheirTokens) {
+  auto plain = Make(0);
+  auto drafting = Make(3, 4);
+  for (GenerateRequest r : Requests()) {
+    const std::vector<int32_t> free_run = Generate(*plain, r);
+    ASSERT_GE(free_run.size(), 8u);
+    r.ignore_eos = false;
+    r.stop_token_ids = {free_run[2]};  // would stop the third token
+    r.min_tokens = r.max_tokens;       // before the change: no drafts at all
+    const std::vector<int32_t> want = Generate(*plain, r);
+    ASSERT_EQ(want.size(), static_cast<size_t>(r.max_tokens));
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NE(want[i], free_run[2]) << i;
+    StreamUpdate fin;
+    EXPECT_EQ(Generate(*drafting, r, &fin), want);
+    EXPECT_GT(fin.num_draft_tokens, 0);
+  }
+}
+
 TEST_P(EngineSpeculativeTest, ARequestThatOptsOutGetsNoDraftsAndTheSameTokens) {
   auto engine = Make(2);
   for (GenerateRequest r : Requests()) {

@@ -109,15 +109,19 @@ void Executor::ConstrainDraftRows(Sequence& seq, float* logits, int32_t num_draf
   seq.matcher->Rollback(advanced + (seq.matcher->IsTerminated() ? 1 : 0));
 }
 
-void Executor::HoldBackEnd(const Sequence& seq, float* logits) const {
-  if (seq.num_generated >= seq.req.min_tokens || seq.req.ignore_eos) return;
+void Executor::HoldBackEnd(const Sequence& seq, float* logits, int32_t rows) const {
+  if (seq.req.ignore_eos) return;
   if (seq.matcher != nullptr && seq.matcher->IsCompleted()) return;  // the grammar's end
   constexpr float kBanned = -std::numeric_limits<float>::infinity();
-  for (int32_t id : eog_ids_) {
-    if (id >= 0 && id < vocab_) logits[id] = kBanned;
-  }
-  for (int32_t id : seq.req.stop_token_ids) {
-    if (id >= 0 && id < vocab_) logits[id] = kBanned;
+  // Row r samples the generated token number num_generated + r.
+  for (int32_t r = 0; r < rows && seq.num_generated + r < seq.req.min_tokens; ++r) {
+    float* row = logits + int64_t{r} * vocab_;
+    for (int32_t id : eog_ids_) {
+      if (id >= 0 && id < vocab_) row[id] = kBanned;
+    }
+    for (int32_t id : seq.req.stop_token_ids) {
+      if (id >= 0 && id < vocab_) row[id] = kBanned;
+    }
   }
 }
 
@@ -165,7 +169,7 @@ void Executor::Sample(const StepPlan& plan) {
     float* logits = logits_.data() + (row + p.num_logits - 1 - p.num_drafts) * vocab_;
     constraint::ConstraintMatcher* matcher = p.seq->matcher.get();
     if (matcher != nullptr) ConstrainDraftRows(*p.seq, logits, p.num_drafts);
-    HoldBackEnd(*p.seq, logits);  // no drafts until min_tokens: only row 0 can need it
+    HoldBackEnd(*p.seq, logits, 1 + p.num_drafts);
     const bool budgeted = p.seq->req.reasoning_budget >= 0 && !p.seq->reasoning_closed;
     if (budgeted && p.seq->num_generated >= p.seq->req.reasoning_budget) {
       ForceToken(p.seq->req.reasoning_end_token, logits);

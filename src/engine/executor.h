@@ -55,9 +55,11 @@ class Executor {
   // state, row r <= num_drafts from its state after drafts [0, r). Leaves the matcher as it
   // was. Shapes: logits [num_drafts + 1, vocab].
   void ConstrainDraftRows(Sequence& seq, float* logits, int32_t num_drafts);
-  // Sets the logits of the end-of-generation tokens and `seq`'s stop_token_ids to -inf while
-  // it has generated fewer than min_tokens (and its grammar, if any, is not complete).
-  void HoldBackEnd(const Sequence& seq, float* logits) const;
+  // Sets the logits of the end-of-generation tokens and `seq`'s stop_token_ids to -inf in each
+  // of the `rows` verification rows (row r samples generated token num_generated + r) that
+  // comes before min_tokens, unless its grammar, if any, is complete.
+  // Shapes: logits [rows, vocab].
+  void HoldBackEnd(const Sequence& seq, float* logits, int32_t rows) const;
   // Leaves `token` the only one that can be drawn from `logits` (a thinking budget's end).
   void ForceToken(int32_t token, float* logits) const;
   // Appends the prompt logprobs of slice `p`'s first num_prompt_logits rows (`rows`, [rows,

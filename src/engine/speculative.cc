@@ -22,8 +22,12 @@ int32_t VerifyDrafts(Sampler& sampler, float* logits, int32_t vocab, const int32
 }
 
 bool WantsDrafts(const Sequence& seq) {
+  // Before min_tokens the verification rows hold the stop tokens back row by row
+  // (Executor::HoldBackEnd), so drafts are as good as after it; a constrained request waits, as
+  // whether its grammar's end may stop it is known for the first row only.
+  const bool held_back = seq.num_generated < seq.req.min_tokens;
   return seq.num_uncomputed() == 1 && seq.req.speculative &&
-         seq.num_generated >= seq.req.min_tokens && seq.req.reasoning_budget < 0 &&
+         (!held_back || seq.matcher == nullptr) && seq.req.reasoning_budget < 0 &&
          seq.req.prompt_logprobs < 0 && seq.num_generated + 1 < seq.req.max_tokens;
 }
 
