@@ -125,7 +125,6 @@ class DeepseekImpl final : public DeepseekV3Lm {
   std::vector<int32_t> positions_, token_seq_, route_idx_;
   MoeDispatch moe_;
   SwiGluExperts swiglu_;
-  std::vector<ExpertRows> expert_rows_;
   std::vector<SwiGluWeights> expert_weights_;
   util::AlignedVector<float> route_score_, route_choice_, route_gscore_;
   std::vector<int> route_order_;
@@ -494,10 +493,7 @@ void DeepseekImpl::Moe(const Layer& L, int64_t T, util::ThreadPool& pool) {
                const Mlp& m = L.experts[rows[i].expert];
                expert_weights_.push_back({m.gate, m.up, m.down});
              }
-             // Unweighted rows: the dispatch scales each result by its routing weight.
-             expert_rows_.assign(rows, rows + count);
-             for (ExpertRows& r : expert_rows_) r.row_weights = nullptr;
-             swiglu_.Run(expert_weights_.data(), expert_rows_.data(), count, 0.0f, false, pool);
+             swiglu_.Run(expert_weights_.data(), rows, count, 0.0f, false, pool);
            });
   if (L.shared.gate != nullptr) {
     RunMlp(L.shared, h_.data(), T, tmp_.data(), pool);

@@ -332,7 +332,6 @@ void MoeBlock::Run(const MoeLayer& L, const MoeOptions& opt, const float* x,
     }
     for (int i = 0; i < count; ++i) {
       expert_rows_.push_back(rows[i]);
-      if (!opt.weight_before_w2) expert_rows_.back().row_weights = nullptr;
       expert_weights_.push_back(L.experts[rows[i].expert]);
     }
     experts_.Run(expert_weights_.data(), expert_rows_.data(), static_cast<int>(expert_rows_.size()),

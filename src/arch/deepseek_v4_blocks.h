@@ -283,7 +283,6 @@ class LightningIndexer {
 // The `keep` best of order[0, m) by score (descending, ties to the lower index) to the front.
 void SortTopK(const float* score, int32_t* order, int32_t m, int32_t keep);
 
-// One SwiGLU expert's matrices: w1 (gate) and w3 (up) [I, H], w2 (down) [H, I].
 using Expert = SwiGluWeights;
 
 // A MoE layer: the router gate.weight [E, H] (and its selection bias gate.bias [E] unless the

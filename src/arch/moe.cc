@@ -42,7 +42,7 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
   }
   const auto start = std::chrono::steady_clock::now();
   std::fill(out, out + T * H, 0.0f);
-  RunExperts(0, E, x, H, run_experts, [&](int first, int last) {
+  RunExperts(0, E, x, H, weights_in_expert, run_experts, [&](int first, int last) {
     const float* src = result_.data();
     for (int32_t i = count_[first]; i < count_[last]; ++i, src += H) {
       float* dst = out + int64_t{tokens_[i]} * H;
@@ -56,7 +56,7 @@ void MoeDispatch::Run(const int32_t* idx, const float* weights, int64_t T, int K
   if (exchange_ != nullptr) exchange_->counters().expert_seconds += SecondsSince(start);
 }
 
-void MoeDispatch::RunExperts(int lo, int hi, const float* x, int64_t H,
+void MoeDispatch::RunExperts(int lo, int hi, const float* x, int64_t H, bool weights_in_expert,
                              const ExpertBatchFn& run_experts,
                              const std::function<void(int first, int last)>& done) {
   for (int first = lo; first < hi;) {
@@ -81,7 +81,9 @@ void MoeDispatch::RunExperts(int lo, int hi, const float* x, int64_t H,
         std::memcpy(in_.data() + at + int64_t{i} * H, x + int64_t{tokens_[begin + i]} * H,
                     H * sizeof(float));
       }
-      batch_.push_back({e, in_.data() + at, n, token_weights_.data() + begin, result_.data() + at});
+      batch_.push_back({e, in_.data() + at, n,
+                        weights_in_expert ? token_weights_.data() + begin : nullptr,
+                        result_.data() + at});
     }
     run_experts(batch_.data(), static_cast<int>(batch_.size()));
     done(first, last);
@@ -121,7 +123,7 @@ void MoeDispatch::RunSharded(int64_t T, int E, const float* x, int64_t H, float*
   // Own experts, in expert order; each result row goes to its token's slice in the send buffer,
   // so every destination's rows stay in (expert, token) order.
   const auto start = std::chrono::steady_clock::now();
-  RunExperts(lo, hi, x, H, run_experts, [&](int first, int last) {
+  RunExperts(lo, hi, x, H, weights_in_expert, run_experts, [&](int first, int last) {
     const float* src = result_.data();
     for (int32_t i = count_[first]; i < count_[last]; ++i, src += H) {
       const int d = token_owner_[tokens_[i]];

@@ -62,7 +62,8 @@ class ExpertExchange {
 };
 
 // One expert's rows in a MoE step. Shapes: in [n, H] f32; row_weights [n] (the rows' routing
-// weights; null where the expert applies none, as a shared expert); result [n, H] f32.
+// weights for an expert that applies them; null where it applies none: a shared expert, or
+// MoeDispatch without weights_in_expert, which scales the results itself); result [n, H] f32.
 struct ExpertRows {
   int expert;  // index among the routed experts; -1 for a shared expert
   const float* in;
@@ -106,10 +107,11 @@ class MoeDispatch {
   // Runs this rank's experts and combines the slices (see the class comment).
   void RunSharded(int64_t T, int num_experts, const float* x, int64_t H, float* out,
                   const ExpertBatchFn& run_experts, bool weights_in_expert);
-  // Runs experts [lo, hi) (those with rows) in batches; after each batch, done(first, last)
-  // reads the results of experts [first, last): expert e's rows are at result_ + (count_[e] -
-  // count_[first]) * H.
-  void RunExperts(int lo, int hi, const float* x, int64_t H, const ExpertBatchFn& run_experts,
+  // Runs experts [lo, hi) (those with rows) in batches, with the rows' weights only when the
+  // expert applies them; after each batch, done(first, last) reads the results of experts
+  // [first, last): expert e's rows are at result_ + (count_[e] - count_[first]) * H.
+  void RunExperts(int lo, int hi, const float* x, int64_t H, bool weights_in_expert,
+                  const ExpertBatchFn& run_experts,
                   const std::function<void(int first, int last)>& done);
 
   ExpertExchange* exchange_ = nullptr;
@@ -119,18 +121,20 @@ class MoeDispatch {
   util::AlignedVector<float> token_weights_, in_, result_, send_, recv_;
 };
 
+// One SwiGLU expert's matrices: w1 (gate) and w3 (up) [I, H], w2 (down) [H, I]. Not owned.
+struct SwiGluWeights {
+  const tensor::TensorView* w1 = nullptr;
+  const tensor::TensorView* w3 = nullptr;
+  const tensor::TensorView* w2 = nullptr;
+};
+
 // SwiGLU experts over their rows: result = w2(r * silu(g) * u) with g = w1 in, u = w3 in,
 // clamped (g <= limit, |u| <= limit) when `clamp`, and r the row's routing weight (1 when
 // row_weights is null). All the experts' w1 and w3 run in one MatMulBatch, then all their w2 in
 // another: two parallel regions for a decode step's experts instead of two per expert. Each
 // result is bit-identical to running its expert alone.
-// Shapes: weights[i] for rows[i]; w1, w3 [I, H]; w2 [H, I] (I may differ per expert).
+// Shapes: weights[i] for rows[i]; I may differ per expert.
 // Threads: call from the pool's owner; not thread-safe (scratch).
-struct SwiGluWeights {
-  const tensor::TensorView* w1 = nullptr;  // gate
-  const tensor::TensorView* w3 = nullptr;  // up
-  const tensor::TensorView* w2 = nullptr;  // down
-};
 class SwiGluExperts {
  public:
   void Run(const SwiGluWeights* weights, const ExpertRows* rows, int count, float limit, bool clamp,

@@ -135,6 +135,7 @@ void Check(const Case& c, int ranks) {
             const ExpertRows& r = rows[i];
             EXPECT_GT(r.expert, after);
             EXPECT_GT(r.n, 0);
+            EXPECT_EQ(r.row_weights != nullptr, c.weights_in_expert);  // else the dispatch scales
             after = r.expert;
             total += r.n;
             if (ran != nullptr) ran->insert(r.expert);

@@ -451,10 +451,10 @@ int Segment(const int64_t* starts, int count, int64_t v) {
   return static_cast<int>(std::upper_bound(starts, starts + count + 1, v) - starts) - 1;
 }
 
-// Quantizes each job's activations once (a job whose input equals an earlier one's reuses its
-// rows), then runs one parallel region over the row chunks of every job. Each output is computed
-// whole by one task with the same arithmetic, so the split (and which thread runs what) does
-// not change the results: a job's outputs are MatMul's whatever else is in the batch.
+// Quantizes each job's activations once (a job whose input equals the latest quantizing job's
+// reuses its rows), then runs one parallel region over the row chunks of every job. Each output is
+// computed whole by one task with the same arithmetic, so the split (and which thread runs what)
+// does not change the results: a job's outputs are MatMul's whatever else is in the batch.
 void MatMulBatchWith(const KernelTable& table, const MatMulJob* jobs, int count,
                      util::ThreadPool& pool) {
   // Thread-local so steady-state calls do not allocate; a batch is never nested on one thread.

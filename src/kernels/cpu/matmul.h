@@ -114,9 +114,9 @@ struct MatMulJob {
 // chunks of all of them: a decode step's experts (each about half a megabyte of weights) share
 // one fork/join instead of paying one per matrix. A job whose x, num_tokens and activation
 // format equal those of the latest earlier job that quantized its own reuses them (put jobs that
-// share an input next to each other). Each job's y is bit-identical
-// to MatMul's, whatever else is in the batch. Jobs with num_tokens <= 0 are skipped; the ys must
-// not overlap each other or any x.
+// share an input next to each other). Each job's y is bit-identical to MatMul's, whatever else
+// is in the batch. Jobs with num_tokens <= 0 are skipped; the ys must not overlap each other or
+// any x.
 // Threads: as MatMul. Cost: no heap allocation once the thread-local scratch has grown to the
 //   jobs' quantized activations.
 void MatMulBatch(const MatMulJob* jobs, int count, util::ThreadPool& pool);
